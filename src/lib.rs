@@ -1,0 +1,14 @@
+//! softroce: a user-space RoCEv2 (SoftRoCE) engine.
+//!
+//! Layers, bottom up:
+//! - [`wire`]: bit-exact encoding and decoding of every RoCEv2 header, the packet codec and the
+//!   invariant CRC, in the manner of smoltcp's `wire` module;
+//! - [`capture`]: reading and writing pcap/pcapng captures;
+//! - [`decode`]: turning captures into per-packet reports and per-connection analyses (the
+//!   engine behind `softroce decode`).
+#![deny(missing_docs)]
+#![forbid(unsafe_op_in_unsafe_fn)]
+
+pub mod capture;
+pub mod decode;
+pub mod wire;

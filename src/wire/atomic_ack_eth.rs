@@ -1,0 +1,142 @@
+//! Atomic Acknowledge Extended Transport Header (IBTA vol. 1 §9.3.6), 8 bytes, carried by the
+//! ATOMIC ACKNOWLEDGE packet after its AETH.
+//!
+//! ```text
+//!  bytes 0-7
+//!  Original Remote Data
+//! ```
+
+use super::{be, check_emit_len, check_len, Header, Result};
+
+/// Size of the AtomicAckETH on the wire.
+pub const LEN: usize = 8;
+
+mod field {
+    pub const ORIG: usize = 0;
+}
+
+/// A checked view of an AtomicAckETH at the front of a byte buffer.
+#[derive(Debug, Clone, Copy)]
+pub struct AtomicAckEth<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> AtomicAckEth<T> {
+    /// Wraps a buffer without checking its length; accessors may panic on a short buffer.
+    pub const fn new_unchecked(buffer: T) -> Self {
+        AtomicAckEth { buffer }
+    }
+
+    /// Wraps a buffer after checking that it holds a whole AtomicAckETH.
+    pub fn new_checked(buffer: T) -> Result<Self> {
+        check_len(buffer.as_ref(), LEN, Header::AtomicAckEth)?;
+        Ok(AtomicAckEth { buffer })
+    }
+
+    /// Returns the underlying buffer.
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    /// The remote operand's value before the atomic operation.
+    pub fn orig(&self) -> u64 {
+        be::u64_at(self.buffer.as_ref(), field::ORIG)
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> AtomicAckEth<T> {
+    /// Sets the original remote data.
+    pub fn set_orig(&mut self, orig: u64) {
+        be::put_u64(self.buffer.as_mut(), field::ORIG, orig);
+    }
+}
+
+/// A parsed AtomicAckETH.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct AtomicAckEthRepr {
+    /// The remote operand's value before the atomic operation.
+    pub orig: u64,
+}
+
+impl AtomicAckEthRepr {
+    /// Size on the wire.
+    pub const LEN: usize = LEN;
+
+    /// Parses the AtomicAckETH at the front of `buf`.
+    pub fn parse(buf: &[u8]) -> Result<Self> {
+        let v = AtomicAckEth::new_checked(buf)?;
+        Ok(AtomicAckEthRepr { orig: v.orig() })
+    }
+
+    /// Writes the AtomicAckETH into the front of `buf`.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
+        check_emit_len(buf, LEN)?;
+        be::put_u64(&mut buf[..LEN], field::ORIG, self.orig);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Error;
+    use super::*;
+
+    const BYTES: [u8; 8] = [0xDE, 0xAD, 0xBE, 0xEF, 0x00, 0x00, 0x00, 0x2A];
+
+    fn repr() -> AtomicAckEthRepr {
+        AtomicAckEthRepr {
+            orig: 0xDEAD_BEEF_0000_002A,
+        }
+    }
+
+    #[test]
+    fn deconstruct() {
+        let v = AtomicAckEth::new_checked(&BYTES[..]).unwrap();
+        assert_eq!(v.orig(), 0xDEAD_BEEF_0000_002A);
+        assert_eq!(v.into_inner(), &BYTES[..]);
+    }
+
+    #[test]
+    fn parse_and_emit() {
+        assert_eq!(AtomicAckEthRepr::parse(&BYTES).unwrap(), repr());
+        let mut out = [0u8; 8];
+        repr().emit(&mut out).unwrap();
+        assert_eq!(out, BYTES);
+    }
+
+    #[test]
+    fn parse_ignores_trailing_bytes_and_emit_writes_only_len() {
+        let long = [0xDE, 0xAD, 0xBE, 0xEF, 0x00, 0x00, 0x00, 0x2A, 0xEE];
+        assert_eq!(AtomicAckEthRepr::parse(&long).unwrap(), repr());
+        let mut out = [0xEEu8; 9];
+        repr().emit(&mut out).unwrap();
+        assert_eq!(out, long);
+    }
+
+    #[test]
+    fn setters() {
+        let mut b = [0u8; 8];
+        AtomicAckEth::new_unchecked(&mut b[..]).set_orig(0x0102_0304_0506_0708);
+        assert_eq!(b, [0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08]);
+    }
+
+    #[test]
+    fn truncated() {
+        for n in 0..LEN {
+            assert_eq!(
+                AtomicAckEthRepr::parse(&BYTES[..n]),
+                Err(Error::Truncated {
+                    header: Header::AtomicAckEth,
+                    need: LEN,
+                    got: n
+                })
+            );
+        }
+        assert!(AtomicAckEthRepr::parse(&BYTES[..]).is_ok());
+        let mut small = [0u8; 7];
+        assert_eq!(
+            repr().emit(&mut small),
+            Err(Error::BufferTooSmall { need: 8, got: 7 })
+        );
+    }
+}

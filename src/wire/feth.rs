@@ -1,0 +1,222 @@
+//! Flush Extended Transport Header, 4 bytes, carried by the RC FLUSH request (before its RETH).
+//! It belongs to the Memory Placement Extensions of IBTA vol. 1 release 1.5 (annex A19); for the
+//! layout see Linux `drivers/infiniband/sw/rxe/rxe_hdr.h` (FETH).
+//!
+//! ```text
+//!  one big-endian 32-bit word:
+//!  bits 31-6  5-4                     3-0
+//!  reserved | Selectivity Level (SEL) | Placement Type (PLT)
+//! ```
+
+use super::{be, check_emit_len, check_len, Header, Result};
+
+/// Size of the FETH on the wire.
+pub const LEN: usize = 4;
+
+/// Placement type bit: make the flushed range globally visible (`IB_FLUSH_GLOBAL`).
+pub const PLACEMENT_GLOBAL: u8 = 0x1;
+/// Placement type bit: make the flushed range persistent (`IB_FLUSH_PERSISTENT`).
+pub const PLACEMENT_PERSISTENT: u8 = 0x2;
+/// Selectivity level: flush the range given by the RETH (`IB_FLUSH_RANGE`).
+pub const SELECTIVITY_RANGE: u8 = 0;
+/// Selectivity level: flush the whole memory region named by the R_Key (`IB_FLUSH_MR`).
+pub const SELECTIVITY_MR: u8 = 1;
+
+mod field {
+    pub const WORD: usize = 0;
+
+    pub const PLT_MASK: u32 = 0x0000_000F;
+    pub const SEL_MASK: u32 = 0x0000_0030;
+    pub const SEL_SHIFT: u32 = 4;
+    pub const RESV_MASK: u32 = 0xFFFF_FFC0;
+}
+
+/// A checked view of a FETH at the front of a byte buffer.
+#[derive(Debug, Clone, Copy)]
+pub struct Feth<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Feth<T> {
+    /// Wraps a buffer without checking its length; accessors may panic on a short buffer.
+    pub const fn new_unchecked(buffer: T) -> Self {
+        Feth { buffer }
+    }
+
+    /// Wraps a buffer after checking that it holds a whole FETH.
+    pub fn new_checked(buffer: T) -> Result<Self> {
+        check_len(buffer.as_ref(), LEN, Header::Feth)?;
+        Ok(Feth { buffer })
+    }
+
+    /// Returns the underlying buffer.
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    fn word(&self) -> u32 {
+        be::u32_at(self.buffer.as_ref(), field::WORD)
+    }
+
+    /// Selectivity level (bits 5-4).
+    pub fn selectivity(&self) -> u8 {
+        ((self.word() & field::SEL_MASK) >> field::SEL_SHIFT) as u8
+    }
+    /// Placement type (bits 3-0).
+    pub fn placement(&self) -> u8 {
+        (self.word() & field::PLT_MASK) as u8
+    }
+    /// The reserved bits 31-6, in place (the low 6 bits are zero).
+    pub fn reserved(&self) -> u32 {
+        self.word() & field::RESV_MASK
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Feth<T> {
+    /// Sets the selectivity level (low 2 bits of `sel`), keeping the other bits.
+    pub fn set_selectivity(&mut self, sel: u8) {
+        let w = (self.word() & !field::SEL_MASK)
+            | ((u32::from(sel) << field::SEL_SHIFT) & field::SEL_MASK);
+        be::put_u32(self.buffer.as_mut(), field::WORD, w);
+    }
+    /// Sets the placement type (low 4 bits of `plt`), keeping the other bits.
+    pub fn set_placement(&mut self, plt: u8) {
+        let w = (self.word() & !field::PLT_MASK) | (u32::from(plt) & field::PLT_MASK);
+        be::put_u32(self.buffer.as_mut(), field::WORD, w);
+    }
+}
+
+/// A parsed FETH.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct FethRepr {
+    /// Selectivity level (2 bits): [`SELECTIVITY_RANGE`] or [`SELECTIVITY_MR`].
+    pub selectivity: u8,
+    /// Placement type (4 bits): a combination of [`PLACEMENT_GLOBAL`] and
+    /// [`PLACEMENT_PERSISTENT`].
+    pub placement: u8,
+}
+
+impl FethRepr {
+    /// Size on the wire.
+    pub const LEN: usize = LEN;
+
+    /// Parses the FETH at the front of `buf`; the reserved bits are ignored.
+    pub fn parse(buf: &[u8]) -> Result<Self> {
+        let v = Feth::new_checked(buf)?;
+        Ok(FethRepr {
+            selectivity: v.selectivity(),
+            placement: v.placement(),
+        })
+    }
+
+    /// Writes the FETH into the front of `buf`; reserved bits are sent as zero, and out-of-range
+    /// values are truncated to their field (2 bits of selectivity, 4 of placement).
+    pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
+        check_emit_len(buf, LEN)?;
+        let w = ((u32::from(self.selectivity) << field::SEL_SHIFT) & field::SEL_MASK)
+            | (u32::from(self.placement) & field::PLT_MASK);
+        be::put_u32(&mut buf[..LEN], field::WORD, w);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Error;
+    use super::*;
+
+    // Selectivity 1 (whole MR), placement 3 (global visibility + persistence).
+    const BYTES: [u8; 4] = [0x00, 0x00, 0x00, 0x13];
+
+    fn repr() -> FethRepr {
+        FethRepr {
+            selectivity: SELECTIVITY_MR,
+            placement: PLACEMENT_GLOBAL | PLACEMENT_PERSISTENT,
+        }
+    }
+
+    #[test]
+    fn deconstruct() {
+        let v = Feth::new_checked(&BYTES[..]).unwrap();
+        assert_eq!(v.selectivity(), 1);
+        assert_eq!(v.placement(), 3);
+        assert_eq!(v.reserved(), 0);
+        assert_eq!(v.into_inner(), &BYTES[..]);
+    }
+
+    #[test]
+    fn parse_and_emit() {
+        assert_eq!(FethRepr::parse(&BYTES).unwrap(), repr());
+        let mut out = [0u8; 4];
+        repr().emit(&mut out).unwrap();
+        assert_eq!(out, BYTES);
+    }
+
+    #[test]
+    fn range_persistent() {
+        let b = [0x00, 0x00, 0x00, 0x02];
+        let r = FethRepr::parse(&b).unwrap();
+        assert_eq!(
+            r,
+            FethRepr {
+                selectivity: SELECTIVITY_RANGE,
+                placement: PLACEMENT_PERSISTENT
+            }
+        );
+        let mut out = [0xEEu8; 5];
+        r.emit(&mut out).unwrap();
+        assert_eq!(out, [0x00, 0x00, 0x00, 0x02, 0xEE]);
+    }
+
+    #[test]
+    fn reserved_bits_ignored_on_parse_and_zero_on_emit() {
+        let b = [0xFF, 0xFF, 0xFF, 0xD3, 0xEE];
+        let v = Feth::new_checked(&b[..]).unwrap();
+        assert_eq!(v.reserved(), 0xFFFF_FFC0);
+        let r = FethRepr::parse(&b).unwrap();
+        assert_eq!(r, repr());
+        let mut out = [0xEEu8; 4];
+        r.emit(&mut out).unwrap();
+        assert_eq!(out, BYTES);
+    }
+
+    #[test]
+    fn emit_truncates_fields() {
+        let r = FethRepr {
+            selectivity: 0xFF,
+            placement: 0xFF,
+        };
+        let mut out = [0u8; 4];
+        r.emit(&mut out).unwrap();
+        assert_eq!(out, [0x00, 0x00, 0x00, 0x3F]);
+    }
+
+    #[test]
+    fn setters_touch_only_their_field() {
+        let mut b = [0xAB, 0xCD, 0xEF, 0xC0];
+        let mut v = Feth::new_unchecked(&mut b[..]);
+        v.set_selectivity(0x06);
+        v.set_placement(0x1A);
+        assert_eq!(b, [0xAB, 0xCD, 0xEF, 0xEA]);
+    }
+
+    #[test]
+    fn truncated() {
+        for n in 0..LEN {
+            assert_eq!(
+                FethRepr::parse(&BYTES[..n]),
+                Err(Error::Truncated {
+                    header: Header::Feth,
+                    need: LEN,
+                    got: n
+                })
+            );
+        }
+        assert!(FethRepr::parse(&BYTES[..]).is_ok());
+        let mut small = [0u8; 3];
+        assert_eq!(
+            repr().emit(&mut small),
+            Err(Error::BufferTooSmall { need: 4, got: 3 })
+        );
+    }
+}

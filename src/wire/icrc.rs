@@ -1,0 +1,262 @@
+//! The RoCEv2 invariant CRC (IBTA vol. 1 §7.8.1 and RoCEv2 annex A17.3.3).
+//!
+//! The ICRC is a standard CRC-32 (reflected polynomial 0xEDB88320, initial value and final XOR
+//! 0xFFFFFFFF) over, in order: eight 0xFF bytes standing in for the InfiniBand LRH; the IP
+//! header with its variant fields set to ones (IPv4: TOS, TTL, header checksum; IPv6: traffic
+//! class, flow label, hop limit); the UDP header with its checksum set to ones; the BTH with
+//! byte 4 (FECN, BECN, reserved) set to ones; then the extended headers, payload and pad. The
+//! four result bytes are sent little-endian. Rules and test vectors: `spec-notes/icrc.md`.
+//!
+//! No allocation: the masked headers are copied into stack buffers and fed to the hasher.
+
+use super::{bth, Error, Header, Result};
+
+/// What stands in for the LRH at the start of the CRC input.
+const LRH_ONES: [u8; 8] = [0xFF; 8];
+/// Largest IPv4 header (IHL 15).
+const IPV4_MAX_HEADER: usize = 60;
+/// Size of the fixed IPv6 header.
+pub const IPV6_HEADER_LEN: usize = 40;
+/// Size of the UDP header.
+pub const UDP_HEADER_LEN: usize = 8;
+
+/// Computes the ICRC.
+///
+/// - `ip_header`: the whole IPv4 header (with options, as IHL says) or the 40-byte IPv6 header,
+///   as on the wire; the version nibble selects the masking.
+/// - `udp_header`: the 8-byte UDP header.
+/// - `roce`: the UDP payload from the BTH up to, not including, the ICRC.
+pub fn compute(ip_header: &[u8], udp_header: &[u8], roce: &[u8]) -> Result<u32> {
+    if udp_header.len() != UDP_HEADER_LEN {
+        return Err(Error::Encapsulation("UDP header must be 8 bytes"));
+    }
+    if roce.len() < bth::LEN {
+        return Err(Error::Truncated {
+            header: Header::Bth,
+            need: bth::LEN,
+            got: roce.len(),
+        });
+    }
+    let mut h = crc32fast::Hasher::new();
+    h.update(&LRH_ONES);
+    match ip_header.first().map(|b| b >> 4) {
+        Some(4) => {
+            let len = ip_header.len();
+            if !(20..=IPV4_MAX_HEADER).contains(&len) || len != ((ip_header[0] & 0x0F) as usize) * 4
+            {
+                return Err(Error::Encapsulation(
+                    "IPv4 header length disagrees with IHL",
+                ));
+            }
+            let mut ip = [0u8; IPV4_MAX_HEADER];
+            let ip = &mut ip[..len];
+            ip.copy_from_slice(ip_header);
+            ip[1] = 0xFF; // TOS (DSCP + ECN)
+            ip[8] = 0xFF; // TTL
+            ip[10] = 0xFF; // header checksum
+            ip[11] = 0xFF;
+            h.update(ip);
+        }
+        Some(6) => {
+            if ip_header.len() != IPV6_HEADER_LEN {
+                return Err(Error::Encapsulation("IPv6 header must be 40 bytes"));
+            }
+            let mut ip = [0u8; IPV6_HEADER_LEN];
+            ip.copy_from_slice(ip_header);
+            ip[0] |= 0x0F; // traffic class (high nibble) ...
+            ip[1] = 0xFF; // ... traffic class (low nibble) and flow label
+            ip[2] = 0xFF;
+            ip[3] = 0xFF;
+            ip[7] = 0xFF; // hop limit
+            h.update(&ip);
+        }
+        _ => return Err(Error::Encapsulation("not an IPv4 or IPv6 header")),
+    }
+    let mut udp = [0u8; UDP_HEADER_LEN];
+    udp.copy_from_slice(udp_header);
+    udp[6] = 0xFF; // checksum
+    udp[7] = 0xFF;
+    h.update(&udp);
+    let mut b = [0u8; bth::LEN];
+    b.copy_from_slice(&roce[..bth::LEN]);
+    b[4] = 0xFF; // FECN, BECN, reserved
+    h.update(&b);
+    h.update(&roce[bth::LEN..]);
+    Ok(h.finalize())
+}
+
+/// The four ICRC bytes as they appear on the wire.
+#[inline]
+pub fn to_wire(icrc: u32) -> [u8; 4] {
+    icrc.to_le_bytes()
+}
+
+/// Builds the 20-byte IPv4 header (no options) that Linux puts in front of a UDP datagram
+/// sent from an unconnected socket with DF set: identification 0 (include/net/ip.h,
+/// `ip_select_ident_segs`), the variant fields zero (they are masked by the ICRC anyway).
+/// This is what a user-space endpoint that sends through a UDP socket must cover with its ICRC.
+pub fn ipv4_header_for_socket(
+    src: std::net::Ipv4Addr,
+    dst: std::net::Ipv4Addr,
+    udp_len: u16,
+    dont_fragment: bool,
+) -> [u8; 20] {
+    let mut ip = [0u8; 20];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&(udp_len.wrapping_add(20)).to_be_bytes());
+    ip[6] = if dont_fragment { 0x40 } else { 0 };
+    ip[9] = 17; // UDP
+    ip[12..16].copy_from_slice(&src.octets());
+    ip[16..20].copy_from_slice(&dst.octets());
+    ip
+}
+
+/// Builds the 40-byte IPv6 header in front of a UDP datagram (variant fields zero).
+pub fn ipv6_header_for_socket(
+    src: std::net::Ipv6Addr,
+    dst: std::net::Ipv6Addr,
+    udp_len: u16,
+) -> [u8; IPV6_HEADER_LEN] {
+    let mut ip = [0u8; IPV6_HEADER_LEN];
+    ip[0] = 0x60;
+    ip[4..6].copy_from_slice(&udp_len.to_be_bytes());
+    ip[6] = 17; // next header: UDP
+    ip[8..24].copy_from_slice(&src.octets());
+    ip[24..40].copy_from_slice(&dst.octets());
+    ip
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hex(s: &str) -> Vec<u8> {
+        let s: String = s.split_whitespace().collect();
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// ConnectX-4 Lx CNP (scapy test/contrib/roce.uts), Ethernet frame without FCS.
+    #[test]
+    fn vector_connectx4_cnp() {
+        let f = hex(
+            "e41d2dab2bc27cfe90643b32 0800 45c2003c718c400040119161 0a001101 0a001201 \
+             0000 12b7 0028 0000 8100ffff 40000118 00000000 00000000000000000000000000000000 \
+             82fd002a",
+        );
+        let ip = &f[14..34];
+        let udp = &f[34..42];
+        let roce = &f[42..f.len() - 4];
+        let icrc = compute(ip, udp, roce).unwrap();
+        assert_eq!(to_wire(icrc), [0x82, 0xfd, 0x00, 0x2a]);
+    }
+
+    /// scapy UC SEND ONLY with PadCnt 2, from the IPv4 header to the ICRC.
+    #[test]
+    fn vector_scapy_uc_send_only() {
+        let p = hex(
+            "45010040047840004011b4d5c0a80007c0a80007c00012b7002caca22460ffff000000d300cf17\
+             104630818be28935d90e9a95505401be885e50000078f353f3",
+        );
+        let icrc = compute(&p[..20], &p[20..28], &p[28..p.len() - 4]).unwrap();
+        assert_eq!(to_wire(icrc), [0x78, 0xf3, 0x53, 0xf3]);
+    }
+
+    #[test]
+    fn masked_fields_do_not_change_the_icrc() {
+        let p = hex(
+            "45010040047840004011b4d5c0a80007c0a80007c00012b7002caca22460ffff000000d300cf17\
+             104630818be28935d90e9a95505401be885e50000078f353f3",
+        );
+        let base = compute(&p[..20], &p[20..28], &p[28..p.len() - 4]).unwrap();
+        let mut q = p.clone();
+        q[1] = 0x5C; // TOS
+        q[8] = 3; // TTL
+        q[10] = 0; // checksum
+        q[26] = 0x12; // UDP checksum
+        q[28 + 4] = 0xC0; // FECN + BECN
+        assert_eq!(
+            compute(&q[..20], &q[20..28], &q[28..q.len() - 4]).unwrap(),
+            base
+        );
+        // ... while an unmasked field does.
+        let mut r = p.clone();
+        r[4] ^= 1; // IPv4 identification
+        assert_ne!(
+            compute(&r[..20], &r[20..28], &r[28..r.len() - 4]).unwrap(),
+            base
+        );
+        let mut r = p;
+        r[40] ^= 0x80; // payload
+        assert_ne!(
+            compute(&r[..20], &r[20..28], &r[28..r.len() - 4]).unwrap(),
+            base
+        );
+    }
+
+    #[test]
+    fn ipv6_masks_class_flow_and_hop_limit() {
+        let src = "fe80::1".parse().unwrap();
+        let dst = "fe80::2".parse().unwrap();
+        let ip = ipv6_header_for_socket(src, dst, 8 + 12 + 4);
+        let udp = [0xC0, 0x00, 0x12, 0xB7, 0x00, 0x18, 0x00, 0x00];
+        let bth = [0x11u8, 0, 0xFF, 0xFF, 0, 0, 0, 1, 0, 0, 0, 1];
+        let base = compute(&ip, &udp, &bth).unwrap();
+        let mut ip2 = ip;
+        ip2[0] = 0x6A;
+        ip2[1] = 0xBC;
+        ip2[3] = 0x77;
+        ip2[7] = 64;
+        assert_eq!(compute(&ip2, &udp, &bth).unwrap(), base);
+        ip2[8] ^= 1; // source address is covered
+        assert_ne!(compute(&ip2, &udp, &bth).unwrap(), base);
+    }
+
+    #[test]
+    fn socket_header_matches_capture_layout() {
+        let ip = ipv4_header_for_socket(
+            "192.168.0.7".parse().unwrap(),
+            "192.168.0.7".parse().unwrap(),
+            0x2c,
+            true,
+        );
+        // The scapy vector's header with TOS, ID, TTL and checksum cleared.
+        assert_eq!(ip, hex("450000400000400000110000c0a80007c0a80007")[..]);
+    }
+
+    #[test]
+    fn rejects_bad_headers() {
+        let bth = [0u8; 12];
+        let udp = [0u8; 8];
+        assert!(matches!(
+            compute(&[0x45; 19], &udp, &bth),
+            Err(Error::Encapsulation(_))
+        ));
+        assert!(matches!(
+            compute(&[0x46; 20], &udp, &bth),
+            Err(Error::Encapsulation(_))
+        ));
+        assert!(matches!(
+            compute(&[0x60; 39], &udp, &bth),
+            Err(Error::Encapsulation(_))
+        ));
+        assert!(matches!(
+            compute(&[0x20; 20], &udp, &bth),
+            Err(Error::Encapsulation(_))
+        ));
+        assert!(matches!(
+            compute(&[], &udp, &bth),
+            Err(Error::Encapsulation(_))
+        ));
+        assert!(matches!(
+            compute(&[0x45; 20], &udp[..7], &bth),
+            Err(Error::Encapsulation(_))
+        ));
+        assert!(matches!(
+            compute(&[0x45; 20], &udp, &bth[..11]),
+            Err(Error::Truncated { .. })
+        ));
+    }
+}

@@ -1,0 +1,189 @@
+//! RDMA Extended Transport Header (IBTA vol. 1 §9.3.3), 16 bytes, carried by RDMA WRITE FIRST /
+//! ONLY and RDMA READ REQUEST packets (and by FLUSH, after the FETH).
+//!
+//! ```text
+//!  bytes 0-7        8-11    12-15
+//!  Virtual Address | R_Key | DMA Length
+//! ```
+
+use super::{be, check_emit_len, check_len, Header, Result};
+
+/// Size of the RETH on the wire.
+pub const LEN: usize = 16;
+
+mod field {
+    pub const VA: usize = 0;
+    pub const RKEY: usize = 8;
+    pub const LEN: usize = 12;
+}
+
+/// A checked view of a RETH at the front of a byte buffer.
+#[derive(Debug, Clone, Copy)]
+pub struct Reth<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Reth<T> {
+    /// Wraps a buffer without checking its length; accessors may panic on a short buffer.
+    pub const fn new_unchecked(buffer: T) -> Self {
+        Reth { buffer }
+    }
+
+    /// Wraps a buffer after checking that it holds a whole RETH.
+    pub fn new_checked(buffer: T) -> Result<Self> {
+        check_len(buffer.as_ref(), LEN, Header::Reth)?;
+        Ok(Reth { buffer })
+    }
+
+    /// Returns the underlying buffer.
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    /// Virtual address of the first byte of the remote buffer.
+    pub fn va(&self) -> u64 {
+        be::u64_at(self.buffer.as_ref(), field::VA)
+    }
+    /// Remote key of the memory region.
+    pub fn rkey(&self) -> u32 {
+        be::u32_at(self.buffer.as_ref(), field::RKEY)
+    }
+    /// DMA length: bytes of the whole RDMA operation (not just this packet).
+    pub fn dma_len(&self) -> u32 {
+        be::u32_at(self.buffer.as_ref(), field::LEN)
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Reth<T> {
+    /// Sets the virtual address.
+    pub fn set_va(&mut self, va: u64) {
+        be::put_u64(self.buffer.as_mut(), field::VA, va);
+    }
+    /// Sets the R_Key.
+    pub fn set_rkey(&mut self, rkey: u32) {
+        be::put_u32(self.buffer.as_mut(), field::RKEY, rkey);
+    }
+    /// Sets the DMA length.
+    pub fn set_dma_len(&mut self, len: u32) {
+        be::put_u32(self.buffer.as_mut(), field::LEN, len);
+    }
+}
+
+/// A parsed RETH.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct RethRepr {
+    /// Virtual address of the remote buffer.
+    pub va: u64,
+    /// Remote key.
+    pub rkey: u32,
+    /// DMA length of the whole operation.
+    pub len: u32,
+}
+
+impl RethRepr {
+    /// Size on the wire.
+    pub const LEN: usize = LEN;
+
+    /// Parses the RETH at the front of `buf`.
+    pub fn parse(buf: &[u8]) -> Result<Self> {
+        let v = Reth::new_checked(buf)?;
+        Ok(RethRepr {
+            va: v.va(),
+            rkey: v.rkey(),
+            len: v.dma_len(),
+        })
+    }
+
+    /// Writes the RETH into the front of `buf`.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
+        check_emit_len(buf, LEN)?;
+        let b = &mut buf[..LEN];
+        be::put_u64(b, field::VA, self.va);
+        be::put_u32(b, field::RKEY, self.rkey);
+        be::put_u32(b, field::LEN, self.len);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Error;
+    use super::*;
+
+    // VA 0x00007F12_3456_7000, R_Key 0x0000_1234, DMA length 65536.
+    const BYTES: [u8; 16] = [
+        0x00, 0x00, 0x7F, 0x12, 0x34, 0x56, 0x70, 0x00, 0x00, 0x00, 0x12, 0x34, 0x00, 0x01, 0x00,
+        0x00,
+    ];
+
+    fn repr() -> RethRepr {
+        RethRepr {
+            va: 0x0000_7F12_3456_7000,
+            rkey: 0x1234,
+            len: 65536,
+        }
+    }
+
+    #[test]
+    fn deconstruct() {
+        let v = Reth::new_checked(&BYTES[..]).unwrap();
+        assert_eq!(v.va(), 0x0000_7F12_3456_7000);
+        assert_eq!(v.rkey(), 0x1234);
+        assert_eq!(v.dma_len(), 0x10000);
+        assert_eq!(v.into_inner(), &BYTES[..]);
+    }
+
+    #[test]
+    fn parse_and_emit() {
+        assert_eq!(RethRepr::parse(&BYTES).unwrap(), repr());
+        let mut out = [0u8; 16];
+        repr().emit(&mut out).unwrap();
+        assert_eq!(out, BYTES);
+    }
+
+    #[test]
+    fn parse_ignores_trailing_bytes_and_emit_writes_only_len() {
+        let mut long = [0xEEu8; 20];
+        long[..16].copy_from_slice(&BYTES);
+        assert_eq!(RethRepr::parse(&long).unwrap(), repr());
+        let mut out = [0xEEu8; 20];
+        repr().emit(&mut out).unwrap();
+        assert_eq!(out, long);
+    }
+
+    #[test]
+    fn setters() {
+        let mut b = [0u8; 16];
+        let mut v = Reth::new_unchecked(&mut b[..]);
+        v.set_va(0x0102_0304_0506_0708);
+        v.set_rkey(0xA1B2_C3D4);
+        v.set_dma_len(0xFFFF_FFFF);
+        assert_eq!(
+            b,
+            [
+                0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0xA1, 0xB2, 0xC3, 0xD4, 0xFF, 0xFF,
+                0xFF, 0xFF
+            ]
+        );
+    }
+
+    #[test]
+    fn truncated() {
+        for n in 0..LEN {
+            assert_eq!(
+                RethRepr::parse(&BYTES[..n]),
+                Err(Error::Truncated {
+                    header: Header::Reth,
+                    need: LEN,
+                    got: n
+                })
+            );
+        }
+        assert!(RethRepr::parse(&BYTES[..]).is_ok());
+        let mut small = [0u8; 15];
+        assert_eq!(
+            repr().emit(&mut small),
+            Err(Error::BufferTooSmall { need: 16, got: 15 })
+        );
+    }
+}
