@@ -143,7 +143,7 @@ pub struct BthRepr {
     pub opcode: Opcode,
     /// Solicited Event.
     pub solicited: bool,
-    /// MigReq (rxe sets it on every packet it sends; APM is not used on RoCE).
+    /// MigReq (automatic path migration; Linux rxe sends 0 on every packet).
     pub mig_req: bool,
     /// Pad count (0-3).
     pub pad_count: u8,
