@@ -5,10 +5,15 @@
 //!   invariant CRC, in the manner of smoltcp's `wire` module;
 //! - [`capture`]: reading and writing pcap/pcapng captures;
 //! - [`decode`]: turning captures into per-packet reports and per-connection analyses (the
-//!   engine behind `softroce decode`).
+//!   engine behind `softroce decode`);
+//! - [`memory`]: storage that the network may write while the application reads it, without
+//!   undefined behaviour (the base of memory regions).
 #![deny(missing_docs)]
 #![forbid(unsafe_op_in_unsafe_fn)]
 
 pub mod capture;
 pub mod decode;
+#[doc(hidden)]
+pub mod fuzzing;
+pub mod memory;
 pub mod wire;

@@ -126,6 +126,108 @@ pub fn ipv6_header_for_socket(
     ip
 }
 
+/// The reflected CRC-32 polynomial.
+const POLY: u32 = 0xEDB8_8320;
+
+/// Multiplies two polynomials modulo the CRC-32 polynomial, in the reflected representation
+/// (bit 31 is the coefficient of x^0).
+fn mul_mod_p(a: u32, mut b: u32) -> u32 {
+    let mut product = 0;
+    let mut m = 1u32 << 31;
+    while m != 0 {
+        if a & m != 0 {
+            product ^= b;
+        }
+        m >>= 1;
+        b = if b & 1 != 0 { (b >> 1) ^ POLY } else { b >> 1 };
+    }
+    product
+}
+
+/// x^(8n) modulo the CRC-32 polynomial: the effect of appending `n` zero bytes.
+fn x_pow_8n(mut n: usize) -> u32 {
+    let mut result = 1u32 << 31; // x^0
+    let mut base = 1u32 << 23; // x^8
+    while n != 0 {
+        if n & 1 != 0 {
+            result = mul_mod_p(result, base);
+        }
+        base = mul_mod_p(base, base);
+        n >>= 1;
+    }
+    result
+}
+
+/// The CRC register contribution (no initial value, no final XOR) of two bytes.
+fn raw_crc16(word: u16) -> u32 {
+    let mut c = 0u32;
+    for byte in word.to_be_bytes() {
+        c ^= byte as u32;
+        for _ in 0..8 {
+            c = if c & 1 != 0 { (c >> 1) ^ POLY } else { c >> 1 };
+        }
+    }
+    c
+}
+
+/// Finds the IPv4 Identification that makes an IPv4 RoCEv2 packet's ICRC come out as `found`.
+///
+/// A receiver that reads through an ordinary UDP socket sees neither the IP header nor its
+/// Identification, which the ICRC covers and which Linux rxe fills with a hashed value. It can
+/// rebuild the rest of the header (addresses, lengths, DF; see [`ipv4_header_for_socket`]).
+/// CRC-32 is affine over GF(2), so the effect of the 16 unknown bits on the CRC is a linear map
+/// into 32 bits; solving it tells whether some Identification makes the packet valid. This
+/// leaves a 2^-16 chance of accepting a corrupted packet, where knowing the ID gives 2^-32
+/// (`spec-notes/icrc.md`). Returns the Identification, or `None` when no value explains `found`.
+///
+/// `ip_header` is the 20-byte header with any Identification; it is treated as unknown.
+pub fn solve_ipv4_id(ip_header: &[u8], udp_header: &[u8], roce: &[u8], found: u32) -> Option<u16> {
+    if ip_header.len() != 20 || ip_header[0] != 0x45 {
+        return None;
+    }
+    let mut ip = [0u8; 20];
+    ip.copy_from_slice(ip_header);
+    ip[4] = 0;
+    ip[5] = 0;
+    let base = compute(&ip, udp_header, roce).ok()?;
+    let target = base ^ found;
+    if target == 0 {
+        return Some(0);
+    }
+    // Bytes of CRC input after the Identification field.
+    let after = (20 - 6) + UDP_HEADER_LEN + roce.len();
+    let shift = x_pow_8n(after);
+    // basis[k] = effect of ID bit k; eliminate to row-echelon form, tracking which ID bits make
+    // up each row.
+    let mut rows: [(u32, u16); 16] = [(0, 0); 16];
+    let mut n = 0;
+    for k in 0..16 {
+        let mut v = mul_mod_p(shift, raw_crc16(1 << k));
+        let mut bits = 1u16 << k;
+        for &(r, rb) in &rows[..n] {
+            if v ^ r < v {
+                v ^= r;
+                bits ^= rb;
+            }
+        }
+        if v != 0 {
+            rows[n] = (v, bits);
+            n += 1;
+            // Keep rows sorted by leading bit, highest first, for the reduction above.
+            rows[..n].sort_unstable_by_key(|r| r.0.leading_zeros());
+        }
+    }
+    let mut t = target;
+    let mut id = 0u16;
+    for &(r, rb) in &rows[..n] {
+        if t ^ r < t {
+            t ^= r;
+            id ^= rb;
+        }
+    }
+    (t == 0).then_some(id)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,5 +360,66 @@ mod tests {
             compute(&[0x45; 20], &udp, &bth[..11]),
             Err(Error::Truncated { .. })
         ));
+    }
+
+    #[test]
+    fn crc_shift_arithmetic_matches_appending_zeros() {
+        for n in [0usize, 1, 2, 7, 100, 4096] {
+            let mut data = vec![0xA5u8, 0x3C];
+            data.extend(std::iter::repeat_n(0u8, n));
+            // Raw register over the bytes = raw over the first two, shifted by n zero bytes.
+            let mut c = 0u32;
+            for &byte in &data {
+                c ^= byte as u32;
+                for _ in 0..8 {
+                    c = if c & 1 != 0 { (c >> 1) ^ POLY } else { c >> 1 };
+                }
+            }
+            assert_eq!(mul_mod_p(x_pow_8n(n), raw_crc16(0xA53C)), c, "n = {n}");
+        }
+    }
+
+    #[test]
+    fn solves_the_identification_of_the_scapy_vector() {
+        let p = hex(
+            "45010040047840004011b4d5c0a80007c0a80007c00012b7002caca22460ffff000000d300cf17\
+             104630818be28935d90e9a95505401be885e50000078f353f3",
+        );
+        let found = u32::from_le_bytes([0x78, 0xf3, 0x53, 0xf3]);
+        let mut ip = [0u8; 20];
+        ip.copy_from_slice(&p[..20]);
+        ip[4] = 0;
+        ip[5] = 0;
+        let roce = &p[28..p.len() - 4];
+        assert_eq!(solve_ipv4_id(&ip, &p[20..28], roce, found), Some(0x0478));
+        // A corrupted payload has no Identification that explains the ICRC.
+        let mut bad = roce.to_vec();
+        bad[20] ^= 0x10;
+        assert_eq!(solve_ipv4_id(&ip, &p[20..28], &bad, found), None);
+    }
+
+    #[test]
+    fn solves_every_identification_bit_pattern() {
+        let src = "192.0.2.11".parse().unwrap();
+        let dst = "192.0.2.12".parse().unwrap();
+        let roce: Vec<u8> = (0..1036u32).map(|i| (i * 31 + 7) as u8).collect();
+        let udp_len = (8 + roce.len() + 4) as u16;
+        let udp = [
+            0xC1,
+            0x69,
+            0x12,
+            0xB7,
+            (udp_len >> 8) as u8,
+            udp_len as u8,
+            0,
+            0,
+        ];
+        for id in [0u16, 1, 0x8000, 0x3036, 0xC341, 0xFFFF] {
+            let mut ip = ipv4_header_for_socket(src, dst, udp_len, true);
+            ip[4..6].copy_from_slice(&id.to_be_bytes());
+            let found = compute(&ip, &udp, &roce).unwrap();
+            let blank = ipv4_header_for_socket(src, dst, udp_len, true);
+            assert_eq!(solve_ipv4_id(&blank, &udp, &roce, found), Some(id));
+        }
     }
 }

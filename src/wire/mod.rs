@@ -128,6 +128,9 @@ pub enum Error {
         /// Bytes between the last header and the ICRC.
         payload: usize,
     },
+    /// The packet (BTH through ICRC) is not a whole number of 4-byte words, so PadCnt cannot
+    /// have aligned it (IBTA §9.2: PadCnt pads the payload to a 4-byte multiple).
+    UnalignedLength(usize),
     /// The opcode carries no payload, yet bytes follow its headers.
     UnexpectedPayload {
         /// The opcode.
@@ -183,6 +186,9 @@ impl core::fmt::Display for Error {
             Error::UnknownOpcode(op) => write!(f, "unknown opcode 0x{op:02x}"),
             Error::PadExceedsPayload { pad, payload } => {
                 write!(f, "pad count {pad} exceeds the {payload}-byte payload")
+            }
+            Error::UnalignedLength(len) => {
+                write!(f, "packet length {len} is not a multiple of 4")
             }
             Error::UnexpectedPayload { opcode, len } => {
                 write!(

@@ -95,8 +95,9 @@ impl<'a> PacketRepr<'a> {
     /// Parses a RoCE UDP payload (BTH through ICRC). The ICRC is located but not verified.
     ///
     /// Rejects: a truncated header or missing ICRC, a transport version other than 0, an
-    /// unknown opcode, payload on an opcode that carries none, and a pad count larger than
-    /// the payload.
+    /// unknown opcode, a length that is not a multiple of 4, payload on an opcode that carries
+    /// none, and a pad count larger than the payload. (Every extended header is a multiple of
+    /// 4 bytes, so a whole number of words means the pad count aligns the payload.)
     pub fn parse(buf: &'a [u8]) -> Result<Self> {
         let bth = BthRepr::parse_strict(buf)?;
         let info = bth
@@ -139,6 +140,9 @@ impl<'a> PacketRepr<'a> {
                 need: ICRC_LEN,
                 got: buf.len() - at,
             });
+        }
+        if buf.len() % 4 != 0 {
+            return Err(Error::UnalignedLength(buf.len()));
         }
         let body = &buf[at..buf.len() - ICRC_LEN];
         if !info.payload && !body.is_empty() {
@@ -362,13 +366,18 @@ mod tests {
         tver[1] = 0x01;
         assert_eq!(PacketRepr::parse(&tver), Err(Error::BadTransportVersion(1)));
 
-        // SEND ONLY with pad 3 but only 2 payload bytes.
-        let mut pad = [0u8; 18];
+        // SEND ONLY with 23 payload bytes and pad 0: not a whole number of words.
+        let mut odd = [0u8; 12 + 23 + 4];
+        odd[0] = 0x04;
+        assert_eq!(PacketRepr::parse(&odd), Err(Error::UnalignedLength(39)));
+
+        // SEND ONLY with pad 3 but no payload bytes to pad.
+        let mut pad = [0u8; 16];
         pad[0] = 0x04;
         pad[1] = 0x30;
         assert_eq!(
             PacketRepr::parse(&pad),
-            Err(Error::PadExceedsPayload { pad: 3, payload: 2 })
+            Err(Error::PadExceedsPayload { pad: 3, payload: 0 })
         );
 
         // READ request followed by 4 stray bytes.

@@ -1,0 +1,323 @@
+//! Byte storage that the transport and the application may access at the same time without
+//! undefined behaviour.
+//!
+//! An RDMA memory region is written by the remote peer (RDMA WRITE, SEND, atomics) while the
+//! application may be reading it: that is the point of RDMA. In Rust, two threads touching the
+//! same bytes with plain loads and stores is a data race, hence undefined behaviour, whatever
+//! the hardware does. So the storage is an array of `AtomicU64` words, and every access is an
+//! atomic load, store or read-modify-write of a whole word (relaxed ordering for data copies;
+//! completions published through the completion queue provide the happens-before edge that
+//! makes the data visible, as a CQE does for a real HCA). Partial words at the edges of a copy
+//! are merged with a compare-exchange loop, so no access ever has a mixed size.
+//!
+//! The word view also makes RDMA atomics exact: CmpSwap and FetchAdd on an 8-byte-aligned
+//! address are real `AtomicU64` operations, atomic with respect to the application's own
+//! atomics on the same region. Values are in host byte order, as rxe executes them.
+//!
+//! Copies move 8 bytes per operation; that is the price of soundness compared with `memcpy`,
+//! measured in BENCHMARKS.md once the transport exists.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+const WORD: usize = 8;
+
+/// A fixed-size, zero-initialised byte buffer safe to share between threads.
+#[derive(Debug)]
+pub struct SharedBytes {
+    words: Box<[AtomicU64]>,
+    len: usize,
+}
+
+/// Why an access was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccessError {
+    /// The range `offset .. offset + len` does not lie within the buffer.
+    OutOfBounds {
+        /// First byte.
+        offset: u64,
+        /// Length.
+        len: u64,
+        /// Buffer size.
+        size: usize,
+    },
+    /// An atomic needs an 8-byte aligned offset.
+    Misaligned {
+        /// The offset.
+        offset: u64,
+    },
+}
+
+impl core::fmt::Display for AccessError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            AccessError::OutOfBounds { offset, len, size } => {
+                write!(
+                    f,
+                    "bytes {offset}..{offset}+{len} outside a {size}-byte buffer"
+                )
+            }
+            AccessError::Misaligned { offset } => {
+                write!(f, "offset {offset} is not 8-byte aligned")
+            }
+        }
+    }
+}
+
+impl std::error::Error for AccessError {}
+
+impl SharedBytes {
+    /// Allocates `len` zero bytes.
+    pub fn new(len: usize) -> SharedBytes {
+        let n = len.div_ceil(WORD);
+        let words: Box<[AtomicU64]> = (0..n).map(|_| AtomicU64::new(0)).collect();
+        SharedBytes { words, len }
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Checks that `offset .. offset + len` lies within the buffer, without overflow.
+    pub fn check_range(&self, offset: u64, len: u64) -> Result<(), AccessError> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len as u64 => Ok(()),
+            _ => Err(AccessError::OutOfBounds {
+                offset,
+                len,
+                size: self.len,
+            }),
+        }
+    }
+
+    /// Copies `dst.len()` bytes starting at `offset` into `dst`.
+    pub fn read(&self, offset: u64, dst: &mut [u8]) -> Result<(), AccessError> {
+        self.check_range(offset, dst.len() as u64)?;
+        let mut pos = offset as usize;
+        let mut out = 0;
+        while out < dst.len() {
+            let w = pos / WORD;
+            let in_word = pos % WORD;
+            let take = (WORD - in_word).min(dst.len() - out);
+            let bytes = self.words[w].load(Ordering::Relaxed).to_ne_bytes();
+            dst[out..out + take].copy_from_slice(&bytes[in_word..in_word + take]);
+            out += take;
+            pos += take;
+        }
+        Ok(())
+    }
+
+    /// Copies `src` into the buffer starting at `offset`.
+    pub fn write(&self, offset: u64, src: &[u8]) -> Result<(), AccessError> {
+        self.check_range(offset, src.len() as u64)?;
+        let mut pos = offset as usize;
+        let mut inp = 0;
+        while inp < src.len() {
+            let w = pos / WORD;
+            let in_word = pos % WORD;
+            let take = (WORD - in_word).min(src.len() - inp);
+            let word = &self.words[w];
+            if take == WORD {
+                let mut b = [0u8; WORD];
+                b.copy_from_slice(&src[inp..inp + WORD]);
+                word.store(u64::from_ne_bytes(b), Ordering::Relaxed);
+            } else {
+                // Merge a partial word without disturbing its other bytes, which another writer
+                // may be updating at the same time.
+                let _ = word.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+                    let mut b = old.to_ne_bytes();
+                    b[in_word..in_word + take].copy_from_slice(&src[inp..inp + take]);
+                    Some(u64::from_ne_bytes(b))
+                });
+            }
+            inp += take;
+            pos += take;
+        }
+        Ok(())
+    }
+
+    /// Sets `len` bytes from `offset` to `value`.
+    pub fn fill(&self, offset: u64, len: u64, value: u8) -> Result<(), AccessError> {
+        self.check_range(offset, len)?;
+        let chunk = [value; 256];
+        let mut done = 0u64;
+        while done < len {
+            let n = (len - done).min(chunk.len() as u64) as usize;
+            self.write(offset + done, &chunk[..n])?;
+            done += n as u64;
+        }
+        Ok(())
+    }
+
+    /// The aligned word holding `offset`, for an 8-byte atomic.
+    fn word_at(&self, offset: u64) -> Result<&AtomicU64, AccessError> {
+        if offset % WORD as u64 != 0 {
+            return Err(AccessError::Misaligned { offset });
+        }
+        self.check_range(offset, WORD as u64)?;
+        Ok(&self.words[(offset / WORD as u64) as usize])
+    }
+
+    /// Atomically: if the 8 bytes at `offset` equal `compare`, replace them with `swap`.
+    /// Returns the original value (IBTA CmpSwap).
+    pub fn compare_swap(&self, offset: u64, compare: u64, swap: u64) -> Result<u64, AccessError> {
+        let w = self.word_at(offset)?;
+        Ok(
+            match w.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(v) | Err(v) => v,
+            },
+        )
+    }
+
+    /// Atomically adds `add` (wrapping) to the 8 bytes at `offset`; returns the original value
+    /// (IBTA FetchAdd).
+    pub fn fetch_add(&self, offset: u64, add: u64) -> Result<u64, AccessError> {
+        Ok(self.word_at(offset)?.fetch_add(add, Ordering::AcqRel))
+    }
+
+    /// Atomically loads the 8 bytes at `offset` (aligned).
+    pub fn load_u64(&self, offset: u64) -> Result<u64, AccessError> {
+        Ok(self.word_at(offset)?.load(Ordering::Acquire))
+    }
+
+    /// Atomically stores the 8 bytes at `offset` (aligned; IBTA 1.5 ATOMIC WRITE).
+    pub fn store_u64(&self, offset: u64, value: u64) -> Result<(), AccessError> {
+        self.word_at(offset)?.store(value, Ordering::Release);
+        Ok(())
+    }
+
+    /// Copies `len` bytes at `offset` into a new vector.
+    pub fn to_vec(&self, offset: u64, len: usize) -> Result<Vec<u8>, AccessError> {
+        let mut v = vec![0u8; len];
+        self.read(offset, &mut v)?;
+        Ok(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn starts_zeroed_and_round_trips_at_every_alignment() {
+        let m = SharedBytes::new(67);
+        assert_eq!(m.to_vec(0, 67).unwrap(), vec![0; 67]);
+        for start in 0..16u64 {
+            for len in 0..40usize {
+                let data: Vec<u8> = (0..len)
+                    .map(|i| (i as u8) ^ (start as u8 * 17) ^ 0x5A)
+                    .collect();
+                m.write(start, &data).unwrap();
+                assert_eq!(
+                    m.to_vec(start, len).unwrap(),
+                    data,
+                    "start {start} len {len}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn partial_writes_keep_neighbouring_bytes() {
+        let m = SharedBytes::new(24);
+        m.fill(0, 24, 0xEE).unwrap();
+        m.write(3, &[1, 2, 3]).unwrap();
+        m.write(10, &[9; 9]).unwrap();
+        let v = m.to_vec(0, 24).unwrap();
+        let mut want = vec![0xEE; 24];
+        want[3..6].copy_from_slice(&[1, 2, 3]);
+        want[10..19].fill(9);
+        assert_eq!(v, want);
+    }
+
+    #[test]
+    fn bounds_are_checked_without_overflow() {
+        let m = SharedBytes::new(16);
+        let mut b = [0u8; 4];
+        assert!(m.read(12, &mut b).is_ok());
+        assert_eq!(
+            m.read(13, &mut b),
+            Err(AccessError::OutOfBounds {
+                offset: 13,
+                len: 4,
+                size: 16
+            })
+        );
+        assert!(m.write(u64::MAX - 1, &[1, 2, 3]).is_err());
+        assert!(m.check_range(u64::MAX, 1).is_err());
+        assert!(m.check_range(16, 0).is_ok());
+        assert!(m.check_range(17, 0).is_err());
+        assert!(m.fill(8, 9, 0).is_err());
+    }
+
+    #[test]
+    fn atomics_need_alignment_and_return_the_original() {
+        let m = SharedBytes::new(32);
+        assert_eq!(m.fetch_add(8, 5).unwrap(), 0);
+        assert_eq!(m.fetch_add(8, u64::MAX).unwrap(), 5); // wraps to 4
+        assert_eq!(m.load_u64(8).unwrap(), 4);
+        assert_eq!(m.compare_swap(8, 3, 100).unwrap(), 4); // no swap
+        assert_eq!(m.compare_swap(8, 4, 100).unwrap(), 4); // swap
+        assert_eq!(m.load_u64(8).unwrap(), 100);
+        assert_eq!(
+            m.fetch_add(4, 1),
+            Err(AccessError::Misaligned { offset: 4 })
+        );
+        assert!(m.fetch_add(32, 1).is_err());
+        m.store_u64(24, 0x0102_0304_0506_0708).unwrap();
+        let mut b = [0u8; 8];
+        m.read(24, &mut b).unwrap();
+        assert_eq!(u64::from_ne_bytes(b), 0x0102_0304_0506_0708);
+    }
+
+    #[test]
+    fn concurrent_writers_of_adjacent_bytes_do_not_clobber_each_other() {
+        // Two threads write interleaved single bytes of the same words; every byte must end
+        // up as its writer left it (a plain read-modify-write of whole words would lose some).
+        let m = Arc::new(SharedBytes::new(64));
+        let threads: Vec<_> = (0..2u8)
+            .map(|t| {
+                let m = Arc::clone(&m);
+                std::thread::spawn(move || {
+                    for round in 0..2000u32 {
+                        for i in (t as u64..64).step_by(2) {
+                            m.write(i, &[(round as u8) ^ t]).unwrap();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let v = m.to_vec(0, 64).unwrap();
+        for (i, b) in v.iter().enumerate() {
+            assert_eq!(*b, (1999u32 as u8) ^ (i as u8 % 2), "byte {i}");
+        }
+    }
+
+    #[test]
+    fn concurrent_fetch_add_is_exact() {
+        let m = Arc::new(SharedBytes::new(8));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let m = Arc::clone(&m);
+                std::thread::spawn(move || {
+                    for _ in 0..10_000 {
+                        m.fetch_add(0, 1).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(m.load_u64(0).unwrap(), 40_000);
+    }
+}
