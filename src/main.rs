@@ -1,1 +1,20 @@
-fn main() {}
+//! The `softroce` command-line tool.
+
+mod cli;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    match cli::run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is_broken_pipe() => ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "softroce: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

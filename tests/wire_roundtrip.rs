@@ -93,25 +93,23 @@ fn ext_for(headers: HeaderSet) -> impl Strategy<Value = ExtHeaders> {
 
 fn addresses() -> impl Strategy<Value = (SocketAddr, SocketAddr)> {
     prop_oneof![
-        (any::<u32>(), any::<u32>()).prop_map(|(a, b)| (
-            IpAddr::V4(Ipv4Addr::from(a)),
-            IpAddr::V4(Ipv4Addr::from(b))
-        )),
-        (any::<u128>(), any::<u128>()).prop_map(|(a, b)| (
-            IpAddr::V6(Ipv6Addr::from(a)),
-            IpAddr::V6(Ipv6Addr::from(b))
-        )),
+        (any::<u32>(), any::<u32>())
+            .prop_map(|(a, b)| (IpAddr::V4(Ipv4Addr::from(a)), IpAddr::V4(Ipv4Addr::from(b)))),
+        (any::<u128>(), any::<u128>())
+            .prop_map(|(a, b)| (IpAddr::V6(Ipv6Addr::from(a)), IpAddr::V6(Ipv6Addr::from(b)))),
     ]
     .prop_flat_map(|(s, d)| {
-        (0xC000u16..=0xFFFF).prop_map(move |sport| {
-            (SocketAddr::new(s, sport), SocketAddr::new(d, 4791))
-        })
+        (0xC000u16..=0xFFFF)
+            .prop_map(move |sport| (SocketAddr::new(s, sport), SocketAddr::new(d, 4791)))
     })
 }
 
 fn case() -> impl Strategy<Value = Case> {
     let ops: Vec<Opcode> = Opcode::all_known().collect();
-    (proptest::sample::select(ops), any::<(bool, bool, u16, bool, bool, u32, bool, u32)>())
+    (
+        proptest::sample::select(ops),
+        any::<(bool, bool, u16, bool, bool, u32, bool, u32)>(),
+    )
         .prop_flat_map(|(op, (se, mig, pkey, fecn, becn, dqpn, ack, psn))| {
             let info = op.info().unwrap();
             let max_payload = if info.payload { 4200 } else { 0 };

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what softroce's build and tests need on a fresh Debian 12 machine and builds it.
+# Idempotent; run as root (or with sudo available).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v tshark >/dev/null 2>&1 || need_apt+=(tshark)
+command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    # tshark asks whether non-root users may capture; the default answer (no) is fine.
+    echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections 2>/dev/null || true
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
+fi
+
+command -v cargo >/dev/null 2>&1 || { echo "setup: cargo (Rust) is required" >&2; exit 1; }
+cargo build --release --locked
+echo "setup: done; the binary is target/release/softroce"

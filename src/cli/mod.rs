@@ -1,0 +1,72 @@
+//! The `softroce` command line: one module per subcommand, dispatched by [`run`].
+
+pub mod decode;
+
+use std::fmt;
+use std::io;
+
+use clap::{Parser, Subcommand};
+
+/// A user-space RoCEv2 (SoftRoCE) engine and tools.
+#[derive(Debug, Parser)]
+#[command(name = "softroce", version, about, long_about = None)]
+pub struct Cli {
+    /// The subcommand.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Decode and analyze the RoCEv2 packets of a pcap or pcapng capture.
+    Decode(decode::DecodeArgs),
+}
+
+/// Why a subcommand failed.
+#[derive(Debug)]
+pub enum CliError {
+    /// A file could not be opened.
+    Open {
+        /// The path.
+        path: String,
+        /// The error.
+        err: io::Error,
+    },
+    /// The capture could not be read.
+    Capture {
+        /// The path.
+        path: String,
+        /// The error.
+        err: softroce::capture::CaptureError,
+    },
+    /// Writing the output failed.
+    Output(io::Error),
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CliError::Open { path, err } => write!(f, "cannot open {path}: {err}"),
+            CliError::Capture { path, err } => write!(f, "{path}: {err}"),
+            CliError::Output(e) => write!(f, "cannot write the output: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for CliError {}
+
+impl CliError {
+    /// Whether the error is only the reader of our output going away (`| head`), which is a
+    /// normal way for a command to end.
+    pub fn is_broken_pipe(&self) -> bool {
+        matches!(self, CliError::Output(e) if e.kind() == io::ErrorKind::BrokenPipe)
+    }
+}
+
+/// Runs the parsed command line.
+pub fn run(cli: Cli) -> Result<(), CliError> {
+    match cli.command {
+        Command::Decode(args) => decode::run(&args),
+    }
+}

@@ -1,0 +1,1167 @@
+//! Per-connection analysis of a RoCEv2 capture: what `softroce decode --analyze` prints.
+//!
+//! A *connection* here is one direction of traffic to one queue pair: (source IP, destination
+//! IP, destination QP, and for UD the source QP from the DETH). The UDP source port is not part
+//! of the key, as RoCEv2 uses it only for ECMP entropy; the ports seen are listed.
+//!
+//! Such a direction carries two independent PSN sequences: the *requests* its sender issues
+//! (SEND, WRITE, READ request, atomics, FLUSH, ATOMIC WRITE), and the *responses* its sender
+//! returns for the requests of the other direction (ACK, READ response, ATOMIC ACK), whose PSNs
+//! are those of that other direction's requests.
+//!
+//! - Requests: a PSN that is not after the highest request PSN already seen is a
+//!   retransmission (or duplicate); a PSN after the next expected one is a gap (the PSNs in
+//!   between were lost before the capture point, or not captured). A READ request for `len`
+//!   bytes reserves `packets_for(len, pmtu)` PSNs; the path MTU is inferred from FIRST/MIDDLE
+//!   payload sizes (which are exactly one MTU) seen on the connection or, failing that, between
+//!   the same two addresses in either direction. While it is unknown, no gap is reported after a
+//!   READ request.
+//! - Responses: counted by kind; NAKs by NAK code and RNR NAKs by timer code, with example
+//!   PSNs. ACKs may be coalesced, so only READ responses, which must be contiguous within a
+//!   message, are checked for gaps and repeats.
+//! - Packets with a bad ICRC, which a receiver drops, are counted but take no part in the PSN
+//!   accounting (their fields cannot be trusted).
+//!
+//! Memory is bounded: every list keeps at most [`MAX_EXAMPLES`] examples next to its full
+//! count, and at most [`MAX_CONNECTIONS`] connections are tracked (packets of further ones are
+//! only counted).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::net::IpAddr;
+
+use serde_json::{json, Map, Value};
+
+use super::report::{nak_text, rnr_timer_text};
+use crate::wire::aeth::rnr_timer_ns;
+use crate::wire::psn::packets_for;
+use crate::wire::{
+    AckSyndrome, BthRepr, Frame, NakCode, OpKind, Opcode, PacketRepr, Position, Psn, Result,
+};
+
+/// Most examples kept per list (retransmitted PSNs, gaps, NAK PSNs, ...).
+pub const MAX_EXAMPLES: usize = 32;
+/// Most connections tracked individually.
+pub const MAX_CONNECTIONS: usize = 65_536;
+/// Most distinct UDP source ports listed per connection.
+const MAX_PORTS: usize = 8;
+
+/// A count with the first few examples.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Examples<T> {
+    /// How many there were.
+    pub count: u64,
+    /// The first [`MAX_EXAMPLES`] of them.
+    pub items: Vec<T>,
+}
+
+impl<T> Default for Examples<T> {
+    fn default() -> Self {
+        Examples {
+            count: 0,
+            items: Vec::new(),
+        }
+    }
+}
+
+impl<T> Examples<T> {
+    fn push(&mut self, item: T) {
+        self.count += 1;
+        if self.items.len() < MAX_EXAMPLES {
+            self.items.push(item);
+        }
+    }
+}
+
+/// A jump in a PSN sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gap {
+    /// The PSN that was expected next; `None` when a READ response continued a message whose
+    /// FIRST packet was not seen.
+    pub expected: Option<u32>,
+    /// The PSN that arrived.
+    pub got: u32,
+}
+
+/// What the next request PSN should be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expected {
+    Unknown,
+    Known(Psn),
+    /// After a READ request whose PSN count depends on a path MTU not known at the time.
+    AfterRead {
+        psn: Psn,
+        len: u32,
+    },
+}
+
+/// Packet and payload byte counts of one opcode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OpcodeStats {
+    /// Packets.
+    pub packets: u64,
+    /// Payload bytes (without headers, pad and ICRC).
+    pub bytes: u64,
+}
+
+/// The request PSN sequence of a connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestStats {
+    /// Request packets with a good ICRC.
+    pub packets: u64,
+    /// First request PSN seen.
+    pub first_psn: Option<u32>,
+    /// Highest request PSN in use (for a READ request, the last PSN it reserves, when known).
+    pub highest_psn: Option<u32>,
+    /// Retransmitted or duplicate request PSNs.
+    pub retransmitted: Examples<u32>,
+    /// Forward jumps of the request PSN.
+    pub gaps: Examples<Gap>,
+    /// PSNs skipped over by those jumps.
+    pub missing_psns: u64,
+    expected: Expected,
+}
+
+impl Default for RequestStats {
+    fn default() -> Self {
+        RequestStats {
+            packets: 0,
+            first_psn: None,
+            highest_psn: None,
+            retransmitted: Examples::default(),
+            gaps: Examples::default(),
+            missing_psns: 0,
+            expected: Expected::Unknown,
+        }
+    }
+}
+
+/// The responses (ACK, NAK, READ response, ATOMIC ACK) a connection carries.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ResponseStats {
+    /// Response packets with a good ICRC.
+    pub packets: u64,
+    /// First response PSN seen.
+    pub first_psn: Option<u32>,
+    /// Highest response PSN seen.
+    pub highest_psn: Option<u32>,
+    /// Positive ACKs (RC_ACKNOWLEDGE with an ACK syndrome).
+    pub acks: u64,
+    /// ATOMIC ACKNOWLEDGE packets.
+    pub atomic_acks: u64,
+    /// READ response packets.
+    pub read_responses: u64,
+    /// NAKs by NAK code, with example PSNs.
+    pub naks: BTreeMap<u8, Examples<u32>>,
+    /// RNR NAKs by timer code, with example PSNs.
+    pub rnr_naks: BTreeMap<u8, Examples<u32>>,
+    /// Jumps within a multi-packet READ response.
+    pub read_gaps: Examples<Gap>,
+    /// READ response PSNs lost in those jumps (when known).
+    pub read_missing_psns: u64,
+    /// READ response packets repeating a PSN already seen.
+    pub read_retransmitted: Examples<u32>,
+    /// PSN of the last packet of the READ response message in progress.
+    read_in_progress: Option<Psn>,
+    read_highest: Option<Psn>,
+}
+
+/// Everything known about one connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionStats {
+    /// Source IP address.
+    pub src: IpAddr,
+    /// Destination IP address.
+    pub dst: IpAddr,
+    /// Destination QP.
+    pub dqpn: u32,
+    /// Source QP, for UD (from the DETH).
+    pub src_qp: Option<u32>,
+    /// UDP source ports seen (at most 8).
+    pub src_ports: Vec<u16>,
+    /// First frame of the connection.
+    pub first_frame: u64,
+    /// Last frame of the connection.
+    pub last_frame: u64,
+    /// RoCE packets, all included.
+    pub packets: u64,
+    /// Payload bytes of decoded packets.
+    pub payload_bytes: u64,
+    /// Decoded packets by opcode.
+    pub opcodes: BTreeMap<u8, OpcodeStats>,
+    /// Packets with a bad ICRC, with example frame numbers.
+    pub bad_icrc: Examples<u64>,
+    /// Packets that could not be decoded past their BTH, with example frame numbers.
+    pub malformed: Examples<u64>,
+    /// Packets with the BTH FECN bit.
+    pub fecn: u64,
+    /// Packets with the BTH BECN bit.
+    pub becn: u64,
+    /// The request PSN sequence.
+    pub requests: RequestStats,
+    /// The responses.
+    pub responses: ResponseStats,
+    /// Path MTU inferred from this connection's own FIRST/MIDDLE packets.
+    pub path_mtu: Option<u32>,
+}
+
+/// Frame counts over the whole capture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counters {
+    /// Frames in the capture.
+    pub frames: u64,
+    /// RoCEv2 packets (UDP datagrams to the RoCEv2 port), malformed ones included.
+    pub roce_packets: u64,
+    /// RoCEv2 packets whose ICRC is wrong.
+    pub bad_icrc: u64,
+    /// RoCEv2 packets that could not be decoded (unknown opcodes and snapped frames included).
+    pub malformed: u64,
+    /// RoCEv2 frames cut short by the capture's snap length (included in `malformed`).
+    pub snapped: u64,
+    /// Frames that are not RoCEv2 and were skipped (including the two counts below).
+    pub other: u64,
+    /// Frames with a link type softroce cannot decode.
+    pub unsupported_link: u64,
+    /// Frames whose link, IP or UDP headers are malformed (and not RoCEv2 as far as can be seen).
+    pub undecodable: u64,
+    /// RoCE packets of connections beyond [`MAX_CONNECTIONS`], counted only here.
+    pub untracked: u64,
+}
+
+impl Counters {
+    /// `N frames, M RoCEv2 packets (K bad ICRC, J malformed), S other frames skipped`, with
+    /// details of the skipped frames when some were not plain other traffic.
+    pub fn summary_line(&self) -> String {
+        let mut s = format!(
+            "{} frames, {} RoCEv2 packets ({} bad ICRC, {} malformed), {} other frames skipped",
+            self.frames, self.roce_packets, self.bad_icrc, self.malformed, self.other
+        );
+        let mut notes = Vec::new();
+        if self.unsupported_link > 0 {
+            notes.push(format!(
+                "{} with an unsupported link type",
+                self.unsupported_link
+            ));
+        }
+        if self.undecodable > 0 {
+            notes.push(format!("{} undecodable", self.undecodable));
+        }
+        if self.snapped > 0 {
+            notes.push(format!(
+                "{} RoCEv2 frames cut short by the snap length",
+                self.snapped
+            ));
+        }
+        if !notes.is_empty() {
+            let _ = write!(s, " ({})", notes.join(", "));
+        }
+        s
+    }
+
+    /// The counters as a JSON object.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "frames": self.frames,
+            "roce_packets": self.roce_packets,
+            "bad_icrc": self.bad_icrc,
+            "malformed": self.malformed,
+            "snapped": self.snapped,
+            "other": self.other,
+            "unsupported_link": self.unsupported_link,
+            "undecodable": self.undecodable,
+            "untracked": self.untracked,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct ConnKey {
+    src: IpAddr,
+    dst: IpAddr,
+    dqpn: u32,
+    src_qp: Option<u32>,
+}
+
+fn ip_pair(a: IpAddr, b: IpAddr) -> (IpAddr, IpAddr) {
+    if a <= b {
+        (a, b)
+    } else {
+        (b, a)
+    }
+}
+
+/// The IBTA path MTUs; FIRST and MIDDLE packets carry exactly one of these.
+fn is_ib_mtu(n: usize) -> bool {
+    matches!(n, 256 | 512 | 1024 | 2048 | 4096)
+}
+
+/// Accumulates per-connection statistics over a capture; see the [module docs](self).
+#[derive(Debug, Clone, Default)]
+pub struct Analyzer {
+    counters: Counters,
+    conns: Vec<ConnectionStats>,
+    index: HashMap<ConnKey, usize>,
+    pair_mtu: HashMap<(IpAddr, IpAddr), u32>,
+}
+
+impl ConnectionStats {
+    fn new(key: ConnKey, frame: u64) -> Self {
+        ConnectionStats {
+            src: key.src,
+            dst: key.dst,
+            dqpn: key.dqpn,
+            src_qp: key.src_qp,
+            src_ports: Vec::new(),
+            first_frame: frame,
+            last_frame: frame,
+            packets: 0,
+            payload_bytes: 0,
+            opcodes: BTreeMap::new(),
+            bad_icrc: Examples::default(),
+            malformed: Examples::default(),
+            fecn: 0,
+            becn: 0,
+            requests: RequestStats::default(),
+            responses: ResponseStats::default(),
+            path_mtu: None,
+        }
+    }
+}
+
+impl RequestStats {
+    fn observe(&mut self, psn: Psn, read_len: Option<u32>, pmtu: Option<u32>) {
+        self.packets += 1;
+        // PSNs the request uses: one, or for a READ the number of response packets.
+        let consumed = match read_len {
+            None => Some(1u32),
+            Some(len) => pmtu.map(|m| packets_for(u64::from(len), m).min(1 << 23) as u32),
+        };
+        if let Some(h) = self.highest_psn.map(Psn::new) {
+            if !psn.is_after(h) {
+                self.retransmitted.push(psn.value());
+                return;
+            }
+            let expected = match self.expected {
+                Expected::Known(e) => Some(e),
+                Expected::AfterRead { psn, len } => {
+                    pmtu.map(|m| psn.add(packets_for(u64::from(len), m).min(1 << 23) as u32))
+                }
+                Expected::Unknown => None,
+            };
+            if let Some(e) = expected {
+                if psn.is_after(e) {
+                    self.gaps.push(Gap {
+                        expected: Some(e.value()),
+                        got: psn.value(),
+                    });
+                    self.missing_psns += u64::from(psn.distance_from(e));
+                }
+            }
+        } else {
+            self.first_psn = Some(psn.value());
+        }
+        match (consumed, read_len) {
+            (Some(n), _) => {
+                self.highest_psn = Some(psn.add(n.max(1) - 1).value());
+                self.expected = Expected::Known(psn.add(n.max(1)));
+            }
+            (None, Some(len)) => {
+                self.highest_psn = Some(psn.value());
+                self.expected = Expected::AfterRead { psn, len };
+            }
+            (None, None) => {
+                self.highest_psn = Some(psn.value());
+                self.expected = Expected::Unknown;
+            }
+        }
+    }
+}
+
+impl ResponseStats {
+    fn observe(&mut self, psn: Psn, kind: OpKind, position: Position, aeth: Option<AckSyndrome>) {
+        self.packets += 1;
+        if self.first_psn.is_none() {
+            self.first_psn = Some(psn.value());
+        }
+        match self.highest_psn.map(Psn::new) {
+            Some(h) if !psn.is_after(h) => {}
+            _ => self.highest_psn = Some(psn.value()),
+        }
+        match aeth {
+            Some(AckSyndrome::Nak(code)) => {
+                self.naks.entry(code.to_u8()).or_default().push(psn.value());
+            }
+            Some(AckSyndrome::RnrNak { timer }) => {
+                self.rnr_naks.entry(timer).or_default().push(psn.value());
+            }
+            Some(AckSyndrome::Ack { .. }) if kind == OpKind::Ack => self.acks += 1,
+            _ => {}
+        }
+        match kind {
+            OpKind::AtomicAck => self.atomic_acks += 1,
+            OpKind::ReadResponse => self.observe_read(psn, position),
+            _ => {}
+        }
+    }
+
+    fn observe_read(&mut self, psn: Psn, position: Position) {
+        let seen_before = self.read_responses > 0;
+        self.read_responses += 1;
+        if let Some(h) = self.read_highest {
+            if !psn.is_after(h) {
+                // A repeat: the READ was retried (by the requester, after a loss or a timeout).
+                self.read_retransmitted.push(psn.value());
+                if position.starts_message() {
+                    self.read_in_progress = (position == Position::First).then_some(psn);
+                }
+                return;
+            }
+        }
+        self.read_highest = Some(psn);
+        match position {
+            Position::First | Position::Only => {
+                self.read_in_progress = (position == Position::First).then_some(psn);
+            }
+            Position::Middle | Position::Last => {
+                match self.read_in_progress {
+                    Some(prev) => {
+                        let e = prev.next();
+                        if psn.is_after(e) {
+                            self.read_gaps.push(Gap {
+                                expected: Some(e.value()),
+                                got: psn.value(),
+                            });
+                            self.read_missing_psns += u64::from(psn.distance_from(e));
+                        }
+                    }
+                    None if seen_before => self.read_gaps.push(Gap {
+                        expected: None,
+                        got: psn.value(),
+                    }),
+                    None => {}
+                }
+                self.read_in_progress = (position == Position::Middle).then_some(psn);
+            }
+        }
+    }
+}
+
+impl Analyzer {
+    /// An empty analyzer.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The frame counts so far.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Counts a frame that is not RoCEv2.
+    pub fn observe_other(&mut self) {
+        self.counters.frames += 1;
+        self.counters.other += 1;
+    }
+
+    /// Counts a frame whose link type is not supported.
+    pub fn observe_unsupported_link(&mut self) {
+        self.observe_other();
+        self.counters.unsupported_link += 1;
+    }
+
+    /// Counts a frame whose link, IP or UDP headers cannot be parsed.
+    pub fn observe_undecodable(&mut self) {
+        self.observe_other();
+        self.counters.undecodable += 1;
+    }
+
+    /// Counts a RoCEv2 frame whose encapsulation cannot be parsed (typically one cut short by
+    /// the snap length), so that no BTH is available.
+    pub fn observe_broken(&mut self, snapped: bool) {
+        self.counters.frames += 1;
+        self.counters.roce_packets += 1;
+        self.counters.malformed += 1;
+        if snapped {
+            self.counters.snapped += 1;
+        }
+    }
+
+    fn conn(&mut self, key: ConnKey, frame_no: u64) -> Option<&mut ConnectionStats> {
+        let i = match self.index.get(&key) {
+            Some(&i) => i,
+            None => {
+                if self.conns.len() >= MAX_CONNECTIONS {
+                    self.counters.untracked += 1;
+                    return None;
+                }
+                self.conns.push(ConnectionStats::new(key, frame_no));
+                self.index.insert(key, self.conns.len() - 1);
+                self.conns.len() - 1
+            }
+        };
+        self.conns.get_mut(i)
+    }
+
+    /// Accounts for one RoCEv2 packet: `packet` is the result of parsing it, `icrc_ok` whether
+    /// its ICRC matched (`None` when the packet is too short to carry one).
+    pub fn observe(
+        &mut self,
+        frame_no: u64,
+        frame: &Frame<'_>,
+        packet: Result<&PacketRepr<'_>>,
+        icrc_ok: Option<bool>,
+    ) {
+        self.counters.frames += 1;
+        self.counters.roce_packets += 1;
+        if icrc_ok == Some(false) {
+            self.counters.bad_icrc += 1;
+        }
+        let icrc_bad = icrc_ok == Some(false);
+        let icrc_ok = icrc_ok == Some(true);
+        let bth = match &packet {
+            Ok(p) => Some(p.bth),
+            Err(_) => {
+                self.counters.malformed += 1;
+                BthRepr::parse(frame.udp_payload).ok()
+            }
+        };
+        let Some(bth) = bth else { return };
+        let src_qp = match &packet {
+            Ok(p) => p.ext.deth.map(|d| d.src_qp),
+            Err(_) => None,
+        };
+        let key = ConnKey {
+            src: frame.src.ip(),
+            dst: frame.dst.ip(),
+            dqpn: bth.dest_qp,
+            src_qp,
+        };
+        let pair = ip_pair(key.src, key.dst);
+        // Learn the path MTU from FIRST/MIDDLE packets before using it.
+        let mut learned = None;
+        if let (Ok(p), true) = (&packet, icrc_ok) {
+            if let Some(info) = p.info() {
+                if matches!(info.position, Position::First | Position::Middle)
+                    && is_ib_mtu(p.payload.len())
+                {
+                    learned = Some(p.payload.len() as u32);
+                    self.pair_mtu.insert(pair, p.payload.len() as u32);
+                }
+            }
+        }
+        let pair_mtu = self.pair_mtu.get(&pair).copied();
+        let Some(c) = self.conn(key, frame_no) else {
+            return;
+        };
+        c.packets += 1;
+        c.last_frame = frame_no;
+        let port = frame.src.port();
+        if !c.src_ports.contains(&port) && c.src_ports.len() < MAX_PORTS {
+            c.src_ports.push(port);
+        }
+        if bth.fecn {
+            c.fecn += 1;
+        }
+        if bth.becn {
+            c.becn += 1;
+        }
+        if icrc_bad {
+            c.bad_icrc.push(frame_no);
+        }
+        let p = match packet {
+            Ok(p) => p,
+            Err(_) => {
+                c.malformed.push(frame_no);
+                return;
+            }
+        };
+        if let Some(m) = learned {
+            c.path_mtu = Some(m);
+        }
+        let op = c.opcodes.entry(p.bth.opcode.0).or_default();
+        op.packets += 1;
+        op.bytes += p.payload.len() as u64;
+        c.payload_bytes += p.payload.len() as u64;
+        if !icrc_ok {
+            return;
+        }
+        let Some(info) = p.info() else { return };
+        let psn = Psn::new(p.bth.psn);
+        if info.is_request() {
+            let read_len =
+                (info.kind == OpKind::ReadRequest).then(|| p.ext.reth.map(|r| r.len).unwrap_or(0));
+            let pmtu = c.path_mtu.or(pair_mtu);
+            c.requests.observe(psn, read_len, pmtu);
+        } else if info.is_response() {
+            c.responses
+                .observe(psn, info.kind, info.position, p.ext.aeth.map(|a| a.kind()));
+        }
+    }
+
+    /// The analysis so far.
+    pub fn report(&self) -> AnalysisReport {
+        let mut connections = self.conns.clone();
+        for c in &mut connections {
+            if c.path_mtu.is_none() {
+                c.path_mtu = self.pair_mtu.get(&ip_pair(c.src, c.dst)).copied();
+            }
+        }
+        AnalysisReport {
+            counters: self.counters,
+            connections,
+        }
+    }
+}
+
+/// The result of an analysis: the counters and every connection, in order of first appearance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnalysisReport {
+    /// Frame counts.
+    pub counters: Counters,
+    /// Connections, in order of their first packet.
+    pub connections: Vec<ConnectionStats>,
+}
+
+fn psn_list(items: &[u32]) -> String {
+    items
+        .iter()
+        .map(|p| format!("0x{p:06x}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn more(e: &Examples<impl Sized>) -> &'static str {
+    if e.count > e.items.len() as u64 {
+        " ..."
+    } else {
+        ""
+    }
+}
+
+fn gap_text(g: &Gap) -> String {
+    match g.expected {
+        Some(e) => format!("0x{e:06x}->0x{:06x}", g.got),
+        None => format!("?->0x{:06x}", g.got),
+    }
+}
+
+fn opt_psn(p: Option<u32>) -> Value {
+    p.map_or(Value::Null, Value::from)
+}
+
+fn examples_json<T: Clone + Into<Value>>(e: &Examples<T>, name: &str) -> Value {
+    let mut m = Map::new();
+    m.insert("count".into(), e.count.into());
+    m.insert(
+        name.into(),
+        Value::Array(e.items.iter().cloned().map(Into::into).collect()),
+    );
+    Value::Object(m)
+}
+
+fn gaps_json(e: &Examples<Gap>, missing: u64) -> Value {
+    json!({
+        "count": e.count,
+        "missing": missing,
+        "examples": e.items.iter().map(|g| json!({"expected": g.expected, "got": g.got})).collect::<Vec<_>>(),
+    })
+}
+
+impl ConnectionStats {
+    /// A one-line description of the connection, e.g.
+    /// `192.0.2.11 > 192.0.2.12 dqpn=0x000013`.
+    pub fn title(&self) -> String {
+        let mut s = format!("{} > {} dqpn=0x{:06x}", self.src, self.dst, self.dqpn);
+        if let Some(q) = self.src_qp {
+            let _ = write!(s, " srcqp=0x{q:06x}");
+        }
+        s
+    }
+
+    /// The connection as indented text lines.
+    pub fn text(&self) -> String {
+        let mut s = String::new();
+        let ports: Vec<String> = self.src_ports.iter().map(u16::to_string).collect();
+        let _ = writeln!(
+            s,
+            "connection {} (udp src port {}), frames {}-{}",
+            self.title(),
+            ports.join(","),
+            self.first_frame,
+            self.last_frame
+        );
+        let _ = writeln!(
+            s,
+            "  packets {}, payload {} bytes, bad ICRC {}, malformed {}",
+            self.packets, self.payload_bytes, self.bad_icrc.count, self.malformed.count
+        );
+        if self.bad_icrc.count > 0 {
+            let frames: Vec<String> = self.bad_icrc.items.iter().map(u64::to_string).collect();
+            let _ = writeln!(
+                s,
+                "  bad ICRC in frames {}{}",
+                frames.join(" "),
+                more(&self.bad_icrc)
+            );
+        }
+        for (op, st) in &self.opcodes {
+            let _ = writeln!(
+                s,
+                "    {:<36} {:>10} pkts {:>14} bytes",
+                Opcode(*op).to_string(),
+                st.packets,
+                st.bytes
+            );
+        }
+        let r = &self.requests;
+        if r.packets > 0 {
+            let _ = write!(
+                s,
+                "  requests {}: PSN 0x{:06x}..0x{:06x}, retransmitted {}",
+                r.packets,
+                r.first_psn.unwrap_or(0),
+                r.highest_psn.unwrap_or(0),
+                r.retransmitted.count
+            );
+            if r.retransmitted.count > 0 {
+                let _ = write!(
+                    s,
+                    " ({}{})",
+                    psn_list(&r.retransmitted.items),
+                    more(&r.retransmitted)
+                );
+            }
+            let _ = write!(s, ", gaps {}", r.gaps.count);
+            if r.gaps.count > 0 {
+                let g: Vec<String> = r.gaps.items.iter().map(gap_text).collect();
+                let _ = write!(
+                    s,
+                    " ({} PSNs missing: {}{})",
+                    r.missing_psns,
+                    g.join(" "),
+                    more(&r.gaps)
+                );
+            }
+            s.push('\n');
+        }
+        let q = &self.responses;
+        if q.packets > 0 {
+            let naks: u64 = q.naks.values().map(|e| e.count).sum();
+            let rnrs: u64 = q.rnr_naks.values().map(|e| e.count).sum();
+            let _ = writeln!(
+                s,
+                "  responses {}: PSN 0x{:06x}..0x{:06x}, ACK {}, READ response {}, ATOMIC ACK {}, \
+                 NAK {}, RNR NAK {}",
+                q.packets,
+                q.first_psn.unwrap_or(0),
+                q.highest_psn.unwrap_or(0),
+                q.acks,
+                q.read_responses,
+                q.atomic_acks,
+                naks,
+                rnrs
+            );
+            for (code, e) in &q.naks {
+                let _ = writeln!(
+                    s,
+                    "    NAK {}: {} (PSN {}{})",
+                    nak_text(NakCode::from_u8(*code)),
+                    e.count,
+                    psn_list(&e.items),
+                    more(e)
+                );
+            }
+            for (timer, e) in &q.rnr_naks {
+                let _ = writeln!(
+                    s,
+                    "    RNR NAK timer={timer} ({}): {} (PSN {}{})",
+                    rnr_timer_text(*timer),
+                    e.count,
+                    psn_list(&e.items),
+                    more(e)
+                );
+            }
+            if q.read_gaps.count > 0 {
+                let g: Vec<String> = q.read_gaps.items.iter().map(gap_text).collect();
+                let _ = writeln!(
+                    s,
+                    "    READ response gaps {} ({} PSNs missing: {}{})",
+                    q.read_gaps.count,
+                    q.read_missing_psns,
+                    g.join(" "),
+                    more(&q.read_gaps)
+                );
+            }
+            if q.read_retransmitted.count > 0 {
+                let _ = writeln!(
+                    s,
+                    "    READ responses repeated {} ({}{})",
+                    q.read_retransmitted.count,
+                    psn_list(&q.read_retransmitted.items),
+                    more(&q.read_retransmitted)
+                );
+            }
+        }
+        if self.fecn > 0 || self.becn > 0 {
+            let _ = writeln!(s, "  FECN {}, BECN {}", self.fecn, self.becn);
+        }
+        match self.path_mtu {
+            Some(m) => {
+                let _ = writeln!(s, "  path MTU {m} (inferred)");
+            }
+            None => s.push_str("  path MTU unknown\n"),
+        }
+        s
+    }
+
+    /// The connection as a JSON object, whose "connection" key identifies it.
+    pub fn to_json(&self) -> Value {
+        let opcodes: Map<String, Value> = self
+            .opcodes
+            .iter()
+            .map(|(op, st)| {
+                (
+                    Opcode(*op).to_string(),
+                    json!({"opcode": op, "packets": st.packets, "bytes": st.bytes}),
+                )
+            })
+            .collect();
+        let r = &self.requests;
+        let q = &self.responses;
+        let naks: Map<String, Value> = q
+            .naks
+            .iter()
+            .map(|(code, e)| {
+                (
+                    nak_text(NakCode::from_u8(*code)),
+                    json!({"code": code, "count": e.count, "psns": e.items}),
+                )
+            })
+            .collect();
+        let rnr: Vec<Value> = q
+            .rnr_naks
+            .iter()
+            .map(|(t, e)| {
+                json!({"timer": t, "delay_ns": rnr_timer_ns(*t), "count": e.count, "psns": e.items})
+            })
+            .collect();
+        json!({
+            "connection": {
+                "src": self.src.to_string(),
+                "dst": self.dst.to_string(),
+                "dqpn": self.dqpn,
+                "src_qp": self.src_qp,
+                "src_ports": self.src_ports,
+            },
+            "first_frame": self.first_frame,
+            "last_frame": self.last_frame,
+            "packets": self.packets,
+            "payload_bytes": self.payload_bytes,
+            "opcodes": opcodes,
+            "bad_icrc": examples_json(&self.bad_icrc, "frames"),
+            "malformed": examples_json(&self.malformed, "frames"),
+            "fecn": self.fecn,
+            "becn": self.becn,
+            "path_mtu": self.path_mtu,
+            "requests": {
+                "packets": r.packets,
+                "first_psn": opt_psn(r.first_psn),
+                "highest_psn": opt_psn(r.highest_psn),
+                "retransmitted": examples_json(&r.retransmitted, "psns"),
+                "gaps": gaps_json(&r.gaps, r.missing_psns),
+            },
+            "responses": {
+                "packets": q.packets,
+                "first_psn": opt_psn(q.first_psn),
+                "highest_psn": opt_psn(q.highest_psn),
+                "acks": q.acks,
+                "atomic_acks": q.atomic_acks,
+                "read_responses": q.read_responses,
+                "naks": naks,
+                "rnr_naks": rnr,
+                "read_gaps": gaps_json(&q.read_gaps, q.read_missing_psns),
+                "read_retransmitted": examples_json(&q.read_retransmitted, "psns"),
+            },
+        })
+    }
+}
+
+impl AnalysisReport {
+    /// The analysis as text: one block per connection.
+    pub fn text(&self) -> String {
+        let mut s = format!("analysis: {} connections\n", self.connections.len());
+        for c in &self.connections {
+            s.push_str(&c.text());
+        }
+        if self.counters.untracked > 0 {
+            let _ = writeln!(
+                s,
+                "{} packets of further connections were not analyzed (limit {MAX_CONNECTIONS})",
+                self.counters.untracked
+            );
+        }
+        s
+    }
+
+    /// The analysis as JSON objects: one per connection (with a "connection" key), then one
+    /// `{"summary": {...counters}}`.
+    pub fn to_json(&self) -> Vec<Value> {
+        let mut v: Vec<Value> = self.connections.iter().map(|c| c.to_json()).collect();
+        v.push(json!({"summary": self.counters.to_json()}));
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{DethRepr, ExtHeaders, FrameBuilder, LinkType, RethRepr};
+
+    const A: &str = "192.0.2.1:1000";
+    const B: &str = "192.0.2.2:4791";
+    const B_SRC: &str = "192.0.2.2:1000";
+    const A_DST: &str = "192.0.2.1:4791";
+
+    /// Feeds one packet, built and parsed back through the wire layer.
+    fn feed(an: &mut Analyzer, n: u64, src: &str, dst: &str, p: &PacketRepr<'_>) {
+        let b = FrameBuilder::new(src.parse().unwrap(), dst.parse().unwrap());
+        let mut buf = vec![0u8; b.buffer_len(p)];
+        b.emit(p, &mut buf).unwrap();
+        let f = Frame::parse(LinkType::RawIp, &buf).unwrap().unwrap();
+        let icrc = f.icrc().map(|c| c.ok()).ok();
+        let parsed = f.packet();
+        an.observe(n, &f, parsed.as_ref().map_err(|e| *e), icrc);
+    }
+
+    fn pkt(op: Opcode, psn: u32, payload: &[u8]) -> PacketRepr<'_> {
+        let info = op.info().unwrap();
+        PacketRepr {
+            bth: BthRepr {
+                opcode: op,
+                dest_qp: 7,
+                psn,
+                ..Default::default()
+            },
+            ext: ExtHeaders {
+                reth: info
+                    .headers
+                    .contains(crate::wire::HeaderSet::RETH)
+                    .then_some(RethRepr::default()),
+                aeth: info
+                    .headers
+                    .contains(crate::wire::HeaderSet::AETH)
+                    .then_some(crate::wire::AethRepr::ack(0)),
+                deth: info
+                    .headers
+                    .contains(crate::wire::HeaderSet::DETH)
+                    .then_some(DethRepr::default()),
+                ..Default::default()
+            },
+            payload,
+        }
+    }
+
+    fn read(psn: u32, len: u32) -> PacketRepr<'static> {
+        let mut p = pkt(Opcode::RC_RDMA_READ_REQUEST, psn, &[]);
+        p.ext.reth = Some(RethRepr {
+            va: 0,
+            rkey: 1,
+            len,
+        });
+        p
+    }
+
+    #[test]
+    fn psn_wraps_around() {
+        let mut an = Analyzer::new();
+        for (i, psn) in [0xFF_FFFE, 0xFF_FFFF, 0, 1, 0xFF_FFFF, 3]
+            .iter()
+            .enumerate()
+        {
+            feed(
+                &mut an,
+                i as u64 + 1,
+                A,
+                B,
+                &pkt(Opcode::RC_SEND_ONLY, *psn, b"x"),
+            );
+        }
+        let r = an.report();
+        let req = &r.connections[0].requests;
+        assert_eq!(req.packets, 6);
+        assert_eq!(req.first_psn, Some(0xFF_FFFE));
+        assert_eq!(req.highest_psn, Some(3));
+        assert_eq!(req.retransmitted.items, vec![0xFF_FFFF]);
+        assert_eq!(
+            req.gaps.items,
+            vec![Gap {
+                expected: Some(2),
+                got: 3
+            }]
+        );
+        assert_eq!(req.missing_psns, 1);
+    }
+
+    #[test]
+    fn read_gap_resolved_once_the_mtu_is_learned() {
+        let mut an = Analyzer::new();
+        let mtu = [0u8; 512];
+        // READ at 10 for 2048 bytes: unknown MTU yet.
+        feed(&mut an, 1, A, B, &read(10, 2048));
+        // Its responses reveal a 512-byte MTU: PSNs 10..13.
+        feed(
+            &mut an,
+            2,
+            B_SRC,
+            A_DST,
+            &pkt(Opcode::RC_RDMA_READ_RESPONSE_FIRST, 10, &mtu),
+        );
+        feed(
+            &mut an,
+            3,
+            B_SRC,
+            A_DST,
+            &pkt(Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, 11, &mtu),
+        );
+        feed(
+            &mut an,
+            4,
+            B_SRC,
+            A_DST,
+            &pkt(Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, 12, &mtu),
+        );
+        feed(
+            &mut an,
+            5,
+            B_SRC,
+            A_DST,
+            &pkt(Opcode::RC_RDMA_READ_RESPONSE_LAST, 13, &mtu),
+        );
+        // 15 instead of 14: a gap of one.
+        feed(&mut an, 6, A, B, &pkt(Opcode::RC_SEND_ONLY, 15, b"x"));
+        // A retried READ at 12 is a retransmission.
+        feed(&mut an, 7, A, B, &read(12, 1024));
+        let r = an.report();
+        let req = &r.connections[0].requests;
+        assert_eq!(
+            req.gaps.items,
+            vec![Gap {
+                expected: Some(14),
+                got: 15
+            }]
+        );
+        assert_eq!(req.retransmitted.items, vec![12]);
+        assert_eq!(r.connections[0].path_mtu, Some(512));
+        let rsp = &r.connections[1].responses;
+        assert_eq!(rsp.read_responses, 4);
+        assert_eq!(rsp.read_gaps.count, 0);
+        assert_eq!(rsp.acks, 0);
+    }
+
+    #[test]
+    fn read_without_mtu_reports_no_gap() {
+        let mut an = Analyzer::new();
+        feed(&mut an, 1, A, B, &read(10, 1 << 20));
+        feed(&mut an, 2, A, B, &pkt(Opcode::RC_SEND_ONLY, 5000, b"x"));
+        feed(&mut an, 3, A, B, &pkt(Opcode::RC_SEND_ONLY, 5002, b"x"));
+        let r = an.report();
+        let req = &r.connections[0].requests;
+        assert_eq!(req.gaps.count, 1, "only the SEND-to-SEND jump counts");
+        assert_eq!(r.connections[0].path_mtu, None);
+    }
+
+    #[test]
+    fn read_response_repeats_and_orphans() {
+        let mut an = Analyzer::new();
+        let mtu = [0u8; 256];
+        let seq = [
+            (Opcode::RC_RDMA_READ_RESPONSE_ONLY, 1),
+            (Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, 5), // FIRST not seen
+            (Opcode::RC_RDMA_READ_RESPONSE_LAST, 6),
+            (Opcode::RC_RDMA_READ_RESPONSE_FIRST, 6), // repeat
+        ];
+        for (i, (op, psn)) in seq.iter().enumerate() {
+            let payload: &[u8] = if *op == Opcode::RC_RDMA_READ_RESPONSE_ONLY {
+                b"abcd"
+            } else {
+                &mtu
+            };
+            feed(&mut an, i as u64, B_SRC, A_DST, &pkt(*op, *psn, payload));
+        }
+        let rsp = &an.report().connections[0].responses;
+        assert_eq!(
+            rsp.read_gaps.items,
+            vec![Gap {
+                expected: None,
+                got: 5
+            }]
+        );
+        assert_eq!(rsp.read_retransmitted.items, vec![6]);
+    }
+
+    #[test]
+    fn examples_are_bounded() {
+        let mut an = Analyzer::new();
+        feed(&mut an, 0, A, B, &pkt(Opcode::RC_SEND_ONLY, 1000, b"x"));
+        for i in 0..100 {
+            feed(&mut an, i + 1, A, B, &pkt(Opcode::RC_SEND_ONLY, 10, b"x"));
+        }
+        let req = &an.report().connections[0].requests;
+        assert_eq!(req.retransmitted.count, 100);
+        assert_eq!(req.retransmitted.items.len(), MAX_EXAMPLES);
+        let j = an.report().connections[0].to_json();
+        assert_eq!(j["requests"]["retransmitted"]["count"], 100);
+        assert!(an.report().text().contains(" ...)"));
+    }
+
+    #[test]
+    fn ud_source_qps_are_separate_and_cnps_are_not_sequenced() {
+        let mut an = Analyzer::new();
+        for (i, (src_qp, psn)) in [(1u32, 100u32), (2, 5), (1, 101), (2, 6)]
+            .iter()
+            .enumerate()
+        {
+            let mut p = pkt(Opcode::UD_SEND_ONLY, *psn, b"abcd");
+            p.ext.deth = Some(DethRepr {
+                qkey: 0x11,
+                src_qp: *src_qp,
+            });
+            feed(&mut an, i as u64, A, B, &p);
+        }
+        feed(&mut an, 9, A, B, &pkt(Opcode::CNP, 0, &[]));
+        let r = an.report();
+        assert_eq!(r.connections.len(), 3);
+        for c in &r.connections[..2] {
+            assert_eq!(c.requests.retransmitted.count, 0);
+            assert_eq!(c.requests.gaps.count, 0);
+            assert_eq!(c.requests.packets, 2);
+        }
+        assert_eq!(
+            r.connections[0].title(),
+            "192.0.2.1 > 192.0.2.2 dqpn=0x000007 srcqp=0x000001"
+        );
+        assert_eq!(r.connections[2].requests.packets, 0);
+        assert_eq!(r.connections[2].opcodes[&0x81].packets, 1);
+        assert_eq!(r.counters.roce_packets, 5);
+        assert_eq!(r.counters.frames, 5);
+    }
+
+    #[test]
+    fn counters_and_summary() {
+        let mut an = Analyzer::new();
+        an.observe_other();
+        an.observe_unsupported_link();
+        an.observe_undecodable();
+        an.observe_broken(true);
+        let c = an.counters();
+        assert_eq!(
+            c.summary_line(),
+            "4 frames, 1 RoCEv2 packets (0 bad ICRC, 1 malformed), 3 other frames skipped \
+             (1 with an unsupported link type, 1 undecodable, 1 RoCEv2 frames cut short by the \
+             snap length)"
+        );
+        let j = an.report().to_json();
+        assert_eq!(j.len(), 1);
+        assert_eq!(j[0]["summary"]["other"], 3);
+    }
+}
