@@ -13,7 +13,11 @@
 
 pub mod capture;
 pub mod decode;
+pub mod driver;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod memory;
+pub mod oob;
+pub mod transport;
+pub mod verbs;
 pub mod wire;

@@ -1,6 +1,9 @@
 //! The `softroce` command line: one module per subcommand, dispatched by [`run`].
 
 pub mod decode;
+pub mod device;
+pub mod perf;
+pub mod pingpong;
 
 use std::fmt;
 use std::io;
@@ -21,6 +24,10 @@ pub struct Cli {
 pub enum Command {
     /// Decode and analyze the RoCEv2 packets of a pcap or pcapng capture.
     Decode(decode::DecodeArgs),
+    /// RC ping-pong of SEND messages, as ibv_rc_pingpong (same flags and exchange).
+    Pingpong(pingpong::PingpongArgs),
+    /// Bandwidth or latency test of SEND, WRITE, READ or atomics, as perftest's ib_*_bw/lat.
+    Perf(perf::PerfArgs),
 }
 
 /// Why a subcommand failed.
@@ -42,6 +49,16 @@ pub enum CliError {
     },
     /// Writing the output failed.
     Output(io::Error),
+    /// A flag or argument is not usable.
+    Usage(String),
+    /// An operating-system error.
+    Io(io::Error),
+    /// A verbs call failed.
+    Verbs(softroce::verbs::VerbsError),
+    /// The out-of-band exchange with the peer failed.
+    Oob(softroce::oob::OobError),
+    /// The test itself failed (a completion error, a data mismatch, a timeout).
+    Failed(String),
 }
 
 impl fmt::Display for CliError {
@@ -50,6 +67,11 @@ impl fmt::Display for CliError {
             CliError::Open { path, err } => write!(f, "cannot open {path}: {err}"),
             CliError::Capture { path, err } => write!(f, "{path}: {err}"),
             CliError::Output(e) => write!(f, "cannot write the output: {e}"),
+            CliError::Usage(m) => write!(f, "{m}"),
+            CliError::Io(e) => write!(f, "{e}"),
+            CliError::Verbs(e) => write!(f, "{e}"),
+            CliError::Oob(e) => write!(f, "out-of-band exchange: {e}"),
+            CliError::Failed(m) => write!(f, "{m}"),
         }
     }
 }
@@ -68,5 +90,7 @@ impl CliError {
 pub fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Decode(args) => decode::run(&args),
+        Command::Pingpong(args) => pingpong::run(&args),
+        Command::Perf(args) => perf::run(&args),
     }
 }

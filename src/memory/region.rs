@@ -78,6 +78,13 @@ impl SharedBytes {
         self.len
     }
 
+    /// The address of the first byte in this process: unique while the buffer lives and
+    /// 8-byte aligned, so it serves as the virtual address of a memory region, as a real
+    /// user-space buffer address does for libibverbs.
+    pub fn addr(&self) -> u64 {
+        self.words.as_ptr() as u64
+    }
+
     /// Whether the buffer is empty.
     pub fn is_empty(&self) -> bool {
         self.len == 0

@@ -313,11 +313,21 @@ impl FrameBuilder {
     /// Writes the frame carrying an already-encoded RoCE UDP payload (BTH..ICRC, whose last
     /// four bytes are overwritten with the ICRC). Returns the frame length.
     pub fn emit_udp_payload(&self, roce: &[u8], buf: &mut [u8]) -> Result<usize> {
+        let n = self.wrap(roce, buf)?;
+        self.seal(buf, roce.len())?;
+        Ok(n)
+    }
+
+    /// Writes the frame carrying `roce` (BTH..ICRC) exactly as given, ICRC included: what a
+    /// capture of a sent or received packet must show, a corrupted one included. Returns the
+    /// frame length.
+    pub fn wrap(&self, roce: &[u8], buf: &mut [u8]) -> Result<usize> {
         let total = self.header_len() + roce.len();
         check_emit_len(buf, total)?;
         let start = total - roce.len();
         buf[start..total].copy_from_slice(roce);
-        self.seal(buf, roce.len())
+        self.write_headers(buf, roce.len())?;
+        Ok(total)
     }
 
     /// Writes the frame carrying `packet`, ICRC included. Returns the frame length.
@@ -326,12 +336,13 @@ impl FrameBuilder {
         check_emit_len(buf, total)?;
         let start = self.header_len();
         let n = packet.emit(&mut buf[start..total])?;
+        self.write_headers(buf, n)?;
         self.seal(buf, n)
     }
 
-    /// Writes the headers in front of the `roce_len` bytes already at the end of the frame and
-    /// fills in the ICRC.
-    fn seal(&self, buf: &mut [u8], roce_len: usize) -> Result<usize> {
+    /// Writes the Ethernet, IP and UDP headers in front of the `roce_len` bytes already at the
+    /// end of the frame (the IPv6 UDP checksum included).
+    fn write_headers(&self, buf: &mut [u8], roce_len: usize) -> Result<()> {
         if roce_len < ICRC_LEN + super::bth::LEN {
             return Err(Error::Truncated {
                 header: super::Header::Bth,
@@ -349,7 +360,6 @@ impl FrameBuilder {
             buf[12..14].copy_from_slice(&ethertype.to_be_bytes());
             at = ETH_LEN;
         }
-        let ip_start = at;
         match (self.src.ip(), self.dst.ip()) {
             (IpAddr::V4(s), IpAddr::V4(d)) => {
                 let total_len = u16::try_from(IPV4_LEN + udp_len)
@@ -359,9 +369,8 @@ impl FrameBuilder {
                 ip[1] = self.tos;
                 ip[2..4].copy_from_slice(&total_len.to_be_bytes());
                 ip[4..6].copy_from_slice(&self.ip_id.to_be_bytes());
-                ip[6..8].copy_from_slice(
-                    &(if self.dont_fragment { 0x4000u16 } else { 0 }).to_be_bytes(),
-                );
+                let flags: u16 = if self.dont_fragment { 0x4000 } else { 0 };
+                ip[6..8].copy_from_slice(&flags.to_be_bytes());
                 ip[8] = self.ttl;
                 ip[9] = 17;
                 ip[10..12].fill(0);
@@ -388,36 +397,58 @@ impl FrameBuilder {
                 ))
             }
         }
-        let udp_start = at;
-        {
-            let udp = &mut buf[at..at + UDP_HEADER_LEN];
-            udp[0..2].copy_from_slice(&self.src.port().to_be_bytes());
-            udp[2..4].copy_from_slice(&self.dst.port().to_be_bytes());
-            udp[4..6].copy_from_slice(&udp_len16.to_be_bytes());
-            udp[6..8].fill(0);
-        }
-        at += UDP_HEADER_LEN;
-        let end = at + roce_len;
-        let crc = {
-            let (hdrs, roce) = buf.split_at(at);
-            icrc::compute(
-                &hdrs[ip_start..udp_start],
-                &hdrs[udp_start..],
-                &roce[..roce_len - ICRC_LEN],
-            )?
+        let udp = &mut buf[at..at + UDP_HEADER_LEN];
+        udp[0..2].copy_from_slice(&self.src.port().to_be_bytes());
+        udp[2..4].copy_from_slice(&self.dst.port().to_be_bytes());
+        udp[4..6].copy_from_slice(&udp_len16.to_be_bytes());
+        udp[6..8].fill(0);
+        self.fix_udp_checksum(buf, roce_len);
+        Ok(())
+    }
+
+    /// Offsets of the IP header, the UDP header and the RoCE payload in a frame.
+    fn offsets(&self) -> (usize, usize, usize) {
+        let ip = if self.eth.is_some() { ETH_LEN } else { 0 };
+        let udp = ip
+            + if self.src.is_ipv4() {
+                IPV4_LEN
+            } else {
+                IPV6_HEADER_LEN
+            };
+        (ip, udp, udp + UDP_HEADER_LEN)
+    }
+
+    /// IPv6 needs a real UDP checksum (RFC 8200); IPv4 keeps 0, as rxe sends.
+    fn fix_udp_checksum(&self, buf: &mut [u8], roce_len: usize) {
+        let (IpAddr::V6(s), IpAddr::V6(d)) = (self.src.ip(), self.dst.ip()) else {
+            return;
         };
+        let (_, udp_start, roce_start) = self.offsets();
+        let end = roce_start + roce_len;
+        buf[udp_start + 6..udp_start + 8].fill(0);
+        // Pseudo-header: addresses, UDP length, next header; then the datagram.
+        let mut sum = 0u32;
+        sum = internet_sum(sum, &s.octets());
+        sum = internet_sum(sum, &d.octets());
+        sum = internet_sum(sum, &((UDP_HEADER_LEN + roce_len) as u32).to_be_bytes());
+        sum = internet_sum(sum, &[0, 0, 0, 17]);
+        let c = internet_checksum(sum, &buf[udp_start..end]);
+        let c = if c == 0 { 0xFFFF } else { c };
+        buf[udp_start + 6..udp_start + 8].copy_from_slice(&c.to_be_bytes());
+    }
+
+    /// Computes the ICRC over the headers already written and stores it in the last four bytes
+    /// (then refreshes the IPv6 UDP checksum, which covers them). Returns the frame length.
+    fn seal(&self, buf: &mut [u8], roce_len: usize) -> Result<usize> {
+        let (ip_start, udp_start, roce_start) = self.offsets();
+        let end = roce_start + roce_len;
+        let crc = icrc::compute(
+            &buf[ip_start..udp_start],
+            &buf[udp_start..roce_start],
+            &buf[roce_start..end - ICRC_LEN],
+        )?;
         buf[end - ICRC_LEN..end].copy_from_slice(&icrc::to_wire(crc));
-        if let (IpAddr::V6(s), IpAddr::V6(d)) = (self.src.ip(), self.dst.ip()) {
-            // Pseudo-header: addresses, UDP length, next header; then the datagram.
-            let mut sum = 0u32;
-            sum = internet_sum(sum, &s.octets());
-            sum = internet_sum(sum, &d.octets());
-            sum = internet_sum(sum, &(udp_len as u32).to_be_bytes());
-            sum = internet_sum(sum, &[0, 0, 0, 17]);
-            let c = internet_checksum(sum, &buf[udp_start..end]);
-            let c = if c == 0 { 0xFFFF } else { c };
-            buf[udp_start + 6..udp_start + 8].copy_from_slice(&c.to_be_bytes());
-        }
+        self.fix_udp_checksum(buf, roce_len);
         Ok(end)
     }
 }

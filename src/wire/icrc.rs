@@ -228,6 +228,66 @@ pub fn solve_ipv4_id(ip_header: &[u8], udp_header: &[u8], roce: &[u8], found: u3
     (t == 0).then_some(id)
 }
 
+/// How a datagram received through a UDP socket fared against its ICRC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SocketVerdict {
+    /// The ICRC matches the headers as the receiver rebuilt them (IPv6, or IPv4 sent with
+    /// identification 0, as softroce and any DF socket sender does).
+    Exact,
+    /// IPv4: the ICRC matches with this identification, solved for (a Linux rxe sender).
+    RecoveredId(u16),
+    /// No header the sender could have used makes the ICRC match: corrupted.
+    Bad,
+}
+
+/// Verifies the ICRC of a RoCE UDP payload (`payload` = BTH .. ICRC) received through a UDP
+/// socket from `src` at `dst`, rebuilding the IP and UDP headers the sender's kernel wrote
+/// (IPv4 with DF). See [`solve_ipv4_id`] for the one field a socket cannot see.
+pub fn verify_socket_datagram(
+    src: std::net::SocketAddr,
+    dst: std::net::SocketAddr,
+    payload: &[u8],
+) -> SocketVerdict {
+    use std::net::IpAddr;
+    if payload.len() < bth::LEN + 4 || payload.len() > u16::MAX as usize - UDP_HEADER_LEN {
+        return SocketVerdict::Bad;
+    }
+    let n = payload.len();
+    let found = u32::from_le_bytes([
+        payload[n - 4],
+        payload[n - 3],
+        payload[n - 2],
+        payload[n - 1],
+    ]);
+    let covered = &payload[..n - 4];
+    let udp_len = (UDP_HEADER_LEN + n) as u16;
+    let mut udp = [0u8; UDP_HEADER_LEN];
+    udp[0..2].copy_from_slice(&src.port().to_be_bytes());
+    udp[2..4].copy_from_slice(&dst.port().to_be_bytes());
+    udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+    match (src.ip(), dst.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let ip = ipv4_header_for_socket(s, d, udp_len, true);
+            match compute(&ip, &udp, covered) {
+                Ok(c) if c == found => SocketVerdict::Exact,
+                Ok(_) => match solve_ipv4_id(&ip, &udp, covered, found) {
+                    Some(id) => SocketVerdict::RecoveredId(id),
+                    None => SocketVerdict::Bad,
+                },
+                Err(_) => SocketVerdict::Bad,
+            }
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            let ip = ipv6_header_for_socket(s, d, udp_len);
+            match compute(&ip, &udp, covered) {
+                Ok(c) if c == found => SocketVerdict::Exact,
+                _ => SocketVerdict::Bad,
+            }
+        }
+        _ => SocketVerdict::Bad,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -421,5 +481,45 @@ mod tests {
             let blank = ipv4_header_for_socket(src, dst, udp_len, true);
             assert_eq!(solve_ipv4_id(&blank, &udp, &roce, found), Some(id));
         }
+    }
+
+    #[test]
+    fn socket_verdicts() {
+        let src: std::net::SocketAddr = "192.0.2.11:49513".parse().unwrap();
+        let dst: std::net::SocketAddr = "192.0.2.12:4791".parse().unwrap();
+        let mut payload: Vec<u8> = (0..64u32).map(|i| i as u8).collect();
+        payload[0] = 0x04; // any BTH will do for the CRC
+        let udp_len = (8 + payload.len()) as u16;
+        let mut udp = [0u8; 8];
+        udp[0..2].copy_from_slice(&src.port().to_be_bytes());
+        udp[2..4].copy_from_slice(&4791u16.to_be_bytes());
+        udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+        let (std::net::IpAddr::V4(s), std::net::IpAddr::V4(d)) = (src.ip(), dst.ip()) else {
+            unreachable!()
+        };
+        let mut ip = ipv4_header_for_socket(s, d, udp_len, true);
+        let n = payload.len();
+        let c = compute(&ip, &udp, &payload[..n - 4]).unwrap();
+        payload[n - 4..].copy_from_slice(&to_wire(c));
+        assert_eq!(
+            verify_socket_datagram(src, dst, &payload),
+            SocketVerdict::Exact
+        );
+        ip[4..6].copy_from_slice(&0xC341u16.to_be_bytes());
+        let c = compute(&ip, &udp, &payload[..n - 4]).unwrap();
+        payload[n - 4..].copy_from_slice(&to_wire(c));
+        assert_eq!(
+            verify_socket_datagram(src, dst, &payload),
+            SocketVerdict::RecoveredId(0xC341)
+        );
+        payload[20] ^= 4;
+        assert_eq!(
+            verify_socket_datagram(src, dst, &payload),
+            SocketVerdict::Bad
+        );
+        assert_eq!(
+            verify_socket_datagram(src, dst, &payload[..10]),
+            SocketVerdict::Bad
+        );
     }
 }

@@ -188,6 +188,18 @@ impl<'a> PacketRepr<'a> {
 
     /// Checks that the representation is consistent with its opcode.
     pub fn check(&self) -> Result<&'static OpcodeInfo> {
+        let info = self.check_headers()?;
+        if !info.payload && !self.payload.is_empty() {
+            return Err(Error::UnexpectedPayload {
+                opcode: self.bth.opcode.0,
+                len: self.payload.len(),
+            });
+        }
+        Ok(info)
+    }
+
+    /// Checks that the extended headers present are exactly those the opcode carries.
+    fn check_headers(&self) -> Result<&'static OpcodeInfo> {
         let op = self.bth.opcode.0;
         let info = self.info().ok_or(Error::UnknownOpcode(op))?;
         let want = info.headers;
@@ -202,12 +214,6 @@ impl<'a> PacketRepr<'a> {
                 _ => {}
             }
         }
-        if !info.payload && !self.payload.is_empty() {
-            return Err(Error::UnexpectedPayload {
-                opcode: op,
-                len: self.payload.len(),
-            });
-        }
         Ok(info)
     }
 
@@ -215,12 +221,29 @@ impl<'a> PacketRepr<'a> {
     /// bytes (the frame layer fills them in, as it knows the IP and UDP headers). The BTH pad
     /// count is derived from the payload length. Returns the bytes written (`buffer_len()`).
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
-        let info = self.check()?;
-        let total = self.buffer_len();
+        check_emit_len(buf, self.buffer_len())?;
+        let at = self.emit_headers(buf, self.payload.len())?;
+        buf[at..at + self.payload.len()].copy_from_slice(self.payload);
+        Ok(finish_payload(buf, at, self.payload.len()))
+    }
+
+    /// Writes the BTH (with the pad count for `payload_len`) and the extended headers, ignoring
+    /// `self.payload`; returns where the payload starts. With [`finish_payload`] this lets a
+    /// caller copy the payload straight from its source into `buf`, without an intermediate
+    /// buffer. `buf` must hold the whole packet (headers, payload, pad and ICRC).
+    pub fn emit_headers(&self, buf: &mut [u8], payload_len: usize) -> Result<usize> {
+        let info = self.check_headers()?;
+        if !info.payload && payload_len != 0 {
+            return Err(Error::UnexpectedPayload {
+                opcode: self.bth.opcode.0,
+                len: payload_len,
+            });
+        }
+        let total =
+            bth::LEN + info.header_len() + payload_len + pad_for(payload_len) as usize + ICRC_LEN;
         check_emit_len(buf, total)?;
-        let pad = pad_for(self.payload.len());
         let bth = BthRepr {
-            pad_count: pad,
+            pad_count: pad_for(payload_len),
             ..self.bth
         };
         bth.emit(buf)?;
@@ -230,7 +253,7 @@ impl<'a> PacketRepr<'a> {
                 continue;
             }
             let h = &mut buf[at..at + len];
-            // `check` guaranteed that every header the opcode needs is present.
+            // `check_headers` guaranteed that every header the opcode needs is present.
             match header {
                 Header::Deth => self.ext.deth.unwrap_or_default().emit(h)?,
                 Header::Feth => self.ext.feth.unwrap_or_default().emit(h)?,
@@ -247,11 +270,17 @@ impl<'a> PacketRepr<'a> {
             }
             at += len;
         }
-        buf[at..at + self.payload.len()].copy_from_slice(self.payload);
-        at += self.payload.len();
-        buf[at..total].fill(0); // pad and ICRC placeholder
-        Ok(total)
+        Ok(at)
     }
+}
+
+/// After [`PacketRepr::emit_headers`] returned `payload_at` and the caller wrote `payload_len`
+/// payload bytes there, zeroes the pad and the ICRC placeholder; returns the packet length.
+pub fn finish_payload(buf: &mut [u8], payload_at: usize, payload_len: usize) -> usize {
+    let end = payload_at + payload_len;
+    let total = end + pad_for(payload_len) as usize + ICRC_LEN;
+    buf[end..total].fill(0);
+    total
 }
 
 #[cfg(test)]

@@ -1,0 +1,142 @@
+//! Options every subcommand that opens a device shares: the local address, the RoCEv2 UDP
+//! port, a packet capture, and impairment of the link (loss, duplication, reordering,
+//! corruption, delay) for testing recovery.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use softroce::driver::{DeviceConfig, Direction, Impairment};
+use softroce::verbs::Context;
+
+use super::CliError;
+
+/// Device options.
+#[derive(Debug, Clone, Args)]
+pub struct DeviceArgs {
+    /// Local IP address of the RoCE device (its GID). Default: for a server 127.0.0.1; for a
+    /// client, the address the system would use to reach the server (127.0.0.2 when the
+    /// server is 127.0.0.1, so that both ends can run on one machine).
+    #[arg(long, value_name = "ADDR")]
+    pub bind: Option<IpAddr>,
+    /// UDP port of RoCEv2 (both ends use the same one).
+    #[arg(long, value_name = "PORT", default_value_t = 4791)]
+    pub roce_port: u16,
+    /// Write every packet sent and received to this pcap file.
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<PathBuf>,
+    /// Probability of dropping a packet (0..1).
+    #[arg(long, value_name = "P", default_value_t = 0.0)]
+    pub drop: f64,
+    /// Probability of duplicating a packet.
+    #[arg(long, value_name = "P", default_value_t = 0.0)]
+    pub dup: f64,
+    /// Probability of delaying a packet behind the next one.
+    #[arg(long, value_name = "P", default_value_t = 0.0)]
+    pub reorder: f64,
+    /// Probability of flipping one bit of a packet (the ICRC check must catch it).
+    #[arg(long, value_name = "P", default_value_t = 0.0)]
+    pub corrupt: f64,
+    /// Delay added to every impaired packet, in microseconds.
+    #[arg(long, value_name = "US", default_value_t = 0)]
+    pub delay_us: u64,
+    /// Seed of the impairment's random choices.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
+    /// Which packets the impairment applies to.
+    #[arg(long, value_enum, default_value_t = ImpairDirection::Both)]
+    pub impair: ImpairDirection,
+}
+
+/// Which packets are impaired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ImpairDirection {
+    /// Packets this endpoint sends.
+    Send,
+    /// Packets this endpoint receives.
+    Recv,
+    /// Both.
+    Both,
+}
+
+impl DeviceArgs {
+    /// The local address for a server (`peer` = None) or for a client of `peer`.
+    pub fn local_ip(&self, peer: Option<IpAddr>) -> Result<IpAddr, CliError> {
+        if let Some(ip) = self.bind {
+            return Ok(ip);
+        }
+        let Some(peer) = peer else {
+            return Ok(IpAddr::V4(Ipv4Addr::LOCALHOST));
+        };
+        if peer.is_loopback() {
+            return Ok(match peer {
+                IpAddr::V4(v4) if v4.octets() == [127, 0, 0, 2] => "127.0.0.1".parse().unwrap(),
+                IpAddr::V4(_) => "127.0.0.2".parse().unwrap(),
+                // ::1 is the only IPv6 loopback address: the two ends must use ports to differ.
+                IpAddr::V6(_) => peer,
+            });
+        }
+        // Ask the routing table which source address reaches the peer (no packet is sent).
+        let probe = UdpSocket::bind(SocketAddr::new(
+            if peer.is_ipv4() {
+                IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+            } else {
+                IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
+            },
+            0,
+        ))
+        .map_err(CliError::Io)?;
+        probe
+            .connect(SocketAddr::new(peer, self.roce_port))
+            .map_err(CliError::Io)?;
+        Ok(probe.local_addr().map_err(CliError::Io)?.ip())
+    }
+
+    /// Checks the impairment flags.
+    fn impairment(&self) -> Result<Option<Impairment>, CliError> {
+        for (name, p) in [
+            ("--drop", self.drop),
+            ("--dup", self.dup),
+            ("--reorder", self.reorder),
+            ("--corrupt", self.corrupt),
+        ] {
+            if !(0.0..=1.0).contains(&p) || p.is_nan() {
+                return Err(CliError::Usage(format!(
+                    "{name} must be a probability in 0..1, not {p}"
+                )));
+            }
+        }
+        let any = self.drop > 0.0
+            || self.dup > 0.0
+            || self.reorder > 0.0
+            || self.corrupt > 0.0
+            || self.delay_us > 0;
+        if !any {
+            return Ok(None);
+        }
+        Ok(Some(Impairment {
+            drop: self.drop,
+            dup: self.dup,
+            reorder: self.reorder,
+            corrupt: self.corrupt,
+            delay: Duration::from_micros(self.delay_us),
+            seed: self.seed,
+            apply_to: match self.impair {
+                ImpairDirection::Send => Direction::Send,
+                ImpairDirection::Recv => Direction::Recv,
+                ImpairDirection::Both => Direction::Both,
+            },
+        }))
+    }
+
+    /// Opens the device at `ip`.
+    pub fn open(&self, ip: IpAddr) -> Result<Context, CliError> {
+        let cfg = DeviceConfig {
+            addr: SocketAddr::new(ip, self.roce_port),
+            pcap: self.pcap.clone(),
+            impairment: self.impairment()?,
+        };
+        Context::open(&cfg).map_err(CliError::Verbs)
+    }
+}

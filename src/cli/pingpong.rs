@@ -1,0 +1,432 @@
+//! `softroce pingpong`: ibv_rc_pingpong's behaviour, flags, out-of-band exchange and output,
+//! so that it runs against ibv_rc_pingpong on a kernel rxe peer in either role.
+//!
+//! As rdma-core's libibverbs/examples/rc_pingpong.c: one buffer of SIZE bytes (filled with
+//! 0x7b) is both the send source and the receive target; the client sends first; each side
+//! posts the next SEND once its previous SEND and a RECEIVE have completed; ITERS messages go
+//! each way; receives are replenished when fewer than two remain posted.
+
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use softroce::oob::pingpong::{client_exchange, server_exchange, PingpongDest};
+use softroce::verbs::*;
+use std::result::Result;
+
+use super::device::DeviceArgs;
+use super::CliError;
+
+const RECV_WRID: u64 = 1;
+const SEND_WRID: u64 = 2;
+
+/// ibv_rc_pingpong's options.
+#[derive(Debug, Clone, Args)]
+pub struct PingpongArgs {
+    /// TCP port of the out-of-band exchange.
+    #[arg(short = 'p', long = "port", default_value_t = 18515)]
+    pub port: u16,
+    /// Device name (accepted for compatibility; softroce has one device per --bind address).
+    #[arg(short = 'd', long = "ib-dev")]
+    pub ib_dev: Option<String>,
+    /// Port of the device (must be 1).
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    pub ib_port: u8,
+    /// Message size in bytes.
+    #[arg(short = 's', long = "size", default_value_t = 4096)]
+    pub size: u32,
+    /// Path MTU (256, 512, 1024, 2048 or 4096).
+    #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
+    pub mtu: u32,
+    /// Number of receives to post at a time.
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
+    pub rx_depth: u32,
+    /// Number of exchanges.
+    #[arg(short = 'n', long = "iters", default_value_t = 1000)]
+    pub iters: u32,
+    /// Service level.
+    #[arg(short = 'l', long = "sl", default_value_t = 0)]
+    pub sl: u8,
+    /// Sleep on completion events instead of polling.
+    #[arg(short = 'e', long = "events")]
+    pub events: bool,
+    /// Local GID index (softroce's GID table has the device address at 0 and 1).
+    #[arg(short = 'g', long = "gid-idx", default_value_t = 1)]
+    pub gid_idx: u8,
+    /// Validate the received buffer (as ibv_rc_pingpong -c).
+    #[arg(short = 'c', long = "chk")]
+    pub chk: bool,
+    /// Give up when no completion arrives for this many seconds.
+    #[arg(long, default_value_t = 30)]
+    pub timeout: u64,
+    /// Device options.
+    #[command(flatten)]
+    pub device: DeviceArgs,
+    /// Server to connect to; without it, act as the server.
+    pub server: Option<String>,
+}
+
+fn resolve(host: &str, port: u16) -> Result<SocketAddr, CliError> {
+    use std::net::ToSocketAddrs;
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| CliError::Usage(format!("cannot resolve {host}: {e}")))?
+        .next()
+        .ok_or_else(|| CliError::Usage(format!("{host} has no address")))
+}
+
+/// The PSN ibv_rc_pingpong draws: `lrand48() & 0xffffff`.
+fn random_psn() -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let mut x = t.as_nanos() as u64 ^ ((std::process::id() as u64) << 32);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    (x & 0xFF_FFFF) as u32
+}
+
+struct Pp {
+    ctx: Context,
+    mr: MemoryRegion,
+    cq: CompletionQueue,
+    qp: QueuePair,
+    size: u32,
+    rx_depth: u32,
+}
+
+impl Pp {
+    fn new(args: &PingpongArgs, ip: IpAddr) -> Result<Pp, CliError> {
+        let ctx = args.device.open(ip)?;
+        let pd = ctx.alloc_pd().map_err(CliError::Verbs)?;
+        let mr = pd
+            .register_mr(args.size.max(1) as usize, AccessFlags::LOCAL_WRITE)
+            .map_err(CliError::Verbs)?;
+        mr.fill(0, args.size as u64, 0x7b)
+            .map_err(CliError::Verbs)?;
+        let cq = ctx
+            .create_cq(args.rx_depth as usize + 1)
+            .map_err(CliError::Verbs)?;
+        let qp = pd
+            .create_qp(&QpInitAttr {
+                send_cq: &cq,
+                recv_cq: &cq,
+                cap: QpCap {
+                    max_send_wr: 1,
+                    max_recv_wr: args.rx_depth,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+                qp_type: QpType::Rc,
+                sq_sig_all: false,
+            })
+            .map_err(CliError::Verbs)?;
+        qp.modify(
+            &QpAttr {
+                qp_state: QpState::Init,
+                pkey_index: 0,
+                port_num: args.ib_port,
+                qp_access_flags: AccessFlags::EMPTY,
+                ..Default::default()
+            },
+            QpAttrMask::STATE
+                | QpAttrMask::PKEY_INDEX
+                | QpAttrMask::PORT
+                | QpAttrMask::ACCESS_FLAGS,
+        )
+        .map_err(CliError::Verbs)?;
+        // pp_init_ctx keeps the PD alive in the context; here the QP and MR hold what they
+        // need, and the PD handle itself carries no state.
+        drop(pd);
+        Ok(Pp {
+            ctx,
+            mr,
+            cq,
+            qp,
+            size: args.size,
+            rx_depth: args.rx_depth,
+        })
+    }
+
+    fn post_recv(&self, n: u32) -> Result<u32, CliError> {
+        let sge = [self.mr.sge(0, self.size)];
+        for i in 0..n {
+            let wr = RecvWr {
+                wr_id: RECV_WRID,
+                sg_list: &sge,
+            };
+            if self.qp.post_recv(std::slice::from_ref(&wr)).is_err() {
+                return Ok(i);
+            }
+        }
+        Ok(n)
+    }
+
+    fn post_send(&self) -> Result<(), CliError> {
+        let sge = [self.mr.sge(0, self.size)];
+        let wr = SendWr {
+            wr_id: SEND_WRID,
+            sg_list: &sge,
+            opcode: WrOpcode::Send,
+            send_flags: SendFlags::SIGNALED,
+        };
+        self.qp
+            .post_send(std::slice::from_ref(&wr))
+            .map_err(|e| CliError::Failed(format!("couldn't post send: {e}")))
+    }
+
+    /// pp_connect_ctx: RTR then RTS with ibv_rc_pingpong's attributes.
+    fn connect(
+        &self,
+        args: &PingpongArgs,
+        my_psn: u32,
+        dest: &PingpongDest,
+        mtu: Mtu,
+    ) -> Result<(), CliError> {
+        self.qp
+            .modify(
+                &QpAttr {
+                    qp_state: QpState::Rtr,
+                    path_mtu: mtu,
+                    dest_qp_num: dest.qpn,
+                    rq_psn: dest.psn,
+                    max_dest_rd_atomic: 1,
+                    min_rnr_timer: 12,
+                    ah_attr: AhAttr {
+                        dgid: dest.gid,
+                        sgid_index: args.gid_idx,
+                        hop_limit: 1,
+                        sl: args.sl,
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+                QpAttrMask::STATE
+                    | QpAttrMask::AV
+                    | QpAttrMask::PATH_MTU
+                    | QpAttrMask::DEST_QPN
+                    | QpAttrMask::RQ_PSN
+                    | QpAttrMask::MAX_DEST_RD_ATOMIC
+                    | QpAttrMask::MIN_RNR_TIMER,
+            )
+            .map_err(|e| CliError::Failed(format!("Failed to modify QP to RTR: {e}")))?;
+        self.qp
+            .modify(
+                &QpAttr {
+                    qp_state: QpState::Rts,
+                    timeout: 14,
+                    retry_cnt: 7,
+                    rnr_retry: 7,
+                    sq_psn: my_psn,
+                    max_rd_atomic: 1,
+                    ..Default::default()
+                },
+                QpAttrMask::STATE
+                    | QpAttrMask::TIMEOUT
+                    | QpAttrMask::RETRY_CNT
+                    | QpAttrMask::RNR_RETRY
+                    | QpAttrMask::SQ_PSN
+                    | QpAttrMask::MAX_QP_RD_ATOMIC,
+            )
+            .map_err(|e| CliError::Failed(format!("Failed to modify QP to RTS: {e}")))?;
+        Ok(())
+    }
+}
+
+fn print_dest(out: &mut impl Write, which: &str, d: &PingpongDest) -> Result<(), CliError> {
+    writeln!(
+        out,
+        // rc_pingpong aligns the two lines: "local address:  LID" / "remote address: LID".
+        "  {which} address:{}LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
+        if which == "local" { "  " } else { " " },
+        d.lid,
+        d.qpn,
+        d.psn,
+        std::net::Ipv6Addr::from(d.gid.0)
+    )
+    .map_err(CliError::Output)
+}
+
+/// Runs `softroce pingpong`.
+pub fn run(args: &PingpongArgs) -> Result<(), CliError> {
+    let mtu = Mtu::from_bytes(args.mtu).ok_or_else(|| {
+        CliError::Usage(format!(
+            "-m {}: the MTU must be 256, 512, 1024, 2048 or 4096",
+            args.mtu
+        ))
+    })?;
+    if args.size > mtu.bytes() * 1024 * 1024 || args.rx_depth == 0 || args.iters == 0 {
+        return Err(CliError::Usage(
+            "size, rx-depth and iters must be positive".into(),
+        ));
+    }
+    let server_addr = match &args.server {
+        Some(h) => Some(resolve(h, args.port)?),
+        None => None,
+    };
+    let ip = args.device.local_ip(server_addr.map(|a| a.ip()))?;
+    let pp = Pp::new(args, ip)?;
+    let mut routs = pp.post_recv(pp.rx_depth)?;
+    if routs < pp.rx_depth {
+        return Err(CliError::Failed(format!("Couldn't post receive ({routs})")));
+    }
+    let gid = pp.ctx.gid(args.gid_idx).ok_or_else(|| {
+        CliError::Usage(format!("-g {}: no such GID index (0 or 1)", args.gid_idx))
+    })?;
+    let my = PingpongDest {
+        lid: 0,
+        qpn: pp.qp.qp_num(),
+        psn: random_psn(),
+        gid,
+    };
+    let mut out = std::io::stdout().lock();
+    print_dest(&mut out, "local", &my)?;
+    let io_timeout = Duration::from_secs(args.timeout.max(1));
+    let rem = match server_addr {
+        Some(addr) => {
+            let mut s = TcpStream::connect_timeout(&addr, io_timeout)
+                .map_err(|e| CliError::Failed(format!("Couldn't connect to {addr}: {e}")))?;
+            let rem = client_exchange(&mut s, &my, io_timeout).map_err(CliError::Oob)?;
+            pp.connect(args, my.psn, &rem, mtu)?;
+            rem
+        }
+        None => {
+            let listener = TcpListener::bind(SocketAddr::new(ip, args.port)).map_err(|e| {
+                CliError::Failed(format!("Couldn't listen to port {}: {e}", args.port))
+            })?;
+            let (mut s, _) = listener.accept().map_err(CliError::Io)?;
+            let mut connect_err = None;
+            server_exchange(&mut s, &my, io_timeout, |rem| {
+                pp.connect(args, my.psn, rem, mtu).map_err(|e| {
+                    let msg = e.to_string();
+                    connect_err = Some(e);
+                    msg
+                })
+            })
+            .map_err(|e| connect_err.take().unwrap_or(CliError::Oob(e)))?
+        }
+    };
+    print_dest(&mut out, "remote", &rem)?;
+    out.flush().map_err(CliError::Output)?;
+
+    let mut pending = RECV_WRID;
+    if server_addr.is_some() {
+        pp.post_send()?;
+        pending |= SEND_WRID;
+    }
+    let start = Instant::now();
+    let (mut rcnt, mut scnt) = (0u32, 0u32);
+    let mut wcs = [WorkCompletion {
+        wr_id: 0,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Send,
+        byte_len: 0,
+        imm_data: None,
+        qp_num: 0,
+        src_qp: 0,
+        solicited: false,
+    }; 2];
+    let mut idle_since = Instant::now();
+    while rcnt < args.iters || scnt < args.iters {
+        let n = poll_or_wait(&pp.cq, &mut wcs, args.events).map_err(CliError::Verbs)?;
+        if n == 0 {
+            if idle_since.elapsed() > io_timeout {
+                return Err(CliError::Failed(format!(
+                    "no completion for {} s (rcnt={rcnt}, scnt={scnt})",
+                    args.timeout
+                )));
+            }
+            continue;
+        }
+        idle_since = Instant::now();
+        for wc in &wcs[..n] {
+            if wc.status != WcStatus::Success {
+                return Err(CliError::Failed(format!(
+                    "Failed status {} ({}) for wr_id {}",
+                    wc.status, wc.status as u32, wc.wr_id
+                )));
+            }
+            match wc.wr_id {
+                SEND_WRID => scnt += 1,
+                RECV_WRID => {
+                    routs -= 1;
+                    if routs <= 1 {
+                        routs += pp.post_recv(pp.rx_depth - routs)?;
+                        if routs < pp.rx_depth {
+                            return Err(CliError::Failed(format!(
+                                "Couldn't post receive ({routs})"
+                            )));
+                        }
+                    }
+                    rcnt += 1;
+                    if args.chk {
+                        let got = pp
+                            .mr
+                            .to_vec(0, args.size as usize)
+                            .map_err(CliError::Verbs)?;
+                        if got.iter().any(|&b| b != 0x7b) {
+                            return Err(CliError::Failed(format!(
+                                "received data mismatch at iteration {rcnt}"
+                            )));
+                        }
+                    }
+                }
+                other => {
+                    return Err(CliError::Failed(format!(
+                        "Completion for unknown wr_id {other}"
+                    )));
+                }
+            }
+            pending &= !wc.wr_id;
+            if scnt < args.iters && pending == 0 {
+                pp.post_send()?;
+                pending = RECV_WRID | SEND_WRID;
+            }
+        }
+    }
+    let usec = start.elapsed().as_secs_f64() * 1e6;
+    let bytes = args.size as u64 * args.iters as u64 * 2;
+    writeln!(
+        out,
+        "{} bytes in {:.2} seconds = {:.2} Mbit/sec",
+        bytes,
+        usec / 1e6,
+        bytes as f64 * 8.0 / usec
+    )
+    .map_err(CliError::Output)?;
+    writeln!(
+        out,
+        "{} iters in {:.2} seconds = {:.2} usec/iter",
+        args.iters,
+        usec / 1e6,
+        usec / args.iters as f64
+    )
+    .map_err(CliError::Output)?;
+    Ok(())
+}
+
+/// Polls the CQ; without `events`, spins briefly first (as ibv_rc_pingpong busy-polls), then
+/// blocks for at most 10 ms so that a lost peer is noticed.
+pub fn poll_or_wait(
+    cq: &CompletionQueue,
+    out: &mut [WorkCompletion],
+    events: bool,
+) -> Result<usize, VerbsError> {
+    if !events {
+        for _ in 0..2000 {
+            let n = cq.poll(out)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            std::hint::spin_loop();
+        }
+    }
+    match cq.wait(out, Duration::from_millis(10)) {
+        Ok(n) => Ok(n),
+        Err(VerbsError::Timeout) => Ok(0),
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,537 @@
+//! A link wrapper that impairs traffic as a bad network would: drops, duplicates, reorders,
+//! corrupts and delays packets, at set probabilities with a seeded generator so that a run can
+//! be reproduced. It sits around the socket, outside the protocol, and counts what it did in
+//! the device counters (`injected_*`).
+//!
+//! Corruption flips one bit of the RoCE packet, so the receiver's ICRC check must catch it.
+//! Held packets (delayed, reordered, duplicate copies) live in a bounded pool of reused
+//! buffers: beyond [`MAX_HELD`] a packet that would be held is dropped instead, and counted.
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::link::{InDatagram, Link, OutDatagram};
+use crate::transport::Counters;
+
+/// Most packets held at once.
+pub const MAX_HELD: usize = 4096;
+/// How long a reordered packet waits for a successor before it goes anyway.
+pub const REORDER_HOLD: Duration = Duration::from_micros(500);
+
+/// Which packets an impairment applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Packets sent.
+    Send,
+    /// Packets received.
+    Recv,
+    /// Both.
+    Both,
+}
+
+/// What to inflict.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Impairment {
+    /// Probability of dropping a packet.
+    pub drop: f64,
+    /// Probability of delivering a packet twice.
+    pub dup: f64,
+    /// Probability of holding a packet back behind the next one.
+    pub reorder: f64,
+    /// Probability of flipping one bit.
+    pub corrupt: f64,
+    /// Delay added to every packet.
+    pub delay: Duration,
+    /// Seed of the random choices.
+    pub seed: u64,
+    /// Which direction.
+    pub apply_to: Direction,
+}
+
+#[derive(Debug)]
+struct Held {
+    release: Instant,
+    /// Released right after the next packet in its direction (reordering).
+    after_next: bool,
+    outgoing: bool,
+    src_port: u16,
+    peer: SocketAddr,
+    local: SocketAddr,
+    buf: Vec<u8>,
+}
+
+/// The impairing wrapper.
+#[derive(Debug)]
+pub struct ImpairLink<L: Link> {
+    inner: L,
+    cfg: Impairment,
+    rng: u64,
+    counters: Arc<Counters>,
+    held: VecDeque<Held>,
+    pool: Vec<Vec<u8>>,
+}
+
+impl<L: Link> ImpairLink<L> {
+    /// Wraps `inner`; injections are counted in `counters`.
+    pub fn new(inner: L, cfg: Impairment, counters: Arc<Counters>) -> Self {
+        ImpairLink {
+            inner,
+            rng: cfg.seed ^ 0x6A09_E667_F3BC_C908,
+            cfg,
+            counters,
+            held: VecDeque::new(),
+            pool: Vec::new(),
+        }
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        // splitmix64
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 <= p
+    }
+
+    fn applies(&self, outgoing: bool) -> bool {
+        match self.cfg.apply_to {
+            Direction::Both => true,
+            Direction::Send => outgoing,
+            Direction::Recv => !outgoing,
+        }
+    }
+
+    fn corrupt(&mut self, data: &mut [u8]) {
+        if data.is_empty() {
+            return;
+        }
+        let r = self.next_u64();
+        let i = (r % data.len() as u64) as usize;
+        data[i] ^= 1 << ((r >> 32) % 8);
+        Counters::inc(&self.counters.injected_corrupt);
+    }
+
+    /// Holds a copy of a packet; false when the pool is full (the packet is then lost).
+    #[allow(clippy::too_many_arguments)]
+    fn hold(
+        &mut self,
+        data: &[u8],
+        release: Instant,
+        after_next: bool,
+        outgoing: bool,
+        src_port: u16,
+        peer: SocketAddr,
+        local: SocketAddr,
+    ) -> bool {
+        if self.held.len() >= MAX_HELD {
+            Counters::inc(&self.counters.injected_drop);
+            return false;
+        }
+        let mut buf = self.pool.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(data);
+        let h = Held {
+            release,
+            after_next,
+            outgoing,
+            src_port,
+            peer,
+            local,
+            buf,
+        };
+        // Keep the queue sorted by release time (stable for equal times).
+        let pos = self.held.partition_point(|x| x.release <= h.release);
+        self.held.insert(pos, h);
+        true
+    }
+
+    /// A packet went by in one direction: reordered packets of that direction may follow.
+    fn passed(&mut self, outgoing: bool, now: Instant) {
+        for h in self
+            .held
+            .iter_mut()
+            .filter(|h| h.after_next && h.outgoing == outgoing)
+        {
+            h.after_next = false;
+            h.release = now;
+        }
+        self.held.make_contiguous().sort_by_key(|h| h.release);
+    }
+
+    /// Sends the held outgoing packets that are due.
+    fn release_sends(&mut self, now: Instant) -> io::Result<()> {
+        while let Some(i) = self
+            .held
+            .iter()
+            .position(|h| h.outgoing && h.release <= now)
+        {
+            let h = self.held.remove(i).expect("index from position");
+            let d = OutDatagram {
+                src_port: h.src_port,
+                dst: h.peer,
+                payload: &h.buf,
+            };
+            let r = self.inner.send(now, &d);
+            self.pool.push(h.buf);
+            r?;
+        }
+        Ok(())
+    }
+
+    /// Decides the fate of one packet; returns (deliver now, corrupt, duplicate, hold until).
+    fn fate(&mut self, outgoing: bool, now: Instant) -> Fate {
+        if !self.applies(outgoing) {
+            return Fate::default();
+        }
+        if self.chance(self.cfg.drop) {
+            Counters::inc(&self.counters.injected_drop);
+            return Fate {
+                drop: true,
+                ..Fate::default()
+            };
+        }
+        let corrupt = self.chance(self.cfg.corrupt);
+        let dup = self.chance(self.cfg.dup);
+        let reorder = self.chance(self.cfg.reorder);
+        let hold_until = if reorder {
+            Counters::inc(&self.counters.injected_reorder);
+            Some((now + self.cfg.delay + REORDER_HOLD, true))
+        } else if !self.cfg.delay.is_zero() {
+            Counters::inc(&self.counters.injected_delay);
+            Some((now + self.cfg.delay, false))
+        } else {
+            None
+        };
+        if dup {
+            Counters::inc(&self.counters.injected_dup);
+        }
+        Fate {
+            drop: false,
+            corrupt,
+            dup,
+            hold_until,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Fate {
+    drop: bool,
+    corrupt: bool,
+    dup: bool,
+    hold_until: Option<(Instant, bool)>,
+}
+
+impl<L: Link> Link for ImpairLink<L> {
+    fn local_addr(&self) -> SocketAddr {
+        self.inner.local_addr()
+    }
+
+    fn prepare_source_port(&mut self, wanted: u16) -> io::Result<u16> {
+        self.inner.prepare_source_port(wanted)
+    }
+
+    fn send(&mut self, now: Instant, d: &OutDatagram) -> io::Result<()> {
+        self.release_sends(now)?;
+        let f = self.fate(true, now);
+        if f.drop {
+            return Ok(());
+        }
+        let local = self.inner.local_addr();
+        let mut copy;
+        let mut payload = d.payload;
+        if f.corrupt {
+            copy = d.payload.to_vec();
+            self.corrupt(&mut copy);
+            payload = &copy;
+        }
+        match f.hold_until {
+            Some((at, after_next)) => {
+                self.hold(payload, at, after_next, true, d.src_port, d.dst, local);
+                if f.dup {
+                    self.hold(payload, at, false, true, d.src_port, d.dst, local);
+                }
+            }
+            None => {
+                let out = OutDatagram { payload, ..*d };
+                self.inner.send(now, &out)?;
+                if f.dup {
+                    self.inner.send(now, &out)?;
+                }
+                self.passed(true, now);
+                self.release_sends(now)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn recv(&mut self, now: Instant, buf: &mut [u8]) -> io::Result<Option<InDatagram>> {
+        self.release_sends(now)?;
+        loop {
+            // Held incoming packets first, when due.
+            if let Some(i) = self
+                .held
+                .iter()
+                .position(|h| !h.outgoing && h.release <= now)
+            {
+                let h = self.held.remove(i).expect("index from position");
+                let len = h.buf.len().min(buf.len());
+                buf[..len].copy_from_slice(&h.buf[..len]);
+                let d = InDatagram {
+                    len,
+                    src: h.peer,
+                    dst: h.local,
+                };
+                self.pool.push(h.buf);
+                return Ok(Some(d));
+            }
+            let Some(d) = self.inner.recv(now, buf)? else {
+                return Ok(None);
+            };
+            let f = self.fate(false, now);
+            if f.drop {
+                continue;
+            }
+            if f.corrupt {
+                let mut tmp = std::mem::take(&mut self.pool.pop().unwrap_or_default());
+                tmp.clear();
+                tmp.extend_from_slice(&buf[..d.len]);
+                self.corrupt(&mut tmp);
+                buf[..d.len].copy_from_slice(&tmp);
+                self.pool.push(tmp);
+            }
+            match f.hold_until {
+                Some((at, after_next)) => {
+                    let data = buf[..d.len].to_vec();
+                    self.hold(&data, at, after_next, false, 0, d.src, d.dst);
+                    if f.dup {
+                        self.hold(&data, at, false, false, 0, d.src, d.dst);
+                    }
+                    continue;
+                }
+                None => {
+                    if f.dup {
+                        let data = buf[..d.len].to_vec();
+                        self.hold(&data, now, false, false, 0, d.src, d.dst);
+                    }
+                    self.passed(false, now);
+                    return Ok(Some(d));
+                }
+            }
+        }
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        let own = self.held.front().map(|h| h.release);
+        match (own, self.inner.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn register(&mut self, registry: &mio::Registry, token: mio::Token) -> io::Result<()> {
+        self.inner.register(registry, token)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    /// A link that records what is sent and replays a script of received datagrams.
+    #[derive(Default)]
+    struct Script {
+        sent: Vec<Vec<u8>>,
+        incoming: VecDeque<Vec<u8>>,
+    }
+
+    impl Link for Script {
+        fn local_addr(&self) -> SocketAddr {
+            "127.0.0.1:4791".parse().unwrap()
+        }
+        fn prepare_source_port(&mut self, wanted: u16) -> io::Result<u16> {
+            Ok(wanted)
+        }
+        fn send(&mut self, _now: Instant, d: &OutDatagram) -> io::Result<()> {
+            self.sent.push(d.payload.to_vec());
+            Ok(())
+        }
+        fn recv(&mut self, _now: Instant, buf: &mut [u8]) -> io::Result<Option<InDatagram>> {
+            Ok(self.incoming.pop_front().map(|p| {
+                buf[..p.len()].copy_from_slice(&p);
+                InDatagram {
+                    len: p.len(),
+                    src: "127.0.0.2:49152".parse().unwrap(),
+                    dst: "127.0.0.1:4791".parse().unwrap(),
+                }
+            }))
+        }
+        fn register(&mut self, _r: &mio::Registry, _t: mio::Token) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn cfg(drop: f64, dup: f64, reorder: f64, corrupt: f64, delay_us: u64) -> Impairment {
+        Impairment {
+            drop,
+            dup,
+            reorder,
+            corrupt,
+            delay: Duration::from_micros(delay_us),
+            seed: 42,
+            apply_to: Direction::Both,
+        }
+    }
+
+    fn send_n(link: &mut ImpairLink<Script>, n: u32) {
+        let dst: SocketAddr = "127.0.0.2:4791".parse().unwrap();
+        let t0 = Instant::now();
+        for i in 0..n {
+            let p = i.to_be_bytes();
+            link.send(
+                t0,
+                &OutDatagram {
+                    src_port: 0xC000,
+                    dst,
+                    payload: &p,
+                },
+            )
+            .unwrap();
+        }
+        // Release anything still held.
+        link.send(
+            t0 + Duration::from_secs(10),
+            &OutDatagram {
+                src_port: 0xC000,
+                dst,
+                payload: &[0xFF; 4],
+            },
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn drop_rate_matches_and_is_reproducible() {
+        let run = || {
+            let c = Arc::new(Counters::default());
+            let mut l = ImpairLink::new(
+                Script::default(),
+                cfg(0.05, 0.0, 0.0, 0.0, 0),
+                Arc::clone(&c),
+            );
+            send_n(&mut l, 20_000);
+            (
+                l.inner.sent.clone(),
+                c.injected_drop.load(Ordering::Relaxed),
+            )
+        };
+        let (a, dropped) = run();
+        let (b, _) = run();
+        assert_eq!(a, b, "same seed, same fate");
+        assert!(
+            (800..1200).contains(&dropped),
+            "{dropped} of 20000 dropped at 5%"
+        );
+        assert_eq!(a.len() as u64, 20_001 - dropped);
+    }
+
+    #[test]
+    fn duplicates_and_reorders_lose_nothing() {
+        let c = Arc::new(Counters::default());
+        let mut l = ImpairLink::new(
+            Script::default(),
+            cfg(0.0, 0.1, 0.1, 0.0, 0),
+            Arc::clone(&c),
+        );
+        send_n(&mut l, 5000);
+        let sent = &l.inner.sent;
+        let dups = c.injected_dup.load(Ordering::Relaxed) as usize;
+        assert_eq!(sent.len(), 5001 + dups);
+        let mut seen: Vec<u32> = sent[..sent.len() - 1]
+            .iter()
+            .filter(|p| p.as_slice() != [0xFF; 4])
+            .map(|p| u32::from_be_bytes(p[..4].try_into().unwrap()))
+            .collect();
+        let in_order = seen.windows(2).all(|w| w[0] <= w[1]);
+        assert!(!in_order, "some packets were reordered");
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen, (0..5000).collect::<Vec<_>>(), "every packet arrived");
+        assert!(c.injected_reorder.load(Ordering::Relaxed) > 300);
+    }
+
+    #[test]
+    fn corruption_flips_exactly_one_bit() {
+        let c = Arc::new(Counters::default());
+        let mut l = ImpairLink::new(
+            Script::default(),
+            cfg(0.0, 0.0, 0.0, 1.0, 0),
+            Arc::clone(&c),
+        );
+        let dst: SocketAddr = "127.0.0.2:4791".parse().unwrap();
+        let p = [0u8; 64];
+        l.send(
+            Instant::now(),
+            &OutDatagram {
+                src_port: 1,
+                dst,
+                payload: &p,
+            },
+        )
+        .unwrap();
+        let ones: u32 = l.inner.sent[0].iter().map(|b| b.count_ones()).sum();
+        assert_eq!(ones, 1);
+    }
+
+    #[test]
+    fn delay_holds_received_packets() {
+        let c = Arc::new(Counters::default());
+        let mut script = Script::default();
+        script.incoming.push_back(vec![1, 2, 3, 4]);
+        let mut l = ImpairLink::new(script, cfg(0.0, 0.0, 0.0, 0.0, 1000), c);
+        let t0 = Instant::now();
+        let mut buf = [0u8; 16];
+        assert!(l.recv(t0, &mut buf).unwrap().is_none());
+        let due = l.poll_timeout().unwrap();
+        assert!(due >= t0 + Duration::from_micros(1000));
+        assert!(l
+            .recv(t0 + Duration::from_micros(999), &mut buf)
+            .unwrap()
+            .is_none());
+        let d = l.recv(due, &mut buf).unwrap().unwrap();
+        assert_eq!(&buf[..d.len], &[1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn held_packets_are_bounded() {
+        let c = Arc::new(Counters::default());
+        let mut l = ImpairLink::new(
+            Script::default(),
+            cfg(0.0, 0.0, 0.0, 0.0, 10_000_000),
+            Arc::clone(&c),
+        );
+        let dst: SocketAddr = "127.0.0.2:4791".parse().unwrap();
+        let t0 = Instant::now();
+        for _ in 0..MAX_HELD + 10 {
+            l.send(
+                t0,
+                &OutDatagram {
+                    src_port: 1,
+                    dst,
+                    payload: &[0; 8],
+                },
+            )
+            .unwrap();
+        }
+        assert_eq!(l.held.len(), MAX_HELD);
+        assert_eq!(c.injected_drop.load(Ordering::Relaxed), 10);
+    }
+}

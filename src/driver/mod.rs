@@ -1,0 +1,78 @@
+//! The driver: the UDP socket, the engine thread, timers, and the link layers around the
+//! socket (capture, impairment). It opens device contexts for the verbs API.
+
+pub mod capture;
+pub(crate) mod engine;
+pub mod impair;
+pub mod link;
+pub mod udp;
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub use impair::{Direction, ImpairLink, Impairment};
+pub use link::{InDatagram, Link, OutDatagram};
+pub use udp::UdpLink;
+
+use crate::verbs::device::Device;
+use crate::verbs::{Context, Result, VerbsError};
+
+/// How to open a device context.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceConfig {
+    /// Local address and RoCEv2 UDP port (4791).
+    pub addr: SocketAddr,
+    /// Capture every packet to this pcap file.
+    pub pcap: Option<PathBuf>,
+    /// Impair the link (testing).
+    pub impairment: Option<Impairment>,
+}
+
+impl DeviceConfig {
+    /// A device at `addr` with no capture and no impairment.
+    pub fn new(addr: SocketAddr) -> DeviceConfig {
+        DeviceConfig {
+            addr,
+            pcap: None,
+            impairment: None,
+        }
+    }
+}
+
+impl Context {
+    /// Opens a device context: binds the socket, builds the link stack and starts the engine
+    /// thread.
+    ///
+    /// Layering: socket <- impairment <- capture <- engine. The capture therefore records
+    /// what the engine sent and received after impairment on the receive side and before it
+    /// on the send side: exactly what the transport saw.
+    pub fn open(cfg: &DeviceConfig) -> Result<Context> {
+        let poll = mio::Poll::new()?;
+        let waker = mio::Waker::new(poll.registry(), engine::WAKER)?;
+        let udp = UdpLink::bind(cfg.addr)
+            .map_err(|e| VerbsError::Io(format!("cannot bind {}: {e}", cfg.addr)))?;
+        let local = udp.local_addr();
+        let dev = Arc::new(Device::new(local, waker));
+        let mut link: Box<dyn Link + Send> = Box::new(udp);
+        if let Some(imp) = cfg.impairment {
+            link = Box::new(ImpairLink::new(link, imp, Arc::clone(&dev.counters)));
+        }
+        if let Some(path) = &cfg.pcap {
+            let f = File::create(path)
+                .map_err(|e| VerbsError::Io(format!("cannot create {}: {e}", path.display())))?;
+            link = Box::new(capture::CaptureLink::new(link, BufWriter::new(f))?);
+        }
+        link.register(poll.registry(), engine::SOCKET)?;
+        let engine = engine::Engine::new(Arc::clone(&dev), poll, link);
+        let handle = std::thread::Builder::new()
+            .name(format!("softroce-{local}"))
+            .spawn(move || engine.run())?;
+        Ok(Context {
+            dev,
+            engine: Some(handle),
+        })
+    }
+}

@@ -1,0 +1,54 @@
+//! Out-of-band connection exchanges of the standard RDMA test programs, over TCP: what
+//! ibv_*_pingpong (rdma-core libibverbs/examples/pingpong.c, rc_pingpong.c) send each other
+//! before the RDMA traffic, so that softroce's tools interoperate with them.
+//! Formats and sequences: spec-notes/oob.md.
+
+pub mod pingpong;
+
+use std::fmt;
+use std::io;
+
+/// Why an exchange failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum OobError {
+    /// The TCP connection failed.
+    Io(io::Error),
+    /// The peer closed the connection before the exchange was complete.
+    PeerClosed,
+    /// The peer took too long.
+    Timeout,
+    /// A message did not have the expected form.
+    Malformed {
+        /// Which message.
+        what: &'static str,
+        /// What was wrong.
+        detail: String,
+    },
+    /// The local side failed to use the peer's parameters (e.g. to move its QP to RTR).
+    Local(String),
+}
+
+impl fmt::Display for OobError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OobError::Io(e) => write!(f, "{e}"),
+            OobError::PeerClosed => f.write_str("the peer closed the connection"),
+            OobError::Timeout => f.write_str("the peer did not answer in time"),
+            OobError::Malformed { what, detail } => write!(f, "malformed {what}: {detail}"),
+            OobError::Local(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for OobError {}
+
+impl From<io::Error> for OobError {
+    fn from(e: io::Error) -> Self {
+        match e.kind() {
+            io::ErrorKind::UnexpectedEof => OobError::PeerClosed,
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => OobError::Timeout,
+            _ => OobError::Io(e),
+        }
+    }
+}

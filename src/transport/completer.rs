@@ -1,0 +1,319 @@
+//! The completer: matches ACKs, NAKs and READ/atomic responses to send WQEs, completes them in
+//! posting order, and decides on retransmission (rxe_comp.c).
+//!
+//! Rules (spec-notes/rc-transport.md):
+//! - An ACK for PSN n acknowledges every request up to n (coalesced ACKs, IBTA 9.7.5.1.1);
+//!   stale and duplicate ACKs change nothing.
+//! - A READ response or atomic ACK implicitly acknowledges the SEND/WRITE requests before it.
+//! - A response or ACK beyond an outstanding READ/atomic whose response has not arrived means
+//!   that response was lost: retry from it.
+//! - NAK "PSN sequence error" with PSN n: everything before n is acknowledged; Go-Back-N from n.
+//! - RNR NAK: wait the encoded RNR time, then resend from the NAKed PSN; `rnr_retry` counts
+//!   these (7 = forever).
+//! - NAK invalid request / remote access / remote operational: the WQE completes with that
+//!   error and the QP moves to ERROR, flushing the rest.
+//! - Retransmission timer 4.096 us x 2^timeout: on expiry Go-Back-N from the oldest
+//!   unacknowledged PSN. `retry_cnt` counts timeouts and sequence-NAK retries without
+//!   progress; progress restores it (rxe treats 7 as unlimited).
+
+use std::time::Duration;
+
+use super::counters::Counters;
+use super::qp::QpCore;
+use super::wqe::SendState;
+use crate::verbs::{QpState, WcStatus, WrOpcode};
+use crate::wire::aeth::rnr_timer_ns;
+use crate::wire::{AckSyndrome, NakCode, OpKind, OpcodeInfo, PacketRepr, Position, Psn};
+
+impl QpCore {
+    /// Progress was made: restart the timer and restore the retry budgets.
+    fn progress(&mut self, now: Duration) {
+        self.req.retry_left = self.attr.retry_cnt;
+        self.req.rnr_retry_left = self.attr.rnr_retry;
+        self.req.timer = None;
+        if self.sq.iter().any(|w| w.state == SendState::InFlight) {
+            self.arm_timer(now);
+        }
+    }
+
+    /// Marks every SEND/WRITE WQE whose last PSN is before or at `psn` as done. Stops at a
+    /// READ/atomic still waiting for its response; if that one lies entirely before `psn`,
+    /// its response was lost and `Some(its first unanswered PSN)` is returned.
+    fn ack_through(&mut self, psn: Psn) -> Option<Psn> {
+        let mtu = self.mtu() as u64;
+        for w in self.sq.iter_mut() {
+            match w.state {
+                SendState::Done(_) => continue,
+                SendState::Posted => break,
+                SendState::InFlight => {}
+            }
+            if psn.is_before(w.last_psn) {
+                break;
+            }
+            if w.opcode.is_read_or_atomic() {
+                // Acknowledged past it without its data: the response was lost.
+                let resume = w.first_psn.add((w.read_done / mtu) as u32);
+                return Some(resume);
+            }
+            w.state = SendState::Done(WcStatus::Success);
+        }
+        None
+    }
+
+    /// Moves the completer's position forward to `psn` (the oldest unacknowledged PSN).
+    fn advance_comp(&mut self, psn: Psn) {
+        if psn.is_after(self.req.comp_psn) {
+            self.req.comp_psn = psn;
+        }
+        // After a rewind the requester may be resending what has meanwhile been acknowledged:
+        // move it up to the first PSN still unacknowledged.
+        if self.req.psn.is_before(self.req.comp_psn) {
+            let at = self.req.comp_psn;
+            self.rewind_to(at);
+        }
+    }
+
+    /// Starts a Go-Back-N retry at `psn`, charging the retry budget. Returns false (and fails
+    /// the oldest WQE) when the budget is exhausted.
+    fn retry_from(&mut self, psn: Psn) -> bool {
+        if self.req.retry_left == 0 {
+            Counters::inc(&self.counters.retry_exceeded_err);
+            self.fail_oldest(WcStatus::RetryExcErr);
+            return false;
+        }
+        if self.req.retry_left != 7 {
+            self.req.retry_left -= 1;
+        }
+        Counters::inc(&self.counters.completer_retry_err);
+        self.rewind_to(psn);
+        true
+    }
+
+    /// Completes the oldest outstanding WQE with `status` and moves the QP to ERROR.
+    fn fail_oldest(&mut self, status: WcStatus) {
+        if let Some(w) = self
+            .sq
+            .iter_mut()
+            .find(|w| !matches!(w.state, SendState::Done(_)))
+        {
+            w.state = SendState::Done(status);
+        }
+        self.enter_error();
+    }
+
+    /// Handles a response packet (ACK, READ response, ATOMIC ACK).
+    pub(super) fn completer_handle(&mut self, now: Duration, pkt: &PacketRepr, info: &OpcodeInfo) {
+        if !matches!(self.attr.qp_state, QpState::Rts | QpState::Sqd) {
+            return;
+        }
+        let psn = Psn::new(pkt.bth.psn);
+        // A response for a PSN never sent is bogus (or very stale): ignore it.
+        if !psn.is_before(self.req.high_psn) {
+            return;
+        }
+        match info.kind {
+            OpKind::Ack => self.on_ack(now, pkt, psn),
+            OpKind::ReadResponse => self.on_read_response(now, pkt, info, psn),
+            OpKind::AtomicAck => self.on_atomic_ack(now, pkt, psn),
+            _ => {}
+        }
+    }
+
+    fn on_ack(&mut self, now: Duration, pkt: &PacketRepr, psn: Psn) {
+        let Some(aeth) = pkt.ext.aeth else { return };
+        match aeth.kind() {
+            AckSyndrome::Ack { .. } => {
+                if psn.is_before(self.req.comp_psn) {
+                    return; // stale or duplicate
+                }
+                let lost = self.ack_through(psn);
+                match lost {
+                    Some(resume) => {
+                        self.advance_comp(resume);
+                        self.progress(now);
+                        self.retry_from(resume);
+                    }
+                    None => {
+                        self.advance_comp(psn.next());
+                        self.progress(now);
+                    }
+                }
+            }
+            AckSyndrome::RnrNak { timer } => {
+                Counters::inc(&self.counters.rcvd_rnr_err);
+                // Everything before the NAKed PSN is acknowledged.
+                if psn.is_after(self.req.comp_psn) {
+                    if let Some(resume) = self.ack_through(psn.sub(1)) {
+                        self.advance_comp(resume);
+                        self.retry_from(resume);
+                        return;
+                    }
+                    self.advance_comp(psn);
+                }
+                if self.req.rnr_retry_left == 0 {
+                    Counters::inc(&self.counters.retry_rnr_exceeded_err);
+                    self.fail_oldest(WcStatus::RnrRetryExcErr);
+                    return;
+                }
+                if self.req.rnr_retry_left != 7 {
+                    self.req.rnr_retry_left -= 1;
+                }
+                self.rewind_to(psn);
+                self.req.rnr_psn = psn;
+                self.req.rnr_until = Some(now + Duration::from_nanos(rnr_timer_ns(timer)));
+                self.req.timer = None;
+            }
+            AckSyndrome::Nak(code) => {
+                Counters::inc(&self.counters.rcvd_nak);
+                if psn.is_before(self.req.comp_psn) {
+                    return; // stale
+                }
+                // Everything before the NAKed PSN is acknowledged.
+                if psn.is_after(self.req.comp_psn) {
+                    if let Some(resume) = self.ack_through(psn.sub(1)) {
+                        self.advance_comp(resume);
+                        self.retry_from(resume);
+                        return;
+                    }
+                    self.advance_comp(psn);
+                }
+                let status = match code {
+                    NakCode::PsnSequenceError => {
+                        Counters::inc(&self.counters.rcvd_seq_err);
+                        // While waiting out an RNR NAK the requester resends from that PSN
+                        // anyway; a sequence NAK for it must not cut the wait short.
+                        if self.req.rnr_until.is_some() && psn == self.req.rnr_psn {
+                            return;
+                        }
+                        self.retry_from(psn);
+                        self.req.timer = None;
+                        self.arm_timer(now);
+                        return;
+                    }
+                    NakCode::InvalidRequest => WcStatus::RemInvReqErr,
+                    NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+                    NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+                    NakCode::InvalidRdRequest | NakCode::Reserved(_) => WcStatus::BadRespErr,
+                };
+                self.fail_oldest(status);
+            }
+            AckSyndrome::Reserved(_) => {}
+        }
+    }
+
+    /// The oldest WQE not yet done, if it is a READ/atomic in flight: its index.
+    fn oldest_pending_response(&mut self, psn: Psn) -> Option<usize> {
+        // Requests before the response's PSN are implicitly acknowledged.
+        if let Some(resume) = self.ack_through(psn.sub(1)) {
+            if resume != psn {
+                // An earlier READ/atomic never got its response: retry it.
+                self.advance_comp(resume);
+                self.retry_from(resume);
+                return None;
+            }
+        }
+        let idx = self
+            .sq
+            .iter()
+            .position(|w| !matches!(w.state, SendState::Done(_)))?;
+        let w = &self.sq[idx];
+        if w.state != SendState::InFlight || !w.opcode.is_read_or_atomic() {
+            return None;
+        }
+        Some(idx)
+    }
+
+    fn on_read_response(&mut self, now: Duration, pkt: &PacketRepr, info: &OpcodeInfo, psn: Psn) {
+        if psn.is_before(self.req.comp_psn) {
+            return; // duplicate response
+        }
+        let Some(idx) = self.oldest_pending_response(psn) else {
+            return;
+        };
+        let mtu = self.mtu() as u64;
+        let w = &self.sq[idx];
+        if !matches!(w.opcode, WrOpcode::RdmaRead { .. }) {
+            Counters::inc(&self.counters.rcvd_nak);
+            return self.fail_oldest(WcStatus::BadRespErr);
+        }
+        let expected = w.first_psn.add((w.read_done / mtu) as u32);
+        if psn != expected {
+            if psn.is_after(expected) {
+                // Earlier response packets were lost.
+                self.advance_comp(expected);
+                self.retry_from(expected);
+            }
+            return;
+        }
+        let n = pkt.payload.len() as u64;
+        let remaining = w.length - w.read_done;
+        let size_ok = match info.position {
+            Position::First | Position::Middle => n == mtu && n < remaining,
+            Position::Last | Position::Only => n == remaining,
+        };
+        // The response to the latest READ request (the original or a retry for the tail)
+        // starts with FIRST or ONLY at that request's PSN (rxe_comp.c check_ack).
+        let first_ok = (psn == w.read_req_psn) == info.position.starts_message();
+        if !size_ok || !first_ok {
+            return self.fail_oldest(WcStatus::BadRespErr);
+        }
+        let w = &mut self.sq[idx];
+        w.data.write(w.read_done, pkt.payload);
+        w.read_done += n;
+        if info.position.ends_message() {
+            w.state = SendState::Done(WcStatus::Success);
+        }
+        self.advance_comp(psn.next());
+        self.progress(now);
+    }
+
+    fn on_atomic_ack(&mut self, now: Duration, pkt: &PacketRepr, psn: Psn) {
+        if psn.is_before(self.req.comp_psn) {
+            return; // duplicate
+        }
+        let Some(idx) = self.oldest_pending_response(psn) else {
+            return;
+        };
+        let w = &mut self.sq[idx];
+        if !w.opcode.is_atomic() || w.first_psn != psn {
+            if psn.is_after(w.first_psn) {
+                let resume = w.first_psn;
+                self.retry_from(resume);
+            }
+            return;
+        }
+        let Some(ack) = pkt.ext.atomic_ack else {
+            return;
+        };
+        w.data.write(0, &ack.orig.to_ne_bytes());
+        w.state = SendState::Done(WcStatus::Success);
+        self.advance_comp(psn.next());
+        self.progress(now);
+    }
+
+    /// Timer expiries: the end of an RNR wait, or a retransmission timeout.
+    pub(super) fn completer_timeout(&mut self, now: Duration) {
+        if let Some(t) = self.req.rnr_until {
+            if now >= t {
+                self.req.rnr_until = None;
+                self.arm_timer(now);
+            }
+        }
+        if let Some(t) = self.req.timer {
+            if now >= t {
+                self.req.timer = None;
+                if !matches!(self.attr.qp_state, QpState::Rts | QpState::Sqd) {
+                    return;
+                }
+                if !self.sq.iter().any(|w| w.state == SendState::InFlight) {
+                    return;
+                }
+                Counters::inc(&self.counters.timeouts);
+                let from = self.req.comp_psn;
+                if self.retry_from(from) {
+                    self.arm_timer(now);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! Per-device counters, named as Linux rxe names its hardware counters
+//! (`/sys/class/infiniband/rxe0/ports/1/hw_counters/*`, rxe_hw_counters.c), plus softroce's own
+//! for what rxe does not count. Relaxed atomics: they are statistics, read while the engine runs.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+macro_rules! counters {
+    ($($(#[$m:meta])* $name:ident,)*) => {
+        /// Device counters.
+        #[derive(Debug, Default)]
+        pub struct Counters {
+            $($(#[$m])* pub $name: AtomicU64,)*
+        }
+
+        impl Counters {
+            /// Every counter with its name, in declaration order.
+            pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($name), self.$name.load(Ordering::Relaxed)),)*]
+            }
+        }
+    };
+}
+
+counters! {
+    /// Packets sent.
+    sent_pkts,
+    /// Packets received (valid ICRC, addressed to a known QP).
+    rcvd_pkts,
+    /// Requests received with a PSN already seen (re-ACKed or replayed).
+    duplicate_request,
+    /// Requests received ahead of the expected PSN.
+    out_of_seq_request,
+    /// RNR NAKs received by the requester.
+    rcvd_rnr_err,
+    /// RNR NAKs sent by the responder.
+    send_rnr_err,
+    /// PSN sequence error NAKs received by the requester.
+    rcvd_seq_err,
+    /// ACKs the responder coalesced into a later one.
+    ack_deferred,
+    /// Send WRs completed with "transport retry counter exceeded".
+    retry_exceeded_err,
+    /// Send WRs completed with "RNR retry counter exceeded".
+    retry_rnr_exceeded_err,
+    /// Retransmissions started by the completer (timeout or NAK).
+    completer_retry_err,
+    /// Packets the socket refused to send.
+    send_err,
+    /// SEND messages sent.
+    rdma_sends,
+    /// SEND messages received.
+    rdma_recvs,
+    /// Packets dropped because their ICRC did not verify.
+    icrc_err,
+    /// Packets dropped because their headers did not parse.
+    malformed_pkts,
+    /// Packets dropped because no QP had their destination QP number, or it was not connected
+    /// to the sender.
+    unknown_qp_pkts,
+    /// Packets retransmitted.
+    retransmit_pkts,
+    /// NAKs sent (all codes).
+    send_nak,
+    /// NAKs received (all codes but RNR).
+    rcvd_nak,
+    /// Retransmission timer expiries.
+    timeouts,
+    /// Packets the impairment layer dropped (or could not hold).
+    injected_drop,
+    /// Packets the impairment layer duplicated.
+    injected_dup,
+    /// Packets the impairment layer reordered.
+    injected_reorder,
+    /// Packets the impairment layer corrupted.
+    injected_corrupt,
+    /// Packets the impairment layer delayed.
+    injected_delay,
+}
+
+impl Counters {
+    /// Adds one to a counter.
+    #[inline]
+    pub fn inc(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Reads a counter by name.
+    pub fn get(&self, name: &str) -> Option<u64> {
+        self.snapshot()
+            .into_iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v)
+    }
+}

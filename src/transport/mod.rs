@@ -1,0 +1,24 @@
+//! The Reliable Connected transport core, without I/O and without a clock (in the manner of
+//! quinn-proto): packets, verbs calls and the time go in; packets, completions and the next
+//! deadline come out. The driver (sockets, threads, timers) wraps it; tests drive it with
+//! virtual time.
+//!
+//! Split as Linux rxe splits it: [`requester`](self) (WQE -> request packets), responder
+//! (request packets -> memory, ACKs, READ/atomic responses) and completer (responses ->
+//! completions, retransmission decisions), all operating on one [`QpCore`] per QP.
+
+mod completer;
+pub mod counters;
+pub mod mr;
+pub mod qp;
+mod requester;
+mod responder;
+pub mod wqe;
+
+#[cfg(test)]
+mod tests;
+
+pub use counters::Counters;
+pub use mr::{Mr, MrFault, MrTable};
+pub use qp::{CqSide, QpConfig, QpCore, Transmit, MAX_PACKET};
+pub use requester::{ACKREQ_EVERY, MAX_UNACKED_PSNS};

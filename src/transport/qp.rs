@@ -1,0 +1,520 @@
+//! One Reliable Connected queue pair as a state machine without I/O and without a clock.
+//!
+//! Inputs: verbs calls (`modify`, `post_send`, `post_recv`), received packets
+//! (`handle_packet`) and the time (`handle_timeout(now)`). Outputs: packets to send
+//! (`poll_transmit`), work completions (`poll_completion`) and the next deadline
+//! (`poll_timeout`). The driver calls them; tests call them with virtual time. Time is a
+//! `Duration` since an arbitrary origin chosen by the caller.
+//!
+//! The work is split as in Linux rxe: the requester turns send WQEs into request packets
+//! (`requester.rs`), the responder executes incoming requests and produces ACKs and READ or
+//! atomic responses (`responder.rs`), and the completer matches responses to WQEs, generates
+//! completions and decides on retransmission (`completer.rs`).
+
+use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::counters::Counters;
+use super::mr::MrTable;
+use super::requester::ReqState;
+use super::responder::RespState;
+use super::wqe::{LocalData, RecvWqe, SendState, SendWqe};
+use crate::verbs::qp_attr::{apply_modify, check_modify, DeviceLimits};
+use crate::verbs::{
+    AccessFlags, QpAttr, QpAttrMask, QpCap, QpState, QpType, QueueKind, RecvWr, SendFlags, SendWr,
+    SgeFault, VerbsError, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+};
+use crate::wire::{icrc, ICRC_LEN};
+
+/// Largest message (IBTA: 2^31 bytes).
+pub const MAX_MESSAGE: u64 = 1 << 31;
+
+/// Static configuration of a QP, fixed at creation.
+#[derive(Debug, Clone)]
+pub struct QpConfig {
+    /// QP number.
+    pub qpn: u32,
+    /// Protection domain handle.
+    pub pd: u32,
+    /// Capacities.
+    pub cap: QpCap,
+    /// Whether every send WR generates a completion (`sq_sig_all`).
+    pub sq_sig_all: bool,
+    /// The device's address and RoCEv2 UDP port (also the destination port of peers).
+    pub local: SocketAddr,
+}
+
+/// Which completion queue a completion goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CqSide {
+    /// The send CQ.
+    Send,
+    /// The receive CQ.
+    Recv,
+}
+
+/// A packet the QP wants sent: `len` bytes at the start of the caller's buffer (a whole RoCE
+/// UDP payload, ICRC included), from UDP port `src_port` to `dst`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    /// Bytes written.
+    pub len: usize,
+    /// Destination address and UDP port.
+    pub dst: SocketAddr,
+    /// UDP source port.
+    pub src_port: u16,
+}
+
+/// Size a transmit buffer must have: the largest packet (MTU 4096 plus headers).
+pub const MAX_PACKET: usize = 4096 + 64;
+
+/// One RC queue pair.
+#[derive(Debug)]
+pub struct QpCore {
+    pub(super) cfg: QpConfig,
+    pub(super) attr: QpAttr,
+    pub(super) limits: DeviceLimits,
+    pub(super) src_port: u16,
+    pub(super) sq: VecDeque<SendWqe>,
+    pub(super) rq: VecDeque<RecvWqe>,
+    pub(super) completions: VecDeque<(CqSide, WorkCompletion)>,
+    pub(super) req: ReqState,
+    pub(super) resp: RespState,
+    pub(super) counters: Arc<Counters>,
+}
+
+impl QpCore {
+    /// A new QP in the RESET state.
+    pub fn new(cfg: QpConfig, limits: DeviceLimits, counters: Arc<Counters>) -> QpCore {
+        let attr = QpAttr {
+            cap: cfg.cap,
+            port_num: 1,
+            ..QpAttr::default()
+        };
+        QpCore {
+            src_port: rxe_hash_port(cfg.qpn),
+            cfg,
+            attr,
+            limits,
+            sq: VecDeque::new(),
+            rq: VecDeque::new(),
+            completions: VecDeque::new(),
+            req: ReqState::default(),
+            resp: RespState::default(),
+            counters,
+        }
+    }
+
+    /// QP number.
+    pub fn qpn(&self) -> u32 {
+        self.cfg.qpn
+    }
+
+    /// Current state.
+    pub fn state(&self) -> QpState {
+        self.attr.qp_state
+    }
+
+    /// The current attributes (`ibv_query_qp`).
+    pub fn query(&self) -> QpAttr {
+        let mut a = self.attr;
+        a.cap = self.cfg.cap;
+        a.sq_draining = a.qp_state == QpState::Sqd && self.req.next < self.sq.len();
+        a.sq_psn = self.req.psn.value();
+        a.rq_psn = self.resp.psn.value();
+        a
+    }
+
+    /// The UDP source port of outgoing packets.
+    pub fn src_port(&self) -> u16 {
+        self.src_port
+    }
+
+    /// Overrides the UDP source port (when the driver could not bind the one the QP chose).
+    pub fn set_src_port(&mut self, port: u16) {
+        self.src_port = port;
+    }
+
+    /// The peer's address, once the QP has one (RTR and later).
+    pub fn peer(&self) -> Option<SocketAddr> {
+        match self.attr.qp_state {
+            QpState::Reset | QpState::Init => None,
+            _ => Some(SocketAddr::new(
+                self.attr.ah_attr.dgid.to_ip(),
+                self.cfg.local.port(),
+            )),
+        }
+    }
+
+    /// Path MTU in bytes.
+    pub(super) fn mtu(&self) -> u32 {
+        self.attr.path_mtu.bytes()
+    }
+
+    /// `ibv_modify_qp`: validates as the kernel does, then applies.
+    pub fn modify(&mut self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbsError> {
+        let from = self.attr.qp_state;
+        let to = check_modify(QpType::Rc, from, attr, mask, &self.limits)?;
+        apply_modify(&mut self.attr, attr, mask);
+        self.attr.qp_state = to;
+        if mask.contains(QpAttrMask::SQ_PSN) {
+            let psn = crate::wire::Psn::new(attr.sq_psn);
+            self.req.psn = psn;
+            self.req.comp_psn = psn;
+            self.req.high_psn = psn;
+        }
+        if mask.contains(QpAttrMask::RQ_PSN) {
+            self.resp.psn = crate::wire::Psn::new(attr.rq_psn);
+        }
+        if mask.contains(QpAttrMask::RETRY_CNT) {
+            self.req.retry_left = attr.retry_cnt;
+        }
+        if mask.contains(QpAttrMask::RNR_RETRY) {
+            self.req.rnr_retry_left = attr.rnr_retry;
+        }
+        if mask.contains(QpAttrMask::AV) && mask.contains(QpAttrMask::DEST_QPN) {
+            self.src_port = rdma_udp_sport(attr.ah_attr.flow_label, self.cfg.qpn, attr.dest_qp_num);
+        }
+        match to {
+            QpState::Reset if from != QpState::Reset => self.reset(),
+            QpState::Err if from != QpState::Err => self.enter_error(),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Back to RESET: queues emptied without completions, transport state cleared.
+    fn reset(&mut self) {
+        self.sq.clear();
+        self.rq.clear();
+        self.completions.clear();
+        self.req = ReqState::default();
+        self.resp = RespState::default();
+        let cap = self.cfg.cap;
+        self.attr = QpAttr {
+            cap,
+            port_num: 1,
+            ..QpAttr::default()
+        };
+    }
+
+    /// Enters ERROR: every outstanding WR completes with "flushed" (a WR that failed already
+    /// keeps its own status), in posting order.
+    pub(super) fn enter_error(&mut self) {
+        self.attr.qp_state = QpState::Err;
+        for w in self.sq.iter_mut() {
+            if !matches!(w.state, SendState::Done(_)) {
+                w.state = SendState::Done(WcStatus::WrFlushErr);
+            }
+        }
+        self.generate_send_completions();
+        // The receive WQE a SEND was filling is older than those still queued.
+        if let Some(w) = self.resp.flush() {
+            self.push_flush_recv(w.wr_id);
+        }
+        while let Some(r) = self.rq.pop_front() {
+            self.push_flush_recv(r.wr_id);
+        }
+        self.req.timer = None;
+        self.req.rnr_until = None;
+    }
+
+    fn push_flush_recv(&mut self, wr_id: u64) {
+        self.completions.push_back((
+            CqSide::Recv,
+            WorkCompletion {
+                wr_id,
+                status: WcStatus::WrFlushErr,
+                opcode: WcOpcode::Recv,
+                byte_len: 0,
+                imm_data: None,
+                qp_num: self.cfg.qpn,
+                src_qp: 0,
+                solicited: false,
+            },
+        ));
+    }
+
+    /// Completes, in posting order, the send WQEs at the front of the queue that are done.
+    pub(super) fn generate_send_completions(&mut self) {
+        while let Some(SendState::Done(status)) = self.sq.front().map(|w| w.state) {
+            let w = self.sq.pop_front().expect("front exists");
+            self.req.next = self.req.next.saturating_sub(1);
+            if w.opcode.is_read_or_atomic() && w.started {
+                self.req.rd_atomic_outstanding -= 1;
+            }
+            if status == WcStatus::Success && !(w.signaled || self.cfg.sq_sig_all) {
+                continue;
+            }
+            self.completions.push_back((
+                CqSide::Send,
+                WorkCompletion {
+                    wr_id: w.wr_id,
+                    status,
+                    opcode: w.opcode.wc_opcode(),
+                    byte_len: if matches!(w.opcode, WrOpcode::RdmaRead { .. }) {
+                        w.length as u32
+                    } else {
+                        0
+                    },
+                    imm_data: None,
+                    qp_num: self.cfg.qpn,
+                    src_qp: self.attr.dest_qp_num,
+                    solicited: false,
+                },
+            ));
+        }
+    }
+
+    /// `ibv_post_send` for one WR. On error nothing is queued.
+    pub fn post_send(&mut self, wr: &SendWr, mrs: &MrTable) -> Result<(), VerbsError> {
+        let state = self.attr.qp_state;
+        if !matches!(state, QpState::Rts | QpState::Sqd | QpState::Err) {
+            return Err(VerbsError::InvalidState {
+                state,
+                call: "post_send",
+            });
+        }
+        if self.sq.len() >= self.cfg.cap.max_send_wr as usize {
+            return Err(VerbsError::QueueFull {
+                queue: QueueKind::Send,
+                depth: self.cfg.cap.max_send_wr,
+            });
+        }
+        if wr.sg_list.len() > self.cfg.cap.max_send_sge as usize {
+            return Err(VerbsError::TooManySge {
+                given: wr.sg_list.len(),
+                max: self.cfg.cap.max_send_sge,
+            });
+        }
+        let inline = wr.send_flags.contains(SendFlags::INLINE);
+        let (need, length) = match wr.opcode {
+            WrOpcode::RdmaRead { .. } => (AccessFlags::LOCAL_WRITE, None),
+            WrOpcode::AtomicCmpSwap { remote_addr, .. }
+            | WrOpcode::AtomicFetchAdd { remote_addr, .. } => {
+                if remote_addr % 8 != 0 {
+                    return Err(VerbsError::InvalidWr(
+                        "atomic remote address not 8-byte aligned",
+                    ));
+                }
+                (AccessFlags::LOCAL_WRITE, Some(8))
+            }
+            _ => (AccessFlags::EMPTY, None),
+        };
+        if inline && need != AccessFlags::EMPTY {
+            return Err(VerbsError::InvalidWr(
+                "inline applies to SEND and WRITE only",
+            ));
+        }
+        if wr.opcode.is_read_or_atomic() && self.attr.max_rd_atomic == 0 {
+            return Err(VerbsError::InvalidWr(
+                "READ or atomic on a QP whose max_rd_atomic is 0",
+            ));
+        }
+        let data = if inline {
+            let total: u64 = wr.sg_list.iter().map(|s| s.length as u64).sum();
+            if total > self.cfg.cap.max_inline_data as u64 {
+                return Err(VerbsError::InlineTooLarge {
+                    given: total,
+                    max: self.cfg.cap.max_inline_data,
+                });
+            }
+            // Inline data is read from the regions now; the lkeys are still resolved to find
+            // the bytes (softroce has no raw pointers), but no access right is needed.
+            let resolved = LocalData::resolve(wr.sg_list, mrs, self.cfg.pd, AccessFlags::EMPTY)?;
+            let mut v = vec![0u8; total as usize];
+            resolved.read(0, &mut v);
+            LocalData::Inline(v)
+        } else {
+            LocalData::resolve(wr.sg_list, mrs, self.cfg.pd, need)?
+        };
+        let data_len = data.len();
+        if let Some(n) = length {
+            if data_len != n {
+                return Err(VerbsError::BadSge {
+                    index: 0,
+                    fault: SgeFault::AtomicLength,
+                });
+            }
+        }
+        if data_len > MAX_MESSAGE {
+            return Err(VerbsError::MessageTooLong(data_len));
+        }
+        let mut wqe = SendWqe {
+            wr_id: wr.wr_id,
+            opcode: wr.opcode,
+            signaled: wr.send_flags.contains(SendFlags::SIGNALED),
+            fence: wr.send_flags.contains(SendFlags::FENCE),
+            solicited: wr.send_flags.contains(SendFlags::SOLICITED),
+            data,
+            length: data_len,
+            state: SendState::Posted,
+            first_psn: self.req.psn,
+            last_psn: self.req.psn,
+            read_done: 0,
+            read_req_psn: self.req.psn,
+            started: false,
+        };
+        if state == QpState::Err {
+            wqe.state = SendState::Done(WcStatus::WrFlushErr);
+            self.sq.push_back(wqe);
+            self.generate_send_completions();
+            return Ok(());
+        }
+        self.sq.push_back(wqe);
+        Ok(())
+    }
+
+    /// `ibv_post_recv` for one WR. On error nothing is queued.
+    pub fn post_recv(&mut self, wr: &RecvWr, mrs: &MrTable) -> Result<(), VerbsError> {
+        let state = self.attr.qp_state;
+        if state == QpState::Reset {
+            return Err(VerbsError::InvalidState {
+                state,
+                call: "post_recv",
+            });
+        }
+        if self.rq.len() >= self.cfg.cap.max_recv_wr as usize {
+            return Err(VerbsError::QueueFull {
+                queue: QueueKind::Recv,
+                depth: self.cfg.cap.max_recv_wr,
+            });
+        }
+        if wr.sg_list.len() > self.cfg.cap.max_recv_sge as usize {
+            return Err(VerbsError::TooManySge {
+                given: wr.sg_list.len(),
+                max: self.cfg.cap.max_recv_sge,
+            });
+        }
+        let data = LocalData::resolve(wr.sg_list, mrs, self.cfg.pd, AccessFlags::LOCAL_WRITE)?;
+        if state == QpState::Err {
+            self.push_flush_recv(wr.wr_id);
+            return Ok(());
+        }
+        self.rq.push_back(RecvWqe {
+            wr_id: wr.wr_id,
+            data,
+        });
+        Ok(())
+    }
+
+    /// Outstanding send WRs (posted, not yet completed).
+    pub fn send_queue_len(&self) -> usize {
+        self.sq.len()
+    }
+
+    /// Posted receive WRs not yet consumed.
+    pub fn recv_queue_len(&self) -> usize {
+        self.rq.len()
+    }
+
+    /// The next work completion, if any.
+    pub fn poll_completion(&mut self) -> Option<(CqSide, WorkCompletion)> {
+        self.completions.pop_front()
+    }
+
+    /// Handles a received packet (ICRC already verified by the caller, destination QP = this
+    /// QP). Requests go to the responder, responses to the completer.
+    pub fn handle_packet(&mut self, now: Duration, pkt: &crate::wire::PacketRepr, mrs: &MrTable) {
+        Counters::inc(&self.counters.rcvd_pkts);
+        let Some(info) = pkt.info() else { return };
+        if info.is_request() {
+            self.responder_handle(now, pkt, info, mrs);
+        } else if info.is_response() {
+            self.completer_handle(now, pkt, info);
+        }
+        self.generate_send_completions();
+    }
+
+    /// Handles the passage of time: retransmission timer and RNR wait.
+    pub fn handle_timeout(&mut self, now: Duration) {
+        self.completer_timeout(now);
+        self.generate_send_completions();
+    }
+
+    /// The earliest instant at which `handle_timeout` has work to do.
+    pub fn poll_timeout(&self) -> Option<Duration> {
+        match (self.req.timer, self.req.rnr_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Writes the next packet to send into `buf` (at least [`MAX_PACKET`] bytes). Responses
+    /// (ACKs, READ and atomic responses) go before new requests.
+    pub fn poll_transmit(&mut self, now: Duration, buf: &mut [u8]) -> Option<Transmit> {
+        let dst = self.peer()?;
+        let len = match self.responder_poll(buf) {
+            Some(n) => Some(n),
+            None => self.requester_poll(now, buf),
+        }?;
+        self.seal(buf, len, dst);
+        Counters::inc(&self.counters.sent_pkts);
+        Some(Transmit {
+            len,
+            dst,
+            src_port: self.src_port,
+        })
+    }
+
+    /// Fills in the ICRC over the IP and UDP headers the kernel will put in front of the
+    /// datagram (IPv4: identification 0 and DF, as a socket with IP_PMTUDISC_DO sends).
+    fn seal(&self, buf: &mut [u8], len: usize, dst: SocketAddr) {
+        let udp_len = (8 + len) as u16;
+        let mut udp = [0u8; 8];
+        udp[0..2].copy_from_slice(&self.src_port.to_be_bytes());
+        udp[2..4].copy_from_slice(&dst.port().to_be_bytes());
+        udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+        let covered = &buf[..len - ICRC_LEN];
+        let crc = match (self.cfg.local.ip(), dst.ip()) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => icrc::compute(
+                &icrc::ipv4_header_for_socket(s, d, udp_len, true),
+                &udp,
+                covered,
+            ),
+            (IpAddr::V6(s), IpAddr::V6(d)) => {
+                icrc::compute(&icrc::ipv6_header_for_socket(s, d, udp_len), &udp, covered)
+            }
+            // Mixed families cannot be sent; the ICRC stays zero and the peer drops the packet.
+            _ => Ok(0),
+        }
+        .unwrap_or(0);
+        buf[len - ICRC_LEN..len].copy_from_slice(&icrc::to_wire(crc));
+    }
+}
+
+/// rxe's source port at QP creation: `0xC000 | hash_32(qpn, 14)` (rxe_qp.c).
+pub fn rxe_hash_port(qpn: u32) -> u16 {
+    0xC000 | (qpn.wrapping_mul(0x61C8_8647) >> 18) as u16
+}
+
+/// The source port for a connected QP, as `rdma_get_udp_sport` computes it (flow label from
+/// the QPN product when none is given). Both ends of a connection get the same port.
+pub fn rdma_udp_sport(flow_label: u32, lqpn: u32, rqpn: u32) -> u16 {
+    let fl = if flow_label & 0xF_FFFF != 0 {
+        flow_label & 0xF_FFFF
+    } else {
+        let mut v = lqpn as u64 * rqpn as u64;
+        v ^= v >> 20;
+        v ^= v >> 40;
+        (v & 0xF_FFFF) as u32
+    };
+    0xC000 | (((fl & 0x3FFF) ^ ((fl >> 14) & 0x3F)) as u16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_ports_follow_rxe() {
+        // Worked examples in spec-notes/framing.md R4.
+        assert_eq!(rxe_hash_port(0x11), 0xDF94);
+        assert_eq!(rxe_hash_port(0x12), 0xF806);
+        assert_eq!(rdma_udp_sport(0, 0x11, 0x12), 0xC132);
+        assert_eq!(rdma_udp_sport(0, 0x1234, 0x5678), 0xC01A);
+        assert_eq!(rdma_udp_sport(0, 0x12, 0x11), 0xC132, "same at both ends");
+    }
+}

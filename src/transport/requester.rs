@@ -1,0 +1,297 @@
+//! The requester: turns send WQEs into request packets (rxe_req.c).
+//!
+//! Rules (spec-notes/rc-transport.md):
+//! - PSNs are assigned in order, one per packet; a READ request reserves one PSN per response
+//!   packet, `max(1, ceil(len / MTU))` (IBTA 9.7.1).
+//! - FIRST and MIDDLE packets carry exactly one path MTU; LAST carries the rest; a message that
+//!   fits in one packet is ONLY (IBTA 9.7.2).
+//! - AckReq is set on the last packet of every message and, as rxe does, on a packet when more
+//!   than 64 have gone without one, so that long messages are acknowledged as they go.
+//! - At most `MAX_UNACKED_PSNS` PSNs may be outstanding (rxe's RXE_MAX_UNACKED_PSNS), at most
+//!   `max_rd_atomic` READ/atomic requests, and a FENCEd WR waits until every earlier READ and
+//!   atomic has completed (IBTA 10.8.3.3).
+//! - Go-Back-N: after a NAK or timeout the requester rewinds to the oldest unacknowledged PSN,
+//!   which may lie in the middle of a message; a READ resumes with a new request for the bytes
+//!   not yet received (IBTA 9.7.4.1.x; rxe_comp.c/rxe_req.c req_retry).
+
+use std::time::Duration;
+
+use super::counters::Counters;
+use super::qp::QpCore;
+use super::wqe::SendState;
+use crate::verbs::{QpState, WrOpcode};
+use crate::wire::packet::finish_payload;
+use crate::wire::psn::packets_for;
+use crate::wire::{
+    AtomicEthRepr, BthRepr, ExtHeaders, ImmDtRepr, Opcode, PacketRepr, Psn, RethRepr,
+};
+
+/// Most PSNs the requester lets be unacknowledged (rxe_param.h RXE_MAX_UNACKED_PSNS).
+pub const MAX_UNACKED_PSNS: u32 = 128;
+/// Packets after which AckReq is forced within a long message (rxe: `noack_pkts++ > 64`).
+pub const ACKREQ_EVERY: u32 = 64;
+
+/// Requester and completer progress.
+#[derive(Debug, Default)]
+pub struct ReqState {
+    /// Next PSN to send.
+    pub psn: Psn,
+    /// Index in the send queue of the WQE being (or next to be) sent.
+    pub next: usize,
+    /// Bytes of that WQE already sent (for a READ: bytes already requested).
+    pub offset: u64,
+    /// Packets sent since the last one with AckReq.
+    pub noack_pkts: u32,
+    /// READ/atomic WQEs started and not completed.
+    pub rd_atomic_outstanding: u32,
+    /// Oldest PSN not yet acknowledged (the completer's position).
+    pub comp_psn: Psn,
+    /// The first PSN never sent: a packet with an earlier PSN is a retransmission.
+    pub high_psn: Psn,
+    /// Retransmission deadline.
+    pub timer: Option<Duration>,
+    /// While set, the requester waits after an RNR NAK.
+    pub rnr_until: Option<Duration>,
+    /// PSN to resume from when the RNR wait ends.
+    pub rnr_psn: Psn,
+    /// Transport retries left (7 = unlimited, as rxe treats it).
+    pub retry_left: u8,
+    /// RNR retries left (7 = unlimited, IBTA).
+    pub rnr_retry_left: u8,
+}
+
+impl QpCore {
+    /// The retransmission timeout: 4.096 us x 2^timeout; `None` for timeout 0 (infinite).
+    pub(super) fn retransmit_timeout(&self) -> Option<Duration> {
+        match self.attr.timeout {
+            0 => None,
+            t => Some(Duration::from_nanos(4096u64 << t.min(31))),
+        }
+    }
+
+    /// Arms the retransmission timer if it is not running.
+    pub(super) fn arm_timer(&mut self, now: Duration) {
+        if self.req.timer.is_none() {
+            self.req.timer = self.retransmit_timeout().map(|t| now + t);
+        }
+    }
+
+    /// Writes the next request packet, if the WQE at `req.next` may go now.
+    pub(super) fn requester_poll(&mut self, now: Duration, buf: &mut [u8]) -> Option<usize> {
+        if !matches!(self.attr.qp_state, QpState::Rts | QpState::Sqd) {
+            return None;
+        }
+        if self.req.rnr_until.is_some() {
+            return None;
+        }
+        let idx = self.req.next;
+        let wqe = self.sq.get(idx)?;
+        let starting = self.req.offset == 0 && wqe.state == SendState::Posted;
+        // SQD: finish the WQE in progress, start no new one.
+        if self.attr.qp_state == QpState::Sqd && starting {
+            return None;
+        }
+        if self.req.psn.diff(self.req.comp_psn) >= MAX_UNACKED_PSNS as i32 {
+            return None;
+        }
+        if starting {
+            if wqe.fence && self.req.rd_atomic_outstanding > 0 {
+                return None;
+            }
+            if wqe.opcode.is_read_or_atomic()
+                && self.req.rd_atomic_outstanding >= self.attr.max_rd_atomic as u32
+            {
+                return None;
+            }
+        }
+        let mtu = self.mtu() as u64;
+        let dqpn = self.attr.dest_qp_num;
+        let psn = self.req.psn;
+        let offset = self.req.offset;
+        let wqe = &mut self.sq[idx];
+        if wqe.state == SendState::Posted {
+            wqe.state = SendState::InFlight;
+            wqe.first_psn = psn;
+            // Every kind uses max(1, ceil(len / MTU)) PSNs (atomics: 8 bytes, one PSN), so the
+            // last one is known now; an ACK short of it cannot complete the WQE.
+            wqe.last_psn = psn.add(packets_for(wqe.length, mtu as u32) as u32 - 1);
+            wqe.started = true;
+            if wqe.opcode.is_read_or_atomic() {
+                self.req.rd_atomic_outstanding += 1;
+            }
+        }
+        let mut bth = BthRepr {
+            dest_qp: dqpn,
+            psn: psn.value(),
+            ..BthRepr::default()
+        };
+        let mut ext = ExtHeaders::default();
+        let (payload_len, psns, done) = match wqe.opcode {
+            WrOpcode::RdmaRead { remote_addr, rkey } => {
+                let len = wqe.length - offset;
+                wqe.read_req_psn = psn;
+                bth.opcode = Opcode::RC_RDMA_READ_REQUEST;
+                ext.reth = Some(RethRepr {
+                    va: remote_addr.wrapping_add(offset),
+                    rkey,
+                    len: len as u32,
+                });
+                (0usize, packets_for(len, mtu as u32) as u32, true)
+            }
+            WrOpcode::AtomicCmpSwap {
+                remote_addr,
+                rkey,
+                compare,
+                swap,
+            } => {
+                bth.opcode = Opcode::RC_COMPARE_SWAP;
+                ext.atomic = Some(AtomicEthRepr {
+                    va: remote_addr,
+                    rkey,
+                    swap_add: swap,
+                    compare,
+                });
+                (0, 1, true)
+            }
+            WrOpcode::AtomicFetchAdd {
+                remote_addr,
+                rkey,
+                add,
+            } => {
+                bth.opcode = Opcode::RC_FETCH_ADD;
+                ext.atomic = Some(AtomicEthRepr {
+                    va: remote_addr,
+                    rkey,
+                    swap_add: add,
+                    compare: 0,
+                });
+                (0, 1, true)
+            }
+            op => {
+                let remaining = wqe.length - offset;
+                let pay = remaining.min(mtu);
+                let first = offset == 0;
+                let last = pay == remaining;
+                let (write, imm) = match op {
+                    WrOpcode::Send => (None, None),
+                    WrOpcode::SendWithImm { imm } => (None, Some(imm)),
+                    WrOpcode::RdmaWrite { remote_addr, rkey } => (Some((remote_addr, rkey)), None),
+                    WrOpcode::RdmaWriteWithImm {
+                        remote_addr,
+                        rkey,
+                        imm,
+                    } => (Some((remote_addr, rkey)), Some(imm)),
+                    _ => unreachable!("READ and atomics handled above"),
+                };
+                bth.opcode = data_opcode(write.is_some(), first, last, imm.is_some());
+                if let (Some((va, rkey)), true) = (write, first) {
+                    ext.reth = Some(RethRepr {
+                        va,
+                        rkey,
+                        len: wqe.length as u32,
+                    });
+                }
+                if last {
+                    ext.imm = imm.map(|imm| ImmDtRepr { imm });
+                    bth.solicited = wqe.solicited;
+                }
+                (pay as usize, 1, last)
+            }
+        };
+        bth.ack_req = done || self.req.noack_pkts >= ACKREQ_EVERY;
+        let repr = PacketRepr {
+            bth,
+            ext,
+            payload: &[],
+        };
+        let at = repr.emit_headers(buf, payload_len).ok()?;
+        let wqe = &self.sq[idx];
+        wqe.data.read(offset, &mut buf[at..at + payload_len]);
+        let len = finish_payload(buf, at, payload_len);
+        // Advance.
+        if bth.ack_req {
+            self.req.noack_pkts = 0;
+        } else {
+            self.req.noack_pkts += 1;
+        }
+        let is_send = matches!(wqe.opcode, WrOpcode::Send | WrOpcode::SendWithImm { .. });
+        if psn.is_before(self.req.high_psn) {
+            Counters::inc(&self.counters.retransmit_pkts);
+        }
+        self.req.psn = psn.add(psns);
+        if self.req.psn.is_after(self.req.high_psn) {
+            self.req.high_psn = self.req.psn;
+        }
+        if done {
+            if is_send {
+                Counters::inc(&self.counters.rdma_sends);
+            }
+            self.req.next += 1;
+            self.req.offset = 0;
+        } else {
+            self.req.offset += payload_len as u64;
+        }
+        self.arm_timer(now);
+        Some(len)
+    }
+
+    /// Go-Back-N: resume sending at `psn`, which must lie within an outstanding WQE (else the
+    /// requester resumes with the first WQE not fully sent).
+    pub(super) fn rewind_to(&mut self, psn: Psn) {
+        let mtu = self.mtu() as u64;
+        for (i, w) in self.sq.iter().enumerate() {
+            if w.state != SendState::InFlight {
+                continue;
+            }
+            if psn.is_before(w.first_psn) || psn.is_after(w.last_psn) {
+                continue;
+            }
+            let (offset, at) = match w.opcode {
+                // A READ resumes after the bytes already received, with a new request.
+                WrOpcode::RdmaRead { .. } => {
+                    let done = w.read_done;
+                    (done, w.first_psn.add((done / mtu) as u32))
+                }
+                op if op.is_atomic() => (0, w.first_psn),
+                _ => {
+                    let pkts = psn.distance_from(w.first_psn) as u64;
+                    (pkts * mtu, psn)
+                }
+            };
+            self.req.next = i;
+            self.req.offset = offset;
+            self.req.psn = at;
+            self.req.noack_pkts = 0;
+            return;
+        }
+        // No WQE in flight contains the PSN: everything before it is acknowledged, so the
+        // requester continues at the first WQE not yet started, with that PSN.
+        let i = self
+            .sq
+            .iter()
+            .position(|w| w.state == SendState::Posted)
+            .unwrap_or(self.sq.len());
+        self.req.next = i;
+        self.req.offset = 0;
+        self.req.psn = psn;
+        self.req.noack_pkts = 0;
+    }
+}
+
+/// Opcode of a SEND or WRITE packet.
+fn data_opcode(write: bool, first: bool, last: bool, imm: bool) -> Opcode {
+    match (write, first, last, imm) {
+        (false, true, true, false) => Opcode::RC_SEND_ONLY,
+        (false, true, true, true) => Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
+        (false, true, false, _) => Opcode::RC_SEND_FIRST,
+        (false, false, false, _) => Opcode::RC_SEND_MIDDLE,
+        (false, false, true, false) => Opcode::RC_SEND_LAST,
+        (false, false, true, true) => Opcode::RC_SEND_LAST_WITH_IMMEDIATE,
+        (true, true, true, false) => Opcode::RC_RDMA_WRITE_ONLY,
+        (true, true, true, true) => Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+        (true, true, false, _) => Opcode::RC_RDMA_WRITE_FIRST,
+        (true, false, false, _) => Opcode::RC_RDMA_WRITE_MIDDLE,
+        (true, false, true, false) => Opcode::RC_RDMA_WRITE_LAST,
+        (true, false, true, true) => Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+    }
+}

@@ -1,0 +1,176 @@
+//! Work queue entries as the transport keeps them: the posted work request with its
+//! scatter/gather list resolved to memory regions, plus the transport's progress on it.
+
+use std::sync::Arc;
+
+use super::mr::{Mr, MrTable};
+use crate::verbs::{AccessFlags, Sge, SgeFault, VerbsError, WcStatus, WrOpcode};
+use crate::wire::Psn;
+
+/// A scatter/gather element resolved at post time: its region and the offset into it.
+#[derive(Debug, Clone)]
+pub struct ResolvedSge {
+    /// The region (kept alive while the WR is outstanding).
+    pub mr: Arc<Mr>,
+    /// Offset of the first byte in the region's storage.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u32,
+}
+
+/// Where a WR's local data lives.
+#[derive(Debug, Clone)]
+pub enum LocalData {
+    /// Scatter/gather list.
+    Sges(Vec<ResolvedSge>),
+    /// Data copied at post time (IBV_SEND_INLINE).
+    Inline(Vec<u8>),
+}
+
+impl LocalData {
+    /// Resolves an SGE list against the table, checking keys, PD, bounds and rights.
+    pub fn resolve(
+        sges: &[Sge],
+        mrs: &MrTable,
+        pd: u32,
+        need: AccessFlags,
+    ) -> Result<LocalData, VerbsError> {
+        let mut out = Vec::with_capacity(sges.len());
+        for (index, sge) in sges.iter().enumerate() {
+            if sge.length == 0 {
+                continue; // a zero-length SGE contributes nothing and is not checked (as rxe)
+            }
+            let bad = |fault| VerbsError::BadSge { index, fault };
+            let mr = mrs.by_lkey(sge.lkey).ok_or(bad(SgeFault::UnknownLkey))?;
+            if mr.pd != pd {
+                return Err(bad(SgeFault::UnknownLkey));
+            }
+            let offset = mr
+                .check(sge.addr, sge.length as u64, need)
+                .map_err(|f| match f {
+                    super::mr::MrFault::AccessDenied => bad(SgeFault::AccessDenied),
+                    _ => bad(SgeFault::OutOfRange),
+                })?;
+            out.push(ResolvedSge {
+                mr: Arc::clone(mr),
+                offset,
+                len: sge.length,
+            });
+        }
+        Ok(LocalData::Sges(out))
+    }
+
+    /// Total length in bytes.
+    pub fn len(&self) -> u64 {
+        match self {
+            LocalData::Sges(s) => s.iter().map(|s| s.len as u64).sum(),
+            LocalData::Inline(v) => v.len() as u64,
+        }
+    }
+
+    /// Whether there is no data.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copies message bytes `at .. at + dst.len()` into `dst` (gather).
+    pub fn read(&self, mut at: u64, dst: &mut [u8]) {
+        match self {
+            LocalData::Inline(v) => {
+                let start = at as usize;
+                dst.copy_from_slice(&v[start..start + dst.len()]);
+            }
+            LocalData::Sges(sges) => {
+                let mut done = 0;
+                for s in sges {
+                    if done == dst.len() {
+                        break;
+                    }
+                    if at >= s.len as u64 {
+                        at -= s.len as u64;
+                        continue;
+                    }
+                    let n = ((s.len as u64 - at) as usize).min(dst.len() - done);
+                    // Bounds were checked at post time; the storage cannot shrink.
+                    let _ = s.mr.storage.read(s.offset + at, &mut dst[done..done + n]);
+                    done += n;
+                    at = 0;
+                }
+            }
+        }
+    }
+
+    /// Copies `src` into message bytes `at .. at + src.len()` (scatter). The caller has checked
+    /// that the range fits (`at + src.len() <= self.len()`).
+    pub fn write(&self, mut at: u64, src: &[u8]) {
+        if let LocalData::Sges(sges) = self {
+            let mut done = 0;
+            for s in sges {
+                if done == src.len() {
+                    break;
+                }
+                if at >= s.len as u64 {
+                    at -= s.len as u64;
+                    continue;
+                }
+                let n = ((s.len as u64 - at) as usize).min(src.len() - done);
+                let _ = s.mr.storage.write(s.offset + at, &src[done..done + n]);
+                done += n;
+                at = 0;
+            }
+        }
+    }
+}
+
+/// Where a send WQE stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendState {
+    /// Not yet started by the requester.
+    Posted,
+    /// Some or all of its packets have been sent; awaiting acknowledgement or response.
+    InFlight,
+    /// Finished (its completion is generated when it reaches the front of the queue).
+    Done(WcStatus),
+}
+
+/// A send WQE.
+#[derive(Debug, Clone)]
+pub struct SendWqe {
+    /// The WR's id.
+    pub wr_id: u64,
+    /// The operation.
+    pub opcode: WrOpcode,
+    /// Whether a successful completion is reported.
+    pub signaled: bool,
+    /// FENCE flag.
+    pub fence: bool,
+    /// SOLICITED flag.
+    pub solicited: bool,
+    /// Local data (source for SEND/WRITE, target for READ and atomics).
+    pub data: LocalData,
+    /// Message length (for READ: bytes to read; for atomics: 8).
+    pub length: u64,
+    /// Transport progress.
+    pub state: SendState,
+    /// PSN of the first packet (valid once started).
+    pub first_psn: Psn,
+    /// PSN of the last packet (valid once started; a READ reserves one per response packet).
+    pub last_psn: Psn,
+    /// READ: bytes of response data received so far.
+    pub read_done: u64,
+    /// READ: PSN of the latest request sent for it. A retried READ asks only for the bytes not
+    /// yet received, and its response starts again with FIRST or ONLY at this PSN.
+    pub read_req_psn: Psn,
+    /// Whether the requester has sent its first packet (READ and atomics count towards
+    /// `max_rd_atomic` from then until they complete).
+    pub started: bool,
+}
+
+/// A receive WQE.
+#[derive(Debug, Clone)]
+pub struct RecvWqe {
+    /// The WR's id.
+    pub wr_id: u64,
+    /// Where incoming SEND data goes.
+    pub data: LocalData,
+}

@@ -1,0 +1,42 @@
+//! The verbs API: the objects and calls of libibverbs (device context, protection domain,
+//! memory region, completion queue, queue pair), with the same names and semantics, Rust
+//! ownership, and typed errors.
+//!
+//! ```no_run
+//! use softroce::driver::DeviceConfig;
+//! use softroce::verbs::*;
+//!
+//! # fn main() -> Result<()> {
+//! let ctx = Context::open(&DeviceConfig::new("127.0.0.1:4791".parse().unwrap()))?;
+//! let pd = ctx.alloc_pd()?;
+//! let mr = pd.register_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
+//! let cq = ctx.create_cq(64)?;
+//! let qp = pd.create_qp(&QpInitAttr {
+//!     send_cq: &cq,
+//!     recv_cq: &cq,
+//!     cap: QpCap::default(),
+//!     qp_type: QpType::Rc,
+//!     sq_sig_all: false,
+//! })?;
+//! // modify to INIT, RTR (with the peer's QPN, PSN and GID), RTS; then post work requests:
+//! let sge = [mr.sge(0, 4096)];
+//! # let _ = (qp, sge);
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod cq;
+pub(crate) mod device;
+pub mod error;
+pub mod mr;
+pub mod qp;
+pub mod qp_attr;
+pub mod types;
+
+pub use cq::CompletionQueue;
+pub use device::{Context, ProtectionDomain};
+pub use error::{QueueKind, Result, SgeFault, VerbsError};
+pub use mr::MemoryRegion;
+pub use qp::{PostError, QpInitAttr, QueuePair};
+pub use qp_attr::DeviceLimits;
+pub use types::*;

@@ -1,0 +1,173 @@
+//! Memory regions (`ibv_mr`).
+//!
+//! softroce allocates the memory of a region itself, as an array of atomic words
+//! ([`SharedBytes`]), because the peer writes into it through the network while the
+//! application may be reading it: with a plain `&mut [u8]` that would be a data race, which is
+//! undefined behaviour in Rust. The application reads and writes the region through copying
+//! methods ([`read`](MemoryRegion::read), [`write`](MemoryRegion::write)) and 8-byte atomics;
+//! there is no unsafe escape hatch to a raw slice. The data of a completed operation is
+//! visible once its completion has been polled (the CQ's lock orders it), as with a real HCA.
+
+use std::sync::Arc;
+
+use super::device::Device;
+use super::{AccessFlags, Result, VerbsError};
+use crate::memory::SharedBytes;
+use crate::transport::Mr;
+
+/// A registered memory region. Deregistered when dropped.
+#[derive(Debug)]
+pub struct MemoryRegion {
+    pub(crate) dev: Arc<Device>,
+    pub(crate) mr: Arc<Mr>,
+}
+
+impl MemoryRegion {
+    pub(crate) fn register(
+        dev: &Arc<Device>,
+        pd: u32,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<Self> {
+        if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+            && !access.contains(AccessFlags::LOCAL_WRITE)
+        {
+            // IBTA 10.6.3.1 (and ibv_reg_mr's EINVAL): remote write or atomic access requires
+            // local write.
+            return Err(VerbsError::InvalidAttribute {
+                attr: "access",
+                reason: "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE",
+            });
+        }
+        let storage = Arc::new(SharedBytes::new(len));
+        let iova = storage.addr();
+        let mr = dev
+            .mrs
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .register(pd, storage, iova, access)
+            .ok_or(VerbsError::ExceedsDeviceLimit {
+                what: "memory regions",
+                requested: crate::transport::mr::MAX_MR as u64,
+                limit: crate::transport::mr::MAX_MR as u64 - 1,
+            })?;
+        Ok(MemoryRegion {
+            dev: Arc::clone(dev),
+            mr,
+        })
+    }
+
+    /// Local key, for SGEs.
+    pub fn lkey(&self) -> u32 {
+        self.mr.lkey
+    }
+
+    /// Remote key, for the peer's RDMA operations (0 without remote access).
+    pub fn rkey(&self) -> u32 {
+        self.mr.rkey
+    }
+
+    /// Virtual address of the first byte (what SGEs and the peer's RETH address).
+    pub fn addr(&self) -> u64 {
+        self.mr.iova
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.mr.storage.len()
+    }
+
+    /// Whether the region is empty.
+    pub fn is_empty(&self) -> bool {
+        self.mr.storage.is_empty()
+    }
+
+    /// Access rights.
+    pub fn access(&self) -> AccessFlags {
+        self.mr.access
+    }
+
+    /// An SGE covering `len` bytes at `offset` of this region.
+    pub fn sge(&self, offset: u64, len: u32) -> super::Sge {
+        super::Sge {
+            addr: self.mr.iova + offset,
+            length: len,
+            lkey: self.mr.lkey,
+        }
+    }
+
+    /// Copies `dst.len()` bytes at `offset` out of the region.
+    pub fn read(&self, offset: u64, dst: &mut [u8]) -> Result<()> {
+        self.mr.storage.read(offset, dst).map_err(access_error)
+    }
+
+    /// Copies `src` into the region at `offset`.
+    pub fn write(&self, offset: u64, src: &[u8]) -> Result<()> {
+        self.mr.storage.write(offset, src).map_err(access_error)
+    }
+
+    /// Sets `len` bytes at `offset` to `value`.
+    pub fn fill(&self, offset: u64, len: u64, value: u8) -> Result<()> {
+        self.mr
+            .storage
+            .fill(offset, len, value)
+            .map_err(access_error)
+    }
+
+    /// Copies `len` bytes at `offset` into a new vector.
+    pub fn to_vec(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
+        self.mr.storage.to_vec(offset, len).map_err(access_error)
+    }
+
+    /// Atomically reads the 8-byte word at `offset` (8-byte aligned), host byte order.
+    pub fn load_u64(&self, offset: u64) -> Result<u64> {
+        self.mr.storage.load_u64(offset).map_err(access_error)
+    }
+
+    /// Atomically writes the 8-byte word at `offset` (8-byte aligned), host byte order.
+    pub fn store_u64(&self, offset: u64, value: u64) -> Result<()> {
+        self.mr
+            .storage
+            .store_u64(offset, value)
+            .map_err(access_error)
+    }
+
+    /// `ibv_rereg_mr` with new access rights: the same memory under new keys (the low byte of
+    /// the key changes, so the old keys stop working).
+    pub fn reregister(&mut self, access: AccessFlags) -> Result<()> {
+        let storage = Arc::clone(&self.mr.storage);
+        let mut mrs = self.dev.mrs.write().unwrap_or_else(|e| e.into_inner());
+        mrs.deregister(self.mr.lkey);
+        self.mr = mrs
+            .register(self.mr.pd, storage, self.mr.iova, access)
+            .ok_or(VerbsError::ExceedsDeviceLimit {
+                what: "memory regions",
+                requested: crate::transport::mr::MAX_MR as u64,
+                limit: crate::transport::mr::MAX_MR as u64 - 1,
+            })?;
+        Ok(())
+    }
+}
+
+fn access_error(e: crate::memory::AccessError) -> VerbsError {
+    match e {
+        crate::memory::AccessError::OutOfBounds { .. } => VerbsError::InvalidAttribute {
+            attr: "offset",
+            reason: "outside the memory region",
+        },
+        crate::memory::AccessError::Misaligned { .. } => VerbsError::InvalidAttribute {
+            attr: "offset",
+            reason: "not 8-byte aligned",
+        },
+    }
+}
+
+impl Drop for MemoryRegion {
+    fn drop(&mut self) {
+        self.dev
+            .mrs
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .deregister(self.mr.lkey);
+    }
+}
