@@ -453,11 +453,18 @@ pub fn run(args: &PerfArgs) -> Result<(), CliError> {
         bandwidth(args.op, is_client, &params, &conns, &cq, depth, io_timeout)?
     };
 
-    // End: the client reports it is done; the server verifies what landed in its memory.
+    // End: the client reports it is done, with its measurements (as perftest's report
+    // exchange: the passive side of WRITE, READ and atomics measures nothing itself); the
+    // server verifies what landed in its memory.
+    let mut result = result;
     if is_client {
-        write_all(&mut stream, b"D")?;
+        write_all(&mut stream, &encode_report(&result))?;
     } else {
-        read_exact::<1>(&mut stream)?;
+        let report = decode_report(&read_exact::<REPORT_LEN>(&mut stream)?)?;
+        // Only a SEND bandwidth server measures anything itself.
+        if args.op != PerfOp::Send || params.lat {
+            result = report;
+        }
     }
     let mut failure = None;
     if params.check && !is_client {
@@ -550,8 +557,88 @@ fn post_recv_slot(c: &Conn, p: &Params, slot: u64, depth: u32) -> Result<(), Cli
 struct PerfResult {
     elapsed: Duration,
     messages: u64,
-    /// Per-message round trips (latency tests).
-    samples: Vec<Duration>,
+    /// Latency statistics (latency tests, measured by the client).
+    lat: Option<LatStats>,
+}
+
+/// Latency statistics in microseconds.
+#[derive(Debug, Clone, Copy)]
+struct LatStats {
+    min: f64,
+    p50: f64,
+    p99: f64,
+    max: f64,
+    avg: f64,
+}
+
+impl LatStats {
+    fn from_samples(samples: &[Duration]) -> Option<LatStats> {
+        if samples.is_empty() {
+            return None;
+        }
+        let mut sorted = samples.to_vec();
+        sorted.sort();
+        let avg = sorted.iter().map(|d| d.as_secs_f64()).sum::<f64>() / sorted.len() as f64 * 1e6;
+        Some(LatStats {
+            min: percentile(&sorted, 0.0),
+            p50: percentile(&sorted, 0.5),
+            p99: percentile(&sorted, 0.99),
+            max: percentile(&sorted, 1.0),
+            avg,
+        })
+    }
+}
+
+/// The end-of-test report: 'D', then elapsed nanoseconds, messages, and the latency
+/// statistics (min, median, 99th percentile, max, mean) in nanoseconds, all big-endian u64;
+/// the statistics are all zero when there are none.
+const REPORT_LEN: usize = 1 + 7 * 8;
+
+fn encode_report(r: &PerfResult) -> [u8; REPORT_LEN] {
+    let ns = |us: f64| (us * 1e3) as u64;
+    let l = r.lat;
+    let fields = [
+        r.elapsed.as_nanos() as u64,
+        r.messages,
+        l.map_or(0, |l| ns(l.min)),
+        l.map_or(0, |l| ns(l.p50)),
+        l.map_or(0, |l| ns(l.p99)),
+        l.map_or(0, |l| ns(l.max)),
+        l.map_or(0, |l| ns(l.avg)),
+    ];
+    let mut b = [0u8; REPORT_LEN];
+    b[0] = b'D';
+    for (i, f) in fields.iter().enumerate() {
+        b[1 + 8 * i..9 + 8 * i].copy_from_slice(&f.to_be_bytes());
+    }
+    b
+}
+
+/// Rebuilds the client's result from its report.
+fn decode_report(b: &[u8; REPORT_LEN]) -> Result<PerfResult, CliError> {
+    if b[0] != b'D' {
+        return Err(CliError::Failed(
+            "malformed end-of-test report from the client".into(),
+        ));
+    }
+    let f = |i: usize| {
+        let mut x = [0u8; 8];
+        x.copy_from_slice(&b[1 + 8 * i..9 + 8 * i]);
+        u64::from_be_bytes(x)
+    };
+    let us = |i: usize| f(i) as f64 / 1e3;
+    let lat = (f(5) > 0).then(|| LatStats {
+        min: us(2),
+        p50: us(3),
+        p99: us(4),
+        max: us(5),
+        avg: us(6),
+    });
+    Ok(PerfResult {
+        elapsed: Duration::from_nanos(f(0)),
+        messages: f(1),
+        lat,
+    })
 }
 
 /// Posts one requester WR for message `iter` of QP `c`.
@@ -741,7 +828,7 @@ fn bandwidth(
     Ok(PerfResult {
         elapsed: start.elapsed(),
         messages: p.iters * conns.len() as u64,
-        samples: Vec::new(),
+        lat: None,
     })
 }
 
@@ -821,7 +908,8 @@ fn latency(
                     post_op(op, p, c, iter, 1, true)?;
                     // Its send completion is consumed with the next receive.
                 }
-                samples.push(t.elapsed());
+                // perftest's ib_send_lat reports one-way latency: half the round trip.
+                samples.push(t.elapsed() / 2);
             }
             if !is_client {
                 // The last send's completion.
@@ -845,7 +933,7 @@ fn latency(
     Ok(PerfResult {
         elapsed: start.elapsed(),
         messages: p.iters,
-        samples,
+        lat: LatStats::from_samples(&samples),
     })
 }
 
@@ -907,8 +995,6 @@ fn print_result(args: &PerfArgs, p: &Params, r: &PerfResult) -> Result<(), CliEr
     let bytes = p.size * r.messages;
     let bw = bytes as f64 / secs / 1e6;
     let rate = r.messages as f64 / secs / 1e6;
-    let mut sorted = r.samples.clone();
-    sorted.sort();
     let mut out = std::io::stdout().lock();
     let line = "-".repeat(87);
     let name = match args.op {
@@ -933,12 +1019,13 @@ fn print_result(args: &PerfArgs, p: &Params, r: &PerfResult) -> Result<(), CliEr
             "msg_rate_mpps": rate,
             "check": p.check,
         });
-        if p.lat && !sorted.is_empty() {
+        if let Some(l) = r.lat {
             v["lat_us"] = serde_json::json!({
-                "min": percentile(&sorted, 0.0),
-                "p50": percentile(&sorted, 0.5),
-                "p99": percentile(&sorted, 0.99),
-                "max": percentile(&sorted, 1.0),
+                "min": l.min,
+                "p50": l.p50,
+                "p99": l.p99,
+                "max": l.max,
+                "avg": l.avg,
             });
         }
         return w(&mut out, v.to_string());
@@ -968,28 +1055,18 @@ fn print_result(args: &PerfArgs, p: &Params, r: &PerfResult) -> Result<(), CliEr
     )?;
     w(&mut out, line.clone())?;
     if p.lat {
-        if sorted.is_empty() {
-            w(
-                &mut out,
-                " (the server side of a one-sided latency test measures nothing)".into(),
-            )?;
-        } else {
-            w(&mut out, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    99% percentile[usec]".into())?;
-            let avg =
-                sorted.iter().map(|d| d.as_secs_f64()).sum::<f64>() / sorted.len() as f64 * 1e6;
-            w(
-                &mut out,
-                format!(
-                    " {:<6} {:<11} {:<14.2} {:<12.2} {:<16.2} {:<14.2} {:.2}",
-                    p.size,
-                    p.iters,
-                    percentile(&sorted, 0.0),
-                    percentile(&sorted, 1.0),
-                    percentile(&sorted, 0.5),
-                    avg,
-                    percentile(&sorted, 0.99)
-                ),
-            )?;
+        match r.lat {
+            None => w(&mut out, " (no latency was measured)".into())?,
+            Some(l) => {
+                w(&mut out, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    99% percentile[usec]".into())?;
+                w(
+                    &mut out,
+                    format!(
+                        " {:<6} {:<11} {:<14.2} {:<12.2} {:<16.2} {:<14.2} {:.2}",
+                        p.size, p.iters, l.min, l.max, l.p50, l.avg, l.p99
+                    ),
+                )?;
+            }
         }
     } else {
         w(
