@@ -45,6 +45,8 @@ pub(crate) struct Engine {
     tx: Vec<u8>,
     /// Source ports already prepared on the link, per QP.
     ports: HashMap<u32, u16>,
+    /// A QP hit the transmit batch limit: it has more to send, so the loop must not block.
+    more_tx: bool,
 }
 
 impl Engine {
@@ -57,6 +59,7 @@ impl Engine {
             rx: vec![0u8; 65536],
             tx: vec![0u8; MAX_PACKET],
             ports: HashMap::new(),
+            more_tx: false,
         }
     }
 
@@ -68,7 +71,7 @@ impl Engine {
         let mut events = Events::with_capacity(64);
         let mut more_rx = false;
         while !self.dev.closed.load(Ordering::Acquire) {
-            let timeout = if more_rx {
+            let timeout = if more_rx || self.more_tx {
                 Some(Duration::ZERO)
             } else {
                 self.next_deadline().map(|d| d.saturating_sub(self.now()))
@@ -81,6 +84,7 @@ impl Engine {
                     break;
                 }
             }
+            self.more_tx = false;
             more_rx = self.receive();
             // The doorbell only wakes the loop: every QP is serviced below.
             self.dev
@@ -158,7 +162,7 @@ impl Engine {
             }
             // Answer at once: ACKs and READ responses should not wait for the next loop.
             let qpn = pkt.bth.dest_qp;
-            Self::service_qp(
+            self.more_tx |= Self::service_qp(
                 &self.dev,
                 &mut *self.link,
                 &mut self.tx,
@@ -189,7 +193,7 @@ impl Engine {
             if core.poll_timeout().is_some_and(|t| t <= now) {
                 core.handle_timeout(now);
             }
-            Self::service_qp(
+            self.more_tx |= Self::service_qp(
                 &self.dev,
                 &mut *self.link,
                 &mut self.tx,
@@ -202,7 +206,8 @@ impl Engine {
         }
     }
 
-    /// Sends what the QP has to send and delivers its completions.
+    /// Sends what the QP has to send and delivers its completions. Returns true when the
+    /// batch limit stopped it with packets still to send.
     #[allow(clippy::too_many_arguments)]
     fn service_qp(
         dev: &Device,
@@ -213,7 +218,8 @@ impl Engine {
         qpn: u32,
         entry: &QpEntry,
         core: &mut QpCore,
-    ) {
+    ) -> bool {
+        let mut more = false;
         if core.peer().is_some() {
             let want = core.src_port();
             if ports.get(&qpn) != Some(&want) {
@@ -226,8 +232,10 @@ impl Engine {
                 }
             }
             let at = Instant::now();
+            more = true;
             for _ in 0..TX_BATCH {
                 let Some(t) = core.poll_transmit(now, tx) else {
+                    more = false;
                     break;
                 };
                 let d = OutDatagram {
@@ -255,5 +263,6 @@ impl Engine {
         if !recv.is_empty() {
             entry.recv_cq.push_all(recv);
         }
+        more
     }
 }

@@ -28,6 +28,7 @@ use crate::wire::{AckSyndrome, NakCode, OpKind, OpcodeInfo, PacketRepr, Position
 impl QpCore {
     /// Progress was made: restart the timer and restore the retry budgets.
     fn progress(&mut self, now: Duration) {
+        self.req.retry_started = false;
         self.req.retry_left = self.attr.retry_cnt;
         self.req.rnr_retry_left = self.attr.rnr_retry;
         self.req.timer = None;
@@ -85,8 +86,16 @@ impl QpCore {
             self.req.retry_left -= 1;
         }
         Counters::inc(&self.counters.completer_retry_err);
+        self.req.retry_started = true;
         self.rewind_to(psn);
         true
+    }
+
+    /// A retry caused by responses that reveal a loss: only one per loss, until progress.
+    fn retry_on_loss(&mut self, psn: Psn) {
+        if !self.req.retry_started {
+            self.retry_from(psn);
+        }
     }
 
     /// Completes the oldest outstanding WQE with `status` and moves the QP to ERROR.
@@ -131,7 +140,7 @@ impl QpCore {
                     Some(resume) => {
                         self.advance_comp(resume);
                         self.progress(now);
-                        self.retry_from(resume);
+                        self.retry_on_loss(resume);
                     }
                     None => {
                         self.advance_comp(psn.next());
@@ -208,7 +217,7 @@ impl QpCore {
             if resume != psn {
                 // An earlier READ/atomic never got its response: retry it.
                 self.advance_comp(resume);
-                self.retry_from(resume);
+                self.retry_on_loss(resume);
                 return None;
             }
         }
@@ -241,7 +250,7 @@ impl QpCore {
             if psn.is_after(expected) {
                 // Earlier response packets were lost.
                 self.advance_comp(expected);
-                self.retry_from(expected);
+                self.retry_on_loss(expected);
             }
             return;
         }
@@ -255,6 +264,11 @@ impl QpCore {
         // starts with FIRST or ONLY at that request's PSN (rxe_comp.c check_ack).
         let first_ok = (psn == w.read_req_psn) == info.position.starts_message();
         if !size_ok || !first_ok {
+            if self.req.retry_started {
+                // A remnant of the response to the request before the retry: the retried
+                // request's own response (FIRST/ONLY at this PSN) is on its way.
+                return;
+            }
             return self.fail_oldest(WcStatus::BadRespErr);
         }
         let w = &mut self.sq[idx];
@@ -278,7 +292,7 @@ impl QpCore {
         if !w.opcode.is_atomic() || w.first_psn != psn {
             if psn.is_after(w.first_psn) {
                 let resume = w.first_psn;
-                self.retry_from(resume);
+                self.retry_on_loss(resume);
             }
             return;
         }

@@ -58,6 +58,9 @@ pub struct ReqState {
     pub retry_left: u8,
     /// RNR retries left (7 = unlimited, IBTA).
     pub rnr_retry_left: u8,
+    /// A retry was started and has not made progress yet: further out-of-order responses
+    /// (remnants of what was lost) must not start another one (rxe: `comp.started_retry`).
+    pub retry_started: bool,
 }
 
 impl QpCore {

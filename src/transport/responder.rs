@@ -520,6 +520,13 @@ impl QpCore {
                     Some(m) => reth.va.wrapping_sub(m.iova),
                     None => 0,
                 };
+                // The replay supersedes a reply to the same READ still being sent: the
+                // requester will only accept the new one (rxe restarts the resource).
+                let last = first.add(packets_for(len, self.mtu()) as u32 - 1);
+                self.resp.out.retain(|r| match r {
+                    Response::Read(j) => j.psn.is_before(first) || j.psn.is_after(last),
+                    _ => true,
+                });
                 self.queue_response(Response::Read(ReadJob {
                     mr,
                     offset,
