@@ -93,6 +93,12 @@ impl DeviceArgs {
         Ok(probe.local_addr().map_err(CliError::Io)?.ip())
     }
 
+    /// Checks every device flag; subcommands call it before they wait for a peer, so that a
+    /// bad flag fails at once instead of after a connection.
+    pub fn validate(&self) -> Result<(), CliError> {
+        self.impairment().map(|_| ())
+    }
+
     /// Checks the impairment flags.
     fn impairment(&self) -> Result<Option<Impairment>, CliError> {
         for (name, p) in [

@@ -264,6 +264,7 @@ fn region_len(p: &Params, tx_depth: u32) -> Result<u64, CliError> {
 
 /// Runs `softroce perf`.
 pub fn run(args: &PerfArgs) -> Result<(), CliError> {
+    args.device.validate()?;
     let mtu = Mtu::from_bytes(args.mtu)
         .ok_or_else(|| CliError::Usage(format!("-m {}: the MTU must be 256..4096", args.mtu)))?;
     let io_timeout = Duration::from_secs(args.timeout.max(1));

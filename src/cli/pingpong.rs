@@ -252,6 +252,7 @@ fn print_dest(out: &mut impl Write, which: &str, d: &PingpongDest) -> Result<(),
 
 /// Runs `softroce pingpong`.
 pub fn run(args: &PingpongArgs) -> Result<(), CliError> {
+    args.device.validate()?;
     let mtu = Mtu::from_bytes(args.mtu).ok_or_else(|| {
         CliError::Usage(format!(
             "-m {}: the MTU must be 256, 512, 1024, 2048 or 4096",

@@ -1,0 +1,292 @@
+//! The `softroce` tools as users run them: two processes on loopback (a server on 127.0.0.1,
+//! a client on 127.0.0.2), exchanging over TCP and running RoCEv2 over UDP.
+
+use std::net::{TcpListener, UdpSocket};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_softroce")
+}
+
+/// A free TCP port (for the exchange) and a free UDP port on 127.0.0.1 and 127.0.0.2 (RoCE).
+fn ports() -> (u16, u16) {
+    let tcp = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    loop {
+        let u = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = u.local_addr().unwrap().port();
+        if UdpSocket::bind(("127.0.0.2", port)).is_ok() {
+            return (tcp, port);
+        }
+    }
+}
+
+fn spawn(args: &[String]) -> Child {
+    Command::new(bin())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run softroce")
+}
+
+/// Waits for a child with a deadline; kills it (and fails) if it hangs.
+fn finish(mut c: Child, what: &str, limit: Duration) -> Output {
+    let t = Instant::now();
+    loop {
+        if c.try_wait().unwrap().is_some() {
+            return c.wait_with_output().unwrap();
+        }
+        if t.elapsed() > limit {
+            let _ = c.kill();
+            let out = c.wait_with_output().unwrap();
+            panic!(
+                "{what} hung; stdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn s(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+/// Runs a server and a client with the same extra arguments; returns both outputs.
+/// Also returns the UDP port RoCE used.
+fn run_pair(
+    sub: &[&str],
+    extra: &[&str],
+    server_extra: &[&str],
+    client_extra: &[&str],
+) -> (Output, Output, u16) {
+    let (tcp, udp) = ports();
+    let common = |ip: &str| {
+        let mut v = s(sub);
+        v.extend(s(extra));
+        v.extend(s(&[
+            "-p",
+            &tcp.to_string(),
+            "--roce-port",
+            &udp.to_string(),
+            "--bind",
+            ip,
+        ]));
+        v
+    };
+    let mut sv = common("127.0.0.1");
+    sv.extend(s(server_extra));
+    let server = spawn(&sv);
+    let mut cv = common("127.0.0.2");
+    cv.extend(s(client_extra));
+    cv.push("127.0.0.1".into());
+    // The client fails at once while the server is not listening yet; start it again then,
+    // as a user would.
+    let t = Instant::now();
+    let c = loop {
+        let out = finish(spawn(&cv), "client", Duration::from_secs(120));
+        let refused = String::from_utf8_lossy(&out.stderr).contains("connect to");
+        if out.status.success() || !refused || t.elapsed() > Duration::from_secs(10) {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let sv = finish(server, "server", Duration::from_secs(30));
+    (sv, c, udp)
+}
+
+fn ok(o: &Output, what: &str) -> String {
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        o.status.success(),
+        "{what} failed ({}):\nstdout:\n{out}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
+
+#[test]
+fn perf_check_every_operation_at_every_mtu() {
+    for mtu in ["256", "512", "1024", "2048", "4096"] {
+        for (op, size) in [
+            ("write", "20000"),
+            ("read", "20000"),
+            ("send", "20000"),
+            ("atomic", "8"),
+        ] {
+            let (sv, cl, _) = run_pair(
+                &["perf", op],
+                &[
+                    "--check", "--json", "-m", mtu, "-s", size, "-n", "40", "-t", "8",
+                ],
+                &[],
+                &[],
+            );
+            let c = ok(&cl, &format!("client {op} mtu {mtu}"));
+            ok(&sv, &format!("server {op} mtu {mtu}"));
+            let v: serde_json::Value = serde_json::from_str(c.trim()).expect("one JSON line");
+            assert_eq!(v["iters"], 40);
+            assert_eq!(v["check"], true);
+            assert!(v["bw_avg_mbps"].as_f64().unwrap() > 0.0);
+            assert!(v["msg_rate_mpps"].as_f64().unwrap() > 0.0);
+        }
+    }
+}
+
+#[test]
+fn perf_latency_reports_percentiles() {
+    for op in ["send", "write", "read", "atomic"] {
+        let (sv, cl, _) = run_pair(&["perf", op, "--lat"], &["--json", "-n", "50"], &[], &[]);
+        let c = ok(&cl, op);
+        ok(&sv, op);
+        let v: serde_json::Value = serde_json::from_str(c.trim()).unwrap();
+        let l = &v["lat_us"];
+        let (min, p50, p99, max) = (
+            l["min"].as_f64().unwrap(),
+            l["p50"].as_f64().unwrap(),
+            l["p99"].as_f64().unwrap(),
+            l["max"].as_f64().unwrap(),
+        );
+        assert!(
+            0.0 < min && min <= p50 && p50 <= p99 && p99 <= max,
+            "{op}: {l}"
+        );
+    }
+}
+
+#[test]
+fn pingpong_runs_as_ibv_rc_pingpong_does_and_its_capture_verifies() {
+    let dir = std::env::temp_dir().join(format!("softroce-pp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = dir.join("client.pcap");
+    let (sv, cl, udp) = run_pair(
+        &["pingpong"],
+        &["-n", "200", "-s", "3000", "-m", "1024", "-c"],
+        &[],
+        &["--pcap", pcap.to_str().unwrap()],
+    );
+    for (o, who) in [(&sv, "server"), (&cl, "client")] {
+        let out = ok(o, who);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 4, "{who}: {out}");
+        assert!(
+            lines[0].starts_with("  local address:  LID 0x0000, QPN 0x"),
+            "{}",
+            lines[0]
+        );
+        assert!(lines[0].contains(", GID ::ffff:127.0.0."), "{}", lines[0]);
+        assert!(
+            lines[1].starts_with("  remote address: LID 0x0000, QPN 0x"),
+            "{}",
+            lines[1]
+        );
+        assert!(lines[2].starts_with("1200000 bytes in "), "{}", lines[2]);
+        assert!(lines[2].ends_with(" Mbit/sec"), "{}", lines[2]);
+        assert!(
+            lines[3].starts_with("200 iters in ") && lines[3].ends_with(" usec/iter"),
+            "{}",
+            lines[3]
+        );
+    }
+    // The capture decodes, every ICRC verifies, and it holds 200 three-packet SENDs each way
+    // plus the ACKs.
+    let d = Command::new(bin())
+        .args([
+            "decode",
+            "--json",
+            "--port",
+            &udp.to_string(),
+            pcap.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let text = ok(&d, "decode");
+    let pkts: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(pkts.len() >= 1200, "{} packets", pkts.len());
+    assert!(
+        pkts.iter().all(|p| p["icrc_ok"] == true),
+        "a bad ICRC in the capture"
+    );
+    let sends = pkts
+        .iter()
+        .filter(|p| {
+            p["opcode_name"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("RC_SEND")
+        })
+        .count();
+    assert_eq!(sends, 1200);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn perf_check_survives_loss_duplication_reordering_and_corruption() {
+    let imp = [
+        "--drop",
+        "0.05",
+        "--dup",
+        "0.01",
+        "--reorder",
+        "0.01",
+        "--corrupt",
+        "0.01",
+    ];
+    for (op, size) in [
+        ("write", "16384"),
+        ("read", "16384"),
+        ("send", "16384"),
+        ("atomic", "8"),
+    ] {
+        let mut extra = vec!["--check", "--json", "-n", "100", "-t", "16", "-s", size];
+        extra.extend(imp);
+        let (sv, cl, _) = run_pair(&["perf", op], &extra, &["--seed", "11"], &["--seed", "12"]);
+        ok(&cl, &format!("lossy client {op}"));
+        ok(&sv, &format!("lossy server {op}"));
+    }
+}
+
+#[test]
+fn bad_flags_and_unreachable_peers_fail_cleanly() {
+    let o = Command::new(bin())
+        .args(["perf", "write", "-m", "1500"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("MTU") && !e.contains("panicked"), "{e}");
+    let o = Command::new(bin())
+        .args(["perf", "write", "--drop", "2"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("probability"));
+    // Nobody listens on this port: a clear error, not a hang.
+    let (tcp, udp) = ports();
+    let o = Command::new(bin())
+        .args([
+            "pingpong",
+            "-p",
+            &tcp.to_string(),
+            "--roce-port",
+            &udp.to_string(),
+            "--timeout",
+            "2",
+            "127.0.0.1",
+        ])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("connect") && !e.contains("panicked"), "{e}");
+}
