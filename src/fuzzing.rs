@@ -2,6 +2,8 @@
 //! their seed corpus on stable Rust through exactly the code the fuzzer runs. Each function
 //! takes arbitrary bytes, must never panic, and asserts the invariants that hold for any input.
 
+use crate::capture::CaptureReader;
+use crate::decode::Decoder;
 use crate::wire::{Frame, LinkType, PacketRepr};
 
 /// Feeds arbitrary bytes to the packet decoder as a frame of every link type and as a bare
@@ -34,4 +36,32 @@ fn check_reemit(p: &PacketRepr) {
     assert_eq!(n, buf.len());
     let again = PacketRepr::parse(&buf).expect("a re-emitted packet parses");
     assert_eq!(&again, p);
+}
+
+/// Feeds arbitrary bytes to the pcap/pcapng reader and every frame it yields to the decoder
+/// behind `softroce decode`, rendering each report as text and JSON. The reader must end with
+/// frames or a typed error, never a panic, and must not loop: it has to consume input.
+pub fn capture_reader(data: &[u8]) {
+    let Ok(mut reader) = CaptureReader::new(std::io::Cursor::new(data)) else {
+        return;
+    };
+    let mut decoder = Decoder::new(crate::wire::ROCE_V2_UDP_PORT);
+    // Every frame takes at least a record header, so there cannot be more frames than bytes.
+    for _ in 0..=data.len() {
+        match reader.next_frame() {
+            Ok(Some(frame)) => {
+                if let Some(report) = decoder.decode(&frame) {
+                    let _ = report.text_line();
+                    let _ = report.to_json();
+                }
+            }
+            Ok(None) | Err(_) => {
+                let report = decoder.analyzer().report();
+                let _ = report.text();
+                let _ = report.to_json();
+                return;
+            }
+        }
+    }
+    panic!("the capture reader yielded more frames than the input has bytes");
 }

@@ -30,3 +30,9 @@ fn packet_decoder_corpus() {
     let n = replay("packet_decoder", softroce::fuzzing::packet_decoder);
     assert!(n >= 20, "only {n} seeds");
 }
+
+#[test]
+fn capture_reader_corpus() {
+    let n = replay("capture_reader", softroce::fuzzing::capture_reader);
+    assert!(n >= 12, "only {n} seeds");
+}
