@@ -290,3 +290,21 @@ fn bad_flags_and_unreachable_peers_fail_cleanly() {
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(e.contains("connect") && !e.contains("panicked"), "{e}");
 }
+
+#[test]
+fn perf_check_with_several_qps() {
+    for op in ["write", "send", "read"] {
+        let (sv, cl, _) = run_pair(
+            &["perf", op],
+            &[
+                "--check", "--json", "-q", "4", "-n", "30", "-s", "9000", "-t", "4",
+            ],
+            &[],
+            &[],
+        );
+        let c = ok(&cl, &format!("client {op} -q 4"));
+        ok(&sv, &format!("server {op} -q 4"));
+        let v: serde_json::Value = serde_json::from_str(c.trim()).unwrap();
+        assert_eq!(v["qps"], 4);
+    }
+}

@@ -746,3 +746,97 @@ fn counters_are_named_as_rxe_names_them() {
     assert_eq!(b.ctx.counter("rdma_recvs"), Some(1));
     assert!(a.ctx.counter("sent_pkts").unwrap() >= 1);
 }
+
+#[test]
+fn ipv6_send_write_read_and_atomic() {
+    // ::1 is the only IPv6 loopback address, so the two devices differ by UDP port and name
+    // each other's.
+    let (a_port, b_port) = loop {
+        let p1 = UdpSocket::bind("[::1]:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let p2 = UdpSocket::bind("[::1]:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if p1 != p2 {
+            break (p1, p2);
+        }
+    };
+    let open = |port: u16, peer: u16| {
+        let mut cfg = DeviceConfig::new(SocketAddr::new("::1".parse().unwrap(), port));
+        cfg.remote_port = Some(peer);
+        Context::open(&cfg).expect("IPv6 loopback device")
+    };
+    let cap = QpCap {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let a = end(open(a_port, b_port), 1 << 16, cap);
+    let b = end(open(b_port, a_port), 1 << 16, cap);
+    assert_eq!(
+        a.ctx.gid(0).unwrap().to_ip(),
+        "::1".parse::<IpAddr>().unwrap()
+    );
+    init(&a.qp);
+    init(&b.qp);
+    rtr_rts(&a, &b, Mtu::Mtu1024, 14, 7, 7);
+    rtr_rts(&b, &a, Mtu::Mtu1024, 14, 7, 7);
+    let data = pattern(3, 5000);
+    a.mr.write(0, &data).unwrap();
+    let rsge = [b.mr.sge(0x8000, 0x8000)];
+    b.qp.post_recv(&[RecvWr {
+        wr_id: 1,
+        sg_list: &rsge,
+    }])
+    .unwrap();
+    post(&a, 1, WrOpcode::Send, 0, 5000);
+    assert_eq!(wait(&a.cq).status, WcStatus::Success);
+    assert_eq!(wait(&b.cq).byte_len, 5000);
+    assert_eq!(b.mr.to_vec(0x8000, 5000).unwrap(), data);
+    post(
+        &a,
+        2,
+        WrOpcode::RdmaWrite {
+            remote_addr: b.mr.addr() + 0x100,
+            rkey: b.mr.rkey(),
+        },
+        0,
+        3000,
+    );
+    assert_eq!(wait(&a.cq).status, WcStatus::Success);
+    assert_eq!(b.mr.to_vec(0x100, 3000).unwrap(), data[..3000]);
+    post(
+        &a,
+        3,
+        WrOpcode::RdmaRead {
+            remote_addr: b.mr.addr() + 0x8000,
+            rkey: b.mr.rkey(),
+        },
+        0x4000,
+        5000,
+    );
+    assert_eq!(wait(&a.cq).status, WcStatus::Success);
+    assert_eq!(a.mr.to_vec(0x4000, 5000).unwrap(), data);
+    post(
+        &a,
+        4,
+        WrOpcode::AtomicFetchAdd {
+            remote_addr: b.mr.addr() + 0x40,
+            rkey: b.mr.rkey(),
+            add: 9,
+        },
+        0x10,
+        8,
+    );
+    assert_eq!(wait(&a.cq).status, WcStatus::Success);
+    assert_eq!(b.mr.load_u64(0x40).unwrap(), 9);
+    assert_eq!(a.ctx.counter("icrc_err"), Some(0));
+    assert_eq!(b.ctx.counter("icrc_err"), Some(0));
+}

@@ -142,6 +142,7 @@ impl DeviceArgs {
             addr: SocketAddr::new(ip, self.roce_port),
             pcap: self.pcap.clone(),
             impairment: self.impairment()?,
+            remote_port: None,
         };
         Context::open(&cfg).map_err(CliError::Verbs)
     }

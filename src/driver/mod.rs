@@ -29,6 +29,10 @@ pub struct DeviceConfig {
     pub pcap: Option<PathBuf>,
     /// Impair the link (testing).
     pub impairment: Option<Impairment>,
+    /// The UDP port peers receive RoCE on; `None`: the same as ours (4791 on both ends, as
+    /// RoCEv2 has it). Two devices that share an IP address (e.g. on ::1, the only IPv6
+    /// loopback address) need different ports and so must name each other's.
+    pub remote_port: Option<u16>,
 }
 
 impl DeviceConfig {
@@ -38,6 +42,7 @@ impl DeviceConfig {
             addr,
             pcap: None,
             impairment: None,
+            remote_port: None,
         }
     }
 }
@@ -55,7 +60,8 @@ impl Context {
         let udp = UdpLink::bind(cfg.addr)
             .map_err(|e| VerbsError::Io(format!("cannot bind {}: {e}", cfg.addr)))?;
         let local = udp.local_addr();
-        let dev = Arc::new(Device::new(local, waker));
+        let remote_port = cfg.remote_port.unwrap_or(local.port());
+        let dev = Arc::new(Device::new(local, remote_port, waker));
         let mut link: Box<dyn Link + Send> = Box::new(udp);
         if let Some(imp) = cfg.impairment {
             link = Box::new(ImpairLink::new(link, imp, Arc::clone(&dev.counters)));

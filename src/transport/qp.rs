@@ -42,8 +42,10 @@ pub struct QpConfig {
     pub cap: QpCap,
     /// Whether every send WR generates a completion (`sq_sig_all`).
     pub sq_sig_all: bool,
-    /// The device's address and RoCEv2 UDP port (also the destination port of peers).
+    /// The device's address and RoCEv2 UDP port.
     pub local: SocketAddr,
+    /// The UDP port peers receive on (4791, like ours, unless configured otherwise).
+    pub remote_port: u16,
 }
 
 /// Which completion queue a completion goes to.
@@ -143,7 +145,7 @@ impl QpCore {
             QpState::Reset | QpState::Init => None,
             _ => Some(SocketAddr::new(
                 self.attr.ah_attr.dgid.to_ip(),
-                self.cfg.local.port(),
+                self.cfg.remote_port,
             )),
         }
     }

@@ -58,6 +58,7 @@ fn side(qpn: u32, ip: &str) -> Side {
         },
         sq_sig_all: false,
         local: addr,
+        remote_port: 4791,
     };
     let mut mrs = MrTable::new();
     let access = AccessFlags::LOCAL_WRITE

@@ -30,6 +30,7 @@ pub(crate) struct QpEntry {
 #[derive(Debug)]
 pub(crate) struct Device {
     pub(crate) local: SocketAddr,
+    pub(crate) remote_port: u16,
     pub(crate) limits: DeviceLimits,
     pub(crate) counters: Arc<Counters>,
     pub(crate) mrs: RwLock<MrTable>,
@@ -43,9 +44,10 @@ pub(crate) struct Device {
 }
 
 impl Device {
-    pub(crate) fn new(local: SocketAddr, waker: mio::Waker) -> Device {
+    pub(crate) fn new(local: SocketAddr, remote_port: u16, waker: mio::Waker) -> Device {
         Device {
             local,
+            remote_port,
             limits: DeviceLimits::default(),
             counters: Arc::new(Counters::default()),
             mrs: RwLock::new(MrTable::new()),
@@ -209,6 +211,7 @@ impl ProtectionDomain {
                 cap: init.cap,
                 sq_sig_all: init.sq_sig_all,
                 local: self.dev.local,
+                remote_port: self.dev.remote_port,
             },
             self.dev.limits.clone(),
             Arc::clone(&self.dev.counters),
