@@ -71,64 +71,29 @@ fn end(ctx: Context, mr_len: usize, cap: QpCap) -> End {
 }
 
 fn init(qp: &QueuePair) {
-    qp.modify(
-        &QpAttr {
-            qp_state: QpState::Init,
-            port_num: 1,
-            qp_access_flags: AccessFlags::REMOTE_WRITE
-                | AccessFlags::REMOTE_READ
-                | AccessFlags::REMOTE_ATOMIC,
-            ..Default::default()
-        },
-        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
-    )
-    .unwrap();
+    qp.init(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC)
+        .unwrap();
 }
 
 fn rtr_rts(e: &End, peer: &End, mtu: Mtu, timeout: u8, retry: u8, rnr: u8) {
-    e.qp.modify(
-        &QpAttr {
-            qp_state: QpState::Rtr,
-            path_mtu: mtu,
-            dest_qp_num: peer.qp.qp_num(),
-            rq_psn: 0xFF_FF00,
-            max_dest_rd_atomic: 16,
-            min_rnr_timer: 1,
-            ah_attr: AhAttr {
-                dgid: peer.ctx.gid(1).unwrap(),
-                sgid_index: 1,
-                hop_limit: 1,
-                ..Default::default()
-            },
-            ..Default::default()
-        },
-        QpAttrMask::STATE
-            | QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN
-            | QpAttrMask::MAX_DEST_RD_ATOMIC
-            | QpAttrMask::MIN_RNR_TIMER,
-    )
-    .unwrap();
-    e.qp.modify(
-        &QpAttr {
-            qp_state: QpState::Rts,
-            sq_psn: 0xFF_FF00,
-            timeout,
-            retry_cnt: retry,
-            rnr_retry: rnr,
-            max_rd_atomic: 16,
-            ..Default::default()
-        },
-        QpAttrMask::STATE
-            | QpAttrMask::TIMEOUT
-            | QpAttrMask::RETRY_CNT
-            | QpAttrMask::RNR_RETRY
-            | QpAttrMask::SQ_PSN
-            | QpAttrMask::MAX_QP_RD_ATOMIC,
-    )
-    .unwrap();
+    // PSNs just below the 24-bit wrap, so that every test crosses it.
+    let c = RcConnect {
+        path_mtu: mtu,
+        max_rd_atomic: 16,
+        max_dest_rd_atomic: 16,
+        min_rnr_timer: 1,
+        timeout,
+        retry_cnt: retry,
+        rnr_retry: rnr,
+        ..RcConnect::new(
+            peer.qp.qp_num(),
+            0xFF_FF00,
+            peer.ctx.gid(1).unwrap(),
+            0xFF_FF00,
+        )
+    };
+    e.qp.ready_to_receive(&c).unwrap();
+    e.qp.ready_to_send(&c).unwrap();
 }
 
 fn connected(mtu: Mtu, mr_len: usize) -> (End, End) {

@@ -367,21 +367,8 @@ pub fn run(args: &PerfArgs) -> Result<(), CliError> {
                 sq_sig_all: false,
             })
             .map_err(CliError::Verbs)?;
-        qp.modify(
-            &QpAttr {
-                qp_state: QpState::Init,
-                port_num: 1,
-                qp_access_flags: AccessFlags::REMOTE_WRITE
-                    | AccessFlags::REMOTE_READ
-                    | AccessFlags::REMOTE_ATOMIC,
-                ..Default::default()
-            },
-            QpAttrMask::STATE
-                | QpAttrMask::PKEY_INDEX
-                | QpAttrMask::PORT
-                | QpAttrMask::ACCESS_FLAGS,
-        )
-        .map_err(CliError::Verbs)?;
+        qp.init(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC)
+            .map_err(CliError::Verbs)?;
         conns.push(Conn {
             qp,
             mr,
@@ -490,49 +477,16 @@ pub fn run(args: &PerfArgs) -> Result<(), CliError> {
 }
 
 fn connect(c: &Conn, r: &Dest, mtu: Mtu, outs: u8) -> Result<(), CliError> {
-    c.qp.modify(
-        &QpAttr {
-            qp_state: QpState::Rtr,
-            path_mtu: mtu,
-            dest_qp_num: r.qpn,
-            rq_psn: r.psn,
-            max_dest_rd_atomic: outs,
-            min_rnr_timer: 12,
-            ah_attr: AhAttr {
-                dgid: r.gid,
-                sgid_index: 1,
-                hop_limit: 0xFF,
-                ..Default::default()
-            },
-            ..Default::default()
-        },
-        QpAttrMask::STATE
-            | QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN
-            | QpAttrMask::MAX_DEST_RD_ATOMIC
-            | QpAttrMask::MIN_RNR_TIMER,
-    )
-    .map_err(CliError::Verbs)?;
-    c.qp.modify(
-        &QpAttr {
-            qp_state: QpState::Rts,
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            sq_psn: c.psn,
-            max_rd_atomic: outs,
-            ..Default::default()
-        },
-        QpAttrMask::STATE
-            | QpAttrMask::TIMEOUT
-            | QpAttrMask::RETRY_CNT
-            | QpAttrMask::RNR_RETRY
-            | QpAttrMask::SQ_PSN
-            | QpAttrMask::MAX_QP_RD_ATOMIC,
-    )
-    .map_err(CliError::Verbs)
+    // perftest's attributes: hop limit 0xFF, out_reads READ/atomic credits both ways.
+    let rc = RcConnect {
+        path_mtu: mtu,
+        hop_limit: 0xFF,
+        max_rd_atomic: outs,
+        max_dest_rd_atomic: outs,
+        ..RcConnect::new(r.qpn, r.psn, r.gid, c.psn)
+    };
+    c.qp.ready_to_receive(&rc).map_err(CliError::Verbs)?;
+    c.qp.ready_to_send(&rc).map_err(CliError::Verbs)
 }
 
 fn slot_offset(p: &Params, iter: u64, depth: u32) -> u64 {

@@ -126,20 +126,7 @@ impl Pp {
                 sq_sig_all: false,
             })
             .map_err(CliError::Verbs)?;
-        qp.modify(
-            &QpAttr {
-                qp_state: QpState::Init,
-                pkey_index: 0,
-                port_num: args.ib_port,
-                qp_access_flags: AccessFlags::EMPTY,
-                ..Default::default()
-            },
-            QpAttrMask::STATE
-                | QpAttrMask::PKEY_INDEX
-                | QpAttrMask::PORT
-                | QpAttrMask::ACCESS_FLAGS,
-        )
-        .map_err(CliError::Verbs)?;
+        qp.init(AccessFlags::EMPTY).map_err(CliError::Verbs)?;
         // pp_init_ctx keeps the PD alive in the context; here the QP and MR hold what they
         // need, and the PD handle itself carries no state.
         drop(pd);
@@ -188,53 +175,17 @@ impl Pp {
         dest: &PingpongDest,
         mtu: Mtu,
     ) -> Result<(), CliError> {
+        let c = RcConnect {
+            path_mtu: mtu,
+            sgid_index: args.gid_idx,
+            ..RcConnect::new(dest.qpn, dest.psn, dest.gid, my_psn)
+        };
         self.qp
-            .modify(
-                &QpAttr {
-                    qp_state: QpState::Rtr,
-                    path_mtu: mtu,
-                    dest_qp_num: dest.qpn,
-                    rq_psn: dest.psn,
-                    max_dest_rd_atomic: 1,
-                    min_rnr_timer: 12,
-                    ah_attr: AhAttr {
-                        dgid: dest.gid,
-                        sgid_index: args.gid_idx,
-                        hop_limit: 1,
-                        sl: args.sl,
-                        ..Default::default()
-                    },
-                    ..Default::default()
-                },
-                QpAttrMask::STATE
-                    | QpAttrMask::AV
-                    | QpAttrMask::PATH_MTU
-                    | QpAttrMask::DEST_QPN
-                    | QpAttrMask::RQ_PSN
-                    | QpAttrMask::MAX_DEST_RD_ATOMIC
-                    | QpAttrMask::MIN_RNR_TIMER,
-            )
+            .ready_to_receive(&c)
             .map_err(|e| CliError::Failed(format!("Failed to modify QP to RTR: {e}")))?;
         self.qp
-            .modify(
-                &QpAttr {
-                    qp_state: QpState::Rts,
-                    timeout: 14,
-                    retry_cnt: 7,
-                    rnr_retry: 7,
-                    sq_psn: my_psn,
-                    max_rd_atomic: 1,
-                    ..Default::default()
-                },
-                QpAttrMask::STATE
-                    | QpAttrMask::TIMEOUT
-                    | QpAttrMask::RETRY_CNT
-                    | QpAttrMask::RNR_RETRY
-                    | QpAttrMask::SQ_PSN
-                    | QpAttrMask::MAX_QP_RD_ATOMIC,
-            )
-            .map_err(|e| CliError::Failed(format!("Failed to modify QP to RTS: {e}")))?;
-        Ok(())
+            .ready_to_send(&c)
+            .map_err(|e| CliError::Failed(format!("Failed to modify QP to RTS: {e}")))
     }
 }
 

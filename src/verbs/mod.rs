@@ -37,6 +37,6 @@ pub use cq::CompletionQueue;
 pub use device::{Context, ProtectionDomain};
 pub use error::{QueueKind, Result, SgeFault, VerbsError};
 pub use mr::MemoryRegion;
-pub use qp::{PostError, QpInitAttr, QueuePair};
+pub use qp::{PostError, QpInitAttr, QueuePair, RcConnect};
 pub use qp_attr::DeviceLimits;
 pub use types::*;

@@ -10,7 +10,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::cq::CompletionQueue;
 use super::device::Device;
-use super::{QpAttr, QpAttrMask, QpCap, QpType, RecvWr, Result, SendWr, VerbsError};
+use super::{
+    AccessFlags, AhAttr, Gid, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, Result,
+    SendWr, VerbsError,
+};
 use crate::transport::QpCore;
 
 /// Creation attributes (`struct ibv_qp_init_attr`).
@@ -26,6 +29,61 @@ pub struct QpInitAttr<'a> {
     pub qp_type: QpType,
     /// Whether every send WR generates a completion.
     pub sq_sig_all: bool,
+}
+
+/// The attributes that connect an RC QP to its peer, for the usual walk RESET -> INIT -> RTR
+/// -> RTS in three calls ([`QueuePair::init`], [`QueuePair::ready_to_receive`],
+/// [`QueuePair::ready_to_send`]) with the masks ibv_rc_pingpong and perftest use. `new` gives
+/// ibv_rc_pingpong's values; change fields as needed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RcConnect {
+    /// The peer's QP number.
+    pub remote_qpn: u32,
+    /// The PSN the peer starts sending with (our expected PSN).
+    pub remote_psn: u32,
+    /// The peer's GID.
+    pub remote_gid: Gid,
+    /// The PSN we start sending with.
+    pub local_psn: u32,
+    /// Path MTU.
+    pub path_mtu: Mtu,
+    /// Local GID index.
+    pub sgid_index: u8,
+    /// Hop limit (TTL).
+    pub hop_limit: u8,
+    /// Outstanding READ/atomic requests we may issue.
+    pub max_rd_atomic: u8,
+    /// READ/atomic requests we accept.
+    pub max_dest_rd_atomic: u8,
+    /// RNR NAK timer code we advertise.
+    pub min_rnr_timer: u8,
+    /// Local ACK timeout exponent (4.096 us x 2^timeout).
+    pub timeout: u8,
+    /// Transport retries.
+    pub retry_cnt: u8,
+    /// RNR retries (7 = forever).
+    pub rnr_retry: u8,
+}
+
+impl RcConnect {
+    /// ibv_rc_pingpong's attributes for a peer.
+    pub fn new(remote_qpn: u32, remote_psn: u32, remote_gid: Gid, local_psn: u32) -> RcConnect {
+        RcConnect {
+            remote_qpn,
+            remote_psn,
+            remote_gid,
+            local_psn,
+            path_mtu: Mtu::Mtu1024,
+            sgid_index: 1,
+            hop_limit: 1,
+            max_rd_atomic: 1,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 12,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+        }
+    }
 }
 
 /// A failed post: WRs before `bad_wr` were posted, `bad_wr` and those after were not
@@ -74,6 +132,72 @@ impl QueuePair {
         self.lock().modify(attr, mask)?;
         self.dev.ring(self.qpn);
         Ok(())
+    }
+
+    /// RESET -> INIT on port 1, P_Key index 0, granting `access` to the peer.
+    pub fn init(&self, access: AccessFlags) -> Result<()> {
+        self.modify(
+            &QpAttr {
+                qp_state: QpState::Init,
+                pkey_index: 0,
+                port_num: 1,
+                qp_access_flags: access,
+                ..Default::default()
+            },
+            QpAttrMask::STATE
+                | QpAttrMask::PKEY_INDEX
+                | QpAttrMask::PORT
+                | QpAttrMask::ACCESS_FLAGS,
+        )
+    }
+
+    /// INIT -> RTR towards the peer described by `c`.
+    pub fn ready_to_receive(&self, c: &RcConnect) -> Result<()> {
+        self.modify(
+            &QpAttr {
+                qp_state: QpState::Rtr,
+                path_mtu: c.path_mtu,
+                dest_qp_num: c.remote_qpn,
+                rq_psn: c.remote_psn,
+                max_dest_rd_atomic: c.max_dest_rd_atomic,
+                min_rnr_timer: c.min_rnr_timer,
+                ah_attr: AhAttr {
+                    dgid: c.remote_gid,
+                    sgid_index: c.sgid_index,
+                    hop_limit: c.hop_limit,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            QpAttrMask::STATE
+                | QpAttrMask::AV
+                | QpAttrMask::PATH_MTU
+                | QpAttrMask::DEST_QPN
+                | QpAttrMask::RQ_PSN
+                | QpAttrMask::MAX_DEST_RD_ATOMIC
+                | QpAttrMask::MIN_RNR_TIMER,
+        )
+    }
+
+    /// RTR -> RTS with the timers, retry counts and starting PSN of `c`.
+    pub fn ready_to_send(&self, c: &RcConnect) -> Result<()> {
+        self.modify(
+            &QpAttr {
+                qp_state: QpState::Rts,
+                timeout: c.timeout,
+                retry_cnt: c.retry_cnt,
+                rnr_retry: c.rnr_retry,
+                sq_psn: c.local_psn,
+                max_rd_atomic: c.max_rd_atomic,
+                ..Default::default()
+            },
+            QpAttrMask::STATE
+                | QpAttrMask::TIMEOUT
+                | QpAttrMask::RETRY_CNT
+                | QpAttrMask::RNR_RETRY
+                | QpAttrMask::SQ_PSN
+                | QpAttrMask::MAX_QP_RD_ATOMIC,
+        )
     }
 
     /// `ibv_query_qp`: the current attributes.

@@ -382,25 +382,35 @@ cmd_status() {
 # /dev/null; its output is delimited by unique markers in the console log.
 GEXEC_SEQ=0
 gexec() {
-    local g=$1 to=$2 cmd=$3 d log sock id start deadline out rc
+    local g=$1 to=$2 cmd=$3 d log sock id start deadline out rc spid
     d=$(gdir "$g"); log=$d/console.log; sock=$d/console.sock
     qemu_pid "$g" >/dev/null || die "guest $g is not running (run '$0 up')"
     GEXEC_SEQ=$((GEXEC_SEQ + 1))
     id="$$x${GEXEC_SEQ}x$RANDOM"
     start=$(stat -c %s "$log")
-    printf "printf '\\\\n%%s_%%s\\\\n' @@LABB %s; { %s\n} </dev/null\nprintf '\\\\n%%s_%%s_RC=%%s\\\\n' @@LABE %s \"\$?\"\n" "$id" "$cmd" "$id" |
-        timeout 10 socat -u - "UNIX-CONNECT:$sock" || { dump_console "$g"; die "cannot write to guest $g console"; }
+    # The connection must stay open until the guest has read everything: QEMU drops
+    # unread input when the client half-closes (socat's default at EOF), hence
+    # shut-none and a background socat that is killed once the end marker is seen.
+    # socat also reads (and discards) console output so QEMU never blocks on it.
+    printf "printf '\\\\n%%s_%%s\\\\n' @@LABB %s; { %s\n} </dev/null\nprintf '\\\\n%%s_%%s_RC=%%s\\\\n' @@LABE %s \"\$?\"\n" \
+        "$id" "$cmd" "$id" >"$d/cmd.in"
+    socat -t $((to + 10)) - "UNIX-CONNECT:$sock,shut-none" <"$d/cmd.in" >/dev/null 2>"$d/socat.err" &
+    spid=$!
     deadline=$(( $(date +%s) + to ))
     while ! tail -c +$((start + 1)) "$log" | grep -aq "@@LABE_${id}_RC="; do
         if [ "$(date +%s)" -ge "$deadline" ]; then
             log "gexec $g: timeout after ${to}s: $cmd"; dump_console "$g"
             # interrupt whatever is hanging; the guest restarts its console shell
-            printf '\003\n' | timeout 5 socat -u - "UNIX-CONNECT:$sock" || true
+            kill "$spid" 2>/dev/null || true; wait "$spid" 2>/dev/null || true
+            printf '\003\n' >"$d/cmd.in"
+            timeout 3 socat -t 2 - "UNIX-CONNECT:$sock,shut-none" <"$d/cmd.in" >/dev/null 2>&1 || true
             return 124
         fi
         qemu_pid "$g" >/dev/null || { dump_console "$g"; die "guest $g died during: $cmd"; }
+        kill -0 "$spid" 2>/dev/null || { cat "$d/socat.err" >&2; dump_console "$g"; die "console connection to guest $g lost"; }
         sleep 0.2
     done
+    kill "$spid" 2>/dev/null || true; wait "$spid" 2>/dev/null || true
     out=$(tail -c +$((start + 1)) "$log" | tr -d '\r' | awk -v b="@@LABB_$id" -v e="@@LABE_${id}_RC=" '
         $0 == b { on = 1; next }
         on && index($0, e) { p = index($0, e); pre = substr($0, 1, p - 1); if (pre != "") print pre; print "RC=" substr($0, p + length(e)); exit }
@@ -490,6 +500,7 @@ capture_one() {
     fi
     editcap -F pcap "$cap/$name.pcapng" "$cap/$name.pcap"
     n=$(tshark -r "$cap/$name.pcap" -Y infiniband 2>/dev/null | wc -l)
+    chmod 644 "$cap/$name.pcapng" "$cap/$name.pcap"
     cp "$cap/$name.pcap" "$FIXTURES/$name.pcap"
     [ "${KEEP_PCAPNG:-}" = "$name" ] && cp "$cap/$name.pcapng" "$FIXTURES/$name.pcapng"
     tshark -r "$cap/$name.pcap" -Y infiniband -T fields -E header=y -E separator=/t \
