@@ -333,24 +333,10 @@ impl QpCore {
             {
                 return self.nak_fatal(psn, NakCode::InvalidRequest);
             }
-            let Some(reth) = pkt.ext.reth else {
-                return self.nak_fatal(psn, NakCode::InvalidRequest);
-            };
-            let len = reth.len as u64;
-            // A zero-length WRITE checks no key (IBTA C9-88).
-            let (mr, offset) = if len == 0 {
-                (None, 0)
-            } else {
-                match mrs.resolve_remote(
-                    self.cfg.pd,
-                    reth.rkey,
-                    reth.va,
-                    len,
-                    AccessFlags::REMOTE_WRITE,
-                ) {
-                    Ok((mr, off)) => (Some(Arc::clone(mr)), off),
-                    Err(f) => return self.nak_fatal(psn, fault_nak(f)),
-                }
+            let Some((mr, offset, len)) =
+                self.resolve_reth(pkt, psn, mrs, AccessFlags::REMOTE_WRITE)
+            else {
+                return;
             };
             self.resp.write = Some(WriteProgress {
                 mr,
@@ -399,6 +385,34 @@ impl QpCore {
         }
     }
 
+    /// The region and offset a WRITE or READ's RETH names, with `need` rights over its whole
+    /// range; a zero-length operation checks no key (IBTA C9-88). On failure the request is
+    /// NAKed (invalid request without a RETH, remote access error for a bad key or range) and
+    /// `None` returned.
+    fn resolve_reth(
+        &mut self,
+        pkt: &PacketRepr,
+        psn: Psn,
+        mrs: &MrTable,
+        need: AccessFlags,
+    ) -> Option<(Option<Arc<Mr>>, u64, u64)> {
+        let Some(reth) = pkt.ext.reth else {
+            self.nak_fatal(psn, NakCode::InvalidRequest);
+            return None;
+        };
+        let len = reth.len as u64;
+        if len == 0 {
+            return Some((None, 0, 0));
+        }
+        match mrs.resolve_remote(self.cfg.pd, reth.rkey, reth.va, len, need) {
+            Ok((mr, off)) => Some((Some(Arc::clone(mr)), off, len)),
+            Err(f) => {
+                self.nak_fatal(psn, fault_nak(f));
+                None
+            }
+        }
+    }
+
     /// Remembers a READ or atomic for duplicate replay, in a ring of max_dest_rd_atomic
     /// entries (rxe overwrites the oldest).
     fn save_resource(&mut self, r: Resource) {
@@ -415,24 +429,11 @@ impl QpCore {
         {
             return self.nak_fatal(psn, NakCode::InvalidRequest);
         }
-        let Some(reth) = pkt.ext.reth else {
-            return self.nak_fatal(psn, NakCode::InvalidRequest);
+        let Some((mr, offset, len)) = self.resolve_reth(pkt, psn, mrs, AccessFlags::REMOTE_READ)
+        else {
+            return;
         };
-        let len = reth.len as u64;
-        let (mr, offset) = if len == 0 {
-            (None, 0)
-        } else {
-            match mrs.resolve_remote(
-                self.cfg.pd,
-                reth.rkey,
-                reth.va,
-                len,
-                AccessFlags::REMOTE_READ,
-            ) {
-                Ok((mr, off)) => (Some(Arc::clone(mr)), off),
-                Err(f) => return self.nak_fatal(psn, fault_nak(f)),
-            }
-        };
+        let Some(reth) = pkt.ext.reth else { return };
         let pkts = packets_for(len, self.mtu()) as u32;
         self.save_resource(Resource::Read {
             first: psn,
