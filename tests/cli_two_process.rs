@@ -308,3 +308,65 @@ fn perf_check_with_several_qps() {
         assert_eq!(v["qps"], 4);
     }
 }
+
+#[test]
+fn a_peer_killed_mid_transfer_ends_in_retry_exceeded_not_a_hang() {
+    let (tcp, udp) = ports();
+    let common = |ip: &str| {
+        s(&[
+            "perf",
+            "write",
+            "-n",
+            "1000000",
+            "-s",
+            "65536",
+            "-u",
+            "10",
+            "--retry-cnt",
+            "3",
+            "--timeout",
+            "20",
+            "-p",
+            &tcp.to_string(),
+            "--roce-port",
+            &udp.to_string(),
+            "--bind",
+            ip,
+        ])
+    };
+    let mut server = spawn(&common("127.0.0.1"));
+    let mut cv = common("127.0.0.2");
+    cv.push("127.0.0.1".into());
+    // Start the client once the server listens.
+    let t = Instant::now();
+    let mut client = loop {
+        let mut c = spawn(&cv);
+        std::thread::sleep(Duration::from_millis(300));
+        match c.try_wait().unwrap() {
+            None => break c,
+            Some(_) if t.elapsed() < Duration::from_secs(10) => continue,
+            Some(st) => panic!("client could not start: {st}"),
+        }
+    };
+    // Let the transfer run, then kill the server outright.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        client.try_wait().unwrap().is_none(),
+        "the client finished too early"
+    );
+    server.kill().unwrap();
+    let _ = server.wait();
+    let killed = Instant::now();
+    let out = finish(
+        client,
+        "client after the server was killed",
+        Duration::from_secs(15),
+    );
+    let took = killed.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("transport retry counter exceeded"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    // Budget: 4 timeouts of 4.2 ms; allow generously for process scheduling.
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+}

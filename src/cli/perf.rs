@@ -81,6 +81,12 @@ pub struct PerfArgs {
     /// Give up when no progress is made for this many seconds.
     #[arg(long, default_value_t = 30)]
     pub timeout: u64,
+    /// QP local ACK timeout exponent: 4.096 us x 2^N (perftest's -u; 0 = never).
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 14, value_parser = clap::value_parser!(u8).range(0..=31))]
+    pub qp_timeout: u8,
+    /// Transport retries before "retry exceeded" (0..7; 7 retries forever, as rxe treats it).
+    #[arg(long = "retry-cnt", default_value_t = 7, value_parser = clap::value_parser!(u8).range(0..=7))]
+    pub retry_cnt: u8,
     /// Device options.
     #[command(flatten)]
     pub device: DeviceArgs,
@@ -415,7 +421,7 @@ pub fn run(args: &PerfArgs) -> Result<(), CliError> {
         }
     }
     for (c, r) in conns.iter_mut().zip(&remote) {
-        connect(c, r, mtu, args.outs)?;
+        connect(c, r, mtu, args)?;
         c.remote = Some(*r);
     }
     // Receives for SEND tests, posted before the barrier so that no SEND meets an empty queue.
@@ -476,13 +482,15 @@ pub fn run(args: &PerfArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-fn connect(c: &Conn, r: &Dest, mtu: Mtu, outs: u8) -> Result<(), CliError> {
+fn connect(c: &Conn, r: &Dest, mtu: Mtu, args: &PerfArgs) -> Result<(), CliError> {
     // perftest's attributes: hop limit 0xFF, out_reads READ/atomic credits both ways.
     let rc = RcConnect {
         path_mtu: mtu,
         hop_limit: 0xFF,
-        max_rd_atomic: outs,
-        max_dest_rd_atomic: outs,
+        max_rd_atomic: args.outs,
+        max_dest_rd_atomic: args.outs,
+        timeout: args.qp_timeout,
+        retry_cnt: args.retry_cnt,
         ..RcConnect::new(r.qpn, r.psn, r.gid, c.psn)
     };
     c.qp.ready_to_receive(&rc).map_err(CliError::Verbs)?;
