@@ -21,7 +21,7 @@ use super::mr::MrTable;
 use super::requester::ReqState;
 use super::responder::RespState;
 use super::wqe::{LocalData, RecvWqe, SendState, SendWqe};
-use crate::verbs::qp_attr::{apply_modify, check_modify, DeviceLimits};
+use crate::verbs::qp_attr::{apply_modify, check_modify, check_sqd_exit, DeviceLimits};
 use crate::verbs::{
     AccessFlags, QpAttr, QpAttrMask, QpCap, QpState, QpType, QueueKind, RecvWr, SendFlags, SendWr,
     SgeFault, VerbsError, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
@@ -159,6 +159,9 @@ impl QpCore {
     pub fn modify(&mut self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbsError> {
         let from = self.attr.qp_state;
         let to = check_modify(QpType::Rc, from, attr, mask, &self.limits)?;
+        // Leaving SQD (but for ERROR) waits until the send queue has drained (rxe).
+        let draining = from == QpState::Sqd && self.req.next < self.sq.len();
+        check_sqd_exit(from, to, draining)?;
         apply_modify(&mut self.attr, attr, mask);
         self.attr.qp_state = to;
         if mask.contains(QpAttrMask::SQ_PSN) {

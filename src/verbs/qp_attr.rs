@@ -1,31 +1,41 @@
-//! What `ibv_modify_qp` checks before it changes a QP, as the Linux kernel checks it
-//! (drivers/infiniband/core/verbs.c: `qp_state_table` and `ib_modify_qp_is_ok()`, the
-//! transitions of IBTA vol. 1 §10.3.1 with the attributes of §11.2.5.2) plus the value checks
-//! of rxe (drivers/infiniband/sw/rxe/rxe_qp.c `rxe_qp_chk_attr()`, rxe_param.h limits).
+//! What `ibv_modify_qp` checks before it changes a QP, and what it changes.
+//!
+//! The transitions are those of the QP state diagram (IBTA vol. 1 §10.3.1) and the attributes
+//! each transition requires or allows are those of Modify QP (IBTA vol. 1 §11.2.5.2), both as the
+//! Linux kernel encodes them: `qp_state_table` and `ib_modify_qp_is_ok()` in
+//! drivers/infiniband/core/verbs.c, restricted to RC, UC and UD. The attribute values are then
+//! checked as rxe checks them (drivers/infiniband/sw/rxe/rxe_qp.c `rxe_qp_chk_attr()`,
+//! rxe_verbs.c `rxe_modify_qp()`, limits from rxe_param.h), plus the RoCE ban on alternate paths
+//! of the core's `_ib_modify_qp()`.
+//!
+//! Where softroce is stricter than rxe, the check says so.
 
 use super::types::{Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType};
 use super::VerbsError;
 
-/// Device limits that attribute checks depend on (rxe_param.h values).
+/// Device limits that attribute checks depend on; the defaults are rxe's (rxe_param.h).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceLimits {
-    /// Largest path MTU.
+    /// Largest path MTU (`RXE_PORT_INFO_MTU_CAP` = 4096).
     pub max_mtu: Mtu,
-    /// Most WRs per queue (RXE_MAX_QP_WR).
+    /// Most WRs per work queue (`RXE_MAX_QP_WR` = 0x4000).
     pub max_qp_wr: u32,
-    /// Most SGEs per WR (RXE_MAX_SGE).
+    /// Most SGEs per send or receive WR (`RXE_MAX_SGE` = 32).
     pub max_sge: u32,
-    /// Most inline bytes per WR.
+    /// Most bytes of inline data per send WR (`RXE_MAX_INLINE_DATA` = 400).
     pub max_inline_data: u32,
-    /// Most outstanding READ/atomic as responder (RXE_MAX_QP_RD_ATOM).
+    /// Most READ/atomic requests a QP accepts as responder, the bound of `max_dest_rd_atomic`
+    /// (`RXE_MAX_QP_RD_ATOM` = 128).
     pub max_qp_rd_atom: u32,
-    /// Most outstanding READ/atomic as requester (RXE_MAX_QP_INIT_RD_ATOM).
+    /// Most READ/atomic requests a QP may have outstanding as requester, the bound of
+    /// `max_rd_atomic` (`RXE_MAX_QP_INIT_RD_ATOM` = 128).
     pub max_qp_init_rd_atom: u32,
-    /// Most entries per CQ (RXE_MAX_CQE).
+    /// Most entries per CQ (`2^RXE_MAX_LOG_CQE - 1` = 0x7FFF).
     pub max_cqe: u32,
-    /// P_Key table length (index 0: the default P_Key).
+    /// P_Key table length: 1, index 0 holding the default P_Key 0xFFFF.
     pub pkey_table_len: u16,
-    /// GID table length (softroce: 2, both the device address).
+    /// GID table length: softroce has 2 entries, both its own address, so that the `-g 0` and
+    /// `-g 1` habits of rxe users both work.
     pub gid_table_len: u8,
 }
 
@@ -35,7 +45,7 @@ impl Default for DeviceLimits {
             max_mtu: Mtu::Mtu4096,
             max_qp_wr: 0x4000,
             max_sge: 32,
-            max_inline_data: 256,
+            max_inline_data: 400,
             max_qp_rd_atom: 128,
             max_qp_init_rd_atom: 128,
             max_cqe: 0x7FFF,
@@ -47,135 +57,219 @@ impl Default for DeviceLimits {
 
 type M = QpAttrMask;
 
-/// One row of the kernel's table: a legal transition with the attributes it requires and
-/// allows, per transport (RC, UC, UD).
+/// The attributes one transition requires and allows for one transport
+/// (`req_param[type]`, `opt_param[type]` of the kernel's table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Params {
+    req: QpAttrMask,
+    opt: QpAttrMask,
+}
+
+/// One valid entry of the kernel's `qp_state_table[from][to]`, with its parameters for RC, UC
+/// and UD in that order (`None`: the transition does not exist for that transport).
+#[derive(Debug)]
 struct Transition {
     from: QpState,
     to: QpState,
-    req: [QpAttrMask; 3],
-    opt: [QpAttrMask; 3],
+    params: [Option<Params>; 3],
 }
 
-const fn m(bits: u32) -> QpAttrMask {
-    QpAttrMask(bits)
+const fn mask(bits: &[QpAttrMask]) -> QpAttrMask {
+    let mut m = 0;
+    let mut i = 0;
+    while i < bits.len() {
+        m |= bits[i].0;
+        i += 1;
+    }
+    QpAttrMask(m)
 }
 
-const NONE: QpAttrMask = QpAttrMask(0);
+const NONE: QpAttrMask = QpAttrMask::EMPTY;
 
-const RC_RTR_REQ: u32 = M::AV.0
-    | M::PATH_MTU.0
-    | M::DEST_QPN.0
-    | M::RQ_PSN.0
-    | M::MAX_DEST_RD_ATOMIC.0
-    | M::MIN_RNR_TIMER.0;
-const UC_RTR_REQ: u32 = M::AV.0 | M::PATH_MTU.0 | M::DEST_QPN.0 | M::RQ_PSN.0;
-const RC_RTS_REQ: u32 =
-    M::SQ_PSN.0 | M::TIMEOUT.0 | M::RETRY_CNT.0 | M::RNR_RETRY.0 | M::MAX_QP_RD_ATOMIC.0;
-const RC_TO_RTS_OPT: u32 =
-    M::CUR_STATE.0 | M::ALT_PATH.0 | M::ACCESS_FLAGS.0 | M::MIN_RNR_TIMER.0 | M::PATH_MIG_STATE.0;
-const UC_TO_RTS_OPT: u32 = M::CUR_STATE.0 | M::ALT_PATH.0 | M::ACCESS_FLAGS.0 | M::PATH_MIG_STATE.0;
-const UD_TO_RTS_OPT: u32 = M::CUR_STATE.0 | M::QKEY.0;
+/// Per-transport parameters.
+const fn per(
+    rc: (QpAttrMask, QpAttrMask),
+    uc: (QpAttrMask, QpAttrMask),
+    ud: (QpAttrMask, QpAttrMask),
+) -> [Option<Params>; 3] {
+    [
+        Some(Params {
+            req: rc.0,
+            opt: rc.1,
+        }),
+        Some(Params {
+            req: uc.0,
+            opt: uc.1,
+        }),
+        Some(Params {
+            req: ud.0,
+            opt: ud.1,
+        }),
+    ]
+}
 
-/// The legal transitions (other than "any -> RESET" and "any -> ERR", which need nothing).
+/// The same (empty) parameters for every transport: the `{ .valid = 1 }` entries.
+const BARE: [Option<Params>; 3] = per((NONE, NONE), (NONE, NONE), (NONE, NONE));
+
+const fn row(from: QpState, to: QpState, params: [Option<Params>; 3]) -> Transition {
+    Transition { from, to, params }
+}
+
+// Attribute groups that recur in the table.
+const INIT_RC: QpAttrMask = mask(&[M::PKEY_INDEX, M::PORT, M::ACCESS_FLAGS]);
+const INIT_UD: QpAttrMask = mask(&[M::PKEY_INDEX, M::PORT, M::QKEY]);
+const RTR_UC_REQ: QpAttrMask = mask(&[M::AV, M::PATH_MTU, M::DEST_QPN, M::RQ_PSN]);
+const RTR_RC_REQ: QpAttrMask = mask(&[RTR_UC_REQ, M::MAX_DEST_RD_ATOMIC, M::MIN_RNR_TIMER]);
+const RTR_RC_OPT: QpAttrMask = mask(&[M::ALT_PATH, M::ACCESS_FLAGS, M::PKEY_INDEX]);
+const RTR_UD_OPT: QpAttrMask = mask(&[M::PKEY_INDEX, M::QKEY]);
+const RTS_RC_REQ: QpAttrMask = mask(&[
+    M::TIMEOUT,
+    M::RETRY_CNT,
+    M::RNR_RETRY,
+    M::SQ_PSN,
+    M::MAX_QP_RD_ATOMIC,
+]);
+/// Optional on RTR->RTS, RTS->RTS and SQD->RTS for UC.
+const TO_RTS_UC_OPT: QpAttrMask = mask(&[
+    M::CUR_STATE,
+    M::ALT_PATH,
+    M::ACCESS_FLAGS,
+    M::PATH_MIG_STATE,
+]);
+/// Optional on RTR->RTS, RTS->RTS and SQD->RTS for RC.
+const TO_RTS_RC_OPT: QpAttrMask = mask(&[TO_RTS_UC_OPT, M::MIN_RNR_TIMER]);
+/// Optional on RTR->RTS, RTS->RTS, SQD->RTS and SQE->RTS for UD.
+const TO_RTS_UD_OPT: QpAttrMask = mask(&[M::CUR_STATE, M::QKEY]);
+const SQD_SQD_RC_OPT: QpAttrMask = mask(&[
+    M::PORT,
+    M::AV,
+    M::TIMEOUT,
+    M::RETRY_CNT,
+    M::RNR_RETRY,
+    M::MAX_QP_RD_ATOMIC,
+    M::MAX_DEST_RD_ATOMIC,
+    M::ALT_PATH,
+    M::ACCESS_FLAGS,
+    M::PKEY_INDEX,
+    M::MIN_RNR_TIMER,
+    M::PATH_MIG_STATE,
+]);
+const SQD_SQD_UC_OPT: QpAttrMask = mask(&[
+    M::AV,
+    M::ALT_PATH,
+    M::ACCESS_FLAGS,
+    M::PKEY_INDEX,
+    M::PATH_MIG_STATE,
+]);
+
+/// `qp_state_table` of drivers/infiniband/core/verbs.c for RC, UC and UD, in its order: every
+/// valid (current, next) pair; a pair not listed is not a transition (IBTA §10.3.1).
+///
+/// Two entries deserve a note. RESET -> ERROR is not in the kernel's table, so it is not here
+/// either: "any state -> ERROR" holds for every state but RESET. SQE -> RTS is valid in the
+/// kernel's table for every type, with empty masks for RC; here it is absent for RC, since SQE
+/// is a state of UC and UD QPs only (IBTA §10.3.1) and an RC QP cannot be in it.
 const TABLE: &[Transition] = &[
-    Transition {
-        from: QpState::Reset,
-        to: QpState::Init,
-        req: [
-            m(M::PKEY_INDEX.0 | M::PORT.0 | M::ACCESS_FLAGS.0),
-            m(M::PKEY_INDEX.0 | M::PORT.0 | M::ACCESS_FLAGS.0),
-            m(M::PKEY_INDEX.0 | M::PORT.0 | M::QKEY.0),
+    row(QpState::Reset, QpState::Reset, BARE),
+    row(
+        QpState::Reset,
+        QpState::Init,
+        per((INIT_RC, NONE), (INIT_RC, NONE), (INIT_UD, NONE)),
+    ),
+    row(QpState::Init, QpState::Reset, BARE),
+    row(QpState::Init, QpState::Err, BARE),
+    row(
+        QpState::Init,
+        QpState::Init,
+        per((NONE, INIT_RC), (NONE, INIT_RC), (NONE, INIT_UD)),
+    ),
+    row(
+        QpState::Init,
+        QpState::Rtr,
+        per(
+            (RTR_RC_REQ, RTR_RC_OPT),
+            (RTR_UC_REQ, RTR_RC_OPT),
+            (NONE, RTR_UD_OPT),
+        ),
+    ),
+    row(QpState::Rtr, QpState::Reset, BARE),
+    row(QpState::Rtr, QpState::Err, BARE),
+    row(
+        QpState::Rtr,
+        QpState::Rts,
+        per(
+            (RTS_RC_REQ, TO_RTS_RC_OPT),
+            (M::SQ_PSN, TO_RTS_UC_OPT),
+            (M::SQ_PSN, TO_RTS_UD_OPT),
+        ),
+    ),
+    row(QpState::Rts, QpState::Reset, BARE),
+    row(QpState::Rts, QpState::Err, BARE),
+    row(
+        QpState::Rts,
+        QpState::Rts,
+        per(
+            (NONE, TO_RTS_RC_OPT),
+            (NONE, TO_RTS_UC_OPT),
+            (NONE, TO_RTS_UD_OPT),
+        ),
+    ),
+    row(
+        QpState::Rts,
+        QpState::Sqd,
+        per(
+            (NONE, M::EN_SQD_ASYNC_NOTIFY),
+            (NONE, M::EN_SQD_ASYNC_NOTIFY),
+            (NONE, M::EN_SQD_ASYNC_NOTIFY),
+        ),
+    ),
+    row(QpState::Sqd, QpState::Reset, BARE),
+    row(QpState::Sqd, QpState::Err, BARE),
+    row(
+        QpState::Sqd,
+        QpState::Rts,
+        per(
+            (NONE, TO_RTS_RC_OPT),
+            (NONE, TO_RTS_UC_OPT),
+            (NONE, TO_RTS_UD_OPT),
+        ),
+    ),
+    row(
+        QpState::Sqd,
+        QpState::Sqd,
+        per(
+            (NONE, SQD_SQD_RC_OPT),
+            (NONE, SQD_SQD_UC_OPT),
+            (NONE, RTR_UD_OPT),
+        ),
+    ),
+    row(QpState::Sqe, QpState::Reset, BARE),
+    row(QpState::Sqe, QpState::Err, BARE),
+    row(
+        QpState::Sqe,
+        QpState::Rts,
+        [
+            None,
+            Some(Params {
+                req: NONE,
+                opt: mask(&[M::CUR_STATE, M::ACCESS_FLAGS]),
+            }),
+            Some(Params {
+                req: NONE,
+                opt: TO_RTS_UD_OPT,
+            }),
         ],
-        opt: [NONE, NONE, NONE],
-    },
-    Transition {
-        from: QpState::Init,
-        to: QpState::Init,
-        req: [NONE, NONE, NONE],
-        opt: [
-            m(M::PKEY_INDEX.0 | M::PORT.0 | M::ACCESS_FLAGS.0),
-            m(M::PKEY_INDEX.0 | M::PORT.0 | M::ACCESS_FLAGS.0),
-            m(M::PKEY_INDEX.0 | M::PORT.0 | M::QKEY.0),
-        ],
-    },
-    Transition {
-        from: QpState::Init,
-        to: QpState::Rtr,
-        req: [m(RC_RTR_REQ), m(UC_RTR_REQ), NONE],
-        opt: [
-            m(M::ALT_PATH.0 | M::ACCESS_FLAGS.0 | M::PKEY_INDEX.0),
-            m(M::ALT_PATH.0 | M::ACCESS_FLAGS.0 | M::PKEY_INDEX.0),
-            m(M::PKEY_INDEX.0 | M::QKEY.0),
-        ],
-    },
-    Transition {
-        from: QpState::Rtr,
-        to: QpState::Rts,
-        req: [m(RC_RTS_REQ), m(M::SQ_PSN.0), m(M::SQ_PSN.0)],
-        opt: [m(RC_TO_RTS_OPT), m(UC_TO_RTS_OPT), m(UD_TO_RTS_OPT)],
-    },
-    Transition {
-        from: QpState::Rts,
-        to: QpState::Rts,
-        req: [NONE, NONE, NONE],
-        opt: [
-            m(M::CUR_STATE.0
-                | M::ACCESS_FLAGS.0
-                | M::ALT_PATH.0
-                | M::PATH_MIG_STATE.0
-                | M::MIN_RNR_TIMER.0),
-            m(M::CUR_STATE.0 | M::ACCESS_FLAGS.0 | M::ALT_PATH.0 | M::PATH_MIG_STATE.0),
-            m(M::CUR_STATE.0 | M::QKEY.0),
-        ],
-    },
-    Transition {
-        from: QpState::Rts,
-        to: QpState::Sqd,
-        req: [NONE, NONE, NONE],
-        opt: [
-            m(M::EN_SQD_ASYNC_NOTIFY.0),
-            m(M::EN_SQD_ASYNC_NOTIFY.0),
-            m(M::EN_SQD_ASYNC_NOTIFY.0),
-        ],
-    },
-    Transition {
-        from: QpState::Sqd,
-        to: QpState::Rts,
-        req: [NONE, NONE, NONE],
-        opt: [m(RC_TO_RTS_OPT), m(UC_TO_RTS_OPT), m(UD_TO_RTS_OPT)],
-    },
-    Transition {
-        from: QpState::Sqd,
-        to: QpState::Sqd,
-        req: [NONE, NONE, NONE],
-        opt: [
-            m(M::AV.0
-                | M::TIMEOUT.0
-                | M::RETRY_CNT.0
-                | M::RNR_RETRY.0
-                | M::MAX_QP_RD_ATOMIC.0
-                | M::MAX_DEST_RD_ATOMIC.0
-                | M::ALT_PATH.0
-                | M::ACCESS_FLAGS.0
-                | M::PKEY_INDEX.0
-                | M::MIN_RNR_TIMER.0
-                | M::PATH_MIG_STATE.0),
-            m(M::AV.0 | M::ALT_PATH.0 | M::ACCESS_FLAGS.0 | M::PKEY_INDEX.0 | M::PATH_MIG_STATE.0),
-            m(M::PKEY_INDEX.0 | M::QKEY.0),
-        ],
-    },
-    Transition {
-        from: QpState::Sqe,
-        to: QpState::Rts,
-        // SQE exists for UC and UD only; an RC row with `req` impossible to meet keeps it out.
-        req: [m(u32::MAX), NONE, NONE],
-        opt: [
-            NONE,
-            m(M::CUR_STATE.0 | M::ACCESS_FLAGS.0),
-            m(M::CUR_STATE.0 | M::QKEY.0),
-        ],
-    },
+    ),
+    row(QpState::Err, QpState::Reset, BARE),
+    row(QpState::Err, QpState::Err, BARE),
 ];
+
+/// The attribute bits the kernel knows (`IB_QP_ATTR_STANDARD_BITS`, bits 0..=20); rxe refuses
+/// any other with `EOPNOTSUPP` (`rxe_modify_qp()`).
+const STANDARD_BITS: QpAttrMask = QpAttrMask((1 << 21) - 1);
+
+/// PSNs and QP numbers are 24 bits (BTH, IBTA §9.2).
+const MASK_24: u32 = 0xFF_FFFF;
 
 fn type_index(t: QpType) -> usize {
     match t {
@@ -185,8 +279,34 @@ fn type_index(t: QpType) -> usize {
     }
 }
 
-/// Checks a modify request against the QP's state and type (`ib_modify_qp_is_ok`) and the
-/// attribute values against the device (`rxe_qp_chk_attr`). Returns the state the QP moves to.
+/// The parameters of `from -> to` for `qp_type`, if the kernel's table has the transition.
+fn transition(qp_type: QpType, from: QpState, to: QpState) -> Option<Params> {
+    TABLE
+        .iter()
+        .find(|t| t.from == from && t.to == to)
+        .and_then(|t| t.params[type_index(qp_type)])
+}
+
+/// Checks a modify request against the QP's type and current state, and its values against the
+/// device; returns the state the QP moves to. Nothing is changed: see [`apply_modify`].
+///
+/// The transition rules are `ib_modify_qp_is_ok()` (drivers/infiniband/core/verbs.c) over the
+/// table of IBTA §10.3.1 / §11.2.5.2:
+///
+/// - without `STATE` in `mask` the request modifies attributes within the current state, which
+///   the table allows only where it has a `current -> current` entry (RESET, INIT, RTS, SQD and
+///   ERROR; not RTR or SQE);
+/// - every required attribute of the transition must be in `mask`, and every bit of `mask` other
+///   than `STATE` must be required or optional for it. `CUR_STATE` is optional only on the
+///   transitions into RTS, so it is refused elsewhere (RTS -> ERROR included), as the kernel
+///   refuses it;
+/// - `cur_qp_state` (with `CUR_STATE`) must be RTR, RTS, SQD or SQE, as the kernel requires. The
+///   kernel and rxe then take it for the current state without comparing it with the QP's; an
+///   engine that knows its state does better to refuse a stale belief, so a mismatch is
+///   [`VerbsError::StateMismatch`]. When the two agree the outcome is the kernel's.
+///
+/// The value checks are `rxe_qp_chk_attr()`'s, the core's RoCE ban on alternate paths, and the
+/// field widths of the wire format, which rxe truncates silently and softroce refuses.
 pub fn check_modify(
     qp_type: QpType,
     current: QpState,
@@ -194,24 +314,21 @@ pub fn check_modify(
     mask: QpAttrMask,
     limits: &DeviceLimits,
 ) -> Result<QpState, VerbsError> {
-    let known = QpAttrMask((1 << 21) - 1);
-    if !known.contains(mask) {
-        return Err(VerbsError::InvalidAttribute {
-            attr: "attr_mask",
-            reason: "unknown attribute bits",
-        });
+    if !STANDARD_BITS.contains(mask) {
+        return Err(bad(
+            "attr_mask",
+            "unknown attribute bits (beyond IBV_QP_DEST_QPN)",
+        ));
     }
     if mask.contains(M::CUR_STATE) {
-        // The kernel accepts cur_qp_state only from RTR, RTS, SQD and SQE, and the caller's
-        // belief must match the QP's state.
         if !matches!(
             attr.cur_qp_state,
             QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
         ) {
-            return Err(VerbsError::InvalidAttribute {
-                attr: "cur_qp_state",
-                reason: "only RTR, RTS, SQD or SQE may be given",
-            });
+            return Err(bad(
+                "cur_qp_state",
+                "may only be given as RTR, RTS, SQD or SQE",
+            ));
         }
         if attr.cur_qp_state != current {
             return Err(VerbsError::StateMismatch {
@@ -220,38 +337,22 @@ pub fn check_modify(
             });
         }
     }
+    let from = current;
     let to = if mask.contains(M::STATE) {
         attr.qp_state
     } else {
-        current
+        from
     };
-    let t = type_index(qp_type);
-    let (req, opt) = if to == QpState::Reset || to == QpState::Err {
-        // Any state may go to RESET or ERR with no other attribute.
-        (NONE, NONE)
-    } else {
-        match TABLE.iter().find(|r| r.from == current && r.to == to) {
-            Some(r) if r.req[t].0 != u32::MAX => (r.req[t], r.opt[t]),
-            _ => return Err(VerbsError::IllegalTransition { from: current, to }),
-        }
-    };
-    let missing = QpAttrMask(req.0 & !mask.0);
+    let p = transition(qp_type, from, to).ok_or(VerbsError::IllegalTransition { from, to })?;
+    let missing = QpAttrMask(p.req.0 & !mask.0);
     if !missing.is_empty() {
-        return Err(VerbsError::MissingAttributes {
-            from: current,
-            to,
-            missing,
-        });
+        return Err(VerbsError::MissingAttributes { from, to, missing });
     }
-    let extra = QpAttrMask(mask.0 & !(req.0 | opt.0 | M::STATE.0));
+    let extra = QpAttrMask(mask.0 & !(p.req.0 | p.opt.0 | M::STATE.0));
     if !extra.is_empty() {
-        return Err(VerbsError::UnexpectedAttributes {
-            from: current,
-            to,
-            extra,
-        });
+        return Err(VerbsError::UnexpectedAttributes { from, to, extra });
     }
-    check_values(qp_type, attr, mask, limits)?;
+    check_values(attr, mask, limits)?;
     Ok(to)
 }
 
@@ -259,91 +360,139 @@ fn bad(attr: &'static str, reason: &'static str) -> VerbsError {
     VerbsError::InvalidAttribute { attr, reason }
 }
 
-fn check_values(
-    qp_type: QpType,
-    a: &QpAttr,
-    mask: QpAttrMask,
-    l: &DeviceLimits,
-) -> Result<(), VerbsError> {
-    if mask.intersects(M::ALT_PATH | M::PATH_MIG_STATE) {
-        return Err(bad("alt_path", "alternate paths are not supported on RoCE"));
+fn over(what: &'static str, requested: u32, limit: u32) -> Result<(), VerbsError> {
+    if requested > limit {
+        Err(VerbsError::ExceedsDeviceLimit {
+            what,
+            requested: u64::from(requested),
+            limit: u64::from(limit),
+        })
+    } else {
+        Ok(())
     }
-    if mask.contains(M::CAP) {
-        return Err(bad("cap", "QP capacities cannot be changed after creation"));
-    }
+}
+
+/// The value checks of a modify whose mask the table accepted. `CAP` needs none: no transition
+/// accepts it (the table has it in no `opt_param`), so `rxe_qp_chk_attr()`'s check of it is
+/// never reached and QP capacities cannot change after creation.
+fn check_values(a: &QpAttr, mask: QpAttrMask, l: &DeviceLimits) -> Result<(), VerbsError> {
+    // rxe_qp_chk_attr(), in its order.
     if mask.contains(M::PORT) && a.port_num != 1 {
         return Err(bad("port_num", "the device has one port, number 1"));
     }
-    if mask.contains(M::PKEY_INDEX) && a.pkey_index >= l.pkey_table_len {
-        return Err(bad("pkey_index", "beyond the P_Key table"));
-    }
-    if mask.contains(M::ACCESS_FLAGS) {
-        if qp_type == QpType::Ud {
+    if mask.contains(M::AV) {
+        // The core requires a GRH on RoCE (rdma_check_ah_attr()); softroce's AhAttr has no
+        // is_global flag, so a zero GID stands for "no GRH".
+        if a.ah_attr.dgid.is_zero() {
             return Err(bad(
-                "qp_access_flags",
-                "UD QPs have no remote access rights",
+                "ah_attr.dgid",
+                "RoCE needs a GRH: the peer's GID (IP address)",
             ));
         }
-        if a.qp_access_flags.0 & !0xF != 0 {
-            return Err(bad("qp_access_flags", "unsupported access bits"));
-        }
-    }
-    if mask.contains(M::AV) {
-        if a.ah_attr.dgid.is_zero() {
-            return Err(bad("ah_attr.dgid", "RoCE needs the peer's GID"));
-        }
+        // rxe_chk_ah_attr(): the source GID must exist.
         if a.ah_attr.sgid_index >= l.gid_table_len {
             return Err(bad("ah_attr.sgid_index", "beyond the GID table"));
         }
     }
-    if mask.contains(M::PATH_MTU) && a.path_mtu > l.max_mtu {
-        return Err(bad("path_mtu", "larger than the device's MTU"));
+    // The core bans alternate paths on RoCE (_ib_modify_qp(): "Today the core code can only
+    // handle alternate paths and APM for IB"); softroce refuses the migration state with them.
+    if mask.contains(M::ALT_PATH) {
+        return Err(bad(
+            "alt_ah_attr",
+            "alternate paths are not supported on RoCE",
+        ));
+    }
+    if mask.contains(M::PATH_MIG_STATE) {
+        return Err(bad(
+            "path_mig_state",
+            "alternate paths are not supported on RoCE",
+        ));
+    }
+    if mask.contains(M::PATH_MTU) {
+        over("path_mtu", a.path_mtu.bytes(), l.max_mtu.bytes())?;
+    }
+    if mask.contains(M::MAX_QP_RD_ATOMIC) {
+        // rxe bounds it by max_qp_rd_atom; the requester's depth is what ibv_query_device
+        // reports as max_qp_init_rd_atom. Both are 128 in rxe.
+        over(
+            "max_rd_atomic",
+            u32::from(a.max_rd_atomic),
+            l.max_qp_init_rd_atom,
+        )?;
     }
     if mask.contains(M::TIMEOUT) && a.timeout > 31 {
-        return Err(bad("timeout", "must be 0..=31"));
+        return Err(bad("timeout", "must be 0..=31 (4.096 us x 2^timeout)"));
+    }
+    // Beyond rxe: the P_Key index (checked by the core's security hook and by hardware
+    // drivers), the responder's READ/atomic depth (rxe allocates whatever is asked), and the
+    // widths of the fields on the wire, which rxe masks or keeps as given.
+    if mask.contains(M::PKEY_INDEX) && a.pkey_index >= l.pkey_table_len {
+        return Err(bad("pkey_index", "beyond the P_Key table (index 0 only)"));
+    }
+    if mask.contains(M::MAX_DEST_RD_ATOMIC) {
+        over(
+            "max_dest_rd_atomic",
+            u32::from(a.max_dest_rd_atomic),
+            l.max_qp_rd_atom,
+        )?;
     }
     if mask.contains(M::RETRY_CNT) && a.retry_cnt > 7 {
         return Err(bad("retry_cnt", "must be 0..=7"));
     }
     if mask.contains(M::RNR_RETRY) && a.rnr_retry > 7 {
-        return Err(bad("rnr_retry", "must be 0..=7"));
+        return Err(bad("rnr_retry", "must be 0..=7 (7: retry forever)"));
     }
     if mask.contains(M::MIN_RNR_TIMER) && a.min_rnr_timer > 31 {
-        return Err(bad("min_rnr_timer", "must be 0..=31"));
+        return Err(bad("min_rnr_timer", "must be 0..=31 (an AETH timer code)"));
     }
-    if mask.contains(M::MAX_QP_RD_ATOMIC) && a.max_rd_atomic as u32 > l.max_qp_init_rd_atom {
-        return Err(VerbsError::ExceedsDeviceLimit {
-            what: "max_rd_atomic",
-            requested: a.max_rd_atomic as u64,
-            limit: l.max_qp_init_rd_atom as u64,
-        });
-    }
-    if mask.contains(M::MAX_DEST_RD_ATOMIC) && a.max_dest_rd_atomic as u32 > l.max_qp_rd_atom {
-        return Err(VerbsError::ExceedsDeviceLimit {
-            what: "max_dest_rd_atomic",
-            requested: a.max_dest_rd_atomic as u64,
-            limit: l.max_qp_rd_atom as u64,
-        });
-    }
-    if mask.contains(M::RQ_PSN) && a.rq_psn > 0xFF_FFFF {
+    if mask.contains(M::RQ_PSN) && a.rq_psn > MASK_24 {
         return Err(bad("rq_psn", "PSNs are 24 bits"));
     }
-    if mask.contains(M::SQ_PSN) && a.sq_psn > 0xFF_FFFF {
+    if mask.contains(M::SQ_PSN) && a.sq_psn > MASK_24 {
         return Err(bad("sq_psn", "PSNs are 24 bits"));
     }
-    if mask.contains(M::DEST_QPN) && a.dest_qp_num > 0xFF_FFFF {
+    if mask.contains(M::DEST_QPN) && a.dest_qp_num > MASK_24 {
         return Err(bad("dest_qp_num", "QP numbers are 24 bits"));
     }
     Ok(())
 }
 
-/// Copies the attributes selected by `mask` into the QP's stored attributes (after
-/// [`check_modify`] accepted them). The state itself is the caller's to set.
-pub fn apply_modify(stored: &mut QpAttr, a: &QpAttr, mask: QpAttrMask) {
+/// Refuses to leave SQD, other than to ERROR, while the send queue is still draining, as rxe
+/// does (`__qp_chk_state()` in rxe_qp.c; IBTA §10.3.1: SQD -> RTS only once drained). Call it
+/// with the QP's `sq_draining` next to [`check_modify`], which cannot know it.
+pub fn check_sqd_exit(current: QpState, to: QpState, sq_draining: bool) -> Result<(), VerbsError> {
+    if current == QpState::Sqd && sq_draining && to != QpState::Err {
+        return Err(VerbsError::InvalidState {
+            state: QpState::Sqd,
+            call: "modify_qp out of SQD before the send queue has drained",
+        });
+    }
+    Ok(())
+}
+
+/// A READ/atomic depth as rxe stores it: rounded up to a power of two (`rxe_qp_from_attr()`),
+/// 0 staying 0.
+fn rd_atomic_depth(n: u8) -> u8 {
+    if n == 0 {
+        0
+    } else {
+        n.checked_next_power_of_two().unwrap_or(n)
+    }
+}
+
+/// Copies the attributes selected by `mask` into the QP's stored attributes, after
+/// [`check_modify`] accepted them, as `rxe_qp_from_attr()` does: the new state with `STATE`
+/// (`cur_qp_state` follows it, so that a query reports the two alike), `max_rd_atomic` and
+/// `max_dest_rd_atomic` rounded up to a power of two, PSNs to 24 bits.
+///
+/// Going to RESET clears no attribute: rxe's `rxe_qp_reset()` resets only transport state (send
+/// sequence numbers, opcodes, MSN, READ/atomic resources, queues), which is the engine's to do,
+/// and a query after RESET reports the attributes last set.
+pub fn apply_modify(stored: &mut QpAttr, attr: &QpAttr, mask: QpAttrMask) {
     macro_rules! take {
         ($($bit:ident => $field:ident),* $(,)?) => {
             $(if mask.contains(M::$bit) {
-                stored.$field = a.$field;
+                stored.$field = attr.$field;
             })*
         };
     }
@@ -358,49 +507,86 @@ pub fn apply_modify(stored: &mut QpAttr, a: &QpAttr, mask: QpAttrMask) {
         TIMEOUT => timeout,
         RETRY_CNT => retry_cnt,
         RNR_RETRY => rnr_retry,
-        RQ_PSN => rq_psn,
-        MAX_QP_RD_ATOMIC => max_rd_atomic,
         MIN_RNR_TIMER => min_rnr_timer,
-        SQ_PSN => sq_psn,
-        MAX_DEST_RD_ATOMIC => max_dest_rd_atomic,
         DEST_QPN => dest_qp_num,
     );
+    if mask.contains(M::MAX_QP_RD_ATOMIC) {
+        stored.max_rd_atomic = rd_atomic_depth(attr.max_rd_atomic);
+    }
+    if mask.contains(M::MAX_DEST_RD_ATOMIC) {
+        stored.max_dest_rd_atomic = rd_atomic_depth(attr.max_dest_rd_atomic);
+    }
+    if mask.contains(M::RQ_PSN) {
+        stored.rq_psn = attr.rq_psn & MASK_24;
+    }
+    if mask.contains(M::SQ_PSN) {
+        stored.sq_psn = attr.sq_psn & MASK_24;
+    }
+    if mask.contains(M::STATE) {
+        stored.qp_state = attr.qp_state;
+    }
+    stored.cur_qp_state = stored.qp_state;
 }
 
-/// Checks creation capacities against the device (`rxe_qp_chk_cap`).
+/// Checks the capacities of a QP to be created against the device, as `rxe_qp_chk_cap()` does
+/// (softroce has no SRQ, so the receive queue is always checked). Empty queues are allowed, as in
+/// rxe: a QP may be send-only or receive-only.
 pub fn check_cap(cap: &QpCap, l: &DeviceLimits) -> Result<(), VerbsError> {
-    let over = |what, requested: u32, limit: u32| {
-        if requested > limit {
-            Err(VerbsError::ExceedsDeviceLimit {
-                what,
-                requested: requested as u64,
-                limit: limit as u64,
-            })
-        } else {
-            Ok(())
-        }
-    };
     over("max_send_wr", cap.max_send_wr, l.max_qp_wr)?;
-    over("max_recv_wr", cap.max_recv_wr, l.max_qp_wr)?;
     over("max_send_sge", cap.max_send_sge, l.max_sge)?;
+    over("max_recv_wr", cap.max_recv_wr, l.max_qp_wr)?;
     over("max_recv_sge", cap.max_recv_sge, l.max_sge)?;
     over("max_inline_data", cap.max_inline_data, l.max_inline_data)?;
-    if cap.max_send_wr == 0 && cap.max_recv_wr == 0 {
-        return Err(bad("cap", "a QP needs a send or a receive queue"));
-    }
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verbs::{AhAttr, Gid};
+    use crate::verbs::{AccessFlags, AhAttr, Gid};
+    use QpState::{Init, Reset, Rtr, Rts, Sqd, Sqe};
 
+    const ERR: QpState = QpState::Err;
+    const ALL_STATES: [QpState; 7] = [Reset, Init, Rtr, Rts, Sqd, Sqe, ERR];
+    const ALL_TYPES: [QpType; 3] = [QpType::Rc, QpType::Uc, QpType::Ud];
+
+    // The masks of the kernel's table, written out again from verbs.c rather than taken from
+    // the constants above, so that a slip in either shows.
+    const RC_INIT: QpAttrMask = mask(&[M::STATE, M::PKEY_INDEX, M::PORT, M::ACCESS_FLAGS]);
+    const UD_INIT: QpAttrMask = mask(&[M::STATE, M::PKEY_INDEX, M::PORT, M::QKEY]);
+    const RC_RTR: QpAttrMask = mask(&[
+        M::STATE,
+        M::AV,
+        M::PATH_MTU,
+        M::DEST_QPN,
+        M::RQ_PSN,
+        M::MAX_DEST_RD_ATOMIC,
+        M::MIN_RNR_TIMER,
+    ]);
+    const UC_RTR: QpAttrMask = mask(&[M::STATE, M::AV, M::PATH_MTU, M::DEST_QPN, M::RQ_PSN]);
+    const RC_RTS: QpAttrMask = mask(&[
+        M::STATE,
+        M::SQ_PSN,
+        M::TIMEOUT,
+        M::RETRY_CNT,
+        M::RNR_RETRY,
+        M::MAX_QP_RD_ATOMIC,
+    ]);
+    const UC_RTS: QpAttrMask = mask(&[M::STATE, M::SQ_PSN]);
+
+    /// Attributes with every field valid, moving to `to`.
     fn attr(to: QpState) -> QpAttr {
         QpAttr {
             qp_state: to,
+            cur_qp_state: Rts,
             port_num: 1,
+            pkey_index: 0,
+            qkey: 0x1111_1111,
+            qp_access_flags: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
             path_mtu: Mtu::Mtu1024,
+            dest_qp_num: 0x11,
+            rq_psn: 0x12_3456,
+            sq_psn: 0x65_4321,
             timeout: 14,
             retry_cnt: 7,
             rnr_retry: 7,
@@ -409,7 +595,7 @@ mod tests {
             max_dest_rd_atomic: 1,
             ah_attr: AhAttr {
                 dgid: Gid::from_ip("192.0.2.2".parse().unwrap()),
-                sgid_index: 1,
+                sgid_index: 0,
                 hop_limit: 1,
                 ..Default::default()
             },
@@ -417,196 +603,793 @@ mod tests {
         }
     }
 
-    const PP_INIT: QpAttrMask = m(M::STATE.0 | M::PKEY_INDEX.0 | M::PORT.0 | M::ACCESS_FLAGS.0);
-    const PP_RTR: QpAttrMask = m(M::STATE.0 | RC_RTR_REQ);
-    const PP_RTS: QpAttrMask = m(M::STATE.0 | RC_RTS_REQ);
+    fn chk(t: QpType, from: QpState, to: QpState, m: QpAttrMask) -> Result<QpState, VerbsError> {
+        check_modify(t, from, &attr(to), m, &DeviceLimits::default())
+    }
 
-    fn ok(t: QpType, from: QpState, to: QpState, mask: QpAttrMask) -> Result<QpState, VerbsError> {
-        check_modify(t, from, &attr(to), mask, &DeviceLimits::default())
+    fn without(m: QpAttrMask, bit: QpAttrMask) -> QpAttrMask {
+        QpAttrMask(m.0 & !bit.0)
+    }
+
+    fn bits(m: QpAttrMask) -> impl Iterator<Item = QpAttrMask> {
+        (0..21)
+            .map(|b| QpAttrMask(1 << b))
+            .filter(move |b| m.contains(*b))
+    }
+
+    fn invalid(r: Result<QpState, VerbsError>) -> &'static str {
+        match r {
+            Err(VerbsError::InvalidAttribute { attr, .. }) => attr,
+            other => panic!("expected InvalidAttribute, got {other:?}"),
+        }
+    }
+
+    fn exceeds(r: Result<QpState, VerbsError>) -> &'static str {
+        match r {
+            Err(VerbsError::ExceedsDeviceLimit { what, .. }) => what,
+            other => panic!("expected ExceedsDeviceLimit, got {other:?}"),
+        }
     }
 
     #[test]
-    fn the_ibv_rc_pingpong_sequence_is_accepted() {
-        use QpState::*;
-        assert_eq!(ok(QpType::Rc, Reset, Init, PP_INIT), Ok(Init));
-        assert_eq!(ok(QpType::Rc, Init, Rtr, PP_RTR), Ok(Rtr));
-        assert_eq!(ok(QpType::Rc, Rtr, Rts, PP_RTS), Ok(Rts));
+    fn the_table_has_each_kernel_pair_once_and_sane_masks() {
+        assert_eq!(TABLE.len(), 22);
+        for (i, a) in TABLE.iter().enumerate() {
+            for b in &TABLE[i + 1..] {
+                assert!(
+                    (a.from, a.to) != (b.from, b.to),
+                    "{:?} -> {:?} twice",
+                    a.from,
+                    a.to
+                );
+            }
+            for p in a.params.iter().flatten() {
+                assert_eq!(p.req.0 & p.opt.0, 0, "{:?} -> {:?}", a.from, a.to);
+                assert!(!p.req.intersects(M::STATE | M::CUR_STATE | M::CAP));
+                assert!(!p.opt.intersects(M::STATE | M::CAP));
+                // CUR_STATE is optional only on transitions into RTS.
+                if p.opt.contains(M::CUR_STATE) {
+                    assert_eq!(a.to, Rts);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn rc_legal_transitions_succeed_with_exactly_their_required_attributes() {
+        let t = QpType::Rc;
+        let s = M::STATE;
+        for (from, to, m) in [
+            (Reset, Reset, s),
+            (Reset, Init, RC_INIT),
+            (Init, Init, s),
+            (Init, Rtr, RC_RTR),
+            (Rtr, Rts, RC_RTS),
+            (Rts, Rts, s),
+            (Rts, Sqd, s),
+            (Sqd, Sqd, s),
+            (Sqd, Rts, s),
+        ] {
+            assert_eq!(chk(t, from, to, m), Ok(to), "{from:?} -> {to:?}");
+        }
+    }
+
+    #[test]
+    fn any_state_goes_to_reset_and_any_but_reset_to_error() {
+        for t in ALL_TYPES {
+            for from in ALL_STATES {
+                assert_eq!(chk(t, from, Reset, M::STATE), Ok(Reset), "{t:?} {from:?}");
+                let to_err = chk(t, from, ERR, M::STATE);
+                if from == Reset {
+                    // verbs.c: qp_state_table[IB_QPS_RESET] has no IB_QPS_ERR entry.
+                    assert_eq!(
+                        to_err,
+                        Err(VerbsError::IllegalTransition {
+                            from: Reset,
+                            to: ERR
+                        })
+                    );
+                } else {
+                    assert_eq!(to_err, Ok(ERR), "{t:?} {from:?}");
+                }
+                // Nothing else is accepted on the way out.
+                assert!(matches!(
+                    chk(t, from, Reset, M::STATE | M::QKEY),
+                    Err(VerbsError::UnexpectedAttributes { .. })
+                ));
+            }
+        }
+    }
+
+    #[test]
+    fn illegal_transitions_are_refused() {
+        let pairs = [
+            (Reset, Rtr),
+            (Reset, Rts),
+            (Reset, Sqd),
+            (Reset, Sqe),
+            (Reset, ERR),
+            (Init, Rts),
+            (Init, Sqd),
+            (Init, Sqe),
+            (Rtr, Init),
+            (Rtr, Rtr),
+            (Rtr, Sqd),
+            (Rts, Init),
+            (Rts, Rtr),
+            (Rts, Sqe),
+            (Sqd, Init),
+            (Sqd, Rtr),
+            (Sqe, Sqe),
+            (Sqe, Init),
+            (ERR, Init),
+            (ERR, Rtr),
+            (ERR, Rts),
+            (ERR, Sqd),
+        ];
+        for t in ALL_TYPES {
+            for (from, to) in pairs {
+                assert_eq!(
+                    chk(t, from, to, M::STATE | M::SQ_PSN),
+                    Err(VerbsError::IllegalTransition { from, to }),
+                    "{t:?} {from:?} -> {to:?}"
+                );
+            }
+        }
+        // SQE -> RTS is for UC and UD only.
+        assert_eq!(
+            chk(QpType::Rc, Sqe, Rts, M::STATE),
+            Err(VerbsError::IllegalTransition { from: Sqe, to: Rts })
+        );
+        assert_eq!(chk(QpType::Uc, Sqe, Rts, M::STATE), Ok(Rts));
+        assert_eq!(chk(QpType::Ud, Sqe, Rts, M::STATE | M::QKEY), Ok(Rts));
+        assert!(matches!(
+            chk(QpType::Uc, Sqe, Rts, M::STATE | M::QKEY),
+            Err(VerbsError::UnexpectedAttributes { .. })
+        ));
     }
 
     #[test]
     fn each_missing_required_attribute_is_named() {
-        for bit in 0..21 {
-            let b = QpAttrMask(1 << bit);
-            if RC_RTR_REQ & b.0 == 0 {
-                continue;
+        for (t, from, to, m) in [
+            (QpType::Rc, Reset, Init, RC_INIT),
+            (QpType::Rc, Init, Rtr, RC_RTR),
+            (QpType::Rc, Rtr, Rts, RC_RTS),
+            (QpType::Uc, Reset, Init, RC_INIT),
+            (QpType::Uc, Init, Rtr, UC_RTR),
+            (QpType::Uc, Rtr, Rts, UC_RTS),
+            (QpType::Ud, Reset, Init, UD_INIT),
+            (QpType::Ud, Rtr, Rts, UC_RTS),
+        ] {
+            assert_eq!(chk(t, from, to, m), Ok(to));
+            for b in bits(without(m, M::STATE)) {
+                assert_eq!(
+                    chk(t, from, to, without(m, b)),
+                    Err(VerbsError::MissingAttributes {
+                        from,
+                        to,
+                        missing: b
+                    }),
+                    "{t:?} {from:?} -> {to:?} without {b:?}"
+                );
             }
-            let r = ok(
-                QpType::Rc,
-                QpState::Init,
-                QpState::Rtr,
-                QpAttrMask(PP_RTR.0 & !b.0),
-            );
             assert_eq!(
-                r,
+                chk(t, from, to, M::STATE),
                 Err(VerbsError::MissingAttributes {
-                    from: QpState::Init,
-                    to: QpState::Rtr,
-                    missing: b
+                    from,
+                    to,
+                    missing: without(m, M::STATE)
                 })
             );
         }
     }
 
     #[test]
-    fn attributes_not_allowed_are_named() {
-        let r = ok(
-            QpType::Rc,
-            QpState::Reset,
-            QpState::Init,
-            m(PP_INIT.0 | M::SQ_PSN.0),
-        );
-        assert_eq!(
-            r,
-            Err(VerbsError::UnexpectedAttributes {
-                from: QpState::Reset,
-                to: QpState::Init,
-                extra: M::SQ_PSN
-            })
-        );
-    }
-
-    #[test]
-    fn illegal_transitions_are_refused() {
-        use QpState::{Init, Reset, Rtr, Rts, Sqd, Sqe};
-        for (from, to) in [
-            (Reset, Rtr),
-            (Reset, Rts),
-            (Init, Rts),
-            (Rts, Rtr),
-            (QpState::Err, Rts),
-            (Rtr, Init),
-            (Sqe, Rts),
+    fn each_attribute_a_transition_does_not_take_is_named() {
+        // RESET -> INIT of RC takes its three required attributes and nothing else.
+        // (CUR_STATE is left out: RESET cannot be named as the current state, see
+        // cur_qp_state_must_be_a_legal_current_state_and_the_real_one.)
+        for b in bits(STANDARD_BITS) {
+            if RC_INIT.contains(b) || b == M::CUR_STATE {
+                continue;
+            }
+            assert_eq!(
+                chk(QpType::Rc, Reset, Init, RC_INIT | b),
+                Err(VerbsError::UnexpectedAttributes {
+                    from: Reset,
+                    to: Init,
+                    extra: b
+                }),
+                "{b:?}"
+            );
+        }
+        for (from, to, m, b) in [
+            (Init, Rtr, RC_RTR, M::SQ_PSN),
+            (Init, Rtr, RC_RTR, M::TIMEOUT),
+            (Rtr, Rts, RC_RTS, M::DEST_QPN),
+            (Rtr, Rts, RC_RTS, M::RQ_PSN),
+            (Rtr, Rts, RC_RTS, M::PATH_MTU),
+            (Rtr, Rts, RC_RTS, M::CAP),
+            (Rts, Sqd, M::STATE, M::CUR_STATE),
+            (Rts, ERR, M::STATE, M::CUR_STATE),
+            (Rts, Rts, M::STATE, M::TIMEOUT),
         ] {
             assert_eq!(
-                ok(QpType::Rc, from, to, M::STATE),
-                Err(VerbsError::IllegalTransition { from, to }),
-                "{from:?} -> {to:?}"
+                chk(QpType::Rc, from, to, m | b),
+                Err(VerbsError::UnexpectedAttributes { from, to, extra: b }),
+                "{from:?} -> {to:?} with {b:?}"
             );
         }
-        for from in [Reset, Init, Rtr, Rts, Sqd, Sqe, QpState::Err] {
-            assert_eq!(
-                ok(QpType::Rc, from, QpState::Err, M::STATE),
-                Ok(QpState::Err)
-            );
-            assert_eq!(ok(QpType::Rc, from, Reset, M::STATE), Ok(Reset));
+    }
+
+    #[test]
+    fn optional_attributes_are_accepted() {
+        let t = QpType::Rc;
+        for (from, to, m) in [
+            (
+                Init,
+                Init,
+                M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
+            ),
+            (Init, Rtr, RC_RTR | M::ACCESS_FLAGS | M::PKEY_INDEX),
+            (Rtr, Rts, RC_RTS | M::ACCESS_FLAGS | M::MIN_RNR_TIMER),
+            (Rts, Rts, M::STATE | M::ACCESS_FLAGS | M::MIN_RNR_TIMER),
+            (Rts, Sqd, M::STATE | M::EN_SQD_ASYNC_NOTIFY),
+            (
+                Sqd,
+                Sqd,
+                M::STATE
+                    | M::PORT
+                    | M::AV
+                    | M::TIMEOUT
+                    | M::RETRY_CNT
+                    | M::RNR_RETRY
+                    | M::MAX_QP_RD_ATOMIC
+                    | M::MAX_DEST_RD_ATOMIC
+                    | M::ACCESS_FLAGS
+                    | M::PKEY_INDEX
+                    | M::MIN_RNR_TIMER,
+            ),
+            (Sqd, Rts, M::STATE | M::ACCESS_FLAGS | M::MIN_RNR_TIMER),
+        ] {
+            assert_eq!(chk(t, from, to, m), Ok(to), "{from:?} -> {to:?}");
         }
-        assert_eq!(ok(QpType::Uc, Sqe, Rts, M::STATE), Ok(Rts));
     }
 
     #[test]
-    fn ud_and_uc_differ_from_rc() {
-        use QpState::*;
-        let ud_init = m(M::STATE.0 | M::PKEY_INDEX.0 | M::PORT.0 | M::QKEY.0);
-        assert_eq!(ok(QpType::Ud, Reset, Init, ud_init), Ok(Init));
-        assert!(ok(QpType::Ud, Reset, Init, PP_INIT).is_err());
-        assert_eq!(ok(QpType::Ud, Init, Rtr, M::STATE), Ok(Rtr));
-        let uc_rtr = m(M::STATE.0 | UC_RTR_REQ);
-        assert_eq!(ok(QpType::Uc, Init, Rtr, uc_rtr), Ok(Rtr));
+    fn a_modify_without_state_stays_where_the_table_allows() {
+        let t = QpType::Rc;
+        assert_eq!(chk(t, Reset, Reset, M::EMPTY), Ok(Reset));
+        assert_eq!(chk(t, Init, Init, M::ACCESS_FLAGS), Ok(Init));
+        assert_eq!(chk(t, Rts, Rts, M::MIN_RNR_TIMER), Ok(Rts));
+        assert_eq!(chk(t, Sqd, Sqd, M::TIMEOUT | M::RETRY_CNT), Ok(Sqd));
+        assert_eq!(chk(t, ERR, ERR, M::EMPTY), Ok(ERR));
+        // RTR has no RTR -> RTR entry: nothing can be changed there without moving on.
         assert_eq!(
-            ok(QpType::Uc, Rtr, Rts, m(M::STATE.0 | M::SQ_PSN.0)),
-            Ok(Rts)
+            chk(t, Rtr, Rtr, M::MIN_RNR_TIMER),
+            Err(VerbsError::IllegalTransition { from: Rtr, to: Rtr })
         );
-    }
-
-    #[test]
-    fn values_are_range_checked() {
-        let l = DeviceLimits::default();
-        let mut a = attr(QpState::Rts);
-        a.timeout = 32;
-        assert!(matches!(
-            check_modify(QpType::Rc, QpState::Rtr, &a, PP_RTS, &l),
-            Err(VerbsError::InvalidAttribute {
-                attr: "timeout",
-                ..
-            })
-        ));
-        let mut a = attr(QpState::Rts);
-        a.retry_cnt = 8;
-        assert!(check_modify(QpType::Rc, QpState::Rtr, &a, PP_RTS, &l).is_err());
-        let mut a = attr(QpState::Rts);
-        a.max_rd_atomic = 200;
-        assert!(matches!(
-            check_modify(QpType::Rc, QpState::Rtr, &a, PP_RTS, &l),
-            Err(VerbsError::ExceedsDeviceLimit {
-                what: "max_rd_atomic",
-                ..
-            })
-        ));
-        let mut a = attr(QpState::Rts);
-        a.sq_psn = 1 << 24;
-        assert!(check_modify(QpType::Rc, QpState::Rtr, &a, PP_RTS, &l).is_err());
-        let mut a = attr(QpState::Rtr);
-        a.ah_attr.dgid = Gid::default();
-        assert!(check_modify(QpType::Rc, QpState::Init, &a, PP_RTR, &l).is_err());
-        let mut a = attr(QpState::Init);
-        a.port_num = 2;
-        assert!(check_modify(QpType::Rc, QpState::Reset, &a, PP_INIT, &l).is_err());
-    }
-
-    #[test]
-    fn cur_state_must_match() {
-        let mut a = attr(QpState::Rts);
-        a.cur_qp_state = QpState::Rtr;
-        let r = check_modify(
-            QpType::Rc,
-            QpState::Rts,
-            &a,
-            m(M::STATE.0 | M::CUR_STATE.0),
-            &DeviceLimits::default(),
-        );
-        assert_eq!(
-            r,
-            Err(VerbsError::StateMismatch {
-                assumed: QpState::Rtr,
-                actual: QpState::Rts
-            })
-        );
-        a.cur_qp_state = QpState::Rts;
+        // Without STATE, qp_state is ignored.
         assert_eq!(
             check_modify(
-                QpType::Rc,
-                QpState::Rts,
-                &a,
-                m(M::STATE.0 | M::CUR_STATE.0),
+                t,
+                Rts,
+                &attr(Reset),
+                M::MIN_RNR_TIMER,
                 &DeviceLimits::default()
             ),
-            Ok(QpState::Rts)
+            Ok(Rts)
+        );
+        assert!(matches!(
+            chk(t, Rts, Rts, M::TIMEOUT),
+            Err(VerbsError::UnexpectedAttributes { .. })
+        ));
+    }
+
+    #[test]
+    fn uc_and_ud_differ_from_rc() {
+        use QpType::{Uc, Ud};
+        // UD: INIT takes a Q_Key instead of access flags.
+        assert_eq!(chk(Ud, Reset, Init, UD_INIT), Ok(Init));
+        assert_eq!(
+            chk(Ud, Reset, Init, RC_INIT),
+            Err(VerbsError::MissingAttributes {
+                from: Reset,
+                to: Init,
+                missing: M::QKEY
+            })
+        );
+        assert_eq!(
+            chk(Ud, Reset, Init, UD_INIT | M::ACCESS_FLAGS),
+            Err(VerbsError::UnexpectedAttributes {
+                from: Reset,
+                to: Init,
+                extra: M::ACCESS_FLAGS
+            })
+        );
+        assert_eq!(
+            chk(QpType::Rc, Reset, Init, RC_INIT | M::QKEY),
+            Err(VerbsError::UnexpectedAttributes {
+                from: Reset,
+                to: Init,
+                extra: M::QKEY
+            })
+        );
+        // UD: RTR needs nothing, and takes no path.
+        assert_eq!(chk(Ud, Init, Rtr, M::STATE), Ok(Rtr));
+        assert_eq!(chk(Ud, Init, Rtr, M::STATE | M::QKEY), Ok(Rtr));
+        assert_eq!(
+            chk(Ud, Init, Rtr, M::STATE | M::AV | M::PATH_MTU),
+            Err(VerbsError::UnexpectedAttributes {
+                from: Init,
+                to: Rtr,
+                extra: M::AV | M::PATH_MTU
+            })
+        );
+        // UD: RTS needs the SQ PSN only, and takes no retry parameters.
+        assert_eq!(chk(Ud, Rtr, Rts, UC_RTS | M::QKEY), Ok(Rts));
+        assert!(matches!(
+            chk(Ud, Rtr, Rts, UC_RTS | M::TIMEOUT),
+            Err(VerbsError::UnexpectedAttributes { .. })
+        ));
+        // UC: the RC path without the READ/atomic and RNR parameters.
+        assert_eq!(chk(Uc, Reset, Init, RC_INIT), Ok(Init));
+        assert_eq!(chk(Uc, Init, Rtr, UC_RTR), Ok(Rtr));
+        assert_eq!(
+            chk(Uc, Init, Rtr, RC_RTR),
+            Err(VerbsError::UnexpectedAttributes {
+                from: Init,
+                to: Rtr,
+                extra: M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER
+            })
+        );
+        assert_eq!(chk(Uc, Rtr, Rts, UC_RTS | M::ACCESS_FLAGS), Ok(Rts));
+        assert_eq!(
+            chk(Uc, Rtr, Rts, RC_RTS),
+            Err(VerbsError::UnexpectedAttributes {
+                from: Rtr,
+                to: Rts,
+                extra: M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC
+            })
+        );
+        assert!(matches!(
+            chk(Uc, Rts, Rts, M::MIN_RNR_TIMER),
+            Err(VerbsError::UnexpectedAttributes { .. })
+        ));
+        assert_eq!(chk(Uc, Sqd, Sqd, M::AV | M::PKEY_INDEX), Ok(Sqd));
+        assert!(matches!(
+            chk(Uc, Sqd, Sqd, M::TIMEOUT),
+            Err(VerbsError::UnexpectedAttributes { .. })
+        ));
+        assert_eq!(chk(Ud, Sqd, Sqd, M::QKEY | M::PKEY_INDEX), Ok(Sqd));
+    }
+
+    #[test]
+    fn cur_qp_state_must_be_a_legal_current_state_and_the_real_one() {
+        let l = DeviceLimits::default();
+        let mut a = attr(Rts);
+        let m = M::STATE | M::CUR_STATE;
+        for s in [Rts, Sqd] {
+            a.cur_qp_state = s;
+            assert_eq!(check_modify(QpType::Rc, s, &a, m, &l), Ok(Rts));
+        }
+        a.cur_qp_state = Rtr;
+        assert_eq!(check_modify(QpType::Rc, Rtr, &a, RC_RTS | m, &l), Ok(Rts));
+        a.cur_qp_state = Sqe;
+        assert_eq!(check_modify(QpType::Uc, Sqe, &a, m, &l), Ok(Rts));
+        // The QP is elsewhere.
+        assert_eq!(
+            check_modify(QpType::Uc, Rts, &a, m, &l),
+            Err(VerbsError::StateMismatch {
+                assumed: Sqe,
+                actual: Rts
+            })
+        );
+        // ib_modify_qp_is_ok(): CUR_STATE only names RTR, RTS, SQD or SQE.
+        for s in [Reset, Init, ERR] {
+            a.cur_qp_state = s;
+            assert_eq!(
+                invalid(check_modify(QpType::Rc, s, &a, m, &l)),
+                "cur_qp_state"
+            );
+        }
+    }
+
+    #[test]
+    fn attribute_values_are_range_checked() {
+        let l = DeviceLimits::default();
+        let rc = QpType::Rc;
+        let run = |from: QpState, m: QpAttrMask, f: &dyn Fn(&mut QpAttr)| {
+            let to = match from {
+                Reset => Init,
+                Init => Rtr,
+                Rtr => Rts,
+                s => s,
+            };
+            let mut a = attr(to);
+            f(&mut a);
+            check_modify(rc, from, &a, m, &l)
+        };
+        assert_eq!(
+            invalid(run(Reset, RC_INIT, &|a| a.port_num = 2)),
+            "port_num"
+        );
+        assert_eq!(
+            invalid(run(Reset, RC_INIT, &|a| a.port_num = 0)),
+            "port_num"
+        );
+        assert_eq!(
+            invalid(run(Reset, RC_INIT, &|a| a.pkey_index = 1)),
+            "pkey_index"
+        );
+        assert_eq!(
+            invalid(run(Init, RC_RTR, &|a| a.ah_attr.dgid = Gid::default())),
+            "ah_attr.dgid"
+        );
+        assert_eq!(
+            invalid(run(Init, RC_RTR, &|a| a.ah_attr.sgid_index = 2)),
+            "ah_attr.sgid_index"
+        );
+        assert!(run(Init, RC_RTR, &|a| a.ah_attr.sgid_index = 1).is_ok());
+        assert_eq!(
+            exceeds(run(Init, RC_RTR, &|a| a.max_dest_rd_atomic = 129)),
+            "max_dest_rd_atomic"
+        );
+        assert!(run(Init, RC_RTR, &|a| a.max_dest_rd_atomic = 128).is_ok());
+        assert_eq!(
+            invalid(run(Init, RC_RTR, &|a| a.min_rnr_timer = 32)),
+            "min_rnr_timer"
+        );
+        assert!(run(Init, RC_RTR, &|a| a.min_rnr_timer = 31).is_ok());
+        assert_eq!(
+            invalid(run(Init, RC_RTR, &|a| a.rq_psn = 1 << 24)),
+            "rq_psn"
+        );
+        assert!(run(Init, RC_RTR, &|a| a.rq_psn = 0xFF_FFFF).is_ok());
+        assert_eq!(
+            invalid(run(Init, RC_RTR, &|a| a.dest_qp_num = 1 << 24)),
+            "dest_qp_num"
+        );
+        assert_eq!(invalid(run(Rtr, RC_RTS, &|a| a.timeout = 32)), "timeout");
+        assert!(run(Rtr, RC_RTS, &|a| a.timeout = 31).is_ok());
+        assert_eq!(invalid(run(Rtr, RC_RTS, &|a| a.retry_cnt = 8)), "retry_cnt");
+        assert_eq!(invalid(run(Rtr, RC_RTS, &|a| a.rnr_retry = 8)), "rnr_retry");
+        assert_eq!(invalid(run(Rtr, RC_RTS, &|a| a.sq_psn = 1 << 24)), "sq_psn");
+        assert_eq!(
+            exceeds(run(Rtr, RC_RTS, &|a| a.max_rd_atomic = 129)),
+            "max_rd_atomic"
+        );
+        assert!(run(Rtr, RC_RTS, &|a| a.max_rd_atomic = 128).is_ok());
+        // Values of attributes not in the mask are not looked at.
+        assert!(run(Rtr, RC_RTS, &|a| a.rq_psn = u32::MAX).is_ok());
+        // The device's MTU.
+        let small = DeviceLimits {
+            max_mtu: Mtu::Mtu1024,
+            ..DeviceLimits::default()
+        };
+        let mut a = attr(Rtr);
+        a.path_mtu = Mtu::Mtu2048;
+        assert_eq!(
+            check_modify(rc, Init, &a, RC_RTR, &small),
+            Err(VerbsError::ExceedsDeviceLimit {
+                what: "path_mtu",
+                requested: 2048,
+                limit: 1024
+            })
+        );
+        a.path_mtu = Mtu::Mtu4096;
+        assert_eq!(check_modify(rc, Init, &a, RC_RTR, &l), Ok(Rtr));
+        // Alternate paths: accepted by the table, refused on RoCE.
+        assert_eq!(
+            invalid(run(Rtr, RC_RTS | M::ALT_PATH, &|_| {})),
+            "alt_ah_attr"
+        );
+        assert_eq!(
+            invalid(run(Rtr, RC_RTS | M::PATH_MIG_STATE, &|_| {})),
+            "path_mig_state"
+        );
+        assert_eq!(
+            invalid(run(Init, RC_RTR | M::ALT_PATH, &|_| {})),
+            "alt_ah_attr"
+        );
+        // Bits the kernel does not know.
+        assert_eq!(
+            invalid(run(Reset, RC_INIT | QpAttrMask(1 << 21), &|_| {})),
+            "attr_mask"
+        );
+        // CAP is in no opt_param: capacities never change after creation.
+        assert_eq!(
+            run(Rts, M::CAP, &|_| {}),
+            Err(VerbsError::UnexpectedAttributes {
+                from: Rts,
+                to: Rts,
+                extra: M::CAP
+            })
+        );
+    }
+
+    /// Runs a sequence of modifies from RESET as a QP would, checking then applying each.
+    fn walk(t: QpType, steps: &[(QpAttr, QpAttrMask)]) -> QpAttr {
+        let l = DeviceLimits::default();
+        let mut stored = QpAttr::default();
+        for (a, m) in steps {
+            let to = check_modify(t, stored.qp_state, a, *m, &l)
+                .unwrap_or_else(|e| panic!("{:?} -> {:?}: {e}", stored.qp_state, a.qp_state));
+            apply_modify(&mut stored, a, *m);
+            assert_eq!(stored.qp_state, to);
+        }
+        stored
+    }
+
+    #[test]
+    fn the_ibv_rc_pingpong_sequence_is_accepted() {
+        // libibverbs/examples/rc_pingpong.c: pp_init_ctx() and pp_connect_ctx().
+        let init = QpAttr {
+            qp_state: Init,
+            pkey_index: 0,
+            port_num: 1,
+            qp_access_flags: AccessFlags::EMPTY,
+            ..Default::default()
+        };
+        let rtr = QpAttr {
+            qp_state: Rtr,
+            path_mtu: Mtu::Mtu1024,
+            dest_qp_num: 0x1234,
+            rq_psn: 0xAB_CDEF,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 12,
+            ah_attr: AhAttr {
+                dgid: Gid::from_ip("192.0.2.2".parse().unwrap()),
+                sgid_index: 1,
+                hop_limit: 1,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let rts = QpAttr {
+            qp_state: Rts,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            sq_psn: 0x12_3456,
+            max_rd_atomic: 1,
+            ..Default::default()
+        };
+        let q = walk(
+            QpType::Rc,
+            &[
+                (init, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS),
+                (
+                    rtr,
+                    M::STATE
+                        | M::AV
+                        | M::PATH_MTU
+                        | M::DEST_QPN
+                        | M::RQ_PSN
+                        | M::MAX_DEST_RD_ATOMIC
+                        | M::MIN_RNR_TIMER,
+                ),
+                (
+                    rts,
+                    M::STATE
+                        | M::TIMEOUT
+                        | M::RETRY_CNT
+                        | M::RNR_RETRY
+                        | M::SQ_PSN
+                        | M::MAX_QP_RD_ATOMIC,
+                ),
+            ],
+        );
+        assert_eq!(q.qp_state, Rts);
+        assert_eq!(q.dest_qp_num, 0x1234);
+        assert_eq!((q.rq_psn, q.sq_psn), (0xAB_CDEF, 0x12_3456));
+        assert_eq!(q.ah_attr, rtr.ah_attr);
+        assert_eq!((q.timeout, q.retry_cnt, q.rnr_retry), (14, 7, 7));
+    }
+
+    #[test]
+    fn the_perftest_sequences_are_accepted() {
+        // perftest perftest_resources.c: ctx_modify_qp_to_init(), ctx_modify_qp_to_rtr(),
+        // ctx_modify_qp_to_rts(). ib_read_bw asks for the device's whole READ depth.
+        let dgid = Gid::from_ip("198.51.100.7".parse().unwrap());
+        let init = QpAttr {
+            qp_state: Init,
+            port_num: 1,
+            qp_access_flags: AccessFlags::REMOTE_READ,
+            qkey: 0x1111_1111,
+            ..Default::default()
+        };
+        let rtr = QpAttr {
+            qp_state: Rtr,
+            path_mtu: Mtu::Mtu4096,
+            dest_qp_num: 0x11,
+            rq_psn: 0x7F_FFFF,
+            max_dest_rd_atomic: 128,
+            min_rnr_timer: 12,
+            ah_attr: AhAttr {
+                dgid,
+                sgid_index: 1,
+                hop_limit: 0xFF,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let rts = QpAttr {
+            qp_state: Rts,
+            sq_psn: 0x00_0001,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            max_rd_atomic: 128,
+            ..Default::default()
+        };
+        let base = M::STATE | M::PKEY_INDEX | M::PORT;
+        let q = walk(
+            QpType::Rc,
+            &[
+                (init, base | M::ACCESS_FLAGS),
+                (
+                    rtr,
+                    M::STATE
+                        | M::AV
+                        | M::PATH_MTU
+                        | M::DEST_QPN
+                        | M::RQ_PSN
+                        | M::MIN_RNR_TIMER
+                        | M::MAX_DEST_RD_ATOMIC,
+                ),
+                (
+                    rts,
+                    M::STATE
+                        | M::SQ_PSN
+                        | M::TIMEOUT
+                        | M::RETRY_CNT
+                        | M::RNR_RETRY
+                        | M::MAX_QP_RD_ATOMIC,
+                ),
+            ],
+        );
+        assert_eq!((q.max_rd_atomic, q.max_dest_rd_atomic), (128, 128));
+        // The same for UC (ib_send_bw -c UC) and UD (ib_send_bw -c UD).
+        walk(
+            QpType::Uc,
+            &[
+                (init, base | M::ACCESS_FLAGS),
+                (
+                    rtr,
+                    M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN,
+                ),
+                (rts, M::STATE | M::SQ_PSN),
+            ],
+        );
+        let q = walk(
+            QpType::Ud,
+            &[
+                (init, base | M::QKEY),
+                (rtr, M::STATE),
+                (rts, M::STATE | M::SQ_PSN),
+            ],
+        );
+        assert_eq!(q.qkey, 0x1111_1111);
+    }
+
+    #[test]
+    fn a_qp_goes_round_the_whole_diagram() {
+        let a = |s| attr(s);
+        let q = walk(
+            QpType::Rc,
+            &[
+                (a(Reset), M::STATE),
+                (a(Init), RC_INIT),
+                (a(Init), M::STATE | M::ACCESS_FLAGS),
+                (a(Rtr), RC_RTR),
+                (a(Rts), RC_RTS),
+                (a(Rts), M::STATE | M::MIN_RNR_TIMER),
+                (a(Sqd), M::STATE | M::EN_SQD_ASYNC_NOTIFY),
+                (a(Sqd), M::STATE | M::TIMEOUT),
+                (a(Rts), M::STATE),
+                (a(ERR), M::STATE),
+                (a(ERR), M::STATE),
+                (a(Reset), M::STATE),
+                (a(Init), RC_INIT),
+                (a(Reset), M::STATE),
+            ],
+        );
+        assert_eq!(q.qp_state, Reset);
+    }
+
+    #[test]
+    fn apply_copies_only_what_the_mask_selects() {
+        let mut s = QpAttr::default();
+        let mut a = attr(Rts);
+        a.max_rd_atomic = 3;
+        a.max_dest_rd_atomic = 100;
+        apply_modify(&mut s, &a, M::TIMEOUT | M::SQ_PSN | M::MAX_QP_RD_ATOMIC);
+        assert_eq!(s.timeout, 14);
+        assert_eq!(s.sq_psn, 0x65_4321);
+        // rxe rounds READ/atomic depths up to a power of two.
+        assert_eq!(s.max_rd_atomic, 4);
+        assert_eq!(s.retry_cnt, 0);
+        assert_eq!(s.rq_psn, 0);
+        assert_eq!(s.qp_state, Reset);
+        apply_modify(&mut s, &a, M::STATE | M::MAX_DEST_RD_ATOMIC);
+        assert_eq!(s.max_dest_rd_atomic, 128);
+        assert_eq!((s.qp_state, s.cur_qp_state), (Rts, Rts));
+        a.max_rd_atomic = 0;
+        apply_modify(&mut s, &a, M::MAX_QP_RD_ATOMIC);
+        assert_eq!(s.max_rd_atomic, 0);
+        // CAP is never applied (the table refuses it before).
+        apply_modify(&mut s, &a, M::CAP);
+        assert_eq!(s.cap, QpCap::default());
+        // Going to RESET keeps the attributes, as in rxe.
+        let before = s;
+        apply_modify(&mut s, &attr(Reset), M::STATE);
+        assert_eq!(s.qp_state, Reset);
+        assert_eq!(
+            QpAttr {
+                qp_state: before.qp_state,
+                cur_qp_state: before.cur_qp_state,
+                ..s
+            },
+            before
         );
     }
 
     #[test]
-    fn apply_copies_only_masked_fields() {
-        let mut s = QpAttr::default();
-        let a = attr(QpState::Rts);
-        apply_modify(&mut s, &a, m(M::TIMEOUT.0 | M::SQ_PSN.0));
-        assert_eq!(s.timeout, 14);
-        assert_eq!(s.retry_cnt, 0);
+    fn leaving_sqd_waits_for_the_drain() {
+        assert!(check_sqd_exit(Sqd, Rts, false).is_ok());
+        assert!(matches!(
+            check_sqd_exit(Sqd, Rts, true),
+            Err(VerbsError::InvalidState { state: Sqd, .. })
+        ));
+        assert!(check_sqd_exit(Sqd, Sqd, true).is_err());
+        assert!(check_sqd_exit(Sqd, Reset, true).is_err());
+        assert!(check_sqd_exit(Sqd, ERR, true).is_ok());
+        assert!(check_sqd_exit(Rts, Rts, true).is_ok());
     }
 
     #[test]
-    fn capacities_are_checked() {
+    fn capacities_are_checked_against_the_device() {
         let l = DeviceLimits::default();
         assert!(check_cap(&QpCap::default(), &l).is_ok());
-        let c = QpCap {
-            max_send_sge: 33,
-            ..QpCap::default()
+        let at_limit = QpCap {
+            max_send_wr: 0x4000,
+            max_recv_wr: 0x4000,
+            max_send_sge: 32,
+            max_recv_sge: 32,
+            max_inline_data: 400,
         };
-        assert!(matches!(
-            check_cap(&c, &l),
-            Err(VerbsError::ExceedsDeviceLimit {
-                what: "max_send_sge",
-                ..
-            })
-        ));
+        assert!(check_cap(&at_limit, &l).is_ok());
+        let empty = QpCap {
+            max_send_wr: 0,
+            max_recv_wr: 0,
+            max_send_sge: 0,
+            max_recv_sge: 0,
+            max_inline_data: 0,
+        };
+        assert!(check_cap(&empty, &l).is_ok());
+        type Bump = fn(&mut QpCap);
+        let cases: [(&str, Bump); 5] = [
+            ("max_send_wr", |c| c.max_send_wr += 1),
+            ("max_recv_wr", |c| c.max_recv_wr += 1),
+            ("max_send_sge", |c| c.max_send_sge += 1),
+            ("max_recv_sge", |c| c.max_recv_sge += 1),
+            ("max_inline_data", |c| c.max_inline_data += 1),
+        ];
+        for (name, f) in cases {
+            let mut c = at_limit;
+            f(&mut c);
+            match check_cap(&c, &l) {
+                Err(VerbsError::ExceedsDeviceLimit {
+                    what,
+                    requested,
+                    limit,
+                }) => {
+                    assert_eq!(what, name);
+                    assert_eq!(requested, limit + 1);
+                }
+                other => panic!("{name}: {other:?}"),
+            }
+        }
     }
 }
