@@ -110,7 +110,7 @@ kernel_pkg() {
 GUEST_MODULES=(virtio_pci virtio_net rdma_rxe ib_uverbs rdma_ucm crc32_generic sch_netem)
 GUEST_BINS=(ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong ibv_devinfo ibv_devices
             ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw ib_send_lat ib_write_lat ib_read_lat ib_atomic_lat
-            rping udaddy ucmatose rdma tc)
+            rping udaddy ucmatose rstream riostream rdma tc)
 
 write_guest_init() {
     cat >"$1" <<'EOF'
@@ -532,10 +532,13 @@ capture_all() {
     capture_one atomic_cmp_swap  18515 "ib_atomic_bw $pt -A CMP_AND_SWAP -n 20"  "ib_atomic_bw $pt -A CMP_AND_SWAP -n 20"
     capture_one write_lat        18515 "ib_write_lat $pt -s 64 -n 10" "ib_write_lat $pt -s 64 -n 10"
     capture_one rping            ""    "rping -s -a ${GUEST_IP[b]} -C 3 -S 64 -v" "rping -c -C 3 -S 64 -v -a"
-    capture_one rc_pingpong_loss 18515 "ibv_rc_pingpong $pp -n 40 -s 4096" "ibv_rc_pingpong $pp -n 40 -s 4096" \
-        "tc qdisc add dev eth0 root netem loss 10%" "tc qdisc del dev eth0 root"
-    capture_one write_bw_loss    18515 "ib_write_bw $pt -s 8192 -n 20" "ib_write_bw $pt -s 8192 -n 20" \
-        "tc qdisc add dev eth0 root netem loss 10%" "tc qdisc del dev eth0 root"
+    # rsockets (librdmacm) move data with RDMA WRITE WITH IMMEDIATE (perftest 4.5 has no
+    # immediate-data option); connection setup is rdma_cm (CM MADs on QP1).
+    capture_one rstream_write_imm "" "rstream -b ${GUEST_IP[b]} -S 4096 -C 10" "rstream -S 4096 -C 10 -s"
+    capture_one rc_pingpong_loss 18515 "ibv_rc_pingpong $pp -n 20 -s 4096" "ibv_rc_pingpong $pp -n 20 -s 4096" \
+        "/usr/sbin/tc qdisc add dev eth0 root netem loss 10%" "/usr/sbin/tc qdisc del dev eth0 root"
+    capture_one write_bw_loss    18515 "ib_write_bw $pt -s 4096 -n 10" "ib_write_bw $pt -s 4096 -n 10" \
+        "/usr/sbin/tc qdisc add dev eth0 root netem loss 10%" "/usr/sbin/tc qdisc del dev eth0 root"
 }
 
 cmd_capture() {
