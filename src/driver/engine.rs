@@ -18,9 +18,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mio::{Events, Poll, Token};
+use mio::{Events, Interest, Poll, Token};
 
 use super::link::{Link, OutDatagram};
+use super::timer::Timer;
 use crate::transport::{Counters, CqSide, QpCore, MAX_PACKET};
 use crate::verbs::device::{Device, QpEntry};
 use crate::wire::icrc::{verify_socket_datagram, SocketVerdict};
@@ -30,6 +31,8 @@ use crate::wire::PacketRepr;
 pub(crate) const SOCKET: Token = Token(0);
 /// Token of the waker (doorbell).
 pub(crate) const WAKER: Token = Token(1);
+/// Token of the deadline timer.
+const TIMER: Token = Token(2);
 
 /// Datagrams received per loop iteration before timers and transmission get a turn.
 const RX_BATCH: usize = 256;
@@ -39,6 +42,9 @@ const TX_BATCH: usize = 256;
 pub(crate) struct Engine {
     dev: Arc<Device>,
     poll: Poll,
+    /// Wakes the loop at the next deadline with microsecond resolution (timer.rs says why
+    /// the poll timeout cannot).
+    timer: Timer,
     link: Box<dyn Link + Send>,
     origin: Instant,
     rx: Vec<u8>,
@@ -50,17 +56,25 @@ pub(crate) struct Engine {
 }
 
 impl Engine {
-    pub(crate) fn new(dev: Arc<Device>, poll: Poll, link: Box<dyn Link + Send>) -> Engine {
-        Engine {
+    pub(crate) fn new(
+        dev: Arc<Device>,
+        poll: Poll,
+        link: Box<dyn Link + Send>,
+    ) -> io::Result<Engine> {
+        let mut timer = Timer::new()?;
+        poll.registry()
+            .register(&mut timer, TIMER, Interest::READABLE)?;
+        Ok(Engine {
             dev,
             poll,
+            timer,
             link,
             origin: Instant::now(),
             rx: vec![0u8; 65536],
             tx: vec![0u8; MAX_PACKET],
             ports: HashMap::new(),
             more_tx: false,
-        }
+        })
     }
 
     fn now(&self) -> Duration {
@@ -74,7 +88,19 @@ impl Engine {
             let timeout = if more_rx || self.more_tx {
                 Some(Duration::ZERO)
             } else {
-                self.next_deadline().map(|d| d.saturating_sub(self.now()))
+                let next = self.next_deadline();
+                let now = Instant::now();
+                if self
+                    .timer
+                    .fire_by(next.map(|d| self.origin + d), now)
+                    .is_err()
+                {
+                    // Without the timerfd, fall back on the poll timeout (millisecond
+                    // resolution, but deadlines still fire).
+                    next.map(|d| (self.origin + d).saturating_duration_since(now))
+                } else {
+                    None
+                }
             };
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() != io::ErrorKind::Interrupted {
@@ -83,6 +109,9 @@ impl Engine {
                     self.dev.closed.store(true, Ordering::Release);
                     break;
                 }
+            }
+            if events.iter().any(|e| e.token() == TIMER) {
+                self.timer.clear();
             }
             self.more_tx = false;
             more_rx = self.receive();

@@ -5,6 +5,7 @@ pub mod capture;
 pub(crate) mod engine;
 pub mod impair;
 pub mod link;
+mod timer;
 pub mod udp;
 
 use std::fs::File;
@@ -72,7 +73,7 @@ impl Context {
             link = Box::new(capture::CaptureLink::new(link, BufWriter::new(f))?);
         }
         link.register(poll.registry(), engine::SOCKET)?;
-        let engine = engine::Engine::new(Arc::clone(&dev), poll, link);
+        let engine = engine::Engine::new(Arc::clone(&dev), poll, link)?;
         let handle = std::thread::Builder::new()
             .name(format!("softroce-{local}"))
             .spawn(move || engine.run())?;
