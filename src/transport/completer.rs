@@ -64,6 +64,9 @@ impl QpCore {
     /// Moves the completer's position forward to `psn` (the oldest unacknowledged PSN).
     fn advance_comp(&mut self, psn: Psn) {
         if psn.is_after(self.req.comp_psn) {
+            self.req
+                .window
+                .on_acked(psn.distance_from(self.req.comp_psn));
             self.req.comp_psn = psn;
         }
         // After a rewind the requester may be resending what has meanwhile been acknowledged:
@@ -87,6 +90,7 @@ impl QpCore {
         }
         Counters::inc(&self.counters.completer_retry_err);
         self.req.retry_started = true;
+        self.req.window.on_loss();
         self.rewind_to(psn);
         true
     }
@@ -138,8 +142,13 @@ impl QpCore {
                 let lost = self.ack_through(psn);
                 match lost {
                     Some(resume) => {
-                        self.advance_comp(resume);
-                        self.progress(now);
+                        // Progress only if something before the READ/atomic was newly
+                        // acknowledged: a duplicate of this ACK must not restore the retry
+                        // budget or start a second retry for the same loss.
+                        if resume.is_after(self.req.comp_psn) {
+                            self.advance_comp(resume);
+                            self.progress(now);
+                        }
                         self.retry_on_loss(resume);
                     }
                     None => {
@@ -260,9 +269,12 @@ impl QpCore {
             Position::First | Position::Middle => n == mtu && n < remaining,
             Position::Last | Position::Only => n == remaining,
         };
-        // The response to the latest READ request (the original or a retry for the tail)
-        // starts with FIRST or ONLY at that request's PSN (rxe_comp.c check_ack).
-        let first_ok = (psn == w.read_req_psn) == info.position.starts_message();
+        // The response starts with FIRST or ONLY at the READ's first PSN. Further on, a packet
+        // may start a response (to a retry for the tail) or continue one (to an earlier
+        // request, overtaken by a retry or by ACKs): PSN k of every response to this READ
+        // carries the same bytes, so either is accepted when its size fits (rxe_comp.c
+        // check_ack: "read retries of partial data may restart from read response first").
+        let first_ok = psn != w.first_psn || info.position.starts_message();
         if !size_ok || !first_ok {
             if self.req.retry_started {
                 // A remnant of the response to the request before the retry: the retried
@@ -325,6 +337,8 @@ impl QpCore {
                 Counters::inc(&self.counters.timeouts);
                 let from = self.req.comp_psn;
                 if self.retry_from(from) {
+                    // Charged as a loss by retry_from; a timeout cuts deeper.
+                    self.req.window.on_timeout();
                     self.arm_timer(now);
                 }
             }

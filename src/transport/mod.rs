@@ -13,6 +13,7 @@ pub mod mr;
 pub mod qp;
 mod requester;
 mod responder;
+pub mod window;
 pub mod wqe;
 
 #[cfg(test)]

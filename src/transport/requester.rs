@@ -7,7 +7,8 @@
 //!   fits in one packet is ONLY (IBTA 9.7.2).
 //! - AckReq is set on the last packet of every message and, as rxe does, on a packet when more
 //!   than 64 have gone without one, so that long messages are acknowledged as they go.
-//! - At most `MAX_UNACKED_PSNS` PSNs may be outstanding (rxe's RXE_MAX_UNACKED_PSNS), at most
+//! - At most `MAX_UNACKED_PSNS` PSNs may be outstanding (rxe's RXE_MAX_UNACKED_PSNS), fewer
+//!   while losses occur (window.rs), at most
 //!   `max_rd_atomic` READ/atomic requests, and a FENCEd WR waits until every earlier READ and
 //!   atomic has completed (IBTA 10.8.3.3).
 //! - Go-Back-N: after a NAK or timeout the requester rewinds to the oldest unacknowledged PSN,
@@ -18,6 +19,7 @@ use std::time::Duration;
 
 use super::counters::Counters;
 use super::qp::QpCore;
+use super::window::SendWindow;
 use super::wqe::SendState;
 use crate::verbs::{QpState, WrOpcode};
 use crate::wire::packet::finish_payload;
@@ -61,6 +63,8 @@ pub struct ReqState {
     /// A retry was started and has not made progress yet: further out-of-order responses
     /// (remnants of what was lost) must not start another one (rxe: `comp.started_retry`).
     pub retry_started: bool,
+    /// Outstanding-PSN limit, cut on loss (window.rs).
+    pub window: SendWindow,
 }
 
 impl QpCore {
@@ -94,7 +98,7 @@ impl QpCore {
         if self.attr.qp_state == QpState::Sqd && starting {
             return None;
         }
-        if self.req.psn.diff(self.req.comp_psn) >= MAX_UNACKED_PSNS as i32 {
+        if self.req.psn.diff(self.req.comp_psn) >= self.req.window.limit() as i32 {
             return None;
         }
         if starting {
@@ -201,7 +205,14 @@ impl QpCore {
                 (pay as usize, 1, last)
             }
         };
-        bth.ack_req = done || self.req.noack_pkts >= ACKREQ_EVERY;
+        // Ask for an ACK at the end of a message, every ACKREQ_EVERY packets (rxe), and when
+        // this packet fills the window: nothing more can be sent until an ACK comes back, and
+        // the responder only ACKs packets that ask.
+        let fills_window = psn.add(psns).diff(self.req.comp_psn) >= self.req.window.limit() as i32;
+        bth.ack_req = done
+            || self.req.noack_pkts >= ACKREQ_EVERY
+            || fills_window
+            || self.req.noack_pkts + 1 >= self.req.window.ack_every();
         let repr = PacketRepr {
             bth,
             ext,
