@@ -114,6 +114,13 @@ pub struct RespState {
 }
 
 impl RespState {
+    /// Saved READ/atomic resources and queued responses: the two queues whose bounds the
+    /// simulation checks.
+    #[cfg(test)]
+    pub(super) fn queue_lens(&self) -> (usize, usize) {
+        (self.resources.len(), self.out.len())
+    }
+
     /// Drops everything in progress (QP to ERROR or RESET). The receive WQE being filled, if
     /// any, is returned so that it can be completed as flushed.
     pub(super) fn flush(&mut self) -> Option<RecvWqe> {

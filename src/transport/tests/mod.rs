@@ -1,6 +1,14 @@
 //! Deterministic tests of the RC core: two QPs joined by an in-memory link with virtual time,
-//! a fixed latency and seeded loss. Every packet crosses the link as bytes (emit, ICRC,
-//! parse, ICRC check), exactly as it would cross a socket.
+//! a fixed latency, seeded loss, duplication and reordering, and targeted faults (drop or
+//! duplicate the next packet that matches a predicate). Every packet crosses the link as bytes
+//! (emit, ICRC, parse, ICRC check), exactly as it would cross a socket, and after every step
+//! the harness checks that no queue grew past its bound.
+//!
+//! `scenarios.rs` has one test per recovery rule of spec-notes/rc-transport.md;
+//! `simulation.rs` runs thousands of seeded lossy runs against the delivery invariants.
+
+mod scenarios;
+mod simulation;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -11,7 +19,7 @@ use super::*;
 use crate::memory::SharedBytes;
 use crate::verbs::qp_attr::DeviceLimits;
 use crate::verbs::*;
-use crate::wire::{icrc, PacketRepr};
+use crate::wire::{icrc, PacketRepr, Psn};
 
 const MR_LEN: usize = 1 << 20;
 const IOVA: u64 = 0x7F00_0000_0000;
@@ -32,16 +40,54 @@ struct InFlight {
     src_port: u16,
 }
 
+/// What a targeted fault does to the packet it matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Action {
+    Drop,
+    Duplicate,
+}
+
+/// Applies `action` to the next `count` packets in one direction that `matches` accepts.
+struct Fault {
+    to_b: bool,
+    matches: Box<dyn Fn(&PacketRepr) -> bool>,
+    action: Action,
+    remaining: u32,
+}
+
+/// One transmitted packet, as the test sees it (recorded before any fault applies).
+#[derive(Debug, Clone)]
+pub(super) struct Sent {
+    pub to_b: bool,
+    pub opcode: crate::wire::Opcode,
+    pub psn: Psn,
+    pub ack_req: bool,
+    pub reth: Option<crate::wire::RethRepr>,
+    pub aeth: Option<crate::wire::AethRepr>,
+    /// True if a fault or the random loss dropped it.
+    pub dropped: bool,
+}
+
 pub(super) struct Pair {
     a: Side,
     b: Side,
     now: Duration,
+    /// Packets in flight, ordered by arrival time.
     wire: VecDeque<InFlight>,
     latency: Duration,
     loss_permille: u64,
+    dup_permille: u64,
+    /// Probability (per mille) that a packet takes up to 4 extra latencies, overtaking others.
+    reorder_permille: u64,
+    /// Everything sent before this instant is lost (a partition).
+    partition_until: Duration,
+    faults: Vec<Fault>,
+    log: Vec<Sent>,
     rng: u64,
     delivered: u64,
     dropped: u64,
+    /// Largest number of packets in flight seen.
+    max_in_flight: usize,
 }
 
 fn side(qpn: u32, ip: &str) -> Side {
@@ -156,9 +202,74 @@ impl Pair {
             wire: VecDeque::new(),
             latency: Duration::from_micros(5),
             loss_permille: 0,
+            dup_permille: 0,
+            reorder_permille: 0,
+            partition_until: Duration::ZERO,
+            faults: Vec::new(),
+            log: Vec::new(),
             rng: 0x9E37_79B9_7F4A_7C15,
             delivered: 0,
             dropped: 0,
+            max_in_flight: 0,
+        }
+    }
+
+    /// Applies `action` to the next `count` packets from A to B (`to_b`) or B to A that
+    /// `matches` accepts.
+    pub(super) fn fault(
+        &mut self,
+        to_b: bool,
+        action: Action,
+        count: u32,
+        matches: impl Fn(&PacketRepr) -> bool + 'static,
+    ) {
+        self.faults.push(Fault {
+            to_b,
+            matches: Box::new(matches),
+            action,
+            remaining: count,
+        });
+    }
+
+    /// True once every targeted fault has been used up (so a test knows its fault happened).
+    pub(super) fn faults_spent(&self) -> bool {
+        self.faults.iter().all(|f| f.remaining == 0)
+    }
+
+    /// Checks every queue against its bound: the send and receive queues against the QP's
+    /// capacities, the responder's saved resources against max_dest_rd_atomic, its response
+    /// queue against MAX_QUEUED_RESPONSES, the completions waiting to be polled against the
+    /// WQEs that could produce them, and the requester's outstanding PSNs against its window
+    /// (one READ may reserve more PSNs than the window when it is the only request out).
+    fn check_bounds(&self) {
+        for s in [&self.a, &self.b] {
+            let q = &s.qp;
+            let cap = q.cfg.cap;
+            assert!(q.sq.len() <= cap.max_send_wr as usize, "send queue");
+            assert!(q.rq.len() <= cap.max_recv_wr as usize, "receive queue");
+            let (res, out) = q.resp.queue_lens();
+            assert!(
+                res <= (q.attr.max_dest_rd_atomic as usize).max(1),
+                "responder resources {res}"
+            );
+            assert!(
+                out <= super::responder::MAX_QUEUED_RESPONSES,
+                "queued responses {out}"
+            );
+            assert!(
+                q.completions.len() <= (cap.max_send_wr + cap.max_recv_wr) as usize,
+                "completions"
+            );
+            let outstanding = q.req.psn.diff(q.req.comp_psn);
+            let biggest_read =
+                q.sq.iter()
+                    .map(|w| w.last_psn.distance_from(w.first_psn) as i32 + 1)
+                    .max()
+                    .unwrap_or(0);
+            assert!(
+                outstanding <= (MAX_UNACKED_PSNS as i32).max(biggest_read) + biggest_read,
+                "outstanding PSNs {outstanding}"
+            );
         }
     }
 
@@ -184,16 +295,52 @@ impl Pair {
                     continue;
                 };
                 moved = true;
-                if self.loss_permille > 0 && self.rand() % 1000 < self.loss_permille {
+                let pkt = PacketRepr::parse(&buf[..t.len]).expect("sent packets parse");
+                let mut action = None;
+                for f in self.faults.iter_mut() {
+                    if f.remaining > 0 && f.to_b == to_b && (f.matches)(&pkt) {
+                        f.remaining -= 1;
+                        action = Some(f.action);
+                        break;
+                    }
+                }
+                let lost = action == Some(Action::Drop)
+                    || self.now < self.partition_until
+                    || (self.loss_permille > 0 && self.rand() % 1000 < self.loss_permille);
+                self.log.push(Sent {
+                    to_b,
+                    opcode: pkt.bth.opcode,
+                    psn: Psn::new(pkt.bth.psn),
+                    ack_req: pkt.bth.ack_req,
+                    reth: pkt.ext.reth,
+                    aeth: pkt.ext.aeth,
+                    dropped: lost,
+                });
+                if lost {
                     self.dropped += 1;
                     continue;
                 }
-                self.wire.push_back(InFlight {
-                    at: self.now + self.latency,
-                    to_b,
-                    bytes: buf[..t.len].to_vec(),
-                    src_port: t.src_port,
-                });
+                let copies = if action == Some(Action::Duplicate)
+                    || (self.dup_permille > 0 && self.rand() % 1000 < self.dup_permille)
+                {
+                    2
+                } else {
+                    1
+                };
+                for copy in 0..copies {
+                    // A duplicate arrives a little after the original, as a copy taking
+                    // another path would.
+                    let mut at = self.now + self.latency * (1 + copy);
+                    if self.reorder_permille > 0 && self.rand() % 1000 < self.reorder_permille {
+                        at += self.latency * (1 + (self.rand() % 4) as u32);
+                    }
+                    self.enqueue(InFlight {
+                        at,
+                        to_b,
+                        bytes: buf[..t.len].to_vec(),
+                        src_port: t.src_port,
+                    });
+                }
             }
             // Deliver what has arrived.
             while self.wire.front().is_some_and(|p| p.at <= self.now) {
@@ -202,6 +349,7 @@ impl Pair {
                 moved = true;
             }
             self.collect();
+            self.check_bounds();
             if moved {
                 continue;
             }
@@ -226,8 +374,25 @@ impl Pair {
         panic!("drive did not settle");
     }
 
+    /// Runs until virtual time `t`, even if nothing happens before it.
+    pub(super) fn run_until(&mut self, t: Duration) {
+        if t > self.now {
+            self.drive_for(t - self.now);
+            self.now = self.now.max(t);
+            self.a.qp.handle_timeout(self.now);
+            self.b.qp.handle_timeout(self.now);
+        }
+    }
+
     pub(super) fn drive(&mut self) {
         self.drive_for(Duration::from_secs(600));
+    }
+
+    /// Puts a packet on the wire, behind every packet that arrives no later.
+    fn enqueue(&mut self, p: InFlight) {
+        let i = self.wire.partition_point(|q| q.at <= p.at);
+        self.wire.insert(i, p);
+        self.max_in_flight = self.max_in_flight.max(self.wire.len());
     }
 
     fn deliver(&mut self, p: InFlight) {
