@@ -4,10 +4,12 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
 use softroce::driver::{DeviceConfig, Direction, Impairment};
+use softroce::transport::Counters;
 use softroce::verbs::Context;
 
 use super::CliError;
@@ -44,9 +46,41 @@ pub struct DeviceArgs {
     /// Seed of the impairment's random choices.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
-    /// Which packets the impairment applies to.
-    #[arg(long, value_enum, default_value_t = ImpairDirection::Both)]
+    /// Which packets the impairment applies to. With the default, the same flags on both
+    /// ends impair each direction once, so `--drop 0.1` on both is a 10% lossy link.
+    #[arg(long, value_enum, default_value_t = ImpairDirection::Send)]
     pub impair: ImpairDirection,
+    /// Print the device's non-zero counters (rxe's names, plus what the impairment injected)
+    /// to stderr when the program ends, successfully or not.
+    #[arg(long)]
+    pub counters: bool,
+}
+
+/// Prints the counters when dropped, if asked to: the program's result, an error or a
+/// retry-exceeded failure all end up reporting what the transport did.
+pub struct CounterReport {
+    counters: Option<Arc<Counters>>,
+}
+
+impl CounterReport {
+    /// The counters line: every non-zero counter as `name=value`, in declaration order.
+    pub fn line(counters: &Counters) -> String {
+        let mut line = String::from("counters:");
+        for (name, v) in counters.snapshot() {
+            if v != 0 {
+                line.push_str(&format!(" {name}={v}"));
+            }
+        }
+        line
+    }
+}
+
+impl Drop for CounterReport {
+    fn drop(&mut self) {
+        if let Some(c) = &self.counters {
+            eprintln!("{}", CounterReport::line(c));
+        }
+    }
 }
 
 /// Which packets are impaired.
@@ -134,6 +168,13 @@ impl DeviceArgs {
                 ImpairDirection::Both => Direction::Both,
             },
         }))
+    }
+
+    /// A guard that reports `ctx`'s counters on stderr when dropped, if `--counters` was given.
+    pub fn counter_report(&self, ctx: &Context) -> CounterReport {
+        CounterReport {
+            counters: self.counters.then(|| ctx.counter_handle()),
+        }
     }
 
     /// Opens the device at `ip`.

@@ -340,6 +340,7 @@ pub fn run(args: &PerfArgs) -> Result<(), CliError> {
     let is_client = server_addr.is_some();
 
     let ctx = args.device.open(ip)?;
+    let _report = args.device.counter_report(&ctx);
     let pd = ctx.alloc_pd().map_err(CliError::Verbs)?;
     let depth = if params.lat { 1 } else { args.tx_depth.max(1) };
     let cq = ctx

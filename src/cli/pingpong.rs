@@ -223,6 +223,7 @@ pub fn run(args: &PingpongArgs) -> Result<(), CliError> {
     };
     let ip = args.device.local_ip(server_addr.map(|a| a.ip()))?;
     let pp = Pp::new(args, ip)?;
+    let _report = args.device.counter_report(&pp.ctx);
     let mut routs = pp.post_recv(pp.rx_depth)?;
     if routs < pp.rx_depth {
         return Err(CliError::Failed(format!("Couldn't post receive ({routs})")));

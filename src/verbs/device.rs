@@ -163,6 +163,12 @@ impl Context {
         self.dev.counters.snapshot()
     }
 
+    /// A shared handle on the device counters that outlives borrows of the context (for
+    /// reporting them when a program ends, however it ends).
+    pub fn counter_handle(&self) -> Arc<Counters> {
+        Arc::clone(&self.dev.counters)
+    }
+
     /// One counter by name.
     pub fn counter(&self, name: &str) -> Option<u64> {
         self.dev.counters.get(name)
