@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Interop suite: softroce against the Linux kernel's soft-RoCE (rdma_rxe) running in a QEMU
+# guest of the lab (tests/interop/lab.sh), both roles, with data checks, under loss, and with
+# every run captured by softroce and decoded with every ICRC checked.
+#
+# Usage (as root, Debian 12; .ci/run calls it):
+#   tests/interop/suite.sh
+# It installs what it needs (lab.sh deps), builds the guest (lab.sh build, cached in
+# $SOFTROCE_LAB_DIR), boots it, runs the cases, writes target/interop/results.md (the table
+# README shows) and tears the lab down. Exit status 0 only if every case passed.
+# All traffic stays inside the lab's network namespace (192.0.2.0/24 on a bridge it creates).
+#
+# Environment: SOFTROCE_INTEROP_OUT (default target/interop), and lab.sh's variables.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+LAB=("bash" "$HERE/lab.sh")
+BIN=$ROOT/target/release/softroce
+OUT=${SOFTROCE_INTEROP_OUT:-$ROOT/target/interop}
+LAB_DIR=${SOFTROCE_LAB_DIR:-/var/tmp/softroce-lab}
+NETNS=${SOFTROCE_LAB_NETNS:-srlab}
+HOST_IP=192.0.2.1
+GUEST=a
+CASE_TIMEOUT=180
+
+log() { printf '[suite %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+
+[ "$(id -u)" = 0 ] || { log "must run as root (network namespace, tap devices)"; exit 1; }
+mkdir -p "$OUT"
+rm -f "$OUT"/*.pcap "$OUT"/*.log "$OUT/results.md"
+
+cleanup() { "${LAB[@]}" down >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+
+t0=$(date +%s)
+"${LAB[@]}" deps
+[ -x "$BIN" ] || (cd "$ROOT" && cargo build --release --locked)
+"${LAB[@]}" build
+cleanup
+if ! "${LAB[@]}" up; then
+    log "lab did not come up; retrying once"
+    cleanup
+    "${LAB[@]}" up
+fi
+log "lab up after $(( $(date +%s) - t0 ))s"
+
+RESULTS=()
+FAILED=0
+PORT=18700
+
+guest_console_tail() {
+    log "---- guest $GUEST console (last 40 lines) ----"
+    tail -n 40 "$LAB_DIR/run/$GUEST/console.log" 2>/dev/null | tr -d '\r' >&2 || true
+}
+
+# Checks a softroce capture: it decodes, holds RoCEv2 packets in both directions, and every
+# ICRC verifies. Prints the decoder's summary line.
+check_capture() { # pcap
+    local summary
+    summary=$("$BIN" decode "$1" | tail -n 1) || { echo "decode failed"; return 1; }
+    echo "$summary"
+    [[ "$summary" == *"(0 bad ICRC, 0 malformed)"* ]] || return 1
+    [[ "$summary" =~ ^[0-9]+\ frames,\ ([0-9]+)\ RoCEv2 ]] && [ "${BASH_REMATCH[1]}" -gt 0 ]
+}
+
+# One ibv_rc_pingpong <-> softroce pingpong run.
+#   pingpong_case ROLE SIZE MTU ITERS LOSS
+# ROLE is softroce's role (server|client); LOSS (0..100, percent) is applied both ways:
+# netem on the guest's eth0 and --drop on softroce.
+pingpong_case() {
+    local role=$1 size=$2 mtu=$3 iters=$4 loss=$5
+    local name="rc_pingpong_${role}_s${size}_m${mtu}_n${iters}_loss${loss}"
+    local pcap=$OUT/$name.pcap slog=$OUT/$name.softroce.log glog=$OUT/$name.guest.log
+    local flags="-g 1 -m $mtu -s $size -n $iters -c"
+    local sflags=(pingpong --bind "$HOST_IP" -p "$PORT" -g 1 -m "$mtu" -s "$size" -n "$iters" -c
+        --pcap "$pcap" --counters --timeout 60)
+    local drop ok=1 srv grc=0 src=0
+    drop=$(awk -v l="$loss" 'BEGIN { printf "%.2f", l / 100 }')
+    [ "$loss" = 0 ] || sflags+=(--drop "$drop" --seed "$PORT")
+    log "case $name"
+    if [ "$loss" != 0 ]; then
+        "${LAB[@]}" exec "$GUEST" "/usr/sbin/tc qdisc replace dev eth0 root netem loss ${loss}%" 30 >/dev/null
+    fi
+    if [ "$role" = server ]; then
+        timeout "$CASE_TIMEOUT" ip netns exec "$NETNS" "$BIN" "${sflags[@]}" >"$slog" 2>&1 &
+        srv=$!
+        for _ in $(seq 50); do
+            ip netns exec "$NETNS" ss -ltn "sport = :$PORT" | grep -q LISTEN && break
+            sleep 0.1
+        done
+        "${LAB[@]}" exec "$GUEST" "ibv_rc_pingpong -p $PORT $flags $HOST_IP" "$CASE_TIMEOUT" >"$glog" 2>&1 || grc=$?
+        wait "$srv" || src=$?
+    else
+        "${LAB[@]}" exec "$GUEST" "ibv_rc_pingpong -p $PORT $flags" "$CASE_TIMEOUT" >"$glog" 2>&1 &
+        srv=$!
+        local tries=0
+        while :; do
+            src=0
+            timeout "$CASE_TIMEOUT" ip netns exec "$NETNS" "$BIN" "${sflags[@]}" 192.0.2.11 >"$slog" 2>&1 || src=$?
+            if [ "$src" = 0 ] || ! grep -q "Couldn't connect" "$slog" || [ $tries -ge 100 ]; then break; fi
+            tries=$((tries + 1))
+            sleep 0.2
+        done
+        wait "$srv" || grc=$?
+    fi
+    if [ "$loss" != 0 ]; then
+        "${LAB[@]}" exec "$GUEST" "/usr/sbin/tc qdisc del dev eth0 root" 30 >/dev/null || true
+    fi
+    local detail="" cap
+    [ "$src" = 0 ] || { ok=0; detail+="softroce exit $src; "; }
+    [ "$grc" = 0 ] || { ok=0; detail+="ibv_rc_pingpong exit $grc; "; }
+    grep -q "invalid data" "$glog" "$slog" && { ok=0; detail+="invalid data; "; }
+    grep -q "$iters iters in" "$glog" || { ok=0; detail+="guest did not finish; "; }
+    if cap=$(check_capture "$pcap"); then :; else ok=0; detail+="capture: $cap; "; fi
+    local counters
+    counters=$(grep -a '^counters:' "$slog" | sed 's/^counters: //' || true)
+    if [ $ok = 1 ]; then
+        RESULTS+=("| ibv_rc_pingpong (rdma-core 44) | softroce $role | RC, MTU $mtu, $size B x $iters, loss ${loss}% both ways, -c | pass | ${cap%%, [0-9]* other*} |")
+    else
+        FAILED=$((FAILED + 1))
+        RESULTS+=("| ibv_rc_pingpong (rdma-core 44) | softroce $role | RC, MTU $mtu, $size B x $iters, loss ${loss}% both ways, -c | **FAIL**: $detail | |")
+        log "FAILED $name: $detail"
+        log "---- softroce ($slog) ----"; tail -n 20 "$slog" >&2 || true
+        log "---- guest ($glog) ----"; tail -n 20 "$glog" >&2 || true
+        guest_console_tail
+    fi
+    [ -z "$counters" ] || log "softroce counters: $counters"
+    PORT=$((PORT + 1))
+}
+
+for role in server client; do
+    for sm in "1 1024" "4096 1024" "10000 1024" "3000 512" "4096 256"; do
+        read -r size mtu <<<"$sm"
+        pingpong_case "$role" "$size" "$mtu" 200 0
+    done
+    pingpong_case "$role" 4096 1024 100 5
+done
+
+{
+    echo "| program | role | transport and parameters | result | softroce capture |"
+    echo "|---|---|---|---|---|"
+    printf '%s\n' "${RESULTS[@]}"
+} >"$OUT/results.md"
+cat "$OUT/results.md"
+log "suite: $FAILED failed, $(( ${#RESULTS[@]} - FAILED )) passed, $(( $(date +%s) - t0 ))s"
+[ "$FAILED" = 0 ]
