@@ -1,8 +1,10 @@
 //! Out-of-band connection exchanges of the standard RDMA test programs, over TCP: what
 //! ibv_*_pingpong (rdma-core libibverbs/examples/pingpong.c, rc_pingpong.c) send each other
-//! before the RDMA traffic, so that softroce's tools interoperate with them.
+//! and perftest (src/perftest_communication.c) send each other before the RDMA traffic, so
+//! that softroce's tools interoperate with them.
 //! Formats and sequences: spec-notes/oob.md.
 
+pub mod perftest;
 pub mod pingpong;
 
 use std::fmt;
