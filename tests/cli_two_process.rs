@@ -370,3 +370,66 @@ fn a_peer_killed_mid_transfer_ends_in_retry_exceeded_not_a_hang() {
     // Budget: 4 timeouts of 4.2 ms; allow generously for process scheduling.
     assert!(took < Duration::from_secs(5), "took {took:?}");
 }
+
+#[test]
+fn perf_latency_check_every_operation() {
+    for (op, extra) in [
+        ("send", &["-s", "3000"][..]),
+        ("write", &["-s", "100"][..]),
+        ("write", &["-s", "1"][..]),
+        ("read", &["-s", "5000"][..]),
+        ("atomic", &[][..]),
+        ("atomic", &["-A", "CMP_AND_SWAP"][..]),
+    ] {
+        let mut args = vec!["--lat", "--check", "--json", "-n", "60"];
+        args.extend(extra);
+        let (sv, cl, _) = run_pair(&["perf", op], &args, &[], &[]);
+        let c = ok(&cl, &format!("client {op} --lat {extra:?}"));
+        ok(&sv, &format!("server {op} --lat {extra:?}"));
+        let v: serde_json::Value = serde_json::from_str(c.trim()).unwrap();
+        assert_eq!(v["check"], true);
+        assert!(v["lat_us"]["p50"].as_f64().unwrap() > 0.0, "{v}");
+    }
+}
+
+#[test]
+fn perf_refuses_a_peer_that_runs_another_test() {
+    let (tcp, udp) = ports();
+    let common = |op: &str, ip: &str| {
+        s(&[
+            "perf",
+            op,
+            "-n",
+            "10",
+            "--timeout",
+            "5",
+            "-p",
+            &tcp.to_string(),
+            "--roce-port",
+            &udp.to_string(),
+            "--bind",
+            ip,
+        ])
+    };
+    let server = spawn(&common("write", "127.0.0.1"));
+    let mut cv = common("read", "127.0.0.2");
+    cv.push("127.0.0.1".into());
+    let t = Instant::now();
+    let c = loop {
+        let out = finish(spawn(&cv), "client", Duration::from_secs(30));
+        let refused = String::from_utf8_lossy(&out.stderr).contains("connect to");
+        if !refused || t.elapsed() > Duration::from_secs(10) {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let sv = finish(server, "server", Duration::from_secs(30));
+    for (o, who) in [(&c, "client"), (&sv, "server")] {
+        assert!(!o.status.success(), "{who} succeeded");
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            e.contains("another test") && !e.contains("panicked"),
+            "{who}: {e}"
+        );
+    }
+}

@@ -1,21 +1,30 @@
-//! `softroce perf`: bandwidth and latency tests in the manner of perftest's ib_*_bw and
-//! ib_*_lat, with an end-to-end data check.
+//! `softroce perf`: perftest's ib_send_bw, ib_write_bw, ib_read_bw, ib_atomic_bw, ib_send_lat,
+//! ib_write_lat, ib_read_lat and ib_atomic_lat, speaking perftest 4.5's out-of-band exchange
+//! (`softroce::oob::perftest`) so that either end may be perftest itself.
 //!
-//! Roles: the client (given SERVER) is the requester for WRITE, READ and atomics and the sender
-//! for SEND; the server is the passive side (and the receiver for SEND). Both print the result.
+//! Roles are perftest's: the client (given SERVER) is the requester for WRITE, READ and atomics
+//! and the sender for SEND bandwidth; the server is passive there (its QP only answers) and
+//! prints the report the client sends it. ib_send_lat and ib_write_lat are ping-pongs in which
+//! both ends measure. The flags are perftest's (-s -n -m -p -q -t -r -o -x -u -A, -F and -c RC
+//! accepted for habit's sake) and so is the memory layout each end advertises: a buffer of
+//! max(size, page size) bytes, which the peer targets at offsets that step by the message size
+//! rounded to a cache line (`ctx_set_send_reg_wqes`, `increase_rem_addr`).
 //!
-//! `--check`: every message carries a pattern that depends on its iteration and is verified
-//! byte for byte where it lands: WRITE at the server (each iteration writes its own region,
-//! checked when the client says it is done), READ at the client (the server's region holds
-//! one pattern per iteration), SEND at the server as each receive completes, and atomics at
-//! the client (fetch-add must return 0, a, 2a, ...; compare-and-swap i -> i+1 must return i)
-//! and at the server (the final value). Any mismatch makes the command exit non-zero.
+//! `--check` (softroce at both ends; the peer's version message says so): every message carries
+//! a pattern that depends on its iteration and is verified byte for byte where it lands, each
+//! message in its own region: WRITE at the server after the client's last completion, READ at
+//! the client, SEND at the receiver, write_lat's writes at each end as they arrive, atomics at
+//! the client (fetch-add returns 0, 1, 2, ...; compare-and-swap i -> i+1 returns i) and at the
+//! server (the final value). The two ends exchange verdicts so that both exit non-zero on a
+//! mismatch.
 
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
+use softroce::oob::perftest::{BwReport, Exchange, KeyMsg, Role, TestSignature};
+use softroce::oob::OobError;
 use softroce::verbs::*;
 use std::result::Result;
 
@@ -26,17 +35,36 @@ use super::CliError;
 /// The operation under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum PerfOp {
-    /// SEND / RECV.
+    /// SEND / RECV (ib_send_bw, ib_send_lat).
     Send,
-    /// RDMA WRITE.
+    /// RDMA WRITE (ib_write_bw, ib_write_lat).
     Write,
-    /// RDMA READ.
+    /// RDMA READ (ib_read_bw, ib_read_lat).
     Read,
-    /// Atomic fetch-and-add (or compare-and-swap with --cas).
+    /// Atomics (ib_atomic_bw, ib_atomic_lat).
     Atomic,
 }
 
-/// perftest-like options.
+/// perftest's -A.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AtomicType {
+    /// Fetch-and-add (perftest's default).
+    #[value(name = "FETCH_AND_ADD")]
+    FetchAndAdd,
+    /// Compare-and-swap.
+    #[value(name = "CMP_AND_SWAP")]
+    CmpAndSwap,
+}
+
+/// perftest's -c: only RC is implemented.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Connection {
+    /// Reliable Connected.
+    #[value(name = "RC")]
+    Rc,
+}
+
+/// perftest's options, with perftest's letters.
 #[derive(Debug, Clone, Args)]
 pub struct PerfArgs {
     /// The operation.
@@ -51,25 +79,40 @@ pub struct PerfArgs {
     /// Message size in bytes (default: 65536 for bw, 2 for lat, 8 for atomics).
     #[arg(short = 's', long = "size")]
     pub size: Option<u64>,
-    /// Iterations (messages per QP).
-    #[arg(short = 'n', long = "iters", default_value_t = 1000)]
-    pub iters: u64,
-    /// Path MTU.
+    /// Iterations per QP (default: 5000 for bw, 1000 for lat).
+    #[arg(short = 'n', long = "iters")]
+    pub iters: Option<u64>,
+    /// Path MTU; both ends use the smaller of their two values, as perftest does.
     #[arg(short = 'm', long = "mtu", default_value_t = 4096)]
     pub mtu: u32,
     /// Number of QPs.
     #[arg(short = 'q', long = "qp", default_value_t = 1)]
     pub num_qps: u32,
-    /// Outstanding work requests per QP (bw tests).
+    /// Outstanding work requests per QP (bw tests; lat tests use 1).
     #[arg(short = 't', long = "tx-depth", default_value_t = 128)]
     pub tx_depth: u32,
-    /// Outstanding READs/atomics per QP.
-    #[arg(short = 'o', long = "outs", default_value_t = 16)]
-    pub outs: u8,
-    /// Use compare-and-swap instead of fetch-and-add for `atomic`.
+    /// Receives posted per QP (SEND tests).
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 512)]
+    pub rx_depth: u32,
+    /// READ/atomic requests this end accepts per QP, told to the peer (default: the device
+    /// maximum, 128, for READ and atomics; 1 otherwise, as perftest).
+    #[arg(short = 'o', long = "outs")]
+    pub outs: Option<u8>,
+    /// Atomic operation (perftest's -A).
+    #[arg(short = 'A', long = "atomic_type", value_enum, default_value_t = AtomicType::FetchAndAdd)]
+    pub atomic_type: AtomicType,
+    /// Same as -A CMP_AND_SWAP.
     #[arg(long)]
     pub cas: bool,
-    /// Fill every message with an iteration-dependent pattern and verify every byte.
+    /// Connection type (perftest's -c): RC.
+    #[arg(short = 'c', long = "connection", value_enum, default_value_t = Connection::Rc)]
+    pub connection: Connection,
+    /// Accepted for perftest's habit (-F: do not fail on CPU frequency); timing uses the
+    /// monotonic clock, not cycle counters.
+    #[arg(short = 'F', long = "CPU-freq")]
+    pub cpu_freq: bool,
+    /// Fill every message with an iteration-dependent pattern and verify every byte (softroce
+    /// at both ends).
     #[arg(long)]
     pub check: bool,
     /// Print the result as one JSON line.
@@ -78,7 +121,7 @@ pub struct PerfArgs {
     /// Local GID index (0 or 1; both are the device address).
     #[arg(short = 'x', long = "gid-index", default_value_t = 1)]
     pub gid_index: u8,
-    /// Give up when no progress is made for this many seconds.
+    /// Give up when neither the peer nor the network makes progress for this many seconds.
     #[arg(long, default_value_t = 30)]
     pub timeout: u64,
     /// QP local ACK timeout exponent: 4.096 us x 2^N (perftest's -u; 0 = never).
@@ -94,108 +137,155 @@ pub struct PerfArgs {
     pub server: Option<String>,
 }
 
-/// What each side tells the other about one QP (the fields of perftest's key message).
+/// The eight perftest programs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Dest {
-    qpn: u32,
-    psn: u32,
-    rkey: u32,
-    vaddr: u64,
-    gid: Gid,
+enum Program {
+    SendBw,
+    WriteBw,
+    ReadBw,
+    AtomicBw,
+    SendLat,
+    WriteLat,
+    ReadLat,
+    AtomicLat,
 }
 
-impl Dest {
-    const LEN: usize = 4 + 4 + 4 + 8 + 16;
-
-    fn to_bytes(self) -> [u8; Self::LEN] {
-        let mut b = [0u8; Self::LEN];
-        b[0..4].copy_from_slice(&self.qpn.to_be_bytes());
-        b[4..8].copy_from_slice(&self.psn.to_be_bytes());
-        b[8..12].copy_from_slice(&self.rkey.to_be_bytes());
-        b[12..20].copy_from_slice(&self.vaddr.to_be_bytes());
-        b[20..36].copy_from_slice(&self.gid.0);
-        b
-    }
-
-    fn from_bytes(b: &[u8; Self::LEN]) -> Dest {
-        let u32_at = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-        let mut va = [0u8; 8];
-        va.copy_from_slice(&b[12..20]);
-        let mut gid = [0u8; 16];
-        gid.copy_from_slice(&b[20..36]);
-        Dest {
-            qpn: u32_at(0) & 0xFF_FFFF,
-            psn: u32_at(4) & 0xFF_FFFF,
-            rkey: u32_at(8),
-            vaddr: u64::from_be_bytes(va),
-            gid: Gid(gid),
+impl Program {
+    fn of(op: PerfOp, lat: bool) -> Program {
+        match (op, lat) {
+            (PerfOp::Send, false) => Program::SendBw,
+            (PerfOp::Write, false) => Program::WriteBw,
+            (PerfOp::Read, false) => Program::ReadBw,
+            (PerfOp::Atomic, false) => Program::AtomicBw,
+            (PerfOp::Send, true) => Program::SendLat,
+            (PerfOp::Write, true) => Program::WriteLat,
+            (PerfOp::Read, true) => Program::ReadLat,
+            (PerfOp::Atomic, true) => Program::AtomicLat,
         }
     }
+
+    fn lat(self) -> bool {
+        matches!(
+            self,
+            Program::SendLat | Program::WriteLat | Program::ReadLat | Program::AtomicLat
+        )
+    }
+
+    /// The perftest program this one pairs with.
+    fn perftest_name(self) -> &'static str {
+        match self {
+            Program::SendBw => "ib_send_bw",
+            Program::WriteBw => "ib_write_bw",
+            Program::ReadBw => "ib_read_bw",
+            Program::AtomicBw => "ib_atomic_bw",
+            Program::SendLat => "ib_send_lat",
+            Program::WriteLat => "ib_write_lat",
+            Program::ReadLat => "ib_read_lat",
+            Program::AtomicLat => "ib_atomic_lat",
+        }
+    }
+
+    fn code(self) -> u8 {
+        self as u8 + 1
+    }
 }
 
-/// The parameters both sides must agree on, sent by the client first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Everything both ends must agree on, resolved from the flags.
+#[derive(Debug, Clone, Copy)]
 struct Params {
-    op: u8,
-    lat: bool,
+    prog: Program,
+    op: PerfOp,
     cas: bool,
     check: bool,
     size: u64,
     iters: u64,
     num_qps: u32,
-    mtu: u32,
 }
 
 impl Params {
-    const LEN: usize = 8 + 8 + 8 + 4 + 4 + 4;
-    const MAGIC: &'static [u8; 4] = b"SRP1";
-
-    fn to_bytes(self) -> [u8; Self::LEN] {
-        let mut b = [0u8; Self::LEN];
-        b[0..4].copy_from_slice(Self::MAGIC);
-        b[4] = self.op;
-        b[5] = self.lat as u8;
-        b[6] = self.cas as u8;
-        b[7] = self.check as u8;
-        b[8..16].copy_from_slice(&self.size.to_be_bytes());
-        b[16..24].copy_from_slice(&self.iters.to_be_bytes());
-        b[24..28].copy_from_slice(&self.num_qps.to_be_bytes());
-        b[28..32].copy_from_slice(&self.mtu.to_be_bytes());
-        b
+    /// What a softroce peer must also be running (the version message extension).
+    fn signature(&self) -> TestSignature {
+        TestSignature {
+            test: self.prog.code() | if self.cas { 0x80 } else { 0 },
+            flags: self.check as u8 | ((self.num_qps.min(127) as u8) << 1),
+            size: self.size.min(u32::MAX as u64) as u32,
+            iters: self.iters.min(u32::MAX as u64) as u32,
+        }
     }
 
-    fn from_bytes(b: &[u8; Self::LEN]) -> Result<Params, CliError> {
-        if &b[0..4] != Self::MAGIC {
-            return Err(CliError::Failed(
-                "the peer is not a softroce perf of this version (parameter exchange mismatch)"
-                    .into(),
-            ));
-        }
-        let u64_at = |i: usize| {
-            let mut x = [0u8; 8];
-            x.copy_from_slice(&b[i..i + 8]);
-            u64::from_be_bytes(x)
-        };
-        let u32_at = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-        Ok(Params {
-            op: b[4],
-            lat: b[5] != 0,
-            cas: b[6] != 0,
-            check: b[7] != 0,
-            size: u64_at(8),
-            iters: u64_at(16),
-            num_qps: u32_at(24),
-            mtu: u32_at(28),
-        })
+    fn describe(sig: &TestSignature) -> String {
+        let name = [
+            "?",
+            "send bw",
+            "write bw",
+            "read bw",
+            "atomic bw",
+            "send lat",
+            "write lat",
+            "read lat",
+            "atomic lat",
+        ]
+        .get((sig.test & 0x7f) as usize)
+        .copied()
+        .unwrap_or("?");
+        format!(
+            "{name}{}, -s {}, -n {}, -q {}{}",
+            if sig.test & 0x80 != 0 { " (CAS)" } else { "" },
+            sig.size,
+            sig.iters,
+            sig.flags >> 1,
+            if sig.flags & 1 != 0 { ", --check" } else { "" }
+        )
     }
 }
 
-fn op_code(op: PerfOp) -> u8 {
-    match op {
-        PerfOp::Send => 0,
-        PerfOp::Write => 1,
-        PerfOp::Read => 2,
-        PerfOp::Atomic => 3,
+/// Where messages go in a QP's memory region: a local half [0, half) that this end sends from
+/// and reads into, and the half [half, 2 x half) that it advertises to the peer.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    half: u64,
+    stride: u64,
+    slots: u64,
+}
+
+impl Layout {
+    /// perftest's: BUFF_SIZE = max(size, cycle buffer); messages of at most half the cycle
+    /// buffer step through it by the size rounded up to a cache line, larger ones all use
+    /// offset 0.
+    fn perftest(size: u64, cycle: u64, line: u64) -> Layout {
+        let inc = size.max(1).div_ceil(line.max(1)) * line.max(1);
+        let (stride, slots) = if size <= cycle / 2 {
+            (inc, (cycle / inc).max(1))
+        } else {
+            (0, 1)
+        };
+        Layout {
+            half: size.max(cycle),
+            stride,
+            slots,
+        }
+    }
+
+    /// --check: a region per iteration, so that every message can be verified.
+    fn check(size: u64, iters: u64) -> Result<Layout, CliError> {
+        let stride = size.max(8).div_ceil(8) * 8;
+        let half = stride
+            .checked_mul(iters)
+            .filter(|h| *h <= 2 << 30)
+            .ok_or_else(|| {
+                CliError::Usage(format!(
+                    "--check keeps every message: {iters} messages of {size} bytes need more than 4 GiB per QP; lower -n or -s"
+                ))
+            })?;
+        Ok(Layout {
+            half,
+            stride,
+            slots: iters,
+        })
+    }
+
+    fn offset(&self, iter: u64) -> u64 {
+        (iter % self.slots) * self.stride
     }
 }
 
@@ -213,67 +303,81 @@ fn fill_pattern(buf: &mut [u8], iter: u64) {
     }
 }
 
-fn check_pattern(buf: &[u8], iter: u64) -> Result<(), CliError> {
+fn check_pattern(buf: &[u8], iter: u64) -> Result<(), String> {
     match buf
         .iter()
         .enumerate()
         .find(|(i, b)| **b != pattern_byte(iter, *i as u64))
     {
         None => Ok(()),
-        Some((i, b)) => Err(CliError::Failed(format!(
+        Some((i, b)) => Err(format!(
             "data check failed: message {iter}, byte {i}: got 0x{b:02x}, expected 0x{:02x}",
             pattern_byte(iter, i as u64)
-        ))),
+        )),
     }
 }
 
-fn read_exact<const N: usize>(s: &mut TcpStream) -> Result<[u8; N], CliError> {
-    let mut b = [0u8; N];
-    s.read_exact(&mut b)
-        .map_err(|e| CliError::Failed(format!("out-of-band exchange: {e}")))?;
-    Ok(b)
-}
-
-fn write_all(s: &mut TcpStream, b: &[u8]) -> Result<(), CliError> {
-    s.write_all(b)
-        .map_err(|e| CliError::Failed(format!("out-of-band exchange: {e}")))
-}
-
-/// One QP and its memory.
+/// One QP, its memory and both ends' keys.
 struct Conn {
     qp: QueuePair,
     mr: MemoryRegion,
-    psn: u32,
-    remote: Option<Dest>,
+    mine: KeyMsg,
+    remote: KeyMsg,
 }
 
-/// Memory per QP: under --check a region per iteration (so every message can be verified),
-/// else a ring of tx_depth messages as perftest uses.
-fn region_len(p: &Params, tx_depth: u32) -> Result<u64, CliError> {
-    let slots = if p.check {
-        p.iters
-    } else {
-        tx_depth.max(1) as u64
-    };
-    let size = p.size.max(8);
-    let total = size
-        .checked_mul(slots)
-        .filter(|t| *t <= 4 << 30)
-        .ok_or_else(|| {
-            CliError::Usage(format!(
-                "{} messages of {} bytes need more than 4 GiB of memory per QP; lower -n or -s",
-                slots, size
-            ))
-        })?;
-    Ok(total)
+/// A test in progress: parameters, resources and the first data-check failure.
+struct Test<'a> {
+    p: Params,
+    layout: Layout,
+    conns: Vec<Conn>,
+    cq: CompletionQueue,
+    ctx: &'a Context,
+    is_client: bool,
+    timeout: Duration,
+    tx_depth: u32,
+    rx_depth: u32,
+    /// The first --check mismatch; the test runs to its end so that the peer is not left
+    /// waiting, then both ends fail.
+    failure: Option<String>,
 }
 
 /// Runs `softroce perf`.
 pub fn run(args: &PerfArgs) -> Result<(), CliError> {
     args.device.validate()?;
-    let mtu = Mtu::from_bytes(args.mtu)
+    Mtu::from_bytes(args.mtu)
         .ok_or_else(|| CliError::Usage(format!("-m {}: the MTU must be 256..4096", args.mtu)))?;
-    let io_timeout = Duration::from_secs(args.timeout.max(1));
+    let prog = Program::of(args.op, args.lat);
+    let p = Params {
+        prog,
+        op: args.op,
+        cas: args.cas || args.atomic_type == AtomicType::CmpAndSwap,
+        check: args.check,
+        size: args.size.unwrap_or(match (args.op, args.lat) {
+            (PerfOp::Atomic, _) => 8,
+            (_, true) => 2,
+            _ => 65536,
+        }),
+        iters: args.iters.unwrap_or(if args.lat { 1000 } else { 5000 }),
+        num_qps: args.num_qps,
+    };
+    if p.size == 0 || p.size > (1 << 31) || p.num_qps == 0 || p.num_qps > 4096 {
+        return Err(CliError::Usage("-s must be 1..2^31 and -q 1..4096".into()));
+    }
+    if p.iters < if prog.lat() { 5 } else { 1 } {
+        return Err(CliError::Usage(
+            "-n must be at least 1 (5 for latency tests, whose report drops the two largest samples)"
+                .into(),
+        ));
+    }
+    if args.op == PerfOp::Atomic && p.size != 8 {
+        return Err(CliError::Usage("atomics are 8 bytes (-s 8)".into()));
+    }
+    if prog.lat() && p.num_qps != 1 {
+        return Err(CliError::Usage(
+            "latency tests use one QP (-q 1), as perftest's".into(),
+        ));
+    }
+    let timeout = Duration::from_secs(args.timeout.max(1));
     let server_addr = match &args.server {
         Some(h) => {
             use std::net::ToSocketAddrs;
@@ -288,84 +392,88 @@ pub fn run(args: &PerfArgs) -> Result<(), CliError> {
         None => None,
     };
     let ip = args.device.local_ip(server_addr.map(|a| a.ip()))?;
-    // The out-of-band connection first: the client's parameters rule.
-    let (mut stream, params) = match server_addr {
-        Some(addr) => {
-            let mut s = TcpStream::connect_timeout(&addr, io_timeout)
-                .map_err(|e| CliError::Failed(format!("couldn't connect to {addr}: {e}")))?;
-            let size = args.size.unwrap_or(match (args.op, args.lat) {
-                (PerfOp::Atomic, _) => 8,
-                (_, true) => 2,
-                _ => 65536,
-            });
-            let p = Params {
-                op: op_code(args.op),
-                lat: args.lat,
-                cas: args.cas,
-                check: args.check,
-                size,
-                iters: args.iters,
-                num_qps: args.num_qps,
-                mtu: args.mtu,
-            };
-            write_all(&mut s, &p.to_bytes())?;
-            (s, p)
-        }
+    let (stream, role) = match server_addr {
+        Some(addr) => (
+            TcpStream::connect_timeout(&addr, timeout)
+                .map_err(|e| CliError::Failed(format!("couldn't connect to {addr}: {e}")))?,
+            Role::Client,
+        ),
         None => {
             let l = TcpListener::bind(SocketAddr::new(ip, args.port)).map_err(|e| {
                 CliError::Failed(format!("couldn't listen on port {}: {e}", args.port))
             })?;
-            let (mut s, _) = l.accept().map_err(CliError::Io)?;
-            s.set_read_timeout(Some(io_timeout)).map_err(CliError::Io)?;
-            let p = Params::from_bytes(&read_exact(&mut s)?)?;
-            if p.op != op_code(args.op) || p.lat != args.lat {
-                return Err(CliError::Failed(format!(
-                    "the client runs another test (op {}, lat {})",
-                    p.op, p.lat
-                )));
-            }
-            (s, p)
+            (l.accept().map_err(CliError::Io)?.0, Role::Server)
         }
     };
-    stream.set_read_timeout(None).map_err(CliError::Io)?;
-    if params.size > (1 << 31) || params.iters == 0 || params.num_qps == 0 || params.num_qps > 4096
-    {
-        return Err(CliError::Usage(
-            "size must be <= 2^31, iters and qps positive (qps <= 4096)".into(),
-        ));
+    stream
+        .set_read_timeout(Some(timeout))
+        .map_err(CliError::Io)?;
+    let _ = stream.set_nodelay(true);
+    let mut x = Exchange::new(stream, role);
+
+    // Versions, system data and MTU (every perftest program starts so).
+    let peer = x.versions(Some(p.signature())).map_err(CliError::Oob)?;
+    match peer.softroce {
+        Some(theirs) if theirs != p.signature() => {
+            return Err(CliError::Failed(format!(
+                "the peer runs another test ({}); this end runs {}: give both ends the same test and flags",
+                Params::describe(&theirs),
+                Params::describe(&p.signature())
+            )))
+        }
+        None if p.check => {
+            return Err(CliError::Usage(format!(
+                "--check needs softroce at both ends; the peer is perftest {} (its buffers hold random bytes)",
+                peer.version
+            )))
+        }
+        _ => {}
     }
-    if args.op == PerfOp::Atomic && params.size != 8 {
-        return Err(CliError::Usage("atomics are 8 bytes (-s 8)".into()));
-    }
-    let is_client = server_addr.is_some();
+    let (cycle, line) = x.sys_data(4096, 64).map_err(CliError::Oob)?;
+    let mtu_bytes = x.mtu(args.mtu).map_err(CliError::Oob)?;
+    let mtu = Mtu::from_bytes(mtu_bytes).expect("agreed MTUs are valid");
+    let layout = if p.check {
+        Layout::check(p.size, p.iters)?
+    } else {
+        Layout::perftest(p.size, cycle as u64, line as u64)
+    };
 
     let ctx = args.device.open(ip)?;
     let _report = args.device.counter_report(&ctx);
+    let gid = ctx
+        .gid(args.gid_index)
+        .ok_or_else(|| CliError::Usage(format!("-x {}: no such GID index", args.gid_index)))?;
+    let tx_depth = if prog.lat() {
+        4
+    } else {
+        args.tx_depth.clamp(1, 8192).min(p.iters.min(8192) as u32)
+    };
+    let rx_depth = args.rx_depth.clamp(1, 8192).min(p.iters.min(8192) as u32);
+    let outs = args.outs.unwrap_or(match args.op {
+        PerfOp::Read | PerfOp::Atomic => 128,
+        _ => 1,
+    });
     let pd = ctx.alloc_pd().map_err(CliError::Verbs)?;
-    let depth = if params.lat { 1 } else { args.tx_depth.max(1) };
     let cq = ctx
-        .create_cq((depth as usize + 1) * params.num_qps as usize * 2)
+        .create_cq((tx_depth + rx_depth + 2) as usize * p.num_qps as usize)
         .map_err(CliError::Verbs)?;
     let access = AccessFlags::LOCAL_WRITE
         | AccessFlags::REMOTE_WRITE
         | AccessFlags::REMOTE_READ
         | AccessFlags::REMOTE_ATOMIC;
-    let gid = ctx
-        .gid(args.gid_index)
-        .ok_or_else(|| CliError::Usage(format!("-x {}: no such GID index", args.gid_index)))?;
+    let mut seed = psn_seed();
     let mut conns = Vec::new();
-    for i in 0..params.num_qps {
-        let len = region_len(&params, depth)?;
+    for _ in 0..p.num_qps {
         let mr = pd
-            .register_mr(len as usize, access)
+            .register_mr((2 * layout.half) as usize, access)
             .map_err(CliError::Verbs)?;
         let qp = pd
             .create_qp(&QpInitAttr {
                 send_cq: &cq,
                 recv_cq: &cq,
                 cap: QpCap {
-                    max_send_wr: depth,
-                    max_recv_wr: depth.max(2),
+                    max_send_wr: tx_depth,
+                    max_recv_wr: rx_depth,
                     max_send_sge: 1,
                     max_recv_sge: 1,
                     max_inline_data: 0,
@@ -376,561 +484,807 @@ pub fn run(args: &PerfArgs) -> Result<(), CliError> {
             .map_err(CliError::Verbs)?;
         qp.init(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC)
             .map_err(CliError::Verbs)?;
+        // lrand48() & 0xffffff, as perftest draws its PSNs.
+        seed = seed.wrapping_mul(0x5_DEEC_E66D).wrapping_add(0xB) & ((1 << 48) - 1);
+        let mine = KeyMsg {
+            lid: 0,
+            out_reads: outs as u16,
+            qpn: qp.qp_num(),
+            psn: ((seed >> 17) & 0xFF_FFFF) as u32,
+            rkey: mr.rkey(),
+            vaddr: mr.addr() + layout.half,
+            gid,
+            srqn: 0,
+        };
         conns.push(Conn {
             qp,
             mr,
-            psn: (0x10_0000 + i * 0x1000) & 0xFF_FFFF,
-            remote: None,
+            mine,
+            remote: mine,
         });
     }
-    // Patterns the peer will read (READ) or that --check compares against.
-    if params.check && !is_client && args.op == PerfOp::Read {
-        for c in &conns {
-            let mut buf = vec![0u8; params.size as usize];
-            for it in 0..params.iters {
+    let mut t = Test {
+        p,
+        layout,
+        conns,
+        cq,
+        ctx: &ctx,
+        is_client: role == Role::Client,
+        timeout,
+        tx_depth,
+        rx_depth,
+        failure: None,
+    };
+    // What the peer will READ under --check.
+    if p.check && !t.is_client && matches!(prog, Program::ReadBw | Program::ReadLat) {
+        let mut buf = vec![0u8; p.size as usize];
+        for c in &t.conns {
+            for it in 0..p.iters {
                 fill_pattern(&mut buf, it);
-                c.mr.write(it * params.size, &buf)
+                c.mr.write(layout.half + layout.offset(it), &buf)
                     .map_err(CliError::Verbs)?;
             }
         }
     }
-    // Exchange one Dest per QP: client writes first, server reads first (perftest's order).
-    let mine: Vec<Dest> = conns
-        .iter()
-        .map(|c| Dest {
-            qpn: c.qp.qp_num(),
-            psn: c.psn,
-            rkey: c.mr.rkey(),
-            vaddr: c.mr.addr(),
-            gid,
-        })
-        .collect();
-    let mut remote = Vec::new();
-    if is_client {
-        for d in &mine {
-            write_all(&mut stream, &d.to_bytes())?;
-        }
-        for _ in &mine {
-            remote.push(Dest::from_bytes(&read_exact(&mut stream)?));
-        }
+
+    // The keys and the barriers around connecting, in each program's order.
+    let k0 = t.conns[0].mine;
+    let lat_rdma = matches!(
+        prog,
+        Program::WriteLat | Program::ReadLat | Program::AtomicLat
+    );
+    if lat_rdma {
+        t.conns[0].remote = t.hs(&mut x, &k0)?;
+    }
+    for i in 0..t.conns.len() {
+        let mine = t.conns[i].mine;
+        t.conns[i].remote = t.hs(&mut x, &mine)?;
+    }
+    for c in &t.conns {
+        connect(c, mtu, args)?;
+    }
+    let send_style = matches!(prog, Program::SendBw | Program::SendLat);
+    if send_style {
+        t.hs(&mut x, &k0)?;
+    }
+    for i in 0..t.conns.len() {
+        let mine = t.conns[i].mine;
+        t.hs(&mut x, &mine)?;
+    }
+    if !send_style {
+        t.hs(&mut x, &k0)?;
     } else {
-        for _ in &mine {
-            remote.push(Dest::from_bytes(&read_exact(&mut stream)?));
-        }
-        for d in &mine {
-            write_all(&mut stream, &d.to_bytes())?;
-        }
-    }
-    for (c, r) in conns.iter_mut().zip(&remote) {
-        connect(c, r, mtu, args)?;
-        c.remote = Some(*r);
-    }
-    // Receives for SEND tests, posted before the barrier so that no SEND meets an empty queue.
-    if args.op == PerfOp::Send && !is_client && !params.lat {
-        for c in &conns {
-            for slot in 0..depth.max(2) as u64 {
-                post_recv_slot(c, &params, slot, depth)?;
+        // Receives first, then a barrier, so that no SEND meets an empty queue.
+        if prog == Program::SendLat || !t.is_client {
+            for c in 0..t.conns.len() {
+                for m in 0..(t.rx_depth as u64).min(p.iters) {
+                    t.post_recv(c, m)?;
+                }
             }
         }
+        t.hs(&mut x, &k0)?;
     }
-    if args.op == PerfOp::Send && params.lat {
-        for c in &conns {
-            post_recv_slot(c, &params, 0, 1)?;
-        }
-    }
-    // Barrier: both sides are at RTS with receives posted.
-    write_all(&mut stream, b"R")?;
-    read_exact::<1>(&mut stream)?;
 
-    let result = if params.lat {
-        latency(args.op, is_client, &params, &conns, &cq, io_timeout)?
-    } else {
-        bandwidth(args.op, is_client, &params, &conns, &cq, depth, io_timeout)?
+    // Traffic and what follows it.
+    let result = match prog {
+        Program::WriteBw | Program::ReadBw | Program::AtomicBw => {
+            let mine = if t.is_client {
+                Some(t.bandwidth_client()?)
+            } else {
+                None
+            };
+            t.hs(&mut x, &k0)?;
+            if p.check && !t.is_client {
+                t.verify_server();
+            }
+            t.verdicts(&mut x)?;
+            let report = mine.as_ref().map_or(
+                BwReport {
+                    size: 0,
+                    iters: 0,
+                    bw_peak: 0.0,
+                    bw_avg: 0.0,
+                    msg_rate: 0.0,
+                },
+                |m| m.report(&p),
+            );
+            let theirs = x.bw_reports(&report).map_err(CliError::Oob)?;
+            t.close(x, &k0)?;
+            mine.map_or(Outcome::Bw(BwFigures::from_report(&theirs)), |m| {
+                Outcome::Bw(m.figures(&p))
+            })
+        }
+        Program::SendBw => {
+            let m = if t.is_client {
+                t.bandwidth_client()?
+            } else {
+                t.bandwidth_server()?
+            };
+            t.verdicts(&mut x)?;
+            t.close(x, &k0)?;
+            Outcome::Bw(m.figures(&p))
+        }
+        Program::SendLat => {
+            let l = t.send_lat()?;
+            t.verdicts(&mut x)?;
+            t.close(x, &k0)?;
+            Outcome::Lat(l)
+        }
+        Program::WriteLat => {
+            let l = t.write_lat()?;
+            // perftest's ib_write_lat ends here, without closing the exchange.
+            t.verdicts(&mut x)?;
+            Outcome::Lat(l)
+        }
+        Program::ReadLat | Program::AtomicLat => {
+            let l = if t.is_client {
+                Some(t.rdma_lat()?)
+            } else {
+                None
+            };
+            if p.check {
+                t.hs(&mut x, &k0)?;
+                if !t.is_client {
+                    t.verify_server();
+                }
+                t.verdicts(&mut x)?;
+            }
+            t.close(x, &k0)?;
+            l.map_or(Outcome::Passive, Outcome::Lat)
+        }
     };
-
-    // End: the client reports it is done, with its measurements (as perftest's report
-    // exchange: the passive side of WRITE, READ and atomics measures nothing itself); the
-    // server verifies what landed in its memory.
-    let mut result = result;
-    if is_client {
-        write_all(&mut stream, &encode_report(&result))?;
-    } else {
-        let report = decode_report(&read_exact::<REPORT_LEN>(&mut stream)?)?;
-        // Only a SEND bandwidth server measures anything itself.
-        if args.op != PerfOp::Send || params.lat {
-            result = report;
-        }
-    }
-    let mut failure = None;
-    if params.check && !is_client {
-        if let Err(e) = verify_server(args.op, &params, &conns) {
-            failure = Some(e.to_string());
-        }
-    }
-    // Exchange the verdicts so that both sides exit non-zero on a mismatch.
-    let mine_ok = [failure.is_none() as u8];
-    write_all(&mut stream, &mine_ok)?;
-    let peer_ok = read_exact::<1>(&mut stream)?[0] == 1;
-    print_result(args, &params, &result)?;
-    if let Some(f) = failure {
+    print_result(args, &p, mtu_bytes, t.is_client, &result)?;
+    if let Some(f) = t.failure.take() {
         return Err(CliError::Failed(f));
     }
-    if !peer_ok {
-        return Err(CliError::Failed("the peer's data check failed".into()));
-    }
-    drop(conns);
-    drop(ctx);
     Ok(())
 }
 
-fn connect(c: &Conn, r: &Dest, mtu: Mtu, args: &PerfArgs) -> Result<(), CliError> {
-    // perftest's attributes: hop limit 0xFF, out_reads READ/atomic credits both ways.
+/// A random 48-bit seed for the PSNs.
+fn psn_seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    (nanos ^ ((std::process::id() as u64) << 24)) & ((1 << 48) - 1)
+}
+
+fn connect(c: &Conn, mtu: Mtu, args: &PerfArgs) -> Result<(), CliError> {
+    // perftest's ctx_connect: our max_dest_rd_atomic is what we told the peer, our
+    // max_rd_atomic what the peer told us; hop limit 0xFF.
+    let r = c.remote;
     let rc = RcConnect {
         path_mtu: mtu,
         hop_limit: 0xFF,
-        max_rd_atomic: args.outs,
-        max_dest_rd_atomic: args.outs,
+        max_rd_atomic: r.out_reads.clamp(1, 128) as u8,
+        max_dest_rd_atomic: c.mine.out_reads.clamp(1, 128) as u8,
         timeout: args.qp_timeout,
         retry_cnt: args.retry_cnt,
-        ..RcConnect::new(r.qpn, r.psn, r.gid, c.psn)
+        ..RcConnect::new(r.qpn, r.psn, r.gid, c.mine.psn)
     };
     c.qp.ready_to_receive(&rc).map_err(CliError::Verbs)?;
     c.qp.ready_to_send(&rc).map_err(CliError::Verbs)
 }
 
-fn slot_offset(p: &Params, iter: u64, depth: u32) -> u64 {
-    let slots = if p.check {
-        p.iters
-    } else {
-        depth.max(1) as u64
-    };
-    (iter % slots) * p.size.max(8)
+/// Timestamps of one bandwidth run.
+struct BwRun {
+    /// When each message was posted (client) or, on a receiving server, when the first one
+    /// arrived.
+    posted: Vec<Instant>,
+    /// When each message completed, in completion order.
+    completed: Vec<Instant>,
 }
 
-fn post_recv_slot(c: &Conn, p: &Params, slot: u64, depth: u32) -> Result<(), CliError> {
-    let off = slot_offset(p, slot, depth.max(2));
-    let sge = [c.mr.sge(off, p.size as u32)];
-    c.qp.post_recv(&[RecvWr {
-        wr_id: slot,
-        sg_list: &sge,
-    }])
-    .map_err(|e| CliError::Failed(format!("post_recv: {e}")))
-}
-
-/// Measured times.
-struct PerfResult {
-    elapsed: Duration,
+/// Bandwidth figures in perftest's units (MB = 2^20 bytes).
+#[derive(Debug, Clone, Copy)]
+struct BwFigures {
+    size: u64,
     messages: u64,
-    /// Latency statistics (latency tests, measured by the client).
-    lat: Option<LatStats>,
+    seconds: f64,
+    bw_peak_mib: f64,
+    bw_avg_mib: f64,
+    msg_rate_mpps: f64,
 }
 
-/// Latency statistics in microseconds.
+impl BwFigures {
+    fn from_report(r: &BwReport) -> BwFigures {
+        let seconds = if r.msg_rate > 0.0 {
+            r.iters as f64 / (r.msg_rate * 1e6)
+        } else {
+            0.0
+        };
+        BwFigures {
+            size: r.size,
+            messages: r.iters,
+            seconds,
+            bw_peak_mib: r.bw_peak,
+            bw_avg_mib: r.bw_avg,
+            msg_rate_mpps: r.msg_rate,
+        }
+    }
+}
+
+const MIB: f64 = (1u64 << 20) as f64;
+/// perftest's cq_mod: the peak is searched over windows of this many messages.
+const PEAK_WINDOW: usize = 100;
+
+impl BwRun {
+    fn figures(&self, p: &Params) -> BwFigures {
+        let n = self.completed.len();
+        let (Some(first), Some(last)) = (self.posted.first(), self.completed.last()) else {
+            return BwFigures::from_report(&self.report_zero(p));
+        };
+        let secs = last.duration_since(*first).as_secs_f64().max(1e-9);
+        let bytes = p.size as f64 * n as f64;
+        // perftest's peak: the best time per message over runs from a post to a completion
+        // (print_report_bw), here over windows that start and end on multiples of cq_mod.
+        let mut best = secs / n as f64;
+        if self.posted.len() == n {
+            let mut i = 0;
+            while i < n {
+                let mut j = (i + PEAK_WINDOW - 1).min(n - 1);
+                while j < n {
+                    let t = self.completed[j]
+                        .saturating_duration_since(self.posted[i])
+                        .as_secs_f64()
+                        / (j - i + 1) as f64;
+                    if t > 0.0 && t < best {
+                        best = t;
+                    }
+                    j += PEAK_WINDOW;
+                }
+                i += PEAK_WINDOW;
+            }
+        }
+        BwFigures {
+            size: p.size,
+            messages: n as u64,
+            seconds: secs,
+            bw_peak_mib: p.size as f64 / best / MIB,
+            bw_avg_mib: bytes / secs / MIB,
+            msg_rate_mpps: n as f64 / secs / 1e6,
+        }
+    }
+
+    fn report_zero(&self, p: &Params) -> BwReport {
+        BwReport {
+            size: p.size,
+            iters: 0,
+            bw_peak: 0.0,
+            bw_avg: 0.0,
+            msg_rate: 0.0,
+        }
+    }
+
+    fn report(&self, p: &Params) -> BwReport {
+        let f = self.figures(p);
+        BwReport {
+            size: p.size,
+            iters: f.messages,
+            bw_peak: f.bw_peak_mib,
+            bw_avg: f.bw_avg_mib,
+            msg_rate: f.msg_rate_mpps,
+        }
+    }
+}
+
+/// Latency statistics in microseconds, computed as perftest's print_report_lat.
 #[derive(Debug, Clone, Copy)]
 struct LatStats {
     min: f64,
-    p50: f64,
-    p99: f64,
     max: f64,
+    typical: f64,
     avg: f64,
+    stdev: f64,
+    p99: f64,
+    p999: f64,
 }
 
 impl LatStats {
-    fn from_samples(samples: &[Duration]) -> Option<LatStats> {
-        if samples.is_empty() {
+    /// `posted` holds the time each iteration started; `rtt_factor` is 2 where one sample is
+    /// a round trip (send, write) and 1 where it is one operation (read, atomic).
+    fn from_posted(posted: &[Instant], rtt_factor: f64) -> Option<LatStats> {
+        if posted.len() < 4 {
             return None;
         }
-        let mut sorted = samples.to_vec();
-        sorted.sort();
-        let avg = sorted.iter().map(|d| d.as_secs_f64()).sum::<f64>() / sorted.len() as f64 * 1e6;
+        let mut delta: Vec<f64> = posted
+            .windows(2)
+            .map(|w| w[1].duration_since(w[0]).as_secs_f64() * 1e6 / rtt_factor)
+            .collect();
+        delta.sort_by(f64::total_cmp);
+        // LAT_MEASURE_TAIL: the two largest samples are left out.
+        let m = delta.len() - 2;
+        let typical = if m % 2 == 0 {
+            (delta[m / 2 - 1] + delta[m / 2]) / 2.0
+        } else {
+            delta[m / 2]
+        };
+        let avg = delta[..m].iter().sum::<f64>() / m as f64;
+        let var = delta[..m].iter().map(|d| (d - avg).powi(2)).sum::<f64>() / m as f64;
+        let at = |q: f64| delta[((m as f64 * q).ceil() as usize).min(m)];
         Some(LatStats {
-            min: percentile(&sorted, 0.0),
-            p50: percentile(&sorted, 0.5),
-            p99: percentile(&sorted, 0.99),
-            max: percentile(&sorted, 1.0),
+            min: delta[0],
+            max: delta[m],
+            typical,
             avg,
+            stdev: var.sqrt(),
+            p99: at(0.99),
+            p999: at(0.999),
         })
     }
 }
 
-/// The end-of-test report: 'D', then elapsed nanoseconds, messages, and the latency
-/// statistics (min, median, 99th percentile, max, mean) in nanoseconds, all big-endian u64;
-/// the statistics are all zero when there are none.
-const REPORT_LEN: usize = 1 + 7 * 8;
-
-fn encode_report(r: &PerfResult) -> [u8; REPORT_LEN] {
-    let ns = |us: f64| (us * 1e3) as u64;
-    let l = r.lat;
-    let fields = [
-        r.elapsed.as_nanos() as u64,
-        r.messages,
-        l.map_or(0, |l| ns(l.min)),
-        l.map_or(0, |l| ns(l.p50)),
-        l.map_or(0, |l| ns(l.p99)),
-        l.map_or(0, |l| ns(l.max)),
-        l.map_or(0, |l| ns(l.avg)),
-    ];
-    let mut b = [0u8; REPORT_LEN];
-    b[0] = b'D';
-    for (i, f) in fields.iter().enumerate() {
-        b[1 + 8 * i..9 + 8 * i].copy_from_slice(&f.to_be_bytes());
-    }
-    b
+/// Watches the received-packet counter: a wait is stalled when nothing has arrived for the
+/// timeout.
+struct Progress {
+    pkts: Option<u64>,
+    last: Instant,
 }
 
-/// Rebuilds the client's result from its report.
-fn decode_report(b: &[u8; REPORT_LEN]) -> Result<PerfResult, CliError> {
-    if b[0] != b'D' {
-        return Err(CliError::Failed(
-            "malformed end-of-test report from the client".into(),
-        ));
-    }
-    let f = |i: usize| {
-        let mut x = [0u8; 8];
-        x.copy_from_slice(&b[1 + 8 * i..9 + 8 * i]);
-        u64::from_be_bytes(x)
-    };
-    let us = |i: usize| f(i) as f64 / 1e3;
-    let lat = (f(5) > 0).then(|| LatStats {
-        min: us(2),
-        p50: us(3),
-        p99: us(4),
-        max: us(5),
-        avg: us(6),
-    });
-    Ok(PerfResult {
-        elapsed: Duration::from_nanos(f(0)),
-        messages: f(1),
-        lat,
-    })
-}
-
-/// Posts one requester WR for message `iter` of QP `c`.
-fn post_op(
-    op: PerfOp,
-    p: &Params,
-    c: &Conn,
-    iter: u64,
-    depth: u32,
-    signaled: bool,
-) -> Result<(), CliError> {
-    let r = c.remote.expect("connected");
-    let off = slot_offset(p, iter, depth);
-    let local = [c.mr.sge(off, p.size as u32)];
-    let opcode = match op {
-        PerfOp::Send => WrOpcode::Send,
-        PerfOp::Write => WrOpcode::RdmaWrite {
-            remote_addr: r.vaddr + off,
-            rkey: r.rkey,
-        },
-        PerfOp::Read => WrOpcode::RdmaRead {
-            remote_addr: r.vaddr + off,
-            rkey: r.rkey,
-        },
-        PerfOp::Atomic if p.cas => WrOpcode::AtomicCmpSwap {
-            remote_addr: r.vaddr,
-            rkey: r.rkey,
-            compare: iter,
-            swap: iter + 1,
-        },
-        PerfOp::Atomic => WrOpcode::AtomicFetchAdd {
-            remote_addr: r.vaddr,
-            rkey: r.rkey,
-            add: 1,
-        },
-    };
-    if p.check && matches!(op, PerfOp::Send | PerfOp::Write) {
-        let mut buf = vec![0u8; p.size as usize];
-        fill_pattern(&mut buf, iter);
-        c.mr.write(off, &buf).map_err(CliError::Verbs)?;
-    }
-    c.qp.post_send(&[SendWr {
-        wr_id: iter,
-        sg_list: &local,
-        opcode,
-        send_flags: if signaled {
-            SendFlags::SIGNALED
-        } else {
-            SendFlags::EMPTY
-        },
-    }])
-    .map_err(|e| CliError::Failed(format!("post_send: {e}")))
-}
-
-/// Verifies a completed requester WR under --check (READ data, atomic original values).
-fn check_completion(
-    op: PerfOp,
-    p: &Params,
-    c: &Conn,
-    iter: u64,
-    depth: u32,
-) -> Result<(), CliError> {
-    if !p.check {
-        return Ok(());
-    }
-    let off = slot_offset(p, iter, depth);
-    match op {
-        PerfOp::Read => check_pattern(
-            &c.mr.to_vec(off, p.size as usize).map_err(CliError::Verbs)?,
-            iter,
-        ),
-        PerfOp::Atomic => {
-            let got = u64::from_ne_bytes(
-                c.mr.to_vec(off, 8)
-                    .map_err(CliError::Verbs)?
-                    .try_into()
-                    .expect("8 bytes"),
-            );
-            if got != iter {
-                return Err(CliError::Failed(format!(
-                    "atomic check failed: operation {iter} returned {got}, expected {iter}"
-                )));
-            }
-            Ok(())
-        }
-        _ => Ok(()),
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn bandwidth(
-    op: PerfOp,
-    is_client: bool,
-    p: &Params,
-    conns: &[Conn],
-    cq: &CompletionQueue,
-    depth: u32,
-    timeout: Duration,
-) -> Result<PerfResult, CliError> {
-    let mut wcs = vec![blank_wc(); 64];
-    let start = Instant::now();
-    if is_client {
-        // Every WR is signaled so that each one's data can be checked in order.
-        let mut posted = vec![0u64; conns.len()];
-        let mut done = vec![0u64; conns.len()];
-        for (i, c) in conns.iter().enumerate() {
-            while posted[i] < p.iters && posted[i] < depth as u64 {
-                post_op(op, p, c, posted[i], depth, true)?;
-                posted[i] += 1;
-            }
-        }
-        let mut last = Instant::now();
-        while done.iter().any(|d| *d < p.iters) {
-            let n = poll_or_wait(cq, &mut wcs, false).map_err(CliError::Verbs)?;
-            if n == 0 {
-                if last.elapsed() > timeout {
-                    return Err(CliError::Failed(format!("no completion for {timeout:?}")));
-                }
-                continue;
-            }
-            last = Instant::now();
-            for wc in &wcs[..n] {
-                if wc.status != WcStatus::Success {
-                    return Err(CliError::Failed(format!(
-                        "completion with error: {} (wr_id {})",
-                        wc.status, wc.wr_id
-                    )));
-                }
-                let i = conns
-                    .iter()
-                    .position(|c| c.qp.qp_num() == wc.qp_num)
-                    .ok_or_else(|| CliError::Failed("completion for an unknown QP".into()))?;
-                check_completion(op, p, &conns[i], wc.wr_id, depth)?;
-                done[i] += 1;
-                if posted[i] < p.iters {
-                    post_op(op, p, &conns[i], posted[i], depth, true)?;
-                    posted[i] += 1;
-                }
-            }
-        }
-    } else if op == PerfOp::Send {
-        let mut got = vec![0u64; conns.len()];
-        let mut last = Instant::now();
-        while got.iter().any(|g| *g < p.iters) {
-            let n = poll_or_wait(cq, &mut wcs, false).map_err(CliError::Verbs)?;
-            if n == 0 {
-                if last.elapsed() > timeout {
-                    return Err(CliError::Failed(format!("no message for {timeout:?}")));
-                }
-                continue;
-            }
-            last = Instant::now();
-            for wc in &wcs[..n] {
-                if wc.status != WcStatus::Success {
-                    return Err(CliError::Failed(format!(
-                        "receive completion with error: {}",
-                        wc.status
-                    )));
-                }
-                let i = conns
-                    .iter()
-                    .position(|c| c.qp.qp_num() == wc.qp_num)
-                    .ok_or_else(|| CliError::Failed("completion for an unknown QP".into()))?;
-                let iter = got[i];
-                let c = &conns[i];
-                if p.check {
-                    let off = slot_offset(p, wc.wr_id, depth.max(2));
-                    if wc.byte_len as u64 != p.size {
-                        return Err(CliError::Failed(format!(
-                            "message {iter}: {} bytes received, expected {}",
-                            wc.byte_len, p.size
-                        )));
-                    }
-                    check_pattern(
-                        &c.mr.to_vec(off, p.size as usize).map_err(CliError::Verbs)?,
-                        iter,
-                    )?;
-                }
-                got[i] += 1;
-                // Re-post the slot for the message depth places later.
-                if iter + (depth.max(2) as u64) < p.iters {
-                    post_recv_slot(c, p, wc.wr_id + depth.max(2) as u64, depth)?;
-                }
-            }
+impl Progress {
+    fn new(ctx: &Context) -> Progress {
+        Progress {
+            pkts: ctx.counter("rcvd_pkts"),
+            last: Instant::now(),
         }
     }
-    Ok(PerfResult {
-        elapsed: start.elapsed(),
-        messages: p.iters * conns.len() as u64,
-        lat: None,
-    })
+
+    fn stalled(&mut self, ctx: &Context, timeout: Duration) -> bool {
+        let now = ctx.counter("rcvd_pkts");
+        if now != self.pkts {
+            self.pkts = now;
+            self.last = Instant::now();
+        }
+        self.last.elapsed() > timeout
+    }
 }
 
-fn latency(
-    op: PerfOp,
-    is_client: bool,
-    p: &Params,
-    conns: &[Conn],
-    cq: &CompletionQueue,
-    timeout: Duration,
-) -> Result<PerfResult, CliError> {
-    let c = &conns[0];
-    let mut wcs = vec![blank_wc(); 4];
-    let mut samples = Vec::with_capacity(p.iters as usize);
-    let start = Instant::now();
-    let wait_one = |wcs: &mut [WorkCompletion]| -> Result<WorkCompletion, CliError> {
-        let t = Instant::now();
+/// What a run produced.
+enum Outcome {
+    Bw(BwFigures),
+    Lat(Option<LatStats>),
+    /// The passive end of ib_read_lat / ib_atomic_lat: only the client measures.
+    Passive,
+}
+
+impl Test<'_> {
+    /// One key handshake, watching the network while waiting for the peer.
+    fn hs(&self, x: &mut Exchange, mine: &KeyMsg) -> Result<KeyMsg, CliError> {
+        x.handshake_waiting(mine, &mut |s| self.await_peer(s))
+            .map_err(CliError::Oob)
+    }
+
+    fn close(&self, x: Exchange, mine: &KeyMsg) -> Result<(), CliError> {
+        x.close_waiting(mine, &mut |s| self.await_peer(s))
+            .map_err(CliError::Oob)
+    }
+
+    /// Waits for the peer's next message while its test may still run: gives up only when
+    /// neither a message nor a RoCE packet has arrived for the timeout.
+    fn await_peer(&self, s: &TcpStream) -> Result<(), OobError> {
+        s.set_read_timeout(Some(Duration::from_millis(200)))?;
+        let mut progress = Progress::new(self.ctx);
         loop {
-            let n = poll_or_wait(cq, &mut wcs[..1], false).map_err(CliError::Verbs)?;
-            if n == 1 {
-                let wc = wcs[0];
-                if wc.status != WcStatus::Success {
-                    return Err(CliError::Failed(format!(
-                        "completion with error: {}",
-                        wc.status
-                    )));
+            match s.peek(&mut [0u8; 1]) {
+                Ok(0) => return Err(OobError::PeerClosed),
+                Ok(_) => break,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    if progress.stalled(self.ctx, self.timeout) {
+                        return Err(OobError::Timeout);
+                    }
                 }
-                return Ok(wc);
-            }
-            if t.elapsed() > timeout {
-                return Err(CliError::Failed(format!("no completion for {timeout:?}")));
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
             }
         }
-    };
-    match op {
-        PerfOp::Send => {
-            // Ping-pong: the client sends first; each side answers every message.
-            for iter in 0..p.iters {
-                let t = Instant::now();
-                if is_client {
-                    post_op(op, p, c, 0, 1, true)?;
-                    let mut got_recv = false;
-                    let mut got_send = false;
-                    while !(got_recv && got_send) {
-                        let wc = wait_one(&mut wcs)?;
-                        if wc.opcode == WcOpcode::Recv {
-                            if p.check {
-                                check_pattern(
-                                    &c.mr.to_vec(0, p.size as usize).map_err(CliError::Verbs)?,
-                                    iter,
-                                )?;
-                            }
-                            if iter + 1 < p.iters {
-                                post_recv_slot(c, p, 0, 1)?;
-                            }
-                            got_recv = true;
-                        } else {
-                            got_send = true;
-                        }
-                    }
-                } else {
-                    loop {
-                        let wc = wait_one(&mut wcs)?;
-                        if wc.opcode == WcOpcode::Recv {
-                            if p.check {
-                                check_pattern(
-                                    &c.mr.to_vec(0, p.size as usize).map_err(CliError::Verbs)?,
-                                    iter,
-                                )?;
-                            }
-                            break;
-                        }
-                    }
-                    if iter + 1 < p.iters {
-                        post_recv_slot(c, p, 0, 1)?;
-                    }
-                    post_op(op, p, c, iter, 1, true)?;
-                    // Its send completion is consumed with the next receive.
-                }
-                // perftest's ib_send_lat reports one-way latency: half the round trip.
-                samples.push(t.elapsed() / 2);
-            }
-            if !is_client {
-                // The last send's completion.
-                while wait_one(&mut wcs)?.opcode == WcOpcode::Recv {}
-            }
+        s.set_read_timeout(Some(self.timeout))?;
+        Ok(())
+    }
+
+    /// --check: both ends learn each other's verdict, so that both fail on a mismatch.
+    fn verdicts(&mut self, x: &mut Exchange) -> Result<(), CliError> {
+        if !self.p.check {
+            return Ok(());
         }
-        _ => {
-            // WRITE, READ and atomics: the client issues one operation at a time and times
-            // its completion; the server is passive.
-            if is_client {
-                for iter in 0..p.iters {
-                    let t = Instant::now();
-                    post_op(op, p, c, iter, 1, true)?;
-                    let wc = wait_one(&mut wcs)?;
-                    samples.push(t.elapsed());
-                    check_completion(op, p, c, wc.wr_id, 1)?;
-                }
-            }
+        let mine = [self.failure.is_none() as u8];
+        let theirs = x
+            .xchg_waiting(&mine, &mut |s| self.await_peer(s))
+            .map_err(CliError::Oob)?;
+        if theirs[0] != 1 && self.failure.is_none() {
+            self.failure = Some("the peer's data check failed".into());
+        }
+        Ok(())
+    }
+
+    fn note(&mut self, r: Result<(), String>) {
+        if let Err(e) = r {
+            self.failure.get_or_insert(e);
         }
     }
-    Ok(PerfResult {
-        elapsed: start.elapsed(),
-        messages: p.iters,
-        lat: LatStats::from_samples(&samples),
-    })
-}
 
-/// Under --check, the server verifies what the client wrote or what the atomics left.
-fn verify_server(op: PerfOp, p: &Params, conns: &[Conn]) -> Result<(), CliError> {
-    for c in conns {
-        match op {
-            PerfOp::Write if !p.lat => {
-                for iter in 0..p.iters {
-                    let got =
-                        c.mr.to_vec(iter * p.size, p.size as usize)
-                            .map_err(CliError::Verbs)?;
-                    check_pattern(&got, iter)?;
-                }
-            }
-            PerfOp::Write => {
-                // Latency writes all land in slot 0: the last one must be there.
-                let got = c.mr.to_vec(0, p.size as usize).map_err(CliError::Verbs)?;
-                check_pattern(&got, p.iters - 1)?;
+    fn post_recv(&self, c: usize, msg: u64) -> Result<(), CliError> {
+        let conn = &self.conns[c];
+        let sge = [conn.mr.sge(
+            self.layout.half + self.layout.offset(msg),
+            self.p.size as u32,
+        )];
+        conn.qp
+            .post_recv(&[RecvWr {
+                wr_id: msg,
+                sg_list: &sge,
+            }])
+            .map_err(|e| CliError::Failed(format!("post_recv: {e}")))
+    }
+
+    /// Posts requester WR `iter` of QP `c`: perftest's addresses, or its own region under
+    /// --check.
+    fn post_op(&self, c: usize, iter: u64) -> Result<(), CliError> {
+        let conn = &self.conns[c];
+        let p = &self.p;
+        let off = self.layout.offset(iter);
+        let r = conn.remote;
+        let local = [conn.mr.sge(off, p.size as u32)];
+        // Under --check the atomics all hit one word, so that their results form a sequence.
+        let atomic_addr = if p.check { r.vaddr } else { r.vaddr + off };
+        let opcode = match p.op {
+            PerfOp::Send => WrOpcode::Send,
+            PerfOp::Write => WrOpcode::RdmaWrite {
+                remote_addr: r.vaddr + off,
+                rkey: r.rkey,
+            },
+            PerfOp::Read => WrOpcode::RdmaRead {
+                remote_addr: r.vaddr + off,
+                rkey: r.rkey,
+            },
+            PerfOp::Atomic if p.cas => WrOpcode::AtomicCmpSwap {
+                remote_addr: atomic_addr,
+                rkey: r.rkey,
+                compare: if p.check { iter } else { 0 },
+                swap: if p.check { iter + 1 } else { 0 },
+            },
+            PerfOp::Atomic => WrOpcode::AtomicFetchAdd {
+                remote_addr: atomic_addr,
+                rkey: r.rkey,
+                add: 1,
+            },
+        };
+        if p.check && matches!(p.op, PerfOp::Send | PerfOp::Write) {
+            let mut buf = vec![0u8; p.size as usize];
+            fill_pattern(&mut buf, iter);
+            conn.mr.write(off, &buf).map_err(CliError::Verbs)?;
+        }
+        conn.qp
+            .post_send(&[SendWr {
+                wr_id: iter,
+                sg_list: &local,
+                opcode,
+                send_flags: SendFlags::SIGNALED,
+            }])
+            .map_err(|e| CliError::Failed(format!("post_send: {e}")))
+    }
+
+    /// Under --check, what a completed READ or atomic brought back.
+    fn check_completion(&self, c: usize, iter: u64) -> Result<(), String> {
+        if !self.p.check {
+            return Ok(());
+        }
+        let conn = &self.conns[c];
+        let off = self.layout.offset(iter);
+        match self.p.op {
+            PerfOp::Read => {
+                let got = conn
+                    .mr
+                    .to_vec(off, self.p.size as usize)
+                    .map_err(|e| e.to_string())?;
+                check_pattern(&got, iter)
             }
             PerfOp::Atomic => {
-                let v = c.mr.load_u64(0).map_err(CliError::Verbs)?;
-                if v != p.iters {
-                    return Err(CliError::Failed(format!(
-                        "atomic check failed: the target holds {v} after {} operations",
-                        p.iters
-                    )));
+                let got = conn.mr.load_u64(off).map_err(|e| e.to_string())?;
+                if got != iter {
+                    return Err(format!(
+                        "atomic check failed: operation {iter} returned {got}, expected {iter}"
+                    ));
                 }
+                Ok(())
             }
-            _ => {}
+            _ => Ok(()),
         }
     }
-    Ok(())
+
+    /// Polls one batch of completions; fails on an error completion or a stall.
+    fn poll(&self, wcs: &mut [WorkCompletion], last: &mut Instant) -> Result<usize, CliError> {
+        let n = poll_or_wait(&self.cq, wcs, false).map_err(CliError::Verbs)?;
+        if n == 0 {
+            if last.elapsed() > self.timeout {
+                return Err(CliError::Failed(format!(
+                    "no completion for {:?}",
+                    self.timeout
+                )));
+            }
+            return Ok(0);
+        }
+        *last = Instant::now();
+        for wc in &wcs[..n] {
+            if wc.status != WcStatus::Success {
+                return Err(CliError::Failed(format!(
+                    "completion with error: {} ({:?}, wr_id {})",
+                    wc.status, wc.opcode, wc.wr_id
+                )));
+            }
+        }
+        Ok(n)
+    }
+
+    fn conn_of(&self, wc: &WorkCompletion) -> Result<usize, CliError> {
+        self.conns
+            .iter()
+            .position(|c| c.qp.qp_num() == wc.qp_num)
+            .ok_or_else(|| CliError::Failed("completion for an unknown QP".into()))
+    }
+
+    /// The requester side of ib_{send,write,read,atomic}_bw: tx_depth WRs in flight per QP.
+    fn bandwidth_client(&mut self) -> Result<BwRun, CliError> {
+        let n = self.conns.len();
+        let total = self.p.iters as usize * n;
+        let mut run = BwRun {
+            posted: Vec::with_capacity(total),
+            completed: Vec::with_capacity(total),
+        };
+        let mut wcs = vec![blank_wc(); 64];
+        let mut posted = vec![0u64; n];
+        for (c, count) in posted.iter_mut().enumerate() {
+            while *count < self.p.iters && *count < self.tx_depth as u64 {
+                run.posted.push(Instant::now());
+                self.post_op(c, *count)?;
+                *count += 1;
+            }
+        }
+        let mut last = Instant::now();
+        while run.completed.len() < total {
+            let k = self.poll(&mut wcs, &mut last)?;
+            let now = Instant::now();
+            for wc in &wcs[..k] {
+                let c = self.conn_of(wc)?;
+                run.completed.push(now);
+                let r = self.check_completion(c, wc.wr_id);
+                self.note(r);
+                if posted[c] < self.p.iters {
+                    run.posted.push(Instant::now());
+                    self.post_op(c, posted[c])?;
+                    posted[c] += 1;
+                }
+            }
+        }
+        Ok(run)
+    }
+
+    /// The receiving server of ib_send_bw: keeps rx_depth receives posted per QP and times
+    /// from the first arrival to the last, as perftest's run_iter_bw_server.
+    fn bandwidth_server(&mut self) -> Result<BwRun, CliError> {
+        let n = self.conns.len();
+        let total = self.p.iters as usize * n;
+        let mut run = BwRun {
+            posted: Vec::with_capacity(1),
+            completed: Vec::with_capacity(total),
+        };
+        let mut wcs = vec![blank_wc(); 64];
+        let mut got = vec![0u64; n];
+        let mut last = Instant::now();
+        while run.completed.len() < total {
+            let k = self.poll(&mut wcs, &mut last)?;
+            let now = Instant::now();
+            if k > 0 && run.posted.is_empty() {
+                run.posted.push(now);
+            }
+            for wc in &wcs[..k] {
+                let c = self.conn_of(wc)?;
+                let msg = wc.wr_id;
+                if self.p.check {
+                    let r = if wc.byte_len as u64 != self.p.size {
+                        Err(format!(
+                            "message {msg}: {} bytes received, expected {}",
+                            wc.byte_len, self.p.size
+                        ))
+                    } else {
+                        self.conns[c]
+                            .mr
+                            .to_vec(
+                                self.layout.half + self.layout.offset(msg),
+                                self.p.size as usize,
+                            )
+                            .map_err(|e| e.to_string())
+                            .and_then(|b| check_pattern(&b, msg))
+                    };
+                    self.note(r);
+                }
+                got[c] += 1;
+                run.completed.push(now);
+                let next = msg + self.rx_depth as u64;
+                if next < self.p.iters {
+                    self.post_recv(c, next)?;
+                }
+            }
+        }
+        Ok(run)
+    }
+
+    /// ib_send_lat: the client sends first; each end answers each message it receives.
+    fn send_lat(&mut self) -> Result<Option<LatStats>, CliError> {
+        let iters = self.p.iters;
+        let mut posted = Vec::with_capacity(iters as usize);
+        let mut wcs = vec![blank_wc(); 8];
+        let mut last = Instant::now();
+        let (mut sent, mut send_done, mut received) = (0u64, 0u64, 0u64);
+        while sent < iters || received < iters || send_done < sent {
+            let my_turn = sent < iters
+                && (if self.is_client {
+                    sent == received
+                } else {
+                    received > sent
+                });
+            if my_turn && sent - send_done < self.tx_depth as u64 {
+                posted.push(Instant::now());
+                self.post_op(0, sent)?;
+                sent += 1;
+                continue;
+            }
+            let k = self.poll(&mut wcs, &mut last)?;
+            for wc in &wcs[..k] {
+                if wc.opcode == WcOpcode::Recv {
+                    let msg = wc.wr_id;
+                    if self.p.check {
+                        let r = self.conns[0]
+                            .mr
+                            .to_vec(
+                                self.layout.half + self.layout.offset(msg),
+                                self.p.size as usize,
+                            )
+                            .map_err(|e| e.to_string())
+                            .and_then(|b| check_pattern(&b, msg));
+                        self.note(r);
+                    }
+                    received += 1;
+                    if msg + (self.rx_depth as u64) < iters {
+                        self.post_recv(0, msg + self.rx_depth as u64)?;
+                    }
+                } else {
+                    send_done += 1;
+                }
+            }
+        }
+        Ok(LatStats::from_posted(&posted, 2.0))
+    }
+
+    /// ib_write_lat: each end writes `size` bytes whose last byte counts the iterations and
+    /// spins on that byte of its own buffer; the server writes first.
+    fn write_lat(&mut self) -> Result<Option<LatStats>, CliError> {
+        let iters = self.p.iters;
+        let size = self.p.size;
+        let conn_mr = &self.conns[0].mr;
+        let poll_at = self.layout.half + size - 1;
+        let mut posted = Vec::with_capacity(iters as usize);
+        let mut wcs = vec![blank_wc(); 8];
+        let mut last = Instant::now();
+        let (mut scnt, mut rcnt, mut ccnt) = (0u64, 0u64, 0u64);
+        let mut local = vec![0u8; size as usize];
+        while scnt < iters || rcnt < iters || ccnt < iters {
+            // The server writes first: it does not wait before its first write.
+            if rcnt < iters && (self.is_client || scnt >= 1) {
+                rcnt += 1;
+                let want = rcnt as u8;
+                let mut spins = 0u32;
+                let mut progress = Progress::new(self.ctx);
+                loop {
+                    let mut b = [0u8; 1];
+                    conn_mr.read(poll_at, &mut b).map_err(CliError::Verbs)?;
+                    if b[0] == want {
+                        break;
+                    }
+                    spins += 1;
+                    if spins % 64 == 0 {
+                        std::thread::yield_now();
+                        if progress.stalled(self.ctx, self.timeout) {
+                            return Err(CliError::Failed(format!(
+                                "write {rcnt} of the peer did not arrive in {:?}",
+                                self.timeout
+                            )));
+                        }
+                    }
+                }
+                if self.p.check {
+                    let got = conn_mr
+                        .to_vec(self.layout.half, size as usize - 1)
+                        .map_err(CliError::Verbs)?;
+                    let r = check_pattern(&got, rcnt - 1);
+                    self.failure = self.failure.take().or(r.err());
+                }
+            }
+            if scnt < iters {
+                posted.push(Instant::now());
+                scnt += 1;
+                if self.p.check {
+                    fill_pattern(&mut local[..size as usize - 1], scnt - 1);
+                }
+                local[size as usize - 1] = scnt as u8;
+                conn_mr.write(0, &local).map_err(CliError::Verbs)?;
+                let conn = &self.conns[0];
+                conn.qp
+                    .post_send(&[SendWr {
+                        wr_id: scnt,
+                        sg_list: &[conn.mr.sge(0, size as u32)],
+                        opcode: WrOpcode::RdmaWrite {
+                            remote_addr: conn.remote.vaddr,
+                            rkey: conn.remote.rkey,
+                        },
+                        send_flags: SendFlags::SIGNALED,
+                    }])
+                    .map_err(|e| CliError::Failed(format!("post_send: {e}")))?;
+            }
+            // Reap send completions: wait for one only when the send queue is full, or at
+            // the end for the last ones.
+            loop {
+                let must_wait = scnt - ccnt >= self.tx_depth as u64
+                    || (scnt == iters && rcnt == iters && ccnt < scnt);
+                let k = if must_wait {
+                    self.poll(&mut wcs, &mut last)?
+                } else {
+                    let k = self.cq.poll(&mut wcs).map_err(CliError::Verbs)?;
+                    if let Some(wc) = wcs[..k].iter().find(|wc| wc.status != WcStatus::Success) {
+                        return Err(CliError::Failed(format!(
+                            "completion with error: {}",
+                            wc.status
+                        )));
+                    }
+                    k
+                };
+                ccnt += k as u64;
+                if k == 0 && !must_wait {
+                    break;
+                }
+            }
+        }
+        Ok(LatStats::from_posted(&posted, 2.0))
+    }
+
+    /// ib_read_lat / ib_atomic_lat client: one operation at a time.
+    fn rdma_lat(&mut self) -> Result<Option<LatStats>, CliError> {
+        let mut posted = Vec::with_capacity(self.p.iters as usize);
+        let mut wcs = vec![blank_wc(); 1];
+        let mut last = Instant::now();
+        for iter in 0..self.p.iters {
+            posted.push(Instant::now());
+            self.post_op(0, iter)?;
+            while self.poll(&mut wcs, &mut last)? == 0 {}
+            let r = self.check_completion(0, wcs[0].wr_id);
+            self.note(r);
+        }
+        Ok(LatStats::from_posted(&posted, 1.0))
+    }
+
+    /// Under --check, the server verifies what the client wrote or what the atomics left.
+    fn verify_server(&mut self) {
+        let p = self.p;
+        for c in 0..self.conns.len() {
+            let mr = &self.conns[c].mr;
+            let r = match p.op {
+                PerfOp::Write => (0..p.iters).try_for_each(|iter| {
+                    let got = mr
+                        .to_vec(self.layout.half + self.layout.offset(iter), p.size as usize)
+                        .map_err(|e| e.to_string())?;
+                    check_pattern(&got, iter)
+                }),
+                PerfOp::Atomic => match mr.load_u64(self.layout.half) {
+                    Ok(v) if v == p.iters => Ok(()),
+                    Ok(v) => Err(format!(
+                        "atomic check failed: the target holds {v} after {} operations",
+                        p.iters
+                    )),
+                    Err(e) => Err(e.to_string()),
+                },
+                _ => Ok(()),
+            };
+            self.note(r);
+        }
+    }
 }
 
 fn blank_wc() -> WorkCompletion {
@@ -946,60 +1300,65 @@ fn blank_wc() -> WorkCompletion {
     }
 }
 
-fn percentile(sorted: &[Duration], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
-    sorted[i].as_secs_f64() * 1e6
-}
-
-fn print_result(args: &PerfArgs, p: &Params, r: &PerfResult) -> Result<(), CliError> {
-    let secs = r.elapsed.as_secs_f64().max(1e-9);
-    let bytes = p.size * r.messages;
-    let bw = bytes as f64 / secs / 1e6;
-    let rate = r.messages as f64 / secs / 1e6;
+fn print_result(
+    args: &PerfArgs,
+    p: &Params,
+    mtu: u32,
+    is_client: bool,
+    r: &Outcome,
+) -> Result<(), CliError> {
     let mut out = std::io::stdout().lock();
+    let w =
+        |out: &mut std::io::StdoutLock, s: String| writeln!(out, "{s}").map_err(CliError::Output);
+    if args.json {
+        let mut v = serde_json::json!({
+            "test": format!("{:?}", p.op).to_lowercase(),
+            "program": p.prog.perftest_name(),
+            "role": if is_client { "client" } else { "server" },
+            "lat": p.prog.lat(),
+            "bytes": p.size,
+            "iters": p.iters,
+            "qps": p.num_qps,
+            "mtu": mtu,
+            "check": p.check,
+        });
+        match r {
+            Outcome::Bw(f) => {
+                v["seconds"] = serde_json::json!(f.seconds);
+                v["bw_peak_mibps"] = serde_json::json!(f.bw_peak_mib);
+                v["bw_avg_mibps"] = serde_json::json!(f.bw_avg_mib);
+                v["bw_avg_mbps"] = serde_json::json!(f.bw_avg_mib * MIB / 1e6);
+                v["msg_rate_mpps"] = serde_json::json!(f.msg_rate_mpps);
+            }
+            Outcome::Lat(Some(l)) => {
+                v["lat_us"] = serde_json::json!({
+                    "min": l.min,
+                    "p50": l.typical,
+                    "p99": l.p99,
+                    "p999": l.p999,
+                    "max": l.max,
+                    "avg": l.avg,
+                    "stdev": l.stdev,
+                });
+            }
+            Outcome::Lat(None) | Outcome::Passive => {}
+        }
+        return w(&mut out, v.to_string());
+    }
     let line = "-".repeat(87);
-    let name = match args.op {
+    let name = match p.op {
         PerfOp::Send => "Send",
         PerfOp::Write => "RDMA_Write",
         PerfOp::Read => "RDMA_Read",
         PerfOp::Atomic if p.cas => "Atomic CMP_AND_SWAP",
         PerfOp::Atomic => "Atomic FETCH_AND_ADD",
     };
-    let w =
-        |out: &mut std::io::StdoutLock, s: String| writeln!(out, "{s}").map_err(CliError::Output);
-    if args.json {
-        let mut v = serde_json::json!({
-            "test": format!("{:?}", args.op).to_lowercase(),
-            "lat": p.lat,
-            "bytes": p.size,
-            "iters": p.iters,
-            "qps": p.num_qps,
-            "mtu": p.mtu,
-            "seconds": secs,
-            "bw_avg_mbps": bw,
-            "msg_rate_mpps": rate,
-            "check": p.check,
-        });
-        if let Some(l) = r.lat {
-            v["lat_us"] = serde_json::json!({
-                "min": l.min,
-                "p50": l.p50,
-                "p99": l.p99,
-                "max": l.max,
-                "avg": l.avg,
-            });
-        }
-        return w(&mut out, v.to_string());
-    }
     w(&mut out, line.clone())?;
     w(
         &mut out,
         format!(
             "                    {name} {} Test",
-            if p.lat { "Latency" } else { "BW" }
+            if p.prog.lat() { "Latency" } else { "BW" }
         ),
     )?;
     w(
@@ -1012,35 +1371,43 @@ fn print_result(args: &PerfArgs, p: &Params, r: &PerfResult) -> Result<(), CliEr
     w(
         &mut out,
         format!(
-            " Mtu             : {}[B]\t\tData check     : {}",
-            p.mtu,
+            " Connection type : RC\t\tData check     : {}",
             if p.check { "ON" } else { "OFF" }
         ),
     )?;
+    w(&mut out, format!(" Mtu             : {mtu}[B]"))?;
     w(&mut out, line.clone())?;
-    if p.lat {
-        match r.lat {
-            None => w(&mut out, " (no latency was measured)".into())?,
-            Some(l) => {
-                w(&mut out, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    99% percentile[usec]".into())?;
-                w(
-                    &mut out,
-                    format!(
-                        " {:<6} {:<11} {:<14.2} {:<12.2} {:<16.2} {:<14.2} {:.2}",
-                        p.size, p.iters, l.min, l.max, l.p50, l.avg, l.p99
-                    ),
-                )?;
-            }
+    match r {
+        Outcome::Bw(f) => {
+            w(
+                &mut out,
+                " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
+                    .into(),
+            )?;
+            w(
+                &mut out,
+                format!(
+                    " {:<7}    {:<10}       {:<7.2}            {:<7.2}\t\t   {:<7.6}",
+                    f.size, f.messages, f.bw_peak_mib, f.bw_avg_mib, f.msg_rate_mpps
+                ),
+            )?;
         }
-    } else {
-        w(
+        Outcome::Lat(Some(l)) => {
+            w(&mut out, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ".into())?;
+            w(
+                &mut out,
+                format!(
+                    " {:<7} {:<10} {:<14.2} {:<12.2} {:<16.2} {:<14.2} {:<15.2} {:<22.2} {:.2}",
+                    p.size, p.iters, l.min, l.max, l.typical, l.avg, l.stdev, l.p99, l.p999
+                ),
+            )?;
+        }
+        Outcome::Lat(None) => w(&mut out, " (too few samples for a latency report)".into())?,
+        Outcome::Passive => w(
             &mut out,
-            " #bytes     #iterations    BW average[MB/sec]   MsgRate[Mpps]".into(),
-        )?;
-        w(
-            &mut out,
-            format!(" {:<10} {:<14} {:<20.2} {:.6}", p.size, p.iters, bw, rate),
-        )?;
+            " This end is passive: the client measures (as perftest's server prints nothing)."
+                .into(),
+        )?,
     }
     w(&mut out, line)
 }
@@ -1048,32 +1415,6 @@ fn print_result(args: &PerfArgs, p: &Params, r: &PerfResult) -> Result<(), CliEr
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dest_and_params_round_trip() {
-        let d = Dest {
-            qpn: 0x123456,
-            psn: 0xABCDEF,
-            rkey: 0xDEAD_BEEF,
-            vaddr: 0x7F00_1234_5678,
-            gid: Gid::from_ip("127.0.0.2".parse::<std::net::IpAddr>().unwrap()),
-        };
-        assert_eq!(Dest::from_bytes(&d.to_bytes()), d);
-        let p = Params {
-            op: 2,
-            lat: true,
-            cas: false,
-            check: true,
-            size: 1 << 30,
-            iters: 7,
-            num_qps: 3,
-            mtu: 4096,
-        };
-        assert_eq!(Params::from_bytes(&p.to_bytes()).unwrap(), p);
-        let mut bad = p.to_bytes();
-        bad[0] = b'X';
-        assert!(Params::from_bytes(&bad).is_err());
-    }
 
     #[test]
     fn pattern_depends_on_iteration_and_offset() {
@@ -1084,5 +1425,68 @@ mod tests {
         assert_ne!(a, b);
         assert!(check_pattern(&a, 1).is_ok());
         assert!(check_pattern(&a, 2).is_err());
+    }
+
+    #[test]
+    fn perftest_layout_steps_by_cache_lines_within_the_page() {
+        // ib_write_bw -s 100: 128-byte steps through a 4096-byte buffer, 32 slots.
+        let l = Layout::perftest(100, 4096, 64);
+        assert_eq!((l.half, l.stride, l.slots), (4096, 128, 32));
+        assert_eq!(l.offset(0), 0);
+        assert_eq!(l.offset(31), 31 * 128);
+        assert_eq!(l.offset(32), 0);
+        // Atomics: 8 bytes round up to one cache line.
+        let a = Layout::perftest(8, 4096, 64);
+        assert_eq!((a.stride, a.slots), (64, 64));
+        // More than half the page: everything at offset 0, the buffer as large as a message.
+        let big = Layout::perftest(65536, 4096, 64);
+        assert_eq!((big.half, big.offset(7)), (65536, 0));
+        let mid = Layout::perftest(2049, 4096, 64);
+        assert_eq!((mid.half, mid.offset(1)), (4096, 0));
+    }
+
+    #[test]
+    fn latency_report_follows_print_report_lat() {
+        // Ten posts 1, 2, ..., 9 us apart and a 100 us outlier: nine samples, the two largest
+        // (100 and 9) dropped, seven left: 1..=7 (even/odd median rules apply to those).
+        let t0 = Instant::now();
+        let mut posted = vec![t0];
+        let mut t = t0;
+        for gap in [1u64, 2, 3, 4, 5, 6, 7, 9, 100] {
+            t += Duration::from_micros(gap);
+            posted.push(t);
+        }
+        let l = LatStats::from_posted(&posted, 1.0).unwrap();
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-6;
+        assert!(close(l.min, 1.0), "{l:?}");
+        assert!(close(l.typical, 4.0), "{l:?}");
+        assert!(close(l.avg, 4.0), "{l:?}");
+        // t_max is the first sample past the kept ones, as perftest prints delta[measure_cnt].
+        assert!(close(l.max, 9.0), "{l:?}");
+        assert!(close(l.p99, 9.0), "{l:?}");
+        let half = LatStats::from_posted(&posted, 2.0).unwrap();
+        assert!(close(half.typical, 2.0));
+        assert!(LatStats::from_posted(&posted[..3], 1.0).is_none());
+    }
+
+    #[test]
+    fn signatures_differ_for_different_tests() {
+        let p = Params {
+            prog: Program::WriteBw,
+            op: PerfOp::Write,
+            cas: false,
+            check: true,
+            size: 65536,
+            iters: 100,
+            num_qps: 2,
+        };
+        let q = Params {
+            prog: Program::ReadBw,
+            ..p
+        };
+        assert_ne!(p.signature(), q.signature());
+        assert_ne!(p.signature(), Params { num_qps: 3, ..p }.signature());
+        assert!(Params::describe(&p.signature()).contains("write bw"));
+        assert!(Params::describe(&p.signature()).contains("--check"));
     }
 }

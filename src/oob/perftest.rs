@@ -289,13 +289,26 @@ impl Exchange {
     /// One lock-step exchange of equal-size messages: the client writes then reads, the
     /// server reads then writes (`ctx_xchg_data_ethernet`).
     pub fn xchg<const N: usize>(&mut self, mine: &[u8; N]) -> Result<[u8; N], OobError> {
+        self.xchg_waiting(mine, &mut |_| Ok(()))
+    }
+
+    /// [`Exchange::xchg`], calling `wait` before reading the peer's message: a side that
+    /// may wait long (the passive side of a test, while the peer runs it) uses it to watch
+    /// something other than the TCP stream and to give up on its own terms.
+    pub fn xchg_waiting<const N: usize>(
+        &mut self,
+        mine: &[u8; N],
+        wait: &mut dyn FnMut(&TcpStream) -> Result<(), OobError>,
+    ) -> Result<[u8; N], OobError> {
         let mut theirs = [0u8; N];
         match self.role {
             Role::Client => {
                 self.stream.write_all(mine)?;
+                wait(&self.stream)?;
                 self.stream.read_exact(&mut theirs)?;
             }
             Role::Server => {
+                wait(&self.stream)?;
                 self.stream.read_exact(&mut theirs)?;
                 self.stream.write_all(mine)?;
             }
@@ -346,6 +359,15 @@ impl Exchange {
         KeyMsg::parse(&self.xchg(&mine.to_wire())?)
     }
 
+    /// [`Exchange::handshake`] with a `wait` as in [`Exchange::xchg_waiting`].
+    pub fn handshake_waiting(
+        &mut self,
+        mine: &KeyMsg,
+        wait: &mut dyn FnMut(&TcpStream) -> Result<(), OobError>,
+    ) -> Result<KeyMsg, OobError> {
+        KeyMsg::parse(&self.xchg_waiting(&mine.to_wire(), wait)?)
+    }
+
     /// The bandwidth reports (`xchg_bw_reports` with a peer of version 5.33 or later).
     pub fn bw_reports(&mut self, mine: &BwReport) -> Result<BwReport, OobError> {
         let size = u64::from_be_bytes(self.xchg(&mine.size.to_be_bytes())?);
@@ -365,8 +387,17 @@ impl Exchange {
     }
 
     /// `ctx_close_connection`: a last handshake, then "done", then the connection closes.
-    pub fn close(mut self, mine: &KeyMsg) -> Result<(), OobError> {
-        self.handshake(mine)?;
+    pub fn close(self, mine: &KeyMsg) -> Result<(), OobError> {
+        self.close_waiting(mine, &mut |_| Ok(()))
+    }
+
+    /// [`Exchange::close`] with a `wait` as in [`Exchange::xchg_waiting`].
+    pub fn close_waiting(
+        mut self,
+        mine: &KeyMsg,
+        wait: &mut dyn FnMut(&TcpStream) -> Result<(), OobError>,
+    ) -> Result<(), OobError> {
+        self.handshake_waiting(mine, wait)?;
         self.stream.write_all(DONE)?;
         Ok(())
     }
