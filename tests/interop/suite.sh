@@ -129,13 +129,112 @@ pingpong_case() {
     PORT=$((PORT + 1))
 }
 
-for role in server client; do
-    for sm in "1 1024" "4096 1024" "10000 1024" "3000 512" "4096 256"; do
-        read -r size mtu <<<"$sm"
-        pingpong_case "$role" "$size" "$mtu" 200 0
+# One perftest <-> softroce perf run.
+#   perftest_case PROGRAM ROLE SIZE ITERS LOSS [FLAGS...]
+# PROGRAM is perftest's (ib_write_bw, ...); ROLE is softroce's; FLAGS go to both ends, as a
+# user gives the same flags to both perftest programs. LOSS as in pingpong_case.
+perftest_case() {
+    local prog=$1 role=$2 size=$3 iters=$4 loss=$5
+    shift 5
+    local extra=("$@")
+    local op=${prog#ib_}; op=${op%_*}
+    local kind=${prog##*_}
+    local name="${prog}_${role}_s${size}_n${iters}_loss${loss}${extra[*]:+_${extra[*]// /}}"
+    local pcap=$OUT/$name.pcap slog=$OUT/$name.softroce.log glog=$OUT/$name.guest.log
+    local flags=(-F -x 1 -p "$PORT" -s "$size" -n "$iters" "${extra[@]}")
+    local sflags=(perf "$op" --bind "$HOST_IP" "${flags[@]}" --pcap "$pcap" --counters --timeout 60)
+    [ "$kind" = lat ] && sflags+=(--lat)
+    local drop ok=1 srv grc=0 src=0
+    drop=$(awk -v l="$loss" 'BEGIN { printf "%.2f", l / 100 }')
+    [ "$loss" = 0 ] || sflags+=(--drop "$drop" --seed "$PORT")
+    log "case $name"
+    if [ "$loss" != 0 ]; then
+        "${LAB[@]}" exec "$GUEST" "/usr/sbin/tc qdisc replace dev eth0 root netem loss ${loss}%" 30 >/dev/null
+    fi
+    if [ "$role" = server ]; then
+        timeout "$CASE_TIMEOUT" ip netns exec "$NETNS" "$BIN" "${sflags[@]}" >"$slog" 2>&1 &
+        srv=$!
+        for _ in $(seq 50); do
+            ip netns exec "$NETNS" ss -ltn "sport = :$PORT" | grep -q LISTEN && break
+            sleep 0.1
+        done
+        "${LAB[@]}" exec "$GUEST" "$prog ${flags[*]} $HOST_IP" "$CASE_TIMEOUT" >"$glog" 2>&1 || grc=$?
+        wait "$srv" || src=$?
+    else
+        "${LAB[@]}" exec "$GUEST" "$prog ${flags[*]}" "$CASE_TIMEOUT" >"$glog" 2>&1 &
+        srv=$!
+        local tries=0
+        while :; do
+            src=0
+            timeout "$CASE_TIMEOUT" ip netns exec "$NETNS" "$BIN" "${sflags[@]}" 192.0.2.11 >"$slog" 2>&1 || src=$?
+            if [ "$src" = 0 ] || ! grep -q "couldn't connect" "$slog" || [ $tries -ge 100 ]; then break; fi
+            tries=$((tries + 1))
+            sleep 0.2
+        done
+        wait "$srv" || grc=$?
+    fi
+    if [ "$loss" != 0 ]; then
+        "${LAB[@]}" exec "$GUEST" "/usr/sbin/tc qdisc del dev eth0 root" 30 >/dev/null || true
+    fi
+    local detail="" cap row grow=""
+    [ "$src" = 0 ] || { ok=0; detail+="softroce exit $src; "; }
+    [ "$grc" = 0 ] || { ok=0; detail+="$prog exit $grc; "; }
+    # The result row: the message size first, then numbers. The passive end of ib_read_lat and
+    # ib_atomic_lat prints none (perftest's server does not measure).
+    row=$(grep -aE "^ *$size +[0-9]+ +[0-9.]+" "$slog" | head -n 1 | tr -s ' \t' ' ' || true)
+    grow=$(tr -d '\r' <"$glog" | grep -aE "^ *$size +[0-9]+ +[0-9.]+" | head -n 1 | tr -s ' \t' ' ' || true)
+    local passive_end=""
+    if [ "$kind" = lat ] && { [ "$op" = read ] || [ "$op" = atomic ]; }; then
+        passive_end=$([ "$role" = server ] && echo softroce || echo guest)
+    fi
+    [ -n "$row" ] || [ "$passive_end" = softroce ] || { ok=0; detail+="no softroce result; "; }
+    [ -n "$grow" ] || [ "$passive_end" = guest ] || { ok=0; detail+="no $prog result; "; }
+    if cap=$(check_capture "$pcap"); then :; else ok=0; detail+="capture: $cap; "; fi
+    local counters
+    counters=$(grep -a '^counters:' "$slog" | sed 's/^counters: //' || true)
+    local what="RC, MTU 1024, $size B x $iters, loss ${loss}% both ways${extra[*]:+, ${extra[*]}}"
+    if [ $ok = 1 ]; then
+        local shown=${row:-$grow}
+        RESULTS+=("| $prog (perftest 4.5) | softroce $role | $what | pass: \`${shown# }\` | ${cap%, * other frames skipped*} |")
+    else
+        FAILED=$((FAILED + 1))
+        RESULTS+=("| $prog (perftest 4.5) | softroce $role | $what | **FAIL**: $detail | |")
+        log "FAILED $name: $detail"
+        log "---- softroce ($slog) ----"; tail -n 20 "$slog" >&2 || true
+        log "---- guest ($glog) ----"; tr -d '\r' <"$glog" | tail -n 20 >&2 || true
+        guest_console_tail
+    fi
+    [ -z "$counters" ] || log "softroce counters: $counters"
+    PORT=$((PORT + 1))
+}
+
+ONLY=${SOFTROCE_INTEROP_ONLY:-all}   # all | pingpong | perftest
+if [ "$ONLY" != perftest ]; then
+    for role in server client; do
+        for sm in "1 1024" "4096 1024" "10000 1024" "3000 512" "4096 256"; do
+            read -r size mtu <<<"$sm"
+            pingpong_case "$role" "$size" "$mtu" 200 0
+        done
+        pingpong_case "$role" 4096 1024 100 5
     done
-    pingpong_case "$role" 4096 1024 100 5
-done
+fi
+if [ "$ONLY" != pingpong ]; then
+    for role in server client; do
+        perftest_case ib_send_bw "$role" 65536 200 0
+        perftest_case ib_write_bw "$role" 65536 200 0
+        perftest_case ib_read_bw "$role" 65536 200 0
+        perftest_case ib_atomic_bw "$role" 8 200 0
+        perftest_case ib_send_lat "$role" 2 300 0
+        perftest_case ib_write_lat "$role" 2 300 0
+        perftest_case ib_read_lat "$role" 2 300 0
+        perftest_case ib_atomic_lat "$role" 8 300 0
+        perftest_case ib_write_bw "$role" 4096 200 0 -q 2 -m 512
+        perftest_case ib_atomic_bw "$role" 8 200 0 -A CMP_AND_SWAP
+        perftest_case ib_write_bw "$role" 8192 200 5
+        perftest_case ib_read_bw "$role" 8192 200 5
+        perftest_case ib_send_bw "$role" 8192 200 5
+    done
+fi
 
 {
     echo "| program | role | transport and parameters | result | softroce capture |"
