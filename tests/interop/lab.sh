@@ -57,6 +57,7 @@
 set -euo pipefail
 
 LAB_DIR=${SOFTROCE_LAB_DIR:-/var/tmp/softroce-lab}
+DATACHECK_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/datacheck.c
 NETNS=${SOFTROCE_LAB_NETNS:-srlab}
 BOOT_TIMEOUT=${SOFTROCE_LAB_BOOT_TIMEOUT:-240}
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -80,7 +81,8 @@ need_root() { [ "$(id -u)" = 0 ] || die "must run as root"; }
 
 # ---------------------------------------------------------------- deps
 DEB_PKGS=(qemu-system-x86 busybox-static cpio kmod socat ibverbs-utils ibverbs-providers
-          rdmacm-utils perftest rdma-core tshark wireshark-common iproute2 procps coreutils)
+          rdmacm-utils perftest rdma-core tshark wireshark-common iproute2 procps coreutils
+          gcc libc6-dev libibverbs-dev)
 
 cmd_deps() {
     need_root
@@ -181,7 +183,7 @@ cmd_build() {
 
     # initramfs, rebuilt when this script (or the kernel) changes
     local stamp
-    stamp=$( { echo "$kver"; sha256sum "${BASH_SOURCE[0]}" | cut -d' ' -f1; dpkg-query -W busybox-static rdma-core ibverbs-providers perftest iproute2 rdmacm-utils ibverbs-utils libc6; } | sha256sum | cut -d' ' -f1)
+    stamp=$( { echo "$kver"; sha256sum "${BASH_SOURCE[0]}" "$DATACHECK_SRC" | cut -d' ' -f1; dpkg-query -W busybox-static rdma-core ibverbs-providers perftest iproute2 rdmacm-utils ibverbs-utils libc6; } | sha256sum | cut -d' ' -f1)
     if [ -f "$LAB_DIR/initrd.cpio.gz" ] && [ "$(cat "$LAB_DIR/initrd.stamp" 2>/dev/null)" = "$stamp" ]; then
         log "build: up to date ($kver, $LAB_DIR/initrd.cpio.gz)"
         return 0
@@ -219,6 +221,9 @@ cmd_build() {
         case "$p" in */sbin/*) cp -L "$p" "$root/usr/sbin/$b" ;; *) cp -L "$p" "$root/usr/bin/$b" ;; esac
         libs+=("$p")
     done
+    # sr_datacheck (datacheck.c): the data-integrity peer of `softroce perf --check`
+    gcc -O2 -Wall -o "$root/usr/bin/sr_datacheck" "$DATACHECK_SRC" -libverbs || die "building sr_datacheck failed (run deps)"
+    libs+=("$root/usr/bin/sr_datacheck")
     libs+=(/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so)
     cp -L /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so "$root/usr/lib/x86_64-linux-gnu/libibverbs/"
     cp /etc/libibverbs.d/rxe.driver "$root/etc/libibverbs.d/"

@@ -75,38 +75,12 @@ pingpong_case() {
     local flags="-g 1 -m $mtu -s $size -n $iters -c"
     local sflags=(pingpong --bind "$HOST_IP" -p "$PORT" -g 1 -m "$mtu" -s "$size" -n "$iters" -c
         --pcap "$pcap" --counters --timeout 60)
-    local drop ok=1 srv grc=0 src=0
+    local drop ok=1 grc src
     drop=$(awk -v l="$loss" 'BEGIN { printf "%.2f", l / 100 }')
     [ "$loss" = 0 ] || sflags+=(--drop "$drop" --seed "$PORT")
     log "case $name"
-    if [ "$loss" != 0 ]; then
-        "${LAB[@]}" exec "$GUEST" "/usr/sbin/tc qdisc replace dev eth0 root netem loss ${loss}%" 30 >/dev/null
-    fi
-    if [ "$role" = server ]; then
-        timeout "$CASE_TIMEOUT" ip netns exec "$NETNS" "$BIN" "${sflags[@]}" >"$slog" 2>&1 &
-        srv=$!
-        for _ in $(seq 50); do
-            ip netns exec "$NETNS" ss -ltn "sport = :$PORT" | grep -q LISTEN && break
-            sleep 0.1
-        done
-        "${LAB[@]}" exec "$GUEST" "ibv_rc_pingpong -p $PORT $flags $HOST_IP" "$CASE_TIMEOUT" >"$glog" 2>&1 || grc=$?
-        wait "$srv" || src=$?
-    else
-        "${LAB[@]}" exec "$GUEST" "ibv_rc_pingpong -p $PORT $flags" "$CASE_TIMEOUT" >"$glog" 2>&1 &
-        srv=$!
-        local tries=0
-        while :; do
-            src=0
-            timeout "$CASE_TIMEOUT" ip netns exec "$NETNS" "$BIN" "${sflags[@]}" 192.0.2.11 >"$slog" 2>&1 || src=$?
-            if [ "$src" = 0 ] || ! grep -q "Couldn't connect" "$slog" || [ $tries -ge 100 ]; then break; fi
-            tries=$((tries + 1))
-            sleep 0.2
-        done
-        wait "$srv" || grc=$?
-    fi
-    if [ "$loss" != 0 ]; then
-        "${LAB[@]}" exec "$GUEST" "/usr/sbin/tc qdisc del dev eth0 root" 30 >/dev/null || true
-    fi
+    run_against_guest "$role" "$loss" "ibv_rc_pingpong -p $PORT $flags" "$slog" "$glog" "${sflags[@]}"
+    src=$SRC grc=$GRC
     local detail="" cap
     [ "$src" = 0 ] || { ok=0; detail+="softroce exit $src; "; }
     [ "$grc" = 0 ] || { ok=0; detail+="ibv_rc_pingpong exit $grc; "; }
@@ -129,6 +103,78 @@ pingpong_case() {
     PORT=$((PORT + 1))
 }
 
+# Runs softroce (SFLAGS, in the namespace) against GUEST_CMD in the guest, softroce in ROLE,
+# with LOSS percent netem on the guest's link while it runs; the server end starts first and
+# the client retries until the server listens. Sets SRC and GRC to the exit codes.
+#   run_against_guest ROLE LOSS GUEST_CMD SOFTROCE_LOG GUEST_LOG SFLAGS...
+run_against_guest() {
+    local role=$1 loss=$2 gcmd=$3 slog=$4 glog=$5 srv
+    shift 5
+    local sflags=("$@")
+    SRC=0 GRC=0
+    if [ "$loss" != 0 ]; then
+        "${LAB[@]}" exec "$GUEST" "/usr/sbin/tc qdisc replace dev eth0 root netem loss ${loss}%" 30 >/dev/null
+    fi
+    if [ "$role" = server ]; then
+        timeout "$CASE_TIMEOUT" ip netns exec "$NETNS" "$BIN" "${sflags[@]}" >"$slog" 2>&1 &
+        srv=$!
+        for _ in $(seq 50); do
+            ip netns exec "$NETNS" ss -ltn "sport = :$PORT" | grep -q LISTEN && break
+            sleep 0.1
+        done
+        "${LAB[@]}" exec "$GUEST" "$gcmd $HOST_IP" "$CASE_TIMEOUT" >"$glog" 2>&1 || GRC=$?
+        wait "$srv" || SRC=$?
+    else
+        "${LAB[@]}" exec "$GUEST" "$gcmd" "$CASE_TIMEOUT" >"$glog" 2>&1 &
+        srv=$!
+        local tries=0
+        while :; do
+            SRC=0
+            timeout "$CASE_TIMEOUT" ip netns exec "$NETNS" "$BIN" "${sflags[@]}" 192.0.2.11 >"$slog" 2>&1 || SRC=$?
+            if [ "$SRC" = 0 ] || ! grep -qi "couldn't connect" "$slog" || [ $tries -ge 100 ]; then break; fi
+            tries=$((tries + 1))
+            sleep 0.2
+        done
+        wait "$srv" || GRC=$?
+    fi
+    if [ "$loss" != 0 ]; then
+        "${LAB[@]}" exec "$GUEST" "/usr/sbin/tc qdisc del dev eth0 root" 30 >/dev/null || true
+    fi
+}
+
+# One sr_datacheck (tests/interop/datacheck.c, libibverbs on rxe) <-> softroce perf --check
+# run: every byte of every message verified where it lands, at both ends.
+#   datacheck_case OP ROLE SIZE ITERS LOSS
+datacheck_case() {
+    local op=$1 role=$2 size=$3 iters=$4 loss=$5
+    local name="datacheck_${op}_${role}_s${size}_n${iters}_loss${loss}"
+    local pcap=$OUT/$name.pcap slog=$OUT/$name.softroce.log glog=$OUT/$name.guest.log
+    local flags=(-x 1 -p "$PORT" -s "$size" -n "$iters" -t 16)
+    local sflags=(perf "$op" --check --bind "$HOST_IP" "${flags[@]}" --pcap "$pcap" --counters --timeout 60)
+    local drop ok=1 detail="" cap
+    drop=$(awk -v l="$loss" 'BEGIN { printf "%.2f", l / 100 }')
+    [ "$loss" = 0 ] || sflags+=(--drop "$drop" --seed "$PORT")
+    log "case $name"
+    run_against_guest "$role" "$loss" "sr_datacheck $op ${flags[*]}" "$slog" "$glog" "${sflags[@]}"
+    [ "$SRC" = 0 ] || { ok=0; detail+="softroce exit $SRC; "; }
+    [ "$GRC" = 0 ] || { ok=0; detail+="sr_datacheck exit $GRC; "; }
+    tr -d '\r' <"$glog" | grep -q "all verified at this end, all verified at the peer" ||
+        { ok=0; detail+="not verified; "; }
+    if cap=$(check_capture "$pcap"); then :; else ok=0; detail+="capture: $cap; "; fi
+    local what="RC, MTU 1024, $size B x $iters, loss ${loss}% both ways, every byte checked at both ends"
+    if [ $ok = 1 ]; then
+        RESULTS+=("| sr_datacheck $op (libibverbs on rxe) | softroce $role | $what | pass | ${cap%, * other frames skipped*} |")
+    else
+        FAILED=$((FAILED + 1))
+        RESULTS+=("| sr_datacheck $op (libibverbs on rxe) | softroce $role | $what | **FAIL**: $detail | |")
+        log "FAILED $name: $detail"
+        log "---- softroce ($slog) ----"; tail -n 20 "$slog" >&2 || true
+        log "---- guest ($glog) ----"; tr -d '\r' <"$glog" | tail -n 20 >&2 || true
+        guest_console_tail
+    fi
+    PORT=$((PORT + 1))
+}
+
 # One perftest <-> softroce perf run.
 #   perftest_case PROGRAM ROLE SIZE ITERS LOSS [FLAGS...]
 # PROGRAM is perftest's (ib_write_bw, ...); ROLE is softroce's; FLAGS go to both ends, as a
@@ -144,38 +190,12 @@ perftest_case() {
     local flags=(-F -x 1 -p "$PORT" -s "$size" -n "$iters" "${extra[@]}")
     local sflags=(perf "$op" --bind "$HOST_IP" "${flags[@]}" --pcap "$pcap" --counters --timeout 60)
     [ "$kind" = lat ] && sflags+=(--lat)
-    local drop ok=1 srv grc=0 src=0
+    local drop ok=1 grc src
     drop=$(awk -v l="$loss" 'BEGIN { printf "%.2f", l / 100 }')
     [ "$loss" = 0 ] || sflags+=(--drop "$drop" --seed "$PORT")
     log "case $name"
-    if [ "$loss" != 0 ]; then
-        "${LAB[@]}" exec "$GUEST" "/usr/sbin/tc qdisc replace dev eth0 root netem loss ${loss}%" 30 >/dev/null
-    fi
-    if [ "$role" = server ]; then
-        timeout "$CASE_TIMEOUT" ip netns exec "$NETNS" "$BIN" "${sflags[@]}" >"$slog" 2>&1 &
-        srv=$!
-        for _ in $(seq 50); do
-            ip netns exec "$NETNS" ss -ltn "sport = :$PORT" | grep -q LISTEN && break
-            sleep 0.1
-        done
-        "${LAB[@]}" exec "$GUEST" "$prog ${flags[*]} $HOST_IP" "$CASE_TIMEOUT" >"$glog" 2>&1 || grc=$?
-        wait "$srv" || src=$?
-    else
-        "${LAB[@]}" exec "$GUEST" "$prog ${flags[*]}" "$CASE_TIMEOUT" >"$glog" 2>&1 &
-        srv=$!
-        local tries=0
-        while :; do
-            src=0
-            timeout "$CASE_TIMEOUT" ip netns exec "$NETNS" "$BIN" "${sflags[@]}" 192.0.2.11 >"$slog" 2>&1 || src=$?
-            if [ "$src" = 0 ] || ! grep -q "couldn't connect" "$slog" || [ $tries -ge 100 ]; then break; fi
-            tries=$((tries + 1))
-            sleep 0.2
-        done
-        wait "$srv" || grc=$?
-    fi
-    if [ "$loss" != 0 ]; then
-        "${LAB[@]}" exec "$GUEST" "/usr/sbin/tc qdisc del dev eth0 root" 30 >/dev/null || true
-    fi
+    run_against_guest "$role" "$loss" "$prog ${flags[*]}" "$slog" "$glog" "${sflags[@]}"
+    src=$SRC grc=$GRC
     local detail="" cap row grow=""
     [ "$src" = 0 ] || { ok=0; detail+="softroce exit $src; "; }
     [ "$grc" = 0 ] || { ok=0; detail+="$prog exit $grc; "; }
@@ -208,8 +228,8 @@ perftest_case() {
     PORT=$((PORT + 1))
 }
 
-ONLY=${SOFTROCE_INTEROP_ONLY:-all}   # all | pingpong | perftest
-if [ "$ONLY" != perftest ]; then
+ONLY=${SOFTROCE_INTEROP_ONLY:-all}   # all | pingpong | perftest | datacheck
+if [ "$ONLY" = all ] || [ "$ONLY" = pingpong ]; then
     for role in server client; do
         for sm in "1 1024" "4096 1024" "10000 1024" "3000 512" "4096 256"; do
             read -r size mtu <<<"$sm"
@@ -218,7 +238,7 @@ if [ "$ONLY" != perftest ]; then
         pingpong_case "$role" 4096 1024 100 5
     done
 fi
-if [ "$ONLY" != pingpong ]; then
+if [ "$ONLY" = all ] || [ "$ONLY" = perftest ]; then
     for role in server client; do
         perftest_case ib_send_bw "$role" 65536 200 0
         perftest_case ib_write_bw "$role" 65536 200 0
@@ -233,6 +253,17 @@ if [ "$ONLY" != pingpong ]; then
         perftest_case ib_write_bw "$role" 8192 200 5
         perftest_case ib_read_bw "$role" 8192 200 5
         perftest_case ib_send_bw "$role" 8192 200 5
+    done
+fi
+if [ "$ONLY" = all ] || [ "$ONLY" = datacheck ]; then
+    for role in server client; do
+        datacheck_case write "$role" 10000 200 0
+        datacheck_case read "$role" 10000 200 0
+        datacheck_case send "$role" 10000 200 0
+        datacheck_case atomic "$role" 8 200 0
+        datacheck_case write "$role" 5000 100 5
+        datacheck_case read "$role" 5000 100 5
+        datacheck_case send "$role" 5000 100 5
     done
 fi
 
