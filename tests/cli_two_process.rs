@@ -433,3 +433,17 @@ fn perf_refuses_a_peer_that_runs_another_test() {
         );
     }
 }
+
+#[test]
+fn pingpong_carries_messages_of_several_4096_byte_mtus() {
+    // Regression: -m 4096 with any size was refused (the size bound overflowed 32 bits).
+    let (sv, cl, _) = run_pair(
+        &["pingpong"],
+        &["-s", "20000", "-m", "4096", "-n", "20", "-c"],
+        &[],
+        &[],
+    );
+    ok(&sv, "server -m 4096");
+    let c = ok(&cl, "client -m 4096");
+    assert!(c.contains("20 iters in"), "{c}");
+}

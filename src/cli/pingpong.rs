@@ -213,9 +213,16 @@ pub fn run(args: &PingpongArgs) -> Result<(), CliError> {
             args.mtu
         ))
     })?;
-    if args.size > mtu.bytes() * 1024 * 1024 || args.rx_depth == 0 || args.iters == 0 {
+    // The largest RC message is 2^31 bytes (IBTA 9.4: DMA length is 31 bits for RC).
+    if args.size > 1 << 31 {
+        return Err(CliError::Usage(format!(
+            "-s {}: a message is at most 2^31 bytes",
+            args.size
+        )));
+    }
+    if args.rx_depth == 0 || args.iters == 0 {
         return Err(CliError::Usage(
-            "size, rx-depth and iters must be positive".into(),
+            "rx-depth and iters must be positive".into(),
         ));
     }
     let server_addr = match &args.server {

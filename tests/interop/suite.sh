@@ -45,9 +45,24 @@ if ! "${LAB[@]}" up; then
 fi
 log "lab up after $(( $(date +%s) - t0 ))s"
 
+# Jumbo frames on the lab's host side (the bridge and the taps), so that a case may raise the
+# guest's link MTU to 9000, which makes rxe's active MTU 4096 (at 1500 it is 1024).
+for dev in srtap-a srtap-b srbr0; do
+    ip netns exec "$NETNS" ip link set "$dev" mtu 9000 2>/dev/null || true
+done
+
 RESULTS=()
 FAILED=0
 PORT=18700
+
+# Runs one case with the guest's link at MTU 9000 (rxe's path MTU up to 4096), then back to
+# 1500.
+#   jumbo CASE_FUNCTION ARGS...
+jumbo() {
+    "${LAB[@]}" exec "$GUEST" "ip link set eth0 mtu 9000" 30 >/dev/null
+    "$@"
+    "${LAB[@]}" exec "$GUEST" "ip link set eth0 mtu 1500" 30 >/dev/null
+}
 
 guest_console_tail() {
     log "---- guest $GUEST console (last 40 lines) ----"
@@ -144,12 +159,12 @@ run_against_guest() {
 
 # One sr_datacheck (tests/interop/datacheck.c, libibverbs on rxe) <-> softroce perf --check
 # run: every byte of every message verified where it lands, at both ends.
-#   datacheck_case OP ROLE SIZE ITERS LOSS
+#   datacheck_case OP ROLE SIZE ITERS LOSS [MTU]
 datacheck_case() {
-    local op=$1 role=$2 size=$3 iters=$4 loss=$5
-    local name="datacheck_${op}_${role}_s${size}_n${iters}_loss${loss}"
+    local op=$1 role=$2 size=$3 iters=$4 loss=$5 mtu=${6:-1024}
+    local name="datacheck_${op}_${role}_s${size}_m${mtu}_n${iters}_loss${loss}"
     local pcap=$OUT/$name.pcap slog=$OUT/$name.softroce.log glog=$OUT/$name.guest.log
-    local flags=(-x 1 -p "$PORT" -s "$size" -n "$iters" -t 16)
+    local flags=(-x 1 -p "$PORT" -s "$size" -n "$iters" -t 16 -m "$mtu")
     local sflags=(perf "$op" --check --bind "$HOST_IP" "${flags[@]}" --pcap "$pcap" --counters --timeout 60)
     local drop ok=1 detail="" cap
     drop=$(awk -v l="$loss" 'BEGIN { printf "%.2f", l / 100 }')
@@ -161,7 +176,7 @@ datacheck_case() {
     tr -d '\r' <"$glog" | grep -q "all verified at this end, all verified at the peer" ||
         { ok=0; detail+="not verified; "; }
     if cap=$(check_capture "$pcap"); then :; else ok=0; detail+="capture: $cap; "; fi
-    local what="RC, MTU 1024, $size B x $iters, loss ${loss}% both ways, every byte checked at both ends"
+    local what="RC, MTU $mtu, $size B x $iters, loss ${loss}% both ways, every byte checked at both ends"
     if [ $ok = 1 ]; then
         RESULTS+=("| sr_datacheck $op (libibverbs on rxe) | softroce $role | $what | pass | ${cap%, * other frames skipped*} |")
     else
@@ -212,7 +227,9 @@ perftest_case() {
     if cap=$(check_capture "$pcap"); then :; else ok=0; detail+="capture: $cap; "; fi
     local counters
     counters=$(grep -a '^counters:' "$slog" | sed 's/^counters: //' || true)
-    local what="RC, MTU 1024, $size B x $iters, loss ${loss}% both ways${extra[*]:+, ${extra[*]}}"
+    local mtu=1024 i
+    for ((i = 0; i < ${#extra[@]} - 1; i++)); do [ "${extra[i]}" = -m ] && mtu=${extra[i+1]}; done
+    local what="RC, MTU $mtu, $size B x $iters, loss ${loss}% both ways${extra[*]:+, ${extra[*]}}"
     if [ $ok = 1 ]; then
         local shown=${row:-$grow}
         RESULTS+=("| $prog (perftest 4.5) | softroce $role | $what | pass: \`${shown# }\` | ${cap%, * other frames skipped*} |")
@@ -236,6 +253,8 @@ if [ "$ONLY" = all ] || [ "$ONLY" = pingpong ]; then
             pingpong_case "$role" "$size" "$mtu" 200 0
         done
         pingpong_case "$role" 4096 1024 100 5
+        jumbo pingpong_case "$role" 10000 2048 200 0
+        jumbo pingpong_case "$role" 20000 4096 200 0
     done
 fi
 if [ "$ONLY" = all ] || [ "$ONLY" = perftest ]; then
@@ -253,6 +272,8 @@ if [ "$ONLY" = all ] || [ "$ONLY" = perftest ]; then
         perftest_case ib_write_bw "$role" 8192 200 5
         perftest_case ib_read_bw "$role" 8192 200 5
         perftest_case ib_send_bw "$role" 8192 200 5
+        jumbo perftest_case ib_write_bw "$role" 65536 200 0 -m 4096
+        jumbo perftest_case ib_send_lat "$role" 8192 200 0 -m 4096
     done
 fi
 if [ "$ONLY" = all ] || [ "$ONLY" = datacheck ]; then
@@ -264,6 +285,9 @@ if [ "$ONLY" = all ] || [ "$ONLY" = datacheck ]; then
         datacheck_case write "$role" 5000 100 5
         datacheck_case read "$role" 5000 100 5
         datacheck_case send "$role" 5000 100 5
+        jumbo datacheck_case write "$role" 30000 100 0 4096
+        jumbo datacheck_case read "$role" 30000 100 0 4096
+        jumbo datacheck_case send "$role" 30000 100 0 2048
     done
 fi
 
