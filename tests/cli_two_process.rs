@@ -265,6 +265,20 @@ fn bad_flags_and_unreachable_peers_fail_cleanly() {
     assert!(!o.status.success());
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(e.contains("MTU") && !e.contains("panicked"), "{e}");
+    for sub in ["perf", "pingpong"] {
+        let mut args = vec![sub];
+        if sub == "perf" {
+            args.push("write");
+        }
+        args.extend(["-d", "rxe0", "-i", "2"]);
+        let o = Command::new(bin()).args(&args).output().unwrap();
+        assert!(!o.status.success());
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            e.contains("one port") && !e.contains("panicked"),
+            "{sub}: {e}"
+        );
+    }
     let o = Command::new(bin())
         .args(["perf", "write", "--drop", "2"])
         .output()

@@ -107,6 +107,13 @@ pub struct PerfArgs {
     /// Connection type (perftest's -c): RC.
     #[arg(short = 'c', long = "connection", value_enum, default_value_t = Connection::Rc)]
     pub connection: Connection,
+    /// Device name (perftest's -d; accepted for habit: softroce has one device per --bind
+    /// address).
+    #[arg(short = 'd', long = "ib-dev")]
+    pub ib_dev: Option<String>,
+    /// Port of the device (perftest's -i; must be 1).
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    pub ib_port: u8,
     /// Accepted for perftest's habit (-F: do not fail on CPU frequency); timing uses the
     /// monotonic clock, not cycle counters.
     #[arg(short = 'F', long = "CPU-freq")]
@@ -346,6 +353,12 @@ pub fn run(args: &PerfArgs) -> Result<(), CliError> {
     args.device.validate()?;
     Mtu::from_bytes(args.mtu)
         .ok_or_else(|| CliError::Usage(format!("-m {}: the MTU must be 256..4096", args.mtu)))?;
+    if args.ib_port != 1 {
+        return Err(CliError::Usage(format!(
+            "-i {}: a softroce device has one port, port 1",
+            args.ib_port
+        )));
+    }
     let prog = Program::of(args.op, args.lat);
     let p = Params {
         prog,

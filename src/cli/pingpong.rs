@@ -213,6 +213,12 @@ pub fn run(args: &PingpongArgs) -> Result<(), CliError> {
             args.mtu
         ))
     })?;
+    if args.ib_port != 1 {
+        return Err(CliError::Usage(format!(
+            "-i {}: a softroce device has one port, port 1",
+            args.ib_port
+        )));
+    }
     // The largest RC message is 2^31 bytes (IBTA 9.4: DMA length is 31 bits for RC).
     if args.size > 1 << 31 {
         return Err(CliError::Usage(format!(
