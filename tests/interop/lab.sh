@@ -49,6 +49,13 @@
 #   client: ibv_rc_pingpong -d rxe0 -g 1 -n 20 -s 4096 <server-ip>
 #   capture: tshark -i <if> -f 'udp port 4791' -w out.pcapng
 #   cleanup: rdma link delete rxe0
+# softroce as the other end (on the second machine, no rxe needed there):
+#   rxe host:      ibv_rc_pingpong -d rxe0 -g 1 -c          | ib_write_bw -d rxe0 -x 1 -F
+#   softroce host: softroce pingpong -g 1 -c --bind <my-ip> <rxe-host>
+#                  softroce perf write -x 1 --bind <my-ip> <rxe-host>
+#   data check:    sr_datacheck write -x 1 (gcc -O2 -o sr_datacheck tests/interop/datacheck.c
+#                  -libverbs) against `softroce perf write --check -x 1 --bind <my-ip> <host>`
+#   and the reverse roles. The flags of every case are in tests/interop/suite.sh.
 # The commands `capture` runs are listed in capture_all() below and in
 # tests/data/rxe/README.md; run the server half on one host and the client half
 # (with the server's address appended) on the other. Keep such traffic on a
