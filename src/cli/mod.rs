@@ -59,6 +59,10 @@ pub enum CliError {
     Oob(softroce::oob::OobError),
     /// The test itself failed (a completion error, a data mismatch, a timeout).
     Failed(String),
+    /// Everything completed except what the peer can no longer confirm: it went silent
+    /// before acknowledging our last message (exit status 3, so that scripts can tell it from
+    /// a failure).
+    Unconfirmed(String),
 }
 
 impl fmt::Display for CliError {
@@ -72,6 +76,7 @@ impl fmt::Display for CliError {
             CliError::Verbs(e) => write!(f, "{e}"),
             CliError::Oob(e) => write!(f, "out-of-band exchange: {e}"),
             CliError::Failed(m) => write!(f, "{m}"),
+            CliError::Unconfirmed(m) => write!(f, "{m}"),
         }
     }
 }
@@ -83,6 +88,14 @@ impl CliError {
     /// normal way for a command to end.
     pub fn is_broken_pipe(&self) -> bool {
         matches!(self, CliError::Output(e) if e.kind() == io::ErrorKind::BrokenPipe)
+    }
+
+    /// The process exit status: 3 for [`CliError::Unconfirmed`], 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Unconfirmed(_) => 3,
+            _ => 1,
+        }
     }
 }
 

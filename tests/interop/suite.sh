@@ -96,7 +96,13 @@ pingpong_case() {
     log "case $name"
     run_against_guest "$role" "$loss" "ibv_rc_pingpong -p $PORT $flags" "$slog" "$glog" "${sflags[@]}"
     src=$SRC grc=$GRC
-    local detail="" cap
+    local detail="" cap note=""
+    # Exit 3: softroce (server) holds everything but the ACK of its last SEND, and the client
+    # has exited (ibv_rc_pingpong does not wait for its final ACK to get through). The guest's
+    # own "N iters" line and exit status then say whether that SEND arrived.
+    if [ "$src" = 3 ] && [ "$role" = server ] && [ "$grc" = 0 ] && grep -q "$iters iters in" "$glog"; then
+        src=0 note=" (the client's final ACK was lost after it exited; its report confirms delivery)"
+    fi
     [ "$src" = 0 ] || { ok=0; detail+="softroce exit $src; "; }
     [ "$grc" = 0 ] || { ok=0; detail+="ibv_rc_pingpong exit $grc; "; }
     grep -q "invalid data" "$glog" "$slog" && { ok=0; detail+="invalid data; "; }
@@ -105,7 +111,7 @@ pingpong_case() {
     local counters
     counters=$(grep -a '^counters:' "$slog" | sed 's/^counters: //' || true)
     if [ $ok = 1 ]; then
-        RESULTS+=("| ibv_rc_pingpong (rdma-core 44) | softroce $role | RC, MTU $mtu, $size B x $iters, loss ${loss}% both ways, -c | pass | ${cap%, * other frames skipped*} |")
+        RESULTS+=("| ibv_rc_pingpong (rdma-core 44) | softroce $role | RC, MTU $mtu, $size B x $iters, loss ${loss}% both ways, -c | pass$note | ${cap%, * other frames skipped*} |")
     else
         FAILED=$((FAILED + 1))
         RESULTS+=("| ibv_rc_pingpong (rdma-core 44) | softroce $role | RC, MTU $mtu, $size B x $iters, loss ${loss}% both ways, -c | **FAIL**: $detail | |")
@@ -253,6 +259,8 @@ if [ "$ONLY" = all ] || [ "$ONLY" = pingpong ]; then
             pingpong_case "$role" "$size" "$mtu" 200 0
         done
         pingpong_case "$role" 4096 1024 100 5
+        # Heavy loss: a final ACK lost after the peer exited is likely (see pingpong's exit 3).
+        pingpong_case "$role" 100 1024 30 20
         jumbo pingpong_case "$role" 10000 2048 200 0
         jumbo pingpong_case "$role" 20000 4096 200 0
     done
