@@ -79,6 +79,27 @@ check_capture() { # pcap
     [[ "$summary" =~ ^[0-9]+\ frames,\ ([0-9]+)\ RoCEv2 ]] && [ "${BASH_REMATCH[1]}" -gt 0 ]
 }
 
+# Records one case's row in the results table; DETAIL (what failed) empty means it passed.
+# A failure also counts, and logs both ends' output and the guest's console. Moves PORT on.
+#   record_case NAME PROGRAM ROLE WHAT DETAIL PASS_TEXT CAPTURE SOFTROCE_LOG GUEST_LOG
+record_case() {
+    local name=$1 program=$2 role=$3 what=$4 detail=$5 pass=$6 cap=$7 slog=$8 glog=$9
+    if [ -z "$detail" ]; then
+        RESULTS+=("| $program | softroce $role | $what | $pass | ${cap%, * other frames skipped*} |")
+    else
+        FAILED=$((FAILED + 1))
+        RESULTS+=("| $program | softroce $role | $what | **FAIL**: $detail | |")
+        log "FAILED $name: $detail"
+        log "---- softroce ($slog) ----"; tail -n 20 "$slog" >&2 || true
+        log "---- guest ($glog) ----"; tr -d '\r' <"$glog" | tail -n 20 >&2 || true
+        guest_console_tail
+    fi
+    local counters
+    counters=$(grep -a '^counters:' "$slog" | sed 's/^counters: //' || true)
+    [ -z "$counters" ] || log "softroce counters: $counters"
+    PORT=$((PORT + 1))
+}
+
 # One ibv_rc_pingpong <-> softroce pingpong run.
 #   pingpong_case ROLE SIZE MTU ITERS LOSS
 # ROLE is softroce's role (server|client); LOSS (0..100, percent) is applied both ways:
@@ -90,42 +111,27 @@ pingpong_case() {
     local flags="-g 1 -m $mtu -s $size -n $iters -c"
     local sflags=(pingpong --bind "$HOST_IP" -p "$PORT" -g 1 -m "$mtu" -s "$size" -n "$iters" -c
         --pcap "$pcap" --counters --timeout 60)
-    local drop ok=1 grc src
-    drop=$(awk -v l="$loss" 'BEGIN { printf "%.2f", l / 100 }')
-    [ "$loss" = 0 ] || sflags+=(--drop "$drop" --seed "$PORT")
     log "case $name"
     run_against_guest "$role" "$loss" "ibv_rc_pingpong -p $PORT $flags" "$slog" "$glog" "${sflags[@]}"
-    src=$SRC grc=$GRC
     local detail="" cap note=""
     # Exit 3: softroce (server) holds everything but the ACK of its last SEND, and the client
     # has exited (ibv_rc_pingpong does not wait for its final ACK to get through). The guest's
     # own "N iters" line and exit status then say whether that SEND arrived.
-    if [ "$src" = 3 ] && [ "$role" = server ] && [ "$grc" = 0 ] && grep -q "$iters iters in" "$glog"; then
-        src=0 note=" (the client's final ACK was lost after it exited; its report confirms delivery)"
+    if [ "$SRC" = 3 ] && [ "$role" = server ] && [ "$GRC" = 0 ] && grep -q "$iters iters in" "$glog"; then
+        SRC=0 note=" (the client's final ACK was lost after it exited; its report confirms delivery)"
     fi
-    [ "$src" = 0 ] || { ok=0; detail+="softroce exit $src; "; }
-    [ "$grc" = 0 ] || { ok=0; detail+="ibv_rc_pingpong exit $grc; "; }
-    grep -q "invalid data" "$glog" "$slog" && { ok=0; detail+="invalid data; "; }
-    grep -q "$iters iters in" "$glog" || { ok=0; detail+="guest did not finish; "; }
-    if cap=$(check_capture "$pcap"); then :; else ok=0; detail+="capture: $cap; "; fi
-    local counters
-    counters=$(grep -a '^counters:' "$slog" | sed 's/^counters: //' || true)
-    if [ $ok = 1 ]; then
-        RESULTS+=("| ibv_rc_pingpong (rdma-core 44) | softroce $role | RC, MTU $mtu, $size B x $iters, loss ${loss}% both ways, -c | pass$note | ${cap%, * other frames skipped*} |")
-    else
-        FAILED=$((FAILED + 1))
-        RESULTS+=("| ibv_rc_pingpong (rdma-core 44) | softroce $role | RC, MTU $mtu, $size B x $iters, loss ${loss}% both ways, -c | **FAIL**: $detail | |")
-        log "FAILED $name: $detail"
-        log "---- softroce ($slog) ----"; tail -n 20 "$slog" >&2 || true
-        log "---- guest ($glog) ----"; tail -n 20 "$glog" >&2 || true
-        guest_console_tail
-    fi
-    [ -z "$counters" ] || log "softroce counters: $counters"
-    PORT=$((PORT + 1))
+    [ "$SRC" = 0 ] || detail+="softroce exit $SRC; "
+    [ "$GRC" = 0 ] || detail+="ibv_rc_pingpong exit $GRC; "
+    grep -q "invalid data" "$glog" "$slog" && detail+="invalid data; "
+    grep -q "$iters iters in" "$glog" || detail+="guest did not finish; "
+    cap=$(check_capture "$pcap") || detail+="capture: $cap; "
+    record_case "$name" "ibv_rc_pingpong (rdma-core 44)" "$role" \
+        "RC, MTU $mtu, $size B x $iters, loss ${loss}% both ways, -c" "$detail" "pass$note" "$cap" "$slog" "$glog"
 }
 
 # Runs softroce (SFLAGS, in the namespace) against GUEST_CMD in the guest, softroce in ROLE,
-# with LOSS percent netem on the guest's link while it runs; the server end starts first and
+# with LOSS percent lost both ways (netem on the guest's link while it runs, --drop with a
+# per-case seed on softroce); the server end starts first and
 # the client retries until the server listens. Sets SRC and GRC to the exit codes.
 #   run_against_guest ROLE LOSS GUEST_CMD SOFTROCE_LOG GUEST_LOG SFLAGS...
 run_against_guest() {
@@ -134,6 +140,7 @@ run_against_guest() {
     local sflags=("$@")
     SRC=0 GRC=0
     if [ "$loss" != 0 ]; then
+        sflags+=(--drop "$(awk -v l="$loss" 'BEGIN { printf "%.2f", l / 100 }')" --seed "$PORT")
         "${LAB[@]}" exec "$GUEST" "/usr/sbin/tc qdisc replace dev eth0 root netem loss ${loss}%" 30 >/dev/null
     fi
     if [ "$role" = server ]; then
@@ -172,28 +179,17 @@ datacheck_case() {
     local pcap=$OUT/$name.pcap slog=$OUT/$name.softroce.log glog=$OUT/$name.guest.log
     local flags=(-x 1 -p "$PORT" -s "$size" -n "$iters" -t 16 -m "$mtu")
     local sflags=(perf "$op" --check --bind "$HOST_IP" "${flags[@]}" --pcap "$pcap" --counters --timeout 60)
-    local drop ok=1 detail="" cap
-    drop=$(awk -v l="$loss" 'BEGIN { printf "%.2f", l / 100 }')
-    [ "$loss" = 0 ] || sflags+=(--drop "$drop" --seed "$PORT")
     log "case $name"
     run_against_guest "$role" "$loss" "sr_datacheck $op ${flags[*]}" "$slog" "$glog" "${sflags[@]}"
-    [ "$SRC" = 0 ] || { ok=0; detail+="softroce exit $SRC; "; }
-    [ "$GRC" = 0 ] || { ok=0; detail+="sr_datacheck exit $GRC; "; }
+    local detail="" cap
+    [ "$SRC" = 0 ] || detail+="softroce exit $SRC; "
+    [ "$GRC" = 0 ] || detail+="sr_datacheck exit $GRC; "
     tr -d '\r' <"$glog" | grep -q "all verified at this end, all verified at the peer" ||
-        { ok=0; detail+="not verified; "; }
-    if cap=$(check_capture "$pcap"); then :; else ok=0; detail+="capture: $cap; "; fi
-    local what="RC, MTU $mtu, $size B x $iters, loss ${loss}% both ways, every byte checked at both ends"
-    if [ $ok = 1 ]; then
-        RESULTS+=("| sr_datacheck $op (libibverbs on rxe) | softroce $role | $what | pass | ${cap%, * other frames skipped*} |")
-    else
-        FAILED=$((FAILED + 1))
-        RESULTS+=("| sr_datacheck $op (libibverbs on rxe) | softroce $role | $what | **FAIL**: $detail | |")
-        log "FAILED $name: $detail"
-        log "---- softroce ($slog) ----"; tail -n 20 "$slog" >&2 || true
-        log "---- guest ($glog) ----"; tr -d '\r' <"$glog" | tail -n 20 >&2 || true
-        guest_console_tail
-    fi
-    PORT=$((PORT + 1))
+        detail+="not verified; "
+    cap=$(check_capture "$pcap") || detail+="capture: $cap; "
+    record_case "$name" "sr_datacheck $op (libibverbs on rxe)" "$role" \
+        "RC, MTU $mtu, $size B x $iters, loss ${loss}% both ways, every byte checked at both ends" \
+        "$detail" pass "$cap" "$slog" "$glog"
 }
 
 # One perftest <-> softroce perf run.
@@ -211,15 +207,11 @@ perftest_case() {
     local flags=(-F -x 1 -p "$PORT" -s "$size" -n "$iters" "${extra[@]}")
     local sflags=(perf "$op" --bind "$HOST_IP" "${flags[@]}" --pcap "$pcap" --counters --timeout 60)
     [ "$kind" = lat ] && sflags+=(--lat)
-    local drop ok=1 grc src
-    drop=$(awk -v l="$loss" 'BEGIN { printf "%.2f", l / 100 }')
-    [ "$loss" = 0 ] || sflags+=(--drop "$drop" --seed "$PORT")
     log "case $name"
     run_against_guest "$role" "$loss" "$prog ${flags[*]}" "$slog" "$glog" "${sflags[@]}"
-    src=$SRC grc=$GRC
-    local detail="" cap row grow=""
-    [ "$src" = 0 ] || { ok=0; detail+="softroce exit $src; "; }
-    [ "$grc" = 0 ] || { ok=0; detail+="$prog exit $grc; "; }
+    local detail="" cap row grow
+    [ "$SRC" = 0 ] || detail+="softroce exit $SRC; "
+    [ "$GRC" = 0 ] || detail+="$prog exit $GRC; "
     # The result row: the message size first, then numbers. The passive end of ib_read_lat and
     # ib_atomic_lat prints none (perftest's server does not measure).
     row=$(grep -aE "^ *$size +[0-9]+ +[0-9.]+" "$slog" | head -n 1 | tr -s ' \t' ' ' || true)
@@ -228,27 +220,14 @@ perftest_case() {
     if [ "$kind" = lat ] && { [ "$op" = read ] || [ "$op" = atomic ]; }; then
         passive_end=$([ "$role" = server ] && echo softroce || echo guest)
     fi
-    [ -n "$row" ] || [ "$passive_end" = softroce ] || { ok=0; detail+="no softroce result; "; }
-    [ -n "$grow" ] || [ "$passive_end" = guest ] || { ok=0; detail+="no $prog result; "; }
-    if cap=$(check_capture "$pcap"); then :; else ok=0; detail+="capture: $cap; "; fi
-    local counters
-    counters=$(grep -a '^counters:' "$slog" | sed 's/^counters: //' || true)
-    local mtu=1024 i
+    [ -n "$row" ] || [ "$passive_end" = softroce ] || detail+="no softroce result; "
+    [ -n "$grow" ] || [ "$passive_end" = guest ] || detail+="no $prog result; "
+    cap=$(check_capture "$pcap") || detail+="capture: $cap; "
+    local mtu=1024 i shown=${row:-$grow}
     for ((i = 0; i < ${#extra[@]} - 1; i++)); do [ "${extra[i]}" = -m ] && mtu=${extra[i+1]}; done
-    local what="RC, MTU $mtu, $size B x $iters, loss ${loss}% both ways${extra[*]:+, ${extra[*]}}"
-    if [ $ok = 1 ]; then
-        local shown=${row:-$grow}
-        RESULTS+=("| $prog (perftest 4.5) | softroce $role | $what | pass: \`${shown# }\` | ${cap%, * other frames skipped*} |")
-    else
-        FAILED=$((FAILED + 1))
-        RESULTS+=("| $prog (perftest 4.5) | softroce $role | $what | **FAIL**: $detail | |")
-        log "FAILED $name: $detail"
-        log "---- softroce ($slog) ----"; tail -n 20 "$slog" >&2 || true
-        log "---- guest ($glog) ----"; tr -d '\r' <"$glog" | tail -n 20 >&2 || true
-        guest_console_tail
-    fi
-    [ -z "$counters" ] || log "softroce counters: $counters"
-    PORT=$((PORT + 1))
+    record_case "$name" "$prog (perftest 4.5)" "$role" \
+        "RC, MTU $mtu, $size B x $iters, loss ${loss}% both ways${extra[*]:+, ${extra[*]}}" \
+        "$detail" "pass: \`${shown# }\`" "$cap" "$slog" "$glog"
 }
 
 ONLY=${SOFTROCE_INTEROP_ONLY:-all}   # all | pingpong | perftest | datacheck
