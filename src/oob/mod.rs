@@ -54,3 +54,25 @@ impl From<io::Error> for OobError {
         }
     }
 }
+
+/// The text of a NUL-terminated message (all of it if there is no NUL), or `Malformed` if it
+/// is not text. `what` names the message in the error.
+fn text_before_nul<'a>(msg: &'a [u8], what: &'static str) -> Result<&'a str, OobError> {
+    let end = msg.iter().position(|&b| b == 0).unwrap_or(msg.len());
+    std::str::from_utf8(&msg[..end]).map_err(|_| OobError::Malformed {
+        what,
+        detail: "not text".into(),
+    })
+}
+
+/// One hexadecimal field of a message, at most `max`, or `Malformed` naming the message
+/// (`what`) and the field.
+fn hex_field(what: &'static str, field: &str, s: &str, max: u64) -> Result<u64, OobError> {
+    let bad = |detail: String| OobError::Malformed { what, detail };
+    let v =
+        u64::from_str_radix(s, 16).map_err(|_| bad(format!("{field} {s:?} is not hexadecimal")))?;
+    if v > max {
+        return Err(bad(format!("{field} 0x{v:x} out of range")));
+    }
+    Ok(v)
+}

@@ -94,28 +94,19 @@ impl KeyMsg {
     /// range. perftest itself parses with `strtol` and no checks; anything malformed here is
     /// an [`OobError::Malformed`], never a panic.
     pub fn parse(msg: &[u8]) -> Result<KeyMsg, OobError> {
-        let bad = |detail: String| OobError::Malformed {
-            what: "perftest key message",
-            detail,
-        };
-        let end = msg.iter().position(|&b| b == 0).unwrap_or(msg.len());
-        let text = std::str::from_utf8(&msg[..end]).map_err(|_| bad("not text".into()))?;
+        const WHAT: &str = "perftest key message";
+        let text = super::text_before_nul(msg, WHAT)?;
         let fields: Vec<&str> = text.strip_suffix(':').unwrap_or(text).split(':').collect();
         if fields.len() != 23 {
-            return Err(bad(format!(
-                "expected 23 fields (lid:out_reads:qpn:psn:rkey:vaddr:16 GID bytes:srqn), got {} in {text:?}",
-                fields.len()
-            )));
+            return Err(OobError::Malformed {
+                what: WHAT,
+                detail: format!(
+                    "expected 23 fields (lid:out_reads:qpn:psn:rkey:vaddr:16 GID bytes:srqn), got {} in {text:?}",
+                    fields.len()
+                ),
+            });
         }
-        let hex = |i: usize, what: &str, max: u64| -> Result<u64, OobError> {
-            let s = fields[i];
-            let v = u64::from_str_radix(s, 16)
-                .map_err(|_| bad(format!("{what} {s:?} is not hexadecimal")))?;
-            if v > max {
-                return Err(bad(format!("{what} 0x{v:x} out of range")));
-            }
-            Ok(v)
-        };
+        let hex = |i: usize, field: &str, max: u64| super::hex_field(WHAT, field, fields[i], max);
         let mut gid = [0u8; 16];
         for (k, b) in gid.iter_mut().enumerate() {
             *b = hex(6 + k, "GID byte", 0xFF)? as u8;

@@ -50,27 +50,16 @@ impl PingpongDest {
     /// Parses a message as pingpong.c does (`sscanf("%x:%x:%x:%s")` then 32 hex GID digits),
     /// strictly: every field must be hexadecimal and in range.
     pub fn parse(msg: &[u8]) -> Result<PingpongDest, OobError> {
-        let bad = |detail: String| OobError::Malformed {
-            what: "pingpong address",
-            detail,
-        };
-        let end = msg.iter().position(|&b| b == 0).unwrap_or(msg.len());
-        let text = std::str::from_utf8(&msg[..end]).map_err(|_| bad("not text".into()))?;
+        const WHAT: &str = "pingpong address";
+        let bad = |detail: String| OobError::Malformed { what: WHAT, detail };
+        let text = super::text_before_nul(msg, WHAT)?;
         let parts: Vec<&str> = text.split(':').collect();
         if parts.len() != 4 {
             return Err(bad(format!("expected lid:qpn:psn:gid, got {text:?}")));
         }
-        let hex = |s: &str, what: &str, max: u32| -> Result<u32, OobError> {
-            let v = u32::from_str_radix(s, 16)
-                .map_err(|_| bad(format!("{what} {s:?} is not hexadecimal")))?;
-            if v > max {
-                return Err(bad(format!("{what} 0x{v:x} out of range")));
-            }
-            Ok(v)
-        };
-        let lid = hex(parts[0], "LID", 0xFFFF)? as u16;
-        let qpn = hex(parts[1], "QPN", 0xFF_FFFF)?;
-        let psn = hex(parts[2], "PSN", 0xFF_FFFF)?;
+        let lid = super::hex_field(WHAT, "LID", parts[0], 0xFFFF)? as u16;
+        let qpn = super::hex_field(WHAT, "QPN", parts[1], 0xFF_FFFF)? as u32;
+        let psn = super::hex_field(WHAT, "PSN", parts[2], 0xFF_FFFF)? as u32;
         let g = parts[3];
         if g.len() != 32 || !g.bytes().all(|c| c.is_ascii_hexdigit()) {
             return Err(bad(format!("GID {g:?} is not 32 hex digits")));
