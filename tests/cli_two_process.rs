@@ -82,15 +82,21 @@ fn run_pair(
     };
     let mut sv = common("127.0.0.1");
     sv.extend(s(server_extra));
-    let server = spawn(&sv);
     let mut cv = common("127.0.0.2");
     cv.extend(s(client_extra));
     cv.push("127.0.0.1".into());
+    let (sv, c) = run_server_then_client(&sv, &cv);
+    (sv, c, udp)
+}
+
+/// Starts a server with `sv`, then a client with `cv`; returns both outputs.
+fn run_server_then_client(sv: &[String], cv: &[String]) -> (Output, Output) {
+    let server = spawn(sv);
     // The client fails at once while the server is not listening yet; start it again then,
     // as a user would.
     let t = Instant::now();
     let c = loop {
-        let out = finish(spawn(&cv), "client", Duration::from_secs(120));
+        let out = finish(spawn(cv), "client", Duration::from_secs(120));
         let refused = String::from_utf8_lossy(&out.stderr).contains("connect to");
         if out.status.success() || !refused || t.elapsed() > Duration::from_secs(10) {
             break out;
@@ -98,7 +104,7 @@ fn run_pair(
         std::thread::sleep(Duration::from_millis(50));
     };
     let sv = finish(server, "server", Duration::from_secs(30));
-    (sv, c, udp)
+    (sv, c)
 }
 
 fn ok(o: &Output, what: &str) -> String {
@@ -425,19 +431,9 @@ fn perf_refuses_a_peer_that_runs_another_test() {
             ip,
         ])
     };
-    let server = spawn(&common("write", "127.0.0.1"));
     let mut cv = common("read", "127.0.0.2");
     cv.push("127.0.0.1".into());
-    let t = Instant::now();
-    let c = loop {
-        let out = finish(spawn(&cv), "client", Duration::from_secs(30));
-        let refused = String::from_utf8_lossy(&out.stderr).contains("connect to");
-        if !refused || t.elapsed() > Duration::from_secs(10) {
-            break out;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let sv = finish(server, "server", Duration::from_secs(30));
+    let (sv, c) = run_server_then_client(&common("write", "127.0.0.1"), &cv);
     for (o, who) in [(&c, "client"), (&sv, "server")] {
         assert!(!o.status.success(), "{who} succeeded");
         let e = String::from_utf8_lossy(&o.stderr);
