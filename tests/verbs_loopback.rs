@@ -119,25 +119,12 @@ fn connected_with(mtu: Mtu, mr_len: usize, timeout: u8, retry: u8, rnr: u8) -> (
 }
 
 fn wait(cq: &CompletionQueue) -> WorkCompletion {
-    let mut wc = [blank(); 1];
+    let mut wc = [WorkCompletion::default(); 1];
     let n = cq
         .wait(&mut wc, Duration::from_secs(60))
         .expect("a completion");
     assert_eq!(n, 1);
     wc[0]
-}
-
-fn blank() -> WorkCompletion {
-    WorkCompletion {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_data: None,
-        qp_num: 0,
-        src_qp: 0,
-        solicited: false,
-    }
 }
 
 fn pattern(seed: u64, len: usize) -> Vec<u8> {
@@ -549,7 +536,7 @@ fn sge_faults_and_limits_on_a_connected_qp() {
         Err(VerbsError::InvalidAttribute { .. })
     ));
     // An empty CQ times out.
-    let mut wc = [blank(); 1];
+    let mut wc = [WorkCompletion::default(); 1];
     assert_eq!(
         a.cq.wait(&mut wc, Duration::from_millis(20)),
         Err(VerbsError::Timeout)

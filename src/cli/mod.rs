@@ -1,5 +1,6 @@
 //! The `softroce` command line: one module per subcommand, dispatched by [`run`].
 
+pub mod activity;
 pub mod decode;
 pub mod device;
 pub mod perf;

@@ -15,6 +15,7 @@ use softroce::oob::pingpong::{client_exchange, server_exchange, PingpongDest};
 use softroce::verbs::*;
 use std::result::Result;
 
+use super::activity::PeerActivity;
 use super::device::DeviceArgs;
 use super::CliError;
 
@@ -297,16 +298,7 @@ pub fn run(args: &PingpongArgs) -> Result<(), CliError> {
     }
     let start = Instant::now();
     let (mut rcnt, mut scnt) = (0u32, 0u32);
-    let mut wcs = [WorkCompletion {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_data: None,
-        qp_num: 0,
-        src_qp: 0,
-        solicited: false,
-    }; 2];
+    let mut wcs = [WorkCompletion::default(); 2];
     let mut idle_since = Instant::now();
     let is_client = server_addr.is_some();
     // Once every message has arrived, only our last SEND may be outstanding (see
@@ -427,8 +419,7 @@ enum FinalAck {
 /// follow), would go on until --timeout. Seen in the interop suite at 5% loss.
 struct FinalAckWait {
     since: Instant,
-    pkts: Option<u64>,
-    quiet_since: Instant,
+    peer: PeerActivity,
 }
 
 /// How long we wait for the ACK of our last SEND before concluding: many of ibv_rc_pingpong's
@@ -439,19 +430,13 @@ impl FinalAckWait {
     fn new(ctx: &Context) -> FinalAckWait {
         FinalAckWait {
             since: Instant::now(),
-            pkts: ctx.counter("rcvd_pkts"),
-            quiet_since: Instant::now(),
+            peer: PeerActivity::new(ctx),
         }
     }
 
     /// `None` while it is worth waiting.
     fn verdict(&mut self, ctx: &Context, is_client: bool) -> Option<FinalAck> {
-        let now = ctx.counter("rcvd_pkts");
-        if now != self.pkts {
-            self.pkts = now;
-            self.quiet_since = Instant::now();
-        }
-        if self.since.elapsed() < FINAL_ACK_GRACE || self.quiet_since.elapsed() < FINAL_ACK_GRACE {
+        if self.since.elapsed() < FINAL_ACK_GRACE || self.peer.silent_for(ctx) < FINAL_ACK_GRACE {
             return None;
         }
         Some(if is_client {
@@ -469,15 +454,9 @@ impl FinalAckWait {
 /// the interop suite at 5% loss. Like TCP's TIME_WAIT, lingering answers those duplicates.
 fn linger(ctx: &Context) {
     let start = Instant::now();
-    let mut last = ctx.counter("rcvd_pkts");
-    let mut quiet_since = Instant::now();
-    while start.elapsed() < LINGER_MAX && quiet_since.elapsed() < LINGER_QUIET {
+    let mut peer = PeerActivity::new(ctx);
+    while start.elapsed() < LINGER_MAX && peer.silent_for(ctx) < LINGER_QUIET {
         std::thread::sleep(Duration::from_millis(20));
-        let now = ctx.counter("rcvd_pkts");
-        if now != last {
-            last = now;
-            quiet_since = Instant::now();
-        }
     }
 }
 

@@ -553,6 +553,23 @@ pub struct WorkCompletion {
     pub solicited: bool,
 }
 
+/// An empty slot for [`CompletionQueue::poll`](super::CompletionQueue::poll) to fill: wr_id 0,
+/// a successful SEND of 0 bytes.
+impl Default for WorkCompletion {
+    fn default() -> WorkCompletion {
+        WorkCompletion {
+            wr_id: 0,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Send,
+            byte_len: 0,
+            imm_data: None,
+            qp_num: 0,
+            src_qp: 0,
+            solicited: false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,6 +30,7 @@ use std::result::Result;
 
 mod report;
 
+use super::activity::PeerActivity;
 use super::device::DeviceArgs;
 use super::pingpong::poll_or_wait;
 use super::CliError;
@@ -681,31 +682,6 @@ fn connect(c: &Conn, mtu: Mtu, args: &PerfArgs) -> Result<(), CliError> {
     c.qp.ready_to_send(&rc).map_err(CliError::Verbs)
 }
 
-/// Watches the received-packet counter: a wait is stalled when nothing has arrived for the
-/// timeout.
-struct Progress {
-    pkts: Option<u64>,
-    last: Instant,
-}
-
-impl Progress {
-    fn new(ctx: &Context) -> Progress {
-        Progress {
-            pkts: ctx.counter("rcvd_pkts"),
-            last: Instant::now(),
-        }
-    }
-
-    fn stalled(&mut self, ctx: &Context, timeout: Duration) -> bool {
-        let now = ctx.counter("rcvd_pkts");
-        if now != self.pkts {
-            self.pkts = now;
-            self.last = Instant::now();
-        }
-        self.last.elapsed() > timeout
-    }
-}
-
 impl Test<'_> {
     /// One key handshake, watching the network while waiting for the peer.
     fn hs(&self, x: &mut Exchange, mine: &KeyMsg) -> Result<KeyMsg, CliError> {
@@ -722,13 +698,13 @@ impl Test<'_> {
     /// neither a message nor a RoCE packet has arrived for the timeout.
     fn await_peer(&self, s: &TcpStream) -> Result<(), OobError> {
         s.set_read_timeout(Some(Duration::from_millis(200)))?;
-        let mut progress = Progress::new(self.ctx);
+        let mut peer = PeerActivity::new(self.ctx);
         loop {
             match s.peek(&mut [0u8; 1]) {
                 Ok(0) => return Err(OobError::PeerClosed),
                 Ok(_) => break,
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                    if progress.stalled(self.ctx, self.timeout) {
+                    if peer.silent_for(self.ctx) > self.timeout {
                         return Err(OobError::Timeout);
                     }
                 }
@@ -889,7 +865,7 @@ impl Test<'_> {
             posted: Vec::with_capacity(total),
             completed: Vec::with_capacity(total),
         };
-        let mut wcs = vec![blank_wc(); 64];
+        let mut wcs = vec![WorkCompletion::default(); 64];
         let mut posted = vec![0u64; n];
         for (c, count) in posted.iter_mut().enumerate() {
             while *count < self.p.iters && *count < self.tx_depth as u64 {
@@ -926,7 +902,7 @@ impl Test<'_> {
             posted: Vec::with_capacity(1),
             completed: Vec::with_capacity(total),
         };
-        let mut wcs = vec![blank_wc(); 64];
+        let mut wcs = vec![WorkCompletion::default(); 64];
         let mut got = vec![0u64; n];
         let mut last = Instant::now();
         while run.completed.len() < total {
@@ -971,7 +947,7 @@ impl Test<'_> {
     fn send_lat(&mut self) -> Result<Option<LatStats>, CliError> {
         let iters = self.p.iters;
         let mut posted = Vec::with_capacity(iters as usize);
-        let mut wcs = vec![blank_wc(); 8];
+        let mut wcs = vec![WorkCompletion::default(); 8];
         let mut last = Instant::now();
         let (mut sent, mut send_done, mut received) = (0u64, 0u64, 0u64);
         while sent < iters || received < iters || send_done < sent {
@@ -1022,7 +998,7 @@ impl Test<'_> {
         let conn_mr = &self.conns[0].mr;
         let poll_at = self.layout.half + size - 1;
         let mut posted = Vec::with_capacity(iters as usize);
-        let mut wcs = vec![blank_wc(); 8];
+        let mut wcs = vec![WorkCompletion::default(); 8];
         let mut last = Instant::now();
         let (mut scnt, mut rcnt, mut ccnt) = (0u64, 0u64, 0u64);
         let mut local = vec![0u8; size as usize];
@@ -1032,7 +1008,7 @@ impl Test<'_> {
                 rcnt += 1;
                 let want = rcnt as u8;
                 let mut spins = 0u32;
-                let mut progress = Progress::new(self.ctx);
+                let mut peer = PeerActivity::new(self.ctx);
                 loop {
                     let mut b = [0u8; 1];
                     conn_mr.read(poll_at, &mut b).map_err(CliError::Verbs)?;
@@ -1042,7 +1018,7 @@ impl Test<'_> {
                     spins += 1;
                     if spins % 64 == 0 {
                         std::thread::yield_now();
-                        if progress.stalled(self.ctx, self.timeout) {
+                        if peer.silent_for(self.ctx) > self.timeout {
                             return Err(CliError::Failed(format!(
                                 "write {rcnt} of the peer did not arrive in {:?}",
                                 self.timeout
@@ -1061,11 +1037,17 @@ impl Test<'_> {
             if scnt < iters {
                 posted.push(Instant::now());
                 scnt += 1;
+                // Only the counter byte changes between iterations, unless --check gives every
+                // message its own pattern.
+                local[size as usize - 1] = scnt as u8;
                 if self.p.check {
                     fill_pattern(&mut local[..size as usize - 1], scnt - 1);
+                    conn_mr.write(0, &local).map_err(CliError::Verbs)?;
+                } else {
+                    conn_mr
+                        .write(size - 1, &local[size as usize - 1..])
+                        .map_err(CliError::Verbs)?;
                 }
-                local[size as usize - 1] = scnt as u8;
-                conn_mr.write(0, &local).map_err(CliError::Verbs)?;
                 let conn = &self.conns[0];
                 conn.qp
                     .post_send(&[SendWr {
@@ -1108,7 +1090,7 @@ impl Test<'_> {
     /// ib_read_lat / ib_atomic_lat client: one operation at a time.
     fn rdma_lat(&mut self) -> Result<Option<LatStats>, CliError> {
         let mut posted = Vec::with_capacity(self.p.iters as usize);
-        let mut wcs = vec![blank_wc(); 1];
+        let mut wcs = vec![WorkCompletion::default(); 1];
         let mut last = Instant::now();
         for iter in 0..self.p.iters {
             posted.push(Instant::now());
@@ -1144,19 +1126,6 @@ impl Test<'_> {
             };
             self.note(r);
         }
-    }
-}
-
-fn blank_wc() -> WorkCompletion {
-    WorkCompletion {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_data: None,
-        qp_num: 0,
-        src_qp: 0,
-        solicited: false,
     }
 }
 
