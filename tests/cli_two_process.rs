@@ -286,6 +286,16 @@ fn bad_flags_and_unreachable_peers_fail_cleanly() {
         );
     }
     let o = Command::new(bin())
+        .args(["perf", "write", "-n", "1000000000000"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("messages per run") && !e.contains("panicked"),
+        "{e}"
+    );
+    let o = Command::new(bin())
         .args(["perf", "write", "--drop", "2"])
         .output()
         .unwrap();

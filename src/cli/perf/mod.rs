@@ -386,6 +386,13 @@ pub fn run(args: &PerfArgs) -> Result<(), CliError> {
                 .into(),
         ));
     }
+    // Every message is timed (perftest's tposted/tcompleted), 32 bytes of timestamps each.
+    if p.iters.saturating_mul(p.num_qps as u64) > MAX_MESSAGES {
+        return Err(CliError::Usage(format!(
+            "-n {} x -q {}: at most {MAX_MESSAGES} messages per run (each is timed)",
+            p.iters, p.num_qps
+        )));
+    }
     if args.op == PerfOp::Atomic && p.size != 8 {
         return Err(CliError::Usage("atomics are 8 bytes (-s 8)".into()));
     }
@@ -657,6 +664,12 @@ pub fn run(args: &PerfArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// The most messages one run times (4 GiB of timestamps).
+const MAX_MESSAGES: u64 = 1 << 27;
+
+/// Room reserved up front for per-message timestamps; more grows as the run goes.
+const PREALLOCATED_TIMESTAMPS: usize = 1 << 20;
+
 /// A random 48-bit seed for the PSNs.
 fn psn_seed() -> u64 {
     let nanos = std::time::SystemTime::now()
@@ -862,8 +875,8 @@ impl Test<'_> {
         let n = self.conns.len();
         let total = self.p.iters as usize * n;
         let mut run = BwRun {
-            posted: Vec::with_capacity(total),
-            completed: Vec::with_capacity(total),
+            posted: Vec::with_capacity(total.min(PREALLOCATED_TIMESTAMPS)),
+            completed: Vec::with_capacity(total.min(PREALLOCATED_TIMESTAMPS)),
         };
         let mut wcs = vec![WorkCompletion::default(); 64];
         let mut posted = vec![0u64; n];
@@ -900,7 +913,7 @@ impl Test<'_> {
         let total = self.p.iters as usize * n;
         let mut run = BwRun {
             posted: Vec::with_capacity(1),
-            completed: Vec::with_capacity(total),
+            completed: Vec::with_capacity(total.min(PREALLOCATED_TIMESTAMPS)),
         };
         let mut wcs = vec![WorkCompletion::default(); 64];
         let mut got = vec![0u64; n];
@@ -946,7 +959,7 @@ impl Test<'_> {
     /// ib_send_lat: the client sends first; each end answers each message it receives.
     fn send_lat(&mut self) -> Result<Option<LatStats>, CliError> {
         let iters = self.p.iters;
-        let mut posted = Vec::with_capacity(iters as usize);
+        let mut posted = Vec::with_capacity((iters as usize).min(PREALLOCATED_TIMESTAMPS));
         let mut wcs = vec![WorkCompletion::default(); 8];
         let mut last = Instant::now();
         let (mut sent, mut send_done, mut received) = (0u64, 0u64, 0u64);
@@ -997,7 +1010,7 @@ impl Test<'_> {
         let size = self.p.size;
         let conn_mr = &self.conns[0].mr;
         let poll_at = self.layout.half + size - 1;
-        let mut posted = Vec::with_capacity(iters as usize);
+        let mut posted = Vec::with_capacity((iters as usize).min(PREALLOCATED_TIMESTAMPS));
         let mut wcs = vec![WorkCompletion::default(); 8];
         let mut last = Instant::now();
         let (mut scnt, mut rcnt, mut ccnt) = (0u64, 0u64, 0u64);
@@ -1089,7 +1102,7 @@ impl Test<'_> {
 
     /// ib_read_lat / ib_atomic_lat client: one operation at a time.
     fn rdma_lat(&mut self) -> Result<Option<LatStats>, CliError> {
-        let mut posted = Vec::with_capacity(self.p.iters as usize);
+        let mut posted = Vec::with_capacity((self.p.iters as usize).min(PREALLOCATED_TIMESTAMPS));
         let mut wcs = vec![WorkCompletion::default(); 1];
         let mut last = Instant::now();
         for iter in 0..self.p.iters {
