@@ -6,6 +6,7 @@
 //! - [`capture`]: reading and writing pcap/pcapng captures;
 //! - [`decode`]: turning captures into per-packet reports and per-connection analyses (the
 //!   engine behind `softroce decode`);
+//! - [`ib`]: the verbs' types, typed errors and modify-QP rules, shared by the layers above;
 //! - [`memory`]: storage that the network may write while the application reads it, without
 //!   undefined behaviour (the base of memory regions).
 #![deny(missing_docs)]
@@ -16,6 +17,7 @@ pub mod decode;
 pub mod driver;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod ib;
 pub mod memory;
 pub mod oob;
 pub mod transport;

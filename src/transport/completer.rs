@@ -21,7 +21,7 @@ use std::time::Duration;
 use super::counters::Counters;
 use super::qp::QpCore;
 use super::wqe::SendState;
-use crate::verbs::{QpState, WcStatus, WrOpcode};
+use crate::ib::{QpState, WcStatus, WrOpcode};
 use crate::wire::aeth::rnr_timer_ns;
 use crate::wire::{AckSyndrome, NakCode, OpKind, OpcodeInfo, PacketRepr, Position, Psn};
 

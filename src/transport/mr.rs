@@ -7,8 +7,8 @@
 
 use std::sync::Arc;
 
+use crate::ib::AccessFlags;
 use crate::memory::SharedBytes;
-use crate::verbs::AccessFlags;
 
 /// A registered memory region.
 #[derive(Debug)]

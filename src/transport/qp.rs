@@ -21,8 +21,8 @@ use super::mr::MrTable;
 use super::requester::ReqState;
 use super::responder::RespState;
 use super::wqe::{LocalData, RecvWqe, SendState, SendWqe};
-use crate::verbs::qp_attr::{apply_modify, check_modify, check_sqd_exit, DeviceLimits};
-use crate::verbs::{
+use crate::ib::qp_attr::{apply_modify, check_modify, check_sqd_exit, DeviceLimits};
+use crate::ib::{
     AccessFlags, QpAttr, QpAttrMask, QpCap, QpState, QpType, QueueKind, RecvWr, SendFlags, SendWr,
     SgeFault, VerbsError, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };

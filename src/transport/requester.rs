@@ -21,7 +21,7 @@ use super::counters::Counters;
 use super::qp::QpCore;
 use super::window::SendWindow;
 use super::wqe::SendState;
-use crate::verbs::{QpState, WrOpcode};
+use crate::ib::{QpState, WrOpcode};
 use crate::wire::packet::finish_payload;
 use crate::wire::psn::packets_for;
 use crate::wire::{

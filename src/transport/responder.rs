@@ -24,7 +24,7 @@ use super::counters::Counters;
 use super::mr::{Mr, MrFault, MrTable};
 use super::qp::{CqSide, QpCore};
 use super::wqe::RecvWqe;
-use crate::verbs::{AccessFlags, QpState, WcOpcode, WcStatus, WorkCompletion};
+use crate::ib::{AccessFlags, QpState, WcOpcode, WcStatus, WorkCompletion};
 use crate::wire::packet::finish_payload;
 use crate::wire::psn::packets_for;
 use crate::wire::{

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::mr::{Mr, MrTable};
-use crate::verbs::{AccessFlags, Sge, SgeFault, VerbsError, WcStatus, WrOpcode};
+use crate::ib::{AccessFlags, Sge, SgeFault, VerbsError, WcStatus, WrOpcode};
 use crate::wire::Psn;
 
 /// A scatter/gather element resolved at post time: its region and the offset into it.

@@ -27,16 +27,17 @@
 
 pub mod cq;
 pub(crate) mod device;
-pub mod error;
 pub mod mr;
 pub mod qp;
-pub mod qp_attr;
-pub mod types;
 
+// The verbs' types, errors and modify-QP rules live in `crate::ib`, below the transport core;
+// they keep their paths here.
+pub use crate::ib::{error, qp_attr, types};
+
+pub use crate::ib::error::{QueueKind, Result, SgeFault, VerbsError};
+pub use crate::ib::qp_attr::DeviceLimits;
+pub use crate::ib::types::*;
 pub use cq::CompletionQueue;
 pub use device::{Context, ProtectionDomain};
-pub use error::{QueueKind, Result, SgeFault, VerbsError};
 pub use mr::MemoryRegion;
 pub use qp::{PostError, QpInitAttr, QueuePair, RcConnect};
-pub use qp_attr::DeviceLimits;
-pub use types::*;

@@ -16,9 +16,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
+use crate::ib::qp_attr::DeviceLimits;
+use crate::ib::*;
 use crate::memory::SharedBytes;
-use crate::verbs::qp_attr::DeviceLimits;
-use crate::verbs::*;
 use crate::wire::{icrc, PacketRepr, Psn};
 
 const MR_LEN: usize = 1 << 20;

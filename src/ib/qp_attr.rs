@@ -10,8 +10,8 @@
 //!
 //! Where softroce is stricter than rxe, the check says so.
 
+use super::error::VerbsError;
 use super::types::{Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType};
-use super::VerbsError;
 
 /// Device limits that attribute checks depend on; the defaults are rxe's (rxe_param.h).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -543,7 +543,7 @@ pub fn check_cap(cap: &QpCap, l: &DeviceLimits) -> Result<(), VerbsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verbs::{AccessFlags, AhAttr, Gid};
+    use crate::ib::types::{AccessFlags, AhAttr, Gid};
     use QpState::{Init, Reset, Rtr, Rts, Sqd, Sqe};
 
     const ERR: QpState = QpState::Err;

@@ -553,7 +553,7 @@ pub struct WorkCompletion {
     pub solicited: bool,
 }
 
-/// An empty slot for [`CompletionQueue::poll`](super::CompletionQueue::poll) to fill: wr_id 0,
+/// An empty slot for [`CompletionQueue::poll`](crate::verbs::CompletionQueue::poll) to fill: wr_id 0,
 /// a successful SEND of 0 bytes.
 impl Default for WorkCompletion {
     fn default() -> WorkCompletion {
