@@ -1,0 +1,45 @@
+//! Runs a command and writes its peak resident set size to a file: the kernel's ru_maxrss
+//! for the child (wait4(2)), the same high-water mark as VmHWM in /proc/PID/status, read
+//! when the process has ended so that no sample can miss the peak.
+//!
+//!     maxrss OUT_FILE -- COMMAND [ARGS...]
+//!
+//! OUT_FILE gets one line, `max_rss_kib N`. The exit status is the command's (128 + signal
+//! if a signal ended it). stdin, stdout and stderr are the command's.
+
+use std::process::{exit, Command};
+
+use softroce_bench_baselines::die;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.len() < 3 || args[1] != "--" {
+        die("usage: maxrss OUT_FILE -- COMMAND [ARGS...]");
+    }
+    let child = Command::new(&args[2])
+        .args(&args[3..])
+        .spawn()
+        .unwrap_or_else(|e| die(&format!("{}: {e}", args[2])));
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: rusage is a plain C struct for which all-zero is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: `status` and `ru` are valid for writes; `pid` is our own child, not yet
+        // reaped (std's Child is never waited on here).
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+        if r == pid {
+            break;
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            die("wait4 failed");
+        }
+    }
+    if let Err(e) = std::fs::write(&args[0], format!("max_rss_kib {}\n", ru.ru_maxrss)) {
+        die(&format!("{}: {e}", args[0]));
+    }
+    if libc::WIFEXITED(status) {
+        exit(libc::WEXITSTATUS(status));
+    }
+    exit(128 + libc::WTERMSIG(status));
+}
