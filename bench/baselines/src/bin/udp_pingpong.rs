@@ -66,13 +66,11 @@ fn recv(
         // Blocking mode gets EAGAIN only when SO_RCVTIMEO expires; busy mode looks at the
         // clock every 4096 empty polls.
         spins += 1;
-        if !busy || spins % 4096 == 0 {
-            if Instant::now() > deadline {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "no datagram within 5 s",
-                ));
-            }
+        if (!busy || spins % 4096 == 0) && Instant::now() > deadline {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "no datagram within 5 s",
+            ));
         }
     }
 }
