@@ -3,12 +3,13 @@
 //!     udp_blast recv --bind 127.0.0.1:PORT --bytes N [--gro]
 //!     udp_blast send --bind 127.0.0.2:PORT --to 127.0.0.1:PORT --bytes N [--gso] [--size S]
 //!
-//! Packets carry S bytes of UDP payload (default 4124: a RoCEv2 packet of MTU 4096, i.e. 4096
-//! bytes of data + 12 BTH + 16 RETH + 4 ICRC, the largest datagram softroce sends).
+//! Packets carry S bytes of UDP payload (default 4128: a RoCEv2 WRITE_FIRST packet of MTU 4096,
+//! i.e. 4096 bytes of data + 12 BTH + 16 RETH + 4 ICRC, the largest datagram softroce sends;
+//! the middle and last packets of a WRITE carry no RETH and are 16 bytes shorter).
 //!
 //! plain: sendmmsg(2) of 64 datagrams per call; recvmmsg(2) of up to 64 per call.
 //! gso:   the UDP_SEGMENT socket option; each datagram handed to sendmmsg holds 15 segments
-//!        (15 x 4124 = 61860 bytes, under the 64 KiB IP limit), 8 datagrams per call.
+//!        (15 x 4128 = 61920 bytes, under the 64 KiB IP limit), 8 datagrams per call.
 //! gro:   the UDP_GRO socket option; recvmmsg of up to 64 coalesced datagrams per call, the
 //!        segment size read from each one's UDP_GRO control message.
 //!
@@ -150,7 +151,7 @@ fn send(args: &[String]) -> std::io::Result<()> {
     let bind: SocketAddrV4 = parsed(args, "--bind", None);
     let to: SocketAddrV4 = parsed(args, "--to", None);
     let total: u64 = parsed(args, "--bytes", None);
-    let size: usize = parsed(args, "--size", Some(4124));
+    let size: usize = parsed(args, "--size", Some(4128));
     let gso = flag(args, "--gso");
     if size == 0 || size > 65507 {
         die("--size must be 1..65507");

@@ -1,0 +1,339 @@
+#!/usr/bin/env bash
+# softroce's datapath benchmark: softroce's figures beside raw baselines on the same loopback,
+# in one run. Prints a markdown table and writes it to a file.
+#
+#   bash bench/run.sh [--quick] [--out FILE.md] [--update FILE.md] [--profile]
+#
+#   --quick        CI's smoke: tiny sizes, one run per figure, well under two minutes. Its
+#                  numbers mean nothing; it shows that every row can be produced.
+#   --out FILE     where the markdown goes (default target/bench.md).
+#   --update FILE  also replace the part of FILE between the lines <!-- bench:begin --> and
+#                  <!-- bench:end --> with the result (BENCHMARKS.md keeps its table there).
+#   --profile      then run bench/profile.sh (perf record, strace -c of the WRITE client) and,
+#                  with --update, put its output between <!-- profile:begin/end -->.
+#
+# What it measures (each figure the median of 3 runs; --quick: 1):
+#   - iperf3, one TCP stream over loopback (127.0.0.2 -> 127.0.0.1);
+#   - bench/baselines udp_blast: 4128-byte UDP datagrams (a RoCEv2 WRITE_FIRST packet of MTU 4096:
+#     4096 data + 12 BTH + 16 RETH + 4 ICRC, the largest UDP payload softroce sends), plain (sendmmsg/recvmmsg) and GSO/GRO;
+#   - bench/baselines udp_pingpong: 2-byte ping-pong between two processes, blocking recv
+#     and busy-polling recv(MSG_DONTWAIT), one-way p50 = half the round trip (perftest's rule);
+#   - softroce perf --json: 64 KiB WRITE/SEND/READ, 2-byte SEND latency (and with
+#     --busy-poll when the binary has it), 64-byte WRITE message rate on 1..64 QPs, 1024 QPs
+#     (aggregate 64 KiB WRITE, and peak RSS with 1 vs 1024 QPs for the memory per QP).
+#
+# Units: MB/s = 10^6 bytes/s everywhere (iperf3's bits/s / 8e6; softroce's bw_avg_mbps).
+# Benchmarks are not tests: nothing here asserts a timing. bench/check-rows.sh checks that
+# every row was produced. Every process runs under timeout(1); all talk only to 127.0.0.1 and
+# 127.0.0.2; an exit trap stops whatever this script started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CMDLINE="bash bench/run.sh${*:+ $*}"
+QUICK=0
+OUT=target/bench.md
+UPDATE=""
+PROFILE=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --quick) QUICK=1 ;;
+        --out) OUT=${2:?--out needs a file}; shift ;;
+        --update) UPDATE=${2:?--update needs a file}; shift ;;
+        --profile) PROFILE=1 ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) echo "bench/run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+# ---- what the run needs ------------------------------------------------------------------
+need_apt=()
+command -v iperf3 >/dev/null 2>&1 || need_apt+=(iperf3)
+command -v jq >/dev/null 2>&1 || need_apt+=(jq)
+command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    # iperf3's package asks whether to start a daemon; no.
+    echo "iperf3 iperf3/start_daemon boolean false" | $SUDO debconf-set-selections 2>/dev/null || true
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
+fi
+command -v cargo >/dev/null 2>&1 || { echo "bench/run.sh: cargo (Rust) is required" >&2; exit 1; }
+echo "== building softroce and the baselines (release)" >&2
+cargo build --release --locked -q
+cargo build --release --locked -q --manifest-path bench/baselines/Cargo.toml \
+    --target-dir target/bench-baselines
+BIN=target/release/softroce
+BL=target/bench-baselines/release
+
+# ---- sizes ---------------------------------------------------------------------------------
+if [ $QUICK = 1 ]; then
+    RUNS=1 T=30 IPERF_SECS=1 UDP_BYTES=50000000 BW_ITERS=300 LAT_ITERS=500 RATE_MSGS=5000
+    Q1024_ITERS=1
+else
+    RUNS=3 T=90 IPERF_SECS=2 UDP_BYTES=1000000000 BW_ITERS=5000 LAT_ITERS=10000 RATE_MSGS=100000
+    Q1024_ITERS=5
+fi
+RATE_QPS="1 2 4 8 16 32 64"
+MTU=4096
+ROCE_UDP_PAYLOAD=$((MTU + 12 + 16 + 4)) # data + BTH + RETH + ICRC: 4128, softroce's largest datagram
+BUSY=0
+"$BIN" perf --help 2>/dev/null | grep -q -- '--busy-poll' && BUSY=1
+
+# ---- process bookkeeping -------------------------------------------------------------------
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/softroce-bench.XXXXXX")
+# Runs happen in command substitutions (subshells), so the pids of what they start in the
+# background are kept in a file, not a variable.
+started() { echo "$1" >>"$TMP/pids"; }
+cleanup() {
+    local p
+    if [ -f "$TMP/pids" ]; then
+        while read -r p; do kill "$p" 2>/dev/null || true; done <"$TMP/pids"
+    fi
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+# Every run gets its own ports (TCP for the out-of-band exchange and iperf3, UDP for RoCE and
+# the baselines), so no run waits for another's TIME_WAIT or stray datagrams. measure() moves
+# PORT on by 10 before each run (a run is a subshell and may take a few ports of its own).
+PORT=${BENCH_PORT_BASE:-19700}
+next_port() { PORT=$((PORT + 1)); }
+FAILED=0
+fail() { echo "bench/run.sh: $*" >&2; FAILED=1; }
+
+# A server in the background (its pid kept for the trap), then the client, retried while the
+# server is still starting (its port refuses connections). The client's stdout goes to $1.
+# Usage: pair OUTFILE :: SERVER_CMD... :: CLIENT_CMD...
+pair() {
+    local out=$1; shift; shift
+    local srv=() cli=()
+    while [ "$1" != "::" ]; do srv+=("$1"); shift; done
+    shift
+    cli=("$@")
+    timeout "$T" "${srv[@]}" >"$TMP/server.out" 2>"$TMP/server.err" &
+    local spid=$!
+    started "$spid"
+    local ok=0 i
+    for i in $(seq 50); do
+        if timeout "$T" "${cli[@]}" >"$out" 2>"$TMP/client.err"; then ok=1; break; fi
+        kill -0 "$spid" 2>/dev/null || break
+        sleep 0.1
+    done
+    local src=0
+    wait "$spid" || src=$?
+    if [ $ok = 0 ] || [ $src != 0 ]; then
+        echo "-- client: ${cli[*]}" >&2; tail -3 "$TMP/client.err" >&2
+        echo "-- server (exit $src): ${srv[*]}" >&2; tail -3 "$TMP/server.err" >&2
+        return 1
+    fi
+}
+
+# One softroce perf pair; prints the client's JSON field $2 (a jq path). Extra perf flags
+# follow. With RSS_TAG set, both processes run under maxrss and their peaks (KiB) go to
+# $TMP/$RSS_TAG.{server,client}.
+softroce() {
+    local field=$1; shift
+    next_port
+    local wrap_s=() wrap_c=()
+    if [ -n "${RSS_TAG:-}" ]; then
+        wrap_s=("$BL/maxrss" "$TMP/$RSS_TAG.server" --)
+        wrap_c=("$BL/maxrss" "$TMP/$RSS_TAG.client" --)
+    fi
+    pair "$TMP/sr.json" :: "${wrap_s[@]}" "$BIN" perf "$@" -p "$PORT" --roce-port "$PORT" --json \
+        :: "${wrap_c[@]}" "$BIN" perf "$@" -p "$PORT" --roce-port "$PORT" --json 127.0.0.1 || return 1
+    jq -er "$field" "$TMP/sr.json"
+}
+
+iperf_tcp() {
+    next_port
+    # iperf3 -J exits 0 even when it could not connect; the JSON's error field tells, so the
+    # client is wrapped to fail (and be retried) then.
+    pair /dev/null :: iperf3 -s -1 -B 127.0.0.1 -p "$PORT" \
+        :: bash -c 'iperf3 -c 127.0.0.1 -B 127.0.0.2 -p "$1" -t "$2" -J >"$3" && jq -e ".error == null" "$3" >/dev/null' \
+        iperf_client "$PORT" "$IPERF_SECS" "$TMP/iperf.json" || return 1
+    jq -er '.end.sum_received.bits_per_second / 8e6' "$TMP/iperf.json"
+}
+
+udp_blast() { # plain|gso
+    next_port
+    local sflag=() rflag=()
+    [ "$1" = gso ] && sflag=(--gso) rflag=(--gro)
+    # The receiver is the server here: it must be listening before the first datagram.
+    timeout "$T" "$BL/udp_blast" recv --bind "127.0.0.1:$PORT" --bytes "$UDP_BYTES" "${rflag[@]}" \
+        >"$TMP/blast.json" 2>"$TMP/blast.err" &
+    local rpid=$!
+    started "$rpid"
+    sleep 0.3
+    timeout "$T" "$BL/udp_blast" send --bind "127.0.0.2:$PORT" --to "127.0.0.1:$PORT" \
+        --bytes "$UDP_BYTES" --size "$ROCE_UDP_PAYLOAD" "${sflag[@]}" >/dev/null 2>>"$TMP/blast.err" || true
+    if ! wait "$rpid"; then tail -3 "$TMP/blast.err" >&2; return 1; fi
+    jq -er '.mbps' "$TMP/blast.json"
+}
+
+udp_pingpong() { # extra flags (--busy)
+    next_port
+    pair "$TMP/pp.json" :: "$BL/udp_pingpong" server --bind "127.0.0.1:$PORT" "$@" \
+        :: "$BL/udp_pingpong" client --bind "127.0.0.2:$PORT" --to "127.0.0.1:$PORT" \
+        -n "$LAT_ITERS" --size 2 "$@" || return 1
+    jq -er '.lat_us.p50' "$TMP/pp.json"
+}
+
+median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) exit 1; print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+
+# measure KEY CMD...: runs CMD $RUNS times, keeps the values as SAMPLES[KEY] and the median
+# as VAL[KEY] (FAILED when any run failed).
+declare -A VAL SAMPLES
+measure() {
+    local key=$1; shift
+    local vals=() v i
+    echo "== $key" >&2
+    for i in $(seq "$RUNS"); do
+        PORT=$((PORT + 10))
+        if v=$("$@"); then vals+=("$v"); else fail "$key: run $i failed"; VAL[$key]=FAILED; return 0; fi
+    done
+    SAMPLES[$key]=$(printf '%.6g ' "${vals[@]}")
+    VAL[$key]=$(printf '%s\n' "${vals[@]}" | median)
+}
+
+# ---- the runs ------------------------------------------------------------------------------
+START=$(date +%s)
+measure tcp iperf_tcp
+measure udp_plain udp_blast plain
+measure udp_gso udp_blast gso
+measure write softroce .bw_avg_mbps write -s 65536 -n "$BW_ITERS"
+measure send softroce .bw_avg_mbps send -s 65536 -n "$BW_ITERS"
+measure read softroce .bw_avg_mbps read -s 65536 -n "$BW_ITERS"
+measure pp_block udp_pingpong
+measure lat softroce .lat_us.p50 send --lat -s 2 -n "$LAT_ITERS"
+measure pp_busy udp_pingpong --busy
+if [ $BUSY = 1 ]; then
+    measure lat_busy softroce .lat_us.p50 send --lat -s 2 -n "$LAT_ITERS" --busy-poll
+else
+    VAL[lat_busy]="n/a (flag missing)"
+fi
+for q in $RATE_QPS; do
+    n=$(( (RATE_MSGS + q - 1) / q ))
+    measure "rate_q$q" softroce .msg_rate_mpps write -s 64 -n "$n" -q "$q"
+done
+measure write_q1024 softroce .bw_avg_mbps write -s 65536 -n "$Q1024_ITERS" -q 1024
+# Memory: peak RSS (ru_maxrss, i.e. VmHWM) of each process of a small WRITE run with 1 QP and
+# with 1024 QPs; the difference over 1023 is what one more QP costs.
+rss_run() { # QPS
+    RSS_TAG="rss$1" softroce .iters write -s 2 -n 10 -q "$1" >/dev/null || return 1
+}
+rss_per_qp() { # client|server
+    rss_run 1 && rss_run 1024 || return 1
+    local a b
+    a=$(awk '{print $2}' "$TMP/rss1.$1")
+    b=$(awk '{print $2}' "$TMP/rss1024.$1")
+    echo "$a $b" >>"$TMP/rss.$1.raw"
+    awk -v a="$a" -v b="$b" 'BEGIN {printf "%.0f\n", (b - a) * 1024 / 1023}'
+}
+measure mem_client rss_per_qp client
+measure mem_server rss_per_qp server
+ELAPSED=$(( $(date +%s) - START ))
+
+# ---- the table -----------------------------------------------------------------------------
+is_num() { [[ $1 =~ ^-?[0-9.]+([eE][-+]?[0-9]+)?$ ]]; }
+fmt() { # VALUE PRINTF_FORMAT
+    if is_num "$1"; then printf "$2" "$1"; else printf '%s' "$1"; fi
+}
+ratio() { # A B
+    if is_num "$1" && is_num "$2" && awk -v b="$2" 'BEGIN {exit !(b != 0)}'; then
+        awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2fx", a / b}'
+    else
+        printf -- '-'
+    fi
+}
+met() { # RATIO_TEXT OP GOAL
+    local r=${1%x}
+    if is_num "$r"; then
+        awk -v r="$r" -v g="$3" -v op="$2" 'BEGIN {ok = (op == ">=") ? (r >= g) : (r <= g); printf ok ? "yes" : "no"}'
+    else
+        printf -- '-'
+    fi
+}
+ROWS=()
+# row ID FIGURE SOFTROCE_TEXT BASELINE_TEXT RATIO GOAL MET
+row() { ROWS+=("| $1 | $2 | $3 | $4 | $5 | $6 | $7 |"); }
+mbs() { fmt "$1" '%.0f MB/s'; }
+us() { fmt "$1" '%.2f us'; }
+mpps() { fmt "$1" '%.3f Mpps'; }
+
+r=$(ratio "${VAL[write]}" "${VAL[tcp]}")
+row write-64k-vs-tcp "64 KiB RC WRITE, MTU 4096, 1 QP vs iperf3 TCP, 1 stream" "$(mbs "${VAL[write]}")" "$(mbs "${VAL[tcp]}")" "$r" ">= 1.1x" "$(met "$r" '>=' 1.1)"
+r=$(ratio "${VAL[write]}" "${VAL[udp_gso]}")
+row write-64k-vs-udp-gso "64 KiB RC WRITE vs raw UDP GSO/GRO, 4128-byte datagrams" "$(mbs "${VAL[write]}")" "$(mbs "${VAL[udp_gso]}")" "$r" ">= 0.6x" "$(met "$r" '>=' 0.6)"
+r=$(ratio "${VAL[write]}" "${VAL[udp_plain]}")
+row write-64k-vs-udp-plain "64 KiB RC WRITE vs raw UDP without GSO/GRO (sendmmsg/recvmmsg)" "$(mbs "${VAL[write]}")" "$(mbs "${VAL[udp_plain]}")" "$r" "-" "-"
+r=$(ratio "${VAL[send]}" "${VAL[write]}")
+row send-64k "64 KiB SEND vs 64 KiB WRITE" "$(mbs "${VAL[send]}")" "$(mbs "${VAL[write]}")" "$r" ">= 0.8x" "$(met "$r" '>=' 0.8)"
+r=$(ratio "${VAL[read]}" "${VAL[write]}")
+row read-64k "64 KiB READ vs 64 KiB WRITE" "$(mbs "${VAL[read]}")" "$(mbs "${VAL[write]}")" "$r" ">= 0.8x" "$(met "$r" '>=' 0.8)"
+r=$(ratio "${VAL[lat]}" "${VAL[pp_block]}")
+row lat-2b "2-byte SEND one-way p50 vs blocking UDP ping-pong" "$(us "${VAL[lat]}")" "$(us "${VAL[pp_block]}")" "$r" "<= 1.3x" "$(met "$r" '<=' 1.3)"
+r=$(ratio "${VAL[lat_busy]}" "${VAL[pp_busy]}")
+row lat-2b-busy "2-byte SEND one-way p50, --busy-poll vs busy-polling UDP ping-pong" "$(us "${VAL[lat_busy]}")" "$(us "${VAL[pp_busy]}")" "$r" "<= 1.5x" "$(met "$r" '<=' 1.5)"
+r=$(ratio "${VAL[rate_q1]}" 1)
+row rate-64b-q1 "64-byte WRITE message rate, 1 QP vs the 1 Mpps goal" "$(mpps "${VAL[rate_q1]}")" "1 Mpps" "$r" ">= 1x" "$(met "$r" '>=' 1)"
+for q in $RATE_QPS; do
+    [ "$q" = 1 ] && continue
+    r=$(ratio "${VAL[rate_q$q]}" "${VAL[rate_q1]}")
+    row "rate-64b-q$q" "64-byte WRITE message rate, $q QPs vs 1 QP" "$(mpps "${VAL[rate_q$q]}")" "$(mpps "${VAL[rate_q1]}")" "$r" "-" "-"
+done
+r=$(ratio "${VAL[write_q1024]}" "${VAL[write]}")
+row write-64k-q1024 "64 KiB WRITE, 1024 QPs (aggregate) vs 1 QP" "$(mbs "${VAL[write_q1024]}")" "$(mbs "${VAL[write]}")" "$r" ">= 0.8x" "$(met "$r" '>=' 0.8)"
+row mem-per-qp-client "memory per QP, requester process (peak RSS, 1024 QPs vs 1)" "$(fmt "${VAL[mem_client]}" '%.0f B')" "-" "-" "-" "-"
+row mem-per-qp-server "memory per QP, responder process (peak RSS, 1024 QPs vs 1)" "$(fmt "${VAL[mem_server]}" '%.0f B')" "-" "-" "-" "-"
+
+rss_note() { # client|server
+    [ -f "$TMP/rss.$1.raw" ] || { echo "n/a"; return; }
+    awk '{printf "%s%s -> %s KiB", (NR > 1 ? ", " : ""), $1, $2}' "$TMP/rss.$1.raw"
+}
+{
+    echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') at commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with local changes)'), $(nproc) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), Linux $(uname -r), ${ELAPSED} s:"
+    echo
+    echo "    $CMDLINE"
+    echo
+    echo "| row | figure | softroce | baseline | ratio | goal | met |"
+    echo "|---|---|---|---|---|---|---|"
+    printf '%s\n' "${ROWS[@]}"
+    echo
+    echo "Each figure is the median of $RUNS run(s); the runs, in order:"
+    echo
+    for k in tcp udp_plain udp_gso write send read pp_block lat pp_busy lat_busy $(for q in $RATE_QPS; do echo "rate_q$q"; done) write_q1024 mem_client mem_server; do
+        echo "- $k: ${SAMPLES[$k]:-${VAL[$k]}}"
+    done
+    echo "- peak RSS with 1 -> 1024 QPs: requester $(rss_note client); responder $(rss_note server)"
+    echo
+    echo "Sizes: iperf3 -t $IPERF_SECS; UDP $UDP_BYTES bytes in ${ROCE_UDP_PAYLOAD}-byte datagrams; 64 KiB runs -n $BW_ITERS;" \
+        "latency -n $LAT_ITERS; message rate $RATE_MSGS messages over all QPs; 1024 QPs -n $Q1024_ITERS each;" \
+        "memory: write -s 2 -n 10."
+    [ $BUSY = 1 ] || echo "This softroce has no --busy-poll flag: its row says n/a."
+} >"$TMP/table.md"
+
+mkdir -p "$(dirname "$OUT")"
+cp "$TMP/table.md" "$OUT"
+cat "$OUT"
+echo >&2
+echo "bench/run.sh: wrote $OUT" >&2
+
+# Replaces the lines between <!-- NAME:begin --> and <!-- NAME:end --> of FILE with SOURCE.
+splice() { # FILE NAME SOURCE
+    grep -q "^<!-- $2:begin -->" "$1" && grep -q "^<!-- $2:end -->" "$1" || {
+        fail "$1 has no <!-- $2:begin --> / <!-- $2:end --> lines"; return 0; }
+    awk -v name="$2" -v src="$3" '
+        $0 == "<!-- " name ":begin -->" { print; while ((getline l < src) > 0) print l; skip = 1; next }
+        $0 == "<!-- " name ":end -->" { skip = 0 }
+        !skip { print }' "$1" >"$TMP/splice" && cp "$TMP/splice" "$1"
+    echo "bench/run.sh: updated the $2 section of $1" >&2
+}
+[ -n "$UPDATE" ] && splice "$UPDATE" bench "$OUT"
+if [ $PROFILE = 1 ]; then
+    bash bench/profile.sh --out "$TMP/profile.md" $( [ $QUICK = 1 ] && echo --quick)
+    [ -n "$UPDATE" ] && splice "$UPDATE" profile "$TMP/profile.md"
+fi
+exit $FAILED
