@@ -25,7 +25,7 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-if [ $QUICK = 1 ]; then ITERS=500 CG_ITERS=50; else ITERS=20000 CG_ITERS=500; fi
+if [ $QUICK = 1 ]; then ITERS=500 CG_ITERS=50 LAT_ITERS=200; else ITERS=20000 CG_ITERS=500 LAT_ITERS=5000; fi
 
 need_apt=()
 command -v perf >/dev/null 2>&1 || need_apt+=(linux-perf)
@@ -52,12 +52,16 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 PORT=${BENCH_PORT_BASE:-19900}
 
-# One WRITE run: server plain, client under the given tool (retried while the server starts).
+# One run: server plain, client under the given tool (retried while the server starts).
 # Usage: profiled ITERS TOOL_CMD...   (the client command line is appended to TOOL_CMD)
+# TEST holds the test's own flags (default: the 64 KiB WRITE bandwidth test).
+TEST_WRITE=(write -s 65536)
 profiled() {
     local iters=$1; shift
     PORT=$((PORT + 1))
-    local args=(perf write -s 65536 -n "$iters" -p "$PORT" --roce-port "$PORT" --json)
+    local test=("${TEST_WRITE[@]}")
+    [ -n "${TEST:-}" ] && read -r -a test <<<"$TEST"
+    local args=(perf "${test[@]}" -n "$iters" -p "$PORT" --roce-port "$PORT" --json)
     timeout 300 "$BIN" "${args[@]}" >"$TMP/server.out" 2>&1 &
     local spid=$!
     echo "$spid" >>"$TMP/pids"
@@ -93,6 +97,10 @@ echo "== strace -c -f" >&2
 profiled "$ITERS" strace -c -f -o "$TMP/strace.txt" --
 strace_mbps=$(jq -r '.bw_avg_mbps' "$TMP/client.out")
 
+echo "== strace -c -f, 2-byte SEND latency" >&2
+TEST="send --lat -s 2" profiled "$LAT_ITERS" strace -c -f -o "$TMP/strace-lat.txt" --
+strace_lat=$(jq -r '.lat_us.p50' "$TMP/client.out")
+
 echo "== callgrind" >&2
 profiled "$CG_ITERS" valgrind --tool=callgrind --callgrind-out-file="$TMP/cg.out" --
 callgrind_annotate --auto=no --threshold=100 "$TMP/cg.out" >"$TMP/cg.full" 2>/dev/null || true
@@ -112,6 +120,13 @@ awk '/file:function/ {on = 1; next}
     total="$cg_total" "$TMP/cg.full" | sort -rn >"$TMP/cg.sorted"
 head -n 20 "$TMP/cg.sorted" >"$TMP/cg.txt"
 
+strace_table() { # FILE DIVISOR
+    awk -v n="$2" '
+        /^% time/ {print $0 "   per op"; next}
+        /^-/ {print; next}
+        NF >= 5 && $4 ~ /^[0-9]+$/ {if ($4 / n >= 0.01 || $NF == "total") printf "%s   %8.2f\n", $0, $4 / n; next}
+        {print}' "$1"
+}
 {
     echo "Profiled $(date -u '+%Y-%m-%d %H:%M UTC') at commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with local changes)'):"
     echo "the client (requester) of \`softroce perf write -s 65536\` against a plain server,"
@@ -138,11 +153,13 @@ head -n 20 "$TMP/cg.sorted" >"$TMP/cg.txt"
     echo "**strace -c -f**, $ITERS messages of 64 KiB = $((ITERS * 16)) data packets ($(printf '%.0f' "$strace_mbps") MB/s under strace); calls per message in the last column (calls below 0.01 per message left out):"
     echo
     echo '```'
-    awk -v n="$ITERS" '
-        /^% time/ {print $0 "   per msg"; next}
-        /^-/ {print; next}
-        NF >= 5 && $4 ~ /^[0-9]+$/ {if ($4 / n >= 0.01 || $NF == "total") printf "%s   %8.2f\n", $0, $4 / n; next}
-        {print}' "$TMP/strace.txt"
+    strace_table "$TMP/strace.txt" "$ITERS"
+    echo '```'
+    echo
+    echo "**strace -c -f** of the client of \`perf send --lat -s 2\`, $LAT_ITERS round trips (p50 one-way $(printf '%.1f' "$strace_lat") us under strace); calls per round trip in the last column:"
+    echo
+    echo '```'
+    strace_table "$TMP/strace-lat.txt" "$LAT_ITERS"
     echo '```'
     echo
     echo "**callgrind**, $CG_ITERS messages: $cg_total instructions in user space in all, $(awk -v t="$cg_total" -v n="$CG_ITERS" 'BEGIN {printf "%.0f", t / n}') per message (setup included). Top functions by instructions:"
