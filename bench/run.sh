@@ -79,8 +79,11 @@ fi
 RATE_QPS="1 2 4 8 16 32 64"
 MTU=4096
 ROCE_UDP_PAYLOAD=$((MTU + 12 + 16 + 4)) # data + BTH + RETH + ICRC: 4128, softroce's largest datagram
+# Read the help whole first: `| grep -q` could stop reading early and, under pipefail, turn
+# softroce's broken pipe into "no flag".
+PERF_HELP=$("$BIN" perf --help 2>/dev/null || true)
 BUSY=0
-"$BIN" perf --help 2>/dev/null | grep -q -- '--busy-poll' && BUSY=1
+[[ $PERF_HELP == *--busy-poll* ]] && BUSY=1
 
 # ---- process bookkeeping -------------------------------------------------------------------
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/softroce-bench.XXXXXX")
