@@ -65,7 +65,8 @@ echo "== building softroce and the baselines (release)" >&2
 cargo build --release --locked -q
 cargo build --release --locked -q --manifest-path bench/baselines/Cargo.toml \
     --target-dir target/bench-baselines
-BIN=target/release/softroce
+# SOFTROCE_BIN: another softroce binary to measure (default: the release build above).
+BIN=${SOFTROCE_BIN:-target/release/softroce}
 BL=target/bench-baselines/release
 
 # ---- sizes ---------------------------------------------------------------------------------
