@@ -128,7 +128,7 @@ strace_table() { # FILE DIVISOR
         {print}' "$1"
 }
 {
-    echo "Profiled $(date -u '+%Y-%m-%d %H:%M UTC') at commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with local changes)'):"
+    echo "Profiled $(date -u '+%Y-%m-%d %H:%M UTC') at commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- src Cargo.toml Cargo.lock bench/baselines 2>/dev/null || echo ' (with local changes to the code)'):"
     echo "the client (requester) of \`softroce perf write -s 65536\` against a plain server,"
     echo "\`bash bench/profile.sh$( [ $QUICK = 1 ] && echo ' --quick')\`."
     echo

@@ -300,7 +300,7 @@ rss_note() { # client|server
     awk '{printf "%s%s -> %s KiB", (NR > 1 ? ", " : ""), $1, $2}' "$TMP/rss.$1.raw"
 }
 {
-    echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') at commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with local changes)'), $(nproc) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), Linux $(uname -r), ${ELAPSED} s:"
+    echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') at commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- src Cargo.toml Cargo.lock bench/baselines 2>/dev/null || echo ' (with local changes to the code)'), $(nproc) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), Linux $(uname -r), ${ELAPSED} s:"
     echo
     echo "    $CMDLINE"
     echo
