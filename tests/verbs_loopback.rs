@@ -543,6 +543,70 @@ fn sge_faults_and_limits_on_a_connected_qp() {
     );
 }
 
+/// Issue 11: a post whose WR k > 0 is refused used to return before ringing the engine, so
+/// WRs 0..k-1 sat queued until an unrelated event. Here nothing else happens: the engines are
+/// idle (asleep) when the post comes, and the first WR must still complete.
+#[test]
+fn a_partly_failed_post_sends_the_wrs_before_the_bad_one() {
+    let (a, b) = connected(Mtu::Mtu1024, 4096);
+    std::thread::sleep(Duration::from_millis(20));
+    let good = [a.mr.sge(0, 64)];
+    let too_many = [a.mr.sge(0, 8), a.mr.sge(8, 8), a.mr.sge(16, 8)];
+    let write = |wr_id, sg_list| SendWr {
+        wr_id,
+        sg_list,
+        opcode: WrOpcode::RdmaWrite {
+            remote_addr: b.mr.addr(),
+            rkey: b.mr.rkey(),
+        },
+        send_flags: SendFlags::SIGNALED,
+    };
+    a.mr.write(0, &pattern(3, 64)).unwrap();
+    let e =
+        a.qp.post_send(&[write(1, &good), write(2, &too_many)])
+            .unwrap_err();
+    assert_eq!(e.bad_wr, 1);
+    assert!(matches!(e.error, VerbsError::TooManySge { .. }), "{e}");
+    let mut wc = [WorkCompletion::default(); 2];
+    let n =
+        a.cq.wait(&mut wc, Duration::from_secs(5))
+            .expect("WR 0 completes");
+    assert_eq!((n, wc[0].wr_id, wc[0].status), (1, 1, WcStatus::Success));
+    assert_eq!(b.mr.to_vec(0, 64).unwrap(), pattern(3, 64));
+
+    // The same for receives: in ERROR a posted receive completes at once (flushed), and the
+    // engine delivers it even though the next WR of the post was refused.
+    a.qp.modify(
+        &QpAttr {
+            qp_state: QpState::Err,
+            ..Default::default()
+        },
+        QpAttrMask::STATE,
+    )
+    .unwrap();
+    while a.cq.wait(&mut wc, Duration::from_millis(200)).is_ok() {}
+    std::thread::sleep(Duration::from_millis(20));
+    let rsge = [a.mr.sge(0, 8)];
+    let rsge_bad = [a.mr.sge(0, 8), a.mr.sge(8, 8), a.mr.sge(16, 8)];
+    let e =
+        a.qp.post_recv(&[
+            RecvWr {
+                wr_id: 7,
+                sg_list: &rsge,
+            },
+            RecvWr {
+                wr_id: 8,
+                sg_list: &rsge_bad,
+            },
+        ])
+        .unwrap_err();
+    assert_eq!(e.bad_wr, 1);
+    let n =
+        a.cq.wait(&mut wc, Duration::from_secs(5))
+            .expect("receive 0 completes");
+    assert_eq!((n, wc[0].wr_id, wc[0].status), (1, 7, WcStatus::WrFlushErr));
+}
+
 #[test]
 fn send_queue_full_is_an_error_not_a_drop() {
     let (a, _b) = connected(Mtu::Mtu1024, 4096);

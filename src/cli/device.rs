@@ -54,6 +54,10 @@ pub struct DeviceArgs {
     /// to stderr when the program ends, successfully or not.
     #[arg(long)]
     pub counters: bool,
+    /// Busy-poll: the engine thread spins on the socket and completion waits spin, instead
+    /// of sleeping until woken. Lower latency, at the cost of two busy CPUs per process.
+    #[arg(long)]
+    pub busy_poll: bool,
 }
 
 /// Prints the counters when dropped, if asked to: the program's result, an error or a
@@ -184,6 +188,7 @@ impl DeviceArgs {
             pcap: self.pcap.clone(),
             impairment: self.impairment()?,
             remote_port: None,
+            busy_poll: self.busy_poll,
         };
         Context::open(&cfg).map_err(CliError::Verbs)
     }

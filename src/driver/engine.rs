@@ -1,43 +1,103 @@
 //! The engine thread of a device context: owns the link (socket stack), the clock and the
 //! timers, and runs the transport core of every QP.
 //!
-//! Loop: wait (mio) until a datagram arrives, the application rings the doorbell, or the next
-//! deadline passes; then receive every datagram that is ready (verify ICRC, parse, hand to the
-//! QP its destination QP names, if the sender is that QP's peer), fire due timers, and let
-//! every QP with work transmit and deliver its completions to its CQs.
+//! One pass of the loop: wait (mio) until a datagram arrives, send space frees up, the
+//! application rings the doorbell, or the earliest deadline passes (in busy-poll mode: no
+//! wait, the loop spins on the socket); then receive a batch of datagrams (verify ICRC, parse,
+//! hand each to the QP its destination QP names, if the sender is that QP's peer), take the
+//! doorbell list, pop due deadlines, and visit only the QPs so marked: each one's packets are
+//! taken out into the transmit batch and its completions delivered to its CQs, and the batch
+//! is sent after the QP lock is released.
 //!
-//! Why one engine thread and a mutex per QP: a post must validate synchronously to return
-//! typed errors, so the application thread touches the QP state; everything that involves the
-//! socket or time stays on one thread, so the per-packet path takes only the QP's own
-//! (uncontended in the common case) lock and no other. Busy-polling and transmitting from the
-//! application thread are planned optimisations that this split allows.
+//! Locks: a QP's mutex is shared with the application thread, which takes it to post and
+//! query. The engine holds it only to feed one received packet or to copy at most one batch
+//! of packets out of the QP, never across a system call, so a post waits at most for that.
+//! The engine keeps its own copy of the QP table, refreshed only when the device's table
+//! changed (a generation counter says so), so that the packet path takes no table lock.
+//!
+//! Back-pressure: a send that fails with EAGAIN or ENOBUFS keeps its packets; the engine stops
+//! taking packets out of QPs and waits until a transmit socket is writable again. Other send
+//! errors lose the packet as the wire would, and retransmission recovers it.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::io;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
 use mio::{Events, Interest, Poll, Token};
 
-use super::link::{Link, OutDatagram};
+use super::link::{Link, OutDatagram, RxBatch};
 use super::timer::Timer;
-use crate::transport::{Counters, CqSide, QpCore, MAX_PACKET};
+use crate::ib::WorkCompletion;
+use crate::transport::{Counters, CqSide, QpCore, Transmit, MAX_PACKET};
 use crate::verbs::device::{Device, QpEntry};
 use crate::wire::icrc::{verify_socket_datagram, SocketVerdict};
 use crate::wire::PacketRepr;
 
-/// Token of the socket in the poll set.
+/// Token of the link's sockets in the poll set (readable: datagrams; writable: send space).
 pub(crate) const SOCKET: Token = Token(0);
 /// Token of the waker (doorbell).
 pub(crate) const WAKER: Token = Token(1);
 /// Token of the deadline timer.
 const TIMER: Token = Token(2);
 
-/// Datagrams received per loop iteration before timers and transmission get a turn.
-const RX_BATCH: usize = 256;
-/// Packets one QP may send per service, so that one busy QP cannot starve the others.
-const TX_BATCH: usize = 256;
+/// Datagrams received per pass before timers and transmission get a turn.
+const RX_BATCH: usize = 64;
+/// Room for a received datagram: the largest RoCE packet a 4096 MTU allows.
+const RX_SLOT: usize = MAX_PACKET;
+/// Packets taken out of QPs before they are sent in one batch.
+const TX_SLOTS: usize = 64;
+/// Packets one QP may produce per visit, so that one busy QP cannot starve the others.
+const TX_BUDGET: usize = 256;
+/// After EAGAIN, the longest wait for a writability event before trying again anyway.
+const BACKPRESSURE_RETRY: Duration = Duration::from_micros(500);
+/// Idle passes of a busy-polling engine between two yields of the CPU.
+const BUSY_YIELD_EVERY: u32 = 64;
+
+/// The engine's view of one QP.
+struct EngineQp {
+    entry: QpEntry,
+    /// Source port prepared on the link for this QP.
+    port: Option<u16>,
+    /// The deadline this QP has on the heap, if any.
+    armed: Option<Duration>,
+    /// Whether the QP is on the work list.
+    queued: bool,
+}
+
+/// Packets taken out of QPs and not yet sent: one `MAX_PACKET` slot each.
+struct TxBatch {
+    buf: Vec<u8>,
+    meta: Vec<Transmit>,
+    /// Packets before this one are sent.
+    head: usize,
+    /// An empty vector kept for its allocation: the datagram list of each flush (see
+    /// `Engine::flush`).
+    spare: Vec<OutDatagram<'static>>,
+}
+
+impl TxBatch {
+    fn new() -> TxBatch {
+        TxBatch {
+            buf: vec![0u8; TX_SLOTS * MAX_PACKET],
+            meta: Vec::with_capacity(TX_SLOTS),
+            head: 0,
+            spare: Vec::with_capacity(TX_SLOTS),
+        }
+    }
+
+    fn pending(&self) -> bool {
+        self.head < self.meta.len()
+    }
+
+    /// The next free slot, if any.
+    fn free_slot(&mut self) -> Option<&mut [u8]> {
+        let i = self.meta.len();
+        (i < TX_SLOTS).then(|| &mut self.buf[i * MAX_PACKET..(i + 1) * MAX_PACKET])
+    }
+}
 
 pub(crate) struct Engine {
     dev: Arc<Device>,
@@ -47,12 +107,21 @@ pub(crate) struct Engine {
     timer: Timer,
     link: Box<dyn Link + Send>,
     origin: Instant,
-    rx: Vec<u8>,
-    tx: Vec<u8>,
-    /// Source ports already prepared on the link, per QP.
-    ports: HashMap<u32, u16>,
-    /// A QP hit the transmit batch limit: it has more to send, so the loop must not block.
-    more_tx: bool,
+    rx: RxBatch,
+    tx: TxBatch,
+    /// The engine's copy of the device's QP table, as of `generation`.
+    qps: HashMap<u32, EngineQp>,
+    generation: u64,
+    /// QPs to visit: rung, received packets, deadline due, or not finished last time.
+    work: VecDeque<u32>,
+    /// QP deadlines, earliest first. An entry is live while it equals its QP's `armed`.
+    deadlines: BinaryHeap<Reverse<(Duration, u32)>>,
+    /// The doorbell list, swapped with the device's on each pass to keep both allocations.
+    bell: Vec<u32>,
+    send_wc: Vec<WorkCompletion>,
+    recv_wc: Vec<WorkCompletion>,
+    /// The last send hit EAGAIN or ENOBUFS: wait for send space before taking more packets.
+    blocked: bool,
 }
 
 impl Engine {
@@ -70,10 +139,16 @@ impl Engine {
             timer,
             link,
             origin: Instant::now(),
-            rx: vec![0u8; 65536],
-            tx: vec![0u8; MAX_PACKET],
-            ports: HashMap::new(),
-            more_tx: false,
+            rx: RxBatch::new(RX_BATCH, RX_SLOT),
+            tx: TxBatch::new(),
+            qps: HashMap::new(),
+            generation: u64::MAX,
+            work: VecDeque::new(),
+            deadlines: BinaryHeap::new(),
+            bell: Vec::new(),
+            send_wc: Vec::new(),
+            recv_wc: Vec::new(),
+            blocked: false,
         })
     }
 
@@ -84,78 +159,140 @@ impl Engine {
     pub(crate) fn run(mut self) {
         let mut events = Events::with_capacity(64);
         let mut more_rx = false;
+        let mut idle = 0u32;
         while !self.dev.closed.load(Ordering::Acquire) {
-            let timeout = if more_rx || self.more_tx {
-                Some(Duration::ZERO)
-            } else {
-                let next = self.next_deadline();
-                let now = Instant::now();
-                if self
-                    .timer
-                    .fire_by(next.map(|d| self.origin + d), now)
-                    .is_err()
-                {
-                    // Without the timerfd, fall back on the poll timeout (millisecond
-                    // resolution, but deadlines still fire).
-                    next.map(|d| (self.origin + d).saturating_duration_since(now))
-                } else {
-                    None
+            let ready = more_rx || (!self.work.is_empty() && !self.blocked);
+            if self.dev.busy_poll {
+                // Spin: the receive below is the poll. Yield now and then, for on a machine
+                // with few cores the application or the peer may need this CPU.
+                idle = if ready { 0 } else { idle.wrapping_add(1) };
+                if idle % BUSY_YIELD_EVERY == BUSY_YIELD_EVERY - 1 {
+                    std::thread::yield_now();
                 }
-            };
-            if let Err(e) = self.poll.poll(&mut events, timeout) {
-                if e.kind() != io::ErrorKind::Interrupted {
-                    // The poll set is broken; nothing can make progress. Close the device so
-                    // that callers get DeviceClosed instead of hanging.
-                    self.dev.closed.store(true, Ordering::Release);
-                    break;
-                }
+            } else if !self.wait(&mut events, ready) {
+                break;
             }
-            if events.iter().any(|e| e.token() == TIMER) {
-                self.timer.clear();
+            if self.tx.pending() {
+                self.blocked = false;
+                self.flush();
             }
-            self.more_tx = false;
+            // After the wait: a QP created while we waited may already be rung or addressed.
+            self.sync_qps();
             more_rx = self.receive();
-            // The doorbell only wakes the loop: every QP is serviced below.
-            self.dev
+            self.take_doorbell();
+            self.fire_deadlines();
+            self.service_work();
+        }
+    }
+
+    /// Waits in poll until there is something to do; returns false if the poll set broke.
+    fn wait(&mut self, events: &mut Events, ready: bool) -> bool {
+        let mut timeout = Some(Duration::ZERO);
+        if !ready {
+            // From here on, a doorbell wakes us (see Device::ring); look at it once more.
+            self.dev.engine_sleeping.store(true, Ordering::SeqCst);
+            let rung = !self
+                .dev
                 .doorbell
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .clear();
-            self.service_all();
+                .is_empty();
+            if !rung {
+                timeout = self.sleep_timeout();
+            }
+        }
+        let r = self.poll.poll(events, timeout);
+        self.dev.engine_sleeping.store(false, Ordering::SeqCst);
+        if let Err(e) = r {
+            if e.kind() != io::ErrorKind::Interrupted {
+                // The poll set is broken; nothing can make progress. Close the device so
+                // that callers get DeviceClosed instead of hanging.
+                self.dev.closed.store(true, Ordering::Release);
+                return false;
+            }
+        }
+        if events.iter().any(|e| e.token() == TIMER) {
+            self.timer.clear();
+        }
+        true
+    }
+
+    /// How long poll may sleep: until the earliest deadline (the timerfd wakes us; without
+    /// it, the poll timeout does with millisecond resolution), or a short while when sends
+    /// are blocked.
+    fn sleep_timeout(&mut self) -> Option<Duration> {
+        let now = Instant::now();
+        let mut next = self.link.poll_timeout();
+        if let Some(Reverse((t, _))) = self.deadlines.peek() {
+            let at = self.origin + *t;
+            next = Some(next.map_or(at, |n| n.min(at)));
+        }
+        if self.blocked {
+            let at = now + BACKPRESSURE_RETRY;
+            next = Some(next.map_or(at, |n| n.min(at)));
+        }
+        if self.timer.fire_by(next, now).is_err() {
+            next.map(|at| at.saturating_duration_since(now))
+        } else {
+            None
         }
     }
 
-    /// The earliest deadline among the QPs and the link.
-    fn next_deadline(&self) -> Option<Duration> {
-        let qps = self.dev.qps.read().unwrap_or_else(|e| e.into_inner());
-        let mut next = self
-            .link
-            .poll_timeout()
-            .map(|i| i.saturating_duration_since(self.origin));
-        for e in qps.values() {
-            let t = e
-                .core
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .poll_timeout();
-            next = match (next, t) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+    /// Refreshes the engine's copy of the QP table if the device's changed.
+    fn sync_qps(&mut self) {
+        let g = self.dev.qps_generation.load(Ordering::Acquire);
+        if g == self.generation {
+            return;
         }
-        next
+        Self::sync_table(&self.dev, &mut self.generation, &mut self.qps);
     }
 
-    /// Receives what is ready. Returns true if the batch limit was hit (more may be waiting).
+    /// Puts `qpn` on the work list unless it is there already.
+    fn enqueue(qps: &mut HashMap<u32, EngineQp>, work: &mut VecDeque<u32>, qpn: u32) {
+        if let Some(q) = qps.get_mut(&qpn) {
+            if !q.queued {
+                q.queued = true;
+                work.push_back(qpn);
+            }
+        }
+    }
+
+    fn take_doorbell(&mut self) {
+        std::mem::swap(
+            &mut *self.dev.doorbell.lock().unwrap_or_else(|e| e.into_inner()),
+            &mut self.bell,
+        );
+        for &qpn in &self.bell {
+            Self::enqueue(&mut self.qps, &mut self.work, qpn);
+        }
+        self.bell.clear();
+    }
+
+    fn fire_deadlines(&mut self) {
+        let now = self.now();
+        while let Some(&Reverse((t, qpn))) = self.deadlines.peek() {
+            if t > now {
+                break;
+            }
+            self.deadlines.pop();
+            if let Some(q) = self.qps.get_mut(&qpn) {
+                if q.armed == Some(t) {
+                    q.armed = None;
+                    Self::enqueue(&mut self.qps, &mut self.work, qpn);
+                }
+            }
+        }
+    }
+
+    /// Receives a batch and feeds each packet to its QP. Returns true if the batch was full
+    /// (more may be waiting).
     fn receive(&mut self) -> bool {
-        for _ in 0..RX_BATCH {
-            let d = match self.link.recv(Instant::now(), &mut self.rx) {
-                Ok(Some(d)) => d,
-                Ok(None) => return false,
-                Err(_) => return false,
-            };
-            let now = self.now();
-            let payload = &self.rx[..d.len];
+        if self.link.recv_batch(Instant::now(), &mut self.rx).is_err() {
+            return false;
+        }
+        let now = self.now();
+        for i in 0..self.rx.len() {
+            let (d, payload) = self.rx.get(i);
             let counters = &self.dev.counters;
             if verify_socket_datagram(d.src, d.dst, payload) == SocketVerdict::Bad {
                 Counters::inc(&counters.icrc_err);
@@ -168,130 +305,189 @@ impl Engine {
                     continue;
                 }
             };
-            let entry = self
-                .dev
-                .qps
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&pkt.bth.dest_qp)
-                .cloned();
-            let Some(entry) = entry else {
+            let qpn = pkt.bth.dest_qp;
+            if !self.qps.contains_key(&qpn) {
+                // A QP created since the last pass: refresh (a cheap check otherwise).
+                let g = self.dev.qps_generation.load(Ordering::Acquire);
+                if g != self.generation {
+                    Self::sync_table(&self.dev, &mut self.generation, &mut self.qps);
+                }
+            }
+            let Some(q) = self.qps.get(&qpn) else {
                 Counters::inc(&counters.unknown_qp_pkts);
                 continue;
             };
-            let mut core = entry.core.lock().unwrap_or_else(|e| e.into_inner());
-            // Only the connected peer may talk to an RC QP.
-            if core.peer().map(|p| p.ip()) != Some(d.src.ip()) {
-                Counters::inc(&counters.unknown_qp_pkts);
-                continue;
-            }
             {
+                let mut core = lock(&q.entry.core);
+                // Only the connected peer may talk to an RC QP.
+                if core.peer().map(|p| p.ip()) != Some(d.src.ip()) {
+                    Counters::inc(&counters.unknown_qp_pkts);
+                    continue;
+                }
                 let mrs = self.dev.mrs.read().unwrap_or_else(|e| e.into_inner());
                 core.handle_packet(now, &pkt, &mrs);
             }
-            // Answer at once: ACKs and READ responses should not wait for the next loop.
-            let qpn = pkt.bth.dest_qp;
-            self.more_tx |= Self::service_qp(
-                &self.dev,
-                &mut *self.link,
-                &mut self.tx,
-                &mut self.ports,
-                now,
-                qpn,
-                &entry,
-                &mut core,
-            );
+            Self::enqueue(&mut self.qps, &mut self.work, qpn);
         }
-        true
+        self.rx.len() == self.rx.capacity()
     }
 
-    fn service_all(&mut self) {
-        let entries: Vec<(u32, QpEntry)> = self
-            .dev
-            .qps
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .map(|(k, v)| (*k, v.clone()))
-            .collect();
-        self.ports
-            .retain(|qpn, _| entries.iter().any(|(k, _)| k == qpn));
-        let now = self.now();
-        for (qpn, entry) in entries {
-            let mut core = entry.core.lock().unwrap_or_else(|e| e.into_inner());
-            if core.poll_timeout().is_some_and(|t| t <= now) {
-                core.handle_timeout(now);
+    /// Copies the device's QP table (keeping what the engine knows of QPs it had), on split
+    /// borrows so that it can run while the receive batch is borrowed.
+    fn sync_table(dev: &Device, generation: &mut u64, qps: &mut HashMap<u32, EngineQp>) {
+        *generation = dev.qps_generation.load(Ordering::Acquire);
+        let table = dev.qps.read().unwrap_or_else(|e| e.into_inner());
+        qps.retain(|qpn, q| {
+            table
+                .get(qpn)
+                .is_some_and(|e| Arc::ptr_eq(&e.core, &q.entry.core))
+        });
+        for (qpn, e) in table.iter() {
+            qps.entry(*qpn).or_insert_with(|| EngineQp {
+                entry: e.clone(),
+                port: None,
+                armed: None,
+                queued: false,
+            });
+        }
+    }
+
+    /// Visits the QPs on the work list once each (those that still have work go to the back
+    /// for the next pass), then sends what is left in the batch.
+    fn service_work(&mut self) {
+        for _ in 0..self.work.len() {
+            if self.blocked {
+                break;
             }
-            self.more_tx |= Self::service_qp(
-                &self.dev,
-                &mut *self.link,
-                &mut self.tx,
-                &mut self.ports,
-                now,
-                qpn,
-                &entry,
-                &mut core,
-            );
+            let Some(qpn) = self.work.pop_front() else {
+                break;
+            };
+            let Some(q) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            q.queued = false;
+            if self.service_qp(qpn) {
+                Self::enqueue(&mut self.qps, &mut self.work, qpn);
+            }
         }
+        self.flush();
     }
 
-    /// Sends what the QP has to send and delivers its completions. Returns true when the
-    /// batch limit stopped it with packets still to send.
-    #[allow(clippy::too_many_arguments)]
-    fn service_qp(
-        dev: &Device,
-        link: &mut (dyn Link + Send),
-        tx: &mut [u8],
-        ports: &mut HashMap<u32, u16>,
-        now: Duration,
-        qpn: u32,
-        entry: &QpEntry,
-        core: &mut QpCore,
-    ) -> bool {
-        let mut more = false;
-        if core.peer().is_some() {
-            let want = core.src_port();
-            if ports.get(&qpn) != Some(&want) {
-                match link.prepare_source_port(want) {
-                    Ok(got) => {
-                        core.set_src_port(got);
-                        ports.insert(qpn, got);
+    /// Fires the QP's timer if due, takes its packets out into the transmit batch (sending
+    /// the batch whenever it fills, with the QP unlocked), delivers its completions and arms
+    /// its next deadline. Returns true when the QP has more to send than its budget allowed
+    /// or than send space took.
+    fn service_qp(&mut self, qpn: u32) -> bool {
+        let mut budget = TX_BUDGET;
+        loop {
+            let now = self.now();
+            let Some(q) = self.qps.get_mut(&qpn) else {
+                return false;
+            };
+            let mut full = false;
+            let deadline = {
+                let mut core = lock(&q.entry.core);
+                if core.poll_timeout().is_some_and(|t| t <= now) {
+                    core.handle_timeout(now);
+                }
+                if core.peer().is_some() {
+                    let want = core.src_port();
+                    if q.port != Some(want) {
+                        match self.link.prepare_source_port(want) {
+                            Ok(got) => {
+                                core.set_src_port(got);
+                                q.port = Some(got);
+                            }
+                            Err(_) => Counters::inc(&self.dev.counters.send_err),
+                        }
                     }
-                    Err(_) => Counters::inc(&dev.counters.send_err),
+                    while budget > 0 {
+                        let Some(slot) = self.tx.free_slot() else {
+                            full = true;
+                            break;
+                        };
+                        let Some(t) = core.poll_transmit(now, slot) else {
+                            break;
+                        };
+                        self.tx.meta.push(t);
+                        budget -= 1;
+                    }
+                }
+                while let Some((side, wc)) = core.poll_completion() {
+                    match side {
+                        CqSide::Send => self.send_wc.push(wc),
+                        CqSide::Recv => self.recv_wc.push(wc),
+                    }
+                }
+                core.poll_timeout()
+            };
+            if !self.send_wc.is_empty() {
+                q.entry.send_cq.push_all(self.send_wc.drain(..));
+            }
+            if !self.recv_wc.is_empty() {
+                q.entry.recv_cq.push_all(self.recv_wc.drain(..));
+            }
+            if let Some(t) = deadline {
+                if q.armed.map_or(true, |a| t < a) {
+                    q.armed = Some(t);
+                    self.deadlines.push(Reverse((t, qpn)));
                 }
             }
-            let at = Instant::now();
-            more = true;
-            for _ in 0..TX_BATCH {
-                let Some(t) = core.poll_transmit(now, tx) else {
-                    more = false;
-                    break;
-                };
-                let d = OutDatagram {
-                    src_port: t.src_port,
-                    dst: t.dst,
-                    payload: &tx[..t.len],
-                };
-                if link.send(at, &d).is_err() {
-                    // Lost like a packet dropped on the wire; retransmission recovers it.
-                    Counters::inc(&dev.counters.send_err);
-                }
+            if budget == 0 {
+                return true;
+            }
+            if !full {
+                return false;
+            }
+            self.flush();
+            if self.blocked {
+                return true;
             }
         }
-        let mut send = Vec::new();
-        let mut recv = Vec::new();
-        while let Some((side, wc)) = core.poll_completion() {
-            match side {
-                CqSide::Send => send.push(wc),
-                CqSide::Recv => recv.push(wc),
-            }
-        }
-        if !send.is_empty() {
-            entry.send_cq.push_all(send);
-        }
-        if !recv.is_empty() {
-            entry.recv_cq.push_all(recv);
-        }
-        more
     }
+
+    /// Sends the batch's pending packets. Stops at EAGAIN or ENOBUFS, keeping the rest.
+    fn flush(&mut self) {
+        if !self.tx.pending() {
+            return;
+        }
+        // The datagram list borrows the batch buffer; it reuses the allocation of `spare`
+        // (an empty vector of any lifetime has the same layout), so a flush allocates nothing.
+        let mut ds: Vec<OutDatagram<'_>> = std::mem::take(&mut self.tx.spare)
+            .into_iter()
+            .map(|_| unreachable!("spare is empty"))
+            .collect();
+        ds.extend(self.tx.meta.iter().enumerate().map(|(i, t)| OutDatagram {
+            src_port: t.src_port,
+            dst: t.dst,
+            payload: &self.tx.buf[i * MAX_PACKET..i * MAX_PACKET + t.len],
+        }));
+        let at = Instant::now();
+        let mut head = self.tx.head;
+        while head < ds.len() {
+            let (n, err) = self.link.send_batch(at, &ds[head..]);
+            head += n;
+            let Some(e) = err else { continue };
+            if e.kind() == io::ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOBUFS) {
+                // Back-pressure, not loss: keep the packet for when there is room.
+                self.blocked = true;
+                break;
+            }
+            // Lost like a packet dropped on the wire; retransmission recovers it.
+            Counters::inc(&self.dev.counters.send_err);
+            head += 1;
+        }
+        ds.clear();
+        self.tx.spare = ds.into_iter().map(|_| unreachable!("cleared")).collect();
+        if head >= self.tx.meta.len() {
+            self.tx.meta.clear();
+            self.tx.head = 0;
+        } else {
+            self.tx.head = head;
+        }
+    }
+}
+
+fn lock(core: &std::sync::Mutex<QpCore>) -> MutexGuard<'_, QpCore> {
+    core.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -51,6 +51,101 @@ pub trait Link {
 
     /// Registers the receiving socket with a mio registry, for readability.
     fn register(&mut self, registry: &mio::Registry, token: mio::Token) -> io::Result<()>;
+
+    /// Sends `ds` in order and returns how many were sent before the first error, with that
+    /// error. The default sends one datagram at a time; the UDP link sends the batch in one
+    /// system call.
+    fn send_batch(&mut self, now: Instant, ds: &[OutDatagram]) -> (usize, Option<io::Error>) {
+        for (i, d) in ds.iter().enumerate() {
+            if let Err(e) = self.send(now, d) {
+                return (i, Some(e));
+            }
+        }
+        (ds.len(), None)
+    }
+
+    /// Receives up to `batch.capacity()` ready datagrams into `batch` (emptied first) without
+    /// blocking. The default receives one at a time; the UDP link takes the batch in one
+    /// system call. An error with datagrams already received is dropped: the datagrams are
+    /// returned, and a persistent error comes back on the next call.
+    fn recv_batch(&mut self, now: Instant, batch: &mut RxBatch) -> io::Result<()> {
+        batch.clear();
+        while batch.len() < batch.capacity() {
+            let slot = batch.next_slot();
+            match self.recv(now, slot) {
+                Ok(Some(d)) => batch.push(d),
+                Ok(None) => break,
+                Err(e) if batch.is_empty() => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Buffers for a batch of received datagrams: one fixed-size slot per datagram, so that a
+/// batch is received without allocating.
+#[derive(Debug)]
+pub struct RxBatch {
+    data: Vec<u8>,
+    slot: usize,
+    got: Vec<InDatagram>,
+}
+
+impl RxBatch {
+    /// Room for `slots` datagrams of up to `slot_len` bytes each.
+    pub fn new(slots: usize, slot_len: usize) -> RxBatch {
+        RxBatch {
+            data: vec![0u8; slots * slot_len],
+            slot: slot_len,
+            got: Vec::with_capacity(slots),
+        }
+    }
+
+    /// Most datagrams one batch holds.
+    pub fn capacity(&self) -> usize {
+        self.got.capacity()
+    }
+
+    /// Datagrams received.
+    pub fn len(&self) -> usize {
+        self.got.len()
+    }
+
+    /// Whether no datagram was received.
+    pub fn is_empty(&self) -> bool {
+        self.got.is_empty()
+    }
+
+    /// Forgets the datagrams received.
+    pub fn clear(&mut self) {
+        self.got.clear();
+    }
+
+    /// Datagram `i`: its addresses and its bytes.
+    pub fn get(&self, i: usize) -> (InDatagram, &[u8]) {
+        let d = self.got[i];
+        (d, &self.data[i * self.slot..i * self.slot + d.len])
+    }
+
+    /// The slot the next datagram goes into (slot index [`len`](Self::len)).
+    pub fn next_slot(&mut self) -> &mut [u8] {
+        let i = self.got.len();
+        &mut self.data[i * self.slot..(i + 1) * self.slot]
+    }
+
+    /// Every slot from index [`len`](Self::len) on, `slot_len` bytes each, for a link that
+    /// fills several at once.
+    pub fn free_slots(&mut self) -> (usize, &mut [u8]) {
+        let i = self.got.len();
+        (self.slot, &mut self.data[i * self.slot..])
+    }
+
+    /// Records that the next slot holds `d` (`d.len` at most the slot length).
+    pub fn push(&mut self, d: InDatagram) {
+        debug_assert!(d.len <= self.slot && self.got.len() < self.got.capacity());
+        self.got.push(d);
+    }
 }
 
 impl<L: Link + ?Sized> Link for Box<L> {
@@ -71,5 +166,11 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn register(&mut self, registry: &mio::Registry, token: mio::Token) -> io::Result<()> {
         (**self).register(registry, token)
+    }
+    fn send_batch(&mut self, now: Instant, ds: &[OutDatagram]) -> (usize, Option<io::Error>) {
+        (**self).send_batch(now, ds)
+    }
+    fn recv_batch(&mut self, now: Instant, batch: &mut RxBatch) -> io::Result<()> {
+        (**self).recv_batch(now, batch)
     }
 }

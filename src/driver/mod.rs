@@ -34,6 +34,9 @@ pub struct DeviceConfig {
     /// RoCEv2 has it). Two devices that share an IP address (e.g. on ::1, the only IPv6
     /// loopback address) need different ports and so must name each other's.
     pub remote_port: Option<u16>,
+    /// Busy-poll mode: the engine thread spins on the socket instead of sleeping in poll, and
+    /// waits on the context's CQs spin instead of sleeping. Lower latency for a CPU each.
+    pub busy_poll: bool,
 }
 
 impl DeviceConfig {
@@ -44,6 +47,7 @@ impl DeviceConfig {
             pcap: None,
             impairment: None,
             remote_port: None,
+            busy_poll: false,
         }
     }
 }
@@ -62,7 +66,7 @@ impl Context {
             .map_err(|e| VerbsError::Io(format!("cannot bind {}: {e}", cfg.addr)))?;
         let local = udp.local_addr();
         let remote_port = cfg.remote_port.unwrap_or(local.port());
-        let dev = Arc::new(Device::new(local, remote_port, waker));
+        let dev = Arc::new(Device::new(local, remote_port, waker, cfg.busy_poll));
         let mut link: Box<dyn Link + Send> = Box::new(udp);
         if let Some(imp) = cfg.impairment {
             link = Box::new(ImpairLink::new(link, imp, Arc::clone(&dev.counters)));

@@ -5,6 +5,11 @@
 //! RoCEv2 QP sends from its own port in 0xC000-0xFFFF (as rxe does, for ECMP entropy) and a
 //! user-space program can only choose its source port by binding it.
 //!
+//! System calls come in batches: `send_batch` is one sendmmsg(2) per run of datagrams from
+//! the same source port, `recv_batch` one recvmmsg(2). Every transmit socket is registered for
+//! writability under the link's token (the receiving socket only for readability), so that the
+//! engine waits for send space after EAGAIN instead of dropping packets.
+//!
 //! Socket options that the ICRC depends on (spec-notes/icrc.md, framing.md):
 //! - IPv4: IP_MTU_DISCOVER = IP_PMTUDISC_DO, so that Linux sets DF and, for an unconnected
 //!   socket, an IPv4 identification of 0, which is what the transport's ICRC covers;
@@ -17,14 +22,18 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::Instant;
 
-use socket2::{Domain, Protocol, Socket, Type};
+use mio::unix::SourceFd;
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use super::link::{InDatagram, Link, OutDatagram};
+use super::link::{InDatagram, Link, OutDatagram, RxBatch};
 
 /// Most distinct source ports (sockets) a link opens; beyond it QPs share ports.
 pub const MAX_SOURCE_PORTS: usize = 1024;
 /// linux/udp.h UDP_NO_CHECK6_RX (not exported by every libc crate version).
 const UDP_NO_CHECK6_RX: libc::c_int = 102;
+
+/// Most datagrams one sendmmsg or recvmmsg call carries.
+const MMSG_BATCH: usize = 64;
 
 /// A link over UDP sockets.
 #[derive(Debug)]
@@ -32,6 +41,10 @@ pub struct UdpLink {
     local: SocketAddr,
     rx: mio::net::UdpSocket,
     tx: HashMap<u16, UdpSocket>,
+    /// Where transmit sockets are registered for writability, once `register` was called.
+    registry: Option<(mio::Registry, mio::Token)>,
+    /// Destination addresses of a sendmmsg batch, kept to reuse their allocation.
+    names: Vec<SockAddr>,
 }
 
 fn set_int_opt(
@@ -91,6 +104,33 @@ fn roce_socket(addr: SocketAddr) -> io::Result<Socket> {
     Ok(s)
 }
 
+/// The address a receive call wrote into `ss` (`len` bytes), if it is IPv4 or IPv6.
+fn socket_addr(ss: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+    let len = len as usize;
+    match ss.ss_family as libc::c_int {
+        libc::AF_INET if len >= std::mem::size_of::<libc::sockaddr_in>() => {
+            // SAFETY: the family says the storage holds a sockaddr_in, which is smaller than
+            // sockaddr_storage and whose alignment it satisfies.
+            let a = unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            Some(SocketAddr::new(
+                std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)).into(),
+                u16::from_be(a.sin_port),
+            ))
+        }
+        libc::AF_INET6 if len >= std::mem::size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: as above, for sockaddr_in6.
+            let a = unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            Some(SocketAddr::V6(std::net::SocketAddrV6::new(
+                a.sin6_addr.s6_addr.into(),
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
 impl UdpLink {
     /// Binds the receiving socket to `local` (an address of this machine and the RoCEv2 port).
     pub fn bind(local: SocketAddr) -> io::Result<UdpLink> {
@@ -101,7 +141,74 @@ impl UdpLink {
             local,
             rx: mio::net::UdpSocket::from_std(std_sock),
             tx: HashMap::new(),
+            registry: None,
+            names: Vec::with_capacity(MMSG_BATCH),
         })
+    }
+
+    /// Sends `ds` (all from one source port) with sendmmsg; returns how many went before the
+    /// first error, and the error.
+    fn send_run(&mut self, ds: &[OutDatagram]) -> (usize, Option<io::Error>) {
+        let port = match self.prepare_source_port(ds[0].src_port) {
+            Ok(p) => p,
+            Err(e) => return (0, Some(e)),
+        };
+        let Some(sock) = self.tx.get(&port) else {
+            return (0, Some(io::Error::other("source port not bound")));
+        };
+        let fd = sock.as_raw_fd();
+        let mut sent = 0;
+        while sent < ds.len() {
+            let chunk = &ds[sent..ds.len().min(sent + MMSG_BATCH)];
+            self.names.clear();
+            self.names
+                .extend(chunk.iter().map(|d| SockAddr::from(d.dst)));
+            // SAFETY: iovec and mmsghdr are plain C structs for which all-zero bytes are a
+            // valid (empty) value.
+            let mut iovs: [libc::iovec; MMSG_BATCH] = unsafe { std::mem::zeroed() };
+            // SAFETY: as above.
+            let mut hdrs: [libc::mmsghdr; MMSG_BATCH] = unsafe { std::mem::zeroed() };
+            for (i, d) in chunk.iter().enumerate() {
+                iovs[i] = libc::iovec {
+                    iov_base: d.payload.as_ptr() as *mut libc::c_void,
+                    iov_len: d.payload.len(),
+                };
+                let h = &mut hdrs[i].msg_hdr;
+                h.msg_name = self.names[i].as_ptr() as *mut libc::c_void;
+                h.msg_namelen = self.names[i].len();
+                h.msg_iov = &mut iovs[i];
+                h.msg_iovlen = 1;
+            }
+            // SAFETY: `fd` is the open socket of `sock`; each header points at a live iovec
+            // (whose buffer is a payload borrowed for the call, which the kernel only reads)
+            // and a live socket address of the length given; `chunk.len()` headers are
+            // initialised.
+            let rc =
+                unsafe { libc::sendmmsg(fd, hdrs.as_mut_ptr(), chunk.len() as libc::c_uint, 0) };
+            if rc < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return (sent, Some(e));
+            }
+            // rc > 0 always when no error: sendmmsg returns the error of the first datagram
+            // when that one fails; a later failure shows up as a short count and is reported
+            // by the next call.
+            sent += rc as usize;
+        }
+        (sent, None)
+    }
+
+    fn watch_writable(&self, sock: &UdpSocket) -> io::Result<()> {
+        if let Some((registry, token)) = &self.registry {
+            registry.register(
+                &mut SourceFd(&sock.as_raw_fd()),
+                *token,
+                mio::Interest::WRITABLE,
+            )?;
+        }
+        Ok(())
     }
 
     /// Source ports bound so far.
@@ -134,7 +241,9 @@ impl Link for UdpLink {
             }
             match roce_socket(SocketAddr::new(self.local.ip(), port)) {
                 Ok(s) => {
-                    self.tx.insert(port, s.into());
+                    let s: UdpSocket = s.into();
+                    self.watch_writable(&s)?;
+                    self.tx.insert(port, s);
                     return Ok(port);
                 }
                 Err(e) => last_err = Some(e),
@@ -168,7 +277,89 @@ impl Link for UdpLink {
     }
 
     fn register(&mut self, registry: &mio::Registry, token: mio::Token) -> io::Result<()> {
-        registry.register(&mut self.rx, token, mio::Interest::READABLE)
+        registry.register(&mut self.rx, token, mio::Interest::READABLE)?;
+        self.registry = Some((registry.try_clone()?, token));
+        for s in self.tx.values() {
+            self.watch_writable(s)?;
+        }
+        Ok(())
+    }
+
+    fn send_batch(&mut self, _now: Instant, ds: &[OutDatagram]) -> (usize, Option<io::Error>) {
+        let mut done = 0;
+        while done < ds.len() {
+            let port = ds[done].src_port;
+            let run = ds[done..].iter().take_while(|d| d.src_port == port).count();
+            let (n, err) = self.send_run(&ds[done..done + run]);
+            done += n;
+            if err.is_some() {
+                return (done, err);
+            }
+        }
+        (done, None)
+    }
+
+    fn recv_batch(&mut self, _now: Instant, batch: &mut RxBatch) -> io::Result<()> {
+        batch.clear();
+        let want = batch.capacity().min(MMSG_BATCH);
+        let (slot, bufs) = batch.free_slots();
+        // SAFETY: all-zero bytes are valid values of these plain C structs.
+        let mut names: [libc::sockaddr_storage; MMSG_BATCH] = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut iovs: [libc::iovec; MMSG_BATCH] = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut hdrs: [libc::mmsghdr; MMSG_BATCH] = unsafe { std::mem::zeroed() };
+        for i in 0..want {
+            iovs[i] = libc::iovec {
+                iov_base: bufs[i * slot..].as_mut_ptr().cast(),
+                iov_len: slot,
+            };
+            let h = &mut hdrs[i].msg_hdr;
+            h.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
+            h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_iov = &mut iovs[i];
+            h.msg_iovlen = 1;
+        }
+        // SAFETY: the receiving socket is open; each of the `want` headers points at a live
+        // iovec over its own disjoint `slot`-byte slot of `bufs` (which holds at least `want`
+        // slots, as the batch's capacity says) and a live sockaddr_storage whose size is
+        // given; MSG_DONTWAIT keeps the call from blocking.
+        let rc = unsafe {
+            libc::recvmmsg(
+                self.rx.as_raw_fd(),
+                hdrs.as_mut_ptr(),
+                want as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(()),
+                // ICMP errors reported on the socket (port unreachable): not a datagram.
+                io::ErrorKind::ConnectionRefused => Ok(()),
+                _ => Err(e),
+            };
+        }
+        for i in 0..rc as usize {
+            let h = &hdrs[i];
+            let src = socket_addr(&names[i], h.msg_hdr.msg_namelen);
+            // A datagram longer than the slot is no RoCE packet: it is kept empty so that the
+            // engine counts it as bad instead of parsing a truncated copy. Every datagram is
+            // recorded, even one without a usable address, so that record i stays slot i.
+            let truncated = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+            batch.push(InDatagram {
+                len: if truncated || src.is_none() {
+                    0
+                } else {
+                    h.msg_len as usize
+                },
+                src: src.unwrap_or(self.local),
+                dst: self.local,
+            });
+        }
+        Ok(())
     }
 }
 

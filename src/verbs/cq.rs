@@ -1,5 +1,9 @@
 //! Completion queues (`ibv_cq`): the engine pushes work completions, the application polls
 //! them in batches or waits for them with a timeout.
+//!
+//! The lock is held only to move completions in or out (the engine pushes all of one QP
+//! service at once), and the engine signals the condition variable (a system call) only when
+//! an application thread waits on it. In busy-poll mode a wait spins instead of sleeping.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
@@ -10,6 +14,7 @@ use super::{VerbsError, WorkCompletion};
 #[derive(Debug)]
 pub(crate) struct CqInner {
     capacity: usize,
+    busy_poll: bool,
     state: Mutex<CqState>,
     ready: Condvar,
 }
@@ -18,12 +23,15 @@ pub(crate) struct CqInner {
 struct CqState {
     queue: VecDeque<WorkCompletion>,
     overflowed: bool,
+    /// Threads blocked in `wait`.
+    waiters: usize,
 }
 
 impl CqInner {
-    pub(crate) fn new(capacity: usize) -> CqInner {
+    pub(crate) fn new(capacity: usize, busy_poll: bool) -> CqInner {
         CqInner {
             capacity,
+            busy_poll,
             state: Mutex::new(CqState::default()),
             ready: Condvar::new(),
         }
@@ -41,7 +49,7 @@ impl CqInner {
             }
             st.queue.push_back(wc);
         }
-        if st.queue.len() != before {
+        if st.queue.len() != before && st.waiters > 0 {
             self.ready.notify_all();
         }
     }
@@ -90,20 +98,43 @@ impl CompletionQueue {
 
     /// Blocks until at least one completion is available or `timeout` passes, then polls like
     /// [`poll`](Self::poll). Returns `Err(Timeout)` when nothing arrived in time.
+    ///
+    /// On a device opened in busy-poll mode this spins (yielding the CPU now and then, for
+    /// the engine thread may need it) instead of sleeping.
     pub fn wait(&self, out: &mut [WorkCompletion], timeout: Duration) -> Result<usize, VerbsError> {
         let deadline = Instant::now() + timeout;
+        if self.inner.busy_poll {
+            let mut spins = 0u32;
+            loop {
+                let n = self.poll(out)?;
+                if n > 0 {
+                    return Ok(n);
+                }
+                spins = spins.wrapping_add(1);
+                if spins % 64 == 0 {
+                    if Instant::now() >= deadline {
+                        return Err(VerbsError::Timeout);
+                    }
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        }
         let mut st = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
         while st.queue.is_empty() && !st.overflowed {
             let now = Instant::now();
             if now >= deadline {
                 return Err(VerbsError::Timeout);
             }
+            st.waiters += 1;
             st = self
                 .inner
                 .ready
                 .wait_timeout(st, deadline - now)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
+            st.waiters -= 1;
         }
         drop(st);
         self.poll(out)

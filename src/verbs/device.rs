@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 
@@ -35,16 +35,29 @@ pub(crate) struct Device {
     pub(crate) counters: Arc<Counters>,
     pub(crate) mrs: RwLock<MrTable>,
     pub(crate) qps: RwLock<HashMap<u32, QpEntry>>,
-    /// QPs with new work for the engine.
+    /// Bumped whenever `qps` changes, so that the engine refreshes its own copy of the table
+    /// only then and looks QPs up without a lock on the packet path.
+    pub(crate) qps_generation: AtomicU64,
+    /// QPs with new work for the engine; the engine takes the whole list on each pass.
     pub(crate) doorbell: Mutex<Vec<u32>>,
+    /// The engine is about to wait or waiting in poll: a doorbell must wake it. While it
+    /// runs, it reads the doorbell before it next waits, so no wake (a system call) is needed.
+    pub(crate) engine_sleeping: AtomicBool,
     pub(crate) waker: mio::Waker,
     pub(crate) closed: AtomicBool,
+    /// Busy-poll mode: the engine spins on the socket and CQ waits spin instead of sleeping.
+    pub(crate) busy_poll: bool,
     next_qpn: AtomicU32,
     next_handle: AtomicU32,
 }
 
 impl Device {
-    pub(crate) fn new(local: SocketAddr, remote_port: u16, waker: mio::Waker) -> Device {
+    pub(crate) fn new(
+        local: SocketAddr,
+        remote_port: u16,
+        waker: mio::Waker,
+        busy_poll: bool,
+    ) -> Device {
         Device {
             local,
             remote_port,
@@ -52,9 +65,12 @@ impl Device {
             counters: Arc::new(Counters::default()),
             mrs: RwLock::new(MrTable::new()),
             qps: RwLock::new(HashMap::new()),
+            qps_generation: AtomicU64::new(0),
             doorbell: Mutex::new(Vec::new()),
+            engine_sleeping: AtomicBool::new(false),
             waker,
             closed: AtomicBool::new(false),
+            busy_poll,
             // rxe hands out QPNs from 17 (0x11) upwards; 0 and 1 are the special QPs.
             next_qpn: AtomicU32::new(0x11),
             next_handle: AtomicU32::new(1),
@@ -77,8 +93,10 @@ impl Device {
             d.push(qpn);
             e
         };
-        // The engine drains the whole list on each wake, so one wake per batch suffices.
-        if was_empty {
+        // The engine sets `engine_sleeping` before it last looks at the doorbell and then
+        // waits; SeqCst on both sides means that either it saw our entry or we see the flag.
+        // A non-empty list was rung by someone who made the same check.
+        if was_empty && self.engine_sleeping.load(Ordering::SeqCst) {
             let _ = self.waker.wake();
         }
     }
@@ -88,6 +106,9 @@ impl Device {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&qpn);
+        self.qps_generation.fetch_add(1, Ordering::AcqRel);
+        // The engine drops its copy of the entry on its next pass.
+        self.ring(qpn);
     }
 
     fn alloc_qpn(&self) -> Result<u32> {
@@ -154,7 +175,7 @@ impl Context {
             });
         }
         Ok(CompletionQueue {
-            inner: Arc::new(CqInner::new(capacity)),
+            inner: Arc::new(CqInner::new(capacity, self.dev.busy_poll)),
         })
     }
 
@@ -235,6 +256,7 @@ impl ProtectionDomain {
                     recv_cq: Arc::clone(&init.recv_cq.inner),
                 },
             );
+        self.dev.qps_generation.fetch_add(1, Ordering::AcqRel);
         Ok(QueuePair::new(Arc::clone(&self.dev), core, qpn))
     }
 }
