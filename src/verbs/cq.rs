@@ -111,14 +111,10 @@ impl CompletionQueue {
                     return Ok(n);
                 }
                 spins = spins.wrapping_add(1);
-                if spins % 64 == 0 {
-                    if Instant::now() >= deadline {
-                        return Err(VerbsError::Timeout);
-                    }
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
+                if spins % 64 == 0 && Instant::now() >= deadline {
+                    return Err(VerbsError::Timeout);
                 }
+                std::thread::yield_now();
             }
         }
         let mut st = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
