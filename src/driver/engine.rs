@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use mio::{Events, Interest, Poll, Token};
 
-use super::link::{Link, OutDatagram, RxBatch};
+use super::link::{gso_run, Link, OutDatagram, RxBatch};
 use super::timer::Timer;
 use crate::ib::WorkCompletion;
 use crate::transport::{Counters, CqSide, QpCore, Transmit, MAX_PACKET};
@@ -73,6 +73,9 @@ struct EngineQp {
 struct TxBatch {
     buf: Vec<u8>,
     meta: Vec<Transmit>,
+    /// The IPv4 identification each packet's ICRC was computed for (0 from the transport;
+    /// see `Engine::reseal`).
+    ids: Vec<u16>,
     /// Packets before this one are sent.
     head: usize,
     /// An empty vector kept for its allocation: the datagram list of each flush (see
@@ -85,6 +88,7 @@ impl TxBatch {
         TxBatch {
             buf: vec![0u8; TX_SLOTS * MAX_PACKET],
             meta: Vec::with_capacity(TX_SLOTS),
+            ids: Vec::with_capacity(TX_SLOTS),
             head: 0,
             spare: Vec::with_capacity(TX_SLOTS),
         }
@@ -412,6 +416,7 @@ impl Engine {
                             break;
                         };
                         self.tx.meta.push(t);
+                        self.tx.ids.push(0);
                         budget -= 1;
                     }
                 }
@@ -453,6 +458,7 @@ impl Engine {
         if !self.tx.pending() {
             return;
         }
+        self.reseal(self.tx.head);
         // The datagram list borrows the batch buffer; it reuses the allocation of `spare`
         // (an empty vector of any lifetime has the same layout), so a flush allocates nothing.
         let mut ds: Vec<OutDatagram<'_>> = std::mem::take(&mut self.tx.spare)
@@ -478,14 +484,58 @@ impl Engine {
             // Lost like a packet dropped on the wire; retransmission recovers it.
             Counters::inc(&self.dev.counters.send_err);
             head += 1;
+            if head < ds.len() {
+                // The runs after the lost packet start elsewhere: seal them for that. (The
+                // datagram list borrows the buffer, so it is rebuilt: errors are rare.)
+                break;
+            }
         }
         ds.clear();
         self.tx.spare = ds.into_iter().map(|_| unreachable!("cleared")).collect();
         if head >= self.tx.meta.len() {
             self.tx.meta.clear();
+            self.tx.ids.clear();
             self.tx.head = 0;
         } else {
             self.tx.head = head;
+            if !self.blocked {
+                // Stopped after a lost packet: send the rest, sealed for their new runs.
+                self.flush();
+            }
+        }
+    }
+
+    /// Seals the IPv4 packets from `from` on for the identifications the link's GSO sends
+    /// will give them: segment k of a run gets k (see `Link::gso_max_segments`). Packets
+    /// already sealed for their identification are left alone, so without GSO nothing is
+    /// computed twice.
+    fn reseal(&mut self, from: usize) {
+        let std::net::IpAddr::V4(src) = self.dev.local.ip() else {
+            return; // IPv6 has no identification.
+        };
+        let max = self.link.gso_max_segments();
+        let tx = &mut self.tx;
+        let n = tx.meta.len();
+        let mut i = from;
+        while i < n {
+            let meta = &tx.meta;
+            let run = gso_run(n - i, max, |k| {
+                let t = &meta[i + k];
+                (t.src_port, t.dst, t.len)
+            });
+            for k in i..i + run {
+                let id = (k - i) as u16;
+                let t = tx.meta[k];
+                if tx.ids[k] == id {
+                    continue;
+                }
+                if let std::net::SocketAddr::V4(dst) = t.dst {
+                    let slot = &mut tx.buf[k * MAX_PACKET..(k + 1) * MAX_PACKET];
+                    super::udp::seal_ipv4_segment(slot, t.len, src, t.src_port, dst, id);
+                }
+                tx.ids[k] = id;
+            }
+            i += run;
         }
     }
 }

@@ -64,6 +64,15 @@ pub trait Link {
         (ds.len(), None)
     }
 
+    /// Most datagrams the link sends as one with UDP GSO (UDP_SEGMENT); 1: no GSO. The
+    /// kernel gives the segments of one IPv4 GSO send the identifications 0, 1, 2, ..., which
+    /// the ICRC covers, so the sender must know how the link groups datagrams: by
+    /// [`gso_run`] with this limit. Wrappers that send one datagram at a time keep the
+    /// default.
+    fn gso_max_segments(&self) -> usize {
+        1
+    }
+
     /// Receives up to `batch.capacity()` ready datagrams into `batch` (emptied first) without
     /// blocking. The default receives one at a time; the UDP link takes the batch in one
     /// system call. An error with datagrams already received is dropped: the datagrams are
@@ -173,4 +182,39 @@ impl<L: Link + ?Sized> Link for Box<L> {
     fn recv_batch(&mut self, now: Instant, batch: &mut RxBatch) -> io::Result<()> {
         (**self).recv_batch(now, batch)
     }
+    fn gso_max_segments(&self) -> usize {
+        (**self).gso_max_segments()
+    }
+}
+
+/// Most UDP payload bytes one GSO send carries (an IPv4 datagram's 65535 bytes less the IP
+/// and UDP headers, with room for IPv6's larger header).
+pub const GSO_MAX_BYTES: usize = 65535 - 48 - 8;
+
+/// How many datagrams at the start of a batch one GSO send carries: those after the first
+/// with its source port, destination and length (the last may be shorter), at most
+/// `max_segments` and [`GSO_MAX_BYTES`] in all. `key(i)` gives datagram i's source port,
+/// destination and length; `n` is the batch length (at least 1).
+pub fn gso_run(
+    n: usize,
+    max_segments: usize,
+    key: impl Fn(usize) -> (u16, SocketAddr, usize),
+) -> usize {
+    let (port, dst, len) = key(0);
+    if max_segments <= 1 || len == 0 {
+        return 1;
+    }
+    let limit = max_segments.min(GSO_MAX_BYTES / len).min(n);
+    let mut run = 1;
+    while run < limit {
+        let (p, d, l) = key(run);
+        if p != port || d != dst || l > len || l == 0 {
+            break;
+        }
+        run += 1;
+        if l < len {
+            break;
+        }
+    }
+    run
 }

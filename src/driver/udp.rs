@@ -6,7 +6,11 @@
 //! user-space program can only choose its source port by binding it.
 //!
 //! System calls come in batches: `send_batch` is one sendmmsg(2) per run of datagrams from
-//! the same source port, `recv_batch` one recvmmsg(2). Every transmit socket is registered for
+//! the same source port, `recv_batch` one recvmmsg(2). Within a sendmmsg, the equal-sized
+//! datagrams of one message to one destination go as one UDP GSO message (UDP_SEGMENT):
+//! the kernel segments it, so the stack is walked once for up to 15 packets of a 4096 MTU.
+//! GSO is detected when the link is bound (the UDP_SEGMENT socket option) and turned off for
+//! good if a GSO send fails for want of support (EIO, EINVAL, EOPNOTSUPP). Every transmit socket is registered for
 //! writability under the link's token (the receiving socket only for readability), so that the
 //! engine waits for send space after EAGAIN instead of dropping packets.
 //!
@@ -25,7 +29,7 @@ use std::time::Instant;
 use mio::unix::SourceFd;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use super::link::{InDatagram, Link, OutDatagram, RxBatch};
+use super::link::{gso_run, InDatagram, Link, OutDatagram, RxBatch};
 
 /// Most distinct source ports (sockets) a link opens; beyond it QPs share ports.
 pub const MAX_SOURCE_PORTS: usize = 1024;
@@ -34,6 +38,13 @@ const UDP_NO_CHECK6_RX: libc::c_int = 102;
 
 /// Most datagrams one sendmmsg or recvmmsg call carries.
 const MMSG_BATCH: usize = 64;
+/// linux/udp.h UDP_SEGMENT (GSO segment size, a socket option and a control message).
+const UDP_SEGMENT: libc::c_int = 103;
+/// Most segments of one GSO send (UDP_MAX_SEGMENTS was 64 before Linux 6.9).
+const GSO_MAX_SEGMENTS: usize = 64;
+/// Room for one control message carrying a u16, as CMSG_SPACE(2) computes it, in u64s so
+/// that it is aligned for a cmsghdr.
+const CMSG_WORDS: usize = 4;
 
 /// A link over UDP sockets.
 #[derive(Debug)]
@@ -45,6 +56,8 @@ pub struct UdpLink {
     registry: Option<(mio::Registry, mio::Token)>,
     /// Destination addresses of a sendmmsg batch, kept to reuse their allocation.
     names: Vec<SockAddr>,
+    /// Most datagrams per GSO send; 1 when the kernel lacks UDP GSO.
+    gso_segments: usize,
 }
 
 fn set_int_opt(
@@ -131,11 +144,64 @@ fn socket_addr(ss: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<Sock
     }
 }
 
+/// Rewrites the ICRC of an IPv4 RoCE packet (`buf[..len]`, BTH .. ICRC) for the IPv4 header a
+/// DF socket gives segment `id` of a GSO send: identification `id`, which the ICRC covers.
+/// (The transport seals every packet for identification 0, what a plain send gets.)
+pub(crate) fn seal_ipv4_segment(
+    buf: &mut [u8],
+    len: usize,
+    src: std::net::Ipv4Addr,
+    src_port: u16,
+    dst: std::net::SocketAddrV4,
+    id: u16,
+) {
+    use crate::wire::{icrc, ICRC_LEN};
+    let udp_len = (8 + len) as u16;
+    let mut ip = icrc::ipv4_header_for_socket(src, *dst.ip(), udp_len, true);
+    ip[4..6].copy_from_slice(&id.to_be_bytes());
+    let mut udp = [0u8; 8];
+    udp[0..2].copy_from_slice(&src_port.to_be_bytes());
+    udp[2..4].copy_from_slice(&dst.port().to_be_bytes());
+    udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+    let crc = icrc::compute(&ip, &udp, &buf[..len - ICRC_LEN]).unwrap_or(0);
+    buf[len - ICRC_LEN..len].copy_from_slice(&icrc::to_wire(crc));
+}
+
+/// Whether the kernel offers UDP GSO on this socket's family (Linux 4.18 and later).
+fn gso_supported(sock: &UdpSocket) -> bool {
+    let s = socket2::SockRef::from(sock);
+    set_int_opt(&s, libc::SOL_UDP, UDP_SEGMENT, 0).is_ok()
+}
+
+/// Points `h` at `buf` holding one UDP_SEGMENT control message with segment size `seg`.
+fn set_segment_cmsg(h: &mut libc::msghdr, buf: &mut [u64; CMSG_WORDS], seg: u16) {
+    // SAFETY: CMSG_SPACE and CMSG_LEN only compute sizes.
+    let (space, len) = unsafe {
+        (
+            libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32),
+            libc::CMSG_LEN(std::mem::size_of::<u16>() as u32),
+        )
+    };
+    debug_assert!(space as usize <= std::mem::size_of_val(buf));
+    h.msg_control = buf.as_mut_ptr().cast();
+    h.msg_controllen = space as usize;
+    // SAFETY: `h` points at `buf`, which is aligned for a cmsghdr and at least CMSG_SPACE(2)
+    // bytes long, so CMSG_FIRSTHDR returns a header inside it and CMSG_DATA room for the u16.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(h);
+        (*c).cmsg_level = libc::SOL_UDP;
+        (*c).cmsg_type = UDP_SEGMENT;
+        (*c).cmsg_len = len as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
+    }
+}
+
 impl UdpLink {
     /// Binds the receiving socket to `local` (an address of this machine and the RoCEv2 port).
     pub fn bind(local: SocketAddr) -> io::Result<UdpLink> {
         let s = roce_socket(local)?;
         let std_sock: UdpSocket = s.into();
+        let gso = gso_supported(&std_sock);
         let local = std_sock.local_addr()?;
         Ok(UdpLink {
             local,
@@ -143,11 +209,12 @@ impl UdpLink {
             tx: HashMap::new(),
             registry: None,
             names: Vec::with_capacity(MMSG_BATCH),
+            gso_segments: if gso { GSO_MAX_SEGMENTS } else { 1 },
         })
     }
 
-    /// Sends `ds` (all from one source port) with sendmmsg; returns how many went before the
-    /// first error, and the error.
+    /// Sends `ds` (all from one source port) with sendmmsg, each GSO run (see [`gso_run`])
+    /// as one message; returns how many went before the first error, and the error.
     fn send_run(&mut self, ds: &[OutDatagram]) -> (usize, Option<io::Error>) {
         let port = match self.prepare_source_port(ds[0].src_port) {
             Ok(p) => p,
@@ -159,43 +226,77 @@ impl UdpLink {
         let fd = sock.as_raw_fd();
         let mut sent = 0;
         while sent < ds.len() {
-            let chunk = &ds[sent..ds.len().min(sent + MMSG_BATCH)];
+            let rest = &ds[sent..];
+            // Messages: (first datagram, datagrams), runs never split across calls.
+            let mut msgs = [(0usize, 0usize); MMSG_BATCH];
+            let (mut nm, mut nd) = (0, 0);
+            while nd < rest.len() && nm < MMSG_BATCH {
+                let run = gso_run(rest.len() - nd, self.gso_segments, |i| {
+                    let d = &rest[nd + i];
+                    (d.src_port, d.dst, d.payload.len())
+                });
+                if nd + run > MMSG_BATCH {
+                    break;
+                }
+                msgs[nm] = (nd, run);
+                nm += 1;
+                nd += run;
+            }
             self.names.clear();
             self.names
-                .extend(chunk.iter().map(|d| SockAddr::from(d.dst)));
-            // SAFETY: iovec and mmsghdr are plain C structs for which all-zero bytes are a
-            // valid (empty) value.
+                .extend(msgs[..nm].iter().map(|&(i, _)| SockAddr::from(rest[i].dst)));
+            // SAFETY: iovec, mmsghdr and the u64 words are plain C data for which all-zero
+            // bytes are a valid (empty) value.
             let mut iovs: [libc::iovec; MMSG_BATCH] = unsafe { std::mem::zeroed() };
             // SAFETY: as above.
             let mut hdrs: [libc::mmsghdr; MMSG_BATCH] = unsafe { std::mem::zeroed() };
-            for (i, d) in chunk.iter().enumerate() {
+            let mut cmsgs = [[0u64; CMSG_WORDS]; MMSG_BATCH];
+            for (i, d) in rest[..nd].iter().enumerate() {
                 iovs[i] = libc::iovec {
                     iov_base: d.payload.as_ptr() as *mut libc::c_void,
                     iov_len: d.payload.len(),
                 };
-                let h = &mut hdrs[i].msg_hdr;
-                h.msg_name = self.names[i].as_ptr() as *mut libc::c_void;
-                h.msg_namelen = self.names[i].len();
-                h.msg_iov = &mut iovs[i];
-                h.msg_iovlen = 1;
             }
-            // SAFETY: `fd` is the open socket of `sock`; each header points at a live iovec
-            // (whose buffer is a payload borrowed for the call, which the kernel only reads)
-            // and a live socket address of the length given; `chunk.len()` headers are
-            // initialised.
-            let rc =
-                unsafe { libc::sendmmsg(fd, hdrs.as_mut_ptr(), chunk.len() as libc::c_uint, 0) };
+            for (m, &(first, run)) in msgs[..nm].iter().enumerate() {
+                let h = &mut hdrs[m].msg_hdr;
+                h.msg_name = self.names[m].as_ptr() as *mut libc::c_void;
+                h.msg_namelen = self.names[m].len();
+                h.msg_iov = &mut iovs[first];
+                h.msg_iovlen = run;
+                if run > 1 {
+                    let seg = rest[first].payload.len() as u16;
+                    set_segment_cmsg(h, &mut cmsgs[m], seg);
+                }
+            }
+            // SAFETY: `fd` is the open socket of `sock`; each of the `nm` headers points at
+            // live iovecs (whose buffers are payloads borrowed for the call, which the kernel
+            // only reads), a live socket address of the length given and, for GSO, a live
+            // control buffer that `set_segment_cmsg` filled in.
+            let rc = unsafe { libc::sendmmsg(fd, hdrs.as_mut_ptr(), nm as libc::c_uint, 0) };
             if rc < 0 {
                 let e = io::Error::last_os_error();
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
+                let gso_refused = matches!(
+                    e.raw_os_error(),
+                    Some(libc::EIO | libc::EINVAL | libc::EOPNOTSUPP)
+                );
+                if msgs[0].1 > 1 && gso_refused {
+                    // This route cannot do GSO: send one by one from now on. The run was
+                    // sealed for GSO identifications; a peer that checks the ICRC over the
+                    // real IPv4 header drops its later packets, and retransmission recovers.
+                    self.gso_segments = 1;
+                    continue;
+                }
                 return (sent, Some(e));
             }
-            // rc > 0 always when no error: sendmmsg returns the error of the first datagram
-            // when that one fails; a later failure shows up as a short count and is reported
-            // by the next call.
-            sent += rc as usize;
+            // sendmmsg returns the error of the first message when that one fails; a later
+            // failure shows up as a short count and is reported by the next call.
+            sent += msgs[..rc as usize]
+                .iter()
+                .map(|&(_, run)| run)
+                .sum::<usize>();
         }
         (sent, None)
     }
@@ -297,6 +398,10 @@ impl Link for UdpLink {
             }
         }
         (done, None)
+    }
+
+    fn gso_max_segments(&self) -> usize {
+        self.gso_segments
     }
 
     fn recv_batch(&mut self, _now: Instant, batch: &mut RxBatch) -> io::Result<()> {

@@ -147,10 +147,7 @@ impl SharedBytes {
                 // The aligned middle in one loop (see `read`).
                 let whole = (src.len() - inp) / WORD;
                 let words = &self.words[w..w + whole];
-                for (chunk, word) in src[inp..inp + whole * WORD]
-                    .chunks_exact(WORD)
-                    .zip(words)
-                {
+                for (chunk, word) in src[inp..inp + whole * WORD].chunks_exact(WORD).zip(words) {
                     let mut b = [0u8; WORD];
                     b.copy_from_slice(chunk);
                     word.store(u64::from_ne_bytes(b), Ordering::Relaxed);
