@@ -58,6 +58,10 @@ pub struct DeviceArgs {
     /// of sleeping until woken. Lower latency, at the cost of two busy CPUs per process.
     #[arg(long)]
     pub busy_poll: bool,
+    /// Send each packet as its own datagram instead of runs of equal-sized packets as one
+    /// UDP GSO send.
+    #[arg(long)]
+    pub no_gso: bool,
 }
 
 /// Prints the counters when dropped, if asked to: the program's result, an error or a
@@ -189,6 +193,7 @@ impl DeviceArgs {
             impairment: self.impairment()?,
             remote_port: None,
             busy_poll: self.busy_poll,
+            gso: !self.no_gso,
         };
         Context::open(&cfg).map_err(CliError::Verbs)
     }

@@ -37,6 +37,10 @@ pub struct DeviceConfig {
     /// Busy-poll mode: the engine thread spins on the socket instead of sleeping in poll, and
     /// waits on the context's CQs spin instead of sleeping. Lower latency for a CPU each.
     pub busy_poll: bool,
+    /// Send runs of equal-sized packets with UDP GSO where the kernel offers it (the
+    /// default); `false` sends each packet as its own datagram (for comparison, or for a
+    /// path whose segmentation does not number IPv4 identifications from 0 as Linux does).
+    pub gso: bool,
 }
 
 impl DeviceConfig {
@@ -48,6 +52,7 @@ impl DeviceConfig {
             impairment: None,
             remote_port: None,
             busy_poll: false,
+            gso: true,
         }
     }
 }
@@ -62,8 +67,11 @@ impl Context {
     pub fn open(cfg: &DeviceConfig) -> Result<Context> {
         let poll = mio::Poll::new()?;
         let waker = mio::Waker::new(poll.registry(), engine::WAKER)?;
-        let udp = UdpLink::bind(cfg.addr)
+        let mut udp = UdpLink::bind(cfg.addr)
             .map_err(|e| VerbsError::Io(format!("cannot bind {}: {e}", cfg.addr)))?;
+        if !cfg.gso {
+            udp.disable_gso();
+        }
         let local = udp.local_addr();
         let remote_port = cfg.remote_port.unwrap_or(local.port());
         let dev = Arc::new(Device::new(local, remote_port, waker, cfg.busy_poll));

@@ -312,6 +312,11 @@ impl UdpLink {
         Ok(())
     }
 
+    /// Sends every packet as its own datagram, even where the kernel offers UDP GSO.
+    pub fn disable_gso(&mut self) {
+        self.gso_segments = 1;
+    }
+
     /// Source ports bound so far.
     pub fn source_ports(&self) -> usize {
         self.tx.len()
