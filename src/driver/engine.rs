@@ -44,9 +44,13 @@ pub(crate) const WAKER: Token = Token(1);
 const TIMER: Token = Token(2);
 
 /// Datagrams received per pass before timers and transmission get a turn.
-const RX_BATCH: usize = 64;
-/// Room for a received datagram: the largest RoCE packet a 4096 MTU allows.
-const RX_SLOT: usize = MAX_PACKET;
+const RX_BATCH: usize = 32;
+/// Room for a received datagram: the largest UDP payload, since with UDP GRO one datagram
+/// carries up to 64 KiB of coalesced packets.
+const RX_SLOT: usize = 65536;
+/// Packets per received batch: enough for every slot to hold a coalesced datagram of 4 KiB
+/// packets.
+const RX_PACKETS: usize = RX_BATCH * 16;
 /// Packets taken out of QPs before they are sent in one batch.
 const TX_SLOTS: usize = 64;
 /// Packets one QP may produce per visit, so that one busy QP cannot starve the others.
@@ -145,7 +149,7 @@ impl Engine {
             timer,
             link,
             origin: Instant::now(),
-            rx: RxBatch::new(RX_BATCH, RX_SLOT),
+            rx: RxBatch::new(RX_BATCH, RX_SLOT, RX_PACKETS),
             tx: TxBatch::new(),
             qps: HashMap::new(),
             generation: u64::MAX,
@@ -335,7 +339,7 @@ impl Engine {
             }
             Self::enqueue(&mut self.qps, &mut self.work, qpn);
         }
-        self.rx.len() == self.rx.capacity()
+        self.rx.is_full()
     }
 
     /// Copies the device's QP table (keeping what the engine knows of QPs it had), on split

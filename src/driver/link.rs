@@ -73,13 +73,13 @@ pub trait Link {
         1
     }
 
-    /// Receives up to `batch.capacity()` ready datagrams into `batch` (emptied first) without
-    /// blocking. The default receives one at a time; the UDP link takes the batch in one
+    /// Receives up to `batch.free_slot_count()` ready datagrams into `batch` (emptied first)
+    /// without blocking. The default receives one at a time; the UDP link takes the batch in one
     /// system call. An error with datagrams already received is dropped: the datagrams are
     /// returned, and a persistent error comes back on the next call.
     fn recv_batch(&mut self, now: Instant, batch: &mut RxBatch) -> io::Result<()> {
         batch.clear();
-        while batch.len() < batch.capacity() {
+        while batch.free_slot_count() > 0 {
             let slot = batch.next_slot();
             match self.recv(now, slot) {
                 Ok(Some(d)) => batch.push(d),
@@ -92,68 +92,103 @@ pub trait Link {
     }
 }
 
-/// Buffers for a batch of received datagrams: one fixed-size slot per datagram, so that a
-/// batch is received without allocating.
+/// Buffers for a batch of received datagrams: fixed-size slots, so that a batch is received
+/// without allocating. A slot holds one datagram, or several packets that the kernel
+/// coalesced (UDP GRO), which the link records one by one.
 #[derive(Debug)]
 pub struct RxBatch {
     data: Vec<u8>,
     slot: usize,
-    got: Vec<InDatagram>,
+    slots: usize,
+    /// Slots filled.
+    used: usize,
+    /// Each packet and the offset of its bytes in `data`.
+    got: Vec<(InDatagram, usize)>,
 }
 
 impl RxBatch {
-    /// Room for `slots` datagrams of up to `slot_len` bytes each.
-    pub fn new(slots: usize, slot_len: usize) -> RxBatch {
+    /// Room for `slots` datagrams of up to `slot_len` bytes each, and for `max_packets`
+    /// packets in all (more than `slots` when the link splits coalesced datagrams).
+    pub fn new(slots: usize, slot_len: usize, max_packets: usize) -> RxBatch {
         RxBatch {
             data: vec![0u8; slots * slot_len],
             slot: slot_len,
-            got: Vec::with_capacity(slots),
+            slots,
+            used: 0,
+            got: Vec::with_capacity(max_packets.max(slots)),
         }
     }
 
-    /// Most datagrams one batch holds.
-    pub fn capacity(&self) -> usize {
-        self.got.capacity()
+    /// Slots not yet filled.
+    pub fn free_slot_count(&self) -> usize {
+        self.slots - self.used
     }
 
-    /// Datagrams received.
+    /// Whether every slot was filled (more datagrams may be waiting).
+    pub fn is_full(&self) -> bool {
+        self.used == self.slots
+    }
+
+    /// Packets received.
     pub fn len(&self) -> usize {
         self.got.len()
     }
 
-    /// Whether no datagram was received.
+    /// Whether no packet was received.
     pub fn is_empty(&self) -> bool {
         self.got.is_empty()
     }
 
-    /// Forgets the datagrams received.
+    /// Forgets the packets received.
     pub fn clear(&mut self) {
         self.got.clear();
+        self.used = 0;
     }
 
-    /// Datagram `i`: its addresses and its bytes.
+    /// Packet `i`: its addresses and its bytes.
     pub fn get(&self, i: usize) -> (InDatagram, &[u8]) {
-        let d = self.got[i];
-        (d, &self.data[i * self.slot..i * self.slot + d.len])
+        let (d, at) = self.got[i];
+        (d, &self.data[at..at + d.len])
     }
 
-    /// The slot the next datagram goes into (slot index [`len`](Self::len)).
+    /// The next free slot (call only while [`free_slot_count`](Self::free_slot_count) > 0).
     pub fn next_slot(&mut self) -> &mut [u8] {
-        let i = self.got.len();
+        let i = self.used;
         &mut self.data[i * self.slot..(i + 1) * self.slot]
     }
 
-    /// Every slot from index [`len`](Self::len) on, `slot_len` bytes each, for a link that
-    /// fills several at once.
+    /// The free slots, `slot_len` bytes each, for a link that fills several at once.
     pub fn free_slots(&mut self) -> (usize, &mut [u8]) {
-        let i = self.got.len();
+        let i = self.used;
         (self.slot, &mut self.data[i * self.slot..])
     }
 
-    /// Records that the next slot holds `d` (`d.len` at most the slot length).
+    /// Records that the next free slot holds datagram `d` (`d.len` at most the slot length).
     pub fn push(&mut self, d: InDatagram) {
-        debug_assert!(d.len <= self.slot && self.got.len() < self.got.capacity());
-        self.got.push(d);
+        self.push_split(d, d.len);
+    }
+
+    /// Records that the next free slot holds `d.len` bytes of packets of `segment` bytes
+    /// each (the last may be shorter), from the same sender: a datagram that the kernel
+    /// coalesced. Packets beyond the batch's packet room are dropped, as a full socket buffer
+    /// would drop them.
+    pub fn push_split(&mut self, d: InDatagram, segment: usize) {
+        let base = self.used * self.slot;
+        let total = d.len.min(self.slot);
+        let segment = if segment == 0 { total.max(1) } else { segment };
+        let mut at = 0;
+        loop {
+            let len = segment.min(total - at);
+            if self.got.len() == self.got.capacity() {
+                break;
+            }
+            self.got.push((InDatagram { len, ..d }, base + at));
+            at += len;
+            if at >= total {
+                break;
+            }
+        }
+        self.used += 1;
     }
 }
 

@@ -72,6 +72,10 @@ impl Context {
         if !cfg.gso {
             udp.disable_gso();
         }
+        if cfg.impairment.is_none() && cfg.pcap.is_none() {
+            // GRO only on a bare link: the wrappers receive one datagram at a time.
+            udp.enable_gro();
+        }
         let local = udp.local_addr();
         let remote_port = cfg.remote_port.unwrap_or(local.port());
         let dev = Arc::new(Device::new(local, remote_port, waker, cfg.busy_poll));

@@ -9,6 +9,10 @@
 //! the same source port, `recv_batch` one recvmmsg(2). Within a sendmmsg, the equal-sized
 //! datagrams of one message to one destination go as one UDP GSO message (UDP_SEGMENT):
 //! the kernel segments it, so the stack is walked once for up to 15 packets of a 4096 MTU.
+//! On receive, with UDP GRO on (`enable_gro`), the kernel hands over such runs as one
+//! datagram with the segment size in a control message, and `recv_batch` splits it. GRO is
+//! for a link used through `recv_batch` only: `recv` returns datagrams as they come, so a
+//! wrapper that receives one datagram at a time must leave GRO off.
 //! GSO is detected when the link is bound (the UDP_SEGMENT socket option) and turned off for
 //! good if a GSO send fails for want of support (EIO, EINVAL, EOPNOTSUPP). Every transmit socket is registered for
 //! writability under the link's token (the receiving socket only for readability), so that the
@@ -38,6 +42,8 @@ const UDP_NO_CHECK6_RX: libc::c_int = 102;
 
 /// Most datagrams one sendmmsg or recvmmsg call carries.
 const MMSG_BATCH: usize = 64;
+/// linux/udp.h UDP_GRO (receive coalesced datagrams; a socket option and a control message).
+const UDP_GRO: libc::c_int = 104;
 /// linux/udp.h UDP_SEGMENT (GSO segment size, a socket option and a control message).
 const UDP_SEGMENT: libc::c_int = 103;
 /// Most segments of one GSO send (UDP_MAX_SEGMENTS was 64 before Linux 6.9).
@@ -165,6 +171,23 @@ pub(crate) fn seal_ipv4_segment(
     udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
     let crc = icrc::compute(&ip, &udp, &buf[..len - ICRC_LEN]).unwrap_or(0);
     buf[len - ICRC_LEN..len].copy_from_slice(&icrc::to_wire(crc));
+}
+
+/// The segment size of a datagram the kernel coalesced (the UDP_GRO control message), if any.
+fn gro_segment(h: &mut libc::msghdr) -> Option<usize> {
+    // SAFETY: `h` is a header the kernel filled in: msg_control/msg_controllen describe the
+    // control messages it wrote (or none), which the CMSG macros walk within those bounds.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(h);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == UDP_GRO {
+                let seg = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
+                return usize::try_from(seg).ok().filter(|&s| s > 0);
+            }
+            c = libc::CMSG_NXTHDR(h, c);
+        }
+    }
+    None
 }
 
 /// Whether the kernel offers UDP GSO on this socket's family (Linux 4.18 and later).
@@ -312,6 +335,13 @@ impl UdpLink {
         Ok(())
     }
 
+    /// Turns UDP GRO on for the receiving socket, if the kernel has it; returns whether it is
+    /// on. Only for a link that is received from with `recv_batch` (see the module comment).
+    pub fn enable_gro(&mut self) -> bool {
+        let s = socket2::SockRef::from(&self.rx);
+        set_int_opt(&s, libc::SOL_UDP, UDP_GRO, 1).is_ok()
+    }
+
     /// Sends every packet as its own datagram, even where the kernel offers UDP GSO.
     pub fn disable_gso(&mut self) {
         self.gso_segments = 1;
@@ -411,7 +441,7 @@ impl Link for UdpLink {
 
     fn recv_batch(&mut self, _now: Instant, batch: &mut RxBatch) -> io::Result<()> {
         batch.clear();
-        let want = batch.capacity().min(MMSG_BATCH);
+        let want = batch.free_slot_count().min(MMSG_BATCH);
         let (slot, bufs) = batch.free_slots();
         // SAFETY: all-zero bytes are valid values of these plain C structs.
         let mut names: [libc::sockaddr_storage; MMSG_BATCH] = unsafe { std::mem::zeroed() };
@@ -419,6 +449,7 @@ impl Link for UdpLink {
         let mut iovs: [libc::iovec; MMSG_BATCH] = unsafe { std::mem::zeroed() };
         // SAFETY: as above.
         let mut hdrs: [libc::mmsghdr; MMSG_BATCH] = unsafe { std::mem::zeroed() };
+        let mut cmsgs = [[0u64; CMSG_WORDS]; MMSG_BATCH];
         for i in 0..want {
             iovs[i] = libc::iovec {
                 iov_base: bufs[i * slot..].as_mut_ptr().cast(),
@@ -429,10 +460,12 @@ impl Link for UdpLink {
             h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
             h.msg_iov = &mut iovs[i];
             h.msg_iovlen = 1;
+            h.msg_control = cmsgs[i].as_mut_ptr().cast();
+            h.msg_controllen = std::mem::size_of_val(&cmsgs[i]);
         }
         // SAFETY: the receiving socket is open; each of the `want` headers points at a live
         // iovec over its own disjoint `slot`-byte slot of `bufs` (which holds at least `want`
-        // slots, as the batch's capacity says) and a live sockaddr_storage whose size is
+        // free slots), a live sockaddr_storage and a live control buffer whose sizes are
         // given; MSG_DONTWAIT keeps the call from blocking.
         let rc = unsafe {
             libc::recvmmsg(
@@ -452,14 +485,17 @@ impl Link for UdpLink {
                 _ => Err(e),
             };
         }
-        for i in 0..rc as usize {
-            let h = &hdrs[i];
-            let src = socket_addr(&names[i], h.msg_hdr.msg_namelen);
+        for h in &mut hdrs[..rc as usize] {
+            let src = socket_addr(
+                // SAFETY: msg_name points at names[i], a live sockaddr_storage.
+                unsafe { &*h.msg_hdr.msg_name.cast::<libc::sockaddr_storage>() },
+                h.msg_hdr.msg_namelen,
+            );
             // A datagram longer than the slot is no RoCE packet: it is kept empty so that the
             // engine counts it as bad instead of parsing a truncated copy. Every datagram is
             // recorded, even one without a usable address, so that record i stays slot i.
             let truncated = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
-            batch.push(InDatagram {
+            let d = InDatagram {
                 len: if truncated || src.is_none() {
                     0
                 } else {
@@ -467,7 +503,11 @@ impl Link for UdpLink {
                 },
                 src: src.unwrap_or(self.local),
                 dst: self.local,
-            });
+            };
+            match gro_segment(&mut h.msg_hdr) {
+                Some(seg) => batch.push_split(d, seg),
+                None => batch.push(d),
+            }
         }
         Ok(())
     }
