@@ -190,12 +190,16 @@ pub fn solve_ipv4_id(ip_header: &[u8], udp_header: &[u8], roce: &[u8], found: u3
     ip[4] = 0;
     ip[5] = 0;
     let base = compute(&ip, udp_header, roce).ok()?;
-    let target = base ^ found;
-    if target == 0 {
-        return Some(0);
-    }
+    solve_id_from_base(base, found, roce.len())
+}
+
+/// The row-echelon basis of the effect of the 16 Identification bits on the CRC of a packet
+/// whose RoCE part is `roce_len` bytes: (CRC effect, ID bits) rows, and how many there are.
+type IdBasis = ([(u32, u16); 16], usize);
+
+fn id_basis(roce_len: usize) -> IdBasis {
     // Bytes of CRC input after the Identification field.
-    let after = (20 - 6) + UDP_HEADER_LEN + roce.len();
+    let after = (20 - 6) + UDP_HEADER_LEN + roce_len;
     let shift = x_pow_8n(after);
     // basis[k] = effect of ID bit k; eliminate to row-echelon form, tracking which ID bits make
     // up each row.
@@ -217,6 +221,34 @@ pub fn solve_ipv4_id(ip_header: &[u8], udp_header: &[u8], roce: &[u8], found: u3
             rows[..n].sort_unstable_by_key(|r| r.0.leading_zeros());
         }
     }
+    (rows, n)
+}
+
+/// [`solve_ipv4_id`] given the CRC computed with Identification 0 (`base`). The basis depends
+/// only on the packet length, and a receiver sees few lengths (a flow's full-MTU packets and
+/// its ACKs), so the last few bases are kept per thread: solving is then 16 row reductions.
+fn solve_id_from_base(base: u32, found: u32, roce_len: usize) -> Option<u16> {
+    use std::cell::RefCell;
+    const CACHED: usize = 4;
+    thread_local! {
+        static BASES: RefCell<([Option<(usize, IdBasis)>; CACHED], usize)> =
+            const { RefCell::new(([None; CACHED], 0)) };
+    }
+    let target = base ^ found;
+    if target == 0 {
+        return Some(0);
+    }
+    let (rows, n) = BASES.with(|b| {
+        let mut b = b.borrow_mut();
+        if let Some((_, basis)) = b.0.iter().flatten().find(|(len, _)| *len == roce_len) {
+            return *basis;
+        }
+        let basis = id_basis(roce_len);
+        let next = b.1;
+        b.0[next] = Some((roce_len, basis));
+        b.1 = (next + 1) % CACHED;
+        basis
+    });
     let mut t = target;
     let mut id = 0u16;
     for &(r, rb) in &rows[..n] {
@@ -270,7 +302,9 @@ pub fn verify_socket_datagram(
             let ip = ipv4_header_for_socket(s, d, udp_len, true);
             match compute(&ip, &udp, covered) {
                 Ok(c) if c == found => SocketVerdict::Exact,
-                Ok(_) => match solve_ipv4_id(&ip, &udp, covered, found) {
+                // `c` is the CRC with identification 0: solve from it instead of computing
+                // the CRC of the packet a second time.
+                Ok(c) => match solve_id_from_base(c, found, covered.len()) {
                     Some(id) => SocketVerdict::RecoveredId(id),
                     None => SocketVerdict::Bad,
                 },
