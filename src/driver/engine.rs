@@ -514,9 +514,9 @@ impl Engine {
     /// already sealed for their identification are left alone, so without GSO nothing is
     /// computed twice.
     fn reseal(&mut self, from: usize) {
-        let std::net::IpAddr::V4(src) = self.dev.local.ip() else {
+        if !self.dev.local.is_ipv4() {
             return; // IPv6 has no identification.
-        };
+        }
         let max = self.link.gso_max_segments();
         let tx = &mut self.tx;
         let n = tx.meta.len();
@@ -530,12 +530,9 @@ impl Engine {
             for k in i..i + run {
                 let id = (k - i) as u16;
                 let t = tx.meta[k];
-                if tx.ids[k] == id {
-                    continue;
-                }
-                if let std::net::SocketAddr::V4(dst) = t.dst {
+                if tx.ids[k] != id && t.dst.is_ipv4() {
                     let slot = &mut tx.buf[k * MAX_PACKET..(k + 1) * MAX_PACKET];
-                    super::udp::seal_ipv4_segment(slot, t.len, src, t.src_port, dst, id);
+                    super::udp::reseal_ipv4_id(slot, t.len, tx.ids[k], id);
                 }
                 tx.ids[k] = id;
             }

@@ -150,27 +150,17 @@ fn socket_addr(ss: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<Sock
     }
 }
 
-/// Rewrites the ICRC of an IPv4 RoCE packet (`buf[..len]`, BTH .. ICRC) for the IPv4 header a
-/// DF socket gives segment `id` of a GSO send: identification `id`, which the ICRC covers.
-/// (The transport seals every packet for identification 0, what a plain send gets.)
-pub(crate) fn seal_ipv4_segment(
-    buf: &mut [u8],
-    len: usize,
-    src: std::net::Ipv4Addr,
-    src_port: u16,
-    dst: std::net::SocketAddrV4,
-    id: u16,
-) {
+/// Adjusts the ICRC of an IPv4 RoCE packet (`buf[..len]`, BTH .. ICRC) sealed for IPv4
+/// identification `from` to the header a DF socket gives segment `to` of a GSO send: the
+/// identification is covered by the ICRC. (The transport seals every packet for
+/// identification 0, what a plain send gets.)
+pub(crate) fn reseal_ipv4_id(buf: &mut [u8], len: usize, from: u16, to: u16) {
     use crate::wire::{icrc, ICRC_LEN};
-    let udp_len = (8 + len) as u16;
-    let mut ip = icrc::ipv4_header_for_socket(src, *dst.ip(), udp_len, true);
-    ip[4..6].copy_from_slice(&id.to_be_bytes());
-    let mut udp = [0u8; 8];
-    udp[0..2].copy_from_slice(&src_port.to_be_bytes());
-    udp[2..4].copy_from_slice(&dst.port().to_be_bytes());
-    udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
-    let crc = icrc::compute(&ip, &udp, &buf[..len - ICRC_LEN]).unwrap_or(0);
-    buf[len - ICRC_LEN..len].copy_from_slice(&icrc::to_wire(crc));
+    let at = len - ICRC_LEN;
+    let mut crc = [0u8; 4];
+    crc.copy_from_slice(&buf[at..len]);
+    let crc = u32::from_le_bytes(crc) ^ icrc::ipv4_id_delta(from ^ to, at);
+    buf[at..len].copy_from_slice(&icrc::to_wire(crc));
 }
 
 /// The segment size of a datagram the kernel coalesced (the UDP_GRO control message), if any.

@@ -193,6 +193,21 @@ pub fn solve_ipv4_id(ip_header: &[u8], udp_header: &[u8], roce: &[u8], found: u3
     solve_id_from_base(base, found, roce.len())
 }
 
+/// How the ICRC of an IPv4 RoCE packet whose RoCE part before the ICRC is `roce_len` bytes
+/// changes when its IPv4 Identification changes by `id_xor` (old XOR new): the ICRC is
+/// affine in its input, so `compute` with the new identification equals `compute` with the
+/// old one XOR this. A sender that learns the identification a packet will carry only after
+/// sealing it (UDP GSO numbers its segments) adjusts the ICRC with 32 shifts instead of
+/// computing it again.
+pub fn ipv4_id_delta(id_xor: u16, roce_len: usize) -> u32 {
+    if id_xor == 0 {
+        return 0;
+    }
+    // Bytes of CRC input after the Identification field.
+    let after = (20 - 6) + UDP_HEADER_LEN + roce_len;
+    mul_mod_p(x_pow_8n(after), raw_crc16(id_xor))
+}
+
 /// The row-echelon basis of the effect of the 16 Identification bits on the CRC of a packet
 /// whose RoCE part is `roce_len` bytes: (CRC effect, ID bits) rows, and how many there are.
 type IdBasis = ([(u32, u16); 16], usize);
@@ -358,6 +373,34 @@ mod tests {
         );
         let icrc = compute(&p[..20], &p[20..28], &p[28..p.len() - 4]).unwrap();
         assert_eq!(to_wire(icrc), [0x78, 0xf3, 0x53, 0xf3]);
+    }
+
+    #[test]
+    fn the_identification_delta_matches_a_full_computation() {
+        let roce: Vec<u8> = (0..300u32).map(|i| (i * 7 + 3) as u8).collect();
+        let udp = [0xC0, 0x01, 0x12, 0xB7, 0x01, 0x38, 0, 0];
+        let mut ip = ipv4_header_for_socket(
+            [127, 0, 0, 1].into(),
+            [127, 0, 0, 2].into(),
+            8 + roce.len() as u16 + 4,
+            true,
+        );
+        let base = compute(&ip, &udp, &roce).unwrap();
+        for id in [1u16, 2, 14, 63, 0x8001, 0xFFFF] {
+            ip[4..6].copy_from_slice(&id.to_be_bytes());
+            let full = compute(&ip, &udp, &roce).unwrap();
+            assert_eq!(base ^ ipv4_id_delta(id, roce.len()), full, "id {id}");
+            // From one non-zero identification to another.
+            assert_eq!(
+                full ^ ipv4_id_delta(id ^ 5, roce.len()),
+                {
+                    let mut ip5 = ip;
+                    ip5[4..6].copy_from_slice(&5u16.to_be_bytes());
+                    compute(&ip5, &udp, &roce).unwrap()
+                },
+                "{id} -> 5"
+            );
+        }
     }
 
     #[test]
