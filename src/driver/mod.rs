@@ -1,7 +1,11 @@
-//! The driver: the UDP socket, the engine thread, timers, and the link layers around the
-//! socket (capture, impairment). It opens device contexts for the verbs API.
+//! The driver: the UDP socket, the engine thread, timers, the link layers around the socket
+//! (capture, impairment), and the state the engine shares with the verbs API above it (the
+//! device's QP and MR tables, doorbell, completion queues). `open` starts a device for
+//! `verbs::Context::open`.
 
 pub mod capture;
+mod cq;
+pub(crate) mod device;
 pub(crate) mod engine;
 pub mod impair;
 pub mod link;
@@ -13,13 +17,17 @@ use std::io::BufWriter;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::thread::JoinHandle;
 
+pub(crate) use cq::CqInner;
 pub use impair::{Direction, ImpairLink, Impairment};
-pub use link::{InDatagram, Link, OutDatagram};
+pub use link::{InDatagram, Link, OutDatagram, RxBatch};
 pub use udp::UdpLink;
 
-use crate::verbs::device::Device;
-use crate::verbs::{Context, Result, VerbsError};
+use crate::ib::VerbsError;
+use device::Device;
+
+type Result<T> = core::result::Result<T, VerbsError>;
 
 /// How to open a device context.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,45 +65,40 @@ impl DeviceConfig {
     }
 }
 
-impl Context {
-    /// Opens a device context: binds the socket, builds the link stack and starts the engine
-    /// thread.
-    ///
-    /// Layering: socket <- impairment <- capture <- engine. The capture therefore records
-    /// what the engine sent and received after impairment on the receive side and before it
-    /// on the send side: exactly what the transport saw.
-    pub fn open(cfg: &DeviceConfig) -> Result<Context> {
-        let poll = mio::Poll::new()?;
-        let waker = mio::Waker::new(poll.registry(), engine::WAKER)?;
-        let mut udp = UdpLink::bind(cfg.addr)
-            .map_err(|e| VerbsError::Io(format!("cannot bind {}: {e}", cfg.addr)))?;
-        if !cfg.gso {
-            udp.disable_gso();
-        }
-        if cfg.impairment.is_none() && cfg.pcap.is_none() {
-            // GRO only on a bare link: the wrappers receive one datagram at a time.
-            udp.enable_gro();
-        }
-        let local = udp.local_addr();
-        let remote_port = cfg.remote_port.unwrap_or(local.port());
-        let dev = Arc::new(Device::new(local, remote_port, waker, cfg.busy_poll));
-        let mut link: Box<dyn Link + Send> = Box::new(udp);
-        if let Some(imp) = cfg.impairment {
-            link = Box::new(ImpairLink::new(link, imp, Arc::clone(&dev.counters)));
-        }
-        if let Some(path) = &cfg.pcap {
-            let f = File::create(path)
-                .map_err(|e| VerbsError::Io(format!("cannot create {}: {e}", path.display())))?;
-            link = Box::new(capture::CaptureLink::new(link, BufWriter::new(f))?);
-        }
-        link.register(poll.registry(), engine::SOCKET)?;
-        let engine = engine::Engine::new(Arc::clone(&dev), poll, link)?;
-        let handle = std::thread::Builder::new()
-            .name(format!("softroce-{local}"))
-            .spawn(move || engine.run())?;
-        Ok(Context {
-            dev,
-            engine: Some(handle),
-        })
+/// Opens a device: binds the socket, builds the link stack and starts the engine thread.
+/// Returns the state shared with the engine and the engine's thread.
+///
+/// Layering: socket <- impairment <- capture <- engine. The capture therefore records
+/// what the engine sent and received after impairment on the receive side and before it
+/// on the send side: exactly what the transport saw.
+pub(crate) fn open(cfg: &DeviceConfig) -> Result<(Arc<Device>, JoinHandle<()>)> {
+    let poll = mio::Poll::new()?;
+    let waker = mio::Waker::new(poll.registry(), engine::WAKER)?;
+    let mut udp = UdpLink::bind(cfg.addr)
+        .map_err(|e| VerbsError::Io(format!("cannot bind {}: {e}", cfg.addr)))?;
+    if !cfg.gso {
+        udp.disable_gso();
     }
+    if cfg.impairment.is_none() && cfg.pcap.is_none() {
+        // GRO only on a bare link: the wrappers receive one datagram at a time.
+        udp.enable_gro();
+    }
+    let local = udp.local_addr();
+    let remote_port = cfg.remote_port.unwrap_or(local.port());
+    let dev = Arc::new(Device::new(local, remote_port, waker, cfg.busy_poll));
+    let mut link: Box<dyn Link + Send> = Box::new(udp);
+    if let Some(imp) = cfg.impairment {
+        link = Box::new(ImpairLink::new(link, imp, Arc::clone(&dev.counters)));
+    }
+    if let Some(path) = &cfg.pcap {
+        let f = File::create(path)
+            .map_err(|e| VerbsError::Io(format!("cannot create {}: {e}", path.display())))?;
+        link = Box::new(capture::CaptureLink::new(link, BufWriter::new(f))?);
+    }
+    link.register(poll.registry(), engine::SOCKET)?;
+    let engine = engine::Engine::new(Arc::clone(&dev), poll, link)?;
+    let handle = std::thread::Builder::new()
+        .name(format!("softroce-{local}"))
+        .spawn(move || engine.run())?;
+    Ok((dev, handle))
 }

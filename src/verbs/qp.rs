@@ -9,11 +9,11 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::cq::CompletionQueue;
-use super::device::Device;
 use super::{
     AccessFlags, AhAttr, Gid, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, Result,
     SendWr, VerbsError,
 };
+use crate::driver::device::Device;
 use crate::transport::{MrTable, QpCore};
 
 /// Creation attributes (`struct ibv_qp_init_attr`).

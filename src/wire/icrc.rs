@@ -245,9 +245,10 @@ fn id_basis(roce_len: usize) -> IdBasis {
 fn solve_id_from_base(base: u32, found: u32, roce_len: usize) -> Option<u16> {
     use std::cell::RefCell;
     const CACHED: usize = 4;
+    /// The last bases by RoCE length, and the entry to replace next.
+    type Cache = ([Option<(usize, IdBasis)>; CACHED], usize);
     thread_local! {
-        static BASES: RefCell<([Option<(usize, IdBasis)>; CACHED], usize)> =
-            const { RefCell::new(([None; CACHED], 0)) };
+        static BASES: RefCell<Cache> = const { RefCell::new(([None; CACHED], 0)) };
     }
     let target = base ^ found;
     if target == 0 {
