@@ -253,3 +253,53 @@ pub fn gso_run(
     }
     run
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gso_runs_group_equal_sized_datagrams_to_one_peer() {
+        let a: SocketAddr = "127.0.0.2:4791".parse().unwrap();
+        let b: SocketAddr = "127.0.0.3:4791".parse().unwrap();
+        let ds = [
+            (1, a, 100),
+            (1, a, 100),
+            (1, a, 40), // a shorter last segment ends the run
+            (1, a, 100),
+            (2, a, 100), // another source port
+            (2, b, 100), // another peer
+            (2, b, 120), // longer: not a segment of the run before
+        ];
+        let run = |from: usize, max: usize| gso_run(ds.len() - from, max, |i| ds[from + i]);
+        assert_eq!(run(0, 64), 3);
+        assert_eq!(run(3, 64), 1);
+        assert_eq!(run(4, 64), 1);
+        assert_eq!(run(5, 64), 1);
+        assert_eq!(run(0, 2), 2, "at most max_segments");
+        assert_eq!(run(0, 1), 1, "no GSO");
+        let big = |_| (1, a, 5000);
+        assert_eq!(gso_run(64, 64, big), GSO_MAX_BYTES / 5000, "at most 64 KiB");
+    }
+
+    #[test]
+    fn a_coalesced_datagram_is_split_by_its_segment_size() {
+        let mut b = RxBatch::new(2, 1000, 8);
+        let d = InDatagram {
+            len: 250,
+            src: "127.0.0.2:49152".parse().unwrap(),
+            dst: "127.0.0.1:4791".parse().unwrap(),
+        };
+        b.next_slot()[..250].copy_from_slice(&[7u8; 250]);
+        b.push_split(d, 100);
+        b.next_slot()[..10].copy_from_slice(&[9u8; 10]);
+        b.push(InDatagram { len: 10, ..d });
+        assert!(b.is_full());
+        let lens: Vec<usize> = (0..b.len()).map(|i| b.get(i).1.len()).collect();
+        assert_eq!(lens, [100, 100, 50, 10]);
+        assert!(b.get(2).1.iter().all(|&x| x == 7));
+        assert!(b.get(3).1.iter().all(|&x| x == 9));
+        b.clear();
+        assert_eq!((b.len(), b.free_slot_count()), (0, 2));
+    }
+}
