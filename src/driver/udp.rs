@@ -123,14 +123,27 @@ fn roce_socket(addr: SocketAddr) -> io::Result<Socket> {
     Ok(s)
 }
 
-/// The address a receive call wrote into `ss` (`len` bytes), if it is IPv4 or IPv6.
-fn socket_addr(ss: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+/// The address a receive call wrote at `ss` (`len` bytes; the rest of the storage may be
+/// uninitialised), if it is IPv4 or IPv6.
+///
+/// # Safety
+/// `ss` must point at a sockaddr_storage whose first `len` bytes (at most its size) are
+/// initialised.
+unsafe fn socket_addr(
+    ss: *const libc::sockaddr_storage,
+    len: libc::socklen_t,
+) -> Option<SocketAddr> {
     let len = len as usize;
-    match ss.ss_family as libc::c_int {
+    if len < std::mem::size_of::<libc::sa_family_t>() {
+        return None;
+    }
+    // SAFETY: the family field, at the start, is within the `len` initialised bytes.
+    let family = unsafe { (*ss).ss_family } as libc::c_int;
+    match family {
         libc::AF_INET if len >= std::mem::size_of::<libc::sockaddr_in>() => {
-            // SAFETY: the family says the storage holds a sockaddr_in, which is smaller than
-            // sockaddr_storage and whose alignment it satisfies.
-            let a = unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            // SAFETY: the family says the storage holds a sockaddr_in, all of it initialised
+            // (len covers it); sockaddr_storage is larger and at least as aligned.
+            let a = unsafe { std::ptr::read(ss.cast::<libc::sockaddr_in>()) };
             Some(SocketAddr::new(
                 std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)).into(),
                 u16::from_be(a.sin_port),
@@ -138,7 +151,7 @@ fn socket_addr(ss: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<Sock
         }
         libc::AF_INET6 if len >= std::mem::size_of::<libc::sockaddr_in6>() => {
             // SAFETY: as above, for sockaddr_in6.
-            let a = unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            let a = unsafe { std::ptr::read(ss.cast::<libc::sockaddr_in6>()) };
             Some(SocketAddr::V6(std::net::SocketAddrV6::new(
                 a.sin6_addr.s6_addr.into(),
                 u16::from_be(a.sin6_port),
@@ -433,34 +446,38 @@ impl Link for UdpLink {
         batch.clear();
         let want = batch.free_slot_count().min(MMSG_BATCH);
         let (slot, bufs) = batch.free_slots();
-        // SAFETY: all-zero bytes are valid values of these plain C structs.
-        let mut names: [libc::sockaddr_storage; MMSG_BATCH] = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        let mut iovs: [libc::iovec; MMSG_BATCH] = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        let mut hdrs: [libc::mmsghdr; MMSG_BATCH] = unsafe { std::mem::zeroed() };
-        let mut cmsgs = [[0u64; CMSG_WORDS]; MMSG_BATCH];
+        // Only the `want` entries used are initialised: zeroing all of these arrays (15 KiB)
+        // cost more than the call itself when one packet is waiting.
+        let mut names =
+            [const { std::mem::MaybeUninit::<libc::sockaddr_storage>::uninit() }; MMSG_BATCH];
+        let mut iovs = [const { std::mem::MaybeUninit::<libc::iovec>::uninit() }; MMSG_BATCH];
+        let mut hdrs = [const { std::mem::MaybeUninit::<libc::mmsghdr>::uninit() }; MMSG_BATCH];
+        let mut cmsgs =
+            [const { std::mem::MaybeUninit::<[u64; CMSG_WORDS]>::uninit() }; MMSG_BATCH];
         for i in 0..want {
-            iovs[i] = libc::iovec {
+            let iov = iovs[i].write(libc::iovec {
                 iov_base: bufs[i * slot..].as_mut_ptr().cast(),
                 iov_len: slot,
-            };
-            let h = &mut hdrs[i].msg_hdr;
-            h.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
+            });
+            // SAFETY: all-zero bytes are a valid (empty) mmsghdr.
+            let hdr = hdrs[i].write(unsafe { std::mem::zeroed() });
+            let h = &mut hdr.msg_hdr;
+            h.msg_name = names[i].as_mut_ptr().cast();
             h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            h.msg_iov = &mut iovs[i];
+            h.msg_iov = iov;
             h.msg_iovlen = 1;
-            h.msg_control = cmsgs[i].as_mut_ptr().cast();
-            h.msg_controllen = std::mem::size_of_val(&cmsgs[i]);
+            h.msg_control = cmsgs[i].write([0; CMSG_WORDS]).as_mut_ptr().cast();
+            h.msg_controllen = std::mem::size_of::<[u64; CMSG_WORDS]>();
         }
-        // SAFETY: the receiving socket is open; each of the `want` headers points at a live
-        // iovec over its own disjoint `slot`-byte slot of `bufs` (which holds at least `want`
-        // free slots), a live sockaddr_storage and a live control buffer whose sizes are
-        // given; MSG_DONTWAIT keeps the call from blocking.
+        // SAFETY: the receiving socket is open; each of the first `want` headers (those
+        // initialised) points at a live iovec over its own disjoint `slot`-byte slot of
+        // `bufs` (which holds at least `want` free slots), a live sockaddr_storage and a live
+        // control buffer whose sizes are given; the kernel writes the addresses before they
+        // are read; MSG_DONTWAIT keeps the call from blocking.
         let rc = unsafe {
             libc::recvmmsg(
                 self.rx.as_raw_fd(),
-                hdrs.as_mut_ptr(),
+                hdrs.as_mut_ptr().cast::<libc::mmsghdr>(),
                 want as libc::c_uint,
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
@@ -476,11 +493,16 @@ impl Link for UdpLink {
             };
         }
         for h in &mut hdrs[..rc as usize] {
-            let src = socket_addr(
-                // SAFETY: msg_name points at names[i], a live sockaddr_storage.
-                unsafe { &*h.msg_hdr.msg_name.cast::<libc::sockaddr_storage>() },
-                h.msg_hdr.msg_namelen,
-            );
+            // SAFETY: the first `want` headers were initialised above, and rc <= want.
+            let h = unsafe { h.assume_init_mut() };
+            // SAFETY: msg_name points at names[i], a sockaddr_storage into which the kernel
+            // wrote msg_namelen bytes (at most its size, which was given as the room).
+            let src = unsafe {
+                socket_addr(
+                    h.msg_hdr.msg_name.cast::<libc::sockaddr_storage>(),
+                    h.msg_hdr.msg_namelen,
+                )
+            };
             // A datagram longer than the slot is no RoCE packet: it is kept empty so that the
             // engine counts it as bad instead of parsing a truncated copy. Every datagram is
             // recorded, even one without a usable address, so that record i stays slot i.

@@ -203,9 +203,22 @@ pub fn ipv4_id_delta(id_xor: u16, roce_len: usize) -> u32 {
     if id_xor == 0 {
         return 0;
     }
-    // Bytes of CRC input after the Identification field.
-    let after = (20 - 6) + UDP_HEADER_LEN + roce_len;
-    mul_mod_p(x_pow_8n(after), raw_crc16(id_xor))
+    use std::cell::Cell;
+    // x^(8 * bytes after the Identification field), for the last length seen: a sender's
+    // GSO runs are of one length, and computing the power is most of the cost.
+    thread_local! {
+        static SHIFT: Cell<(usize, u32)> = const { Cell::new((usize::MAX, 0)) };
+    }
+    let shift = SHIFT.with(|c| {
+        let (len, shift) = c.get();
+        if len == roce_len {
+            return shift;
+        }
+        let shift = x_pow_8n((20 - 6) + UDP_HEADER_LEN + roce_len);
+        c.set((roce_len, shift));
+        shift
+    });
+    mul_mod_p(shift, raw_crc16(id_xor))
 }
 
 /// The row-echelon basis of the effect of the 16 Identification bits on the CRC of a packet
