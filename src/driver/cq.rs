@@ -4,7 +4,8 @@
 //!
 //! The lock is held only to move completions in or out (the engine pushes all of one QP
 //! service at once), and the engine signals the condition variable (a system call) only when
-//! an application thread waits on it. In busy-poll mode a wait spins instead of sleeping.
+//! an application thread waits on it. In busy-poll mode polling an empty queue runs an engine
+//! pass on the polling thread, and a wait spins on that instead of sleeping.
 
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex};
@@ -17,6 +18,9 @@ use crate::ib::{VerbsError, WorkCompletion};
 pub(crate) struct CqInner {
     capacity: usize,
     busy_poll: bool,
+    /// The device whose engine a busy-polling CQ drives (weak: the device's QP table holds
+    /// the CQ).
+    device: std::sync::Weak<super::device::Device>,
     state: Mutex<CqState>,
     ready: Condvar,
 }
@@ -31,10 +35,11 @@ struct CqState {
 
 impl CqInner {
     /// A queue of `capacity` completions; in busy-poll mode waits spin.
-    pub(crate) fn new(capacity: usize, busy_poll: bool) -> CqInner {
+    pub(crate) fn new(capacity: usize, device: &std::sync::Arc<super::device::Device>) -> CqInner {
         CqInner {
             capacity,
-            busy_poll,
+            busy_poll: device.busy_poll,
+            device: std::sync::Arc::downgrade(device),
             state: Mutex::new(CqState::default()),
             ready: Condvar::new(),
         }
@@ -67,6 +72,21 @@ impl CqInner {
     /// `ibv_poll_cq`: moves up to `out.len()` completions into `out`, oldest first; returns how
     /// many. Fails once the CQ has overflowed (completions were lost).
     pub(crate) fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
+        if self.busy_poll {
+            let n = self.take(out)?;
+            if n > 0 || out.is_empty() {
+                return Ok(n);
+            }
+            // Nothing yet: run an engine pass on this thread (busy-poll mode), then look again.
+            if let Some(dev) = self.device.upgrade() {
+                dev.drive_for_poll();
+            }
+        }
+        self.take(out)
+    }
+
+    /// Moves completions out, without driving the engine.
+    fn take(&self, out: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if st.overflowed {
             return Err(VerbsError::QueueFull {
@@ -83,6 +103,11 @@ impl CqInner {
 
     /// Polls one completion.
     pub(crate) fn poll_one(&self) -> Result<Option<WorkCompletion>, VerbsError> {
+        if self.busy_poll && self.is_empty() {
+            if let Some(dev) = self.device.upgrade() {
+                dev.drive_for_poll();
+            }
+        }
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if st.overflowed {
             return Err(VerbsError::QueueFull {
@@ -112,10 +137,13 @@ impl CqInner {
                     return Ok(n);
                 }
                 spins = spins.wrapping_add(1);
-                if spins % 64 == 0 && Instant::now() >= deadline {
-                    return Err(VerbsError::Timeout);
+                if spins % 64 == 0 {
+                    if Instant::now() >= deadline {
+                        return Err(VerbsError::Timeout);
+                    }
+                    // Let other work on a busy machine have the CPU now and then.
+                    std::thread::yield_now();
                 }
-                std::thread::yield_now();
             }
         }
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());

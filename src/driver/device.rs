@@ -41,8 +41,11 @@ pub(crate) struct Device {
     pub(crate) engine_sleeping: AtomicBool,
     pub(crate) waker: mio::Waker,
     pub(crate) closed: AtomicBool,
-    /// Busy-poll mode: the engine spins on the socket and CQ waits spin instead of sleeping.
+    /// Busy-poll mode: the application threads drive the engine as they poll and post.
     pub(crate) busy_poll: bool,
+    /// The engine, in busy-poll mode (otherwise its thread owns it). Emptied when the
+    /// context closes, which breaks the engine's reference back to the device.
+    pub(crate) engine: Mutex<Option<Box<super::engine::Engine>>>,
     next_qpn: AtomicU32,
     next_handle: AtomicU32,
 }
@@ -67,6 +70,7 @@ impl Device {
             waker,
             closed: AtomicBool::new(false),
             busy_poll,
+            engine: Mutex::new(None),
             // rxe hands out QPNs from 17 (0x11) upwards; 0 and 1 are the special QPs.
             next_qpn: AtomicU32::new(0x11),
             next_handle: AtomicU32::new(1),
@@ -95,6 +99,41 @@ impl Device {
         if was_empty && self.engine_sleeping.load(Ordering::SeqCst) {
             let _ = self.waker.wake();
         }
+    }
+
+    /// In busy-poll mode, runs one engine pass on the calling (application) thread unless
+    /// another thread is running one, and sends what it produced: for a post. Without
+    /// busy-poll, nothing (the engine thread does the work).
+    pub(crate) fn drive(&self) {
+        self.drive_with(super::engine::Engine::pass);
+    }
+
+    /// [`drive`](Self::drive) for a CQ poll: packets produced along with completions go with
+    /// the next pass (see `Engine::pass_for_application`).
+    pub(crate) fn drive_for_poll(&self) {
+        self.drive_with(super::engine::Engine::pass_for_application);
+    }
+
+    fn drive_with(&self, pass: fn(&mut super::engine::Engine)) {
+        if !self.busy_poll {
+            return;
+        }
+        if let Ok(mut e) = self.engine.try_lock() {
+            if let Some(e) = e.as_mut() {
+                pass(e);
+            }
+        }
+    }
+
+    /// Stops the engine: marks the device closed, wakes the engine thread and waits for it,
+    /// then drops a busy-poll engine.
+    pub(crate) fn shut_down(&self, engine_thread: Option<std::thread::JoinHandle<()>>) {
+        self.closed.store(true, Ordering::Release);
+        let _ = self.waker.wake();
+        if let Some(h) = engine_thread {
+            let _ = h.join();
+        }
+        self.engine.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
 
     /// Adds a QP to the table the engine serves.

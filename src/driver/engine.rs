@@ -15,6 +15,12 @@
 //! The engine keeps its own copy of the QP table, refreshed only when the device's table
 //! changed (a generation counter says so), so that the packet path takes no table lock.
 //!
+//! Busy-poll mode: the engine is not a thread's own but sits in the device, and the
+//! application threads run its passes as they poll and post (`Device::drive`), so that a
+//! message crosses no thread on its way: as on a raw busy-polling UDP socket, the one thread
+//! that waits for the answer is the one that receives it. A background thread runs a pass
+//! every 50 us for timers and for packets that arrive while nobody polls.
+//!
 //! Back-pressure: a send that fails with EAGAIN or ENOBUFS keeps its packets; the engine stops
 //! taking packets out of QPs and waits until a transmit socket is writable again. Other send
 //! errors lose the packet as the wire would, and retransmission recovers it.
@@ -42,6 +48,8 @@ pub(crate) const SOCKET: Token = Token(0);
 pub(crate) const WAKER: Token = Token(1);
 /// Token of the deadline timer.
 const TIMER: Token = Token(2);
+/// How often the background thread of a busy-polling device runs a pass.
+const BUSY_BACKGROUND_PERIOD: Duration = Duration::from_micros(50);
 
 /// Datagrams received per pass before timers and transmission get a turn.
 const RX_BATCH: usize = 32;
@@ -150,6 +158,19 @@ pub(crate) struct Engine {
     recv_wc: Vec<WorkCompletion>,
     /// The last send hit EAGAIN or ENOBUFS: wait for send space before taking more packets.
     blocked: bool,
+    /// The last receive filled the batch: more may be waiting.
+    more_rx: bool,
+    /// The current pass delivered completions.
+    delivered: bool,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("local", &self.dev.local)
+            .field("qps", &self.qps.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Engine {
@@ -177,6 +198,8 @@ impl Engine {
             send_wc: Vec::new(),
             recv_wc: Vec::new(),
             blocked: false,
+            more_rx: false,
+            delivered: false,
         })
     }
 
@@ -186,30 +209,60 @@ impl Engine {
 
     pub(crate) fn run(mut self) {
         let mut events = Events::with_capacity(64);
-        let mut more_rx = false;
         while !self.dev.closed.load(Ordering::Acquire) {
-            let ready = more_rx || (!self.work.is_empty() && !self.blocked);
-            if self.dev.busy_poll {
-                // Spin: the receive below is the poll. An idle pass yields the CPU: measured on
-                // 2 cores with both ends on one machine (four spinning threads), yielding on
-                // every idle pass gave 24-31 us one-way p50 where yielding every 64th gave
-                // 240 us, since the thread that has work gets a CPU sooner.
-                if !ready {
-                    std::thread::yield_now();
-                }
-            } else if !self.wait(&mut events, ready) {
+            let ready = self.more_rx || (!self.work.is_empty() && !self.blocked);
+            if !self.wait(&mut events, ready) {
                 break;
             }
-            if self.tx.pending() {
-                self.blocked = false;
-                self.flush();
+            self.pass();
+        }
+    }
+
+    /// The engine thread of a busy-polling device: the application threads drive the engine
+    /// as they poll their CQs and post (`Device::drive`), as a user-space RDMA provider does;
+    /// this thread only makes sure that timers fire and packets are taken in while no
+    /// application thread polls. It sleeps between passes so as not to take a CPU from the
+    /// threads that poll.
+    pub(crate) fn run_busy(dev: Arc<Device>) {
+        while !dev.closed.load(Ordering::Acquire) {
+            if let Ok(mut e) = dev.engine.try_lock() {
+                if let Some(e) = e.as_mut() {
+                    e.pass();
+                }
             }
-            // After the wait: a QP created while we waited may already be rung or addressed.
-            self.sync_qps();
-            more_rx = self.receive();
-            self.take_doorbell();
-            self.fire_deadlines();
-            self.service_work();
+            std::thread::sleep(BUSY_BACKGROUND_PERIOD);
+        }
+    }
+
+    /// One pass without waiting: send what back-pressure held, receive a batch, take the
+    /// doorbell, fire due deadlines, visit the QPs with work, send.
+    pub(crate) fn pass(&mut self) {
+        self.pass_inner(false);
+    }
+
+    /// A pass run by an application thread in busy-poll mode. If it delivered completions,
+    /// the packets it produced (typically the ACK of what just completed) are not sent yet:
+    /// the thread returns to the application with the completion at once, and the packets go
+    /// with the next pass, usually in the same system call as the reply the application
+    /// posts, or from the background thread within 50 us.
+    pub(crate) fn pass_for_application(&mut self) {
+        self.pass_inner(true);
+    }
+
+    fn pass_inner(&mut self, defer_after_completion: bool) {
+        if self.blocked && self.tx.pending() {
+            self.blocked = false;
+            self.flush();
+        }
+        // After a wait: a QP created meanwhile may already be rung or addressed.
+        self.sync_qps();
+        self.more_rx = self.receive();
+        self.take_doorbell();
+        self.fire_deadlines();
+        self.delivered = false;
+        self.service_work();
+        if !(defer_after_completion && self.delivered) {
+            self.flush();
         }
     }
 
@@ -381,7 +434,7 @@ impl Engine {
     }
 
     /// Visits the QPs on the work list once each (those that still have work go to the back
-    /// for the next pass), then sends what is left in the batch.
+    /// for the next pass). What is left in the batch is for the caller to send.
     fn service_work(&mut self) {
         for _ in 0..self.work.len() {
             if self.blocked {
@@ -398,7 +451,6 @@ impl Engine {
                 Self::enqueue(&mut self.qps, &mut self.work, qpn);
             }
         }
-        self.flush();
     }
 
     /// Fires the QP's timer if due, takes its packets out into the transmit batch (sending
@@ -452,9 +504,11 @@ impl Engine {
             };
             if !self.send_wc.is_empty() {
                 q.entry.send_cq.push_all(self.send_wc.drain(..));
+                self.delivered = true;
             }
             if !self.recv_wc.is_empty() {
                 q.entry.recv_cq.push_all(self.recv_wc.drain(..));
+                self.delivered = true;
             }
             if let Some(t) = deadline {
                 if q.armed.map_or(true, |a| t < a) {

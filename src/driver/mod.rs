@@ -97,8 +97,23 @@ pub(crate) fn open(cfg: &DeviceConfig) -> Result<(Arc<Device>, JoinHandle<()>)> 
     }
     link.register(poll.registry(), engine::SOCKET)?;
     let engine = engine::Engine::new(Arc::clone(&dev), poll, link)?;
-    let handle = std::thread::Builder::new()
-        .name(format!("softroce-{local}"))
-        .spawn(move || engine.run())?;
-    Ok((dev, handle))
+    let name = format!("softroce-{local}");
+    let handle = if cfg.busy_poll {
+        *dev.engine.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(engine));
+        let d = Arc::clone(&dev);
+        std::thread::Builder::new()
+            .name(name)
+            .spawn(move || engine::Engine::run_busy(d))
+    } else {
+        std::thread::Builder::new()
+            .name(name)
+            .spawn(move || engine.run())
+    };
+    match handle {
+        Ok(h) => Ok((dev, h)),
+        Err(e) => {
+            dev.shut_down(None);
+            Err(e.into())
+        }
+    }
 }

@@ -40,6 +40,8 @@ pub const MAX_SOURCE_PORTS: usize = 1024;
 /// linux/udp.h UDP_NO_CHECK6_RX (not exported by every libc crate version).
 const UDP_NO_CHECK6_RX: libc::c_int = 102;
 
+/// Receive buffer asked for (the kernel counts about twice the payload per packet).
+const RECV_BUFFER: libc::c_int = 64 << 20;
 /// Most datagrams one sendmmsg or recvmmsg call carries.
 const MMSG_BATCH: usize = 64;
 /// linux/udp.h UDP_GRO (receive coalesced datagrams; a socket option and a control message).
@@ -114,9 +116,14 @@ fn roce_socket(addr: SocketAddr) -> io::Result<Socket> {
         )?;
         set_int_opt(&s, libc::IPPROTO_UDP, UDP_NO_CHECK6_RX, 1)?;
     }
-    // Large buffers absorb bursts of a window of 4 KiB packets; the kernel caps them at
-    // net.core.{r,w}mem_max, which is fine.
-    let _ = s.set_recv_buffer_size(8 << 20);
+    // Large buffers absorb bursts: a window of 4 KiB packets, and READ responses, which no
+    // window bounds (a 1 GiB READ is 262,144 responses sent as fast as GSO lets the peer)
+    // while this end's engine may be descheduled for milliseconds on a busy machine. The
+    // kernel caps SO_RCVBUF at net.core.rmem_max; a process allowed to (CAP_NET_ADMIN) sets
+    // the size past that cap with SO_RCVBUFFORCE.
+    if set_int_opt(&s, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, RECV_BUFFER).is_err() {
+        let _ = s.set_recv_buffer_size(RECV_BUFFER as usize);
+    }
     let _ = s.set_send_buffer_size(4 << 20);
     s.set_nonblocking(true)?;
     s.bind(&addr.into())?;

@@ -6,7 +6,6 @@
 //! each other over loopback as two RDMA devices would over a wire.
 
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -73,7 +72,7 @@ impl Context {
             });
         }
         Ok(CompletionQueue {
-            inner: Arc::new(CqInner::new(capacity, self.dev.busy_poll)),
+            inner: Arc::new(CqInner::new(capacity, &self.dev)),
         })
     }
 
@@ -96,11 +95,7 @@ impl Context {
 
 impl Drop for Context {
     fn drop(&mut self) {
-        self.dev.closed.store(true, Ordering::Release);
-        let _ = self.dev.waker.wake();
-        if let Some(h) = self.engine.take() {
-            let _ = h.join();
-        }
+        self.dev.shut_down(self.engine.take());
     }
 }
 

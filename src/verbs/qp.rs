@@ -238,6 +238,8 @@ impl QueuePair {
         };
         if !matches!(&result, Err(PostError { bad_wr: 0, .. })) {
             self.dev.ring(self.qpn);
+            // Busy-poll: send now, on this thread.
+            self.dev.drive();
         }
         result
     }
