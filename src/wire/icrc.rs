@@ -204,18 +204,22 @@ pub fn ipv4_id_delta(id_xor: u16, roce_len: usize) -> u32 {
         return 0;
     }
     use std::cell::Cell;
-    // x^(8 * bytes after the Identification field), for the last length seen: a sender's
-    // GSO runs are of one length, and computing the power is most of the cost.
+    // x^(8 * bytes after the Identification field) for the last few lengths: a sender sees
+    // few (full-MTU packets, READ response FIRST/LAST with their AETH, ACKs), and computing
+    // the power is most of the cost.
+    const CACHED: usize = 4;
     thread_local! {
-        static SHIFT: Cell<(usize, u32)> = const { Cell::new((usize::MAX, 0)) };
+        static SHIFTS: Cell<([(usize, u32); CACHED], usize)> =
+            const { Cell::new(([(usize::MAX, 0); CACHED], 0)) };
     }
-    let shift = SHIFT.with(|c| {
-        let (len, shift) = c.get();
-        if len == roce_len {
+    let shift = SHIFTS.with(|c| {
+        let (mut entries, next) = c.get();
+        if let Some(&(_, shift)) = entries.iter().find(|(len, _)| *len == roce_len) {
             return shift;
         }
         let shift = x_pow_8n((20 - 6) + UDP_HEADER_LEN + roce_len);
-        c.set((roce_len, shift));
+        entries[next] = (roce_len, shift);
+        c.set((entries, (next + 1) % CACHED));
         shift
     });
     mul_mod_p(shift, raw_crc16(id_xor))
