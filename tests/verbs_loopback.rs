@@ -18,20 +18,24 @@ const FULL: AccessFlags = AccessFlags(
 
 /// Opens two contexts on the same free UDP port of 127.0.0.1 and 127.0.0.2.
 fn two_contexts() -> (Context, Context) {
+    two_contexts_with(false)
+}
+
+/// [`two_contexts`], busy-polling or not.
+fn two_contexts_with(busy_poll: bool) -> (Context, Context) {
     for _ in 0..50 {
         let port = UdpSocket::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
-        let a = Context::open(&DeviceConfig::new(SocketAddr::new(
-            IpAddr::from([127, 0, 0, 1]),
-            port,
-        )));
-        let b = Context::open(&DeviceConfig::new(SocketAddr::new(
-            IpAddr::from([127, 0, 0, 2]),
-            port,
-        )));
+        let open = |ip: [u8; 4]| {
+            let mut cfg = DeviceConfig::new(SocketAddr::new(IpAddr::from(ip), port));
+            cfg.busy_poll = busy_poll;
+            Context::open(&cfg)
+        };
+        let a = open([127, 0, 0, 1]);
+        let b = open([127, 0, 0, 2]);
         if let (Ok(a), Ok(b)) = (a, b) {
             return (a, b);
         }
@@ -101,7 +105,17 @@ fn connected(mtu: Mtu, mr_len: usize) -> (End, End) {
 }
 
 fn connected_with(mtu: Mtu, mr_len: usize, timeout: u8, retry: u8, rnr: u8) -> (End, End) {
-    let (ca, cb) = two_contexts();
+    connected_on(two_contexts(), mtu, mr_len, timeout, retry, rnr)
+}
+
+fn connected_on(
+    (ca, cb): (Context, Context),
+    mtu: Mtu,
+    mr_len: usize,
+    timeout: u8,
+    retry: u8,
+    rnr: u8,
+) -> (End, End) {
     let cap = QpCap {
         max_send_wr: 64,
         max_recv_wr: 64,
@@ -541,6 +555,112 @@ fn sge_faults_and_limits_on_a_connected_qp() {
         a.cq.wait(&mut wc, Duration::from_millis(20)),
         Err(VerbsError::Timeout)
     );
+}
+
+/// Busy-poll mode: the application threads drive the engines as they post and poll; SEND,
+/// WRITE and READ of several packets arrive intact, and a wait with nothing to come still
+/// times out.
+#[test]
+fn busy_poll_send_write_and_read() {
+    let (a, b) = connected_on(two_contexts_with(true), Mtu::Mtu1024, 1 << 16, 14, 7, 7);
+    let len = 5 * 1024 + 7;
+    let data = pattern(5, len as usize);
+    a.mr.write(0, &data).unwrap();
+    let rsge = [b.mr.sge(0x8000, 0x8000)];
+    b.qp.post_recv(&[RecvWr {
+        wr_id: 9,
+        sg_list: &rsge,
+    }])
+    .unwrap();
+    post(&a, 1, WrOpcode::Send, 0, len);
+    assert_eq!(wait(&a.cq).status, WcStatus::Success);
+    let r = wait(&b.cq);
+    assert_eq!((r.wr_id, r.status, r.byte_len), (9, WcStatus::Success, len));
+    assert_eq!(b.mr.to_vec(0x8000, len as usize).unwrap(), data);
+    let wr = WrOpcode::RdmaWrite {
+        remote_addr: b.mr.addr() + 0x100,
+        rkey: b.mr.rkey(),
+    };
+    post(&a, 2, wr, 0, len);
+    assert_eq!(wait(&a.cq).status, WcStatus::Success);
+    assert_eq!(b.mr.to_vec(0x100, len as usize).unwrap(), data);
+    let rd = WrOpcode::RdmaRead {
+        remote_addr: b.mr.addr() + 0x100,
+        rkey: b.mr.rkey(),
+    };
+    post(&a, 3, rd, 0x4000, len);
+    let r = wait(&a.cq);
+    assert_eq!((r.wr_id, r.status, r.byte_len), (3, WcStatus::Success, len));
+    assert_eq!(a.mr.to_vec(0x4000, len as usize).unwrap(), data);
+    let mut wc = [WorkCompletion::default(); 1];
+    assert_eq!(
+        a.cq.wait(&mut wc, Duration::from_millis(20)),
+        Err(VerbsError::Timeout)
+    );
+}
+
+/// Issue 11: a post whose WR k > 0 is refused used to return before ringing the engine, so
+/// WRs 0..k-1 sat queued until an unrelated event. Here nothing else happens: the engines are
+/// idle (asleep) when the post comes, and the first WR must still complete.
+#[test]
+fn a_partly_failed_post_sends_the_wrs_before_the_bad_one() {
+    let (a, b) = connected(Mtu::Mtu1024, 4096);
+    std::thread::sleep(Duration::from_millis(20));
+    let good = [a.mr.sge(0, 64)];
+    let too_many = [a.mr.sge(0, 8), a.mr.sge(8, 8), a.mr.sge(16, 8)];
+    let write = |wr_id, sg_list| SendWr {
+        wr_id,
+        sg_list,
+        opcode: WrOpcode::RdmaWrite {
+            remote_addr: b.mr.addr(),
+            rkey: b.mr.rkey(),
+        },
+        send_flags: SendFlags::SIGNALED,
+    };
+    a.mr.write(0, &pattern(3, 64)).unwrap();
+    let e =
+        a.qp.post_send(&[write(1, &good), write(2, &too_many)])
+            .unwrap_err();
+    assert_eq!(e.bad_wr, 1);
+    assert!(matches!(e.error, VerbsError::TooManySge { .. }), "{e}");
+    let mut wc = [WorkCompletion::default(); 2];
+    let n =
+        a.cq.wait(&mut wc, Duration::from_secs(5))
+            .expect("WR 0 completes");
+    assert_eq!((n, wc[0].wr_id, wc[0].status), (1, 1, WcStatus::Success));
+    assert_eq!(b.mr.to_vec(0, 64).unwrap(), pattern(3, 64));
+
+    // The same for receives: in ERROR a posted receive completes at once (flushed), and the
+    // engine delivers it even though the next WR of the post was refused.
+    a.qp.modify(
+        &QpAttr {
+            qp_state: QpState::Err,
+            ..Default::default()
+        },
+        QpAttrMask::STATE,
+    )
+    .unwrap();
+    while a.cq.wait(&mut wc, Duration::from_millis(200)).is_ok() {}
+    std::thread::sleep(Duration::from_millis(20));
+    let rsge = [a.mr.sge(0, 8)];
+    let rsge_bad = [a.mr.sge(0, 8), a.mr.sge(8, 8), a.mr.sge(16, 8)];
+    let e =
+        a.qp.post_recv(&[
+            RecvWr {
+                wr_id: 7,
+                sg_list: &rsge,
+            },
+            RecvWr {
+                wr_id: 8,
+                sg_list: &rsge_bad,
+            },
+        ])
+        .unwrap_err();
+    assert_eq!(e.bad_wr, 1);
+    let n =
+        a.cq.wait(&mut wc, Duration::from_secs(5))
+            .expect("receive 0 completes");
+    assert_eq!((n, wc[0].wr_id, wc[0].status), (1, 7, WcStatus::WrFlushErr));
 }
 
 #[test]

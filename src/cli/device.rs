@@ -54,6 +54,14 @@ pub struct DeviceArgs {
     /// to stderr when the program ends, successfully or not.
     #[arg(long)]
     pub counters: bool,
+    /// Busy-poll: the engine thread spins on the socket and completion waits spin, instead
+    /// of sleeping until woken. Lower latency, at the cost of two busy CPUs per process.
+    #[arg(long)]
+    pub busy_poll: bool,
+    /// Send each packet as its own datagram instead of runs of equal-sized packets as one
+    /// UDP GSO send.
+    #[arg(long)]
+    pub no_gso: bool,
 }
 
 /// Prints the counters when dropped, if asked to: the program's result, an error or a
@@ -184,6 +192,8 @@ impl DeviceArgs {
             pcap: self.pcap.clone(),
             impairment: self.impairment()?,
             remote_port: None,
+            busy_poll: self.busy_poll,
+            gso: !self.no_gso,
         };
         Context::open(&cfg).map_err(CliError::Verbs)
     }

@@ -1,43 +1,139 @@
 //! The engine thread of a device context: owns the link (socket stack), the clock and the
 //! timers, and runs the transport core of every QP.
 //!
-//! Loop: wait (mio) until a datagram arrives, the application rings the doorbell, or the next
-//! deadline passes; then receive every datagram that is ready (verify ICRC, parse, hand to the
-//! QP its destination QP names, if the sender is that QP's peer), fire due timers, and let
-//! every QP with work transmit and deliver its completions to its CQs.
+//! One pass of the loop: wait (mio) until a datagram arrives, send space frees up, the
+//! application rings the doorbell, or the earliest deadline passes (in busy-poll mode: no
+//! wait, the loop spins on the socket); then receive a batch of datagrams (verify ICRC, parse,
+//! hand each to the QP its destination QP names, if the sender is that QP's peer), take the
+//! doorbell list, pop due deadlines, and visit only the QPs so marked: each one's packets are
+//! taken out into the transmit batch and its completions delivered to its CQs, and the batch
+//! is sent after the QP lock is released.
 //!
-//! Why one engine thread and a mutex per QP: a post must validate synchronously to return
-//! typed errors, so the application thread touches the QP state; everything that involves the
-//! socket or time stays on one thread, so the per-packet path takes only the QP's own
-//! (uncontended in the common case) lock and no other. Busy-polling and transmitting from the
-//! application thread are planned optimisations that this split allows.
+//! Locks: a QP's mutex is shared with the application thread, which takes it to post and
+//! query. The engine holds it only to feed one received packet or to copy at most one batch
+//! of packets out of the QP, never across a system call, so a post waits at most for that.
+//! The engine keeps its own copy of the QP table, refreshed only when the device's table
+//! changed (a generation counter says so), so that the packet path takes no table lock.
+//!
+//! Busy-poll mode: the engine is not a thread's own but sits in the device, and the
+//! application threads run its passes as they poll and post (`Device::drive`), so that a
+//! message crosses no thread on its way: as on a raw busy-polling UDP socket, the one thread
+//! that waits for the answer is the one that receives it. A background thread runs a pass
+//! every 50 us for timers and for packets that arrive while nobody polls.
+//!
+//! Back-pressure: a send that fails with EAGAIN or ENOBUFS keeps its packets; the engine stops
+//! taking packets out of QPs and waits until a transmit socket is writable again. Other send
+//! errors lose the packet as the wire would, and retransmission recovers it.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::io;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
 use mio::{Events, Interest, Poll, Token};
 
-use super::link::{Link, OutDatagram};
+use super::device::{Device, QpEntry};
+use super::link::{gso_run, Link, OutDatagram, RxBatch};
 use super::timer::Timer;
-use crate::transport::{Counters, CqSide, QpCore, MAX_PACKET};
-use crate::verbs::device::{Device, QpEntry};
+use crate::ib::WorkCompletion;
+use crate::transport::{Counters, CqSide, QpCore, Transmit, MAX_PACKET};
 use crate::wire::icrc::{verify_socket_datagram, SocketVerdict};
 use crate::wire::PacketRepr;
 
-/// Token of the socket in the poll set.
+/// Token of the link's sockets in the poll set (readable: datagrams; writable: send space).
 pub(crate) const SOCKET: Token = Token(0);
 /// Token of the waker (doorbell).
 pub(crate) const WAKER: Token = Token(1);
 /// Token of the deadline timer.
 const TIMER: Token = Token(2);
+/// How often the background thread of a busy-polling device runs a pass.
+const BUSY_BACKGROUND_PERIOD: Duration = Duration::from_micros(50);
 
-/// Datagrams received per loop iteration before timers and transmission get a turn.
-const RX_BATCH: usize = 256;
-/// Packets one QP may send per service, so that one busy QP cannot starve the others.
-const TX_BATCH: usize = 256;
+/// Datagrams received per pass before timers and transmission get a turn.
+const RX_BATCH: usize = 32;
+/// Room for a received datagram: the largest UDP payload, since with UDP GRO one datagram
+/// carries up to 64 KiB of coalesced packets.
+const RX_SLOT: usize = 65536;
+/// Packets per received batch: enough for every slot to hold a coalesced datagram of 4 KiB
+/// packets.
+const RX_PACKETS: usize = RX_BATCH * 16;
+/// Packets taken out of QPs before they are sent in one batch.
+const TX_SLOTS: usize = 64;
+/// Packets one QP may produce per visit, so that one busy QP cannot starve the others.
+const TX_BUDGET: usize = 256;
+/// After EAGAIN, the longest wait for a writability event before trying again anyway.
+const BACKPRESSURE_RETRY: Duration = Duration::from_micros(500);
+
+/// Hashes a QP number for the engine's table: the keys are small local numbers, which a
+/// multiplicative hash spreads well at a fraction of SipHash's cost per packet. A peer chooses
+/// only which number it looks up, never what is inserted, so it cannot build collisions.
+#[derive(Default, Clone, Copy)]
+struct QpnHasher(u64);
+
+impl std::hash::Hasher for QpnHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type QpTable = HashMap<u32, EngineQp, std::hash::BuildHasherDefault<QpnHasher>>;
+
+/// The engine's view of one QP.
+struct EngineQp {
+    entry: QpEntry,
+    /// Source port prepared on the link for this QP.
+    port: Option<u16>,
+    /// The deadline this QP has on the heap, if any.
+    armed: Option<Duration>,
+    /// Whether the QP is on the work list.
+    queued: bool,
+}
+
+/// Packets taken out of QPs and not yet sent: one `MAX_PACKET` slot each.
+struct TxBatch {
+    buf: Vec<u8>,
+    meta: Vec<Transmit>,
+    /// The IPv4 identification each packet's ICRC was computed for (0 from the transport;
+    /// see `Engine::reseal`).
+    ids: Vec<u16>,
+    /// Packets before this one are sent.
+    head: usize,
+    /// An empty vector kept for its allocation: the datagram list of each flush (see
+    /// `Engine::flush`).
+    spare: Vec<OutDatagram<'static>>,
+}
+
+impl TxBatch {
+    fn new() -> TxBatch {
+        TxBatch {
+            buf: vec![0u8; TX_SLOTS * MAX_PACKET],
+            meta: Vec::with_capacity(TX_SLOTS),
+            ids: Vec::with_capacity(TX_SLOTS),
+            head: 0,
+            spare: Vec::with_capacity(TX_SLOTS),
+        }
+    }
+
+    fn pending(&self) -> bool {
+        self.head < self.meta.len()
+    }
+
+    /// The next free slot, if any.
+    fn free_slot(&mut self) -> Option<&mut [u8]> {
+        let i = self.meta.len();
+        (i < TX_SLOTS).then(|| &mut self.buf[i * MAX_PACKET..(i + 1) * MAX_PACKET])
+    }
+}
 
 pub(crate) struct Engine {
     dev: Arc<Device>,
@@ -47,12 +143,34 @@ pub(crate) struct Engine {
     timer: Timer,
     link: Box<dyn Link + Send>,
     origin: Instant,
-    rx: Vec<u8>,
-    tx: Vec<u8>,
-    /// Source ports already prepared on the link, per QP.
-    ports: HashMap<u32, u16>,
-    /// A QP hit the transmit batch limit: it has more to send, so the loop must not block.
-    more_tx: bool,
+    rx: RxBatch,
+    tx: TxBatch,
+    /// The engine's copy of the device's QP table, as of `generation`.
+    qps: QpTable,
+    generation: u64,
+    /// QPs to visit: rung, received packets, deadline due, or not finished last time.
+    work: VecDeque<u32>,
+    /// QP deadlines, earliest first. An entry is live while it equals its QP's `armed`.
+    deadlines: BinaryHeap<Reverse<(Duration, u32)>>,
+    /// The doorbell list, swapped with the device's on each pass to keep both allocations.
+    bell: Vec<u32>,
+    send_wc: Vec<WorkCompletion>,
+    recv_wc: Vec<WorkCompletion>,
+    /// The last send hit EAGAIN or ENOBUFS: wait for send space before taking more packets.
+    blocked: bool,
+    /// The last receive filled the batch: more may be waiting.
+    more_rx: bool,
+    /// The current pass delivered completions.
+    delivered: bool,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("local", &self.dev.local)
+            .field("qps", &self.qps.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Engine {
@@ -70,10 +188,18 @@ impl Engine {
             timer,
             link,
             origin: Instant::now(),
-            rx: vec![0u8; 65536],
-            tx: vec![0u8; MAX_PACKET],
-            ports: HashMap::new(),
-            more_tx: false,
+            rx: RxBatch::new(RX_BATCH, RX_SLOT, RX_PACKETS),
+            tx: TxBatch::new(),
+            qps: QpTable::default(),
+            generation: u64::MAX,
+            work: VecDeque::new(),
+            deadlines: BinaryHeap::new(),
+            bell: Vec::new(),
+            send_wc: Vec::new(),
+            recv_wc: Vec::new(),
+            blocked: false,
+            more_rx: false,
+            delivered: false,
         })
     }
 
@@ -83,79 +209,171 @@ impl Engine {
 
     pub(crate) fn run(mut self) {
         let mut events = Events::with_capacity(64);
-        let mut more_rx = false;
         while !self.dev.closed.load(Ordering::Acquire) {
-            let timeout = if more_rx || self.more_tx {
-                Some(Duration::ZERO)
-            } else {
-                let next = self.next_deadline();
-                let now = Instant::now();
-                if self
-                    .timer
-                    .fire_by(next.map(|d| self.origin + d), now)
-                    .is_err()
-                {
-                    // Without the timerfd, fall back on the poll timeout (millisecond
-                    // resolution, but deadlines still fire).
-                    next.map(|d| (self.origin + d).saturating_duration_since(now))
-                } else {
-                    None
-                }
-            };
-            if let Err(e) = self.poll.poll(&mut events, timeout) {
-                if e.kind() != io::ErrorKind::Interrupted {
-                    // The poll set is broken; nothing can make progress. Close the device so
-                    // that callers get DeviceClosed instead of hanging.
-                    self.dev.closed.store(true, Ordering::Release);
-                    break;
+            let ready = self.more_rx || (!self.work.is_empty() && !self.blocked);
+            if !self.wait(&mut events, ready) {
+                break;
+            }
+            self.pass();
+        }
+    }
+
+    /// The engine thread of a busy-polling device: the application threads drive the engine
+    /// as they poll their CQs and post (`Device::drive`), as a user-space RDMA provider does;
+    /// this thread only makes sure that timers fire and packets are taken in while no
+    /// application thread polls. It sleeps between passes so as not to take a CPU from the
+    /// threads that poll.
+    pub(crate) fn run_busy(dev: Arc<Device>) {
+        while !dev.closed.load(Ordering::Acquire) {
+            if let Ok(mut e) = dev.engine.try_lock() {
+                if let Some(e) = e.as_mut() {
+                    e.pass();
                 }
             }
-            if events.iter().any(|e| e.token() == TIMER) {
-                self.timer.clear();
-            }
-            self.more_tx = false;
-            more_rx = self.receive();
-            // The doorbell only wakes the loop: every QP is serviced below.
-            self.dev
+            std::thread::sleep(BUSY_BACKGROUND_PERIOD);
+        }
+    }
+
+    /// One pass without waiting: send what back-pressure held, receive a batch, take the
+    /// doorbell, fire due deadlines, visit the QPs with work, send.
+    pub(crate) fn pass(&mut self) {
+        self.pass_inner(false);
+    }
+
+    /// A pass run by an application thread in busy-poll mode. If it delivered completions,
+    /// the packets it produced (typically the ACK of what just completed) are not sent yet:
+    /// the thread returns to the application with the completion at once, and the packets go
+    /// with the next pass, usually in the same system call as the reply the application
+    /// posts, or from the background thread within 50 us.
+    pub(crate) fn pass_for_application(&mut self) {
+        self.pass_inner(true);
+    }
+
+    fn pass_inner(&mut self, defer_after_completion: bool) {
+        if self.blocked && self.tx.pending() {
+            self.blocked = false;
+            self.flush();
+        }
+        // After a wait: a QP created meanwhile may already be rung or addressed.
+        self.sync_qps();
+        self.more_rx = self.receive();
+        self.take_doorbell();
+        self.fire_deadlines();
+        self.delivered = false;
+        self.service_work();
+        if !(defer_after_completion && self.delivered) {
+            self.flush();
+        }
+    }
+
+    /// Waits in poll until there is something to do; returns false if the poll set broke.
+    fn wait(&mut self, events: &mut Events, ready: bool) -> bool {
+        let mut timeout = Some(Duration::ZERO);
+        if !ready {
+            // From here on, a doorbell wakes us (see Device::ring); look at it once more.
+            self.dev.engine_sleeping.store(true, Ordering::SeqCst);
+            let rung = !self
+                .dev
                 .doorbell
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .clear();
-            self.service_all();
+                .is_empty();
+            if !rung {
+                timeout = self.sleep_timeout();
+            }
+        }
+        let r = self.poll.poll(events, timeout);
+        self.dev.engine_sleeping.store(false, Ordering::SeqCst);
+        if let Err(e) = r {
+            if e.kind() != io::ErrorKind::Interrupted {
+                // The poll set is broken; nothing can make progress. Close the device so
+                // that callers get DeviceClosed instead of hanging.
+                self.dev.closed.store(true, Ordering::Release);
+                return false;
+            }
+        }
+        if events.iter().any(|e| e.token() == TIMER) {
+            self.timer.clear();
+        }
+        true
+    }
+
+    /// How long poll may sleep: until the earliest deadline (the timerfd wakes us; without
+    /// it, the poll timeout does with millisecond resolution), or a short while when sends
+    /// are blocked.
+    fn sleep_timeout(&mut self) -> Option<Duration> {
+        let now = Instant::now();
+        let mut next = self.link.poll_timeout();
+        if let Some(Reverse((t, _))) = self.deadlines.peek() {
+            let at = self.origin + *t;
+            next = Some(next.map_or(at, |n| n.min(at)));
+        }
+        if self.blocked {
+            let at = now + BACKPRESSURE_RETRY;
+            next = Some(next.map_or(at, |n| n.min(at)));
+        }
+        if self.timer.fire_by(next, now).is_err() {
+            next.map(|at| at.saturating_duration_since(now))
+        } else {
+            None
         }
     }
 
-    /// The earliest deadline among the QPs and the link.
-    fn next_deadline(&self) -> Option<Duration> {
-        let qps = self.dev.qps.read().unwrap_or_else(|e| e.into_inner());
-        let mut next = self
-            .link
-            .poll_timeout()
-            .map(|i| i.saturating_duration_since(self.origin));
-        for e in qps.values() {
-            let t = e
-                .core
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .poll_timeout();
-            next = match (next, t) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+    /// Refreshes the engine's copy of the QP table if the device's changed.
+    fn sync_qps(&mut self) {
+        let g = self.dev.qps_generation.load(Ordering::Acquire);
+        if g == self.generation {
+            return;
         }
-        next
+        Self::sync_table(&self.dev, &mut self.generation, &mut self.qps);
     }
 
-    /// Receives what is ready. Returns true if the batch limit was hit (more may be waiting).
+    /// Puts `qpn` on the work list unless it is there already.
+    fn enqueue(qps: &mut QpTable, work: &mut VecDeque<u32>, qpn: u32) {
+        if let Some(q) = qps.get_mut(&qpn) {
+            if !q.queued {
+                q.queued = true;
+                work.push_back(qpn);
+            }
+        }
+    }
+
+    fn take_doorbell(&mut self) {
+        std::mem::swap(
+            &mut *self.dev.doorbell.lock().unwrap_or_else(|e| e.into_inner()),
+            &mut self.bell,
+        );
+        for &qpn in &self.bell {
+            Self::enqueue(&mut self.qps, &mut self.work, qpn);
+        }
+        self.bell.clear();
+    }
+
+    fn fire_deadlines(&mut self) {
+        let now = self.now();
+        while let Some(&Reverse((t, qpn))) = self.deadlines.peek() {
+            if t > now {
+                break;
+            }
+            self.deadlines.pop();
+            if let Some(q) = self.qps.get_mut(&qpn) {
+                if q.armed == Some(t) {
+                    q.armed = None;
+                    Self::enqueue(&mut self.qps, &mut self.work, qpn);
+                }
+            }
+        }
+    }
+
+    /// Receives a batch and feeds each packet to its QP. Returns true if the batch was full
+    /// (more may be waiting).
     fn receive(&mut self) -> bool {
-        for _ in 0..RX_BATCH {
-            let d = match self.link.recv(Instant::now(), &mut self.rx) {
-                Ok(Some(d)) => d,
-                Ok(None) => return false,
-                Err(_) => return false,
-            };
-            let now = self.now();
-            let payload = &self.rx[..d.len];
+        if self.link.recv_batch(Instant::now(), &mut self.rx).is_err() {
+            return false;
+        }
+        let now = self.now();
+        for i in 0..self.rx.len() {
+            let (d, payload) = self.rx.get(i);
             let counters = &self.dev.counters;
             if verify_socket_datagram(d.src, d.dst, payload) == SocketVerdict::Bad {
                 Counters::inc(&counters.icrc_err);
@@ -168,130 +386,385 @@ impl Engine {
                     continue;
                 }
             };
-            let entry = self
-                .dev
-                .qps
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&pkt.bth.dest_qp)
-                .cloned();
-            let Some(entry) = entry else {
+            let qpn = pkt.bth.dest_qp;
+            if !self.qps.contains_key(&qpn) {
+                // A QP created since the last pass: refresh (a cheap check otherwise).
+                let g = self.dev.qps_generation.load(Ordering::Acquire);
+                if g != self.generation {
+                    Self::sync_table(&self.dev, &mut self.generation, &mut self.qps);
+                }
+            }
+            let Some(q) = self.qps.get(&qpn) else {
                 Counters::inc(&counters.unknown_qp_pkts);
                 continue;
             };
-            let mut core = entry.core.lock().unwrap_or_else(|e| e.into_inner());
-            // Only the connected peer may talk to an RC QP.
-            if core.peer().map(|p| p.ip()) != Some(d.src.ip()) {
-                Counters::inc(&counters.unknown_qp_pkts);
-                continue;
-            }
             {
+                let mut core = lock(&q.entry.core);
+                // Only the connected peer may talk to an RC QP.
+                if core.peer().map(|p| p.ip()) != Some(d.src.ip()) {
+                    Counters::inc(&counters.unknown_qp_pkts);
+                    continue;
+                }
                 let mrs = self.dev.mrs.read().unwrap_or_else(|e| e.into_inner());
                 core.handle_packet(now, &pkt, &mrs);
             }
-            // Answer at once: ACKs and READ responses should not wait for the next loop.
-            let qpn = pkt.bth.dest_qp;
-            self.more_tx |= Self::service_qp(
-                &self.dev,
-                &mut *self.link,
-                &mut self.tx,
-                &mut self.ports,
-                now,
-                qpn,
-                &entry,
-                &mut core,
-            );
+            Self::enqueue(&mut self.qps, &mut self.work, qpn);
         }
-        true
+        self.rx.is_full()
     }
 
-    fn service_all(&mut self) {
-        let entries: Vec<(u32, QpEntry)> = self
-            .dev
-            .qps
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .map(|(k, v)| (*k, v.clone()))
-            .collect();
-        self.ports
-            .retain(|qpn, _| entries.iter().any(|(k, _)| k == qpn));
-        let now = self.now();
-        for (qpn, entry) in entries {
-            let mut core = entry.core.lock().unwrap_or_else(|e| e.into_inner());
-            if core.poll_timeout().is_some_and(|t| t <= now) {
-                core.handle_timeout(now);
+    /// Copies the device's QP table (keeping what the engine knows of QPs it had), on split
+    /// borrows so that it can run while the receive batch is borrowed.
+    fn sync_table(dev: &Device, generation: &mut u64, qps: &mut QpTable) {
+        *generation = dev.qps_generation.load(Ordering::Acquire);
+        let table = dev.qps.read().unwrap_or_else(|e| e.into_inner());
+        qps.retain(|qpn, q| {
+            table
+                .get(qpn)
+                .is_some_and(|e| Arc::ptr_eq(&e.core, &q.entry.core))
+        });
+        for (qpn, e) in table.iter() {
+            qps.entry(*qpn).or_insert_with(|| EngineQp {
+                entry: e.clone(),
+                port: None,
+                armed: None,
+                queued: false,
+            });
+        }
+    }
+
+    /// Visits the QPs on the work list once each (those that still have work go to the back
+    /// for the next pass). What is left in the batch is for the caller to send.
+    fn service_work(&mut self) {
+        for _ in 0..self.work.len() {
+            if self.blocked {
+                break;
             }
-            self.more_tx |= Self::service_qp(
-                &self.dev,
-                &mut *self.link,
-                &mut self.tx,
-                &mut self.ports,
-                now,
-                qpn,
-                &entry,
-                &mut core,
-            );
+            let Some(qpn) = self.work.pop_front() else {
+                break;
+            };
+            let Some(q) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            q.queued = false;
+            if self.service_qp(qpn) {
+                Self::enqueue(&mut self.qps, &mut self.work, qpn);
+            }
         }
     }
 
-    /// Sends what the QP has to send and delivers its completions. Returns true when the
-    /// batch limit stopped it with packets still to send.
-    #[allow(clippy::too_many_arguments)]
-    fn service_qp(
-        dev: &Device,
-        link: &mut (dyn Link + Send),
-        tx: &mut [u8],
-        ports: &mut HashMap<u32, u16>,
-        now: Duration,
-        qpn: u32,
-        entry: &QpEntry,
-        core: &mut QpCore,
-    ) -> bool {
-        let mut more = false;
-        if core.peer().is_some() {
-            let want = core.src_port();
-            if ports.get(&qpn) != Some(&want) {
-                match link.prepare_source_port(want) {
-                    Ok(got) => {
-                        core.set_src_port(got);
-                        ports.insert(qpn, got);
+    /// Fires the QP's timer if due, takes its packets out into the transmit batch (sending
+    /// the batch whenever it fills, with the QP unlocked), delivers its completions and arms
+    /// its next deadline. Returns true when the QP has more to send than its budget allowed
+    /// or than send space took.
+    fn service_qp(&mut self, qpn: u32) -> bool {
+        let mut budget = TX_BUDGET;
+        loop {
+            let now = self.now();
+            let Some(q) = self.qps.get_mut(&qpn) else {
+                return false;
+            };
+            let mut full = false;
+            let deadline = {
+                let mut core = lock(&q.entry.core);
+                if core.poll_timeout().is_some_and(|t| t <= now) {
+                    core.handle_timeout(now);
+                }
+                if core.peer().is_some() {
+                    let want = core.src_port();
+                    if q.port != Some(want) {
+                        match self.link.prepare_source_port(want) {
+                            Ok(got) => {
+                                core.set_src_port(got);
+                                q.port = Some(got);
+                            }
+                            Err(_) => Counters::inc(&self.dev.counters.send_err),
+                        }
                     }
-                    Err(_) => Counters::inc(&dev.counters.send_err),
+                    while budget > 0 {
+                        let Some(slot) = self.tx.free_slot() else {
+                            full = true;
+                            break;
+                        };
+                        let Some(t) = core.poll_transmit(now, slot) else {
+                            break;
+                        };
+                        self.tx.meta.push(t);
+                        self.tx.ids.push(0);
+                        budget -= 1;
+                    }
+                }
+                while let Some((side, wc)) = core.poll_completion() {
+                    match side {
+                        CqSide::Send => self.send_wc.push(wc),
+                        CqSide::Recv => self.recv_wc.push(wc),
+                    }
+                }
+                core.poll_timeout()
+            };
+            if !self.send_wc.is_empty() {
+                q.entry.send_cq.push_all(self.send_wc.drain(..));
+                self.delivered = true;
+            }
+            if !self.recv_wc.is_empty() {
+                q.entry.recv_cq.push_all(self.recv_wc.drain(..));
+                self.delivered = true;
+            }
+            if let Some(t) = deadline {
+                if q.armed.map_or(true, |a| t < a) {
+                    q.armed = Some(t);
+                    self.deadlines.push(Reverse((t, qpn)));
                 }
             }
-            let at = Instant::now();
-            more = true;
-            for _ in 0..TX_BATCH {
-                let Some(t) = core.poll_transmit(now, tx) else {
-                    more = false;
-                    break;
-                };
-                let d = OutDatagram {
-                    src_port: t.src_port,
-                    dst: t.dst,
-                    payload: &tx[..t.len],
-                };
-                if link.send(at, &d).is_err() {
-                    // Lost like a packet dropped on the wire; retransmission recovers it.
-                    Counters::inc(&dev.counters.send_err);
+            if budget == 0 {
+                return true;
+            }
+            if !full {
+                return false;
+            }
+            self.flush();
+            if self.blocked {
+                return true;
+            }
+        }
+    }
+
+    /// Sends the batch's pending packets. Stops at EAGAIN or ENOBUFS, keeping the rest.
+    fn flush(&mut self) {
+        if !self.tx.pending() {
+            return;
+        }
+        self.reseal(self.tx.head);
+        // The datagram list borrows the batch buffer; it reuses the allocation of `spare`
+        // (an empty vector of any lifetime has the same layout), so a flush allocates nothing.
+        let mut ds: Vec<OutDatagram<'_>> = std::mem::take(&mut self.tx.spare)
+            .into_iter()
+            .map(|_| unreachable!("spare is empty"))
+            .collect();
+        ds.extend(self.tx.meta.iter().enumerate().map(|(i, t)| OutDatagram {
+            src_port: t.src_port,
+            dst: t.dst,
+            payload: &self.tx.buf[i * MAX_PACKET..i * MAX_PACKET + t.len],
+        }));
+        let at = Instant::now();
+        let mut head = self.tx.head;
+        while head < ds.len() {
+            let (n, err) = self.link.send_batch(at, &ds[head..]);
+            head += n;
+            let Some(e) = err else { continue };
+            if e.kind() == io::ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOBUFS) {
+                // Back-pressure, not loss: keep the packet for when there is room.
+                self.blocked = true;
+                break;
+            }
+            // Lost like a packet dropped on the wire; retransmission recovers it.
+            Counters::inc(&self.dev.counters.send_err);
+            head += 1;
+            if head < ds.len() {
+                // The runs after the lost packet start elsewhere: seal them for that. (The
+                // datagram list borrows the buffer, so it is rebuilt: errors are rare.)
+                break;
+            }
+        }
+        ds.clear();
+        self.tx.spare = ds.into_iter().map(|_| unreachable!("cleared")).collect();
+        if head >= self.tx.meta.len() {
+            self.tx.meta.clear();
+            self.tx.ids.clear();
+            self.tx.head = 0;
+        } else {
+            self.tx.head = head;
+            if !self.blocked {
+                // Stopped after a lost packet: send the rest, sealed for their new runs.
+                self.flush();
+            }
+        }
+    }
+
+    /// Seals the IPv4 packets from `from` on for the identifications the link's GSO sends
+    /// will give them: segment k of a run gets k (see `Link::gso_max_segments`). Packets
+    /// already sealed for their identification are left alone, so without GSO nothing is
+    /// computed twice.
+    fn reseal(&mut self, from: usize) {
+        if !self.dev.local.is_ipv4() {
+            return; // IPv6 has no identification.
+        }
+        let max = self.link.gso_max_segments();
+        let tx = &mut self.tx;
+        let n = tx.meta.len();
+        let mut i = from;
+        while i < n {
+            let meta = &tx.meta;
+            let run = gso_run(n - i, max, |k| {
+                let t = &meta[i + k];
+                (t.src_port, t.dst, t.len)
+            });
+            for k in i..i + run {
+                let id = (k - i) as u16;
+                let t = tx.meta[k];
+                if tx.ids[k] != id && t.dst.is_ipv4() {
+                    let slot = &mut tx.buf[k * MAX_PACKET..(k + 1) * MAX_PACKET];
+                    super::udp::reseal_ipv4_id(slot, t.len, tx.ids[k], id);
                 }
+                tx.ids[k] = id;
             }
+            i += run;
         }
-        let mut send = Vec::new();
-        let mut recv = Vec::new();
-        while let Some((side, wc)) = core.poll_completion() {
-            match side {
-                CqSide::Send => send.push(wc),
-                CqSide::Recv => recv.push(wc),
+    }
+}
+
+fn lock(core: &std::sync::Mutex<QpCore>) -> MutexGuard<'_, QpCore> {
+    core.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::net::SocketAddr;
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::driver::link::InDatagram;
+
+    /// A link whose sends fail with the scripted errors first, then succeed and are recorded
+    /// with the GSO grouping the engine must seal for.
+    struct Scripted {
+        errors: VecDeque<io::ErrorKind>,
+        sent: Arc<Mutex<Vec<Vec<u8>>>>,
+        gso: usize,
+    }
+
+    impl Link for Scripted {
+        fn local_addr(&self) -> SocketAddr {
+            "127.0.0.1:4791".parse().unwrap()
+        }
+        fn prepare_source_port(&mut self, wanted: u16) -> io::Result<u16> {
+            Ok(wanted)
+        }
+        fn send(&mut self, _now: Instant, d: &OutDatagram) -> io::Result<()> {
+            if let Some(kind) = self.errors.pop_front() {
+                return Err(kind.into());
             }
+            self.sent.lock().unwrap().push(d.payload.to_vec());
+            Ok(())
         }
-        if !send.is_empty() {
-            entry.send_cq.push_all(send);
+        fn recv(&mut self, _now: Instant, _buf: &mut [u8]) -> io::Result<Option<InDatagram>> {
+            Ok(None)
         }
-        if !recv.is_empty() {
-            entry.recv_cq.push_all(recv);
+        fn register(&mut self, _r: &mio::Registry, _t: mio::Token) -> io::Result<()> {
+            Ok(())
         }
-        more
+        fn gso_max_segments(&self) -> usize {
+            self.gso
+        }
+    }
+
+    fn engine(link: Scripted) -> Engine {
+        let poll = Poll::new().unwrap();
+        let waker = mio::Waker::new(poll.registry(), WAKER).unwrap();
+        let dev = Arc::new(Device::new(
+            "127.0.0.1:4791".parse().unwrap(),
+            4791,
+            waker,
+            false,
+        ));
+        Engine::new(dev, poll, Box::new(link)).unwrap()
+    }
+
+    /// Puts a sealed 64-byte packet (a BTH, zeros, its ICRC for identification 0) in the batch.
+    fn queue_packet(e: &mut Engine, tag: u8) {
+        let src: SocketAddr = "127.0.0.1:49152".parse().unwrap();
+        let dst: SocketAddr = "127.0.0.2:4791".parse().unwrap();
+        let len = 64;
+        let slot = e.tx.free_slot().unwrap();
+        slot[..len].fill(0);
+        slot[0] = 0x04; // SEND ONLY
+        slot[12] = tag;
+        let (std::net::IpAddr::V4(s), std::net::IpAddr::V4(d)) = (src.ip(), dst.ip()) else {
+            unreachable!()
+        };
+        let ip = crate::wire::icrc::ipv4_header_for_socket(s, d, 8 + len as u16, true);
+        let mut udp = [0u8; 8];
+        udp[0..2].copy_from_slice(&src.port().to_be_bytes());
+        udp[2..4].copy_from_slice(&dst.port().to_be_bytes());
+        udp[4..6].copy_from_slice(&(8 + len as u16).to_be_bytes());
+        let crc = crate::wire::icrc::compute(&ip, &udp, &slot[..len - 4]).unwrap();
+        slot[len - 4..len].copy_from_slice(&crate::wire::icrc::to_wire(crc));
+        e.tx.meta.push(Transmit {
+            len,
+            dst,
+            src_port: src.port(),
+        });
+        e.tx.ids.push(0);
+    }
+
+    #[test]
+    fn eagain_is_back_pressure_not_loss() {
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let mut e = engine(Scripted {
+            errors: VecDeque::from([io::ErrorKind::WouldBlock]),
+            sent: Arc::clone(&sent),
+            gso: 1,
+        });
+        queue_packet(&mut e, 1);
+        queue_packet(&mut e, 2);
+        e.flush();
+        assert!(e.blocked, "EAGAIN blocks the engine's transmission");
+        assert!(e.tx.pending(), "the packets are kept");
+        assert_eq!(e.dev.counters.get("send_err"), Some(0));
+        // Send space again: both go, in order, and nothing was counted lost.
+        e.blocked = false;
+        e.flush();
+        assert!(!e.blocked && !e.tx.pending());
+        let sent = sent.lock().unwrap();
+        assert_eq!(sent.iter().map(|p| p[12]).collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(e.dev.counters.get("send_err"), Some(0));
+    }
+
+    #[test]
+    fn other_send_errors_lose_one_packet_and_the_rest_go() {
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let mut e = engine(Scripted {
+            errors: VecDeque::from([io::ErrorKind::PermissionDenied]),
+            sent: Arc::clone(&sent),
+            gso: 1,
+        });
+        for tag in 1..=3 {
+            queue_packet(&mut e, tag);
+        }
+        e.flush();
+        assert!(!e.blocked && !e.tx.pending());
+        assert_eq!(e.dev.counters.get("send_err"), Some(1));
+        let tags: Vec<u8> = sent.lock().unwrap().iter().map(|p| p[12]).collect();
+        assert_eq!(tags, [2, 3]);
+    }
+
+    #[test]
+    fn gso_runs_are_sealed_for_the_identifications_the_kernel_gives_segments() {
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let mut e = engine(Scripted {
+            errors: VecDeque::new(),
+            sent: Arc::clone(&sent),
+            gso: 3,
+        });
+        for tag in 0..5 {
+            queue_packet(&mut e, tag);
+        }
+        e.flush();
+        // Runs of at most 3: identifications 0, 1, 2, then 0, 1. The receiver's check finds
+        // each one (RecoveredId for the non-zero ones).
+        let src: SocketAddr = "127.0.0.1:49152".parse().unwrap();
+        let dst: SocketAddr = "127.0.0.2:4791".parse().unwrap();
+        let verdicts: Vec<_> = sent
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|p| crate::wire::icrc::verify_socket_datagram(src, dst, p))
+            .collect();
+        use crate::wire::icrc::SocketVerdict::{Exact, RecoveredId};
+        assert_eq!(
+            verdicts,
+            [Exact, RecoveredId(1), RecoveredId(2), Exact, RecoveredId(1)]
+        );
     }
 }

@@ -51,6 +51,145 @@ pub trait Link {
 
     /// Registers the receiving socket with a mio registry, for readability.
     fn register(&mut self, registry: &mio::Registry, token: mio::Token) -> io::Result<()>;
+
+    /// Sends `ds` in order and returns how many were sent before the first error, with that
+    /// error. The default sends one datagram at a time; the UDP link sends the batch in one
+    /// system call.
+    fn send_batch(&mut self, now: Instant, ds: &[OutDatagram]) -> (usize, Option<io::Error>) {
+        for (i, d) in ds.iter().enumerate() {
+            if let Err(e) = self.send(now, d) {
+                return (i, Some(e));
+            }
+        }
+        (ds.len(), None)
+    }
+
+    /// Most datagrams the link sends as one with UDP GSO (UDP_SEGMENT); 1: no GSO. The
+    /// kernel gives the segments of one IPv4 GSO send the identifications 0, 1, 2, ..., which
+    /// the ICRC covers, so the sender must know how the link groups datagrams: by
+    /// [`gso_run`] with this limit. Wrappers that send one datagram at a time keep the
+    /// default.
+    fn gso_max_segments(&self) -> usize {
+        1
+    }
+
+    /// Receives up to `batch.free_slot_count()` ready datagrams into `batch` (emptied first)
+    /// without blocking. The default receives one at a time; the UDP link takes the batch in one
+    /// system call. An error with datagrams already received is dropped: the datagrams are
+    /// returned, and a persistent error comes back on the next call.
+    fn recv_batch(&mut self, now: Instant, batch: &mut RxBatch) -> io::Result<()> {
+        batch.clear();
+        while batch.free_slot_count() > 0 {
+            let slot = batch.next_slot();
+            match self.recv(now, slot) {
+                Ok(Some(d)) => batch.push(d),
+                Ok(None) => break,
+                Err(e) if batch.is_empty() => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Buffers for a batch of received datagrams: fixed-size slots, so that a batch is received
+/// without allocating. A slot holds one datagram, or several packets that the kernel
+/// coalesced (UDP GRO), which the link records one by one.
+#[derive(Debug)]
+pub struct RxBatch {
+    data: Vec<u8>,
+    slot: usize,
+    slots: usize,
+    /// Slots filled.
+    used: usize,
+    /// Each packet and the offset of its bytes in `data`.
+    got: Vec<(InDatagram, usize)>,
+}
+
+impl RxBatch {
+    /// Room for `slots` datagrams of up to `slot_len` bytes each, and for `max_packets`
+    /// packets in all (more than `slots` when the link splits coalesced datagrams).
+    pub fn new(slots: usize, slot_len: usize, max_packets: usize) -> RxBatch {
+        RxBatch {
+            data: vec![0u8; slots * slot_len],
+            slot: slot_len,
+            slots,
+            used: 0,
+            got: Vec::with_capacity(max_packets.max(slots)),
+        }
+    }
+
+    /// Slots not yet filled.
+    pub fn free_slot_count(&self) -> usize {
+        self.slots - self.used
+    }
+
+    /// Whether every slot was filled (more datagrams may be waiting).
+    pub fn is_full(&self) -> bool {
+        self.used == self.slots
+    }
+
+    /// Packets received.
+    pub fn len(&self) -> usize {
+        self.got.len()
+    }
+
+    /// Whether no packet was received.
+    pub fn is_empty(&self) -> bool {
+        self.got.is_empty()
+    }
+
+    /// Forgets the packets received.
+    pub fn clear(&mut self) {
+        self.got.clear();
+        self.used = 0;
+    }
+
+    /// Packet `i`: its addresses and its bytes.
+    pub fn get(&self, i: usize) -> (InDatagram, &[u8]) {
+        let (d, at) = self.got[i];
+        (d, &self.data[at..at + d.len])
+    }
+
+    /// The next free slot (call only while [`free_slot_count`](Self::free_slot_count) > 0).
+    pub fn next_slot(&mut self) -> &mut [u8] {
+        let i = self.used;
+        &mut self.data[i * self.slot..(i + 1) * self.slot]
+    }
+
+    /// The free slots, `slot_len` bytes each, for a link that fills several at once.
+    pub fn free_slots(&mut self) -> (usize, &mut [u8]) {
+        let i = self.used;
+        (self.slot, &mut self.data[i * self.slot..])
+    }
+
+    /// Records that the next free slot holds datagram `d` (`d.len` at most the slot length).
+    pub fn push(&mut self, d: InDatagram) {
+        self.push_split(d, d.len);
+    }
+
+    /// Records that the next free slot holds `d.len` bytes of packets of `segment` bytes
+    /// each (the last may be shorter), from the same sender: a datagram that the kernel
+    /// coalesced. Packets beyond the batch's packet room are dropped, as a full socket buffer
+    /// would drop them.
+    pub fn push_split(&mut self, d: InDatagram, segment: usize) {
+        let base = self.used * self.slot;
+        let total = d.len.min(self.slot);
+        let segment = if segment == 0 { total.max(1) } else { segment };
+        let mut at = 0;
+        loop {
+            let len = segment.min(total - at);
+            if self.got.len() == self.got.capacity() {
+                break;
+            }
+            self.got.push((InDatagram { len, ..d }, base + at));
+            at += len;
+            if at >= total {
+                break;
+            }
+        }
+        self.used += 1;
+    }
 }
 
 impl<L: Link + ?Sized> Link for Box<L> {
@@ -71,5 +210,96 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn register(&mut self, registry: &mio::Registry, token: mio::Token) -> io::Result<()> {
         (**self).register(registry, token)
+    }
+    fn send_batch(&mut self, now: Instant, ds: &[OutDatagram]) -> (usize, Option<io::Error>) {
+        (**self).send_batch(now, ds)
+    }
+    fn recv_batch(&mut self, now: Instant, batch: &mut RxBatch) -> io::Result<()> {
+        (**self).recv_batch(now, batch)
+    }
+    fn gso_max_segments(&self) -> usize {
+        (**self).gso_max_segments()
+    }
+}
+
+/// Most UDP payload bytes one GSO send carries (an IPv4 datagram's 65535 bytes less the IP
+/// and UDP headers, with room for IPv6's larger header).
+pub const GSO_MAX_BYTES: usize = 65535 - 48 - 8;
+
+/// How many datagrams at the start of a batch one GSO send carries: those after the first
+/// with its source port, destination and length (the last may be shorter), at most
+/// `max_segments` and [`GSO_MAX_BYTES`] in all. `key(i)` gives datagram i's source port,
+/// destination and length; `n` is the batch length (at least 1).
+pub fn gso_run(
+    n: usize,
+    max_segments: usize,
+    key: impl Fn(usize) -> (u16, SocketAddr, usize),
+) -> usize {
+    let (port, dst, len) = key(0);
+    if max_segments <= 1 || len == 0 {
+        return 1;
+    }
+    let limit = max_segments.min(GSO_MAX_BYTES / len).min(n);
+    let mut run = 1;
+    while run < limit {
+        let (p, d, l) = key(run);
+        if p != port || d != dst || l > len || l == 0 {
+            break;
+        }
+        run += 1;
+        if l < len {
+            break;
+        }
+    }
+    run
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gso_runs_group_equal_sized_datagrams_to_one_peer() {
+        let a: SocketAddr = "127.0.0.2:4791".parse().unwrap();
+        let b: SocketAddr = "127.0.0.3:4791".parse().unwrap();
+        let ds = [
+            (1, a, 100),
+            (1, a, 100),
+            (1, a, 40), // a shorter last segment ends the run
+            (1, a, 100),
+            (2, a, 100), // another source port
+            (2, b, 100), // another peer
+            (2, b, 120), // longer: not a segment of the run before
+        ];
+        let run = |from: usize, max: usize| gso_run(ds.len() - from, max, |i| ds[from + i]);
+        assert_eq!(run(0, 64), 3);
+        assert_eq!(run(3, 64), 1);
+        assert_eq!(run(4, 64), 1);
+        assert_eq!(run(5, 64), 1);
+        assert_eq!(run(0, 2), 2, "at most max_segments");
+        assert_eq!(run(0, 1), 1, "no GSO");
+        let big = |_| (1, a, 5000);
+        assert_eq!(gso_run(64, 64, big), GSO_MAX_BYTES / 5000, "at most 64 KiB");
+    }
+
+    #[test]
+    fn a_coalesced_datagram_is_split_by_its_segment_size() {
+        let mut b = RxBatch::new(2, 1000, 8);
+        let d = InDatagram {
+            len: 250,
+            src: "127.0.0.2:49152".parse().unwrap(),
+            dst: "127.0.0.1:4791".parse().unwrap(),
+        };
+        b.next_slot()[..250].copy_from_slice(&[7u8; 250]);
+        b.push_split(d, 100);
+        b.next_slot()[..10].copy_from_slice(&[9u8; 10]);
+        b.push(InDatagram { len: 10, ..d });
+        assert!(b.is_full());
+        let lens: Vec<usize> = (0..b.len()).map(|i| b.get(i).1.len()).collect();
+        assert_eq!(lens, [100, 100, 50, 10]);
+        assert!(b.get(2).1.iter().all(|&x| x == 7));
+        assert!(b.get(3).1.iter().all(|&x| x == 9));
+        b.clear();
+        assert_eq!((b.len(), b.free_slot_count()), (0, 2));
     }
 }

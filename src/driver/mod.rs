@@ -1,7 +1,11 @@
-//! The driver: the UDP socket, the engine thread, timers, and the link layers around the
-//! socket (capture, impairment). It opens device contexts for the verbs API.
+//! The driver: the UDP socket, the engine thread, timers, the link layers around the socket
+//! (capture, impairment), and the state the engine shares with the verbs API above it (the
+//! device's QP and MR tables, doorbell, completion queues). `open` starts a device for
+//! `verbs::Context::open`.
 
 pub mod capture;
+mod cq;
+pub(crate) mod device;
 pub(crate) mod engine;
 pub mod impair;
 pub mod link;
@@ -13,13 +17,17 @@ use std::io::BufWriter;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::thread::JoinHandle;
 
+pub(crate) use cq::CqInner;
 pub use impair::{Direction, ImpairLink, Impairment};
-pub use link::{InDatagram, Link, OutDatagram};
+pub use link::{InDatagram, Link, OutDatagram, RxBatch};
 pub use udp::UdpLink;
 
-use crate::verbs::device::Device;
-use crate::verbs::{Context, Result, VerbsError};
+use crate::ib::VerbsError;
+use device::Device;
+
+type Result<T> = core::result::Result<T, VerbsError>;
 
 /// How to open a device context.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,6 +42,13 @@ pub struct DeviceConfig {
     /// RoCEv2 has it). Two devices that share an IP address (e.g. on ::1, the only IPv6
     /// loopback address) need different ports and so must name each other's.
     pub remote_port: Option<u16>,
+    /// Busy-poll mode: the engine thread spins on the socket instead of sleeping in poll, and
+    /// waits on the context's CQs spin instead of sleeping. Lower latency for a CPU each.
+    pub busy_poll: bool,
+    /// Send runs of equal-sized packets with UDP GSO where the kernel offers it (the
+    /// default); `false` sends each packet as its own datagram (for comparison, or for a
+    /// path whose segmentation does not number IPv4 identifications from 0 as Linux does).
+    pub gso: bool,
 }
 
 impl DeviceConfig {
@@ -44,42 +59,61 @@ impl DeviceConfig {
             pcap: None,
             impairment: None,
             remote_port: None,
+            busy_poll: false,
+            gso: true,
         }
     }
 }
 
-impl Context {
-    /// Opens a device context: binds the socket, builds the link stack and starts the engine
-    /// thread.
-    ///
-    /// Layering: socket <- impairment <- capture <- engine. The capture therefore records
-    /// what the engine sent and received after impairment on the receive side and before it
-    /// on the send side: exactly what the transport saw.
-    pub fn open(cfg: &DeviceConfig) -> Result<Context> {
-        let poll = mio::Poll::new()?;
-        let waker = mio::Waker::new(poll.registry(), engine::WAKER)?;
-        let udp = UdpLink::bind(cfg.addr)
-            .map_err(|e| VerbsError::Io(format!("cannot bind {}: {e}", cfg.addr)))?;
-        let local = udp.local_addr();
-        let remote_port = cfg.remote_port.unwrap_or(local.port());
-        let dev = Arc::new(Device::new(local, remote_port, waker));
-        let mut link: Box<dyn Link + Send> = Box::new(udp);
-        if let Some(imp) = cfg.impairment {
-            link = Box::new(ImpairLink::new(link, imp, Arc::clone(&dev.counters)));
+/// Opens a device: binds the socket, builds the link stack and starts the engine thread.
+/// Returns the state shared with the engine and the engine's thread.
+///
+/// Layering: socket <- impairment <- capture <- engine. The capture therefore records
+/// what the engine sent and received after impairment on the receive side and before it
+/// on the send side: exactly what the transport saw.
+pub(crate) fn open(cfg: &DeviceConfig) -> Result<(Arc<Device>, JoinHandle<()>)> {
+    let poll = mio::Poll::new()?;
+    let waker = mio::Waker::new(poll.registry(), engine::WAKER)?;
+    let mut udp = UdpLink::bind(cfg.addr)
+        .map_err(|e| VerbsError::Io(format!("cannot bind {}: {e}", cfg.addr)))?;
+    if !cfg.gso {
+        udp.disable_gso();
+    }
+    if cfg.impairment.is_none() && cfg.pcap.is_none() {
+        // GRO only on a bare link: the wrappers receive one datagram at a time.
+        udp.enable_gro();
+    }
+    let local = udp.local_addr();
+    let remote_port = cfg.remote_port.unwrap_or(local.port());
+    let dev = Arc::new(Device::new(local, remote_port, waker, cfg.busy_poll));
+    let mut link: Box<dyn Link + Send> = Box::new(udp);
+    if let Some(imp) = cfg.impairment {
+        link = Box::new(ImpairLink::new(link, imp, Arc::clone(&dev.counters)));
+    }
+    if let Some(path) = &cfg.pcap {
+        let f = File::create(path)
+            .map_err(|e| VerbsError::Io(format!("cannot create {}: {e}", path.display())))?;
+        link = Box::new(capture::CaptureLink::new(link, BufWriter::new(f))?);
+    }
+    link.register(poll.registry(), engine::SOCKET)?;
+    let engine = engine::Engine::new(Arc::clone(&dev), poll, link)?;
+    let name = format!("softroce-{local}");
+    let handle = if cfg.busy_poll {
+        *dev.engine.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(engine));
+        let d = Arc::clone(&dev);
+        std::thread::Builder::new()
+            .name(name)
+            .spawn(move || engine::Engine::run_busy(d))
+    } else {
+        std::thread::Builder::new()
+            .name(name)
+            .spawn(move || engine.run())
+    };
+    match handle {
+        Ok(h) => Ok((dev, h)),
+        Err(e) => {
+            dev.shut_down(None);
+            Err(e.into())
         }
-        if let Some(path) = &cfg.pcap {
-            let f = File::create(path)
-                .map_err(|e| VerbsError::Io(format!("cannot create {}: {e}", path.display())))?;
-            link = Box::new(capture::CaptureLink::new(link, BufWriter::new(f))?);
-        }
-        link.register(poll.registry(), engine::SOCKET)?;
-        let engine = engine::Engine::new(Arc::clone(&dev), poll, link)?;
-        let handle = std::thread::Builder::new()
-            .name(format!("softroce-{local}"))
-            .spawn(move || engine.run())?;
-        Ok(Context {
-            dev,
-            engine: Some(handle),
-        })
     }
 }

@@ -5,6 +5,19 @@
 //! RoCEv2 QP sends from its own port in 0xC000-0xFFFF (as rxe does, for ECMP entropy) and a
 //! user-space program can only choose its source port by binding it.
 //!
+//! System calls come in batches: `send_batch` is one sendmmsg(2) per run of datagrams from
+//! the same source port, `recv_batch` one recvmmsg(2). Within a sendmmsg, the equal-sized
+//! datagrams of one message to one destination go as one UDP GSO message (UDP_SEGMENT):
+//! the kernel segments it, so the stack is walked once for up to 15 packets of a 4096 MTU.
+//! On receive, with UDP GRO on (`enable_gro`), the kernel hands over such runs as one
+//! datagram with the segment size in a control message, and `recv_batch` splits it. GRO is
+//! for a link used through `recv_batch` only: `recv` returns datagrams as they come, so a
+//! wrapper that receives one datagram at a time must leave GRO off.
+//! GSO is detected when the link is bound (the UDP_SEGMENT socket option) and turned off for
+//! good if a GSO send fails for want of support (EIO, EINVAL, EOPNOTSUPP). Every transmit socket is registered for
+//! writability under the link's token (the receiving socket only for readability), so that the
+//! engine waits for send space after EAGAIN instead of dropping packets.
+//!
 //! Socket options that the ICRC depends on (spec-notes/icrc.md, framing.md):
 //! - IPv4: IP_MTU_DISCOVER = IP_PMTUDISC_DO, so that Linux sets DF and, for an unconnected
 //!   socket, an IPv4 identification of 0, which is what the transport's ICRC covers;
@@ -17,14 +30,29 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::Instant;
 
-use socket2::{Domain, Protocol, Socket, Type};
+use mio::unix::SourceFd;
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use super::link::{InDatagram, Link, OutDatagram};
+use super::link::{gso_run, InDatagram, Link, OutDatagram, RxBatch};
 
 /// Most distinct source ports (sockets) a link opens; beyond it QPs share ports.
 pub const MAX_SOURCE_PORTS: usize = 1024;
 /// linux/udp.h UDP_NO_CHECK6_RX (not exported by every libc crate version).
 const UDP_NO_CHECK6_RX: libc::c_int = 102;
+
+/// Receive buffer asked for (the kernel counts about twice the payload per packet).
+const RECV_BUFFER: libc::c_int = 64 << 20;
+/// Most datagrams one sendmmsg or recvmmsg call carries.
+const MMSG_BATCH: usize = 64;
+/// linux/udp.h UDP_GRO (receive coalesced datagrams; a socket option and a control message).
+const UDP_GRO: libc::c_int = 104;
+/// linux/udp.h UDP_SEGMENT (GSO segment size, a socket option and a control message).
+const UDP_SEGMENT: libc::c_int = 103;
+/// Most segments of one GSO send (UDP_MAX_SEGMENTS was 64 before Linux 6.9).
+const GSO_MAX_SEGMENTS: usize = 64;
+/// Room for one control message carrying a u16, as CMSG_SPACE(2) computes it, in u64s so
+/// that it is aligned for a cmsghdr.
+const CMSG_WORDS: usize = 4;
 
 /// A link over UDP sockets.
 #[derive(Debug)]
@@ -32,6 +60,12 @@ pub struct UdpLink {
     local: SocketAddr,
     rx: mio::net::UdpSocket,
     tx: HashMap<u16, UdpSocket>,
+    /// Where transmit sockets are registered for writability, once `register` was called.
+    registry: Option<(mio::Registry, mio::Token)>,
+    /// Destination addresses of a sendmmsg batch, kept to reuse their allocation.
+    names: Vec<SockAddr>,
+    /// Most datagrams per GSO send; 1 when the kernel lacks UDP GSO.
+    gso_segments: usize,
 }
 
 fn set_int_opt(
@@ -82,13 +116,117 @@ fn roce_socket(addr: SocketAddr) -> io::Result<Socket> {
         )?;
         set_int_opt(&s, libc::IPPROTO_UDP, UDP_NO_CHECK6_RX, 1)?;
     }
-    // Large buffers absorb bursts of a window of 4 KiB packets; the kernel caps them at
-    // net.core.{r,w}mem_max, which is fine.
-    let _ = s.set_recv_buffer_size(8 << 20);
+    // Large buffers absorb bursts: a window of 4 KiB packets, and READ responses, which no
+    // window bounds (a 1 GiB READ is 262,144 responses sent as fast as GSO lets the peer)
+    // while this end's engine may be descheduled for milliseconds on a busy machine. The
+    // kernel caps SO_RCVBUF at net.core.rmem_max; a process allowed to (CAP_NET_ADMIN) sets
+    // the size past that cap with SO_RCVBUFFORCE.
+    if set_int_opt(&s, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, RECV_BUFFER).is_err() {
+        let _ = s.set_recv_buffer_size(RECV_BUFFER as usize);
+    }
     let _ = s.set_send_buffer_size(4 << 20);
     s.set_nonblocking(true)?;
     s.bind(&addr.into())?;
     Ok(s)
+}
+
+/// The address a receive call wrote at `ss` (`len` bytes; the rest of the storage may be
+/// uninitialised), if it is IPv4 or IPv6.
+///
+/// # Safety
+/// `ss` must point at a sockaddr_storage whose first `len` bytes (at most its size) are
+/// initialised.
+unsafe fn socket_addr(
+    ss: *const libc::sockaddr_storage,
+    len: libc::socklen_t,
+) -> Option<SocketAddr> {
+    let len = len as usize;
+    if len < std::mem::size_of::<libc::sa_family_t>() {
+        return None;
+    }
+    // SAFETY: the family field, at the start, is within the `len` initialised bytes.
+    let family = unsafe { (*ss).ss_family } as libc::c_int;
+    match family {
+        libc::AF_INET if len >= std::mem::size_of::<libc::sockaddr_in>() => {
+            // SAFETY: the family says the storage holds a sockaddr_in, all of it initialised
+            // (len covers it); sockaddr_storage is larger and at least as aligned.
+            let a = unsafe { std::ptr::read(ss.cast::<libc::sockaddr_in>()) };
+            Some(SocketAddr::new(
+                std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)).into(),
+                u16::from_be(a.sin_port),
+            ))
+        }
+        libc::AF_INET6 if len >= std::mem::size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: as above, for sockaddr_in6.
+            let a = unsafe { std::ptr::read(ss.cast::<libc::sockaddr_in6>()) };
+            Some(SocketAddr::V6(std::net::SocketAddrV6::new(
+                a.sin6_addr.s6_addr.into(),
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// Adjusts the ICRC of an IPv4 RoCE packet (`buf[..len]`, BTH .. ICRC) sealed for IPv4
+/// identification `from` to the header a DF socket gives segment `to` of a GSO send: the
+/// identification is covered by the ICRC. (The transport seals every packet for
+/// identification 0, what a plain send gets.)
+pub(crate) fn reseal_ipv4_id(buf: &mut [u8], len: usize, from: u16, to: u16) {
+    use crate::wire::{icrc, ICRC_LEN};
+    let at = len - ICRC_LEN;
+    let mut crc = [0u8; 4];
+    crc.copy_from_slice(&buf[at..len]);
+    let crc = u32::from_le_bytes(crc) ^ icrc::ipv4_id_delta(from ^ to, at);
+    buf[at..len].copy_from_slice(&icrc::to_wire(crc));
+}
+
+/// The segment size of a datagram the kernel coalesced (the UDP_GRO control message), if any.
+fn gro_segment(h: &mut libc::msghdr) -> Option<usize> {
+    // SAFETY: `h` is a header the kernel filled in: msg_control/msg_controllen describe the
+    // control messages it wrote (or none), which the CMSG macros walk within those bounds.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(h);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == UDP_GRO {
+                let seg = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
+                return usize::try_from(seg).ok().filter(|&s| s > 0);
+            }
+            c = libc::CMSG_NXTHDR(h, c);
+        }
+    }
+    None
+}
+
+/// Whether the kernel offers UDP GSO on this socket's family (Linux 4.18 and later).
+fn gso_supported(sock: &UdpSocket) -> bool {
+    let s = socket2::SockRef::from(sock);
+    set_int_opt(&s, libc::SOL_UDP, UDP_SEGMENT, 0).is_ok()
+}
+
+/// Points `h` at `buf` holding one UDP_SEGMENT control message with segment size `seg`.
+fn set_segment_cmsg(h: &mut libc::msghdr, buf: &mut [u64; CMSG_WORDS], seg: u16) {
+    // SAFETY: CMSG_SPACE and CMSG_LEN only compute sizes.
+    let (space, len) = unsafe {
+        (
+            libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32),
+            libc::CMSG_LEN(std::mem::size_of::<u16>() as u32),
+        )
+    };
+    debug_assert!(space as usize <= std::mem::size_of_val(buf));
+    h.msg_control = buf.as_mut_ptr().cast();
+    h.msg_controllen = space as usize;
+    // SAFETY: `h` points at `buf`, which is aligned for a cmsghdr and at least CMSG_SPACE(2)
+    // bytes long, so CMSG_FIRSTHDR returns a header inside it and CMSG_DATA room for the u16.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(h);
+        (*c).cmsg_level = libc::SOL_UDP;
+        (*c).cmsg_type = UDP_SEGMENT;
+        (*c).cmsg_len = len as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
+    }
 }
 
 impl UdpLink {
@@ -96,12 +234,127 @@ impl UdpLink {
     pub fn bind(local: SocketAddr) -> io::Result<UdpLink> {
         let s = roce_socket(local)?;
         let std_sock: UdpSocket = s.into();
+        let gso = gso_supported(&std_sock);
         let local = std_sock.local_addr()?;
         Ok(UdpLink {
             local,
             rx: mio::net::UdpSocket::from_std(std_sock),
             tx: HashMap::new(),
+            registry: None,
+            names: Vec::with_capacity(MMSG_BATCH),
+            gso_segments: if gso { GSO_MAX_SEGMENTS } else { 1 },
         })
+    }
+
+    /// Sends `ds` (all from one source port) with sendmmsg, each GSO run (see [`gso_run`])
+    /// as one message; returns how many went before the first error, and the error.
+    fn send_run(&mut self, ds: &[OutDatagram]) -> (usize, Option<io::Error>) {
+        let port = match self.prepare_source_port(ds[0].src_port) {
+            Ok(p) => p,
+            Err(e) => return (0, Some(e)),
+        };
+        let Some(sock) = self.tx.get(&port) else {
+            return (0, Some(io::Error::other("source port not bound")));
+        };
+        let fd = sock.as_raw_fd();
+        let mut sent = 0;
+        while sent < ds.len() {
+            let rest = &ds[sent..];
+            // Messages: (first datagram, datagrams), runs never split across calls.
+            let mut msgs = [(0usize, 0usize); MMSG_BATCH];
+            let (mut nm, mut nd) = (0, 0);
+            while nd < rest.len() && nm < MMSG_BATCH {
+                let run = gso_run(rest.len() - nd, self.gso_segments, |i| {
+                    let d = &rest[nd + i];
+                    (d.src_port, d.dst, d.payload.len())
+                });
+                if nd + run > MMSG_BATCH {
+                    break;
+                }
+                msgs[nm] = (nd, run);
+                nm += 1;
+                nd += run;
+            }
+            self.names.clear();
+            self.names
+                .extend(msgs[..nm].iter().map(|&(i, _)| SockAddr::from(rest[i].dst)));
+            // SAFETY: iovec, mmsghdr and the u64 words are plain C data for which all-zero
+            // bytes are a valid (empty) value.
+            let mut iovs: [libc::iovec; MMSG_BATCH] = unsafe { std::mem::zeroed() };
+            // SAFETY: as above.
+            let mut hdrs: [libc::mmsghdr; MMSG_BATCH] = unsafe { std::mem::zeroed() };
+            let mut cmsgs = [[0u64; CMSG_WORDS]; MMSG_BATCH];
+            for (i, d) in rest[..nd].iter().enumerate() {
+                iovs[i] = libc::iovec {
+                    iov_base: d.payload.as_ptr() as *mut libc::c_void,
+                    iov_len: d.payload.len(),
+                };
+            }
+            for (m, &(first, run)) in msgs[..nm].iter().enumerate() {
+                let h = &mut hdrs[m].msg_hdr;
+                h.msg_name = self.names[m].as_ptr() as *mut libc::c_void;
+                h.msg_namelen = self.names[m].len();
+                h.msg_iov = &mut iovs[first];
+                h.msg_iovlen = run;
+                if run > 1 {
+                    let seg = rest[first].payload.len() as u16;
+                    set_segment_cmsg(h, &mut cmsgs[m], seg);
+                }
+            }
+            // SAFETY: `fd` is the open socket of `sock`; each of the `nm` headers points at
+            // live iovecs (whose buffers are payloads borrowed for the call, which the kernel
+            // only reads), a live socket address of the length given and, for GSO, a live
+            // control buffer that `set_segment_cmsg` filled in.
+            let rc = unsafe { libc::sendmmsg(fd, hdrs.as_mut_ptr(), nm as libc::c_uint, 0) };
+            if rc < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                let gso_refused = matches!(
+                    e.raw_os_error(),
+                    Some(libc::EIO | libc::EINVAL | libc::EOPNOTSUPP)
+                );
+                if msgs[0].1 > 1 && gso_refused {
+                    // This route cannot do GSO: send one by one from now on. The run was
+                    // sealed for GSO identifications; a peer that checks the ICRC over the
+                    // real IPv4 header drops its later packets, and retransmission recovers.
+                    self.gso_segments = 1;
+                    continue;
+                }
+                return (sent, Some(e));
+            }
+            // sendmmsg returns the error of the first message when that one fails; a later
+            // failure shows up as a short count and is reported by the next call.
+            sent += msgs[..rc as usize]
+                .iter()
+                .map(|&(_, run)| run)
+                .sum::<usize>();
+        }
+        (sent, None)
+    }
+
+    fn watch_writable(&self, sock: &UdpSocket) -> io::Result<()> {
+        if let Some((registry, token)) = &self.registry {
+            registry.register(
+                &mut SourceFd(&sock.as_raw_fd()),
+                *token,
+                mio::Interest::WRITABLE,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Turns UDP GRO on for the receiving socket, if the kernel has it; returns whether it is
+    /// on. Only for a link that is received from with `recv_batch` (see the module comment).
+    pub fn enable_gro(&mut self) -> bool {
+        let s = socket2::SockRef::from(&self.rx);
+        set_int_opt(&s, libc::SOL_UDP, UDP_GRO, 1).is_ok()
+    }
+
+    /// Sends every packet as its own datagram, even where the kernel offers UDP GSO.
+    pub fn disable_gso(&mut self) {
+        self.gso_segments = 1;
     }
 
     /// Source ports bound so far.
@@ -134,7 +387,9 @@ impl Link for UdpLink {
             }
             match roce_socket(SocketAddr::new(self.local.ip(), port)) {
                 Ok(s) => {
-                    self.tx.insert(port, s.into());
+                    let s: UdpSocket = s.into();
+                    self.watch_writable(&s)?;
+                    self.tx.insert(port, s);
                     return Ok(port);
                 }
                 Err(e) => last_err = Some(e),
@@ -168,7 +423,112 @@ impl Link for UdpLink {
     }
 
     fn register(&mut self, registry: &mio::Registry, token: mio::Token) -> io::Result<()> {
-        registry.register(&mut self.rx, token, mio::Interest::READABLE)
+        registry.register(&mut self.rx, token, mio::Interest::READABLE)?;
+        self.registry = Some((registry.try_clone()?, token));
+        for s in self.tx.values() {
+            self.watch_writable(s)?;
+        }
+        Ok(())
+    }
+
+    fn send_batch(&mut self, _now: Instant, ds: &[OutDatagram]) -> (usize, Option<io::Error>) {
+        let mut done = 0;
+        while done < ds.len() {
+            let port = ds[done].src_port;
+            let run = ds[done..].iter().take_while(|d| d.src_port == port).count();
+            let (n, err) = self.send_run(&ds[done..done + run]);
+            done += n;
+            if err.is_some() {
+                return (done, err);
+            }
+        }
+        (done, None)
+    }
+
+    fn gso_max_segments(&self) -> usize {
+        self.gso_segments
+    }
+
+    fn recv_batch(&mut self, _now: Instant, batch: &mut RxBatch) -> io::Result<()> {
+        batch.clear();
+        let want = batch.free_slot_count().min(MMSG_BATCH);
+        let (slot, bufs) = batch.free_slots();
+        // Only the `want` entries used are initialised: zeroing all of these arrays (15 KiB)
+        // cost more than the call itself when one packet is waiting.
+        let mut names =
+            [const { std::mem::MaybeUninit::<libc::sockaddr_storage>::uninit() }; MMSG_BATCH];
+        let mut iovs = [const { std::mem::MaybeUninit::<libc::iovec>::uninit() }; MMSG_BATCH];
+        let mut hdrs = [const { std::mem::MaybeUninit::<libc::mmsghdr>::uninit() }; MMSG_BATCH];
+        let mut cmsgs =
+            [const { std::mem::MaybeUninit::<[u64; CMSG_WORDS]>::uninit() }; MMSG_BATCH];
+        for i in 0..want {
+            let iov = iovs[i].write(libc::iovec {
+                iov_base: bufs[i * slot..].as_mut_ptr().cast(),
+                iov_len: slot,
+            });
+            // SAFETY: all-zero bytes are a valid (empty) mmsghdr.
+            let hdr = hdrs[i].write(unsafe { std::mem::zeroed() });
+            let h = &mut hdr.msg_hdr;
+            h.msg_name = names[i].as_mut_ptr().cast();
+            h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_iov = iov;
+            h.msg_iovlen = 1;
+            h.msg_control = cmsgs[i].write([0; CMSG_WORDS]).as_mut_ptr().cast();
+            h.msg_controllen = std::mem::size_of::<[u64; CMSG_WORDS]>();
+        }
+        // SAFETY: the receiving socket is open; each of the first `want` headers (those
+        // initialised) points at a live iovec over its own disjoint `slot`-byte slot of
+        // `bufs` (which holds at least `want` free slots), a live sockaddr_storage and a live
+        // control buffer whose sizes are given; the kernel writes the addresses before they
+        // are read; MSG_DONTWAIT keeps the call from blocking.
+        let rc = unsafe {
+            libc::recvmmsg(
+                self.rx.as_raw_fd(),
+                hdrs.as_mut_ptr().cast::<libc::mmsghdr>(),
+                want as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(()),
+                // ICMP errors reported on the socket (port unreachable): not a datagram.
+                io::ErrorKind::ConnectionRefused => Ok(()),
+                _ => Err(e),
+            };
+        }
+        for h in &mut hdrs[..rc as usize] {
+            // SAFETY: the first `want` headers were initialised above, and rc <= want.
+            let h = unsafe { h.assume_init_mut() };
+            // SAFETY: msg_name points at names[i], a sockaddr_storage into which the kernel
+            // wrote msg_namelen bytes (at most its size, which was given as the room).
+            let src = unsafe {
+                socket_addr(
+                    h.msg_hdr.msg_name.cast::<libc::sockaddr_storage>(),
+                    h.msg_hdr.msg_namelen,
+                )
+            };
+            // A datagram longer than the slot is no RoCE packet: it is kept empty so that the
+            // engine counts it as bad instead of parsing a truncated copy. Every datagram is
+            // recorded, even one without a usable address, so that record i stays slot i.
+            let truncated = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+            let d = InDatagram {
+                len: if truncated || src.is_none() {
+                    0
+                } else {
+                    h.msg_len as usize
+                },
+                src: src.unwrap_or(self.local),
+                dst: self.local,
+            };
+            match gro_segment(&mut h.msg_hdr) {
+                Some(seg) => batch.push_split(d, seg),
+                None => batch.push(d),
+            }
+        }
+        Ok(())
     }
 }
 

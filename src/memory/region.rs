@@ -110,6 +110,21 @@ impl SharedBytes {
         while out < dst.len() {
             let w = pos / WORD;
             let in_word = pos % WORD;
+            if in_word == 0 && dst.len() - out >= WORD {
+                // The aligned middle in one loop without per-word bounds arithmetic: the
+                // per-packet copy of a large message is this loop.
+                let whole = (dst.len() - out) / WORD;
+                let words = &self.words[w..w + whole];
+                for (chunk, word) in dst[out..out + whole * WORD]
+                    .chunks_exact_mut(WORD)
+                    .zip(words)
+                {
+                    chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
+                }
+                out += whole * WORD;
+                pos += whole * WORD;
+                continue;
+            }
             let take = (WORD - in_word).min(dst.len() - out);
             let bytes = self.words[w].load(Ordering::Relaxed).to_ne_bytes();
             dst[out..out + take].copy_from_slice(&bytes[in_word..in_word + take]);
@@ -128,6 +143,19 @@ impl SharedBytes {
             let w = pos / WORD;
             let in_word = pos % WORD;
             let take = (WORD - in_word).min(src.len() - inp);
+            if in_word == 0 && src.len() - inp >= WORD {
+                // The aligned middle in one loop (see `read`).
+                let whole = (src.len() - inp) / WORD;
+                let words = &self.words[w..w + whole];
+                for (chunk, word) in src[inp..inp + whole * WORD].chunks_exact(WORD).zip(words) {
+                    let mut b = [0u8; WORD];
+                    b.copy_from_slice(chunk);
+                    word.store(u64::from_ne_bytes(b), Ordering::Relaxed);
+                }
+                inp += whole * WORD;
+                pos += whole * WORD;
+                continue;
+            }
             let word = &self.words[w];
             if take == WORD {
                 let mut b = [0u8; WORD];

@@ -1,51 +1,11 @@
-//! Completion queues (`ibv_cq`): the engine pushes work completions, the application polls
-//! them in batches or waits for them with a timeout.
+//! Completion queues (`ibv_cq`): a handle on the driver's queue that the engine pushes work
+//! completions into (see `driver/cq.rs` for its locking and busy-poll behaviour).
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use super::{VerbsError, WorkCompletion};
-
-#[derive(Debug)]
-pub(crate) struct CqInner {
-    capacity: usize,
-    state: Mutex<CqState>,
-    ready: Condvar,
-}
-
-#[derive(Debug, Default)]
-struct CqState {
-    queue: VecDeque<WorkCompletion>,
-    overflowed: bool,
-}
-
-impl CqInner {
-    pub(crate) fn new(capacity: usize) -> CqInner {
-        CqInner {
-            capacity,
-            state: Mutex::new(CqState::default()),
-            ready: Condvar::new(),
-        }
-    }
-
-    /// Adds completions; beyond the capacity the CQ is marked overflowed (IBTA 11.4.2.1: a CQ
-    /// overrun is an asynchronous error) and the excess is dropped.
-    pub(crate) fn push_all(&self, wcs: impl IntoIterator<Item = WorkCompletion>) {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let before = st.queue.len();
-        for wc in wcs {
-            if st.queue.len() >= self.capacity {
-                st.overflowed = true;
-                continue;
-            }
-            st.queue.push_back(wc);
-        }
-        if st.queue.len() != before {
-            self.ready.notify_all();
-        }
-    }
-}
+use crate::driver::CqInner;
 
 /// A completion queue.
 #[derive(Debug, Clone)]
@@ -56,71 +16,34 @@ pub struct CompletionQueue {
 impl CompletionQueue {
     /// Capacity given at creation.
     pub fn capacity(&self) -> usize {
-        self.inner.capacity
+        self.inner.capacity()
     }
 
     /// `ibv_poll_cq`: moves up to `out.len()` completions into `out`, oldest first; returns how
     /// many. Fails once the CQ has overflowed (completions were lost).
     pub fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
-        let mut st = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
-        if st.overflowed {
-            return Err(VerbsError::QueueFull {
-                queue: super::QueueKind::Completion,
-                depth: self.inner.capacity as u32,
-            });
-        }
-        let n = out.len().min(st.queue.len());
-        for (slot, wc) in out.iter_mut().zip(st.queue.drain(..n)) {
-            *slot = wc;
-        }
-        Ok(n)
+        self.inner.poll(out)
     }
 
     /// Polls one completion.
     pub fn poll_one(&self) -> Result<Option<WorkCompletion>, VerbsError> {
-        let mut st = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
-        if st.overflowed {
-            return Err(VerbsError::QueueFull {
-                queue: super::QueueKind::Completion,
-                depth: self.inner.capacity as u32,
-            });
-        }
-        Ok(st.queue.pop_front())
+        self.inner.poll_one()
     }
 
     /// Blocks until at least one completion is available or `timeout` passes, then polls like
-    /// [`poll`](Self::poll). Returns `Err(Timeout)` when nothing arrived in time.
+    /// [`poll`](Self::poll). Returns `Err(Timeout)` when nothing arrived in time. On a device
+    /// opened in busy-poll mode this spins instead of sleeping.
     pub fn wait(&self, out: &mut [WorkCompletion], timeout: Duration) -> Result<usize, VerbsError> {
-        let deadline = Instant::now() + timeout;
-        let mut st = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
-        while st.queue.is_empty() && !st.overflowed {
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(VerbsError::Timeout);
-            }
-            st = self
-                .inner
-                .ready
-                .wait_timeout(st, deadline - now)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
-        drop(st);
-        self.poll(out)
+        self.inner.wait(out, timeout)
     }
 
     /// Completions waiting to be polled.
     pub fn len(&self) -> usize {
-        self.inner
-            .state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .queue
-            .len()
+        self.inner.len()
     }
 
     /// Whether no completion is waiting.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.inner.is_empty()
     }
 }

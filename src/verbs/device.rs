@@ -5,110 +5,18 @@
 //! are independent: two in one process (or two processes) on 127.0.0.1 and 127.0.0.2 talk to
 //! each other over loopback as two RDMA devices would over a wire.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use super::cq::{CompletionQueue, CqInner};
+use super::cq::CompletionQueue;
 use super::mr::MemoryRegion;
 use super::qp::{QpInitAttr, QueuePair};
 use super::qp_attr::{check_cap, DeviceLimits};
 use super::{AccessFlags, Gid, QpType, Result, VerbsError};
-use crate::transport::{Counters, MrTable, QpConfig, QpCore};
-
-/// What the engine needs to know about a QP.
-#[derive(Debug, Clone)]
-pub(crate) struct QpEntry {
-    pub(crate) core: Arc<Mutex<QpCore>>,
-    pub(crate) send_cq: Arc<CqInner>,
-    pub(crate) recv_cq: Arc<CqInner>,
-}
-
-/// State shared by the context's handles and its engine thread.
-#[derive(Debug)]
-pub(crate) struct Device {
-    pub(crate) local: SocketAddr,
-    pub(crate) remote_port: u16,
-    pub(crate) limits: DeviceLimits,
-    pub(crate) counters: Arc<Counters>,
-    pub(crate) mrs: RwLock<MrTable>,
-    pub(crate) qps: RwLock<HashMap<u32, QpEntry>>,
-    /// QPs with new work for the engine.
-    pub(crate) doorbell: Mutex<Vec<u32>>,
-    pub(crate) waker: mio::Waker,
-    pub(crate) closed: AtomicBool,
-    next_qpn: AtomicU32,
-    next_handle: AtomicU32,
-}
-
-impl Device {
-    pub(crate) fn new(local: SocketAddr, remote_port: u16, waker: mio::Waker) -> Device {
-        Device {
-            local,
-            remote_port,
-            limits: DeviceLimits::default(),
-            counters: Arc::new(Counters::default()),
-            mrs: RwLock::new(MrTable::new()),
-            qps: RwLock::new(HashMap::new()),
-            doorbell: Mutex::new(Vec::new()),
-            waker,
-            closed: AtomicBool::new(false),
-            // rxe hands out QPNs from 17 (0x11) upwards; 0 and 1 are the special QPs.
-            next_qpn: AtomicU32::new(0x11),
-            next_handle: AtomicU32::new(1),
-        }
-    }
-
-    pub(crate) fn check_open(&self) -> Result<()> {
-        if self.closed.load(Ordering::Acquire) {
-            Err(VerbsError::DeviceClosed)
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Tells the engine that QP `qpn` has work.
-    pub(crate) fn ring(&self, qpn: u32) {
-        let was_empty = {
-            let mut d = self.doorbell.lock().unwrap_or_else(|e| e.into_inner());
-            let e = d.is_empty();
-            d.push(qpn);
-            e
-        };
-        // The engine drains the whole list on each wake, so one wake per batch suffices.
-        if was_empty {
-            let _ = self.waker.wake();
-        }
-    }
-
-    pub(crate) fn remove_qp(&self, qpn: u32) {
-        self.qps
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&qpn);
-    }
-
-    fn alloc_qpn(&self) -> Result<u32> {
-        let qps = self.qps.read().unwrap_or_else(|e| e.into_inner());
-        for _ in 0..0x100_0000 {
-            let n = self.next_qpn.fetch_add(1, Ordering::Relaxed) & 0xFF_FFFF;
-            if n >= 2 && !qps.contains_key(&n) {
-                return Ok(n);
-            }
-        }
-        Err(VerbsError::ExceedsDeviceLimit {
-            what: "queue pairs",
-            requested: 0x100_0000,
-            limit: 0xFF_FFFE,
-        })
-    }
-
-    fn alloc_handle(&self) -> u32 {
-        self.next_handle.fetch_add(1, Ordering::Relaxed)
-    }
-}
+use crate::driver::device::{Device, QpEntry};
+use crate::driver::{CqInner, DeviceConfig};
+use crate::transport::{Counters, QpConfig, QpCore};
 
 /// A device context: the entry point of the verbs API.
 #[derive(Debug)]
@@ -118,6 +26,16 @@ pub struct Context {
 }
 
 impl Context {
+    /// Opens a device context: binds the socket, builds the link stack and starts the engine
+    /// thread (see [`crate::driver::open`]).
+    pub fn open(cfg: &DeviceConfig) -> Result<Context> {
+        let (dev, engine) = crate::driver::open(cfg)?;
+        Ok(Context {
+            dev,
+            engine: Some(engine),
+        })
+    }
+
     /// The local address (IP and RoCEv2 UDP port).
     pub fn local_addr(&self) -> SocketAddr {
         self.dev.local
@@ -154,7 +72,7 @@ impl Context {
             });
         }
         Ok(CompletionQueue {
-            inner: Arc::new(CqInner::new(capacity)),
+            inner: Arc::new(CqInner::new(capacity, &self.dev)),
         })
     }
 
@@ -177,11 +95,7 @@ impl Context {
 
 impl Drop for Context {
     fn drop(&mut self) {
-        self.dev.closed.store(true, Ordering::Release);
-        let _ = self.dev.waker.wake();
-        if let Some(h) = self.engine.take() {
-            let _ = h.join();
-        }
+        self.dev.shut_down(self.engine.take());
     }
 }
 
@@ -223,18 +137,14 @@ impl ProtectionDomain {
             Arc::clone(&self.dev.counters),
         );
         let core = Arc::new(Mutex::new(core));
-        self.dev
-            .qps
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(
-                qpn,
-                QpEntry {
-                    core: Arc::clone(&core),
-                    send_cq: Arc::clone(&init.send_cq.inner),
-                    recv_cq: Arc::clone(&init.recv_cq.inner),
-                },
-            );
+        self.dev.add_qp(
+            qpn,
+            QpEntry {
+                core: Arc::clone(&core),
+                send_cq: Arc::clone(&init.send_cq.inner),
+                recv_cq: Arc::clone(&init.recv_cq.inner),
+            },
+        );
         Ok(QueuePair::new(Arc::clone(&self.dev), core, qpn))
     }
 }

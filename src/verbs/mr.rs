@@ -10,8 +10,8 @@
 
 use std::sync::Arc;
 
-use super::device::Device;
 use super::{AccessFlags, Result, VerbsError};
+use crate::driver::device::Device;
 use crate::memory::SharedBytes;
 use crate::transport::Mr;
 

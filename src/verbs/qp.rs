@@ -2,19 +2,19 @@
 //!
 //! The QP's transport state ([`QpCore`]) sits behind a mutex shared with the engine thread: a
 //! post validates synchronously (so every error is returned to the caller, typed) and the
-//! engine sends the packets. The engine also takes the lock to feed received packets; the lock
-//! is per QP and held for microseconds, so contention is limited to one QP's application
-//! thread and the engine.
+//! engine sends the packets. The engine takes the lock to feed received packets and to take
+//! a batch of packets out of the QP, never while it waits on the socket, so a post waits at
+//! most for that much work on its own QP.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::cq::CompletionQueue;
-use super::device::Device;
 use super::{
     AccessFlags, AhAttr, Gid, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, Result,
     SendWr, VerbsError,
 };
-use crate::transport::QpCore;
+use crate::driver::device::Device;
+use crate::transport::{MrTable, QpCore};
 
 /// Creation attributes (`struct ibv_qp_init_attr`).
 #[derive(Debug, Clone)]
@@ -207,38 +207,41 @@ impl QueuePair {
 
     /// `ibv_post_send`: queues the WRs in order; stops at the first one refused.
     pub fn post_send(&self, wrs: &[SendWr]) -> core::result::Result<(), PostError> {
-        self.dev
-            .check_open()
-            .map_err(|error| PostError { bad_wr: 0, error })?;
-        {
-            let mut core = self.lock();
-            let mrs = self.dev.mrs.read().unwrap_or_else(|e| e.into_inner());
-            for (i, wr) in wrs.iter().enumerate() {
-                core.post_send(wr, &mrs)
-                    .map_err(|error| PostError { bad_wr: i, error })?;
-            }
-        }
-        self.dev.ring(self.qpn);
-        Ok(())
+        self.post(wrs, QpCore::post_send)
     }
 
     /// `ibv_post_recv`: queues the WRs in order; stops at the first one refused.
+    ///
+    /// The engine is rung as for a send: a post in ERROR completes at once and the engine
+    /// delivers that completion.
     pub fn post_recv(&self, wrs: &[RecvWr]) -> core::result::Result<(), PostError> {
+        self.post(wrs, QpCore::post_recv)
+    }
+
+    /// Posts `wrs` one by one with `post_one` and rings the engine for those posted, also
+    /// when a later one is refused: WRs before the refused one are queued and must go out
+    /// without waiting for an unrelated event.
+    fn post<W>(
+        &self,
+        wrs: &[W],
+        post_one: impl Fn(&mut QpCore, &W, &MrTable) -> Result<()>,
+    ) -> core::result::Result<(), PostError> {
         self.dev
             .check_open()
             .map_err(|error| PostError { bad_wr: 0, error })?;
-        let mut core = self.lock();
-        let mrs = self.dev.mrs.read().unwrap_or_else(|e| e.into_inner());
-        for (i, wr) in wrs.iter().enumerate() {
-            core.post_recv(wr, &mrs)
-                .map_err(|error| PostError { bad_wr: i, error })?;
+        let result = {
+            let mut core = self.lock();
+            let mrs = self.dev.mrs.read().unwrap_or_else(|e| e.into_inner());
+            wrs.iter().enumerate().try_for_each(|(i, wr)| {
+                post_one(&mut core, wr, &mrs).map_err(|error| PostError { bad_wr: i, error })
+            })
+        };
+        if !matches!(&result, Err(PostError { bad_wr: 0, .. })) {
+            self.dev.ring(self.qpn);
+            // Busy-poll: send now, on this thread.
+            self.dev.drive();
         }
-        drop(mrs);
-        drop(core);
-        // A receive may unblock a peer waiting after an RNR NAK; nothing to send here, but the
-        // engine may have completions to deliver (a post in ERROR completes at once).
-        self.dev.ring(self.qpn);
-        Ok(())
+        result
     }
 
     /// Send WRs posted and not yet completed.

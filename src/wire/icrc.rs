@@ -190,12 +190,48 @@ pub fn solve_ipv4_id(ip_header: &[u8], udp_header: &[u8], roce: &[u8], found: u3
     ip[4] = 0;
     ip[5] = 0;
     let base = compute(&ip, udp_header, roce).ok()?;
-    let target = base ^ found;
-    if target == 0 {
-        return Some(0);
+    solve_id_from_base(base, found, roce.len())
+}
+
+/// How the ICRC of an IPv4 RoCE packet whose RoCE part before the ICRC is `roce_len` bytes
+/// changes when its IPv4 Identification changes by `id_xor` (old XOR new): the ICRC is
+/// affine in its input, so `compute` with the new identification equals `compute` with the
+/// old one XOR this. A sender that learns the identification a packet will carry only after
+/// sealing it (UDP GSO numbers its segments) adjusts the ICRC with 32 shifts instead of
+/// computing it again.
+pub fn ipv4_id_delta(id_xor: u16, roce_len: usize) -> u32 {
+    if id_xor == 0 {
+        return 0;
     }
+    use std::cell::Cell;
+    // x^(8 * bytes after the Identification field) for the last few lengths: a sender sees
+    // few (full-MTU packets, READ response FIRST/LAST with their AETH, ACKs), and computing
+    // the power is most of the cost.
+    const CACHED: usize = 4;
+    thread_local! {
+        static SHIFTS: Cell<([(usize, u32); CACHED], usize)> =
+            const { Cell::new(([(usize::MAX, 0); CACHED], 0)) };
+    }
+    let shift = SHIFTS.with(|c| {
+        let (mut entries, next) = c.get();
+        if let Some(&(_, shift)) = entries.iter().find(|(len, _)| *len == roce_len) {
+            return shift;
+        }
+        let shift = x_pow_8n((20 - 6) + UDP_HEADER_LEN + roce_len);
+        entries[next] = (roce_len, shift);
+        c.set((entries, (next + 1) % CACHED));
+        shift
+    });
+    mul_mod_p(shift, raw_crc16(id_xor))
+}
+
+/// The row-echelon basis of the effect of the 16 Identification bits on the CRC of a packet
+/// whose RoCE part is `roce_len` bytes: (CRC effect, ID bits) rows, and how many there are.
+type IdBasis = ([(u32, u16); 16], usize);
+
+fn id_basis(roce_len: usize) -> IdBasis {
     // Bytes of CRC input after the Identification field.
-    let after = (20 - 6) + UDP_HEADER_LEN + roce.len();
+    let after = (20 - 6) + UDP_HEADER_LEN + roce_len;
     let shift = x_pow_8n(after);
     // basis[k] = effect of ID bit k; eliminate to row-echelon form, tracking which ID bits make
     // up each row.
@@ -217,6 +253,35 @@ pub fn solve_ipv4_id(ip_header: &[u8], udp_header: &[u8], roce: &[u8], found: u3
             rows[..n].sort_unstable_by_key(|r| r.0.leading_zeros());
         }
     }
+    (rows, n)
+}
+
+/// [`solve_ipv4_id`] given the CRC computed with Identification 0 (`base`). The basis depends
+/// only on the packet length, and a receiver sees few lengths (a flow's full-MTU packets and
+/// its ACKs), so the last few bases are kept per thread: solving is then 16 row reductions.
+fn solve_id_from_base(base: u32, found: u32, roce_len: usize) -> Option<u16> {
+    use std::cell::RefCell;
+    const CACHED: usize = 4;
+    /// The last bases by RoCE length, and the entry to replace next.
+    type Cache = ([Option<(usize, IdBasis)>; CACHED], usize);
+    thread_local! {
+        static BASES: RefCell<Cache> = const { RefCell::new(([None; CACHED], 0)) };
+    }
+    let target = base ^ found;
+    if target == 0 {
+        return Some(0);
+    }
+    let (rows, n) = BASES.with(|b| {
+        let mut b = b.borrow_mut();
+        if let Some((_, basis)) = b.0.iter().flatten().find(|(len, _)| *len == roce_len) {
+            return *basis;
+        }
+        let basis = id_basis(roce_len);
+        let next = b.1;
+        b.0[next] = Some((roce_len, basis));
+        b.1 = (next + 1) % CACHED;
+        basis
+    });
     let mut t = target;
     let mut id = 0u16;
     for &(r, rb) in &rows[..n] {
@@ -270,7 +335,9 @@ pub fn verify_socket_datagram(
             let ip = ipv4_header_for_socket(s, d, udp_len, true);
             match compute(&ip, &udp, covered) {
                 Ok(c) if c == found => SocketVerdict::Exact,
-                Ok(_) => match solve_ipv4_id(&ip, &udp, covered, found) {
+                // `c` is the CRC with identification 0: solve from it instead of computing
+                // the CRC of the packet a second time.
+                Ok(c) => match solve_id_from_base(c, found, covered.len()) {
                     Some(id) => SocketVerdict::RecoveredId(id),
                     None => SocketVerdict::Bad,
                 },
@@ -324,6 +391,34 @@ mod tests {
         );
         let icrc = compute(&p[..20], &p[20..28], &p[28..p.len() - 4]).unwrap();
         assert_eq!(to_wire(icrc), [0x78, 0xf3, 0x53, 0xf3]);
+    }
+
+    #[test]
+    fn the_identification_delta_matches_a_full_computation() {
+        let roce: Vec<u8> = (0..300u32).map(|i| (i * 7 + 3) as u8).collect();
+        let udp = [0xC0, 0x01, 0x12, 0xB7, 0x01, 0x38, 0, 0];
+        let mut ip = ipv4_header_for_socket(
+            [127, 0, 0, 1].into(),
+            [127, 0, 0, 2].into(),
+            8 + roce.len() as u16 + 4,
+            true,
+        );
+        let base = compute(&ip, &udp, &roce).unwrap();
+        for id in [1u16, 2, 14, 63, 0x8001, 0xFFFF] {
+            ip[4..6].copy_from_slice(&id.to_be_bytes());
+            let full = compute(&ip, &udp, &roce).unwrap();
+            assert_eq!(base ^ ipv4_id_delta(id, roce.len()), full, "id {id}");
+            // From one non-zero identification to another.
+            assert_eq!(
+                full ^ ipv4_id_delta(id ^ 5, roce.len()),
+                {
+                    let mut ip5 = ip;
+                    ip5[4..6].copy_from_slice(&5u16.to_be_bytes());
+                    compute(&ip5, &udp, &roce).unwrap()
+                },
+                "{id} -> 5"
+            );
+        }
     }
 
     #[test]

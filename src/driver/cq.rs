@@ -1,0 +1,180 @@
+//! The completion queue the engine writes into and the application reads: the engine pushes
+//! work completions, the application polls them in batches or waits for them with a timeout
+//! (the verbs `CompletionQueue` is a handle on it).
+//!
+//! The lock is held only to move completions in or out (the engine pushes all of one QP
+//! service at once), and the engine signals the condition variable (a system call) only when
+//! an application thread waits on it. In busy-poll mode polling an empty queue runs an engine
+//! pass on the polling thread, and a wait spins on that instead of sleeping.
+
+use std::collections::VecDeque;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::ib::{VerbsError, WorkCompletion};
+
+/// A completion queue.
+#[derive(Debug)]
+pub(crate) struct CqInner {
+    capacity: usize,
+    busy_poll: bool,
+    /// The device whose engine a busy-polling CQ drives (weak: the device's QP table holds
+    /// the CQ).
+    device: std::sync::Weak<super::device::Device>,
+    state: Mutex<CqState>,
+    ready: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct CqState {
+    queue: VecDeque<WorkCompletion>,
+    overflowed: bool,
+    /// Threads blocked in `wait`.
+    waiters: usize,
+}
+
+impl CqInner {
+    /// A queue of `capacity` completions; in busy-poll mode waits spin.
+    pub(crate) fn new(capacity: usize, device: &std::sync::Arc<super::device::Device>) -> CqInner {
+        CqInner {
+            capacity,
+            busy_poll: device.busy_poll,
+            device: std::sync::Arc::downgrade(device),
+            state: Mutex::new(CqState::default()),
+            ready: Condvar::new(),
+        }
+    }
+
+    /// Adds completions; beyond the capacity the CQ is marked overflowed (IBTA 11.4.2.1: a CQ
+    /// overrun is an asynchronous error) and the excess is dropped.
+    pub(crate) fn push_all(&self, wcs: impl IntoIterator<Item = WorkCompletion>) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let before = st.queue.len();
+        for wc in wcs {
+            if st.queue.len() >= self.capacity {
+                st.overflowed = true;
+                continue;
+            }
+            st.queue.push_back(wc);
+        }
+        if st.queue.len() != before && st.waiters > 0 {
+            self.ready.notify_all();
+        }
+    }
+}
+
+impl CqInner {
+    /// Capacity given at creation.
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// `ibv_poll_cq`: moves up to `out.len()` completions into `out`, oldest first; returns how
+    /// many. Fails once the CQ has overflowed (completions were lost).
+    pub(crate) fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
+        if self.busy_poll {
+            let n = self.take(out)?;
+            if n > 0 || out.is_empty() {
+                return Ok(n);
+            }
+            // Nothing yet: run an engine pass on this thread (busy-poll mode), then look again.
+            if let Some(dev) = self.device.upgrade() {
+                dev.drive_for_poll();
+            }
+        }
+        self.take(out)
+    }
+
+    /// Moves completions out, without driving the engine.
+    fn take(&self, out: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if st.overflowed {
+            return Err(VerbsError::QueueFull {
+                queue: crate::ib::QueueKind::Completion,
+                depth: self.capacity as u32,
+            });
+        }
+        let n = out.len().min(st.queue.len());
+        for (slot, wc) in out.iter_mut().zip(st.queue.drain(..n)) {
+            *slot = wc;
+        }
+        Ok(n)
+    }
+
+    /// Polls one completion.
+    pub(crate) fn poll_one(&self) -> Result<Option<WorkCompletion>, VerbsError> {
+        if self.busy_poll && self.is_empty() {
+            if let Some(dev) = self.device.upgrade() {
+                dev.drive_for_poll();
+            }
+        }
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if st.overflowed {
+            return Err(VerbsError::QueueFull {
+                queue: crate::ib::QueueKind::Completion,
+                depth: self.capacity as u32,
+            });
+        }
+        Ok(st.queue.pop_front())
+    }
+
+    /// Blocks until at least one completion is available or `timeout` passes, then polls like
+    /// [`poll`](Self::poll). Returns `Err(Timeout)` when nothing arrived in time.
+    ///
+    /// On a device opened in busy-poll mode this spins (yielding the CPU now and then, for
+    /// the engine thread may need it) instead of sleeping.
+    pub(crate) fn wait(
+        &self,
+        out: &mut [WorkCompletion],
+        timeout: Duration,
+    ) -> Result<usize, VerbsError> {
+        let deadline = Instant::now() + timeout;
+        if self.busy_poll {
+            let mut spins = 0u32;
+            loop {
+                let n = self.poll(out)?;
+                if n > 0 {
+                    return Ok(n);
+                }
+                spins = spins.wrapping_add(1);
+                if spins % 64 == 0 {
+                    if Instant::now() >= deadline {
+                        return Err(VerbsError::Timeout);
+                    }
+                    // Let other work on a busy machine have the CPU now and then.
+                    std::thread::yield_now();
+                }
+            }
+        }
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        while st.queue.is_empty() && !st.overflowed {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(VerbsError::Timeout);
+            }
+            st.waiters += 1;
+            st = self
+                .ready
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+            st.waiters -= 1;
+        }
+        drop(st);
+        self.poll(out)
+    }
+
+    /// Completions waiting to be polled.
+    pub(crate) fn len(&self) -> usize {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .queue
+            .len()
+    }
+
+    /// Whether no completion is waiting.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

@@ -1,0 +1,179 @@
+//! The state a device context's handles share with its engine thread: the QP table the
+//! engine serves, the MR table, the doorbell and its waker, the counters. The verbs API
+//! (above) holds an `Arc<Device>`; the engine (beside it) reads the same.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use super::cq::CqInner;
+use crate::ib::qp_attr::DeviceLimits;
+use crate::ib::VerbsError;
+use crate::transport::{Counters, MrTable, QpCore};
+
+type Result<T> = core::result::Result<T, VerbsError>;
+
+/// What the engine needs to know about a QP.
+#[derive(Debug, Clone)]
+pub(crate) struct QpEntry {
+    pub(crate) core: Arc<Mutex<QpCore>>,
+    pub(crate) send_cq: Arc<CqInner>,
+    pub(crate) recv_cq: Arc<CqInner>,
+}
+
+/// State shared by the context's handles and its engine thread.
+#[derive(Debug)]
+pub(crate) struct Device {
+    pub(crate) local: SocketAddr,
+    pub(crate) remote_port: u16,
+    pub(crate) limits: DeviceLimits,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) mrs: RwLock<MrTable>,
+    pub(crate) qps: RwLock<HashMap<u32, QpEntry>>,
+    /// Bumped whenever `qps` changes, so that the engine refreshes its own copy of the table
+    /// only then and looks QPs up without a lock on the packet path.
+    pub(crate) qps_generation: AtomicU64,
+    /// QPs with new work for the engine; the engine takes the whole list on each pass.
+    pub(crate) doorbell: Mutex<Vec<u32>>,
+    /// The engine is about to wait or waiting in poll: a doorbell must wake it. While it
+    /// runs, it reads the doorbell before it next waits, so no wake (a system call) is needed.
+    pub(crate) engine_sleeping: AtomicBool,
+    pub(crate) waker: mio::Waker,
+    pub(crate) closed: AtomicBool,
+    /// Busy-poll mode: the application threads drive the engine as they poll and post.
+    pub(crate) busy_poll: bool,
+    /// The engine, in busy-poll mode (otherwise its thread owns it). Emptied when the
+    /// context closes, which breaks the engine's reference back to the device.
+    pub(crate) engine: Mutex<Option<Box<super::engine::Engine>>>,
+    next_qpn: AtomicU32,
+    next_handle: AtomicU32,
+}
+
+impl Device {
+    pub(crate) fn new(
+        local: SocketAddr,
+        remote_port: u16,
+        waker: mio::Waker,
+        busy_poll: bool,
+    ) -> Device {
+        Device {
+            local,
+            remote_port,
+            limits: DeviceLimits::default(),
+            counters: Arc::new(Counters::default()),
+            mrs: RwLock::new(MrTable::new()),
+            qps: RwLock::new(HashMap::new()),
+            qps_generation: AtomicU64::new(0),
+            doorbell: Mutex::new(Vec::new()),
+            engine_sleeping: AtomicBool::new(false),
+            waker,
+            closed: AtomicBool::new(false),
+            busy_poll,
+            engine: Mutex::new(None),
+            // rxe hands out QPNs from 17 (0x11) upwards; 0 and 1 are the special QPs.
+            next_qpn: AtomicU32::new(0x11),
+            next_handle: AtomicU32::new(1),
+        }
+    }
+
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            Err(VerbsError::DeviceClosed)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Tells the engine that QP `qpn` has work.
+    pub(crate) fn ring(&self, qpn: u32) {
+        let was_empty = {
+            let mut d = self.doorbell.lock().unwrap_or_else(|e| e.into_inner());
+            let e = d.is_empty();
+            d.push(qpn);
+            e
+        };
+        // The engine sets `engine_sleeping` before it last looks at the doorbell and then
+        // waits; SeqCst on both sides means that either it saw our entry or we see the flag.
+        // A non-empty list was rung by someone who made the same check.
+        if was_empty && self.engine_sleeping.load(Ordering::SeqCst) {
+            let _ = self.waker.wake();
+        }
+    }
+
+    /// In busy-poll mode, runs one engine pass on the calling (application) thread unless
+    /// another thread is running one, and sends what it produced: for a post. Without
+    /// busy-poll, nothing (the engine thread does the work).
+    pub(crate) fn drive(&self) {
+        self.drive_with(super::engine::Engine::pass);
+    }
+
+    /// [`drive`](Self::drive) for a CQ poll: packets produced along with completions go with
+    /// the next pass (see `Engine::pass_for_application`).
+    pub(crate) fn drive_for_poll(&self) {
+        self.drive_with(super::engine::Engine::pass_for_application);
+    }
+
+    fn drive_with(&self, pass: fn(&mut super::engine::Engine)) {
+        if !self.busy_poll {
+            return;
+        }
+        if let Ok(mut e) = self.engine.try_lock() {
+            if let Some(e) = e.as_mut() {
+                pass(e);
+            }
+        }
+    }
+
+    /// Stops the engine: marks the device closed, wakes the engine thread and waits for it,
+    /// then drops a busy-poll engine.
+    pub(crate) fn shut_down(&self, engine_thread: Option<std::thread::JoinHandle<()>>) {
+        self.closed.store(true, Ordering::Release);
+        let _ = self.waker.wake();
+        if let Some(h) = engine_thread {
+            let _ = h.join();
+        }
+        self.engine.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+
+    /// Adds a QP to the table the engine serves.
+    pub(crate) fn add_qp(&self, qpn: u32, entry: QpEntry) {
+        self.qps
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(qpn, entry);
+        self.qps_generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Removes a QP from the table the engine serves.
+    pub(crate) fn remove_qp(&self, qpn: u32) {
+        self.qps
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&qpn);
+        self.qps_generation.fetch_add(1, Ordering::AcqRel);
+        // The engine drops its copy of the entry on its next pass.
+        self.ring(qpn);
+    }
+
+    /// A QP number not in use (rxe's scheme).
+    pub(crate) fn alloc_qpn(&self) -> Result<u32> {
+        let qps = self.qps.read().unwrap_or_else(|e| e.into_inner());
+        for _ in 0..0x100_0000 {
+            let n = self.next_qpn.fetch_add(1, Ordering::Relaxed) & 0xFF_FFFF;
+            if n >= 2 && !qps.contains_key(&n) {
+                return Ok(n);
+            }
+        }
+        Err(VerbsError::ExceedsDeviceLimit {
+            what: "queue pairs",
+            requested: 0x100_0000,
+            limit: 0xFF_FFFE,
+        })
+    }
+
+    /// A new PD handle.
+    pub(crate) fn alloc_handle(&self) -> u32 {
+        self.next_handle.fetch_add(1, Ordering::Relaxed)
+    }
+}
