@@ -79,6 +79,45 @@ check_capture() { # pcap
     [[ "$summary" =~ ^[0-9]+\ frames,\ ([0-9]+)\ RoCEv2 ]] && [ "${BASH_REMATCH[1]}" -gt 0 ]
 }
 
+# Where a case's capture is taken. softroce: softroce's own --pcap (which sends one packet per
+# datagram). wire: tshark on the guest's tap in the namespace, with softroce uncaptured, so that
+# softroce sends runs of packets with UDP GSO and the capture holds the segments the kernel made
+# of them, exactly as the guest's rxe receives them (their IPv4 identifications included, which
+# the ICRC covers).
+CAPTURE_AT=softroce
+
+# softroce's capture flags for a case, or none when the wire is captured.
+#   capture_flags PCAP
+capture_flags() { [ "$CAPTURE_AT" = wire ] || echo "--pcap $1"; }
+
+# Starts tshark on the guest's tap when CAPTURE_AT=wire; bounded (stops itself after 300 s).
+#   wire_capture_start PCAP
+wire_capture_start() {
+    [ "$CAPTURE_AT" = wire ] || return 0
+    local f=$1 i
+    rm -f "$f" "$f.err"
+    ip netns exec "$NETNS" tshark -i "srtap-$GUEST" -f 'udp port 4791' -w "$f" -F pcap -q \
+        -a duration:300 </dev/null >/dev/null 2>"$f.err" &
+    TSHARK_PID=$!
+    for i in $(seq 100); do
+        grep -q "Capturing on" "$f.err" 2>/dev/null && return 0
+        kill -0 "$TSHARK_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    log "tshark did not start: $(cat "$f.err")"
+}
+
+wire_capture_stop() {
+    [ "$CAPTURE_AT" = wire ] && [ -n "${TSHARK_PID:-}" ] || return 0
+    sleep 0.5 # the last frames reach the capture
+    kill -INT "$TSHARK_PID" 2>/dev/null || true
+    wait "$TSHARK_PID" 2>/dev/null || true
+    TSHARK_PID=
+}
+
+# The row's note on how the case ran.
+capture_note() { [ "$CAPTURE_AT" = wire ] && echo ", UDP GSO on, captured on the guest's link"; }
+
 # Records one case's row in the results table; DETAIL (what failed) empty means it passed.
 # A failure also counts, and logs both ends' output and the guest's console. Moves PORT on.
 #   record_case NAME PROGRAM ROLE WHAT DETAIL PASS_TEXT CAPTURE SOFTROCE_LOG GUEST_LOG
@@ -175,12 +214,15 @@ run_against_guest() {
 #   datacheck_case OP ROLE SIZE ITERS LOSS [MTU]
 datacheck_case() {
     local op=$1 role=$2 size=$3 iters=$4 loss=$5 mtu=${6:-1024}
-    local name="datacheck_${op}_${role}_s${size}_m${mtu}_n${iters}_loss${loss}"
+    local name="datacheck_${op}_${role}_s${size}_m${mtu}_n${iters}_loss${loss}_${CAPTURE_AT}"
     local pcap=$OUT/$name.pcap slog=$OUT/$name.softroce.log glog=$OUT/$name.guest.log
     local flags=(-x 1 -p "$PORT" -s "$size" -n "$iters" -t 16 -m "$mtu")
-    local sflags=(perf "$op" --check --bind "$HOST_IP" "${flags[@]}" --pcap "$pcap" --counters --timeout 60)
+    # shellcheck disable=SC2046 # capture_flags yields zero or two words
+    local sflags=(perf "$op" --check --bind "$HOST_IP" "${flags[@]}" $(capture_flags "$pcap") --counters --timeout 60)
     log "case $name"
+    wire_capture_start "$pcap"
     run_against_guest "$role" "$loss" "sr_datacheck $op ${flags[*]}" "$slog" "$glog" "${sflags[@]}"
+    wire_capture_stop
     local detail="" cap
     [ "$SRC" = 0 ] || detail+="softroce exit $SRC; "
     [ "$GRC" = 0 ] || detail+="sr_datacheck exit $GRC; "
@@ -188,7 +230,7 @@ datacheck_case() {
         detail+="not verified; "
     cap=$(check_capture "$pcap") || detail+="capture: $cap; "
     record_case "$name" "sr_datacheck $op (libibverbs on rxe)" "$role" \
-        "RC, MTU $mtu, $size B x $iters, loss ${loss}% both ways, every byte checked at both ends" \
+        "RC, MTU $mtu, $size B x $iters, loss ${loss}% both ways, every byte checked at both ends$(capture_note)" \
         "$detail" pass "$cap" "$slog" "$glog"
 }
 
@@ -202,13 +244,16 @@ perftest_case() {
     local extra=("$@")
     local op=${prog#ib_}; op=${op%_*}
     local kind=${prog##*_}
-    local name="${prog}_${role}_s${size}_n${iters}_loss${loss}${extra[*]:+_${extra[*]// /}}"
+    local name="${prog}_${role}_s${size}_n${iters}_loss${loss}${extra[*]:+_${extra[*]// /}}_${CAPTURE_AT}"
     local pcap=$OUT/$name.pcap slog=$OUT/$name.softroce.log glog=$OUT/$name.guest.log
     local flags=(-F -x 1 -p "$PORT" -s "$size" -n "$iters" "${extra[@]}")
-    local sflags=(perf "$op" --bind "$HOST_IP" "${flags[@]}" --pcap "$pcap" --counters --timeout 60)
+    # shellcheck disable=SC2046 # capture_flags yields zero or two words
+    local sflags=(perf "$op" --bind "$HOST_IP" "${flags[@]}" $(capture_flags "$pcap") --counters --timeout 60)
     [ "$kind" = lat ] && sflags+=(--lat)
     log "case $name"
+    wire_capture_start "$pcap"
     run_against_guest "$role" "$loss" "$prog ${flags[*]}" "$slog" "$glog" "${sflags[@]}"
+    wire_capture_stop
     local detail="" cap row grow
     [ "$SRC" = 0 ] || detail+="softroce exit $SRC; "
     [ "$GRC" = 0 ] || detail+="$prog exit $GRC; "
@@ -226,11 +271,11 @@ perftest_case() {
     local mtu=1024 i shown=${row:-$grow}
     for ((i = 0; i < ${#extra[@]} - 1; i++)); do [ "${extra[i]}" = -m ] && mtu=${extra[i+1]}; done
     record_case "$name" "$prog (perftest 4.5)" "$role" \
-        "RC, MTU $mtu, $size B x $iters, loss ${loss}% both ways${extra[*]:+, ${extra[*]}}" \
+        "RC, MTU $mtu, $size B x $iters, loss ${loss}% both ways${extra[*]:+, ${extra[*]}}$(capture_note)" \
         "$detail" "pass: \`${shown# }\`" "$cap" "$slog" "$glog"
 }
 
-ONLY=${SOFTROCE_INTEROP_ONLY:-all}   # all | pingpong | perftest | datacheck
+ONLY=${SOFTROCE_INTEROP_ONLY:-all}   # all | pingpong | perftest | datacheck | gso
 if [ "$ONLY" = all ] || [ "$ONLY" = pingpong ]; then
     for role in server client; do
         for sm in "1 1024" "4096 1024" "10000 1024" "3000 512" "4096 256"; do
@@ -278,8 +323,24 @@ if [ "$ONLY" = all ] || [ "$ONLY" = datacheck ]; then
     done
 fi
 
+# The same programs with softroce's datapath as users run it: runs of equal packets leave as one
+# UDP GSO send each, which --pcap turns off; the kernel's segments must carry the ICRCs rxe checks.
+if [ "$ONLY" = all ] || [ "$ONLY" = gso ]; then
+    CAPTURE_AT=wire
+    for role in server client; do
+        datacheck_case write "$role" 10000 200 0
+        datacheck_case send "$role" 10000 200 0
+        jumbo datacheck_case write "$role" 30000 100 0 4096
+        jumbo datacheck_case read "$role" 30000 100 0 4096
+        jumbo datacheck_case send "$role" 30000 100 0 4096
+        perftest_case ib_write_bw "$role" 65536 200 0
+        jumbo perftest_case ib_send_bw "$role" 65536 200 0 -m 4096
+    done
+    CAPTURE_AT=softroce
+fi
+
 {
-    echo "| program | role | transport and parameters | result | softroce capture |"
+    echo "| program | role | transport and parameters | result | capture |"
     echo "|---|---|---|---|---|"
     printf '%s\n' "${RESULTS[@]}"
 } >"$OUT/results.md"
