@@ -340,6 +340,26 @@ fn perf_check_with_several_qps() {
 }
 
 #[test]
+fn perf_write_with_64_qps_at_the_default_depths() {
+    // perftest sizes the CQ by tx_depth per QP for WRITE (no receives are posted); counting
+    // the default rx_depth of 512 as well asked for 41088 CQEs, over rxe's limit of 32767.
+    let (sv, cl, _) = run_pair(
+        &["perf", "write"],
+        &["--json", "-q", "64", "-n", "20", "-s", "64"],
+        &[],
+        &[],
+    );
+    let c = ok(&cl, "client write -q 64");
+    ok(&sv, "server write -q 64");
+    let v: serde_json::Value = serde_json::from_str(c.trim()).unwrap();
+    assert_eq!(v["qps"], 64);
+    assert_eq!(
+        v["iters"], 20,
+        "iterations per QP, as perftest reports them"
+    );
+}
+
+#[test]
 fn a_peer_killed_mid_transfer_ends_in_retry_exceeded_not_a_hang() {
     let (tcp, udp) = ports();
     let common = |ip: &str| {

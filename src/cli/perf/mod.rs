@@ -478,8 +478,15 @@ pub fn run(args: &PerfArgs) -> Result<(), CliError> {
         _ => 1,
     });
     let pd = ctx.alloc_pd().map_err(CliError::Verbs)?;
+    // As perftest sizes its CQs: tx_depth entries per QP, and rx_depth more only for the SEND
+    // programs, the only ones that post receives (ib_write_bw -q 64 fits in rxe's 32767 CQEs).
+    let recv_cqes = if matches!(prog, Program::SendBw | Program::SendLat) {
+        rx_depth
+    } else {
+        0
+    };
     let cq = ctx
-        .create_cq((tx_depth + rx_depth + 2) as usize * p.num_qps as usize)
+        .create_cq((tx_depth + recv_cqes + 2) as usize * p.num_qps as usize)
         .map_err(CliError::Verbs)?;
     let access = AccessFlags::LOCAL_WRITE
         | AccessFlags::REMOTE_WRITE
