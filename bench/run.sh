@@ -218,11 +218,9 @@ if [ $BUSY = 1 ]; then
 else
     VAL[lat_busy]="n/a (flag missing)"
 fi
-# -r 16: a WRITE test posts no receives, but softroce perf sizes its CQ as (tx + rx depth + 2)
-# per QP, and with the default -r 512 64 QPs would ask for more than the device's 32767 CQEs.
 for q in $RATE_QPS; do
     n=$(( (RATE_MSGS + q - 1) / q ))
-    measure "rate_q$q" softroce .msg_rate_mpps write -s 64 -n "$n" -q "$q" -r 16
+    measure "rate_q$q" softroce .msg_rate_mpps write -s 64 -n "$n" -q "$q"
 done
 measure write_q1024 softroce .bw_avg_mbps write -s 65536 -n "$Q1024_ITERS" -q 1024
 # Memory: peak RSS (ru_maxrss, i.e. VmHWM) of each process of a small WRITE run with 1 QP and
@@ -316,7 +314,7 @@ rss_note() { # client|server
     echo "- peak RSS with 1 -> 1024 QPs: requester $(rss_note client); responder $(rss_note server)"
     echo
     echo "Sizes: iperf3 -t $IPERF_SECS; UDP $UDP_BYTES bytes in ${ROCE_UDP_PAYLOAD}-byte datagrams; 64 KiB runs -n $BW_ITERS;" \
-        "latency -n $LAT_ITERS; message rate $RATE_MSGS messages over all QPs (-r 16); 1024 QPs -n $Q1024_ITERS each;" \
+        "latency -n $LAT_ITERS; message rate $RATE_MSGS messages over all QPs; 1024 QPs -n $Q1024_ITERS each;" \
         "memory: write -s 2 -n 10."
     [ $BUSY = 1 ] || echo "This softroce has no --busy-poll flag: its row says n/a."
 } >"$TMP/table.md"
