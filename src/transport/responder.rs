@@ -370,24 +370,21 @@ impl QpCore {
     /// with immediate that ends it (else RNR NAK, the PSN not consumed); responder resources
     /// for a READ or atomic (max_dest_rd_atomic > 0, else invalid request).
     fn check_resource(&self, info: &OpcodeInfo) -> Result<(), ResourceFault> {
-        match info.kind {
-            OpKind::ReadRequest | OpKind::CompareSwap | OpKind::FetchAdd => {
-                if self.attr.max_dest_rd_atomic == 0 {
-                    return Err(ResourceFault::NoRdAtomicResources);
-                }
-            }
-            OpKind::Send => {
-                // A MIDDLE or LAST fills the WQE its FIRST took (check_op_seq ensured one).
-                if info.position.starts_message() && self.rq.is_empty() {
-                    return Err(ResourceFault::NoReceiveWqe);
-                }
-            }
-            OpKind::Write => {
-                if info.has_imm() && info.position.ends_message() && self.rq.is_empty() {
-                    return Err(ResourceFault::NoReceiveWqe);
-                }
-            }
-            _ => {}
+        let rd_atomic = matches!(
+            info.kind,
+            OpKind::ReadRequest | OpKind::CompareSwap | OpKind::FetchAdd
+        );
+        // A SEND's MIDDLE or LAST fills the WQE its FIRST took (check_op_seq ensured one).
+        let takes_wqe = match info.kind {
+            OpKind::Send => info.position.starts_message(),
+            OpKind::Write => info.has_imm() && info.position.ends_message(),
+            _ => false,
+        };
+        if rd_atomic && self.attr.max_dest_rd_atomic == 0 {
+            return Err(ResourceFault::NoRdAtomicResources);
+        }
+        if takes_wqe && self.rq.is_empty() {
+            return Err(ResourceFault::NoReceiveWqe);
         }
         Ok(())
     }
