@@ -758,12 +758,27 @@ fn forged_responses_outside_the_window_cannot_rewind_or_stall_the_requester() {
     assert_eq!(q.qp.query().qp_state, QpState::Rts);
     assert_eq!(q.qp.query().sq_psn, psn + 1, "no rewind");
     assert!(q.cq.is_empty(), "nothing completed by a forged ACK");
-    // The real ACK completes the SEND at once: no RNR wait was armed.
+    // A new SEND goes out at once with the next PSN: no RNR wait was armed (the old requester
+    // waited 655 ms, then sent it 1000 PSNs behind and never completed).
+    post(3);
+    let r = l
+        .hostile
+        .recv(Duration::from_millis(300))
+        .expect("the third SEND at once");
+    assert_eq!((r.opcode, r.psn), (Opcode::RC_SEND_ONLY, psn + 1));
+    // The real ACK completes both.
     let t = Instant::now();
-    l.hostile
-        .send(&response(qpn, psn, Opcode::RC_ACK, AethRepr::ack(0), &[]));
-    let wc = wait(&q.cq);
-    assert_eq!((wc.wr_id, wc.status), (2, WcStatus::Success));
+    l.hostile.send(&response(
+        qpn,
+        psn + 1,
+        Opcode::RC_ACK,
+        AethRepr::ack(0),
+        &[],
+    ));
+    for wr_id in [2, 3] {
+        let wc = wait(&q.cq);
+        assert_eq!((wc.wr_id, wc.status), (wr_id, WcStatus::Success));
+    }
     assert!(
         t.elapsed() < Duration::from_millis(500),
         "{:?}",
