@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use super::counters::Counters;
 use super::mr::{Mr, MrFault, MrTable};
-use super::qp::{CqSide, QpCore};
+use super::qp::{CqSide, QpCore, MAX_MESSAGE};
 use super::wqe::RecvWqe;
 use crate::ib::{AccessFlags, QpState, WcOpcode, WcStatus, WorkCompletion};
 use crate::wire::packet::finish_payload;
@@ -390,15 +390,21 @@ impl QpCore {
     }
 
     /// Step 5 (IBTA 9.7.5.1.4 / rxe check_length): a FIRST or MIDDLE carries exactly one
-    /// MTU, a LAST 1 to MTU bytes, an ONLY at most one MTU.
+    /// MTU, a LAST 1 to MTU bytes, an ONLY at most one MTU; a WRITE or READ announces at most
+    /// 2^31 bytes.
     fn check_length(&self, pkt: &PacketRepr, info: &OpcodeInfo) -> bool {
         let mtu = self.mtu() as usize;
         let n = pkt.payload.len();
-        match info.position {
+        let fits = match info.position {
             Position::First | Position::Middle => n == mtu,
             Position::Last => (1..=mtu).contains(&n),
             Position::Only => n <= mtu,
-        }
+        };
+        let dma_ok = match (info.kind, pkt.ext.reth) {
+            (OpKind::Write | OpKind::ReadRequest, Some(r)) => r.len as u64 <= MAX_MESSAGE,
+            _ => true,
+        };
+        fits && dma_ok
     }
 
     /// Step 6 (rxe check_rkey): the memory a WRITE, READ or atomic names, with the rights it

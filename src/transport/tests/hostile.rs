@@ -438,6 +438,22 @@ fn responder_checks_run_in_rxe_order() {
     assert_eq!(only_syndrome(&r), AckSyndrome::Nak(NakCode::InvalidRequest));
     assert_eq!(p.b.qp.state(), QpState::Err);
 
+    // Length before key: a READ announcing more than 2^31 bytes is an invalid request, even
+    // though its range is no region's either.
+    let (_, r) = answer(
+        |_| {},
+        |p, _| {
+            request(
+                p,
+                Opcode::RC_RDMA_READ_REQUEST,
+                reth(IOVA, p.b.mr.rkey, 0x8000_0001),
+                &[],
+            )
+        },
+        &[],
+    );
+    assert_eq!(only_syndrome(&r), AckSyndrome::Nak(NakCode::InvalidRequest));
+
     // Operation valid before resources: a WRITE with immediate at a QP without remote write
     // rights and no receive WQE is an invalid request, not an RNR NAK.
     let (p, r) = answer(
