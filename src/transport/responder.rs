@@ -5,7 +5,7 @@
 //! (check_resource), the packet length (check_length), the rkey, access and range, and a
 //! WRITE's payload against its RETH (check_rkey), then execution, completion and
 //! acknowledgement. The first failing check decides the reply, so a peer sees the NAK rxe
-//! would send (spec-notes/rc-transport.md rule 30).
+//! would send (spec-notes/rc-transport.md rule 35).
 //!
 //! Rules (spec-notes/rc-transport.md):
 //! - PSN == expected: execute. Ahead: one NAK "PSN sequence error" carrying the expected PSN
