@@ -38,7 +38,8 @@ counters! {
     duplicate_request,
     /// Requests received ahead of the expected PSN.
     out_of_seq_request,
-    /// RNR NAKs received by the requester.
+    /// RNR NAKs received by the requester, inside its outstanding window (others count as
+    /// `stale_resp_pkts`).
     rcvd_rnr_err,
     /// RNR NAKs sent by the responder.
     send_rnr_err,
@@ -82,7 +83,8 @@ counters! {
     retransmit_pkts,
     /// NAKs sent (all codes).
     send_nak,
-    /// NAKs received (all codes but RNR).
+    /// NAKs received (all codes but RNR), inside the outstanding window (others count as
+    /// `stale_resp_pkts`).
     rcvd_nak,
     /// Retransmission timer expiries.
     timeouts,

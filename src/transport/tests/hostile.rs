@@ -705,3 +705,45 @@ fn memory_protection_violations_are_nakked_and_touch_nothing() {
         assert_eq!(replies(&mut p.b, now), vec![], "{what} {op:?}");
     }
 }
+
+#[test]
+fn a_flood_of_duplicates_and_out_of_sequence_requests_holds_three_replies_at_most() {
+    let mut p = Pair::new(Mtu::Mtu1024);
+    post_recv(&mut p, 1, 0, 4096);
+    let first = p.b.qp.resp.psn;
+    post_send(&mut p, 1, WrOpcode::Send, 0, 100);
+    p.drive();
+    let data = [0u8; 100];
+    // 1000 duplicates of the SEND and 1000 WRITEs ahead of the expected PSN, with no chance
+    // for B to send anything in between.
+    for i in 0..1000u32 {
+        let mut dup = request(&p, Opcode::RC_SEND_ONLY, ExtHeaders::default(), &data);
+        dup.bth.psn = first.value();
+        inject(&mut p, true, &dup);
+        let mut ahead = request(
+            &p,
+            Opcode::RC_RDMA_WRITE_ONLY,
+            reth(IOVA, p.b.mr.rkey, 100),
+            &data,
+        );
+        ahead.bth.psn = p.b.qp.resp.psn.add(5 + i).value();
+        inject(&mut p, true, &ahead);
+        let (res, out) = p.b.qp.resp.queue_lens();
+        assert!(
+            res <= 4 && out <= 3,
+            "queued {out} responses, {res} resources"
+        );
+    }
+    let now = p.now;
+    let r = replies(&mut p.b, now);
+    // The re-ACK of the first duplicate, the sequence NAK, then the later re-ACKs coalesced
+    // into one (an ACK is not merged across the NAK before it).
+    assert_eq!(r.len(), 3, "{r:?}");
+    assert_eq!(
+        r[1].2.unwrap().kind(),
+        AckSyndrome::Nak(NakCode::PsnSequenceError)
+    );
+    assert_eq!(count(&p.b, "duplicate_request"), 1000);
+    assert_eq!(count(&p.b, "out_of_seq_request"), 1000);
+    assert_eq!(p.b.recv_wcs.len(), 1, "executed once");
+}
