@@ -4,8 +4,9 @@
 //! API. It checks what a RoCE endpoint owes a peer it cannot trust (issue 11): no packet
 //! touches memory it was not granted, every bad request gets the NAK the spec requires and
 //! moves the QP to the state the spec requires, packets failing a header check are dropped
-//! without a reply and counted, forged responses cannot rewind or stall a requester, and
-//! floods leave other QPs working. Every wait is bounded (at most 2 s).
+//! without a reply and counted, forged responses cannot rewind or stall a requester, floods
+//! leave other QPs working, the responder answers in rxe's order, and `--pcap` records every
+//! datagram that arrived. Every wait is bounded (at most 2 s).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
@@ -890,4 +891,84 @@ fn floods_stay_bounded_and_other_qps_progress() {
         "READs write nothing"
     );
     honest_pair_works(&l, 4);
+}
+
+#[test]
+fn the_responder_answers_in_rxe_order_and_re_acks_duplicates_without_ack_req() {
+    let l = lab(35);
+    let pd = l.victim.alloc_pd().unwrap();
+    let mr = pd.register_mr(MR_LEN, FULL).unwrap();
+    // Resources before length: an over-long SEND ONLY at a QP with no receive WR draws an RNR
+    // NAK (rxe's check_resource runs before check_length), and the PSN is not consumed.
+    let q = connect(&pd, &l.victim, 0x500, hostile_gid(&l));
+    let qpn = q.qp.qp_num();
+    let big = vec![0u8; 2048]; // MTU 1024
+    l.hostile.send(&request(
+        qpn,
+        HOSTILE_PSN,
+        Opcode::RC_SEND_ONLY,
+        ExtHeaders::default(),
+        &big,
+    ));
+    let r = l.hostile.recv(Duration::from_secs(2)).expect("a NAK");
+    assert!(matches!(r.aeth, Some(AckSyndrome::RnrNak { .. })), "{r:?}");
+    assert_eq!(q.qp.query().rq_psn, HOSTILE_PSN);
+    assert_eq!(q.qp.query().qp_state, QpState::Rts);
+
+    // A WRITE, then its duplicate without AckReq: re-ACKed all the same (rxe duplicate_request).
+    let data = [5u8; 32];
+    let w = request(
+        qpn,
+        HOSTILE_PSN,
+        Opcode::RC_RDMA_WRITE_ONLY,
+        reth(mr.addr(), mr.rkey(), 32),
+        &data,
+    );
+    l.hostile.send(&w);
+    let r = l.hostile.recv(Duration::from_secs(2)).expect("an ACK");
+    assert!(matches!(r.aeth, Some(AckSyndrome::Ack { .. })), "{r:?}");
+    let mut dup = w;
+    dup.bth.ack_req = false;
+    l.hostile.send(&dup);
+    let r = l.hostile.recv(Duration::from_secs(2)).expect("a re-ACK");
+    assert!(matches!(r.aeth, Some(AckSyndrome::Ack { .. })), "{r:?}");
+    assert_eq!(r.psn, HOSTILE_PSN);
+    assert_eq!(l.victim.counter("duplicate_request").unwrap(), 1);
+    assert_eq!(mr.to_vec(0, 32).unwrap(), data);
+}
+
+#[test]
+fn a_capture_shows_every_datagram_that_arrived_short_ones_included() {
+    let dir = std::env::temp_dir().join(format!("softroce-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("short.pcap");
+    let sock = UdpSocket::bind(SocketAddr::new(ip(36, 5), 0)).unwrap();
+    let port = sock.local_addr().unwrap().port();
+    let mut cfg = DeviceConfig::new(SocketAddr::new(ip(36, 1), port));
+    cfg.pcap = Some(path.clone());
+    let victim = Context::open(&cfg).unwrap();
+    let hostile = Hostile {
+        addr: sock.local_addr().unwrap(),
+        sock,
+        target: victim.local_addr(),
+    };
+    let sent: Vec<Vec<u8>> = vec![vec![], vec![0x42], vec![7; 15], vec![9; 16], vec![1; 40]];
+    for d in &sent {
+        hostile.send_raw(d);
+    }
+    let end = Instant::now() + Duration::from_secs(2);
+    while victim.counter("icrc_err").unwrap() < sent.len() as u64 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(victim.counter("icrc_err").unwrap(), sent.len() as u64);
+    drop(victim); // flushes the capture
+    let bytes = std::fs::read(&path).unwrap();
+    let mut r = softroce::capture::CaptureReader::new(&bytes[..]).unwrap();
+    let mut got = Vec::new();
+    while let Some(f) = r.next_frame().unwrap() {
+        // Ethernet 14 + IPv4 20 + UDP 8.
+        got.push(f.data[42..].to_vec());
+    }
+    assert_eq!(got, sent, "every datagram, in order, byte for byte");
+    let _ = std::fs::remove_dir_all(&dir);
 }
