@@ -415,6 +415,7 @@ fn a_peer_killed_mid_transfer_ends_in_retry_exceeded_not_a_hang() {
     };
     let mut server = spawn(&common("127.0.0.1"));
     let mut cv = common("127.0.0.2");
+    cv.push("--counters".into());
     cv.push("127.0.0.1".into());
     // Start the client once the server listens.
     let t = Instant::now();
@@ -446,6 +447,11 @@ fn a_peer_killed_mid_transfer_ends_in_retry_exceeded_not_a_hang() {
     assert!(!out.status.success());
     assert!(err.contains("transport retry counter exceeded"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
+    // The failure came by the timer: retry_cnt 3 allows three retries, the fourth expiry fails
+    // the WR.
+    let c = counters(&out);
+    assert!(c.get("timeouts").copied().unwrap_or(0) >= 4, "{c:?}");
+    assert_eq!(c.get("retry_exceeded_err"), Some(&1), "{c:?}");
     // Budget: 4 timeouts of 4.2 ms; allow generously for process scheduling.
     assert!(took < Duration::from_secs(5), "took {took:?}");
 }
