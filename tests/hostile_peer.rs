@@ -412,7 +412,7 @@ fn memory_protection_violations_get_the_spec_nak_and_touch_nothing() {
         assert_eq!(r.dest_qp, hostile_qpn, "{what}");
         assert_eq!(r.psn, HOSTILE_PSN, "{what}: NAK for the request");
         assert_eq!(r.aeth, Some(AckSyndrome::Nak(nak)), "{what}");
-        // rxe do_class_d1e_error / C9-50: the responder's QP goes to ERROR.
+        // rxe do_class_ac_error sets goto_error: the responder's QP goes to ERROR.
         let end = Instant::now() + Duration::from_secs(2);
         while q.qp.query().qp_state != QpState::Err && Instant::now() < end {
             std::thread::sleep(Duration::from_millis(2));

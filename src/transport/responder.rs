@@ -10,14 +10,16 @@
 //! Rules (spec-notes/rc-transport.md):
 //! - PSN == expected: execute. Ahead: one NAK "PSN sequence error" carrying the expected PSN
 //!   per gap, then silence until the expected PSN arrives. Behind: a duplicate; SEND/WRITE are
-//!   re-acknowledged (whatever their AckReq bit), READs replayed from the saved responder resources (whole or a sub-range),
-//!   atomics answered with the saved original value without executing again (IBTA 9.7.5.1.x).
+//!   re-acknowledged (whatever their AckReq bit), READs replayed from the saved responder
+//!   resources (whole or a sub-range), atomics answered with the saved original value without
+//!   executing again (IBTA 9.7.5.1.x).
 //! - SEND with no receive WQE posted: RNR NAK with the QP's min_rnr_timer; the PSN is not
 //!   consumed (IBTA 9.7.5.2.8).
-//! - Errors: a bad opcode sequence, a bad length or a disallowed operation is NAK "invalid
-//!   request"; a bad rkey, range or right is NAK "remote access error"; a receive buffer too
-//!   small is NAK "invalid request" with a local length error on the receive WQE. After such a
-//!   NAK the QP moves to ERROR (rxe: do_class_d1e_error / goto_error).
+//! - Errors: a bad opcode sequence, a bad length, a disallowed operation or a misaligned
+//!   atomic is NAK "invalid request"; a bad rkey, range or right is NAK "remote access error";
+//!   a receive buffer too small is NAK "invalid request" with a local length error on the
+//!   receive WQE. After such a NAK the QP moves to ERROR (rxe: do_class_ac_error sets
+//!   goto_error).
 //! - MSN counts completed messages; a READ counts when accepted.
 
 use std::collections::VecDeque;
