@@ -236,6 +236,22 @@ fn pingpong_runs_as_ibv_rc_pingpong_does_and_its_capture_verifies() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The counters an endpoint printed with `--counters` (the `counters:` line on stderr; a
+/// counter it does not list is zero).
+fn counters(o: &Output) -> std::collections::HashMap<String, u64> {
+    let err = String::from_utf8_lossy(&o.stderr);
+    let line = err
+        .lines()
+        .find_map(|l| l.strip_prefix("counters:"))
+        .unwrap_or_else(|| panic!("no counters line in:\n{err}"));
+    line.split_whitespace()
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').expect("name=value");
+            (k.to_string(), v.parse().expect("a count"))
+        })
+        .collect()
+}
+
 #[test]
 fn perf_check_survives_loss_duplication_reordering_and_corruption() {
     let imp = [
@@ -247,7 +263,10 @@ fn perf_check_survives_loss_duplication_reordering_and_corruption() {
         "0.01",
         "--corrupt",
         "0.01",
+        "--counters",
     ];
+    // Sums over both ends and every operation, for the faults too rare to show in each run.
+    let mut total = std::collections::HashMap::<String, u64>::new();
     for (op, size) in [
         ("write", "16384"),
         ("read", "16384"),
@@ -259,7 +278,37 @@ fn perf_check_survives_loss_duplication_reordering_and_corruption() {
         let (sv, cl, _) = run_pair(&["perf", op], &extra, &["--seed", "11"], &["--seed", "12"]);
         ok(&cl, &format!("lossy client {op}"));
         ok(&sv, &format!("lossy server {op}"));
+        let (c, s) = (counters(&cl), counters(&sv));
+        let both = |name: &str| c.get(name).unwrap_or(&0) + s.get(name).unwrap_or(&0);
+        // The faults were injected (a --drop that did nothing would pass the data check)...
+        assert!(
+            both("injected_drop") > 0,
+            "{op}: no packet dropped: {c:?} {s:?}"
+        );
+        // ... and the transport recovered from them by retransmitting: the client, the
+        // requester, went back (after a timeout or a NAK) and resent packets.
+        assert!(
+            c.get("completer_retry_err").unwrap_or(&0) > &0,
+            "{op}: no retry: {c:?}"
+        );
+        assert!(
+            c.get("retransmit_pkts").unwrap_or(&0) > &0,
+            "{op}: nothing resent: {c:?}"
+        );
+        for (k, v) in c.iter().chain(s.iter()) {
+            *total.entry(k.clone()).or_default() += v;
+        }
     }
+    let t = |name: &str| *total.get(name).unwrap_or(&0);
+    assert!(t("injected_dup") > 0, "{total:?}");
+    assert!(t("injected_reorder") > 0, "{total:?}");
+    assert!(t("injected_corrupt") > 0, "{total:?}");
+    // A corrupted packet fails its ICRC at the other end; a duplicated request is seen again.
+    assert!(t("icrc_err") > 0, "corruption detected: {total:?}");
+    assert!(
+        t("duplicate_request") + t("stale_resp_pkts") > 0,
+        "duplicates seen: {total:?}"
+    );
 }
 
 #[test]
@@ -386,6 +435,7 @@ fn a_peer_killed_mid_transfer_ends_in_retry_exceeded_not_a_hang() {
     };
     let mut server = spawn(&common("127.0.0.1"));
     let mut cv = common("127.0.0.2");
+    cv.push("--counters".into());
     cv.push("127.0.0.1".into());
     // Start the client once the server listens.
     let t = Instant::now();
@@ -417,6 +467,11 @@ fn a_peer_killed_mid_transfer_ends_in_retry_exceeded_not_a_hang() {
     assert!(!out.status.success());
     assert!(err.contains("transport retry counter exceeded"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
+    // The failure came by the timer: retry_cnt 3 allows three retries, the fourth expiry fails
+    // the WR.
+    let c = counters(&out);
+    assert!(c.get("timeouts").copied().unwrap_or(0) >= 4, "{c:?}");
+    assert_eq!(c.get("retry_exceeded_err"), Some(&1), "{c:?}");
     // Budget: 4 timeouts of 4.2 ms; allow generously for process scheduling.
     assert!(took < Duration::from_secs(5), "took {took:?}");
 }

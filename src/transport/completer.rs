@@ -120,8 +120,13 @@ impl QpCore {
             return;
         }
         let psn = Psn::new(pkt.bth.psn);
-        // A response for a PSN never sent is bogus (or very stale): ignore it.
-        if !psn.is_before(self.req.high_psn) {
+        // The outstanding window is [comp_psn, high_psn): the oldest unacknowledged PSN up to
+        // the next PSN never sent. A response outside it is a duplicate, stale or forged, and
+        // changes nothing: no ACK, NAK or RNR NAK before comp_psn may rewind the requester, and
+        // none for a PSN never sent may acknowledge anything (rxe_comp.c check_psn; rules 19,
+        // 23 and 36 of spec-notes/rc-transport.md).
+        if psn.is_before(self.req.comp_psn) || !psn.is_before(self.req.high_psn) {
+            Counters::inc(&self.counters.stale_resp_pkts);
             return;
         }
         match info.kind {

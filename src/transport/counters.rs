@@ -1,6 +1,14 @@
 //! Per-device counters, named as Linux rxe names its hardware counters
 //! (`/sys/class/infiniband/rxe0/ports/1/hw_counters/*`, rxe_hw_counters.c), plus softroce's own
 //! for what rxe does not count. Relaxed atomics: they are statistics, read while the engine runs.
+//!
+//! rxe drops a packet that fails a header check (rxe_recv.c hdr_check) without counting it in
+//! hw_counters, except for the port attribute `bad_pkey_cntr`. softroce counts every drop,
+//! under rxe's name where one exists and otherwise under its own: `wrong_transport_pkts`
+//! (check_type_state: an opcode of another transport than the QP's), `bad_state_pkts`
+//! (check_type_state: the QP's state does not take that packet), `stale_resp_pkts` (rxe_comp.c
+//! check_psn: a response outside the outstanding window), plus `icrc_err`, `malformed_pkts`
+//! and `unknown_qp_pkts` counted by the engine.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -30,7 +38,8 @@ counters! {
     duplicate_request,
     /// Requests received ahead of the expected PSN.
     out_of_seq_request,
-    /// RNR NAKs received by the requester.
+    /// RNR NAKs received by the requester, inside its outstanding window (others count as
+    /// `stale_resp_pkts`).
     rcvd_rnr_err,
     /// RNR NAKs sent by the responder.
     send_rnr_err,
@@ -57,11 +66,25 @@ counters! {
     /// Packets dropped because no QP had their destination QP number, or it was not connected
     /// to the sender.
     unknown_qp_pkts,
+    /// Packets dropped because their opcode belongs to another transport than the QP's (UC,
+    /// UD, RD or CNP opcodes at an RC QP; rxe check_type_state).
+    wrong_transport_pkts,
+    /// Packets dropped because the QP's state does not take them: requests at a QP in RESET,
+    /// INIT or ERROR, responses at a QP not in RTS or SQD (rxe check_type_state).
+    bad_state_pkts,
+    /// Packets dropped because their P_Key does not match the port's P_Key 0xFFFF (rxe
+    /// check_keys / pkey_match; rxe's port attribute of the same name).
+    bad_pkey_cntr,
+    /// Responses (ACK, NAK, RNR NAK, READ response, atomic ACK) dropped because their PSN lies
+    /// outside the requester's outstanding window: before the oldest unacknowledged PSN
+    /// (stale or duplicate) or at or beyond the next PSN never sent (rxe_comp.c check_psn).
+    stale_resp_pkts,
     /// Packets retransmitted.
     retransmit_pkts,
     /// NAKs sent (all codes).
     send_nak,
-    /// NAKs received (all codes but RNR).
+    /// NAKs received (all codes but RNR), inside the outstanding window (others count as
+    /// `stale_resp_pkts`).
     rcvd_nak,
     /// Retransmission timer expiries.
     timeouts,

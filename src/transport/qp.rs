@@ -421,10 +421,42 @@ impl QpCore {
     }
 
     /// Handles a received packet (ICRC already verified by the caller, destination QP = this
-    /// QP). Requests go to the responder, responses to the completer.
+    /// QP, sender = this QP's peer). The header checks of rxe_recv.c hdr_check come first, in
+    /// rxe's order: the opcode's transport against the QP's and the QP's state
+    /// (check_type_state), then the P_Key (check_keys); a packet failing one is dropped without
+    /// a reply and counted. Then requests go to the responder, responses to the completer.
     pub fn handle_packet(&mut self, now: Duration, pkt: &crate::wire::PacketRepr, mrs: &MrTable) {
         Counters::inc(&self.counters.rcvd_pkts);
-        let Some(info) = pkt.info() else { return };
+        let Some(info) = pkt.info() else {
+            Counters::inc(&self.counters.malformed_pkts);
+            return;
+        };
+        // check_type_state: an RC QP takes RC opcodes only (a UC WRITE or a UD SEND must not
+        // touch its memory or its receive queue).
+        if info.transport != crate::wire::Transport::Rc {
+            Counters::inc(&self.counters.wrong_transport_pkts);
+            return;
+        }
+        // check_type_state: requests need a responder that is ready (RTR, RTS, SQD), responses
+        // a requester that is (RTS, SQD).
+        let state_ok = if info.is_request() {
+            matches!(
+                self.attr.qp_state,
+                QpState::Rtr | QpState::Rts | QpState::Sqd
+            )
+        } else {
+            matches!(self.attr.qp_state, QpState::Rts | QpState::Sqd)
+        };
+        if !state_ok {
+            Counters::inc(&self.counters.bad_state_pkts);
+            return;
+        }
+        // check_keys: the P_Key must match the one at the QP's P_Key index (index 0 holds the
+        // default 0xFFFF, the only one softroce has).
+        if !pkey_match(pkt.bth.pkey, crate::wire::bth::DEFAULT_PKEY) {
+            Counters::inc(&self.counters.bad_pkey_cntr);
+            return;
+        }
         if info.is_request() {
             self.responder_handle(now, pkt, info, mrs);
         } else if info.is_response() {
@@ -490,6 +522,13 @@ impl QpCore {
     }
 }
 
+/// IBTA 10.9.3 / rxe `pkey_match`: the low 15 bits are equal and not zero, and at least one
+/// of the two keys is a full member (bit 15).
+pub fn pkey_match(a: u16, b: u16) -> bool {
+    let (ka, kb) = (a & 0x7FFF, b & 0x7FFF);
+    ka != 0 && ka == kb && (a & 0x8000 != 0 || b & 0x8000 != 0)
+}
+
 /// rxe's source port at QP creation: `0xC000 | hash_32(qpn, 14)` (rxe_qp.c).
 pub fn rxe_hash_port(qpn: u32) -> u16 {
     0xC000 | (qpn.wrapping_mul(0x61C8_8647) >> 18) as u16
@@ -521,5 +560,17 @@ mod tests {
         assert_eq!(rdma_udp_sport(0, 0x11, 0x12), 0xC132);
         assert_eq!(rdma_udp_sport(0, 0x1234, 0x5678), 0xC01A);
         assert_eq!(rdma_udp_sport(0, 0x12, 0x11), 0xC132, "same at both ends");
+    }
+
+    #[test]
+    fn pkey_match_follows_rxe() {
+        assert!(pkey_match(0xFFFF, 0xFFFF));
+        assert!(
+            pkey_match(0x7FFF, 0xFFFF),
+            "limited member against a full member"
+        );
+        assert!(!pkey_match(0x7FFF, 0x7FFF), "two limited members");
+        assert!(!pkey_match(0x1234, 0xFFFF));
+        assert!(!pkey_match(0x8000, 0x8000), "the invalid P_Key");
     }
 }

@@ -1,19 +1,25 @@
 //! The responder: executes incoming requests and produces ACKs, NAKs and READ/atomic responses
-//! (rxe_resp.c). Each request passes, in order: the PSN check, the opcode-sequence check, the
-//! length check, the resource check (a receive WQE for SEND and WRITE with immediate), the
-//! rkey/access check, execution, completion and acknowledgement.
+//! (rxe_resp.c). Each request passes rxe's chain of checks, in rxe's order, one function per
+//! step: the PSN (check_psn), the opcode sequence (check_op_seq), the operation against the
+//! QP's access flags (check_op_valid), the resources: a receive WQE or responder resources
+//! (check_resource), the packet length (check_length), the rkey, access and range, and a
+//! WRITE's payload against its RETH (check_rkey), then execution, completion and
+//! acknowledgement. The first failing check decides the reply, so a peer sees the NAK rxe
+//! would send (spec-notes/rc-transport.md rule 35).
 //!
 //! Rules (spec-notes/rc-transport.md):
 //! - PSN == expected: execute. Ahead: one NAK "PSN sequence error" carrying the expected PSN
 //!   per gap, then silence until the expected PSN arrives. Behind: a duplicate; SEND/WRITE are
-//!   re-acknowledged, READs replayed from the saved responder resources (whole or a sub-range),
-//!   atomics answered with the saved original value without executing again (IBTA 9.7.5.1.x).
+//!   re-acknowledged (whatever their AckReq bit), READs replayed from the saved responder
+//!   resources (whole or a sub-range), atomics answered with the saved original value without
+//!   executing again (IBTA 9.7.5.1.x).
 //! - SEND with no receive WQE posted: RNR NAK with the QP's min_rnr_timer; the PSN is not
 //!   consumed (IBTA 9.7.5.2.8).
-//! - Errors: a bad opcode sequence, a bad length or a disallowed operation is NAK "invalid
-//!   request"; a bad rkey, range or right is NAK "remote access error"; a receive buffer too
-//!   small is NAK "invalid request" with a local length error on the receive WQE. After such a
-//!   NAK the QP moves to ERROR (rxe: do_class_d1e_error / goto_error).
+//! - Errors: a bad opcode sequence, a bad length, a disallowed operation or a misaligned
+//!   atomic is NAK "invalid request"; a bad rkey, range or right is NAK "remote access error";
+//!   a receive buffer too small is NAK "invalid request" with a local length error on the
+//!   receive WQE. After such a NAK the QP moves to ERROR (rxe: do_class_ac_error sets
+//!   goto_error).
 //! - MSN counts completed messages; a READ counts when accepted.
 
 use std::collections::VecDeque;
@@ -22,7 +28,7 @@ use std::time::Duration;
 
 use super::counters::Counters;
 use super::mr::{Mr, MrFault, MrTable};
-use super::qp::{CqSide, QpCore};
+use super::qp::{CqSide, QpCore, MAX_MESSAGE};
 use super::wqe::RecvWqe;
 use crate::ib::{AccessFlags, QpState, WcOpcode, WcStatus, WorkCompletion};
 use crate::wire::packet::finish_payload;
@@ -81,6 +87,41 @@ struct ReadJob {
     remaining: u64,
     psn: Psn,
     first: bool,
+}
+
+/// Why step 4 (check_resource) refused a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ResourceFault {
+    /// No receive WQE for a SEND or WRITE with immediate: RNR NAK.
+    NoReceiveWqe,
+    /// A READ or atomic at a QP with max_dest_rd_atomic 0: invalid request.
+    NoRdAtomicResources,
+}
+
+/// The region a WRITE's first packet names: `len` bytes at `offset` of `mr` (none for a
+/// zero-length WRITE).
+#[derive(Debug)]
+struct WriteStart {
+    mr: Option<Arc<Mr>>,
+    offset: u64,
+    len: u64,
+}
+
+/// What step 6 (check_rkey) resolved a request to.
+#[derive(Debug)]
+enum Target {
+    Send,
+    /// `Some` on the packet that starts the WRITE.
+    Write(Option<WriteStart>),
+    Read {
+        mr: Option<Arc<Mr>>,
+        offset: u64,
+        len: u64,
+    },
+    Atomic {
+        mr: Arc<Mr>,
+        offset: u64,
+    },
 }
 
 #[derive(Debug)]
@@ -214,7 +255,8 @@ impl QpCore {
         }
     }
 
-    /// Handles a request packet.
+    /// Handles a request packet. The checks run as the steps of rxe_resp.c's state machine,
+    /// in its order, each a function: the first that fails decides the reply.
     pub(super) fn responder_handle(
         &mut self,
         _now: Duration,
@@ -229,6 +271,47 @@ impl QpCore {
             return;
         }
         let psn = Psn::new(pkt.bth.psn);
+        // 1. RESPST_CHK_PSN.
+        if !self.check_psn(pkt, info, psn) {
+            return;
+        }
+        self.resp.nak_sent = false;
+        // 2. RESPST_CHK_OP_SEQ.
+        if !self.check_op_seq(info) {
+            return self.nak_fatal(psn, NakCode::InvalidRequest);
+        }
+        // 3. RESPST_CHK_OP_VALID.
+        if !self.check_op_valid(info) {
+            return self.nak_fatal(psn, NakCode::InvalidRequest);
+        }
+        // 4. RESPST_CHK_RESOURCE.
+        if let Err(fault) = self.check_resource(info) {
+            return match fault {
+                ResourceFault::NoReceiveWqe => self.rnr_nak(psn),
+                ResourceFault::NoRdAtomicResources => self.nak_fatal(psn, NakCode::InvalidRequest),
+            };
+        }
+        // 5. RESPST_CHK_LENGTH.
+        if !self.check_length(pkt, info) {
+            return self.nak_fatal(psn, NakCode::InvalidRequest);
+        }
+        // 6. RESPST_CHK_RKEY.
+        let target = match self.check_rkey(pkt, info, mrs) {
+            Ok(t) => t,
+            Err(code) => return self.nak_fatal(psn, code),
+        };
+        // 7. RESPST_EXECUTE (then COMPLETE and ACKNOWLEDGE).
+        match target {
+            Target::Send => self.execute_send(pkt, info, psn),
+            Target::Write(start) => self.execute_write(pkt, info, psn, start),
+            Target::Read { mr, offset, len } => self.execute_read(pkt, psn, mr, offset, len),
+            Target::Atomic { mr, offset } => self.execute_atomic(pkt, info, psn, mr, offset),
+        }
+    }
+
+    /// Step 1 (rxe check_psn): true if `psn` is the expected one. Ahead: one PSN sequence
+    /// error NAK per gap. Behind: a duplicate, answered by [`Self::responder_duplicate`].
+    fn check_psn(&mut self, pkt: &PacketRepr, info: &OpcodeInfo, psn: Psn) -> bool {
         let d = psn.diff(self.resp.psn);
         if d > 0 {
             Counters::inc(&self.counters.out_of_seq_request);
@@ -242,17 +325,20 @@ impl QpCore {
                     then_error: false,
                 });
             }
-            return;
+            return false;
         }
         if d < 0 {
             Counters::inc(&self.counters.duplicate_request);
             self.responder_duplicate(pkt, info, psn);
-            return;
+            return false;
         }
-        self.resp.nak_sent = false;
+        true
+    }
 
-        // Opcode sequence (IBTA 9.7.5.1.3 / rxe check_op_seq).
-        let in_seq = matches!(
+    /// Step 2 (IBTA 9.7.5.1.3 / rxe check_op_seq): a FIRST or ONLY outside a message, a
+    /// MIDDLE or LAST of the message in progress.
+    fn check_op_seq(&self, info: &OpcodeInfo) -> bool {
+        matches!(
             (self.resp.in_msg, info.kind, info.position),
             (None, _, Position::First | Position::Only)
                 | (
@@ -265,36 +351,133 @@ impl QpCore {
                     OpKind::Write,
                     Position::Middle | Position::Last
                 )
+        )
+    }
+
+    /// Step 3 (rxe check_op_valid): an operation softroce executes, allowed by the QP's
+    /// access flags. FLUSH and ATOMIC WRITE are not supported: invalid request, as rxe
+    /// answers an opcode the QP does not allow.
+    fn check_op_valid(&self, info: &OpcodeInfo) -> bool {
+        let need = match info.kind {
+            OpKind::Send => return true,
+            OpKind::Write => AccessFlags::REMOTE_WRITE,
+            OpKind::ReadRequest => AccessFlags::REMOTE_READ,
+            OpKind::CompareSwap | OpKind::FetchAdd => AccessFlags::REMOTE_ATOMIC,
+            _ => return false,
+        };
+        self.attr.qp_access_flags.contains(need)
+    }
+
+    /// Step 4 (rxe check_resource): a receive WQE for a SEND and for the packet of a WRITE
+    /// with immediate that ends it (else RNR NAK, the PSN not consumed); responder resources
+    /// for a READ or atomic (max_dest_rd_atomic > 0, else invalid request).
+    fn check_resource(&self, info: &OpcodeInfo) -> Result<(), ResourceFault> {
+        let rd_atomic = matches!(
+            info.kind,
+            OpKind::ReadRequest | OpKind::CompareSwap | OpKind::FetchAdd
         );
-        if !in_seq {
-            return self.nak_fatal(psn, NakCode::InvalidRequest);
+        // A SEND's MIDDLE or LAST fills the WQE its FIRST took (check_op_seq ensured one).
+        let takes_wqe = match info.kind {
+            OpKind::Send => info.position.starts_message(),
+            OpKind::Write => info.has_imm() && info.position.ends_message(),
+            _ => false,
+        };
+        if rd_atomic && self.attr.max_dest_rd_atomic == 0 {
+            return Err(ResourceFault::NoRdAtomicResources);
         }
-        // Length (IBTA 9.7.5.1.4 / rxe check_length).
+        if takes_wqe && self.rq.is_empty() {
+            return Err(ResourceFault::NoReceiveWqe);
+        }
+        Ok(())
+    }
+
+    /// Step 5 (IBTA 9.7.5.1.4 / rxe check_length): a FIRST or MIDDLE carries exactly one
+    /// MTU, a LAST 1 to MTU bytes, an ONLY at most one MTU; a WRITE or READ announces at most
+    /// 2^31 bytes.
+    fn check_length(&self, pkt: &PacketRepr, info: &OpcodeInfo) -> bool {
         let mtu = self.mtu() as usize;
         let n = pkt.payload.len();
-        let len_ok = match info.position {
+        let fits = match info.position {
             Position::First | Position::Middle => n == mtu,
             Position::Last => (1..=mtu).contains(&n),
             Position::Only => n <= mtu,
         };
-        if !len_ok {
-            return self.nak_fatal(psn, NakCode::InvalidRequest);
-        }
+        let dma_ok = match (info.kind, pkt.ext.reth) {
+            (OpKind::Write | OpKind::ReadRequest, Some(r)) => r.len as u64 <= MAX_MESSAGE,
+            _ => true,
+        };
+        fits && dma_ok
+    }
+
+    /// Step 6 (rxe check_rkey): the memory a WRITE, READ or atomic names, with the rights it
+    /// needs over its whole range (remote access error otherwise; a zero-length WRITE or READ
+    /// checks no key, IBTA C9-88), and a WRITE packet's payload against what its RETH
+    /// announced (invalid request, rxe's RESPST_ERR_LENGTH).
+    fn check_rkey(
+        &self,
+        pkt: &PacketRepr,
+        info: &OpcodeInfo,
+        mrs: &MrTable,
+    ) -> Result<Target, NakCode> {
+        let n = pkt.payload.len() as u64;
         match info.kind {
-            OpKind::Send => self.execute_send(pkt, info, psn),
-            OpKind::Write => self.execute_write(pkt, info, psn, mrs),
-            OpKind::ReadRequest => self.execute_read(pkt, psn, mrs),
-            OpKind::CompareSwap | OpKind::FetchAdd => self.execute_atomic(pkt, info, psn, mrs),
-            // FLUSH and ATOMIC WRITE are not supported yet: invalid request, as rxe answers an
-            // opcode the QP does not allow.
-            _ => self.nak_fatal(psn, NakCode::InvalidRequest),
+            OpKind::Send => Ok(Target::Send),
+            OpKind::Write => {
+                let (start, remaining) = if info.position.starts_message() {
+                    let (mr, offset, len) =
+                        self.resolve_reth(pkt, mrs, AccessFlags::REMOTE_WRITE)?;
+                    (Some(WriteStart { mr, offset, len }), len)
+                } else {
+                    let w = self.resp.write.as_ref().ok_or(NakCode::InvalidRequest)?;
+                    (None, w.remaining)
+                };
+                if n > remaining || (info.position.ends_message() && n != remaining) {
+                    return Err(NakCode::InvalidRequest);
+                }
+                Ok(Target::Write(start))
+            }
+            OpKind::ReadRequest => {
+                let (mr, offset, len) = self.resolve_reth(pkt, mrs, AccessFlags::REMOTE_READ)?;
+                Ok(Target::Read { mr, offset, len })
+            }
+            OpKind::CompareSwap | OpKind::FetchAdd => {
+                let a = pkt.ext.atomic.ok_or(NakCode::InvalidRequest)?;
+                let (mr, offset) = mrs
+                    .resolve_remote(self.cfg.pd, a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC)
+                    .map_err(fault_nak)?;
+                Ok(Target::Atomic {
+                    mr: Arc::clone(mr),
+                    offset,
+                })
+            }
+            _ => Err(NakCode::InvalidRequest),
         }
+    }
+
+    /// The region and offset a WRITE or READ's RETH names, with `need` rights over its whole
+    /// range; a zero-length operation checks no key (IBTA C9-88). Without a RETH: invalid
+    /// request; a bad key, right or range: remote access error.
+    fn resolve_reth(
+        &self,
+        pkt: &PacketRepr,
+        mrs: &MrTable,
+        need: AccessFlags,
+    ) -> Result<(Option<Arc<Mr>>, u64, u64), NakCode> {
+        let reth = pkt.ext.reth.ok_or(NakCode::InvalidRequest)?;
+        let len = reth.len as u64;
+        if len == 0 {
+            return Ok((None, 0, 0));
+        }
+        let (mr, off) = mrs
+            .resolve_remote(self.cfg.pd, reth.rkey, reth.va, len, need)
+            .map_err(fault_nak)?;
+        Ok((Some(Arc::clone(mr)), off, len))
     }
 
     fn execute_send(&mut self, pkt: &PacketRepr, info: &OpcodeInfo, psn: Psn) {
         if info.position.starts_message() {
             let Some(wqe) = self.rq.pop_front() else {
-                return self.rnr_nak(psn);
+                return self.rnr_nak(psn); // check_resource saw one; kept for safety
             };
             self.resp.recv = Some(RecvProgress { wqe, offset: 0 });
             self.resp.in_msg = Some(InMsg::Send);
@@ -304,6 +487,7 @@ impl QpCore {
         };
         let n = pkt.payload.len() as u64;
         if r.offset + n > r.wqe.data.len() {
+            // rxe send_data_in: copy_data fails, RESPST_ERR_LENGTH.
             let r = self.resp.recv.take().expect("checked above");
             let wc = self.recv_wc(r.wqe.wr_id, WcStatus::LocLenErr, WcOpcode::Recv, 0);
             self.complete_recv(wc);
@@ -327,54 +511,41 @@ impl QpCore {
         }
     }
 
-    fn execute_write(&mut self, pkt: &PacketRepr, info: &OpcodeInfo, psn: Psn, mrs: &MrTable) {
-        // A WRITE with immediate consumes a receive WQE: check for one before touching memory.
-        if info.has_imm() && info.position.ends_message() && self.rq.is_empty() {
-            return self.rnr_nak(psn);
-        }
-        if info.position.starts_message() {
-            if !self
-                .attr
-                .qp_access_flags
-                .contains(AccessFlags::REMOTE_WRITE)
-            {
-                return self.nak_fatal(psn, NakCode::InvalidRequest);
-            }
-            let Some((mr, offset, len)) =
-                self.resolve_reth(pkt, psn, mrs, AccessFlags::REMOTE_WRITE)
-            else {
-                return;
-            };
+    fn execute_write(
+        &mut self,
+        pkt: &PacketRepr,
+        info: &OpcodeInfo,
+        psn: Psn,
+        start: Option<WriteStart>,
+    ) {
+        if let Some(s) = start {
             self.resp.write = Some(WriteProgress {
-                mr,
-                offset,
-                remaining: len,
-                total: len,
+                mr: s.mr,
+                offset: s.offset,
+                remaining: s.len,
+                total: s.len,
             });
             self.resp.in_msg = Some(InMsg::Write);
         }
         let Some(w) = self.resp.write.as_mut() else {
             return self.nak_fatal(psn, NakCode::InvalidRequest);
         };
-        let n = pkt.payload.len() as u64;
-        if n > w.remaining {
-            return self.nak_fatal(psn, NakCode::InvalidRequest);
-        }
+        // check_rkey bounded the payload by what the RETH announced.
+        let n = (pkt.payload.len() as u64).min(w.remaining);
         if let Some(mr) = &w.mr {
-            let _ = mr.storage.write(w.offset, pkt.payload);
+            let _ = mr.storage.write(w.offset, &pkt.payload[..n as usize]);
         }
         w.offset += n;
         w.remaining -= n;
-        let (remaining, total) = (w.remaining, w.total);
+        let total = w.total;
         if info.position.ends_message() {
-            if remaining != 0 {
-                return self.nak_fatal(psn, NakCode::InvalidRequest);
-            }
             self.resp.write = None;
             self.resp.in_msg = None;
             self.resp.msn = (self.resp.msn + 1) & 0xFF_FFFF;
             if info.has_imm() {
-                let wqe = self.rq.pop_front().expect("checked at entry");
+                let Some(wqe) = self.rq.pop_front() else {
+                    return self.rnr_nak(psn); // check_resource saw one; kept for safety
+                };
                 let mut wc = self.recv_wc(
                     wqe.wr_id,
                     WcStatus::Success,
@@ -392,34 +563,6 @@ impl QpCore {
         }
     }
 
-    /// The region and offset a WRITE or READ's RETH names, with `need` rights over its whole
-    /// range; a zero-length operation checks no key (IBTA C9-88). On failure the request is
-    /// NAKed (invalid request without a RETH, remote access error for a bad key or range) and
-    /// `None` returned.
-    fn resolve_reth(
-        &mut self,
-        pkt: &PacketRepr,
-        psn: Psn,
-        mrs: &MrTable,
-        need: AccessFlags,
-    ) -> Option<(Option<Arc<Mr>>, u64, u64)> {
-        let Some(reth) = pkt.ext.reth else {
-            self.nak_fatal(psn, NakCode::InvalidRequest);
-            return None;
-        };
-        let len = reth.len as u64;
-        if len == 0 {
-            return Some((None, 0, 0));
-        }
-        match mrs.resolve_remote(self.cfg.pd, reth.rkey, reth.va, len, need) {
-            Ok((mr, off)) => Some((Some(Arc::clone(mr)), off, len)),
-            Err(f) => {
-                self.nak_fatal(psn, fault_nak(f));
-                None
-            }
-        }
-    }
-
     /// Remembers a READ or atomic for duplicate replay, in a ring of max_dest_rd_atomic
     /// entries (rxe overwrites the oldest).
     fn save_resource(&mut self, r: Resource) {
@@ -430,16 +573,14 @@ impl QpCore {
         self.resp.resources.push_back(r);
     }
 
-    fn execute_read(&mut self, pkt: &PacketRepr, psn: Psn, mrs: &MrTable) {
-        if !self.attr.qp_access_flags.contains(AccessFlags::REMOTE_READ)
-            || self.attr.max_dest_rd_atomic == 0
-        {
-            return self.nak_fatal(psn, NakCode::InvalidRequest);
-        }
-        let Some((mr, offset, len)) = self.resolve_reth(pkt, psn, mrs, AccessFlags::REMOTE_READ)
-        else {
-            return;
-        };
+    fn execute_read(
+        &mut self,
+        pkt: &PacketRepr,
+        psn: Psn,
+        mr: Option<Arc<Mr>>,
+        offset: u64,
+        len: u64,
+    ) {
         let Some(reth) = pkt.ext.reth else { return };
         let pkts = packets_for(len, self.mtu()) as u32;
         self.save_resource(Resource::Read {
@@ -460,28 +601,23 @@ impl QpCore {
         self.resp.msn = (self.resp.msn + 1) & 0xFF_FFFF;
     }
 
-    fn execute_atomic(&mut self, pkt: &PacketRepr, info: &OpcodeInfo, psn: Psn, mrs: &MrTable) {
-        if !self
-            .attr
-            .qp_access_flags
-            .contains(AccessFlags::REMOTE_ATOMIC)
-            || self.attr.max_dest_rd_atomic == 0
-        {
-            return self.nak_fatal(psn, NakCode::InvalidRequest);
-        }
+    fn execute_atomic(
+        &mut self,
+        pkt: &PacketRepr,
+        info: &OpcodeInfo,
+        psn: Psn,
+        mr: Arc<Mr>,
+        off: u64,
+    ) {
         let Some(a) = pkt.ext.atomic else {
             return self.nak_fatal(psn, NakCode::InvalidRequest);
         };
+        // rxe process_atomic: RESPST_ERR_MISALIGNED_ATOMIC, after the key check. The region's
+        // storage is word-aligned from its start; an atomic needs the word boundary in storage
+        // too, which holds when the region's iova is 8-byte aligned.
         if a.va % 8 != 0 {
             return self.nak_fatal(psn, NakCode::InvalidRequest);
         }
-        let (mr, off) =
-            match mrs.resolve_remote(self.cfg.pd, a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC) {
-                Ok((mr, off)) => (Arc::clone(mr), off),
-                Err(f) => return self.nak_fatal(psn, fault_nak(f)),
-            };
-        // The region's storage is word-aligned from its start; an atomic needs the word
-        // boundary in storage too, which holds when the region's iova is 8-byte aligned.
         let result = if info.kind == OpKind::CompareSwap {
             mr.storage.compare_swap(off, a.compare, a.swap_add)
         } else {
@@ -553,11 +689,12 @@ impl QpCore {
                 }
             }
             _ => {
-                if pkt.bth.ack_req {
-                    // Re-acknowledge up to the last PSN received (rxe: prev_psn).
-                    let last = self.resp.psn.sub(1);
-                    self.queue_ack(last);
-                }
+                // A duplicate SEND or WRITE is re-acknowledged whatever its AckReq bit, up to
+                // the last PSN received (rxe 6.1 duplicate_request: send_ack(prev_psn) for
+                // RXE_SEND_MASK | RXE_WRITE_MASK; IBTA C9-105). A flood of them costs one
+                // queued ACK: queue_ack coalesces.
+                let last = self.resp.psn.sub(1);
+                self.queue_ack(last);
             }
         }
     }

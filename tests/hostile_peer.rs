@@ -1,0 +1,969 @@
+//! A hostile peer over real sockets: a plain UDP socket on its own loopback address crafts RoCE
+//! packets with valid ICRCs (softroce::wire emits them, the test seals them as the kernel's
+//! IP and UDP headers require) and aims them at softroce QPs connected to it through the verbs
+//! API. It checks what a RoCE endpoint owes a peer it cannot trust (issue 11): no packet
+//! touches memory it was not granted, every bad request gets the NAK the spec requires and
+//! moves the QP to the state the spec requires, packets failing a header check are dropped
+//! without a reply and counted, forged responses cannot rewind or stall a requester, floods
+//! leave other QPs working, the responder answers in rxe's order, and `--pcap` records every
+//! datagram that arrived. Every wait is bounded (at most 2 s).
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+use softroce::driver::DeviceConfig;
+use softroce::verbs::*;
+use softroce::wire::{
+    icrc, AckSyndrome, AethRepr, AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, NakCode, Opcode,
+    PacketRepr, RethRepr,
+};
+
+const FULL: AccessFlags = AccessFlags(
+    AccessFlags::LOCAL_WRITE.0
+        | AccessFlags::REMOTE_WRITE.0
+        | AccessFlags::REMOTE_READ.0
+        | AccessFlags::REMOTE_ATOMIC.0,
+);
+const MR_LEN: usize = 64 * 1024;
+/// The PSN the hostile peer's requests start at (the victim QP's rq_psn).
+const HOSTILE_PSN: u32 = 0x00_1000;
+/// The victim's first request PSN.
+const VICTIM_PSN: u32 = 0x50_0000;
+/// How long "no reply" is waited for.
+const SILENCE: Duration = Duration::from_millis(150);
+
+/// 127.0.`net`.`host`.
+fn ip(net: u8, host: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 0, net, host))
+}
+
+/// The peer that crafts its own packets.
+struct Hostile {
+    sock: UdpSocket,
+    addr: SocketAddr,
+    /// The softroce device it attacks.
+    target: SocketAddr,
+}
+
+impl Hostile {
+    /// Emits `pkt` with a valid ICRC for the IPv4 and UDP headers the kernel will build
+    /// (identification 0 and DF, as for any single datagram a socket sends).
+    fn seal(&self, pkt: &PacketRepr) -> Vec<u8> {
+        let mut buf = vec![0u8; pkt.buffer_len()];
+        let n = pkt.emit(&mut buf).unwrap();
+        buf.truncate(n);
+        let (IpAddr::V4(s), IpAddr::V4(d)) = (self.addr.ip(), self.target.ip()) else {
+            unreachable!("IPv4 only")
+        };
+        let udp_len = (8 + n) as u16;
+        let mut udp = [0u8; 8];
+        udp[0..2].copy_from_slice(&self.addr.port().to_be_bytes());
+        udp[2..4].copy_from_slice(&self.target.port().to_be_bytes());
+        udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+        let crc = icrc::compute(
+            &icrc::ipv4_header_for_socket(s, d, udp_len, true),
+            &udp,
+            &buf[..n - 4],
+        )
+        .unwrap();
+        buf[n - 4..].copy_from_slice(&icrc::to_wire(crc));
+        buf
+    }
+
+    fn send(&self, pkt: &PacketRepr) {
+        let bytes = self.seal(pkt);
+        self.send_raw(&bytes);
+    }
+
+    fn send_raw(&self, bytes: &[u8]) {
+        self.sock.send_to(bytes, self.target).unwrap();
+    }
+
+    /// The next packet received within `within`, parsed: (opcode, PSN, AETH, payload length).
+    fn recv(&self, within: Duration) -> Option<Reply> {
+        let end = Instant::now() + within;
+        let mut buf = [0u8; 8192];
+        loop {
+            let left = end.checked_duration_since(Instant::now())?;
+            if left.is_zero() {
+                return None;
+            }
+            self.sock.set_read_timeout(Some(left)).unwrap();
+            let Ok((n, from)) = self.sock.recv_from(&mut buf) else {
+                return None;
+            };
+            if from.ip() != self.target.ip() {
+                continue;
+            }
+            let pkt = PacketRepr::parse(&buf[..n]).expect("softroce sends packets that parse");
+            return Some(Reply {
+                opcode: pkt.bth.opcode,
+                psn: pkt.bth.psn,
+                dest_qp: pkt.bth.dest_qp,
+                aeth: pkt.ext.aeth.map(|a| a.kind()),
+                payload: pkt.payload.len(),
+            });
+        }
+    }
+
+    /// Everything received within `within`.
+    fn drain(&self, within: Duration) -> Vec<Reply> {
+        let end = Instant::now() + within;
+        let mut out = Vec::new();
+        while let Some(r) = self.recv(end.saturating_duration_since(Instant::now())) {
+            out.push(r);
+            assert!(out.len() < 100_000);
+        }
+        out
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Reply {
+    opcode: Opcode,
+    psn: u32,
+    dest_qp: u32,
+    aeth: Option<AckSyndrome>,
+    payload: usize,
+}
+
+/// A softroce device under attack, a second one it has an honest connection to, and the
+/// hostile socket; all on 127.0.`net`.0/24 and one UDP port.
+struct Lab {
+    victim: Context,
+    honest: Context,
+    hostile: Hostile,
+    net: u8,
+}
+
+fn lab(net: u8) -> Lab {
+    for _ in 0..50 {
+        let sock = UdpSocket::bind(SocketAddr::new(ip(net, 5), 0)).unwrap();
+        let port = sock.local_addr().unwrap().port();
+        let v = Context::open(&DeviceConfig::new(SocketAddr::new(ip(net, 1), port)));
+        let h = Context::open(&DeviceConfig::new(SocketAddr::new(ip(net, 2), port)));
+        if let (Ok(victim), Ok(honest)) = (v, h) {
+            let target = victim.local_addr();
+            return Lab {
+                victim,
+                honest,
+                hostile: Hostile {
+                    addr: sock.local_addr().unwrap(),
+                    sock,
+                    target,
+                },
+                net,
+            };
+        }
+    }
+    panic!("no free UDP port");
+}
+
+struct Qp {
+    qp: QueuePair,
+    cq: CompletionQueue,
+}
+
+fn cap() -> QpCap {
+    QpCap {
+        max_send_wr: 32,
+        max_recv_wr: 32,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 64,
+    }
+}
+
+/// A QP of `pd` connected (RTS) to `peer_qpn` at `peer_gid`.
+fn connect(pd: &ProtectionDomain, ctx: &Context, peer_qpn: u32, peer_gid: Gid) -> Qp {
+    let cq = ctx.create_cq(64).unwrap();
+    let qp = pd
+        .create_qp(&QpInitAttr {
+            send_cq: &cq,
+            recv_cq: &cq,
+            cap: cap(),
+            qp_type: QpType::Rc,
+            sq_sig_all: false,
+        })
+        .unwrap();
+    qp.init(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC)
+        .unwrap();
+    let c = RcConnect {
+        max_rd_atomic: 4,
+        max_dest_rd_atomic: 4,
+        min_rnr_timer: 1,
+        timeout: 18, // 1.07 s: no retransmission within a test's waits
+        ..RcConnect::new(peer_qpn, HOSTILE_PSN, peer_gid, VICTIM_PSN)
+    };
+    qp.ready_to_receive(&c).unwrap();
+    qp.ready_to_send(&c).unwrap();
+    Qp { qp, cq }
+}
+
+fn hostile_gid(l: &Lab) -> Gid {
+    Gid::from_ip(l.hostile.addr.ip())
+}
+
+/// A request from the hostile peer to `qpn`.
+fn request<'a>(
+    qpn: u32,
+    psn: u32,
+    opcode: Opcode,
+    ext: ExtHeaders,
+    payload: &'a [u8],
+) -> PacketRepr<'a> {
+    PacketRepr {
+        bth: BthRepr {
+            opcode,
+            psn,
+            dest_qp: qpn,
+            ack_req: true,
+            ..BthRepr::default()
+        },
+        ext,
+        payload,
+    }
+}
+
+fn reth(va: u64, rkey: u32, len: u32) -> ExtHeaders {
+    ExtHeaders {
+        reth: Some(RethRepr { va, rkey, len }),
+        ..ExtHeaders::default()
+    }
+}
+
+fn atomic(va: u64, rkey: u32) -> ExtHeaders {
+    ExtHeaders {
+        atomic: Some(AtomicEthRepr {
+            va,
+            rkey,
+            swap_add: 0x0101_0101_0101_0101,
+            compare: 0,
+        }),
+        ..ExtHeaders::default()
+    }
+}
+
+fn wait(cq: &CompletionQueue) -> WorkCompletion {
+    let mut wc = [WorkCompletion::default(); 1];
+    let n = cq
+        .wait(&mut wc, Duration::from_secs(2))
+        .expect("a completion within 2 s");
+    assert_eq!(n, 1);
+    wc[0]
+}
+
+/// An honest WRITE and SEND between the two softroce devices complete: other QPs progress.
+fn honest_pair_works(l: &Lab, round: u8) {
+    let pv = l.victim.alloc_pd().unwrap();
+    let ph = l.honest.alloc_pd().unwrap();
+    let mv = pv.register_mr(4096, FULL).unwrap();
+    let mh = ph.register_mr(4096, FULL).unwrap();
+    let cqv = l.victim.create_cq(16).unwrap();
+    let cqh = l.honest.create_cq(16).unwrap();
+    let mk = |pd: &ProtectionDomain, cq: &CompletionQueue| {
+        pd.create_qp(&QpInitAttr {
+            send_cq: cq,
+            recv_cq: cq,
+            cap: cap(),
+            qp_type: QpType::Rc,
+            sq_sig_all: false,
+        })
+        .unwrap()
+    };
+    let qv = mk(&pv, &cqv);
+    let qh = mk(&ph, &cqh);
+    for (q, peer, gid) in [
+        (&qv, &qh, l.honest.gid(1).unwrap()),
+        (&qh, &qv, l.victim.gid(1).unwrap()),
+    ] {
+        q.init(AccessFlags::REMOTE_WRITE).unwrap();
+        let c = RcConnect::new(peer.qp_num(), 7, gid, 7);
+        q.ready_to_receive(&c).unwrap();
+        q.ready_to_send(&c).unwrap();
+    }
+    let data = vec![round; 3000];
+    mh.write(0, &data).unwrap();
+    qh.post_send(&[SendWr {
+        wr_id: 1,
+        sg_list: &[mh.sge(0, 3000)],
+        opcode: WrOpcode::RdmaWrite {
+            remote_addr: mv.addr(),
+            rkey: mv.rkey(),
+        },
+        send_flags: SendFlags::SIGNALED,
+    }])
+    .unwrap();
+    let wc = wait(&cqh);
+    assert_eq!(wc.status, WcStatus::Success, "honest WRITE");
+    assert_eq!(mv.to_vec(0, 3000).unwrap(), data);
+}
+
+/// The victim's memory regions, byte for byte.
+fn snapshot(mrs: &[&MemoryRegion]) -> Vec<Vec<u8>> {
+    mrs.iter().map(|m| m.to_vec(0, m.len()).unwrap()).collect()
+}
+
+#[test]
+fn memory_protection_violations_get_the_spec_nak_and_touch_nothing() {
+    let l = lab(31);
+    let pd = l.victim.alloc_pd().unwrap();
+    let other_pd = l.victim.alloc_pd().unwrap();
+    let mr = pd.register_mr(MR_LEN, FULL).unwrap();
+    mr.fill(0, MR_LEN as u64, 0x11).unwrap();
+    let foreign = other_pd.register_mr(4096, FULL).unwrap();
+    let read_only = pd
+        .register_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
+        .unwrap();
+    let no_atomic = pd
+        .register_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+        .unwrap();
+    let gone_rkey = {
+        let m = pd.register_mr(4096, FULL).unwrap();
+        m.rkey()
+    }; // dropped: deregistered
+    let mut rereg = pd.register_mr(4096, FULL).unwrap();
+    let stale_rkey = rereg.rkey();
+    rereg.reregister(FULL).unwrap();
+    assert_ne!(rereg.rkey(), stale_rkey);
+    let regions = [&mr, &foreign, &read_only, &no_atomic, &rereg];
+    let before = snapshot(&regions);
+
+    let data = [0xEEu8; 64];
+    let base = mr.addr();
+    let write = |va, rkey, len: u32| {
+        (
+            Opcode::RC_RDMA_WRITE_ONLY,
+            reth(va, rkey, len),
+            len.min(64) as usize,
+        )
+    };
+    let read = |va, rkey, len| (Opcode::RC_RDMA_READ_REQUEST, reth(va, rkey, len), 0);
+    let cas = |va, rkey| (Opcode::RC_COMPARE_SWAP, atomic(va, rkey), 0);
+    let cases: Vec<(&str, (Opcode, ExtHeaders, usize), NakCode)> = vec![
+        (
+            "unknown rkey",
+            write(base, mr.rkey() ^ 0x5500, 64),
+            NakCode::RemoteAccessError,
+        ),
+        (
+            "rkey of another PD",
+            write(foreign.addr(), foreign.rkey(), 64),
+            NakCode::RemoteAccessError,
+        ),
+        (
+            "WRITE to a read-only MR",
+            write(read_only.addr(), read_only.rkey(), 64),
+            NakCode::RemoteAccessError,
+        ),
+        (
+            "atomic on an MR without the atomic right",
+            cas(no_atomic.addr(), no_atomic.rkey()),
+            NakCode::RemoteAccessError,
+        ),
+        (
+            "WRITE past the end",
+            write(base + MR_LEN as u64 - 32, mr.rkey(), 64),
+            NakCode::RemoteAccessError,
+        ),
+        (
+            "WRITE whose va + len wraps",
+            write(u64::MAX - 31, mr.rkey(), 64),
+            NakCode::RemoteAccessError,
+        ),
+        (
+            "READ whose va + len wraps",
+            read(u64::MAX - 31, mr.rkey(), 64),
+            NakCode::RemoteAccessError,
+        ),
+        (
+            "READ larger than the MR",
+            read(base, mr.rkey(), MR_LEN as u32 + 1),
+            NakCode::RemoteAccessError,
+        ),
+        (
+            "deregistered MR",
+            write(base, gone_rkey, 64),
+            NakCode::RemoteAccessError,
+        ),
+        (
+            "stale rkey after re-registration",
+            write(rereg.addr(), stale_rkey, 64),
+            NakCode::RemoteAccessError,
+        ),
+        (
+            "unaligned atomic",
+            cas(base + 4, mr.rkey()),
+            NakCode::InvalidRequest,
+        ),
+    ];
+    for (i, (what, (op, ext, n), nak)) in cases.into_iter().enumerate() {
+        // A QP per case: the NAK moves it to ERROR.
+        let hostile_qpn = 0x100 + i as u32;
+        let q = connect(&pd, &l.victim, hostile_qpn, hostile_gid(&l));
+        let qpn = q.qp.qp_num();
+        l.hostile
+            .send(&request(qpn, HOSTILE_PSN, op, ext, &data[..n]));
+        let r = l
+            .hostile
+            .recv(Duration::from_secs(2))
+            .unwrap_or_else(|| panic!("{what}: a NAK"));
+        assert_eq!(r.opcode, Opcode::RC_ACK, "{what}");
+        assert_eq!(r.dest_qp, hostile_qpn, "{what}");
+        assert_eq!(r.psn, HOSTILE_PSN, "{what}: NAK for the request");
+        assert_eq!(r.aeth, Some(AckSyndrome::Nak(nak)), "{what}");
+        // rxe do_class_ac_error sets goto_error: the responder's QP goes to ERROR.
+        let end = Instant::now() + Duration::from_secs(2);
+        while q.qp.query().qp_state != QpState::Err && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert_eq!(q.qp.query().qp_state, QpState::Err, "{what}");
+        assert_eq!(snapshot(&regions), before, "{what}: memory unchanged");
+        // The QP in ERROR answers nothing more.
+        let next = request(
+            qpn,
+            HOSTILE_PSN,
+            Opcode::RC_RDMA_WRITE_ONLY,
+            reth(base, mr.rkey(), 8),
+            &data[..8],
+        );
+        l.hostile.send(&next);
+        assert_eq!(
+            l.hostile.recv(SILENCE),
+            None,
+            "{what}: QP in ERROR is silent"
+        );
+        assert_eq!(snapshot(&regions), before, "{what}: memory unchanged");
+        drop(q);
+    }
+    honest_pair_works(&l, 1);
+}
+
+#[test]
+fn packets_failing_a_header_check_are_dropped_silently_and_counted() {
+    let l = lab(32);
+    let pd = l.victim.alloc_pd().unwrap();
+    let mr = pd.register_mr(MR_LEN, FULL).unwrap();
+    let q = connect(&pd, &l.victim, 0x200, hostile_gid(&l));
+    let qpn = q.qp.qp_num();
+    let sge = [mr.sge(0, 4096)];
+    q.qp.post_recv(&[RecvWr {
+        wr_id: 1,
+        sg_list: &sge,
+    }])
+    .unwrap();
+    let before = snapshot(&[&mr]);
+    let data = [0x77u8; 64];
+    let c = |name: &str| l.victim.counter(name).unwrap();
+    let good_write = request(
+        qpn,
+        HOSTILE_PSN,
+        Opcode::RC_RDMA_WRITE_ONLY,
+        reth(mr.addr(), mr.rkey(), 64),
+        &data,
+    );
+
+    // (what, counter, bytes)
+    let mut cases: Vec<(&str, &str, Vec<u8>)> = Vec::new();
+    let mut uc = good_write;
+    uc.bth.opcode = Opcode::UC_RDMA_WRITE_ONLY;
+    cases.push((
+        "UC WRITE ONLY, valid rkey and PSN",
+        "wrong_transport_pkts",
+        l.hostile.seal(&uc),
+    ));
+    let uc_send = request(
+        qpn,
+        HOSTILE_PSN,
+        Opcode::UC_SEND_ONLY,
+        ExtHeaders::default(),
+        &data,
+    );
+    cases.push((
+        "UC SEND ONLY",
+        "wrong_transport_pkts",
+        l.hostile.seal(&uc_send),
+    ));
+    let ud_send = request(
+        qpn,
+        HOSTILE_PSN,
+        Opcode::UD_SEND_ONLY,
+        ExtHeaders {
+            deth: Some(DethRepr {
+                qkey: 0x8000_0000,
+                src_qp: 0x200,
+            }),
+            ..ExtHeaders::default()
+        },
+        &data,
+    );
+    // An RC QP has no Q_Key: a UD packet, whatever its Q_Key, is another transport's.
+    cases.push((
+        "UD SEND ONLY with a Q_Key",
+        "wrong_transport_pkts",
+        l.hostile.seal(&ud_send),
+    ));
+    let mut bad_pkey = good_write;
+    bad_pkey.bth.pkey = 0x1234;
+    cases.push(("P_Key 0x1234", "bad_pkey_cntr", l.hostile.seal(&bad_pkey)));
+    let mut bad_icrc = l.hostile.seal(&good_write);
+    let n = bad_icrc.len();
+    bad_icrc[n - 1] ^= 0x40;
+    cases.push(("bad ICRC", "icrc_err", bad_icrc));
+    cases.push(("8 bytes", "icrc_err", vec![0x0A, 0, 0xFF, 0xFF, 0, 0, 0, 1]));
+    let sealed = l.hostile.seal(&good_write);
+    cases.push(("truncated to 20 bytes", "icrc_err", sealed[..20].to_vec()));
+    // A pad count larger than the payload, sealed with a valid ICRC.
+    let mut padded = l.hostile.seal(&request(
+        qpn,
+        HOSTILE_PSN,
+        Opcode::RC_SEND_ONLY,
+        ExtHeaders::default(),
+        &[],
+    ));
+    padded[1] |= 0x30; // pad count 3, no payload
+    let pkt_len = padded.len();
+    reseal(&l.hostile, &mut padded[..pkt_len]);
+    cases.push(("pad count beyond the payload", "malformed_pkts", padded));
+    let mut tver = l.hostile.seal(&good_write);
+    tver[1] |= 0x01; // transport version 1
+    reseal(&l.hostile, &mut tver);
+    cases.push(("transport version 1", "malformed_pkts", tver));
+
+    for (what, counter, bytes) in &cases {
+        let was = c(counter);
+        l.hostile.send_raw(bytes);
+        assert_eq!(
+            l.hostile.recv(SILENCE),
+            None,
+            "{what}: no reaction on the wire"
+        );
+        assert_eq!(c(counter), was + 1, "{what}: counted under {counter}");
+        assert_eq!(snapshot(&[&mr]), before, "{what}: memory untouched");
+    }
+
+    // From an address that is not the QP's peer: a valid packet in every other respect.
+    let intruder = Hostile {
+        sock: UdpSocket::bind(SocketAddr::new(ip(l.net, 6), l.hostile.addr.port())).unwrap(),
+        addr: SocketAddr::new(ip(l.net, 6), l.hostile.addr.port()),
+        target: l.hostile.target,
+    };
+    let was = c("unknown_qp_pkts");
+    intruder.send(&good_write);
+    assert_eq!(intruder.recv(SILENCE), None, "intruder: no reply");
+    assert_eq!(
+        l.hostile.recv(Duration::from_millis(1)),
+        None,
+        "nor to the real peer"
+    );
+    assert_eq!(c("unknown_qp_pkts"), was + 1);
+    assert_eq!(snapshot(&[&mr]), before);
+
+    // A QP in INIT (and one in RESET) has no peer yet: dropped, counted.
+    let cq = l.victim.create_cq(4).unwrap();
+    let fresh = pd
+        .create_qp(&QpInitAttr {
+            send_cq: &cq,
+            recv_cq: &cq,
+            cap: cap(),
+            qp_type: QpType::Rc,
+            sq_sig_all: false,
+        })
+        .unwrap();
+    let mut to_fresh = good_write;
+    to_fresh.bth.dest_qp = fresh.qp_num();
+    let was = c("unknown_qp_pkts");
+    l.hostile.send(&to_fresh);
+    assert_eq!(l.hostile.recv(SILENCE), None, "RESET");
+    fresh.init(AccessFlags::REMOTE_WRITE).unwrap();
+    l.hostile.send(&to_fresh);
+    assert_eq!(l.hostile.recv(SILENCE), None, "INIT");
+    assert_eq!(c("unknown_qp_pkts"), was + 2);
+    assert_eq!(snapshot(&[&mr]), before);
+
+    // None of it disturbed the QP: the valid WRITE at the same PSN is executed and ACKed, and
+    // the receive WR is still there for a SEND.
+    assert_eq!(q.qp.query().qp_state, QpState::Rts);
+    assert_eq!(q.qp.query().rq_psn, HOSTILE_PSN);
+    l.hostile.send(&good_write);
+    let r = l.hostile.recv(Duration::from_secs(2)).expect("an ACK");
+    assert!(matches!(r.aeth, Some(AckSyndrome::Ack { .. })), "{r:?}");
+    assert_eq!(mr.to_vec(0, 64).unwrap(), data);
+    l.hostile.send(&request(
+        qpn,
+        HOSTILE_PSN + 1,
+        Opcode::RC_SEND_ONLY,
+        ExtHeaders::default(),
+        &data[..10],
+    ));
+    let wc = wait(&q.cq);
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.byte_len),
+        (1, WcStatus::Success, 10)
+    );
+    honest_pair_works(&l, 2);
+}
+
+/// Recomputes the ICRC of a packet the test edited after sealing.
+fn reseal(h: &Hostile, bytes: &mut [u8]) {
+    let n = bytes.len();
+    let (IpAddr::V4(s), IpAddr::V4(d)) = (h.addr.ip(), h.target.ip()) else {
+        unreachable!()
+    };
+    let udp_len = (8 + n) as u16;
+    let mut udp = [0u8; 8];
+    udp[0..2].copy_from_slice(&h.addr.port().to_be_bytes());
+    udp[2..4].copy_from_slice(&h.target.port().to_be_bytes());
+    udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+    let crc = icrc::compute(
+        &icrc::ipv4_header_for_socket(s, d, udp_len, true),
+        &udp,
+        &bytes[..n - 4],
+    )
+    .unwrap();
+    bytes[n - 4..].copy_from_slice(&icrc::to_wire(crc));
+}
+
+fn response(qpn: u32, psn: u32, opcode: Opcode, aeth: AethRepr, payload: &[u8]) -> PacketRepr<'_> {
+    PacketRepr {
+        bth: BthRepr {
+            opcode,
+            psn: psn & 0xFF_FFFF,
+            dest_qp: qpn,
+            ..BthRepr::default()
+        },
+        ext: ExtHeaders {
+            aeth: Some(aeth),
+            ..ExtHeaders::default()
+        },
+        payload,
+    }
+}
+
+#[test]
+fn forged_responses_outside_the_window_cannot_rewind_or_stall_the_requester() {
+    let l = lab(33);
+    let pd = l.victim.alloc_pd().unwrap();
+    let mr = pd.register_mr(MR_LEN, FULL).unwrap();
+    let q = connect(&pd, &l.victim, 0x300, hostile_gid(&l));
+    let qpn = q.qp.qp_num();
+    let post = |wr_id| {
+        q.qp.post_send(&[SendWr {
+            wr_id,
+            sg_list: &[mr.sge(0, 100)],
+            opcode: WrOpcode::Send,
+            send_flags: SendFlags::SIGNALED,
+        }])
+        .unwrap();
+    };
+    // The first SEND completes normally: the window moves past VICTIM_PSN.
+    post(1);
+    let r = l.hostile.recv(Duration::from_secs(2)).expect("the SEND");
+    assert_eq!((r.opcode, r.psn), (Opcode::RC_SEND_ONLY, VICTIM_PSN));
+    l.hostile.send(&response(
+        qpn,
+        VICTIM_PSN,
+        Opcode::RC_ACK,
+        AethRepr::ack(0),
+        &[],
+    ));
+    assert_eq!(wait(&q.cq).status, WcStatus::Success);
+    // The second is in flight and unacknowledged.
+    post(2);
+    let r = l
+        .hostile
+        .recv(Duration::from_secs(2))
+        .expect("the second SEND");
+    let psn = VICTIM_PSN + 1;
+    assert_eq!(r.psn, psn);
+    let stale_before = l.victim.counter("stale_resp_pkts").unwrap();
+    let forged: Vec<PacketRepr> = vec![
+        // RNR NAKs 1000 PSNs behind the window (the defect: rewind and loop), one with timer
+        // code 0 (the defect: a 655 ms stall), repeated.
+        response(
+            qpn,
+            psn.wrapping_sub(1000),
+            Opcode::RC_ACK,
+            AethRepr::rnr_nak(1, 0),
+            &[],
+        ),
+        response(
+            qpn,
+            psn.wrapping_sub(1000),
+            Opcode::RC_ACK,
+            AethRepr::rnr_nak(0, 0),
+            &[],
+        ),
+        response(
+            qpn,
+            psn.wrapping_sub(3),
+            Opcode::RC_ACK,
+            AethRepr::rnr_nak(0, 0),
+            &[],
+        ),
+        // Sequence and fatal NAKs behind it, ACKs and NAKs beyond it.
+        response(
+            qpn,
+            psn.wrapping_sub(500),
+            Opcode::RC_ACK,
+            AethRepr::nak(NakCode::PsnSequenceError, 0),
+            &[],
+        ),
+        response(
+            qpn,
+            psn.wrapping_sub(2),
+            Opcode::RC_ACK,
+            AethRepr::nak(NakCode::RemoteAccessError, 0),
+            &[],
+        ),
+        response(qpn, psn + 50, Opcode::RC_ACK, AethRepr::ack(0), &[]),
+        response(
+            qpn,
+            psn + 1,
+            Opcode::RC_ACK,
+            AethRepr::nak(NakCode::InvalidRequest, 0),
+            &[],
+        ),
+        // READ responses and an atomic ACK for PSNs outside the window.
+        response(
+            qpn,
+            psn.wrapping_sub(10),
+            Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+            AethRepr::ack(0),
+            &[9; 16],
+        ),
+        response(
+            qpn,
+            psn + 5,
+            Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+            AethRepr::ack(0),
+            &[9; 1024],
+        ),
+    ];
+    for f in &forged {
+        l.hostile.send(f);
+    }
+    // Nothing is resent: no rewind, no loop (the old requester resent from PSN - 1000 at once).
+    let seen = l.hostile.drain(Duration::from_millis(300));
+    assert_eq!(seen, vec![], "no request resent after forged responses");
+    let end = Instant::now() + Duration::from_secs(2);
+    while l.victim.counter("stale_resp_pkts").unwrap() < stale_before + forged.len() as u64
+        && Instant::now() < end
+    {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(
+        l.victim.counter("stale_resp_pkts").unwrap(),
+        stale_before + forged.len() as u64
+    );
+    assert_eq!(q.qp.query().qp_state, QpState::Rts);
+    assert_eq!(q.qp.query().sq_psn, psn + 1, "no rewind");
+    assert!(q.cq.is_empty(), "nothing completed by a forged ACK");
+    // A new SEND goes out with the next PSN: no rewind and no RNR wait (the old requester
+    // waited 655 ms, then sent it 1000 PSNs behind and never completed). The transport tests
+    // check the absence of the wait directly (src/transport/tests/hostile.rs).
+    post(3);
+    let r = l
+        .hostile
+        .recv(Duration::from_secs(2))
+        .expect("the third SEND");
+    assert_eq!((r.opcode, r.psn), (Opcode::RC_SEND_ONLY, psn + 1));
+    // The real ACK completes both.
+    l.hostile.send(&response(
+        qpn,
+        psn + 1,
+        Opcode::RC_ACK,
+        AethRepr::ack(0),
+        &[],
+    ));
+    for wr_id in [2, 3] {
+        let wc = wait(&q.cq);
+        assert_eq!((wc.wr_id, wc.status), (wr_id, WcStatus::Success));
+    }
+    assert_eq!(l.victim.counter("rcvd_rnr_err").unwrap(), 0);
+}
+
+#[test]
+fn floods_stay_bounded_and_other_qps_progress() {
+    let l = lab(34);
+    let pd = l.victim.alloc_pd().unwrap();
+    let mr = pd.register_mr(MR_LEN, FULL).unwrap();
+    mr.fill(0, MR_LEN as u64, 0x42).unwrap();
+    let q = connect(&pd, &l.victim, 0x400, hostile_gid(&l));
+    let qpn = q.qp.qp_num();
+    let c = |name: &str| l.victim.counter(name).unwrap();
+
+    // Sent in bursts of 32, each let through before the next, so that the kernel's socket
+    // buffer (the first bound on a flood: what does not fit is dropped before softroce sees
+    // it) does not hide packets from the counters this test checks.
+    let paced = |packets: &mut dyn Iterator<Item = Vec<u8>>, counter: &str| {
+        let mut sent = c(counter);
+        loop {
+            let burst: Vec<Vec<u8>> = packets.take(32).collect();
+            if burst.is_empty() {
+                break;
+            }
+            for b in &burst {
+                l.hostile.send_raw(b);
+            }
+            sent += burst.len() as u64;
+            let end = Instant::now() + Duration::from_secs(2);
+            while c(counter) < sent && Instant::now() < end {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            assert_eq!(
+                c(counter),
+                sent,
+                "{counter}: every packet of the burst counted"
+            );
+        }
+    };
+
+    // Junk: 2000 datagrams of every length up to 100 bytes, none with a valid ICRC.
+    paced(
+        &mut (0..2000u32).map(|i| (0..i % 101).map(|k| (k * 7 + i) as u8).collect()),
+        "icrc_err",
+    );
+    // Out-of-sequence requests: 2000 WRITEs far ahead draw one sequence NAK.
+    let data = [0u8; 64];
+    let ahead = |i: u32| {
+        l.hostile.seal(&request(
+            qpn,
+            HOSTILE_PSN + 100 + i,
+            Opcode::RC_RDMA_WRITE_ONLY,
+            reth(mr.addr(), mr.rkey(), 64),
+            &data,
+        ))
+    };
+    paced(&mut (0..2000u32).map(ahead), "out_of_seq_request");
+    let replies = l.hostile.drain(Duration::from_millis(300));
+    let naks: Vec<_> = replies
+        .iter()
+        .filter(|r| r.aeth == Some(AckSyndrome::Nak(NakCode::PsnSequenceError)))
+        .collect();
+    assert_eq!(naks.len(), 1, "one NAK per gap: {replies:?}");
+    assert_eq!(naks[0].psn, HOSTILE_PSN);
+    assert_eq!(replies.len(), 1);
+    honest_pair_works(&l, 3);
+
+    // A huge READ within the region (the whole 64 KiB, 64 packets) then a storm of 2000
+    // duplicates of it: each duplicate supersedes the replay still queued, so what is queued
+    // stays one READ's worth of responses, streamed from the region without a copy.
+    let read = l.hostile.seal(&request(
+        qpn,
+        HOSTILE_PSN,
+        Opcode::RC_RDMA_READ_REQUEST,
+        reth(mr.addr(), mr.rkey(), MR_LEN as u32),
+        &[],
+    ));
+    l.hostile.send_raw(&read);
+    let first = l
+        .hostile
+        .recv(Duration::from_secs(2))
+        .expect("the READ's response");
+    assert_eq!(
+        (first.opcode, first.psn),
+        (Opcode::RC_RDMA_READ_RESPONSE_FIRST, HOSTILE_PSN)
+    );
+    paced(
+        &mut std::iter::repeat_with(|| read.clone()).take(2000),
+        "duplicate_request",
+    );
+    // The replies overflow the hostile socket's buffer; what arrives is bounded by one
+    // READ's worth of responses per request.
+    let replies = l.hostile.drain(Duration::from_millis(300));
+    let bytes: usize = replies.iter().map(|r| r.payload).sum();
+    assert!(
+        bytes <= 2001 * MR_LEN,
+        "at most one response per request: {bytes}"
+    );
+    assert_eq!(c("duplicate_request"), 2000);
+    // The QP is still in order: the next request is at PSN + 64.
+    assert_eq!(q.qp.query().rq_psn, HOSTILE_PSN + 64);
+    assert_eq!(q.qp.query().qp_state, QpState::Rts);
+    assert!(
+        mr.to_vec(0, MR_LEN).unwrap().iter().all(|&b| b == 0x42),
+        "READs write nothing"
+    );
+    honest_pair_works(&l, 4);
+}
+
+#[test]
+fn the_responder_answers_in_rxe_order_and_re_acks_duplicates_without_ack_req() {
+    let l = lab(35);
+    let pd = l.victim.alloc_pd().unwrap();
+    let mr = pd.register_mr(MR_LEN, FULL).unwrap();
+    // Resources before length: an over-long SEND ONLY at a QP with no receive WR draws an RNR
+    // NAK (rxe's check_resource runs before check_length), and the PSN is not consumed.
+    let q = connect(&pd, &l.victim, 0x500, hostile_gid(&l));
+    let qpn = q.qp.qp_num();
+    let big = vec![0u8; 2048]; // MTU 1024
+    l.hostile.send(&request(
+        qpn,
+        HOSTILE_PSN,
+        Opcode::RC_SEND_ONLY,
+        ExtHeaders::default(),
+        &big,
+    ));
+    let r = l.hostile.recv(Duration::from_secs(2)).expect("a NAK");
+    assert!(matches!(r.aeth, Some(AckSyndrome::RnrNak { .. })), "{r:?}");
+    assert_eq!(q.qp.query().rq_psn, HOSTILE_PSN);
+    assert_eq!(q.qp.query().qp_state, QpState::Rts);
+
+    // A WRITE, then its duplicate without AckReq: re-ACKed all the same (rxe duplicate_request).
+    let data = [5u8; 32];
+    let w = request(
+        qpn,
+        HOSTILE_PSN,
+        Opcode::RC_RDMA_WRITE_ONLY,
+        reth(mr.addr(), mr.rkey(), 32),
+        &data,
+    );
+    l.hostile.send(&w);
+    let r = l.hostile.recv(Duration::from_secs(2)).expect("an ACK");
+    assert!(matches!(r.aeth, Some(AckSyndrome::Ack { .. })), "{r:?}");
+    let mut dup = w;
+    dup.bth.ack_req = false;
+    l.hostile.send(&dup);
+    let r = l.hostile.recv(Duration::from_secs(2)).expect("a re-ACK");
+    assert!(matches!(r.aeth, Some(AckSyndrome::Ack { .. })), "{r:?}");
+    assert_eq!(r.psn, HOSTILE_PSN);
+    assert_eq!(l.victim.counter("duplicate_request").unwrap(), 1);
+    assert_eq!(mr.to_vec(0, 32).unwrap(), data);
+}
+
+#[test]
+fn a_capture_shows_every_datagram_that_arrived_short_ones_included() {
+    let dir = std::env::temp_dir().join(format!("softroce-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("short.pcap");
+    let sock = UdpSocket::bind(SocketAddr::new(ip(36, 5), 0)).unwrap();
+    let port = sock.local_addr().unwrap().port();
+    let mut cfg = DeviceConfig::new(SocketAddr::new(ip(36, 1), port));
+    cfg.pcap = Some(path.clone());
+    let victim = Context::open(&cfg).unwrap();
+    let hostile = Hostile {
+        addr: sock.local_addr().unwrap(),
+        sock,
+        target: victim.local_addr(),
+    };
+    let sent: Vec<Vec<u8>> = vec![vec![], vec![0x42], vec![7; 15], vec![9; 16], vec![1; 40]];
+    for d in &sent {
+        hostile.send_raw(d);
+    }
+    let end = Instant::now() + Duration::from_secs(2);
+    while victim.counter("icrc_err").unwrap() < sent.len() as u64 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(victim.counter("icrc_err").unwrap(), sent.len() as u64);
+    drop(victim); // flushes the capture
+    let bytes = std::fs::read(&path).unwrap();
+    let mut r = softroce::capture::CaptureReader::new(&bytes[..]).unwrap();
+    let mut got = Vec::new();
+    while let Some(f) = r.next_frame().unwrap() {
+        // Ethernet 14 + IPv4 20 + UDP 8.
+        got.push(f.data[42..].to_vec());
+    }
+    assert_eq!(got, sent, "every datagram, in order, byte for byte");
+    let _ = std::fs::remove_dir_all(&dir);
+}
