@@ -51,7 +51,10 @@ fn clauses(note: &str, text: &str) -> Vec<Clause> {
         let line = text[..start].matches('\n').count() + 1;
         out.push(Clause {
             at: format!("{note}:{line}"),
-            text: text[body..end].split_whitespace().collect::<Vec<_>>().join(" "),
+            text: text[body..end]
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" "),
         });
         from = end.max(from);
     }
@@ -81,7 +84,9 @@ fn refs(clause: &str) -> Vec<Ref> {
         for word in part.split(|c: char| c.is_whitespace() || ",;()".contains(c)) {
             let word = word.trim_end_matches(['.', ':']);
             let path_like = ROOTS.iter().any(|r| word.starts_with(r))
-                || FILE_SUFFIXES.iter().any(|s| word.ends_with(s) && word.len() > s.len());
+                || FILE_SUFFIXES
+                    .iter()
+                    .any(|s| word.ends_with(s) && word.len() > s.len());
             if path_like && !word.contains("::") {
                 out.push(Ref::Path(word.to_string()));
             }
@@ -116,7 +121,7 @@ fn check(root: &Path, c: &Clause) -> Vec<String> {
                 };
                 let source = std::fs::read_to_string(file).unwrap_or_default();
                 // `Type::method` or `a/b`: each part must occur in the file.
-                for name in item.split(|c| c == '/' || c == ':').filter(|s| !s.is_empty()) {
+                for name in item.split(['/', ':']).filter(|s| !s.is_empty()) {
                     if !source.contains(name) {
                         problems.push(format!(
                             "{}: `{name}` does not occur in {}",
@@ -153,7 +158,11 @@ fn every_implemented_in_pointer_names_existing_code() {
     let mut problems = Vec::new();
     for note in &notes {
         let text = std::fs::read_to_string(note).expect("readable note");
-        let name = note.strip_prefix(root).unwrap_or(note).display().to_string();
+        let name = note
+            .strip_prefix(root)
+            .unwrap_or(note)
+            .display()
+            .to_string();
         for c in clauses(&name, &text) {
             total += 1;
             problems.extend(check(root, &c));
@@ -176,7 +185,10 @@ fn the_check_catches_missing_files_items_and_placeholders() {
     assert_eq!(cs[1].at, "sample.md:2");
     assert_eq!(cs[1].text, "src/wire/psn.rs `no_such_item_here`");
     let p0 = check(root, &cs[0]);
-    assert_eq!(p0, vec!["sample.md:1: responder.rs does not exist".to_string()]);
+    assert_eq!(
+        p0,
+        vec!["sample.md:1: responder.rs does not exist".to_string()]
+    );
     let p1 = check(root, &cs[1]);
     assert_eq!(p1.len(), 1);
     assert!(p1[0].contains("`no_such_item_here` does not occur in src/wire/psn.rs"));
