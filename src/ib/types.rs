@@ -4,118 +4,137 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-macro_rules! flags {
-    ($(#[$m:meta])* $name:ident: $ty:ty { $($(#[$fm:meta])* $f:ident = $v:expr;)* }) => {
-        $(#[$m])*
-        #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
-        pub struct $name(pub $ty);
-        impl $name {
-            $($(#[$fm])* pub const $f: $name = $name($v);)*
-            /// No flag set.
-            pub const EMPTY: $name = $name(0);
-            /// Whether every flag of `other` is set.
-            pub const fn contains(self, other: $name) -> bool { self.0 & other.0 == other.0 }
-            /// Whether any flag of `other` is set.
-            pub const fn intersects(self, other: $name) -> bool { self.0 & other.0 != 0 }
-            /// Whether no flag is set.
-            pub const fn is_empty(self) -> bool { self.0 == 0 }
-        }
-        impl core::ops::BitOr for $name {
-            type Output = $name;
-            fn bitor(self, o: $name) -> $name { $name(self.0 | o.0) }
-        }
-        impl core::ops::BitOrAssign for $name {
-            fn bitor_assign(&mut self, o: $name) { self.0 |= o.0 }
-        }
-        impl core::fmt::Debug for $name {
-            fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-                let mut first = true;
-                write!(f, "{}(", stringify!($name))?;
-                $(if $v != 0 && self.contains($name($v)) {
-                    if !first { f.write_str(" | ")?; }
-                    f.write_str(stringify!($f))?;
-                    first = false;
-                })*
-                let _ = first;
-                write!(f, ")")
-            }
-        }
-    };
+/// Writes `Name(A | B)` for a flag set: bitflags' own text form (unknown bits in hex) in the
+/// tuple-struct shape the types print as.
+fn fmt_flags<F>(name: &str, flags: &F, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result
+where
+    F: bitflags::Flags,
+    F::Bits: bitflags::parser::WriteHex,
+{
+    write!(f, "{name}(")?;
+    bitflags::parser::to_writer(flags, &mut *f)?;
+    f.write_str(")")
 }
 
-flags! {
-    /// Memory region and QP access rights (`enum ibv_access_flags`).
-    AccessFlags: u32 {
+// The three flag sets below are newtypes over the libibverbs `u32`, so that `.0` is the C value
+// and a value from C converts with `Flags(bits)`; bitflags' `impl` form supplies the flag
+// constants, `contains`, `intersects`, `is_empty` and the operators.
+
+/// Memory region and QP access rights (`enum ibv_access_flags`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct AccessFlags(pub u32);
+
+bitflags::bitflags! {
+    impl AccessFlags: u32 {
         /// The local HCA may write (needed for receive and READ/atomic result buffers).
-        LOCAL_WRITE = 1;
+        const LOCAL_WRITE = 1;
         /// The remote peer may RDMA WRITE.
-        REMOTE_WRITE = 1 << 1;
+        const REMOTE_WRITE = 1 << 1;
         /// The remote peer may RDMA READ.
-        REMOTE_READ = 1 << 2;
+        const REMOTE_READ = 1 << 2;
         /// The remote peer may perform atomics.
-        REMOTE_ATOMIC = 1 << 3;
+        const REMOTE_ATOMIC = 1 << 3;
     }
 }
 
-flags! {
-    /// Per-work-request flags (`enum ibv_send_flags`).
-    SendFlags: u32 {
+impl AccessFlags {
+    /// No flag set (also `AccessFlags::empty()`).
+    pub const EMPTY: AccessFlags = AccessFlags(0);
+}
+
+impl core::fmt::Debug for AccessFlags {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        fmt_flags("AccessFlags", self, f)
+    }
+}
+
+/// Per-work-request flags (`enum ibv_send_flags`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct SendFlags(pub u32);
+
+bitflags::bitflags! {
+    impl SendFlags: u32 {
         /// Wait for outstanding READs and atomics to complete before starting.
-        FENCE = 1;
+        const FENCE = 1;
         /// Generate a completion even if the QP was created with `sq_sig_all = false`.
-        SIGNALED = 1 << 1;
+        const SIGNALED = 1 << 1;
         /// Set the Solicited Event bit on the last packet.
-        SOLICITED = 1 << 2;
+        const SOLICITED = 1 << 2;
         /// Copy the data at post time; the lkeys of the SGEs are not checked.
-        INLINE = 1 << 3;
+        const INLINE = 1 << 3;
     }
 }
 
-flags! {
-    /// Which fields of [`QpAttr`] a modify applies (`enum ibv_qp_attr_mask`).
-    QpAttrMask: u32 {
+impl SendFlags {
+    /// No flag set (also `SendFlags::empty()`).
+    pub const EMPTY: SendFlags = SendFlags(0);
+}
+
+impl core::fmt::Debug for SendFlags {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        fmt_flags("SendFlags", self, f)
+    }
+}
+
+/// Which fields of [`QpAttr`] a modify applies (`enum ibv_qp_attr_mask`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct QpAttrMask(pub u32);
+
+bitflags::bitflags! {
+    impl QpAttrMask: u32 {
         /// `qp_state`.
-        STATE = 1;
+        const STATE = 1;
         /// `cur_qp_state`.
-        CUR_STATE = 1 << 1;
+        const CUR_STATE = 1 << 1;
         /// `en_sqd_async_notify`.
-        EN_SQD_ASYNC_NOTIFY = 1 << 2;
+        const EN_SQD_ASYNC_NOTIFY = 1 << 2;
         /// `qp_access_flags`.
-        ACCESS_FLAGS = 1 << 3;
+        const ACCESS_FLAGS = 1 << 3;
         /// `pkey_index`.
-        PKEY_INDEX = 1 << 4;
+        const PKEY_INDEX = 1 << 4;
         /// `port_num`.
-        PORT = 1 << 5;
+        const PORT = 1 << 5;
         /// `qkey`.
-        QKEY = 1 << 6;
+        const QKEY = 1 << 6;
         /// `ah_attr` (the primary path).
-        AV = 1 << 7;
+        const AV = 1 << 7;
         /// `path_mtu`.
-        PATH_MTU = 1 << 8;
+        const PATH_MTU = 1 << 8;
         /// `timeout`.
-        TIMEOUT = 1 << 9;
+        const TIMEOUT = 1 << 9;
         /// `retry_cnt`.
-        RETRY_CNT = 1 << 10;
+        const RETRY_CNT = 1 << 10;
         /// `rnr_retry`.
-        RNR_RETRY = 1 << 11;
+        const RNR_RETRY = 1 << 11;
         /// `rq_psn`.
-        RQ_PSN = 1 << 12;
+        const RQ_PSN = 1 << 12;
         /// `max_rd_atomic`.
-        MAX_QP_RD_ATOMIC = 1 << 13;
+        const MAX_QP_RD_ATOMIC = 1 << 13;
         /// `alt_ah_attr` (alternate path; not supported on RoCE by softroce).
-        ALT_PATH = 1 << 14;
+        const ALT_PATH = 1 << 14;
         /// `min_rnr_timer`.
-        MIN_RNR_TIMER = 1 << 15;
+        const MIN_RNR_TIMER = 1 << 15;
         /// `sq_psn`.
-        SQ_PSN = 1 << 16;
+        const SQ_PSN = 1 << 16;
         /// `max_dest_rd_atomic`.
-        MAX_DEST_RD_ATOMIC = 1 << 17;
+        const MAX_DEST_RD_ATOMIC = 1 << 17;
         /// `path_mig_state`.
-        PATH_MIG_STATE = 1 << 18;
+        const PATH_MIG_STATE = 1 << 18;
         /// `cap`.
-        CAP = 1 << 19;
+        const CAP = 1 << 19;
         /// `dest_qp_num`.
-        DEST_QPN = 1 << 20;
+        const DEST_QPN = 1 << 20;
+    }
+}
+
+impl QpAttrMask {
+    /// No flag set (also `QpAttrMask::empty()`).
+    pub const EMPTY: QpAttrMask = QpAttrMask(0);
+}
+
+impl core::fmt::Debug for QpAttrMask {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        fmt_flags("QpAttrMask", self, f)
     }
 }
 
@@ -615,5 +634,11 @@ mod tests {
         assert!(a.contains(AccessFlags::REMOTE_READ));
         assert!(!a.contains(AccessFlags::REMOTE_WRITE));
         assert_eq!(format!("{a:?}"), "AccessFlags(LOCAL_WRITE | REMOTE_READ)");
+        assert_eq!(format!("{:?}", SendFlags::EMPTY), "SendFlags()");
+        assert_eq!(SendFlags::EMPTY, SendFlags::empty());
+        // Bits libibverbs defines but softroce does not name still show, in hex.
+        let m = QpAttrMask::STATE | QpAttrMask(1 << 21);
+        assert_eq!(format!("{m:?}"), "QpAttrMask(STATE | 0x200000)");
+        assert_eq!(m.0, 1 | 1 << 21);
     }
 }
