@@ -111,11 +111,11 @@ impl AtomicEthRepr {
     /// Writes the AtomicETH into the front of `buf`.
     pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
         check_emit_len(buf, LEN)?;
-        let b = &mut buf[..LEN];
-        be::put_u64(b, field::VA, self.va);
-        be::put_u32(b, field::RKEY, self.rkey);
-        be::put_u64(b, field::SWAP_ADD, self.swap_add);
-        be::put_u64(b, field::COMPARE, self.compare);
+        let mut v = AtomicEth::new_unchecked(&mut buf[..LEN]);
+        v.set_va(self.va);
+        v.set_rkey(self.rkey);
+        v.set_swap_add(self.swap_add);
+        v.set_compare(self.compare);
         Ok(())
     }
 }

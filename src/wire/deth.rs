@@ -66,6 +66,10 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Deth<T> {
     pub fn set_src_qp(&mut self, qpn: u32) {
         be::put_u24(self.buffer.as_mut(), field::SRC_QP, qpn);
     }
+    /// Zeroes the reserved byte, as a sender must.
+    pub fn clear_reserved(&mut self) {
+        self.buffer.as_mut()[field::RESV] = 0;
+    }
 }
 
 /// A parsed DETH.
@@ -94,10 +98,10 @@ impl DethRepr {
     /// QPN above 24 bits is truncated.
     pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
         check_emit_len(buf, LEN)?;
-        let b = &mut buf[..LEN];
-        be::put_u32(b, field::QKEY, self.qkey);
-        b[field::RESV] = 0;
-        be::put_u24(b, field::SRC_QP, self.src_qp);
+        let mut v = Deth::new_unchecked(&mut buf[..LEN]);
+        v.set_qkey(self.qkey);
+        v.clear_reserved();
+        v.set_src_qp(self.src_qp);
         Ok(())
     }
 }

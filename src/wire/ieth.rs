@@ -71,7 +71,7 @@ impl IethRepr {
     /// Writes the IETH into the front of `buf`.
     pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
         check_emit_len(buf, LEN)?;
-        be::put_u32(&mut buf[..LEN], field::RKEY, self.rkey);
+        Ieth::new_unchecked(&mut buf[..LEN]).set_rkey(self.rkey);
         Ok(())
     }
 }

@@ -74,7 +74,7 @@ impl ImmDtRepr {
     /// Writes the ImmDt into the front of `buf`.
     pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
         check_emit_len(buf, LEN)?;
-        be::put_u32(&mut buf[..LEN], field::IMM, self.imm);
+        ImmDt::new_unchecked(&mut buf[..LEN]).set_imm(self.imm);
         Ok(())
     }
 }

@@ -97,10 +97,10 @@ impl RethRepr {
     /// Writes the RETH into the front of `buf`.
     pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
         check_emit_len(buf, LEN)?;
-        let b = &mut buf[..LEN];
-        be::put_u64(b, field::VA, self.va);
-        be::put_u32(b, field::RKEY, self.rkey);
-        be::put_u32(b, field::LEN, self.len);
+        let mut v = Reth::new_unchecked(&mut buf[..LEN]);
+        v.set_va(self.va);
+        v.set_rkey(self.rkey);
+        v.set_dma_len(self.len);
         Ok(())
     }
 }
