@@ -112,7 +112,8 @@ impl From<io::Error> for CaptureError {
 /// The container format of a capture.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CaptureFormat {
-    /// Classic libpcap format.
+    /// Classic libpcap format: one file header, then records (magic 0xa1b2c3d4, 0xa1b23c4d
+    /// for nanosecond timestamps or 0xa1b2cd34 for the modified format, in either byte order).
     Pcap {
         /// Whether the file was written big-endian.
         big_endian: bool,
@@ -123,7 +124,7 @@ pub enum CaptureFormat {
         /// The raw LINKTYPE_* value of the file header.
         linktype: u32,
     },
-    /// pcapng.
+    /// pcapng: blocks, each interface with its own link type and timestamp resolution.
     PcapNg,
 }
 

@@ -93,7 +93,7 @@ enum Expected {
 /// Packet and payload byte counts of one opcode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct OpcodeStats {
-    /// Packets.
+    /// Packets with this opcode, bad ICRC ones excluded.
     pub packets: u64,
     /// Payload bytes (without headers, pad and ICRC).
     pub bytes: u64,
@@ -164,11 +164,11 @@ pub struct ResponseStats {
 /// Everything known about one connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionStats {
-    /// Source IP address.
+    /// Sender's IP address (with `dst` and `dqpn`, the connection's key).
     pub src: IpAddr,
-    /// Destination IP address.
+    /// Receiver's IP address.
     pub dst: IpAddr,
-    /// Destination QP.
+    /// The BTH destination QP: the receiver's QP, 24 bits.
     pub dqpn: u32,
     /// Source QP, for UD (from the DETH).
     pub src_qp: Option<u32>,
@@ -194,7 +194,8 @@ pub struct ConnectionStats {
     pub becn: u64,
     /// The request PSN sequence.
     pub requests: RequestStats,
-    /// The responses.
+    /// Responses this direction returns for the other direction's requests (their PSNs are
+    /// those requests').
     pub responses: ResponseStats,
     /// Path MTU inferred from this connection's own FIRST/MIDDLE packets.
     pub path_mtu: Option<u32>,

@@ -286,9 +286,9 @@ pub struct AhAttr {
 /// QP capacities (`struct ibv_qp_cap`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct QpCap {
-    /// Send queue depth.
+    /// Send queue depth: posted WRs not yet completed and polled, at most.
     pub max_send_wr: u32,
-    /// Receive queue depth.
+    /// Receive queue depth: posted receive WRs not yet consumed, at most.
     pub max_recv_wr: u32,
     /// Scatter/gather entries per send WR.
     pub max_send_sge: u32,
@@ -313,11 +313,11 @@ impl Default for QpCap {
 /// QP attributes (`struct ibv_qp_attr`); which are applied is given by a [`QpAttrMask`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct QpAttr {
-    /// Target state.
+    /// The state to move to (`STATE` in the mask).
     pub qp_state: QpState,
     /// Assumed current state (checked when `CUR_STATE` is in the mask).
     pub cur_qp_state: QpState,
-    /// Path MTU.
+    /// Payload bytes per packet; both ends must agree (RTR).
     pub path_mtu: Mtu,
     /// Q_Key (UD).
     pub qkey: u32,
@@ -325,13 +325,13 @@ pub struct QpAttr {
     pub rq_psn: u32,
     /// PSN of the first outgoing request.
     pub sq_psn: u32,
-    /// Remote QP number.
+    /// The peer's QP number, the BTH destination of every packet this QP sends (RTR).
     pub dest_qp_num: u32,
     /// Which remote operations this QP's responder allows.
     pub qp_access_flags: AccessFlags,
     /// Capacities (query only; modify of `CAP` is refused).
     pub cap: QpCap,
-    /// Primary path.
+    /// Primary path: the peer's GID (its IP address on RoCEv2) and hop limit (RTR).
     pub ah_attr: AhAttr,
     /// P_Key index (0: the default P_Key 0xFFFF).
     pub pkey_index: u16,
@@ -460,7 +460,7 @@ pub struct SendWr<'a> {
     pub sg_list: &'a [Sge],
     /// The operation.
     pub opcode: WrOpcode,
-    /// Flags.
+    /// Completion, fencing, solicited-event and inline behaviour of this WR.
     pub send_flags: SendFlags,
 }
 
@@ -555,7 +555,8 @@ pub enum WcOpcode {
 pub struct WorkCompletion {
     /// The WR's id.
     pub wr_id: u64,
-    /// Status.
+    /// Success, or why the WR failed; only `wr_id`, `status`, `qp_num` are defined when it
+    /// is not [`WcStatus::Success`] (as in libibverbs).
     pub status: WcStatus,
     /// What completed. For error completions libibverbs leaves it undefined; softroce fills it
     /// in when it is known.
@@ -564,7 +565,7 @@ pub struct WorkCompletion {
     pub byte_len: u32,
     /// Immediate data, when the incoming message carried it.
     pub imm_data: Option<u32>,
-    /// Local QP number.
+    /// The QP the completion belongs to (one CQ may serve several).
     pub qp_num: u32,
     /// Remote QP number (receive completions).
     pub src_qp: u32,

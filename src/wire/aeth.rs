@@ -247,7 +247,7 @@ pub struct AethRepr {
 }
 
 impl AethRepr {
-    /// Size on the wire.
+    /// Bytes on the wire (4): the next header or the payload starts this far after it.
     pub const LEN: usize = LEN;
 
     /// A positive ACK with credit code 31 ("invalid", i.e. unlimited), which is what Linux rxe

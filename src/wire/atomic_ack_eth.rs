@@ -59,7 +59,7 @@ pub struct AtomicAckEthRepr {
 }
 
 impl AtomicAckEthRepr {
-    /// Size on the wire.
+    /// Bytes on the wire (8): the next header or the payload starts this far after it.
     pub const LEN: usize = LEN;
 
     /// Parses the AtomicAckETH at the front of `buf`.

@@ -85,7 +85,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> AtomicEth<T> {
 pub struct AtomicEthRepr {
     /// Virtual address of the remote operand (8-byte aligned).
     pub va: u64,
-    /// Remote key.
+    /// R_Key of the remote memory region (needs remote-atomic access).
     pub rkey: u32,
     /// Swap data (COMPARE & SWAP) or addend (FETCH & ADD).
     pub swap_add: u64,
@@ -94,7 +94,7 @@ pub struct AtomicEthRepr {
 }
 
 impl AtomicEthRepr {
-    /// Size on the wire.
+    /// Bytes on the wire (28): the next header or the payload starts this far after it.
     pub const LEN: usize = LEN;
 
     /// Parses the AtomicETH at the front of `buf`.

@@ -57,15 +57,17 @@ impl<T: AsRef<[u8]>> Bth<T> {
         self.buffer
     }
 
-    /// OpCode.
+    /// The OpCode byte: transport in the top 3 bits, operation in the low 5 ([`Opcode::info`]
+    /// says which headers follow).
     pub fn opcode(&self) -> Opcode {
         Opcode(self.buffer.as_ref()[field::OPCODE])
     }
-    /// Solicited Event.
+    /// Solicited Event: the receive completion should wake a consumer waiting only for
+    /// solicited completions (set on the last packet of a SEND or WRITE with immediate).
     pub fn solicited(&self) -> bool {
         self.buffer.as_ref()[field::FLAGS] & field::SE != 0
     }
-    /// MigReq.
+    /// MigReq (automatic path migration, unused on RoCE; rxe and softroce send 0).
     pub fn mig_req(&self) -> bool {
         self.buffer.as_ref()[field::FLAGS] & field::MIG != 0
     }
@@ -77,15 +79,16 @@ impl<T: AsRef<[u8]>> Bth<T> {
     pub fn tver(&self) -> u8 {
         self.buffer.as_ref()[field::FLAGS] & field::TVER_MASK
     }
-    /// Partition key.
+    /// Partition key: bit 15 is full membership, bits 14-0 the key ([`DEFAULT_PKEY`] on RoCE).
     pub fn pkey(&self) -> u16 {
         be::u16_at(self.buffer.as_ref(), field::PKEY)
     }
-    /// Forward explicit congestion notification.
+    /// FECN: congestion was seen on the way to the receiver (RoCEv2 marks it in the IP ECN bits
+    /// instead, and the receiver answers with a CNP).
     pub fn fecn(&self) -> bool {
         self.buffer.as_ref()[field::ECN] & field::FECN != 0
     }
-    /// Backward explicit congestion notification.
+    /// BECN: set in a packet going back to the source of a packet that carried FECN.
     pub fn becn(&self) -> bool {
         self.buffer.as_ref()[field::ECN] & field::BECN != 0
     }
@@ -97,7 +100,7 @@ impl<T: AsRef<[u8]>> Bth<T> {
     pub fn dest_qp(&self) -> u32 {
         be::u24_at(self.buffer.as_ref(), field::DQPN)
     }
-    /// Acknowledge request.
+    /// AckReq: the responder must acknowledge this packet (RC only).
     pub fn ack_req(&self) -> bool {
         self.buffer.as_ref()[field::ACK] & field::ACK_REQ != 0
     }
@@ -105,7 +108,7 @@ impl<T: AsRef<[u8]>> Bth<T> {
     pub fn resv7(&self) -> u8 {
         self.buffer.as_ref()[field::ACK] & field::RESV7_MASK
     }
-    /// Packet sequence number (24 bits).
+    /// Packet sequence number (24 bits); compare with [`crate::wire::Psn`], which wraps.
     pub fn psn(&self) -> u32 {
         be::u24_at(self.buffer.as_ref(), field::PSN)
     }
@@ -171,7 +174,8 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Bth<T> {
 pub struct BthRepr {
     /// OpCode.
     pub opcode: Opcode,
-    /// Solicited Event.
+    /// Solicited Event: the receive completion should wake a consumer waiting only for
+    /// solicited completions (set on the last packet of a SEND or WRITE with immediate).
     pub solicited: bool,
     /// MigReq (automatic path migration; Linux rxe sends 0 on every packet).
     pub mig_req: bool,
@@ -212,7 +216,7 @@ impl Default for BthRepr {
 }
 
 impl BthRepr {
-    /// Size on the wire.
+    /// Bytes on the wire (12): the next header or the payload starts this far after it.
     pub const LEN: usize = LEN;
 
     /// Parses the BTH at the front of `buf`. Reserved bits are ignored on receipt, as IBTA

@@ -97,7 +97,7 @@ pub struct FethRepr {
 }
 
 impl FethRepr {
-    /// Size on the wire.
+    /// Bytes on the wire (4): the next header or the payload starts this far after it.
     pub const LEN: usize = LEN;
 
     /// Parses the FETH at the front of `buf`; the reserved bits are ignored.

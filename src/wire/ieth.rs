@@ -59,7 +59,7 @@ pub struct IethRepr {
 }
 
 impl IethRepr {
-    /// Size on the wire.
+    /// Bytes on the wire (4): the next header or the payload starts this far after it.
     pub const LEN: usize = LEN;
 
     /// Parses the IETH at the front of `buf`.

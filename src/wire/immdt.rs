@@ -62,7 +62,7 @@ pub struct ImmDtRepr {
 }
 
 impl ImmDtRepr {
-    /// Size on the wire.
+    /// Bytes on the wire (4): the next header or the payload starts this far after it.
     pub const LEN: usize = LEN;
 
     /// Parses the ImmDt at the front of `buf`.
