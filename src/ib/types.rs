@@ -20,6 +20,24 @@ where
 // and a value from C converts with `Flags(bits)`; bitflags' `impl` form supplies the flag
 // constants, `contains`, `intersects`, `is_empty` and the operators.
 
+/// What bitflags' `impl` form leaves to the type: the `EMPTY` constant and `Debug`.
+macro_rules! flags_extras {
+    ($($name:ident),*) => {$(
+        impl $name {
+            /// No flag set (also `empty()`).
+            pub const EMPTY: $name = $name(0);
+        }
+
+        impl core::fmt::Debug for $name {
+            fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                fmt_flags(stringify!($name), self, f)
+            }
+        }
+    )*};
+}
+
+flags_extras!(AccessFlags, SendFlags, QpAttrMask);
+
 /// Memory region and QP access rights (`enum ibv_access_flags`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct AccessFlags(pub u32);
@@ -37,17 +55,6 @@ bitflags::bitflags! {
     }
 }
 
-impl AccessFlags {
-    /// No flag set (also `AccessFlags::empty()`).
-    pub const EMPTY: AccessFlags = AccessFlags(0);
-}
-
-impl core::fmt::Debug for AccessFlags {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        fmt_flags("AccessFlags", self, f)
-    }
-}
-
 /// Per-work-request flags (`enum ibv_send_flags`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct SendFlags(pub u32);
@@ -62,17 +69,6 @@ bitflags::bitflags! {
         const SOLICITED = 1 << 2;
         /// Copy the data at post time; the lkeys of the SGEs are not checked.
         const INLINE = 1 << 3;
-    }
-}
-
-impl SendFlags {
-    /// No flag set (also `SendFlags::empty()`).
-    pub const EMPTY: SendFlags = SendFlags(0);
-}
-
-impl core::fmt::Debug for SendFlags {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        fmt_flags("SendFlags", self, f)
     }
 }
 
@@ -124,17 +120,6 @@ bitflags::bitflags! {
         const CAP = 1 << 19;
         /// `dest_qp_num`.
         const DEST_QPN = 1 << 20;
-    }
-}
-
-impl QpAttrMask {
-    /// No flag set (also `QpAttrMask::empty()`).
-    pub const EMPTY: QpAttrMask = QpAttrMask(0);
-}
-
-impl core::fmt::Debug for QpAttrMask {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        fmt_flags("QpAttrMask", self, f)
     }
 }
 
