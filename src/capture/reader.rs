@@ -14,6 +14,11 @@
 //! record or block is [`CaptureError::Truncated`] (frames read before that point have already
 //! been returned), inconsistent lengths are [`CaptureError::Malformed`]. Nothing here panics on
 //! any input, and no allocation is sized by an unchecked length from the file.
+//!
+//! Why not the pcap-parser crate (0.17, checked 2026-11): its readers refuse a big-endian
+//! "modified" pcap (`HeaderNotRecognized`), fail to open a stream whose first `read` returns
+//! fewer than 24 bytes (a pipe; `Incomplete`), and turn every I/O error into a bare `ReadError`,
+//! so [`CaptureError::Io`] would lose its cause.
 
 use std::fmt;
 use std::io::{self, Read};
