@@ -14,6 +14,11 @@
 //! record or block is [`CaptureError::Truncated`] (frames read before that point have already
 //! been returned), inconsistent lengths are [`CaptureError::Malformed`]. Nothing here panics on
 //! any input, and no allocation is sized by an unchecked length from the file.
+//!
+//! Why not the pcap-parser crate (0.17, checked 2026-11): its readers refuse a big-endian
+//! "modified" pcap (`HeaderNotRecognized`), fail to open a stream whose first `read` returns
+//! fewer than 24 bytes (a pipe; `Incomplete`), and turn every I/O error into a bare `ReadError`,
+//! so [`CaptureError::Io`] would lose its cause.
 
 use std::fmt;
 use std::io::{self, Read};
@@ -112,7 +117,8 @@ impl From<io::Error> for CaptureError {
 /// The container format of a capture.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CaptureFormat {
-    /// Classic libpcap format.
+    /// Classic libpcap format: one file header, then records (magic 0xa1b2c3d4, 0xa1b23c4d
+    /// for nanosecond timestamps or 0xa1b2cd34 for the modified format, in either byte order).
     Pcap {
         /// Whether the file was written big-endian.
         big_endian: bool,
@@ -123,7 +129,7 @@ pub enum CaptureFormat {
         /// The raw LINKTYPE_* value of the file header.
         linktype: u32,
     },
-    /// pcapng.
+    /// pcapng: blocks, each interface with its own link type and timestamp resolution.
     PcapNg,
 }
 

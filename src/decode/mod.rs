@@ -6,6 +6,7 @@
 //! it returns a [`PacketReport`] for each RoCEv2 packet while an [`Analyzer`] accumulates
 //! counters and per-connection statistics. [`classify`] is the first step on its own.
 
+pub mod analysis_report;
 pub mod analyze;
 pub mod report;
 
@@ -13,9 +14,9 @@ use std::net::{IpAddr, SocketAddr};
 
 use etherparse::{IpNumber, LaxNetSlice, LaxSlicedPacket};
 
+pub use analysis_report::AnalysisReport;
 pub use analyze::{
-    AnalysisReport, Analyzer, ConnectionStats, Counters, Examples, Gap, OpcodeStats, RequestStats,
-    ResponseStats,
+    Analyzer, ConnectionStats, Counters, Examples, Gap, OpcodeStats, RequestStats, ResponseStats,
 };
 pub use report::PacketReport;
 

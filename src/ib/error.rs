@@ -34,21 +34,21 @@ pub enum SgeFault {
 pub enum VerbsError {
     /// A work request queue has no room: `depth` WRs are outstanding already.
     QueueFull {
-        /// Which queue.
+        /// The queue that was full.
         queue: QueueKind,
-        /// Its capacity.
+        /// Its capacity in WRs (completions for a CQ).
         depth: u32,
     },
     /// A work request has more SGEs than the QP was created for.
     TooManySge {
-        /// SGEs given.
+        /// Length of the work request's SGE list.
         given: usize,
         /// The QP's limit.
         max: u32,
     },
     /// Inline data longer than the QP's `max_inline_data`.
     InlineTooLarge {
-        /// Bytes given.
+        /// Total bytes of the SGEs to be copied inline.
         given: u64,
         /// The QP's limit.
         max: u32,
@@ -57,7 +57,7 @@ pub enum VerbsError {
     BadSge {
         /// Index in the work request's list.
         index: usize,
-        /// What is wrong.
+        /// Which check the SGE failed.
         fault: SgeFault,
     },
     /// The message is longer than the transport allows (2^31 bytes).
@@ -69,7 +69,7 @@ pub enum VerbsError {
     InvalidState {
         /// The QP's state.
         state: QpState,
-        /// The call.
+        /// The refused call, e.g. "post_send".
         call: &'static str,
     },
     /// `modify_qp` asked for a transition that does not exist (IBTA 10.3.1, figure 124).

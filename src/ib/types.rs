@@ -4,118 +4,122 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-macro_rules! flags {
-    ($(#[$m:meta])* $name:ident: $ty:ty { $($(#[$fm:meta])* $f:ident = $v:expr;)* }) => {
-        $(#[$m])*
-        #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
-        pub struct $name(pub $ty);
+/// Writes `Name(A | B)` for a flag set: bitflags' own text form (unknown bits in hex) in the
+/// tuple-struct shape the types print as.
+fn fmt_flags<F>(name: &str, flags: &F, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result
+where
+    F: bitflags::Flags,
+    F::Bits: bitflags::parser::WriteHex,
+{
+    write!(f, "{name}(")?;
+    bitflags::parser::to_writer(flags, &mut *f)?;
+    f.write_str(")")
+}
+
+// The three flag sets below are newtypes over the libibverbs `u32`, so that `.0` is the C value
+// and a value from C converts with `Flags(bits)`; bitflags' `impl` form supplies the flag
+// constants, `contains`, `intersects`, `is_empty` and the operators.
+
+/// What bitflags' `impl` form leaves to the type: the `EMPTY` constant and `Debug`.
+macro_rules! flags_extras {
+    ($($name:ident),*) => {$(
         impl $name {
-            $($(#[$fm])* pub const $f: $name = $name($v);)*
-            /// No flag set.
+            /// No flag set (also `empty()`).
             pub const EMPTY: $name = $name(0);
-            /// Whether every flag of `other` is set.
-            pub const fn contains(self, other: $name) -> bool { self.0 & other.0 == other.0 }
-            /// Whether any flag of `other` is set.
-            pub const fn intersects(self, other: $name) -> bool { self.0 & other.0 != 0 }
-            /// Whether no flag is set.
-            pub const fn is_empty(self) -> bool { self.0 == 0 }
         }
-        impl core::ops::BitOr for $name {
-            type Output = $name;
-            fn bitor(self, o: $name) -> $name { $name(self.0 | o.0) }
-        }
-        impl core::ops::BitOrAssign for $name {
-            fn bitor_assign(&mut self, o: $name) { self.0 |= o.0 }
-        }
+
         impl core::fmt::Debug for $name {
             fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-                let mut first = true;
-                write!(f, "{}(", stringify!($name))?;
-                $(if $v != 0 && self.contains($name($v)) {
-                    if !first { f.write_str(" | ")?; }
-                    f.write_str(stringify!($f))?;
-                    first = false;
-                })*
-                let _ = first;
-                write!(f, ")")
+                fmt_flags(stringify!($name), self, f)
             }
         }
-    };
+    )*};
 }
 
-flags! {
-    /// Memory region and QP access rights (`enum ibv_access_flags`).
-    AccessFlags: u32 {
+flags_extras!(AccessFlags, SendFlags, QpAttrMask);
+
+/// Memory region and QP access rights (`enum ibv_access_flags`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct AccessFlags(pub u32);
+
+bitflags::bitflags! {
+    impl AccessFlags: u32 {
         /// The local HCA may write (needed for receive and READ/atomic result buffers).
-        LOCAL_WRITE = 1;
+        const LOCAL_WRITE = 1;
         /// The remote peer may RDMA WRITE.
-        REMOTE_WRITE = 1 << 1;
+        const REMOTE_WRITE = 1 << 1;
         /// The remote peer may RDMA READ.
-        REMOTE_READ = 1 << 2;
+        const REMOTE_READ = 1 << 2;
         /// The remote peer may perform atomics.
-        REMOTE_ATOMIC = 1 << 3;
+        const REMOTE_ATOMIC = 1 << 3;
     }
 }
 
-flags! {
-    /// Per-work-request flags (`enum ibv_send_flags`).
-    SendFlags: u32 {
+/// Per-work-request flags (`enum ibv_send_flags`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct SendFlags(pub u32);
+
+bitflags::bitflags! {
+    impl SendFlags: u32 {
         /// Wait for outstanding READs and atomics to complete before starting.
-        FENCE = 1;
+        const FENCE = 1;
         /// Generate a completion even if the QP was created with `sq_sig_all = false`.
-        SIGNALED = 1 << 1;
+        const SIGNALED = 1 << 1;
         /// Set the Solicited Event bit on the last packet.
-        SOLICITED = 1 << 2;
+        const SOLICITED = 1 << 2;
         /// Copy the data at post time; the lkeys of the SGEs are not checked.
-        INLINE = 1 << 3;
+        const INLINE = 1 << 3;
     }
 }
 
-flags! {
-    /// Which fields of [`QpAttr`] a modify applies (`enum ibv_qp_attr_mask`).
-    QpAttrMask: u32 {
+/// Which fields of [`QpAttr`] a modify applies (`enum ibv_qp_attr_mask`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct QpAttrMask(pub u32);
+
+bitflags::bitflags! {
+    impl QpAttrMask: u32 {
         /// `qp_state`.
-        STATE = 1;
+        const STATE = 1;
         /// `cur_qp_state`.
-        CUR_STATE = 1 << 1;
+        const CUR_STATE = 1 << 1;
         /// `en_sqd_async_notify`.
-        EN_SQD_ASYNC_NOTIFY = 1 << 2;
+        const EN_SQD_ASYNC_NOTIFY = 1 << 2;
         /// `qp_access_flags`.
-        ACCESS_FLAGS = 1 << 3;
+        const ACCESS_FLAGS = 1 << 3;
         /// `pkey_index`.
-        PKEY_INDEX = 1 << 4;
+        const PKEY_INDEX = 1 << 4;
         /// `port_num`.
-        PORT = 1 << 5;
+        const PORT = 1 << 5;
         /// `qkey`.
-        QKEY = 1 << 6;
+        const QKEY = 1 << 6;
         /// `ah_attr` (the primary path).
-        AV = 1 << 7;
+        const AV = 1 << 7;
         /// `path_mtu`.
-        PATH_MTU = 1 << 8;
+        const PATH_MTU = 1 << 8;
         /// `timeout`.
-        TIMEOUT = 1 << 9;
+        const TIMEOUT = 1 << 9;
         /// `retry_cnt`.
-        RETRY_CNT = 1 << 10;
+        const RETRY_CNT = 1 << 10;
         /// `rnr_retry`.
-        RNR_RETRY = 1 << 11;
+        const RNR_RETRY = 1 << 11;
         /// `rq_psn`.
-        RQ_PSN = 1 << 12;
+        const RQ_PSN = 1 << 12;
         /// `max_rd_atomic`.
-        MAX_QP_RD_ATOMIC = 1 << 13;
+        const MAX_QP_RD_ATOMIC = 1 << 13;
         /// `alt_ah_attr` (alternate path; not supported on RoCE by softroce).
-        ALT_PATH = 1 << 14;
+        const ALT_PATH = 1 << 14;
         /// `min_rnr_timer`.
-        MIN_RNR_TIMER = 1 << 15;
+        const MIN_RNR_TIMER = 1 << 15;
         /// `sq_psn`.
-        SQ_PSN = 1 << 16;
+        const SQ_PSN = 1 << 16;
         /// `max_dest_rd_atomic`.
-        MAX_DEST_RD_ATOMIC = 1 << 17;
+        const MAX_DEST_RD_ATOMIC = 1 << 17;
         /// `path_mig_state`.
-        PATH_MIG_STATE = 1 << 18;
+        const PATH_MIG_STATE = 1 << 18;
         /// `cap`.
-        CAP = 1 << 19;
+        const CAP = 1 << 19;
         /// `dest_qp_num`.
-        DEST_QPN = 1 << 20;
+        const DEST_QPN = 1 << 20;
     }
 }
 
@@ -267,9 +271,9 @@ pub struct AhAttr {
 /// QP capacities (`struct ibv_qp_cap`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct QpCap {
-    /// Send queue depth.
+    /// Send queue depth: posted WRs not yet completed and polled, at most.
     pub max_send_wr: u32,
-    /// Receive queue depth.
+    /// Receive queue depth: posted receive WRs not yet consumed, at most.
     pub max_recv_wr: u32,
     /// Scatter/gather entries per send WR.
     pub max_send_sge: u32,
@@ -294,11 +298,11 @@ impl Default for QpCap {
 /// QP attributes (`struct ibv_qp_attr`); which are applied is given by a [`QpAttrMask`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct QpAttr {
-    /// Target state.
+    /// The state to move to (`STATE` in the mask).
     pub qp_state: QpState,
     /// Assumed current state (checked when `CUR_STATE` is in the mask).
     pub cur_qp_state: QpState,
-    /// Path MTU.
+    /// Payload bytes per packet; both ends must agree (RTR).
     pub path_mtu: Mtu,
     /// Q_Key (UD).
     pub qkey: u32,
@@ -306,13 +310,13 @@ pub struct QpAttr {
     pub rq_psn: u32,
     /// PSN of the first outgoing request.
     pub sq_psn: u32,
-    /// Remote QP number.
+    /// The peer's QP number, the BTH destination of every packet this QP sends (RTR).
     pub dest_qp_num: u32,
     /// Which remote operations this QP's responder allows.
     pub qp_access_flags: AccessFlags,
     /// Capacities (query only; modify of `CAP` is refused).
     pub cap: QpCap,
-    /// Primary path.
+    /// Primary path: the peer's GID (its IP address on RoCEv2) and hop limit (RTR).
     pub ah_attr: AhAttr,
     /// P_Key index (0: the default P_Key 0xFFFF).
     pub pkey_index: u16,
@@ -441,7 +445,7 @@ pub struct SendWr<'a> {
     pub sg_list: &'a [Sge],
     /// The operation.
     pub opcode: WrOpcode,
-    /// Flags.
+    /// Completion, fencing, solicited-event and inline behaviour of this WR.
     pub send_flags: SendFlags,
 }
 
@@ -536,7 +540,8 @@ pub enum WcOpcode {
 pub struct WorkCompletion {
     /// The WR's id.
     pub wr_id: u64,
-    /// Status.
+    /// Success, or why the WR failed; only `wr_id`, `status`, `qp_num` are defined when it
+    /// is not [`WcStatus::Success`] (as in libibverbs).
     pub status: WcStatus,
     /// What completed. For error completions libibverbs leaves it undefined; softroce fills it
     /// in when it is known.
@@ -545,7 +550,7 @@ pub struct WorkCompletion {
     pub byte_len: u32,
     /// Immediate data, when the incoming message carried it.
     pub imm_data: Option<u32>,
-    /// Local QP number.
+    /// The QP the completion belongs to (one CQ may serve several).
     pub qp_num: u32,
     /// Remote QP number (receive completions).
     pub src_qp: u32,
@@ -615,5 +620,11 @@ mod tests {
         assert!(a.contains(AccessFlags::REMOTE_READ));
         assert!(!a.contains(AccessFlags::REMOTE_WRITE));
         assert_eq!(format!("{a:?}"), "AccessFlags(LOCAL_WRITE | REMOTE_READ)");
+        assert_eq!(format!("{:?}", SendFlags::EMPTY), "SendFlags()");
+        assert_eq!(SendFlags::EMPTY, SendFlags::empty());
+        // Bits libibverbs defines but softroce does not name still show, in hex.
+        let m = QpAttrMask::STATE | QpAttrMask(1 << 21);
+        assert_eq!(format!("{m:?}"), "QpAttrMask(STATE | 0x200000)");
+        assert_eq!(m.0, 1 | 1 << 21);
     }
 }

@@ -62,7 +62,7 @@ pub struct KeyMsg {
     pub rkey: u32,
     /// Address the peer targets with WRITE, READ and atomics.
     pub vaddr: u64,
-    /// GID.
+    /// GID: the sender's IP address (IPv4-mapped for IPv4), which RoCE uses as its address.
     pub gid: Gid,
     /// SRQ number (XRC/DC only; 0 otherwise).
     pub srqn: u32,
@@ -246,11 +246,11 @@ pub struct BwReport {
     pub size: u64,
     /// Messages counted (iterations x QPs).
     pub iters: u64,
-    /// Peak bandwidth.
+    /// Peak bandwidth, MB/s: the best window of cq_mod (100) messages.
     pub bw_peak: f64,
-    /// Average bandwidth.
+    /// Average bandwidth, MB/s: over the whole run, first post to last completion.
     pub bw_avg: f64,
-    /// Average message rate.
+    /// Average message rate, millions of messages per second.
     pub msg_rate: f64,
 }
 

@@ -26,7 +26,7 @@ pub struct PingpongDest {
     pub qpn: u32,
     /// Initial PSN (24 bits).
     pub psn: u32,
-    /// GID.
+    /// GID: the sender's IP address (IPv4-mapped for IPv4), which RoCE uses as its address.
     pub gid: Gid,
 }
 

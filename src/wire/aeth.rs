@@ -247,7 +247,7 @@ pub struct AethRepr {
 }
 
 impl AethRepr {
-    /// Size on the wire.
+    /// Bytes on the wire (4): the next header or the payload starts this far after it.
     pub const LEN: usize = LEN;
 
     /// A positive ACK with credit code 31 ("invalid", i.e. unlimited), which is what Linux rxe
@@ -292,9 +292,9 @@ impl AethRepr {
     /// Writes the AETH into the front of `buf`; an MSN above 24 bits is truncated.
     pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
         check_emit_len(buf, LEN)?;
-        let b = &mut buf[..LEN];
-        b[field::SYNDROME] = self.syndrome;
-        be::put_u24(b, field::MSN, self.msn);
+        let mut v = Aeth::new_unchecked(&mut buf[..LEN]);
+        v.set_syndrome(self.syndrome);
+        v.set_msn(self.msn);
         Ok(())
     }
 }

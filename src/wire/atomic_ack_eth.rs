@@ -59,7 +59,7 @@ pub struct AtomicAckEthRepr {
 }
 
 impl AtomicAckEthRepr {
-    /// Size on the wire.
+    /// Bytes on the wire (8): the next header or the payload starts this far after it.
     pub const LEN: usize = LEN;
 
     /// Parses the AtomicAckETH at the front of `buf`.
@@ -71,7 +71,7 @@ impl AtomicAckEthRepr {
     /// Writes the AtomicAckETH into the front of `buf`.
     pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
         check_emit_len(buf, LEN)?;
-        be::put_u64(&mut buf[..LEN], field::ORIG, self.orig);
+        AtomicAckEth::new_unchecked(&mut buf[..LEN]).set_orig(self.orig);
         Ok(())
     }
 }

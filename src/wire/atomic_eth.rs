@@ -85,7 +85,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> AtomicEth<T> {
 pub struct AtomicEthRepr {
     /// Virtual address of the remote operand (8-byte aligned).
     pub va: u64,
-    /// Remote key.
+    /// R_Key of the remote memory region (needs remote-atomic access).
     pub rkey: u32,
     /// Swap data (COMPARE & SWAP) or addend (FETCH & ADD).
     pub swap_add: u64,
@@ -94,7 +94,7 @@ pub struct AtomicEthRepr {
 }
 
 impl AtomicEthRepr {
-    /// Size on the wire.
+    /// Bytes on the wire (28): the next header or the payload starts this far after it.
     pub const LEN: usize = LEN;
 
     /// Parses the AtomicETH at the front of `buf`.
@@ -111,11 +111,11 @@ impl AtomicEthRepr {
     /// Writes the AtomicETH into the front of `buf`.
     pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
         check_emit_len(buf, LEN)?;
-        let b = &mut buf[..LEN];
-        be::put_u64(b, field::VA, self.va);
-        be::put_u32(b, field::RKEY, self.rkey);
-        be::put_u64(b, field::SWAP_ADD, self.swap_add);
-        be::put_u64(b, field::COMPARE, self.compare);
+        let mut v = AtomicEth::new_unchecked(&mut buf[..LEN]);
+        v.set_va(self.va);
+        v.set_rkey(self.rkey);
+        v.set_swap_add(self.swap_add);
+        v.set_compare(self.compare);
         Ok(())
     }
 }

@@ -57,15 +57,17 @@ impl<T: AsRef<[u8]>> Bth<T> {
         self.buffer
     }
 
-    /// OpCode.
+    /// The OpCode byte: transport in the top 3 bits, operation in the low 5 ([`Opcode::info`]
+    /// says which headers follow).
     pub fn opcode(&self) -> Opcode {
         Opcode(self.buffer.as_ref()[field::OPCODE])
     }
-    /// Solicited Event.
+    /// Solicited Event: the receive completion should wake a consumer waiting only for
+    /// solicited completions (set on the last packet of a SEND or WRITE with immediate).
     pub fn solicited(&self) -> bool {
         self.buffer.as_ref()[field::FLAGS] & field::SE != 0
     }
-    /// MigReq.
+    /// MigReq (automatic path migration, unused on RoCE; rxe and softroce send 0).
     pub fn mig_req(&self) -> bool {
         self.buffer.as_ref()[field::FLAGS] & field::MIG != 0
     }
@@ -77,15 +79,16 @@ impl<T: AsRef<[u8]>> Bth<T> {
     pub fn tver(&self) -> u8 {
         self.buffer.as_ref()[field::FLAGS] & field::TVER_MASK
     }
-    /// Partition key.
+    /// Partition key: bit 15 is full membership, bits 14-0 the key ([`DEFAULT_PKEY`] on RoCE).
     pub fn pkey(&self) -> u16 {
         be::u16_at(self.buffer.as_ref(), field::PKEY)
     }
-    /// Forward explicit congestion notification.
+    /// FECN: congestion was seen on the way to the receiver (RoCEv2 marks it in the IP ECN bits
+    /// instead, and the receiver answers with a CNP).
     pub fn fecn(&self) -> bool {
         self.buffer.as_ref()[field::ECN] & field::FECN != 0
     }
-    /// Backward explicit congestion notification.
+    /// BECN: set in a packet going back to the source of a packet that carried FECN.
     pub fn becn(&self) -> bool {
         self.buffer.as_ref()[field::ECN] & field::BECN != 0
     }
@@ -97,7 +100,7 @@ impl<T: AsRef<[u8]>> Bth<T> {
     pub fn dest_qp(&self) -> u32 {
         be::u24_at(self.buffer.as_ref(), field::DQPN)
     }
-    /// Acknowledge request.
+    /// AckReq: the responder must acknowledge this packet (RC only).
     pub fn ack_req(&self) -> bool {
         self.buffer.as_ref()[field::ACK] & field::ACK_REQ != 0
     }
@@ -105,7 +108,7 @@ impl<T: AsRef<[u8]>> Bth<T> {
     pub fn resv7(&self) -> u8 {
         self.buffer.as_ref()[field::ACK] & field::RESV7_MASK
     }
-    /// Packet sequence number (24 bits).
+    /// Packet sequence number (24 bits); compare with [`crate::wire::Psn`], which wraps.
     pub fn psn(&self) -> u32 {
         be::u24_at(self.buffer.as_ref(), field::PSN)
     }
@@ -134,6 +137,36 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Bth<T> {
         let b = &mut self.buffer.as_mut()[field::FLAGS];
         *b = (*b & !field::PAD_MASK) | ((pad << field::PAD_SHIFT) & field::PAD_MASK);
     }
+    /// Sets or clears Solicited Event, keeping the other flag bits.
+    pub fn set_solicited(&mut self, on: bool) {
+        self.set_bit(field::FLAGS, field::SE, on);
+    }
+    /// Sets or clears MigReq, keeping the other flag bits.
+    pub fn set_mig_req(&mut self, on: bool) {
+        self.set_bit(field::FLAGS, field::MIG, on);
+    }
+    /// Sets the transport header version (low 4 bits of `tver`), keeping the other flag bits.
+    pub fn set_tver(&mut self, tver: u8) {
+        let b = &mut self.buffer.as_mut()[field::FLAGS];
+        *b = (*b & !field::TVER_MASK) | (tver & field::TVER_MASK);
+    }
+    /// Sets the partition key.
+    pub fn set_pkey(&mut self, pkey: u16) {
+        be::put_u16(self.buffer.as_mut(), field::PKEY, pkey);
+    }
+    /// Sets or clears FECN, keeping BECN and the reserved bits.
+    pub fn set_fecn(&mut self, on: bool) {
+        self.set_bit(field::ECN, field::FECN, on);
+    }
+    /// Sets or clears BECN, keeping FECN and the reserved bits.
+    pub fn set_becn(&mut self, on: bool) {
+        self.set_bit(field::ECN, field::BECN, on);
+    }
+
+    fn set_bit(&mut self, at: usize, mask: u8, on: bool) {
+        let b = &mut self.buffer.as_mut()[at];
+        *b = if on { *b | mask } else { *b & !mask };
+    }
 }
 
 /// A parsed BTH.
@@ -141,7 +174,8 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Bth<T> {
 pub struct BthRepr {
     /// OpCode.
     pub opcode: Opcode,
-    /// Solicited Event.
+    /// Solicited Event: the receive completion should wake a consumer waiting only for
+    /// solicited completions (set on the last packet of a SEND or WRITE with immediate).
     pub solicited: bool,
     /// MigReq (automatic path migration; Linux rxe sends 0 on every packet).
     pub mig_req: bool,
@@ -182,7 +216,7 @@ impl Default for BthRepr {
 }
 
 impl BthRepr {
-    /// Size on the wire.
+    /// Bytes on the wire (12): the next header or the payload starts this far after it.
     pub const LEN: usize = LEN;
 
     /// Parses the BTH at the front of `buf`. Reserved bits are ignored on receipt, as IBTA
@@ -217,18 +251,20 @@ impl BthRepr {
     /// (`pad_count` > 3, `tver` > 15, QPN or PSN above 24 bits) are truncated to their field.
     pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
         check_emit_len(buf, LEN)?;
-        let b = &mut buf[..LEN];
-        b[field::OPCODE] = self.opcode.0;
-        b[field::FLAGS] = (if self.solicited { field::SE } else { 0 })
-            | (if self.mig_req { field::MIG } else { 0 })
-            | ((self.pad_count << field::PAD_SHIFT) & field::PAD_MASK)
-            | (self.tver & field::TVER_MASK);
-        be::put_u16(b, field::PKEY, self.pkey);
-        b[field::ECN] =
-            (if self.fecn { field::FECN } else { 0 }) | (if self.becn { field::BECN } else { 0 });
-        be::put_u24(b, field::DQPN, self.dest_qp);
-        b[field::ACK] = if self.ack_req { field::ACK_REQ } else { 0 };
-        be::put_u24(b, field::PSN, self.psn);
+        // Reserved bits go out as zero; the setters below keep them.
+        buf[..LEN].fill(0);
+        let mut v = Bth::new_unchecked(&mut buf[..LEN]);
+        v.set_opcode(self.opcode);
+        v.set_solicited(self.solicited);
+        v.set_mig_req(self.mig_req);
+        v.set_pad_count(self.pad_count);
+        v.set_tver(self.tver);
+        v.set_pkey(self.pkey);
+        v.set_fecn(self.fecn);
+        v.set_becn(self.becn);
+        v.set_dest_qp(self.dest_qp);
+        v.set_ack_req(self.ack_req);
+        v.set_psn(self.psn);
         Ok(())
     }
 }
@@ -307,7 +343,8 @@ mod tests {
         assert_eq!(v.resv7(), 0x7F);
         let r = BthRepr::parse(&b).unwrap();
         assert_eq!(r, repr());
-        let mut out = [0u8; 12];
+        // Whatever the buffer held before, the reserved bits go out as zero.
+        let mut out = [0xFFu8; 12];
         r.emit(&mut out).unwrap();
         assert_eq!(out, BYTES);
     }
@@ -336,6 +373,25 @@ mod tests {
             b,
             [0x11, 0xD0, 0xFF, 0xFF, 0x00, 0x00, 0x01, 0x02, 0x00, 0x34, 0x56, 0x78]
         );
+    }
+
+    #[test]
+    fn flag_setters_touch_only_their_bit() {
+        let mut b = [0u8; LEN];
+        b[1] = 0x30; // pad count 3
+        b[4] = 0x3F; // reserved bits
+        let mut v = Bth::new_unchecked(&mut b[..]);
+        v.set_solicited(true);
+        v.set_mig_req(true);
+        v.set_tver(0x1F); // only the low 4 bits fit
+        v.set_pkey(0x8001);
+        v.set_fecn(true);
+        v.set_becn(true);
+        assert_eq!(&b[1..5], &[0xFF, 0x80, 0x01, 0xFF]);
+        let mut v = Bth::new_unchecked(&mut b[..]);
+        v.set_solicited(false);
+        v.set_becn(false);
+        assert_eq!(&b[1..5], &[0x7F, 0x80, 0x01, 0xBF]);
     }
 
     #[test]

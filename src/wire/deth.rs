@@ -43,7 +43,7 @@ impl<T: AsRef<[u8]>> Deth<T> {
         self.buffer
     }
 
-    /// Queue key.
+    /// Q_Key the receiving UD QP compares with its own (0x80010000 for QP1).
     pub fn qkey(&self) -> u32 {
         be::u32_at(self.buffer.as_ref(), field::QKEY)
     }
@@ -51,7 +51,7 @@ impl<T: AsRef<[u8]>> Deth<T> {
     pub fn reserved(&self) -> u8 {
         self.buffer.as_ref()[field::RESV]
     }
-    /// Source QP number (24 bits).
+    /// The sender's QP number (24 bits), reported in the receiver's completion.
     pub fn src_qp(&self) -> u32 {
         be::u24_at(self.buffer.as_ref(), field::SRC_QP)
     }
@@ -66,19 +66,23 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Deth<T> {
     pub fn set_src_qp(&mut self, qpn: u32) {
         be::put_u24(self.buffer.as_mut(), field::SRC_QP, qpn);
     }
+    /// Zeroes the reserved byte, as a sender must.
+    pub fn clear_reserved(&mut self) {
+        self.buffer.as_mut()[field::RESV] = 0;
+    }
 }
 
 /// A parsed DETH.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct DethRepr {
-    /// Queue key.
+    /// Q_Key the receiving UD QP compares with its own (0x80010000 for QP1).
     pub qkey: u32,
-    /// Source QP number (24 bits).
+    /// The sender's QP number (24 bits), reported in the receiver's completion.
     pub src_qp: u32,
 }
 
 impl DethRepr {
-    /// Size on the wire.
+    /// Bytes on the wire (8): the next header or the payload starts this far after it.
     pub const LEN: usize = LEN;
 
     /// Parses the DETH at the front of `buf`; the reserved byte is ignored.
@@ -94,10 +98,10 @@ impl DethRepr {
     /// QPN above 24 bits is truncated.
     pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
         check_emit_len(buf, LEN)?;
-        let b = &mut buf[..LEN];
-        be::put_u32(b, field::QKEY, self.qkey);
-        b[field::RESV] = 0;
-        be::put_u24(b, field::SRC_QP, self.src_qp);
+        let mut v = Deth::new_unchecked(&mut buf[..LEN]);
+        v.set_qkey(self.qkey);
+        v.clear_reserved();
+        v.set_src_qp(self.src_qp);
         Ok(())
     }
 }

@@ -97,7 +97,7 @@ pub struct FethRepr {
 }
 
 impl FethRepr {
-    /// Size on the wire.
+    /// Bytes on the wire (4): the next header or the payload starts this far after it.
     pub const LEN: usize = LEN;
 
     /// Parses the FETH at the front of `buf`; the reserved bits are ignored.
@@ -113,9 +113,11 @@ impl FethRepr {
     /// values are truncated to their field (2 bits of selectivity, 4 of placement).
     pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
         check_emit_len(buf, LEN)?;
-        let w = ((u32::from(self.selectivity) << field::SEL_SHIFT) & field::SEL_MASK)
-            | (u32::from(self.placement) & field::PLT_MASK);
-        be::put_u32(&mut buf[..LEN], field::WORD, w);
+        // Reserved bits go out as zero; the setters keep them.
+        buf[..LEN].fill(0);
+        let mut v = Feth::new_unchecked(&mut buf[..LEN]);
+        v.set_selectivity(self.selectivity);
+        v.set_placement(self.placement);
         Ok(())
     }
 }

@@ -59,7 +59,7 @@ pub struct IethRepr {
 }
 
 impl IethRepr {
-    /// Size on the wire.
+    /// Bytes on the wire (4): the next header or the payload starts this far after it.
     pub const LEN: usize = LEN;
 
     /// Parses the IETH at the front of `buf`.
@@ -71,7 +71,7 @@ impl IethRepr {
     /// Writes the IETH into the front of `buf`.
     pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
         check_emit_len(buf, LEN)?;
-        be::put_u32(&mut buf[..LEN], field::RKEY, self.rkey);
+        Ieth::new_unchecked(&mut buf[..LEN]).set_rkey(self.rkey);
         Ok(())
     }
 }

@@ -62,7 +62,7 @@ pub struct ImmDtRepr {
 }
 
 impl ImmDtRepr {
-    /// Size on the wire.
+    /// Bytes on the wire (4): the next header or the payload starts this far after it.
     pub const LEN: usize = LEN;
 
     /// Parses the ImmDt at the front of `buf`.
@@ -74,7 +74,7 @@ impl ImmDtRepr {
     /// Writes the ImmDt into the front of `buf`.
     pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
         check_emit_len(buf, LEN)?;
-        be::put_u32(&mut buf[..LEN], field::IMM, self.imm);
+        ImmDt::new_unchecked(&mut buf[..LEN]).set_imm(self.imm);
         Ok(())
     }
 }

@@ -102,21 +102,24 @@ pub struct HeaderSet(u16);
 impl HeaderSet {
     /// No extended header.
     pub const NONE: HeaderSet = HeaderSet(0);
-    /// DETH.
+    /// DETH (8 bytes): Q_Key and source QP, in every UD packet.
     pub const DETH: HeaderSet = HeaderSet(1 << 0);
-    /// FETH.
+    /// FETH (4 bytes): selectivity and placement of a FLUSH.
     pub const FETH: HeaderSet = HeaderSet(1 << 1);
-    /// RETH.
+    /// RETH (16 bytes): remote address, R_Key and length of a WRITE FIRST/ONLY, READ request,
+    /// FLUSH or ATOMIC WRITE.
     pub const RETH: HeaderSet = HeaderSet(1 << 2);
-    /// AtomicETH.
+    /// AtomicETH (28 bytes): remote address, R_Key and operands of a compare-and-swap or
+    /// fetch-and-add.
     pub const ATOMIC_ETH: HeaderSet = HeaderSet(1 << 3);
-    /// AETH.
+    /// AETH (4 bytes): syndrome and MSN of an ACK, a NAK, and a READ response's
+    /// first, last or only packet.
     pub const AETH: HeaderSet = HeaderSet(1 << 4);
-    /// AtomicAckETH.
+    /// AtomicAckETH (8 bytes): the original value an ATOMIC ACKNOWLEDGE returns.
     pub const ATOMIC_ACK_ETH: HeaderSet = HeaderSet(1 << 5);
-    /// ImmDt.
+    /// ImmDt (4 bytes): immediate data of a SEND or WRITE LAST/ONLY with immediate.
     pub const IMMDT: HeaderSet = HeaderSet(1 << 6);
-    /// IETH.
+    /// IETH (4 bytes): the R_Key a SEND with invalidate asks the receiver to invalidate.
     pub const IETH: HeaderSet = HeaderSet(1 << 7);
     /// The 16 reserved bytes of a CNP.
     pub const CNP_RESERVED: HeaderSet = HeaderSet(1 << 8);

@@ -27,7 +27,7 @@ pub struct ExtHeaders {
     pub aeth: Option<AethRepr>,
     /// AtomicAckETH (ATOMIC ACK).
     pub atomic_ack: Option<AtomicAckEthRepr>,
-    /// Immediate data.
+    /// ImmDt (SEND or WRITE LAST/ONLY with immediate).
     pub imm: Option<ImmDtRepr>,
     /// IETH (SEND with invalidate).
     pub ieth: Option<IethRepr>,
@@ -59,7 +59,8 @@ impl ExtHeaders {
 pub struct PacketRepr<'a> {
     /// The base transport header. On emit, `pad_count` is recomputed from the payload length.
     pub bth: BthRepr,
-    /// Extended headers.
+    /// Extended headers; which are present must match the opcode ([`PacketRepr::check`]
+    /// and parsing enforce it).
     pub ext: ExtHeaders,
     /// Payload without pad bytes.
     pub payload: &'a [u8],

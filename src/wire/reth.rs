@@ -74,14 +74,14 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Reth<T> {
 pub struct RethRepr {
     /// Virtual address of the remote buffer.
     pub va: u64,
-    /// Remote key.
+    /// R_Key of the remote memory region, checked by the responder against the VA range.
     pub rkey: u32,
     /// DMA length of the whole operation.
     pub len: u32,
 }
 
 impl RethRepr {
-    /// Size on the wire.
+    /// Bytes on the wire (16): the next header or the payload starts this far after it.
     pub const LEN: usize = LEN;
 
     /// Parses the RETH at the front of `buf`.
@@ -97,10 +97,10 @@ impl RethRepr {
     /// Writes the RETH into the front of `buf`.
     pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
         check_emit_len(buf, LEN)?;
-        let b = &mut buf[..LEN];
-        be::put_u64(b, field::VA, self.va);
-        be::put_u32(b, field::RKEY, self.rkey);
-        be::put_u32(b, field::LEN, self.len);
+        let mut v = Reth::new_unchecked(&mut buf[..LEN]);
+        v.set_va(self.va);
+        v.set_rkey(self.rkey);
+        v.set_dma_len(self.len);
         Ok(())
     }
 }

@@ -6,11 +6,15 @@
 # Usage (as root, Debian 12; .ci/run calls it):
 #   tests/interop/suite.sh
 # It installs what it needs (lab.sh deps), builds the guest (lab.sh build, cached in
-# $SOFTROCE_LAB_DIR), boots it, runs the cases, writes target/interop/results.md (the table
-# README shows) and tears the lab down. Exit status 0 only if every case passed.
+# $SOFTROCE_LAB_DIR), boots it, runs the cases, writes target/interop/results.md (this run's
+# table) and tears the lab down. A full run (SOFTROCE_INTEROP_ONLY unset or "all") also
+# rewrites tests/interop/RESULTS.md, the committed record README links to, so that committing
+# it after a run keeps the published results those of a real run. Exit status 0 only if every
+# case passed.
 # All traffic stays inside the lab's network namespace (192.0.2.0/24 on a bridge it creates).
 #
-# Environment: SOFTROCE_INTEROP_OUT (default target/interop), and lab.sh's variables.
+# Environment: SOFTROCE_INTEROP_OUT (default target/interop), SOFTROCE_INTEROP_RECORD (default
+# tests/interop/RESULTS.md; empty: do not write it), and lab.sh's variables.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -18,6 +22,7 @@ ROOT=$(cd "$HERE/../.." && pwd)
 LAB=("bash" "$HERE/lab.sh")
 BIN=$ROOT/target/release/softroce
 OUT=${SOFTROCE_INTEROP_OUT:-$ROOT/target/interop}
+RECORD=${SOFTROCE_INTEROP_RECORD-$HERE/RESULTS.md}
 LAB_DIR=${SOFTROCE_LAB_DIR:-/var/tmp/softroce-lab}
 NETNS=${SOFTROCE_LAB_NETNS:-srlab}
 HOST_IP=192.0.2.1
@@ -345,5 +350,30 @@ fi
     printf '%s\n' "${RESULTS[@]}"
 } >"$OUT/results.md"
 cat "$OUT/results.md"
+
+# The committed record: only a full run replaces it (a partial run would drop the other groups'
+# rows). Written whether or not every case passed, so a failing row is visible in the diff.
+if [ -n "$RECORD" ] && [ "$ONLY" = all ]; then
+    guest_kernel=$("${LAB[@]}" exec "$GUEST" "uname -r" 30 2>/dev/null | tr -d '\r' | tail -n 1) \
+        || guest_kernel=unknown
+    {
+        echo "# Interop results: softroce against kernel rxe"
+        echo
+        echo "Written by \`tests/interop/suite.sh\` (do not edit by hand; run the suite and commit this"
+        echo "file). Run of $(date -u +%Y-%m-%d) at softroce $(cd "$ROOT" && git describe --always --dirty 2>/dev/null || echo unknown):"
+        echo "guest kernel ${guest_kernel:-unknown} rxe, rdma-core 44, perftest 4.5 (Debian 12 packages);"
+        echo "$(( ${#RESULTS[@]} - FAILED )) of ${#RESULTS[@]} cases passed. \`tests/interop/README.md\` says what each case"
+        echo "checks."
+        echo
+        cat "$OUT/results.md"
+        echo
+        echo "Results are the softroce end's row (perftest's columns: bytes, iterations, then MB/s peak,"
+        echo "average and Mpps, or t_min, t_max, t_typical, t_avg, t_stdev, 99%, 99.9% in us; the guest's"
+        echo "when softroce is the passive end), measured against a guest emulated without KVM, so the"
+        echo "figures say that the runs complete, not how fast rxe is. \`sr_datacheck\` is"
+        echo "\`tests/interop/datacheck.c\`, the libibverbs peer of \`softroce perf --check\`."
+    } >"$RECORD"
+    log "wrote $RECORD"
+fi
 log "suite: $FAILED failed, $(( ${#RESULTS[@]} - FAILED )) passed, $(( $(date +%s) - t0 ))s"
 [ "$FAILED" = 0 ]
