@@ -115,8 +115,7 @@ pub struct RespState {
 
 impl RespState {
     /// Saved READ/atomic resources and queued responses: the two queues whose bounds the
-    /// simulation checks.
-    #[cfg(test)]
+    /// simulation and the fuzz targets check.
     pub(super) fn queue_lens(&self) -> (usize, usize) {
         (self.resources.len(), self.out.len())
     }
