@@ -447,8 +447,24 @@ impl Net {
 /// Most steps per input.
 const MAX_STEPS: usize = 1024;
 
+/// What a `pair` run ended with (for tests that check a seed does what it is named for).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PairReport {
+    /// Send WRs completed successfully, on A and on B.
+    pub ok: [usize; 2],
+    /// Send WRs completed with an error, on A and on B.
+    pub failed: [usize; 2],
+    /// Successful receive completions, on A and on B.
+    pub received: [usize; 2],
+}
+
 /// The `pair` fuzz target's body.
 pub fn pair(data: &[u8]) {
+    pair_report(data);
+}
+
+/// [`pair`], returning what the run ended with.
+pub fn pair_report(data: &[u8]) -> PairReport {
     let mut u = Unstructured::new(data);
     let s = Setup::read(&mut u);
     let mut a = End::new(0x31, Ipv4Addr::new(192, 0, 2, 1), 1);
@@ -554,9 +570,19 @@ pub fn pair(data: &[u8]) {
         n.settle(budget),
         "the pair did not go quiet within the retry budget ({budget:?})"
     );
-    for (e, peer) in [(&n.a, &n.b), (&n.b, &n.a)] {
+    let mut report = PairReport::default();
+    for (i, (e, peer)) in [(&n.a, &n.b), (&n.b, &n.a)].into_iter().enumerate() {
         verify(e, peer);
+        let ok = |w: &&PostedSend| w.status == Some(WcStatus::Success);
+        report.ok[i] = e.sends.iter().filter(ok).count();
+        report.failed[i] = e.sends.len() - report.ok[i];
+        report.received[i] = e
+            .recv_wcs
+            .iter()
+            .filter(|w| w.status == WcStatus::Success)
+            .count();
     }
+    report
 }
 
 /// The end-of-run checks of one end's send WRs against its peer's memory and receives.
