@@ -106,6 +106,9 @@ pub struct RespState {
     /// Message sequence number.
     pub msn: u32,
     nak_sent: bool,
+    /// A fatal NAK is queued: until it is sent and the QP is in ERROR, no request executes
+    /// (whatever its PSN: a peer may send any).
+    fatal: bool,
     in_msg: Option<InMsg>,
     recv: Option<RecvProgress>,
     write: Option<WriteProgress>,
@@ -123,6 +126,7 @@ impl RespState {
     /// Drops everything in progress (QP to ERROR or RESET). The receive WQE being filled, if
     /// any, is returned so that it can be completed as flushed.
     pub(super) fn flush(&mut self) -> Option<RecvWqe> {
+        self.fatal = false;
         self.in_msg = None;
         self.write = None;
         self.resources.clear();
@@ -181,6 +185,7 @@ impl QpCore {
         self.resp.in_msg = None;
         self.resp.write = None;
         self.resp.nak_sent = true;
+        self.resp.fatal = true;
         self.resp.psn = psn.add(0x40_0000); // no later PSN can match before ERROR
     }
 
@@ -224,7 +229,8 @@ impl QpCore {
         if !matches!(
             self.attr.qp_state,
             QpState::Rtr | QpState::Rts | QpState::Sqd
-        ) {
+        ) || self.resp.fatal
+        {
             return;
         }
         let psn = Psn::new(pkt.bth.psn);
