@@ -125,3 +125,13 @@ fn pair_seeds_complete_their_transfers() {
     assert_eq!(r.ok[0], 0, "{r:?}");
     assert_eq!(r.failed[0], 4, "{r:?}");
 }
+
+/// Regression (found by `responder`): after a fatal NAK was queued (here for a SEND ONLY in
+/// the middle of a SEND), the responder moved its expected PSN out of the way, but a peer may
+/// send any PSN: a request carrying the moved PSN executed, took a new receive WQE over the
+/// one the interrupted SEND was filling (lost without a completion) and completed it out of
+/// posting order. Now nothing executes while a fatal NAK is pending.
+#[test]
+fn regress_request_after_fatal_nak() {
+    softroce::fuzzing::responder(&seed("responder", "regress_request_after_fatal_nak"));
+}

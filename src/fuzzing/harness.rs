@@ -395,3 +395,10 @@ pub fn mtu_from(sel: u8) -> Mtu {
         _ => Mtu::Mtu1024,
     }
 }
+
+/// Whether `SOFTROCE_FUZZ_TRACE` is set: the targets then print every step and what came of
+/// it to stderr, to read a reproducer's story.
+pub fn tracing() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("SOFTROCE_FUZZ_TRACE").is_some())
+}
