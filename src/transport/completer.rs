@@ -159,6 +159,9 @@ impl QpCore {
             }
             AckSyndrome::RnrNak { timer } => {
                 Counters::inc(&self.counters.rcvd_rnr_err);
+                if psn.is_before(self.req.comp_psn) {
+                    return; // stale: rewinding to it would resend what was acknowledged
+                }
                 // Everything before the NAKed PSN is acknowledged.
                 if psn.is_after(self.req.comp_psn) {
                     if let Some(resume) = self.ack_through(psn.sub(1)) {
