@@ -55,7 +55,10 @@ for t in "${targets[@]}"; do
         summary+=("$t: $runs executions in ${seconds}s, no failure")
     else
         status=1
-        tail -n 60 "$log"
+        # The failure (panic message or libFuzzer's verdict), then how to reproduce it; the
+        # input's bytes, which libFuzzer prints in full, are left out.
+        grep -m1 -A4 -E "panicked at|ERROR: libFuzzer|==ERROR|Test unit written" "$log" || true
+        grep -v "^\s*\[" "$log" | grep -A8 -m1 "Failing input" || tail -n 20 "$log"
         summary+=("$t: FAILED (reproducer in fuzz/artifacts/$t/; log above)")
         break
     fi

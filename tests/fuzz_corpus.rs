@@ -135,3 +135,12 @@ fn pair_seeds_complete_their_transfers() {
 fn regress_request_after_fatal_nak() {
     softroce::fuzzing::responder(&seed("responder", "regress_request_after_fatal_nak"));
 }
+
+/// Regression (found by `completer`): an RNR NAK carrying a PSN already acknowledged (a stale
+/// or forged one) rewound the requester to it, so that it resent acknowledged requests and
+/// counted more PSNs acknowledged than sent. Stale RNR NAKs are now ignored, as stale NAKs
+/// were.
+#[test]
+fn regress_stale_rnr_nak() {
+    softroce::fuzzing::completer(&seed("completer", "regress_stale_rnr_nak"));
+}
