@@ -225,12 +225,28 @@ impl QpCore {
     /// The oldest WQE not yet done, if it is a READ/atomic in flight: its index.
     fn oldest_pending_response(&mut self, psn: Psn) -> Option<usize> {
         // Requests before the response's PSN are implicitly acknowledged.
-        if let Some(resume) = self.ack_through(psn.sub(1)) {
-            if resume != psn {
+        match self.ack_through(psn.sub(1)) {
+            Some(resume) if resume != psn => {
                 // An earlier READ/atomic never got its response: retry it.
                 self.advance_comp(resume);
                 self.retry_on_loss(resume);
                 return None;
+            }
+            _ => {
+                // The WQEs `ack_through` completed are acknowledged: move the completer's
+                // position up to the oldest one still pending (never past the response), as
+                // an ACK would. Left behind, a requester rewound into a completed WQE would
+                // resume inside whatever WQE took its place in the queue.
+                let front = self
+                    .sq
+                    .iter()
+                    .find(|w| !matches!(w.state, SendState::Done(_)))
+                    .map(|w| (w.state, w.first_psn));
+                let to = match front {
+                    Some((SendState::InFlight, first)) if first.is_before(psn) => first,
+                    _ => psn,
+                };
+                self.advance_comp(to);
             }
         }
         let idx = self
