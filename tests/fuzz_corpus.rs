@@ -144,3 +144,16 @@ fn regress_request_after_fatal_nak() {
 fn regress_stale_rnr_nak() {
     softroce::fuzzing::completer(&seed("completer", "regress_stale_rnr_nak"));
 }
+
+/// Regression (found by `completer`; an arithmetic overflow in the requester): a READ response
+/// implicitly acknowledges the WQEs before it, and the completer completed them without moving
+/// its position. A requester rewound (by a timeout) into one of those WQEs then resumed, after
+/// the WQE left the queue, at its byte offset inside the next WQE, shorter than that offset.
+/// The completer's position now moves up as an ACK would move it.
+#[test]
+fn regress_read_response_acks_without_advancing() {
+    softroce::fuzzing::completer(&seed(
+        "completer",
+        "regress_read_response_acks_without_advancing",
+    ));
+}
