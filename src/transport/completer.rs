@@ -63,6 +63,26 @@ impl QpCore {
 
     /// Moves the completer's position forward to `psn` (the oldest unacknowledged PSN).
     fn advance_comp(&mut self, psn: Psn) {
+        // Never past the first PSN of the oldest READ/atomic whose response has not arrived
+        // (for a READ: past the bytes received): only that response acknowledges it. A NAK or
+        // RNR NAK naming a PSN inside it must not, or the requester, which resends a READ from
+        // its missing bytes, would resume behind the completer.
+        let mtu = self.mtu() as u64;
+        let psn = match self
+            .sq
+            .iter()
+            .find(|w| !matches!(w.state, SendState::Done(_)))
+        {
+            Some(w) if w.state == SendState::InFlight && w.opcode.is_read_or_atomic() => {
+                let resume = w.first_psn.add((w.read_done / mtu) as u32);
+                if psn.is_after(resume) {
+                    resume
+                } else {
+                    psn
+                }
+            }
+            _ => psn,
+        };
         if psn.is_after(self.req.comp_psn) {
             self.req
                 .window
