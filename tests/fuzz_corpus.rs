@@ -157,3 +157,13 @@ fn regress_read_response_acks_without_advancing() {
         "regress_read_response_acks_without_advancing",
     ));
 }
+
+/// Regression (found by `completer`): an RNR NAK naming a PSN inside a READ whose response had
+/// not arrived moved the completer's position into the READ, while the requester resends a
+/// READ from its first missing byte: it resumed behind the completer, which then counted more
+/// PSNs acknowledged than sent. The completer's position now stops at the oldest unanswered
+/// READ/atomic.
+#[test]
+fn regress_nak_inside_read() {
+    softroce::fuzzing::completer(&seed("completer", "regress_nak_inside_read"));
+}
