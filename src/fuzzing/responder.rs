@@ -2,7 +2,8 @@
 //! from real captures) into one QP's responder, which owns registered memory with every
 //! combination of rights, interleaved with receive posts, transmit drains and time.
 //!
-//! Invariants checked after every step:
+//! Invariants checked after every step (memory after each of the first 8 packets delivered,
+//! every 8th after that, and at the end):
 //! - no write outside the regions with the right: the read-only region, the region of another
 //!   protection domain, the deregistered region and the local-only region (outside the
 //!   receive buffers posted in it) never change; once the QP is in ERROR no region changes;
@@ -256,6 +257,8 @@ struct Harness {
     local_writable: Vec<bool>,
     posted: VecDeque<PostedRecv>,
     next_wr_id: u64,
+    /// Packets delivered so far.
+    delivered: u32,
     /// Contents of every region when the QP entered ERROR.
     frozen: Option<Vec<Vec<u8>>>,
     buf: Vec<u8>,
@@ -295,6 +298,7 @@ impl Harness {
             local_writable: vec![false; REGION],
             posted: VecDeque::new(),
             next_wr_id: 1,
+            delivered: 0,
             frozen: None,
             buf: vec![0u8; MAX_PACKET],
             local: SocketAddr::new(IpAddr::V4(LOCAL_IP), port),
@@ -432,7 +436,13 @@ impl Harness {
         check_bounds(&self.qp);
         self.check_completions();
         if delivered {
-            self.check_memory();
+            self.delivered += 1;
+            // Reading every region is most of a step's cost under the fuzzer's comparison
+            // tracing: check after the first packets, then every few, and at the end (a
+            // change is permanent unless a later write restores the very bytes).
+            if self.delivered <= 8 || self.delivered % 8 == 0 {
+                self.check_memory();
+            }
         }
     }
 
