@@ -319,13 +319,13 @@ impl Harness {
         }];
         let mut flags = SendFlags::EMPTY;
         if p.signaled {
-            flags = flags | SendFlags::SIGNALED;
+            flags |= SendFlags::SIGNALED;
         }
         if p.fence {
-            flags = flags | SendFlags::FENCE;
+            flags |= SendFlags::FENCE;
         }
         if kind == 7 {
-            flags = flags | SendFlags::INLINE;
+            flags |= SendFlags::INLINE;
         }
         let wr_id = self.next_wr_id;
         let wr = SendWr {
