@@ -226,9 +226,11 @@ impl QpCore {
                         if self.req.rnr_until.is_some() && psn == self.req.rnr_psn {
                             return;
                         }
-                        self.retry_from(psn);
-                        self.req.timer = None;
-                        self.arm_timer(now);
+                        // With the budget spent the QP is in ERROR: no timer then.
+                        if self.retry_from(psn) {
+                            self.req.timer = None;
+                            self.arm_timer(now);
+                        }
                         return;
                     }
                     NakCode::InvalidRequest => WcStatus::RemInvReqErr,
