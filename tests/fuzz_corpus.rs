@@ -167,3 +167,11 @@ fn regress_read_response_acks_without_advancing() {
 fn regress_nak_inside_read() {
     softroce::fuzzing::completer(&seed("completer", "regress_nak_inside_read"));
 }
+
+/// Regression (found by `completer`): a PSN sequence NAK arriving with the retry budget spent
+/// failed the WQE and moved the QP to ERROR, and then re-armed the retransmission timer, which
+/// kept firing in ERROR. No timer is armed once the retry fails.
+#[test]
+fn regress_timer_after_retry_exhausted() {
+    softroce::fuzzing::completer(&seed("completer", "regress_timer_after_retry_exhausted"));
+}
