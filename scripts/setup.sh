@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v tshark >/dev/null 2>&1 || need_apt+=(tshark)
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
+# libFuzzer (the fuzz targets, scripts/fuzz.sh) is C++.
+command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
 if [ ${#need_apt[@]} -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -63,6 +63,26 @@ impl QpCore {
 
     /// Moves the completer's position forward to `psn` (the oldest unacknowledged PSN).
     fn advance_comp(&mut self, psn: Psn) {
+        // Never past the first PSN of the oldest READ/atomic whose response has not arrived
+        // (for a READ: past the bytes received): only that response acknowledges it. A NAK or
+        // RNR NAK naming a PSN inside it must not, or the requester, which resends a READ from
+        // its missing bytes, would resume behind the completer.
+        let mtu = self.mtu() as u64;
+        let psn = match self
+            .sq
+            .iter()
+            .find(|w| !matches!(w.state, SendState::Done(_)))
+        {
+            Some(w) if w.state == SendState::InFlight && w.opcode.is_read_or_atomic() => {
+                let resume = w.first_psn.add((w.read_done / mtu) as u32);
+                if psn.is_after(resume) {
+                    resume
+                } else {
+                    psn
+                }
+            }
+            _ => psn,
+        };
         if psn.is_after(self.req.comp_psn) {
             self.req
                 .window
@@ -164,6 +184,9 @@ impl QpCore {
             }
             AckSyndrome::RnrNak { timer } => {
                 Counters::inc(&self.counters.rcvd_rnr_err);
+                if psn.is_before(self.req.comp_psn) {
+                    return; // stale: rewinding to it would resend what was acknowledged
+                }
                 // Everything before the NAKed PSN is acknowledged.
                 if psn.is_after(self.req.comp_psn) {
                     if let Some(resume) = self.ack_through(psn.sub(1)) {
@@ -208,9 +231,11 @@ impl QpCore {
                         if self.req.rnr_until.is_some() && psn == self.req.rnr_psn {
                             return;
                         }
-                        self.retry_from(psn);
-                        self.req.timer = None;
-                        self.arm_timer(now);
+                        // With the budget spent the QP is in ERROR: no timer then.
+                        if self.retry_from(psn) {
+                            self.req.timer = None;
+                            self.arm_timer(now);
+                        }
                         return;
                     }
                     NakCode::InvalidRequest => WcStatus::RemInvReqErr,
@@ -227,12 +252,28 @@ impl QpCore {
     /// The oldest WQE not yet done, if it is a READ/atomic in flight: its index.
     fn oldest_pending_response(&mut self, psn: Psn) -> Option<usize> {
         // Requests before the response's PSN are implicitly acknowledged.
-        if let Some(resume) = self.ack_through(psn.sub(1)) {
-            if resume != psn {
+        match self.ack_through(psn.sub(1)) {
+            Some(resume) if resume != psn => {
                 // An earlier READ/atomic never got its response: retry it.
                 self.advance_comp(resume);
                 self.retry_on_loss(resume);
                 return None;
+            }
+            _ => {
+                // The WQEs `ack_through` completed are acknowledged: move the completer's
+                // position up to the oldest one still pending (never past the response), as
+                // an ACK would. Left behind, a requester rewound into a completed WQE would
+                // resume inside whatever WQE took its place in the queue.
+                let front = self
+                    .sq
+                    .iter()
+                    .find(|w| !matches!(w.state, SendState::Done(_)))
+                    .map(|w| (w.state, w.first_psn));
+                let to = match front {
+                    Some((SendState::InFlight, first)) if first.is_before(psn) => first,
+                    _ => psn,
+                };
+                self.advance_comp(to);
             }
         }
         let idx = self

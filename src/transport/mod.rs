@@ -21,5 +21,6 @@ mod tests;
 
 pub use counters::Counters;
 pub use mr::{Mr, MrFault, MrTable};
-pub use qp::{CqSide, QpConfig, QpCore, Transmit, MAX_PACKET};
+pub use qp::{CqSide, QpConfig, QpCore, QueueDepths, Transmit, MAX_PACKET};
 pub use requester::{ACKREQ_EVERY, MAX_UNACKED_PSNS};
+pub use responder::MAX_QUEUED_RESPONSES;

@@ -72,6 +72,25 @@ pub struct Transmit {
 /// Size a transmit buffer must have: the largest packet (MTU 4096 plus headers).
 pub const MAX_PACKET: usize = 4096 + 64;
 
+/// Lengths of a QP's internal queues ([`QpCore::queue_depths`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueDepths {
+    /// Send WQEs not yet retired.
+    pub send: usize,
+    /// Receive WQEs not yet consumed.
+    pub recv: usize,
+    /// Completions waiting to be polled.
+    pub completions: usize,
+    /// Saved READ/atomic responder resources (bounded by `max_dest_rd_atomic`).
+    pub resp_resources: usize,
+    /// Responses queued for sending (bounded by `MAX_QUEUED_RESPONSES`).
+    pub resp_queued: usize,
+    /// PSNs sent and not yet acknowledged.
+    pub outstanding_psns: i32,
+    /// PSNs spanned by the largest send WQE queued (a READ reserves one per response packet).
+    pub largest_wqe_psns: i32,
+}
+
 /// One RC queue pair.
 #[derive(Debug)]
 pub struct QpCore {
@@ -413,6 +432,26 @@ impl QpCore {
     /// Posted receive WRs not yet consumed.
     pub fn recv_queue_len(&self) -> usize {
         self.rq.len()
+    }
+
+    /// The lengths of the internal queues, for the bound checks of the simulation and the fuzz
+    /// targets (src/fuzzing), which see the core only through its public API.
+    pub fn queue_depths(&self) -> QueueDepths {
+        let (resp_resources, resp_queued) = self.resp.queue_lens();
+        QueueDepths {
+            send: self.sq.len(),
+            recv: self.rq.len(),
+            completions: self.completions.len(),
+            resp_resources,
+            resp_queued,
+            outstanding_psns: self.req.psn.diff(self.req.comp_psn),
+            largest_wqe_psns: self
+                .sq
+                .iter()
+                .map(|w| w.last_psn.distance_from(w.first_psn) as i32 + 1)
+                .max()
+                .unwrap_or(0),
+        }
     }
 
     /// The next work completion, if any.

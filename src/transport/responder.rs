@@ -147,6 +147,9 @@ pub struct RespState {
     /// Message sequence number.
     pub msn: u32,
     nak_sent: bool,
+    /// A fatal NAK is queued: until it is sent and the QP is in ERROR, no request executes
+    /// (whatever its PSN: a peer may send any).
+    fatal: bool,
     in_msg: Option<InMsg>,
     recv: Option<RecvProgress>,
     write: Option<WriteProgress>,
@@ -156,8 +159,7 @@ pub struct RespState {
 
 impl RespState {
     /// Saved READ/atomic resources and queued responses: the two queues whose bounds the
-    /// simulation checks.
-    #[cfg(test)]
+    /// simulation and the fuzz targets check.
     pub(super) fn queue_lens(&self) -> (usize, usize) {
         (self.resources.len(), self.out.len())
     }
@@ -165,6 +167,7 @@ impl RespState {
     /// Drops everything in progress (QP to ERROR or RESET). The receive WQE being filled, if
     /// any, is returned so that it can be completed as flushed.
     pub(super) fn flush(&mut self) -> Option<RecvWqe> {
+        self.fatal = false;
         self.in_msg = None;
         self.write = None;
         self.resources.clear();
@@ -223,6 +226,7 @@ impl QpCore {
         self.resp.in_msg = None;
         self.resp.write = None;
         self.resp.nak_sent = true;
+        self.resp.fatal = true;
         self.resp.psn = psn.add(0x40_0000); // no later PSN can match before ERROR
     }
 
@@ -267,7 +271,8 @@ impl QpCore {
         if !matches!(
             self.attr.qp_state,
             QpState::Rtr | QpState::Rts | QpState::Sqd
-        ) {
+        ) || self.resp.fatal
+        {
             return;
         }
         let psn = Psn::new(pkt.bth.psn);

@@ -1,6 +1,5 @@
-//! Bodies of the fuzz targets in `fuzz/`, kept in the library so that `cargo test` can replay
-//! their seed corpus on stable Rust through exactly the code the fuzzer runs. Each function
-//! takes arbitrary bytes, must never panic, and asserts the invariants that hold for any input.
+//! Fuzz targets `packet_decoder` and `capture_reader`: arbitrary bytes into the RoCEv2 frame
+//! and packet decoders, and into the pcap/pcapng reader and the decode pipeline.
 
 use crate::capture::CaptureReader;
 use crate::decode::Decoder;
