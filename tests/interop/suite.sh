@@ -91,9 +91,6 @@ check_capture() { # pcap
 # the ICRC covers).
 CAPTURE_AT=softroce
 
-# softroce's capture flags for a case, or none when the wire is captured.
-#   capture_flags PCAP
-capture_flags() { [ "$CAPTURE_AT" = wire ] || echo "--pcap $1"; }
 
 # Starts tshark on the guest's tap when CAPTURE_AT=wire; bounded (stops itself after 300 s).
 #   wire_capture_start PCAP
@@ -222,8 +219,10 @@ datacheck_case() {
     local name="datacheck_${op}_${role}_s${size}_m${mtu}_n${iters}_loss${loss}_${CAPTURE_AT}"
     local pcap=$OUT/$name.pcap slog=$OUT/$name.softroce.log glog=$OUT/$name.guest.log
     local flags=(-x 1 -p "$PORT" -s "$size" -n "$iters" -t 16 -m "$mtu")
-    # shellcheck disable=SC2046 # capture_flags yields zero or two words
-    local sflags=(perf "$op" --check --bind "$HOST_IP" "${flags[@]}" $(capture_flags "$pcap") --counters --timeout 60)
+    # softroce's own capture, or none when the wire is captured (case names hold spaces).
+    local cflags=(--pcap "$pcap")
+    [ "$CAPTURE_AT" = wire ] && cflags=()
+    local sflags=(perf "$op" --check --bind "$HOST_IP" "${flags[@]}" "${cflags[@]}" --counters --timeout 60)
     log "case $name"
     wire_capture_start "$pcap"
     run_against_guest "$role" "$loss" "sr_datacheck $op ${flags[*]}" "$slog" "$glog" "${sflags[@]}"
@@ -252,8 +251,10 @@ perftest_case() {
     local name="${prog}_${role}_s${size}_n${iters}_loss${loss}${extra[*]:+_${extra[*]// /}}_${CAPTURE_AT}"
     local pcap=$OUT/$name.pcap slog=$OUT/$name.softroce.log glog=$OUT/$name.guest.log
     local flags=(-F -x 1 -p "$PORT" -s "$size" -n "$iters" "${extra[@]}")
-    # shellcheck disable=SC2046 # capture_flags yields zero or two words
-    local sflags=(perf "$op" --bind "$HOST_IP" "${flags[@]}" $(capture_flags "$pcap") --counters --timeout 60)
+    # softroce's own capture, or none when the wire is captured (case names hold spaces).
+    local cflags=(--pcap "$pcap")
+    [ "$CAPTURE_AT" = wire ] && cflags=()
+    local sflags=(perf "$op" --bind "$HOST_IP" "${flags[@]}" "${cflags[@]}" --counters --timeout 60)
     [ "$kind" = lat ] && sflags+=(--lat)
     log "case $name"
     wire_capture_start "$pcap"
