@@ -157,6 +157,21 @@ impl QpCore {
         }
     }
 
+    /// A NAK, RNR or not, for `psn` acknowledges every request before it (IBTA 9.7.5.1.1).
+    /// Returns true when that uncovered a READ/atomic whose response was lost: the retry from
+    /// it has started and the NAK itself is moot.
+    fn acknowledge_before_nak(&mut self, psn: Psn) -> bool {
+        if psn.is_after(self.req.comp_psn) {
+            if let Some(resume) = self.ack_through(psn.sub(1)) {
+                self.advance_comp(resume);
+                self.retry_from(resume);
+                return true;
+            }
+            self.advance_comp(psn);
+        }
+        false
+    }
+
     fn on_ack(&mut self, now: Duration, pkt: &PacketRepr, psn: Psn) {
         let Some(aeth) = pkt.ext.aeth else { return };
         match aeth.kind() {
@@ -187,14 +202,8 @@ impl QpCore {
                 if psn.is_before(self.req.comp_psn) {
                     return; // stale: rewinding to it would resend what was acknowledged
                 }
-                // Everything before the NAKed PSN is acknowledged.
-                if psn.is_after(self.req.comp_psn) {
-                    if let Some(resume) = self.ack_through(psn.sub(1)) {
-                        self.advance_comp(resume);
-                        self.retry_from(resume);
-                        return;
-                    }
-                    self.advance_comp(psn);
+                if self.acknowledge_before_nak(psn) {
+                    return;
                 }
                 if self.req.rnr_retry_left == 0 {
                     Counters::inc(&self.counters.retry_rnr_exceeded_err);
@@ -214,14 +223,8 @@ impl QpCore {
                 if psn.is_before(self.req.comp_psn) {
                     return; // stale
                 }
-                // Everything before the NAKed PSN is acknowledged.
-                if psn.is_after(self.req.comp_psn) {
-                    if let Some(resume) = self.ack_through(psn.sub(1)) {
-                        self.advance_comp(resume);
-                        self.retry_from(resume);
-                        return;
-                    }
-                    self.advance_comp(psn);
+                if self.acknowledge_before_nak(psn) {
+                    return;
                 }
                 let status = match code {
                     NakCode::PsnSequenceError => {
