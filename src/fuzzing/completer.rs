@@ -23,8 +23,8 @@ use std::time::Duration;
 use arbitrary::{Arbitrary, Unstructured};
 
 use super::harness::{
-    bth, check_bounds, connect, emit, ext_headers, icrc_ok, new_qp, next_step, pattern, tracing,
-    HeaderFields, Link, Step, ALL_ACCESS, CAP, IOVA, RESPONSE_OPCODES,
+    bth, check_bounds, connect, emit, ext_headers, icrc_ok, new_qp, next_step, pattern, read_head,
+    tracing, HeaderFields, Link, Step, ALL_ACCESS, CAP, IOVA, RESPONSE_OPCODES,
 };
 use crate::ib::{Mtu, QpState, SendFlags, SendWr, Sge, WcOpcode, WcStatus, WrOpcode};
 use crate::memory::SharedBytes;
@@ -64,11 +64,7 @@ impl Setup {
 
     /// Reads the setup from the first [`Setup::LEN`] bytes (missing bytes read as zero).
     pub fn read(u: &mut Unstructured) -> Setup {
-        let mut b = [0u8; Setup::LEN];
-        let n = u.len().min(Setup::LEN);
-        if let Ok(head) = u.bytes(n) {
-            b[..n].copy_from_slice(head);
-        }
+        let b = read_head::<{ Setup::LEN }>(u);
         Setup {
             mtu: b[0],
             sq_psn: u32::from_le_bytes([b[1], b[2], b[3], 0]),

@@ -47,6 +47,17 @@ pub fn next_step<'a, T: Arbitrary<'a>>(u: &mut Unstructured<'a>) -> Option<Step<
     T::arbitrary(u).ok().map(Step::Shaped)
 }
 
+/// The first `N` bytes of an input, which hold a target's setup; bytes the input lacks read as
+/// zero, so every input, however short, has a setup.
+pub fn read_head<const N: usize>(u: &mut Unstructured) -> [u8; N] {
+    let mut b = [0u8; N];
+    let n = u.len().min(N);
+    if let Ok(head) = u.bytes(n) {
+        b[..n].copy_from_slice(head);
+    }
+    b
+}
+
 /// Encodes a raw step as [`next_step`] reads it (for seed files).
 pub fn encode_raw(out: &mut Vec<u8>, packet: &[u8]) {
     out.push(RAW_TAG);

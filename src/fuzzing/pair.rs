@@ -21,7 +21,8 @@ use std::time::Duration;
 use arbitrary::{Arbitrary, Unstructured};
 
 use super::harness::{
-    check_bounds, connect, icrc_ok, new_qp, next_step, pattern, Link, Step, ALL_ACCESS, IOVA,
+    check_bounds, connect, icrc_ok, new_qp, next_step, pattern, read_head, Link, Step, ALL_ACCESS,
+    IOVA,
 };
 use crate::ib::{QpState, RecvWr, SendFlags, SendWr, Sge, WcOpcode, WcStatus, WrOpcode};
 use crate::memory::SharedBytes;
@@ -69,11 +70,7 @@ impl Setup {
 
     /// Reads the setup from the first [`Setup::LEN`] bytes (missing bytes read as zero).
     pub fn read(u: &mut Unstructured) -> Setup {
-        let mut b = [0u8; Setup::LEN];
-        let n = u.len().min(Setup::LEN);
-        if let Ok(head) = u.bytes(n) {
-            b[..n].copy_from_slice(head);
-        }
+        let b = read_head::<{ Setup::LEN }>(u);
         Setup {
             mtu: b[0],
             psn: b[1],
