@@ -52,21 +52,7 @@ impl Hostile {
         let mut buf = vec![0u8; pkt.buffer_len()];
         let n = pkt.emit(&mut buf).unwrap();
         buf.truncate(n);
-        let (IpAddr::V4(s), IpAddr::V4(d)) = (self.addr.ip(), self.target.ip()) else {
-            unreachable!("IPv4 only")
-        };
-        let udp_len = (8 + n) as u16;
-        let mut udp = [0u8; 8];
-        udp[0..2].copy_from_slice(&self.addr.port().to_be_bytes());
-        udp[2..4].copy_from_slice(&self.target.port().to_be_bytes());
-        udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
-        let crc = icrc::compute(
-            &icrc::ipv4_header_for_socket(s, d, udp_len, true),
-            &udp,
-            &buf[..n - 4],
-        )
-        .unwrap();
-        buf[n - 4..].copy_from_slice(&icrc::to_wire(crc));
+        reseal(self, &mut buf);
         buf
     }
 
@@ -604,7 +590,8 @@ fn packets_failing_a_header_check_are_dropped_silently_and_counted() {
     honest_pair_works(&l, 2);
 }
 
-/// Recomputes the ICRC of a packet the test edited after sealing.
+/// Computes the ICRC of a packet from `h` to its target, in place: for `Hostile::seal` and for
+/// packets a test edited after sealing.
 fn reseal(h: &Hostile, bytes: &mut [u8]) {
     let n = bytes.len();
     let (IpAddr::V4(s), IpAddr::V4(d)) = (h.addr.ip(), h.target.ip()) else {
