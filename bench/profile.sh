@@ -40,16 +40,9 @@ fi
 cargo build --release --locked -q
 BIN=$PWD/target/release/softroce
 
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/softroce-profile.XXXXXX")
-cleanup() {
-    local p
-    if [ -f "$TMP/pids" ]; then
-        while read -r p; do kill "$p" 2>/dev/null || true; done <"$TMP/pids"
-    fi
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+# shellcheck source=bench/common.sh
+. bench/common.sh
+bench_tmp profile
 PORT=${BENCH_PORT_BASE:-19900}
 
 # One run: server plain, client under the given tool (retried while the server starts).
@@ -64,7 +57,7 @@ profiled() {
     local args=(perf "${test[@]}" -n "$iters" -p "$PORT" --roce-port "$PORT" --json)
     timeout 300 "$BIN" "${args[@]}" >"$TMP/server.out" 2>&1 &
     local spid=$!
-    echo "$spid" >>"$TMP/pids"
+    started "$spid"
     local i
     for i in $(seq 50); do
         sleep 0.2

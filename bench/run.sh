@@ -87,19 +87,9 @@ BUSY=0
 [[ $PERF_HELP == *--busy-poll* ]] && BUSY=1
 
 # ---- process bookkeeping -------------------------------------------------------------------
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/softroce-bench.XXXXXX")
-# Runs happen in command substitutions (subshells), so the pids of what they start in the
-# background are kept in a file, not a variable.
-started() { echo "$1" >>"$TMP/pids"; }
-cleanup() {
-    local p
-    if [ -f "$TMP/pids" ]; then
-        while read -r p; do kill "$p" 2>/dev/null || true; done <"$TMP/pids"
-    fi
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+# shellcheck source=bench/common.sh
+. bench/common.sh
+bench_tmp bench
 # Every run gets its own ports (TCP for the out-of-band exchange and iperf3, UDP for RoCE and
 # the baselines), so no run waits for another's TIME_WAIT or stray datagrams. measure() moves
 # PORT on by 10 before each run (a run is a subshell and may take a few ports of its own).
