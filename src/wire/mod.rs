@@ -17,12 +17,15 @@ pub mod aeth;
 pub mod atomic_ack_eth;
 pub mod atomic_eth;
 pub mod bth;
+pub mod cm;
+pub mod cma;
 pub mod deth;
 pub mod feth;
 pub mod frame;
 pub mod icrc;
 pub mod ieth;
 pub mod immdt;
+pub mod mad;
 pub mod opcode;
 pub mod packet;
 pub mod psn;
@@ -79,6 +82,10 @@ pub enum Header {
     Ip,
     /// UDP.
     Udp,
+    /// A management datagram (the payload of a QP1 SEND).
+    Mad,
+    /// rdma_cm's header at the front of a REQ's private data.
+    CmaHeader,
 }
 
 impl Header {
@@ -99,6 +106,8 @@ impl Header {
             Header::Ethernet => "Ethernet",
             Header::Ip => "IP",
             Header::Udp => "UDP",
+            Header::Mad => "MAD",
+            Header::CmaHeader => "rdma_cm header",
         }
     }
 }
@@ -170,6 +179,25 @@ pub enum Error {
     },
     /// The enclosing Ethernet/IP/UDP headers are malformed.
     Encapsulation(&'static str),
+    /// A MAD of a class, class version, method or attribute this implementation does not
+    /// handle (the GSI drops it, as Linux's MAD layer does).
+    UnsupportedMad {
+        /// Management class.
+        mgmt_class: u8,
+        /// Class version.
+        class_version: u8,
+        /// Method.
+        method: u8,
+        /// Attribute ID.
+        attr_id: u16,
+    },
+    /// rdma_cm's header in a REQ's private data has a version or IP version it does not define.
+    BadCmaHeader {
+        /// The header's version byte (0 expected).
+        version: u8,
+        /// The IP version nibble (4 or 6 expected).
+        ip_version: u8,
+    },
 }
 
 impl core::fmt::Display for Error {
@@ -217,6 +245,22 @@ impl core::fmt::Display for Error {
                 )
             }
             Error::Encapsulation(what) => write!(f, "bad encapsulation: {what}"),
+            Error::UnsupportedMad {
+                mgmt_class,
+                class_version,
+                method,
+                attr_id,
+            } => write!(
+                f,
+                "unsupported MAD: class 0x{mgmt_class:02x} version {class_version} method 0x{method:02x} attribute 0x{attr_id:04x}"
+            ),
+            Error::BadCmaHeader {
+                version,
+                ip_version,
+            } => write!(
+                f,
+                "rdma_cm header version {version}, IP version {ip_version} (expected 0 and 4 or 6)"
+            ),
         }
     }
 }

@@ -1,0 +1,446 @@
+//! Management datagrams (IBTA vol. 1 §13.4): the 256-byte messages that the General Services
+//! Interface (QP1) carries in UD SENDs, here for communication management (class 0x07).
+//!
+//! ```text
+//!  byte 0         1            2              3
+//!  BaseVersion  | MgmtClass  | ClassVersion | R | Method
+//!  Status (16)               | ClassSpecific (16)
+//!  TransactionID (64)
+//!  AttributeID (16)          | reserved (16)
+//!  AttributeModifier (32)
+//!  data (232 bytes for the CM class)
+//! ```
+//!
+//! The class layouts (CM messages in [`super::cm`]) are written as [`BitField`]s and
+//! [`ByteField`]s: a byte offset into the MAD, a bit offset from that byte's most significant bit
+//! and a width, the way IBTA's tables and Linux's `ibta_vol1_c12.h` state them. Parsing and
+//! emitting both go through the same descriptor, so each layout is written once.
+
+use super::{check_emit_len, check_len, Header, Result};
+
+/// Size of every MAD on the wire (IBTA §13.4.2): the header plus the class's data, zero-padded.
+pub const LEN: usize = 256;
+/// Size of the common MAD header.
+pub const HEADER_LEN: usize = 24;
+/// Bytes of class data after the common header.
+pub const DATA_LEN: usize = LEN - HEADER_LEN;
+
+/// BaseVersion of every MAD defined by IBTA vol. 1.
+pub const BASE_VERSION: u8 = 1;
+/// Management class of communication management (IBTA Table 148).
+pub const CLASS_CM: u8 = 0x07;
+/// Class version of the CM class that Linux and rxe speak.
+pub const CM_CLASS_VERSION: u8 = 2;
+
+/// MAD methods (IBTA Table 147). The high bit (R) marks a response.
+pub mod method {
+    /// Get an attribute.
+    pub const GET: u8 = 0x01;
+    /// Set an attribute.
+    pub const SET: u8 = 0x02;
+    /// Send a datagram that needs no response method (every CM message).
+    pub const SEND: u8 = 0x03;
+    /// Response to a Get or Set.
+    pub const GET_RESP: u8 = 0x81;
+    /// The R bit: this method is a response.
+    pub const RESPONSE_BIT: u8 = 0x80;
+}
+
+/// A field of at most 64 bits inside a MAD: `width` bits starting `bit` bits below the most
+/// significant bit of byte `byte`, big-endian, as IBTA's message tables give them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BitField {
+    /// Offset of the field's first byte from the start of the MAD.
+    pub byte: usize,
+    /// Bits to skip in that byte, counted from its most significant bit.
+    pub bit: u8,
+    /// Width in bits (1..=64), with `bit + width <= 64`.
+    pub width: u8,
+}
+
+impl BitField {
+    /// A field of `width` bits at `bit` bits into byte `data_byte` of the class data (the
+    /// offsets IBTA's CM tables use, which count from the end of the common header).
+    pub const fn data(data_byte: usize, bit: u8, width: u8) -> Self {
+        BitField {
+            byte: HEADER_LEN + data_byte,
+            bit,
+            width,
+        }
+    }
+
+    /// Bytes the field touches.
+    const fn span(self) -> usize {
+        (self.bit as usize + self.width as usize).div_ceil(8)
+    }
+
+    /// Bits below the field in the last byte it touches.
+    const fn shift(self) -> u32 {
+        (self.span() * 8 - self.bit as usize - self.width as usize) as u32
+    }
+
+    const fn mask(self) -> u64 {
+        if self.width >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << self.width) - 1
+        }
+    }
+
+    /// Reads the field from a whole MAD. `mad` holds at least [`LEN`] bytes.
+    pub fn get(self, mad: &[u8]) -> u64 {
+        let mut word = 0u64;
+        for &b in &mad[self.byte..self.byte + self.span()] {
+            word = (word << 8) | b as u64;
+        }
+        (word >> self.shift()) & self.mask()
+    }
+
+    /// Writes the low `width` bits of `value` into the field, leaving the bits around it alone.
+    pub fn put(self, mad: &mut [u8], value: u64) {
+        let span = self.span();
+        let bytes = &mut mad[self.byte..self.byte + span];
+        let mut word = 0u64;
+        for &b in bytes.iter() {
+            word = (word << 8) | b as u64;
+        }
+        let mask = self.mask() << self.shift();
+        word = (word & !mask) | ((value << self.shift()) & mask);
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = (word >> (8 * (span - 1 - i))) as u8;
+        }
+    }
+}
+
+/// A run of whole bytes inside a MAD (GIDs, private data, additional rejection information).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteField {
+    /// Offset from the start of the MAD.
+    pub byte: usize,
+    /// Length in bytes.
+    pub len: usize,
+}
+
+impl ByteField {
+    /// `len` bytes at `data_byte` bytes into the class data.
+    pub const fn data(data_byte: usize, len: usize) -> Self {
+        ByteField {
+            byte: HEADER_LEN + data_byte,
+            len,
+        }
+    }
+
+    /// The field's bytes in a whole MAD.
+    pub fn get(self, mad: &[u8]) -> &[u8] {
+        &mad[self.byte..self.byte + self.len]
+    }
+
+    /// Copies the field out into an array of its length.
+    pub fn get_array<const N: usize>(self, mad: &[u8]) -> [u8; N] {
+        let mut out = [0u8; N];
+        out.copy_from_slice(&mad[self.byte..self.byte + N.min(self.len)]);
+        out
+    }
+
+    /// Writes `value` into the field (`value` is the field's length).
+    pub fn put(self, mad: &mut [u8], value: &[u8]) {
+        mad[self.byte..self.byte + self.len].copy_from_slice(value);
+    }
+}
+
+mod field {
+    use super::BitField;
+    pub const BASE_VERSION: BitField = BitField {
+        byte: 0,
+        bit: 0,
+        width: 8,
+    };
+    pub const MGMT_CLASS: BitField = BitField {
+        byte: 1,
+        bit: 0,
+        width: 8,
+    };
+    pub const CLASS_VERSION: BitField = BitField {
+        byte: 2,
+        bit: 0,
+        width: 8,
+    };
+    pub const METHOD: BitField = BitField {
+        byte: 3,
+        bit: 0,
+        width: 8,
+    };
+    pub const STATUS: BitField = BitField {
+        byte: 4,
+        bit: 0,
+        width: 16,
+    };
+    pub const CLASS_SPECIFIC: BitField = BitField {
+        byte: 6,
+        bit: 0,
+        width: 16,
+    };
+    pub const TID: BitField = BitField {
+        byte: 8,
+        bit: 0,
+        width: 64,
+    };
+    pub const ATTR_ID: BitField = BitField {
+        byte: 16,
+        bit: 0,
+        width: 16,
+    };
+    pub const RESERVED: BitField = BitField {
+        byte: 18,
+        bit: 0,
+        width: 16,
+    };
+    pub const ATTR_MOD: BitField = BitField {
+        byte: 20,
+        bit: 0,
+        width: 32,
+    };
+}
+
+/// A checked view of a whole MAD (all [`LEN`] bytes) at the front of a buffer.
+#[derive(Debug, Clone, Copy)]
+pub struct Mad<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Mad<T> {
+    /// Wraps a buffer after checking that it holds a whole MAD. Bytes after the first
+    /// [`LEN`] are ignored (a UD payload may be padded).
+    pub fn new_checked(buffer: T) -> Result<Self> {
+        check_len(buffer.as_ref(), LEN, Header::Mad)?;
+        Ok(Mad { buffer })
+    }
+
+    /// Returns the underlying buffer.
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    /// The MAD's bytes (exactly [`LEN`]).
+    pub fn bytes(&self) -> &[u8] {
+        &self.buffer.as_ref()[..LEN]
+    }
+
+    /// Reads a field of this MAD.
+    pub fn get(&self, f: BitField) -> u64 {
+        f.get(self.bytes())
+    }
+
+    /// BaseVersion (1 for every IBTA class).
+    pub fn base_version(&self) -> u8 {
+        self.get(field::BASE_VERSION) as u8
+    }
+    /// Management class (0x07: CM).
+    pub fn mgmt_class(&self) -> u8 {
+        self.get(field::MGMT_CLASS) as u8
+    }
+    /// Version of the class's layouts.
+    pub fn class_version(&self) -> u8 {
+        self.get(field::CLASS_VERSION) as u8
+    }
+    /// Method, with the response bit.
+    pub fn method(&self) -> u8 {
+        self.get(field::METHOD) as u8
+    }
+    /// Status of a response (0 in requests).
+    pub fn status(&self) -> u16 {
+        self.get(field::STATUS) as u16
+    }
+    /// Class-specific header word.
+    pub fn class_specific(&self) -> u16 {
+        self.get(field::CLASS_SPECIFIC) as u16
+    }
+    /// Transaction ID: a response echoes its request's.
+    pub fn tid(&self) -> u64 {
+        self.get(field::TID)
+    }
+    /// Attribute ID: for the CM class, which message this is.
+    pub fn attr_id(&self) -> u16 {
+        self.get(field::ATTR_ID) as u16
+    }
+    /// Attribute modifier.
+    pub fn attr_mod(&self) -> u32 {
+        self.get(field::ATTR_MOD) as u32
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Mad<T> {
+    /// Writes a field of this MAD.
+    pub fn set(&mut self, f: BitField, value: u64) {
+        f.put(&mut self.buffer.as_mut()[..LEN], value);
+    }
+}
+
+/// The common header of a MAD.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct MadRepr {
+    /// BaseVersion (1).
+    pub base_version: u8,
+    /// Management class.
+    pub mgmt_class: u8,
+    /// Class version.
+    pub class_version: u8,
+    /// Method, with the response bit.
+    pub method: u8,
+    /// Status of a response.
+    pub status: u16,
+    /// Class-specific header word.
+    pub class_specific: u16,
+    /// Transaction ID.
+    pub tid: u64,
+    /// Attribute ID.
+    pub attr_id: u16,
+    /// Attribute modifier.
+    pub attr_mod: u32,
+}
+
+impl MadRepr {
+    /// Bytes of the header on the wire.
+    pub const LEN: usize = HEADER_LEN;
+
+    /// A CM-class SEND header (every CM message is one), with `tid` and the message's attribute ID.
+    pub fn cm_send(tid: u64, attr_id: u16) -> Self {
+        MadRepr {
+            base_version: BASE_VERSION,
+            mgmt_class: CLASS_CM,
+            class_version: CM_CLASS_VERSION,
+            method: method::SEND,
+            status: 0,
+            class_specific: 0,
+            tid,
+            attr_id,
+            attr_mod: 0,
+        }
+    }
+
+    /// Parses the header of the whole MAD at the front of `buf` (at least [`LEN`] bytes: a
+    /// shorter datagram is not a MAD).
+    pub fn parse(buf: &[u8]) -> Result<Self> {
+        let v = Mad::new_checked(buf)?;
+        Ok(MadRepr {
+            base_version: v.base_version(),
+            mgmt_class: v.mgmt_class(),
+            class_version: v.class_version(),
+            method: v.method(),
+            status: v.status(),
+            class_specific: v.class_specific(),
+            tid: v.tid(),
+            attr_id: v.attr_id(),
+            attr_mod: v.attr_mod(),
+        })
+    }
+
+    /// Writes the header into the front of `buf` (at least [`LEN`] bytes), reserved bits zero;
+    /// the class data after it is left as it is.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
+        check_emit_len(buf, LEN)?;
+        let mut v = Mad { buffer: buf };
+        v.set(field::BASE_VERSION, self.base_version.into());
+        v.set(field::MGMT_CLASS, self.mgmt_class.into());
+        v.set(field::CLASS_VERSION, self.class_version.into());
+        v.set(field::METHOD, self.method.into());
+        v.set(field::STATUS, self.status.into());
+        v.set(field::CLASS_SPECIFIC, self.class_specific.into());
+        v.set(field::TID, self.tid);
+        v.set(field::ATTR_ID, self.attr_id.into());
+        v.set(field::RESERVED, 0);
+        v.set(field::ATTR_MOD, self.attr_mod.into());
+        Ok(())
+    }
+
+    /// Whether the method has the response bit set.
+    pub fn is_response(&self) -> bool {
+        self.method & method::RESPONSE_BIT != 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Error;
+    use super::*;
+
+    // The header of the REQ in tests/data/rxe/rping.pcap (frame 1), as kernel rxe's CM sent it.
+    const HEADER: [u8; 24] = [
+        0x01, 0x07, 0x02, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02, 0x8e, 0xdc, 0x46,
+        0xa2, 0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    ];
+
+    fn mad() -> [u8; LEN] {
+        let mut m = [0u8; LEN];
+        m[..24].copy_from_slice(&HEADER);
+        m
+    }
+
+    #[test]
+    fn deconstruct() {
+        let m = mad();
+        let v = Mad::new_checked(&m[..]).unwrap();
+        assert_eq!(v.base_version(), 1);
+        assert_eq!(v.mgmt_class(), CLASS_CM);
+        assert_eq!(v.class_version(), 2);
+        assert_eq!(v.method(), method::SEND);
+        assert_eq!(v.status(), 0);
+        assert_eq!(v.tid(), 0x0000_0002_8edc_46a2);
+        assert_eq!(v.attr_id(), 0x0010);
+        assert_eq!(v.attr_mod(), 0);
+    }
+
+    #[test]
+    fn parse_and_emit() {
+        let m = mad();
+        let r = MadRepr::parse(&m).unwrap();
+        assert_eq!(r, MadRepr::cm_send(0x0000_0002_8edc_46a2, 0x0010));
+        assert!(!r.is_response());
+        let mut out = [0xAAu8; LEN];
+        r.emit(&mut out).unwrap();
+        assert_eq!(out[..24], HEADER);
+        assert!(out[24..].iter().all(|&b| b == 0xAA), "emit touches only the header");
+    }
+
+    #[test]
+    fn short_buffers_are_errors() {
+        assert_eq!(
+            MadRepr::parse(&[0u8; 255]),
+            Err(Error::Truncated {
+                header: Header::Mad,
+                need: 256,
+                got: 255
+            })
+        );
+        assert!(MadRepr::default().emit(&mut [0u8; 100]).is_err());
+    }
+
+    #[test]
+    fn bit_fields_read_and_write_only_their_bits() {
+        // 5 bits at bit 0 and 3 bits at bit 5 of one byte (REQ's local CM response timeout
+        // and retry count share byte 47 this way).
+        let hi = BitField::data(0, 0, 5);
+        let lo = BitField::data(0, 5, 3);
+        let mut m = [0u8; LEN];
+        hi.put(&mut m, 20);
+        lo.put(&mut m, 7);
+        assert_eq!(m[HEADER_LEN], 0xa7);
+        assert_eq!(hi.get(&m), 20);
+        assert_eq!(lo.get(&m), 7);
+        // A 20-bit field at the top of a 32-bit word (the flow label) next to a 6-bit one at
+        // bit 2 of the word's last byte.
+        let flow = BitField::data(4, 0, 20);
+        let rate = BitField::data(7, 2, 6);
+        flow.put(&mut m, 0x5afb7);
+        rate.put(&mut m, 0x3f);
+        assert_eq!(m[HEADER_LEN + 4..HEADER_LEN + 8], [0x5a, 0xfb, 0x70, 0x3f]);
+        assert_eq!(flow.get(&m), 0x5afb7);
+        // Values wider than the field are cut to it.
+        rate.put(&mut m, 0xff);
+        assert_eq!(m[HEADER_LEN + 7], 0x3f);
+        assert_eq!(m[HEADER_LEN + 6], 0x70);
+        let wide = BitField::data(8, 0, 64);
+        wide.put(&mut m, 0x0102_0304_0506_0708);
+        assert_eq!(wide.get(&m), 0x0102_0304_0506_0708);
+    }
+}
