@@ -1191,3 +1191,37 @@ fn softroce_captures_of_kernel_rxe_interop_verify() {
             .any(|v| v["src"].as_str().unwrap().starts_with("192.0.2.1:")));
     }
 }
+
+/// Kernel rxe's rdma_cm handshake in tests/data/rxe/rping.pcap: every MAD to QP1 is named with
+/// its CM message and fields, in text and JSON.
+#[test]
+fn rping_capture_names_every_cm_message() {
+    let cap = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/rxe/rping.pcap");
+    let o = softroce(&["decode", "--json", cap]);
+    assert_ok(&o);
+    let mads: Vec<Value> = json_lines(&o)
+        .into_iter()
+        .filter_map(|v| v.get("mad").cloned())
+        .collect();
+    let names: Vec<&str> = mads.iter().map(|m| m["cm"].as_str().unwrap()).collect();
+    assert_eq!(names, ["REQ", "REP", "RTU", "DREQ", "DREP"]);
+    let req = &mads[0]["fields"];
+    assert_eq!(req["service_id"], 0x0106_1c06u64);
+    assert_eq!(req["local_qpn"], 0x1e);
+    assert_eq!(req["starting_psn"], 0x9c0b72);
+    assert_eq!(req["path_mtu"], 1024);
+    assert_eq!(req["primary_path"]["remote_gid"], "::ffff:192.0.2.12");
+    assert_eq!(req["rdma_cm"]["src"], "192.0.2.11");
+    assert_eq!(req["rdma_cm"]["src_port"], 45615);
+    assert_eq!(mads[1]["fields"]["remote_comm_id"], req["local_comm_id"]);
+    assert_eq!(mads[3]["fields"]["remote_qpn"], 0x1e);
+
+    let text = stdout(&softroce(&["decode", cap]));
+    assert!(
+        text.contains(
+            "MAD(CM REQ tid=0x28edc46a2 lcid=0xa246dc8e sid=0x1061c06 (port 7174) RC qpn=0x00001e"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("MAD(CM DREP tid=0x28edc46a2 lcid=0xe0de89de rcid=0xa246dc8e)"));
+}

@@ -8,6 +8,7 @@
 
 pub mod analysis_report;
 pub mod analyze;
+pub mod mad_report;
 pub mod report;
 
 use std::net::{IpAddr, SocketAddr};
@@ -18,6 +19,7 @@ pub use analysis_report::AnalysisReport;
 pub use analyze::{
     Analyzer, ConnectionStats, Counters, Examples, Gap, OpcodeStats, RequestStats, ResponseStats,
 };
+pub use mad_report::MadDecode;
 pub use report::PacketReport;
 
 use crate::capture::CapturedFrame;
@@ -154,6 +156,7 @@ impl Decoder {
                     bth: None,
                     ext: None,
                     payload_len: None,
+                    mad: None,
                     icrc: None,
                     error: Some(error),
                 })
@@ -197,6 +200,7 @@ impl Decoder {
                     bth,
                     ext: None,
                     payload_len,
+                    mad: None,
                     icrc,
                     error: Some(e.to_string()),
                 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
+use super::mad_report::MadDecode;
 use crate::wire::aeth::rnr_timer_ns;
 use crate::wire::frame::IcrcCheck;
 use crate::wire::{AckSyndrome, AethRepr, BthRepr, ExtHeaders, NakCode, PacketRepr};
@@ -29,6 +30,8 @@ pub struct PacketReport {
     /// Payload bytes without pad. For an unknown opcode: every byte between the BTH and the
     /// ICRC, as the headers cannot be delimited.
     pub payload_len: Option<usize>,
+    /// The management datagram of a SEND to QP1 (connection management).
+    pub mad: Option<MadDecode>,
     /// The ICRC check, when the packet is long enough to carry one.
     pub icrc: Option<IcrcCheck>,
     /// Why the packet could not be decoded; `None` for a good packet.
@@ -220,6 +223,7 @@ impl PacketReport {
             bth: Some(packet.bth),
             ext: Some(packet.ext),
             payload_len: Some(packet.payload.len()),
+            mad: MadDecode::from_packet(packet),
             icrc,
             error: None,
         }
@@ -261,6 +265,9 @@ impl PacketReport {
         if let Some(n) = self.payload_len {
             let _ = write!(s, " payload={n}");
         }
+        if let Some(m) = &self.mad {
+            s.push_str(&m.text());
+        }
         match self.icrc {
             Some(c) if c.ok() => s.push_str(" icrc=ok"),
             Some(c) => {
@@ -278,7 +285,8 @@ impl PacketReport {
     /// One JSON object. A decoded packet has the BTH fields at the top level ("opcode",
     /// "opcode_name", "se", "mig", "pad", "tver", "pkey", "fecn", "becn", "dqpn", "ack_req",
     /// "psn"), "payload_len", "icrc_ok", "icrc" (the value carried) and one key per extended
-    /// header present ("deth", "feth", "reth", "atomic", "aeth", "atomic_ack", "imm", "ieth").
+    /// header present ("deth", "feth", "reth", "atomic", "aeth", "atomic_ack", "imm", "ieth"),
+    /// and "mad" for a SEND to QP1 ([`MadDecode::to_json`]).
     /// A packet that could not be decoded has "error" instead, with the BTH (when captured)
     /// under "bth". Both have "frame", "ts" (seconds), "src" and "dst".
     pub fn to_json(&self) -> Value {
@@ -297,6 +305,9 @@ impl PacketReport {
                 }
                 if let Some(n) = self.payload_len {
                     m.insert("payload_len".into(), n.into());
+                }
+                if let Some(mad) = &self.mad {
+                    m.insert("mad".into(), mad.to_json());
                 }
             }
             Some(err) => {
@@ -410,6 +421,7 @@ mod tests {
             bth: None,
             ext: None,
             payload_len: None,
+            mad: None,
             icrc: None,
             error: Some("truncated BTH: need 12 bytes, got 4".into()),
         };

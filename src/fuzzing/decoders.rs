@@ -1,9 +1,12 @@
 //! Fuzz targets `packet_decoder` and `capture_reader`: arbitrary bytes into the RoCEv2 frame
-//! and packet decoders, and into the pcap/pcapng reader and the decode pipeline.
+//! and packet decoders (and the CM MAD decoder), and into the pcap/pcapng reader and the decode
+//! pipeline.
 
 use crate::capture::CaptureReader;
 use crate::decode::Decoder;
-use crate::wire::{Frame, LinkType, PacketRepr};
+use crate::wire::cm::CmMessage;
+use crate::wire::cma::CmaHeader;
+use crate::wire::{mad, Frame, LinkType, PacketRepr};
 
 /// Feeds arbitrary bytes to the packet decoder as a frame of every link type and as a bare
 /// RoCE UDP payload. Whatever parses must re-emit to bytes that parse to the same packet.
@@ -25,6 +28,23 @@ pub fn packet_decoder(data: &[u8]) {
     }
     if let Ok(p) = PacketRepr::parse(data) {
         check_reemit(&p);
+    }
+    check_cm(data);
+}
+
+/// A CM MAD that parses re-emits to the same message; so does rdma_cm's header.
+fn check_cm(data: &[u8]) {
+    if let Ok((hdr, msg)) = CmMessage::parse(data) {
+        let mut buf = [0u8; mad::LEN];
+        msg.emit(hdr.tid, &mut buf)
+            .expect("a parsed CM message re-emits");
+        let (hdr2, again) = CmMessage::parse(&buf).expect("a re-emitted CM message parses");
+        assert_eq!((hdr2, again), (hdr, msg));
+    }
+    if let Ok(h) = CmaHeader::parse(data) {
+        let mut buf = [0u8; CmaHeader::LEN];
+        h.emit(&mut buf).expect("a parsed rdma_cm header re-emits");
+        assert_eq!(CmaHeader::parse(&buf), Ok(h));
     }
 }
 

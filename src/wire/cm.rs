@@ -950,7 +950,8 @@ mod tests {
     /// REQ's private data, given separately.
     const TID: u64 = 0x0000_0002_8edc_46a2;
     const REQ_HEAD: &str = "a246dc8e000000000000000001061c06505400fffec0020b000000000000000000001e0100000001000000a09c0b72a7ffff37f0ffffffff00000000000000000000ffffc000020b00000000000000000000ffffc000020c5afb7000004000980000000000000000";
-    const REP_HEAD: &str = "e0de89dea246dc8e0000000000001e00000000007fdafc00010178e0505400fffec0020c";
+    const REP_HEAD: &str =
+        "e0de89dea246dc8e0000000000001e00000000007fdafc00010178e0505400fffec0020c";
     const RTU_HEAD: &str = "a246dc8ee0de89de";
     const DREQ_HEAD: &str = "a246dc8ee0de89de00001e00";
     const DREP_HEAD: &str = "e0de89dea246dc8e";
@@ -1019,7 +1020,10 @@ mod tests {
         let CmMessage::Rep(r) = roundtrip(&mad_with(attr::REP, REP_HEAD)) else {
             panic!("not a REP")
         };
-        assert_eq!((r.local_comm_id, r.remote_comm_id), (0xe0de89de, 0xa246dc8e));
+        assert_eq!(
+            (r.local_comm_id, r.remote_comm_id),
+            (0xe0de89de, 0xa246dc8e)
+        );
         assert_eq!(r.local_qpn, 0x1e);
         assert_eq!(r.starting_psn, 0x7fdafc);
         assert_eq!((r.responder_resources, r.initiator_depth), (1, 1));
@@ -1031,7 +1035,10 @@ mod tests {
         let CmMessage::Rtu(r) = roundtrip(&mad_with(attr::RTU, RTU_HEAD)) else {
             panic!("not an RTU")
         };
-        assert_eq!((r.local_comm_id, r.remote_comm_id), (0xa246dc8e, 0xe0de89de));
+        assert_eq!(
+            (r.local_comm_id, r.remote_comm_id),
+            (0xa246dc8e, 0xe0de89de)
+        );
 
         let CmMessage::Dreq(d) = roundtrip(&mad_with(attr::DREQ, DREQ_HEAD)) else {
             panic!("not a DREQ")
@@ -1041,7 +1048,10 @@ mod tests {
         let CmMessage::Drep(d) = roundtrip(&mad_with(attr::DREP, DREP_HEAD)) else {
             panic!("not a DREP")
         };
-        assert_eq!((d.local_comm_id, d.remote_comm_id), (0xe0de89de, 0xa246dc8e));
+        assert_eq!(
+            (d.local_comm_id, d.remote_comm_id),
+            (0xe0de89de, 0xa246dc8e)
+        );
     }
 
     #[test]

@@ -79,7 +79,11 @@ impl CmaHeader {
     pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
         check_emit_len(buf, LEN)?;
         buf[0] = VERSION;
-        buf[1] = if self.src_addr.is_ipv6() { 6 << 4 } else { 4 << 4 };
+        buf[1] = if self.src_addr.is_ipv6() {
+            6 << 4
+        } else {
+            4 << 4
+        };
         buf[2..4].copy_from_slice(&self.src_port.to_be_bytes());
         write_addr(&mut buf[4..20], self.src_addr);
         write_addr(&mut buf[20..36], self.dst_addr);
@@ -142,6 +146,9 @@ mod tests {
         b[1] = 0x50;
         assert!(CmaHeader::parse(&b).is_err());
         assert!(CmaHeader::parse(&BYTES[..35]).is_err());
-        assert!(CmaHeader::parse(&BYTES).unwrap().emit(&mut [0u8; 10]).is_err());
+        assert!(CmaHeader::parse(&BYTES)
+            .unwrap()
+            .emit(&mut [0u8; 10])
+            .is_err());
     }
 }

@@ -399,7 +399,10 @@ mod tests {
         let mut out = [0xAAu8; LEN];
         r.emit(&mut out).unwrap();
         assert_eq!(out[..24], HEADER);
-        assert!(out[24..].iter().all(|&b| b == 0xAA), "emit touches only the header");
+        assert!(
+            out[24..].iter().all(|&b| b == 0xAA),
+            "emit touches only the header"
+        );
     }
 
     #[test]
