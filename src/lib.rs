@@ -6,6 +6,8 @@
 //! - [`capture`]: reading and writing pcap/pcapng captures;
 //! - [`decode`]: turning captures into per-packet reports and per-connection analyses (the
 //!   engine behind `softroce decode`);
+//! - [`cm`]: the InfiniBand communication manager (connection setup over QP1 MADs) as a
+//!   state machine without I/O, like the transport core;
 //! - [`ib`]: the verbs' types, typed errors and modify-QP rules, shared by the layers above;
 //! - [`memory`]: storage that the network may write while the application reads it, without
 //!   undefined behaviour (the base of memory regions).
@@ -13,6 +15,7 @@
 #![forbid(unsafe_op_in_unsafe_fn)]
 
 pub mod capture;
+pub mod cm;
 pub mod decode;
 pub mod driver;
 #[doc(hidden)]

@@ -1,0 +1,932 @@
+//! The CM endpoint: every connection's state, the retransmission of unanswered messages, and
+//! the answers to duplicates and strangers.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::iba_time;
+use super::params::{fill, AcceptParams, CmEvent, ConnectParams, PeerParams, RejectInfo};
+use crate::wire::cm::{
+    message_ref, rej_reason, transport_type, CmDreq, CmIds, CmMessage, CmMra, CmPath, CmRej, CmRep,
+    CmReq, REJ_ARI_LEN,
+};
+use crate::wire::mad;
+
+/// A connection, named by the communication ID this endpoint gave it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnId(pub u32);
+
+/// Where a connection stands in IBTA's CM state diagram (§12.9.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnState {
+    /// Active: our REQ is out, unanswered.
+    ReqSent,
+    /// Active: the peer MRAed our REQ; waiting longer.
+    MraReqRcvd,
+    /// Active: the peer's REP is here; the application moves its QP, then establishes.
+    RepRcvd,
+    /// Passive: a REQ is here; the application accepts or rejects.
+    ReqRcvd,
+    /// Passive: the REQ was repeated while the application decided, and we MRAed it.
+    MraReqSent,
+    /// Passive: our REP is out, waiting for the RTU.
+    RepSent,
+    /// Passive: the peer MRAed our REP.
+    MraRepRcvd,
+    /// Connected.
+    Established,
+    /// Our DREQ is out.
+    DreqSent,
+    /// The peer's DREQ is here; the application answers with a DREP.
+    DreqRcvd,
+    /// Disconnected; the QP must not be reused until this ends.
+    TimeWait,
+}
+
+/// Settings of an endpoint. The defaults are rdma_cm's on RoCE.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointConfig {
+    /// How long our CM may take to answer, as an IBA time exponent, advertised in REQs
+    /// (rdma_cm's CMA_CM_RESPONSE_TIMEOUT: 20, about 4.3 s).
+    pub cm_response_timeout: u8,
+    /// Retransmissions of an unanswered message (rdma_cm's CMA_MAX_CM_RETRIES: 15).
+    pub max_cm_retries: u8,
+    /// Packet life time on the path, as an IBA time exponent (rdma_cm on RoCE: 16, about 268 ms).
+    pub packet_life_time: u8,
+    /// How long a disconnected connection stays in time-wait.
+    pub timewait: Duration,
+    /// MRA service timeout we ask for when a REQ is repeated before the application answers.
+    pub mra_service_timeout: u8,
+    /// Connections this endpoint holds at once (each costs a few hundred bytes).
+    pub max_connections: usize,
+    /// Mixed into communication IDs so that two endpoints' IDs differ and a restarted endpoint
+    /// does not reuse its predecessor's.
+    pub comm_id_seed: u32,
+}
+
+impl Default for EndpointConfig {
+    fn default() -> Self {
+        EndpointConfig {
+            cm_response_timeout: 20,
+            max_cm_retries: 15,
+            packet_life_time: 16,
+            timewait: Duration::from_secs(1),
+            mra_service_timeout: 23,
+            max_connections: 4096,
+            comm_id_seed: 0x5eed_c0de,
+        }
+    }
+}
+
+/// A MAD to send to QP1 at `to`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outgoing {
+    /// The peer's address.
+    pub to: SocketAddr,
+    /// The whole MAD.
+    pub mad: [u8; mad::LEN],
+}
+
+/// Why a call on the endpoint was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CmError {
+    /// No such connection (never made, or gone after time-wait).
+    UnknownConnection(ConnId),
+    /// The call does not apply in the connection's state.
+    WrongState {
+        /// The call.
+        op: &'static str,
+        /// The connection's state.
+        state: ConnState,
+    },
+    /// More private data than the message carries.
+    PrivateDataTooLong {
+        /// Bytes given.
+        len: usize,
+        /// Bytes the message carries.
+        max: usize,
+    },
+    /// Somebody already listens on this service ID.
+    AlreadyListening(u64),
+    /// The endpoint holds [`EndpointConfig::max_connections`] connections.
+    TooManyConnections,
+}
+
+impl std::fmt::Display for CmError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CmError::UnknownConnection(c) => write!(f, "no connection with ID 0x{:08x}", c.0),
+            CmError::WrongState { op, state } => {
+                write!(f, "{op} is not possible in CM state {state:?}")
+            }
+            CmError::PrivateDataTooLong { len, max } => {
+                write!(f, "{len} bytes of private data; the message carries {max}")
+            }
+            CmError::AlreadyListening(s) => write!(f, "service ID 0x{s:x} is already listened on"),
+            CmError::TooManyConnections => write!(f, "too many CM connections"),
+        }
+    }
+}
+
+impl std::error::Error for CmError {}
+
+/// What the endpoint counted: everything it dropped or answered on its own.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CmCounters {
+    /// MADs received.
+    pub mads_received: u64,
+    /// MADs that were not CM messages this endpoint handles (dropped).
+    pub bad_mads: u64,
+    /// Messages naming a connection we do not have, or arriving in a state that takes none
+    /// of them (dropped, or answered as Linux answers them).
+    pub unmatched: u64,
+    /// Duplicates of a message already handled.
+    pub duplicates: u64,
+    /// Messages sent again after their timeout.
+    pub retransmits: u64,
+    /// REQs rejected because nobody listens on their service ID.
+    pub rej_no_listener: u64,
+    /// REQs rejected because the listener's backlog or the endpoint is full.
+    pub rej_no_resources: u64,
+    /// REQs rejected for an invalid transport type or MTU.
+    pub rej_invalid: u64,
+    /// Connections given up after every retry, or half-open ones whose requester went away.
+    pub timeouts: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Pending {
+    mad: [u8; mad::LEN],
+    retries_left: u8,
+    timeout: Duration,
+    deadline: Duration,
+}
+
+#[derive(Debug, Clone)]
+struct Conn {
+    state: ConnState,
+    peer: SocketAddr,
+    tid: u64,
+    remote_comm_id: u32,
+    remote_ca_guid: u64,
+    local_qpn: u32,
+    remote_qpn: u32,
+    /// How long the peer's CM says it may take to answer.
+    peer_response: Duration,
+    /// The message we repeat until it is answered.
+    pending: Option<Pending>,
+    /// The last message we sent that a duplicate of the peer's previous one is answered with.
+    last: Option<[u8; mad::LEN]>,
+    /// When the connection gives up waiting without a message to repeat (half-open passive
+    /// connections, time-wait).
+    expires: Option<Duration>,
+    /// The listener this passive connection counts against while the application decides.
+    listener: Option<u64>,
+}
+
+impl Conn {
+    fn deadline(&self) -> Option<Duration> {
+        match (&self.pending, self.expires) {
+            (Some(p), Some(e)) => Some(p.deadline.min(e)),
+            (Some(p), None) => Some(p.deadline),
+            (None, e) => e,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Listener {
+    backlog: usize,
+    half_open: usize,
+}
+
+/// The communication manager of one device.
+#[derive(Debug)]
+pub struct Endpoint {
+    cfg: EndpointConfig,
+    conns: HashMap<u32, Conn>,
+    /// Passive connections by the requester's (communication ID, CA GUID), to spot a repeated
+    /// REQ.
+    by_remote: HashMap<(u32, u64), u32>,
+    listeners: HashMap<u64, Listener>,
+    out: VecDeque<Outgoing>,
+    events: VecDeque<CmEvent>,
+    next_id: u32,
+    counters: CmCounters,
+}
+
+impl Endpoint {
+    /// An endpoint with no connections and no listeners.
+    pub fn new(cfg: EndpointConfig) -> Self {
+        Endpoint {
+            next_id: cfg.comm_id_seed,
+            cfg,
+            conns: HashMap::new(),
+            by_remote: HashMap::new(),
+            listeners: HashMap::new(),
+            out: VecDeque::new(),
+            events: VecDeque::new(),
+            counters: CmCounters::default(),
+        }
+    }
+
+    /// What the endpoint counted.
+    pub fn counters(&self) -> CmCounters {
+        self.counters
+    }
+
+    /// A connection's state, `None` once it is gone.
+    pub fn state(&self, conn: ConnId) -> Option<ConnState> {
+        self.conns.get(&conn.0).map(|c| c.state)
+    }
+
+    /// Connections held (in any state, time-wait included).
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// The next MAD to send.
+    pub fn poll_transmit(&mut self) -> Option<Outgoing> {
+        self.out.pop_front()
+    }
+
+    /// The next event for the application.
+    pub fn poll_event(&mut self) -> Option<CmEvent> {
+        self.events.pop_front()
+    }
+
+    /// When [`Endpoint::handle_timeout`] must next be called.
+    pub fn poll_timeout(&self) -> Option<Duration> {
+        self.conns.values().filter_map(Conn::deadline).min()
+    }
+
+    /// Accepts REQs for `service_id`, at most `backlog` of them undecided at once.
+    pub fn listen(&mut self, service_id: u64, backlog: usize) -> Result<(), CmError> {
+        if self.listeners.contains_key(&service_id) {
+            return Err(CmError::AlreadyListening(service_id));
+        }
+        self.listeners.insert(
+            service_id,
+            Listener {
+                backlog: backlog.max(1),
+                half_open: 0,
+            },
+        );
+        Ok(())
+    }
+
+    /// Stops listening on `service_id`; later REQs for it are rejected.
+    pub fn unlisten(&mut self, service_id: u64) {
+        self.listeners.remove(&service_id);
+    }
+
+    fn new_comm_id(&mut self) -> Result<u32, CmError> {
+        if self.conns.len() >= self.cfg.max_connections {
+            return Err(CmError::TooManyConnections);
+        }
+        loop {
+            // An odd multiplier makes the sequence visit every value before repeating.
+            self.next_id = self
+                .next_id
+                .wrapping_mul(0x9E37_79B1)
+                .wrapping_add(0x7F4A_7C15);
+            let id = self.next_id;
+            if id != 0 && !self.conns.contains_key(&id) {
+                return Ok(id);
+            }
+        }
+    }
+
+    fn wait_for_peer(&self, peer_response: Duration) -> Duration {
+        peer_response + 2 * iba_time(self.cfg.packet_life_time)
+    }
+
+    fn send(&mut self, to: SocketAddr, tid: u64, msg: &CmMessage) -> [u8; mad::LEN] {
+        let mut m = [0u8; mad::LEN];
+        // The buffer is a whole MAD, so emitting cannot fail.
+        let _ = msg.emit(tid, &mut m);
+        self.out.push_back(Outgoing { to, mad: m });
+        m
+    }
+
+    /// Sends `mad` and repeats it until answered, every `timeout`.
+    fn send_pending(&mut self, id: u32, now: Duration, msg: &CmMessage, timeout: Duration) {
+        let retries = self.cfg.max_cm_retries;
+        let Some(c) = self.conns.get(&id) else { return };
+        let (peer, tid) = (c.peer, c.tid);
+        let mad = self.send(peer, tid, msg);
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.pending = Some(Pending {
+                mad,
+                retries_left: retries,
+                timeout,
+                deadline: now + timeout,
+            });
+        }
+    }
+
+    fn conn_mut(&mut self, conn: ConnId) -> Result<&mut Conn, CmError> {
+        self.conns
+            .get_mut(&conn.0)
+            .ok_or(CmError::UnknownConnection(conn))
+    }
+
+    /// Sends a REQ to the CM at `to` (rdma_connect).
+    pub fn connect(
+        &mut self,
+        now: Duration,
+        to: SocketAddr,
+        p: &ConnectParams,
+    ) -> Result<ConnId, CmError> {
+        let private_data = fill(&p.private_data).ok_or(CmError::PrivateDataTooLong {
+            len: p.private_data.len(),
+            max: crate::wire::cm::REQ_PRIVATE_DATA_LEN,
+        })?;
+        let id = self.new_comm_id()?;
+        let req = CmReq {
+            local_comm_id: id,
+            service_id: p.service_id,
+            local_ca_guid: p.ca_guid,
+            local_qkey: 0,
+            local_qpn: p.qpn,
+            responder_resources: p.responder_resources,
+            local_eecn: 0,
+            initiator_depth: p.initiator_depth,
+            remote_eecn: 0,
+            remote_cm_response_timeout: self.cfg.cm_response_timeout,
+            transport_service_type: p.transport,
+            end_to_end_flow_control: false,
+            starting_psn: p.starting_psn,
+            local_cm_response_timeout: self.cfg.cm_response_timeout,
+            retry_count: p.retry_count,
+            partition_key: 0xffff,
+            path_mtu: p.path_mtu,
+            rdc_exists: false,
+            rnr_retry_count: p.rnr_retry_count,
+            max_cm_retries: self.cfg.max_cm_retries.min(15),
+            srq: p.srq,
+            extended_transport_type: 0,
+            primary: CmPath {
+                local_lid: 0xffff,
+                remote_lid: 0xffff,
+                local_gid: p.local_gid,
+                remote_gid: p.remote_gid,
+                flow_label: p.flow_label,
+                packet_rate: 0,
+                traffic_class: p.traffic_class,
+                hop_limit: p.hop_limit,
+                sl: 0,
+                subnet_local: false,
+                local_ack_timeout: p.local_ack_timeout,
+            },
+            alternate: CmPath::default(),
+            sap_supported: false,
+            private_data,
+        };
+        // The transaction ID names this endpoint's transaction; Linux's CM forms it from the
+        // communication ID too.
+        let tid = u64::from(id) | (2u64 << 32);
+        self.conns.insert(
+            id,
+            Conn {
+                state: ConnState::ReqSent,
+                peer: to,
+                tid,
+                remote_comm_id: 0,
+                remote_ca_guid: 0,
+                local_qpn: p.qpn,
+                remote_qpn: 0,
+                peer_response: iba_time(self.cfg.cm_response_timeout),
+                pending: None,
+                last: None,
+                expires: None,
+                listener: None,
+            },
+        );
+        let timeout = self.wait_for_peer(iba_time(self.cfg.cm_response_timeout));
+        self.send_pending(id, now, &CmMessage::Req(req), timeout);
+        Ok(ConnId(id))
+    }
+
+    /// Answers a REQ with a REP (rdma_accept), after the application moved its QP to RTR.
+    pub fn accept(&mut self, now: Duration, conn: ConnId, p: &AcceptParams) -> Result<(), CmError> {
+        let private_data = fill(&p.private_data).ok_or(CmError::PrivateDataTooLong {
+            len: p.private_data.len(),
+            max: crate::wire::cm::REP_PRIVATE_DATA_LEN,
+        })?;
+        let c = self.conn_mut(conn)?;
+        if !matches!(c.state, ConnState::ReqRcvd | ConnState::MraReqSent) {
+            return Err(CmError::WrongState {
+                op: "accept",
+                state: c.state,
+            });
+        }
+        c.state = ConnState::RepSent;
+        c.local_qpn = p.qpn;
+        c.expires = None;
+        let remote_comm_id = c.remote_comm_id;
+        let peer_response = c.peer_response;
+        let listener = c.listener.take();
+        self.release_backlog(listener);
+        let rep = CmRep {
+            local_comm_id: conn.0,
+            remote_comm_id,
+            local_qkey: 0,
+            local_qpn: p.qpn,
+            local_eecn: 0,
+            starting_psn: p.starting_psn,
+            responder_resources: p.responder_resources,
+            initiator_depth: p.initiator_depth,
+            target_ack_delay: 15,
+            failover_accepted: 0,
+            end_to_end_flow_control: false,
+            rnr_retry_count: p.rnr_retry_count,
+            srq: p.srq,
+            local_ca_guid: p.ca_guid,
+            private_data,
+        };
+        let timeout = self.wait_for_peer(peer_response);
+        self.send_pending(conn.0, now, &CmMessage::Rep(rep), timeout);
+        if let Some(c) = self.conns.get_mut(&conn.0) {
+            c.last = c.pending.as_ref().map(|p| p.mad);
+        }
+        Ok(())
+    }
+
+    /// Refuses a REQ or a REP with a REJ (rdma_reject); the connection is gone.
+    pub fn reject(&mut self, conn: ConnId, info: &RejectInfo) -> Result<(), CmError> {
+        let private_data = fill(&info.private_data).ok_or(CmError::PrivateDataTooLong {
+            len: info.private_data.len(),
+            max: crate::wire::cm::REJ_PRIVATE_DATA_LEN,
+        })?;
+        let c = self.conn_mut(conn)?;
+        let message_rejected = match c.state {
+            ConnState::ReqRcvd | ConnState::MraReqSent => message_ref::REQ,
+            ConnState::RepRcvd => message_ref::REP,
+            state => {
+                return Err(CmError::WrongState {
+                    op: "reject",
+                    state,
+                })
+            }
+        };
+        let (peer, tid, remote_comm_id) = (c.peer, c.tid, c.remote_comm_id);
+        let rej = CmRej {
+            local_comm_id: conn.0,
+            remote_comm_id,
+            message_rejected,
+            rejected_info_length: 0,
+            reason: info.reason,
+            ari: [0; REJ_ARI_LEN],
+            private_data,
+        };
+        self.send(peer, tid, &CmMessage::Rej(rej));
+        self.remove(conn.0);
+        Ok(())
+    }
+
+    /// Completes an active connection after [`CmEvent::RepReceived`]: sends the RTU (the
+    /// application has moved its QP to RTS) and reports [`CmEvent::Established`].
+    pub fn establish(&mut self, conn: ConnId) -> Result<(), CmError> {
+        let c = self.conn_mut(conn)?;
+        if c.state != ConnState::RepRcvd {
+            return Err(CmError::WrongState {
+                op: "establish",
+                state: c.state,
+            });
+        }
+        c.state = ConnState::Established;
+        let (peer, tid, remote_comm_id) = (c.peer, c.tid, c.remote_comm_id);
+        let rtu = CmIds {
+            local_comm_id: conn.0,
+            remote_comm_id,
+            private_data: [0; crate::wire::cm::RTU_PRIVATE_DATA_LEN],
+        };
+        let m = self.send(peer, tid, &CmMessage::Rtu(rtu));
+        if let Some(c) = self.conns.get_mut(&conn.0) {
+            c.last = Some(m);
+        }
+        self.events.push_back(CmEvent::Established { conn });
+        Ok(())
+    }
+
+    /// rdma_disconnect: sends a DREQ on an established connection, or the DREP that answers
+    /// the peer's DREQ. Disconnecting a connection already disconnecting does nothing.
+    pub fn disconnect(&mut self, now: Duration, conn: ConnId) -> Result<(), CmError> {
+        let timewait = self.cfg.timewait;
+        let c = self.conn_mut(conn)?;
+        let (peer, tid, remote_comm_id) = (c.peer, c.tid, c.remote_comm_id);
+        match c.state {
+            ConnState::Established | ConnState::RepSent | ConnState::MraRepRcvd => {
+                c.state = ConnState::DreqSent;
+                let dreq = CmDreq {
+                    local_comm_id: conn.0,
+                    remote_comm_id,
+                    remote_qpn: c.remote_qpn,
+                    private_data: [0; crate::wire::cm::DREQ_PRIVATE_DATA_LEN],
+                };
+                let peer_response = c.peer_response;
+                let timeout = self.wait_for_peer(peer_response);
+                self.send_pending(conn.0, now, &CmMessage::Dreq(dreq), timeout);
+                Ok(())
+            }
+            ConnState::DreqRcvd => {
+                c.state = ConnState::TimeWait;
+                c.expires = Some(now + timewait);
+                let m = self.send(peer, tid, &drep(conn.0, remote_comm_id));
+                if let Some(c) = self.conns.get_mut(&conn.0) {
+                    c.last = Some(m);
+                }
+                Ok(())
+            }
+            ConnState::DreqSent | ConnState::TimeWait => Ok(()),
+            state => Err(CmError::WrongState {
+                op: "disconnect",
+                state,
+            }),
+        }
+    }
+
+    fn release_backlog(&mut self, listener: Option<u64>) {
+        if let Some(l) = listener.and_then(|s| self.listeners.get_mut(&s)) {
+            l.half_open = l.half_open.saturating_sub(1);
+        }
+    }
+
+    fn remove(&mut self, id: u32) {
+        if let Some(c) = self.conns.remove(&id) {
+            self.by_remote.remove(&(c.remote_comm_id, c.remote_ca_guid));
+            self.release_backlog(c.listener);
+        }
+    }
+
+    /// Handles the payload of a SEND that QP1 received from `from`.
+    pub fn handle_mad(&mut self, now: Duration, from: SocketAddr, payload: &[u8]) {
+        self.counters.mads_received += 1;
+        let Ok((hdr, msg)) = CmMessage::parse(payload) else {
+            self.counters.bad_mads += 1;
+            return;
+        };
+        match msg {
+            CmMessage::Req(r) => self.on_req(now, from, hdr.tid, &r),
+            CmMessage::Mra(m) => self.on_mra(now, &m),
+            CmMessage::Rej(r) => self.on_rej(now, &r),
+            CmMessage::Rep(r) => self.on_rep(from, &r),
+            CmMessage::Rtu(r) => self.on_rtu(&r),
+            CmMessage::Dreq(d) => self.on_dreq(now, from, hdr.tid, &d),
+            CmMessage::Drep(d) => self.on_drep(now, &d),
+            // UD service resolution is not offered: a SIDR_REQ gets no answer, as from a CM
+            // without UD services.
+            CmMessage::SidrReq(_) | CmMessage::SidrRep(_) => self.counters.unmatched += 1,
+        }
+    }
+
+    fn reject_req(&mut self, to: SocketAddr, tid: u64, req: &CmReq, reason: u16) {
+        let rej = CmRej {
+            local_comm_id: 0,
+            remote_comm_id: req.local_comm_id,
+            message_rejected: message_ref::REQ,
+            rejected_info_length: 0,
+            reason,
+            ari: [0; REJ_ARI_LEN],
+            private_data: [0; crate::wire::cm::REJ_PRIVATE_DATA_LEN],
+        };
+        self.send(to, tid, &CmMessage::Rej(rej));
+    }
+
+    fn on_req(&mut self, now: Duration, from: SocketAddr, tid: u64, r: &CmReq) {
+        if let Some(&id) = self.by_remote.get(&(r.local_comm_id, r.local_ca_guid)) {
+            self.counters.duplicates += 1;
+            self.on_duplicate_req(id, from, tid, r);
+            return;
+        }
+        let Some(listener) = self.listeners.get(&r.service_id) else {
+            self.counters.rej_no_listener += 1;
+            self.reject_req(from, tid, r, rej_reason::INVALID_SERVICE_ID);
+            return;
+        };
+        if !matches!(
+            r.transport_service_type,
+            transport_type::RC | transport_type::UC
+        ) {
+            self.counters.rej_invalid += 1;
+            self.reject_req(from, tid, r, rej_reason::INVALID_TRANSPORT_TYPE);
+            return;
+        }
+        if !(1..=5).contains(&r.path_mtu) {
+            self.counters.rej_invalid += 1;
+            self.reject_req(from, tid, r, rej_reason::INVALID_MTU);
+            return;
+        }
+        if listener.half_open >= listener.backlog {
+            self.counters.rej_no_resources += 1;
+            self.reject_req(from, tid, r, rej_reason::NO_RESOURCES);
+            return;
+        }
+        let Ok(id) = self.new_comm_id() else {
+            self.counters.rej_no_resources += 1;
+            self.reject_req(from, tid, r, rej_reason::NO_RESOURCES);
+            return;
+        };
+        if let Some(l) = self.listeners.get_mut(&r.service_id) {
+            l.half_open += 1;
+        }
+        // The requester repeats its REQ for this long before it gives up; a connection the
+        // application has not answered by then is one nobody waits for.
+        let peer_response = iba_time(r.local_cm_response_timeout);
+        let requester_patience = (self.wait_for_peer(iba_time(r.remote_cm_response_timeout)))
+            * (u32::from(r.max_cm_retries) + 1);
+        self.conns.insert(
+            id,
+            Conn {
+                state: ConnState::ReqRcvd,
+                peer: from,
+                tid,
+                remote_comm_id: r.local_comm_id,
+                remote_ca_guid: r.local_ca_guid,
+                local_qpn: 0,
+                remote_qpn: r.local_qpn,
+                peer_response,
+                pending: None,
+                last: None,
+                expires: Some(now + requester_patience),
+                listener: Some(r.service_id),
+            },
+        );
+        self.by_remote
+            .insert((r.local_comm_id, r.local_ca_guid), id);
+        self.events.push_back(CmEvent::ConnectRequest {
+            conn: ConnId(id),
+            peer: Box::new(PeerParams::from_req(from, r)),
+        });
+    }
+
+    /// A REQ we already have: the requester did not hear from us in time.
+    fn on_duplicate_req(&mut self, id: u32, from: SocketAddr, tid: u64, r: &CmReq) {
+        let service_timeout = self.cfg.mra_service_timeout;
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        match c.state {
+            // The application is still deciding: tell the requester to wait longer.
+            ConnState::ReqRcvd | ConnState::MraReqSent => {
+                c.state = ConnState::MraReqSent;
+                let (peer, tid, remote) = (c.peer, c.tid, c.remote_comm_id);
+                let mra = CmMra {
+                    local_comm_id: id,
+                    remote_comm_id: remote,
+                    message_mraed: message_ref::REQ,
+                    service_timeout,
+                    private_data: [0; crate::wire::cm::MRA_PRIVATE_DATA_LEN],
+                };
+                self.send(peer, tid, &CmMessage::Mra(mra));
+            }
+            // Our REP crossed the repeated REQ or was lost: send it again now.
+            ConnState::RepSent | ConnState::MraRepRcvd => {
+                if let Some(m) = c.last {
+                    let to = c.peer;
+                    self.out.push_back(Outgoing { to, mad: m });
+                }
+            }
+            // A REQ for a connection that has ended: it is stale.
+            ConnState::TimeWait => {
+                self.reject_req(from, tid, r, rej_reason::STALE_CONN);
+            }
+            _ => {}
+        }
+    }
+
+    fn on_mra(&mut self, now: Duration, m: &CmMra) {
+        let wait = self.wait_for_peer(iba_time(m.service_timeout));
+        let Some(c) = self.conns.get_mut(&m.remote_comm_id) else {
+            self.counters.unmatched += 1;
+            return;
+        };
+        let next = match (c.state, m.message_mraed) {
+            (ConnState::ReqSent, message_ref::REQ) => ConnState::MraReqRcvd,
+            (ConnState::RepSent, message_ref::REP) => ConnState::MraRepRcvd,
+            (ConnState::MraReqRcvd | ConnState::MraRepRcvd, _) => {
+                self.counters.duplicates += 1;
+                return;
+            }
+            _ => {
+                self.counters.unmatched += 1;
+                return;
+            }
+        };
+        c.state = next;
+        if let Some(p) = c.pending.as_mut() {
+            p.timeout = wait;
+            p.deadline = now + wait;
+        }
+    }
+
+    fn on_rej(&mut self, now: Duration, r: &CmRej) {
+        let timewait = self.cfg.timewait;
+        let Some(c) = self.conns.get_mut(&r.remote_comm_id) else {
+            self.counters.unmatched += 1;
+            return;
+        };
+        let conn = ConnId(r.remote_comm_id);
+        match c.state {
+            ConnState::ReqSent
+            | ConnState::MraReqRcvd
+            | ConnState::RepRcvd
+            | ConnState::RepSent
+            | ConnState::MraRepRcvd => {
+                self.events.push_back(CmEvent::Rejected {
+                    conn,
+                    reason: r.reason,
+                    private_data: r.private_data.to_vec(),
+                });
+                self.remove(conn.0);
+            }
+            // A REJ on a live connection ends it, as a DREQ would, without an answer.
+            ConnState::Established | ConnState::DreqSent | ConnState::DreqRcvd => {
+                c.state = ConnState::TimeWait;
+                c.pending = None;
+                c.expires = Some(now + timewait);
+                self.events.push_back(CmEvent::Disconnected { conn });
+            }
+            _ => self.counters.unmatched += 1,
+        }
+    }
+
+    fn on_rep(&mut self, from: SocketAddr, r: &CmRep) {
+        let Some(c) = self.conns.get_mut(&r.remote_comm_id) else {
+            self.counters.unmatched += 1;
+            return;
+        };
+        let conn = ConnId(r.remote_comm_id);
+        match c.state {
+            ConnState::ReqSent | ConnState::MraReqRcvd => {
+                c.state = ConnState::RepRcvd;
+                c.pending = None;
+                c.remote_comm_id = r.local_comm_id;
+                c.remote_ca_guid = r.local_ca_guid;
+                c.remote_qpn = r.local_qpn;
+                self.events.push_back(CmEvent::RepReceived {
+                    conn,
+                    peer: Box::new(PeerParams::from_rep(from, r)),
+                });
+            }
+            ConnState::RepRcvd => self.counters.duplicates += 1,
+            // Our RTU was lost: the responder repeats its REP; repeat the RTU.
+            ConnState::Established => {
+                self.counters.duplicates += 1;
+                if let Some(m) = c.last {
+                    let to = c.peer;
+                    self.out.push_back(Outgoing { to, mad: m });
+                }
+            }
+            _ => self.counters.unmatched += 1,
+        }
+    }
+
+    fn on_rtu(&mut self, r: &CmIds) {
+        let Some(c) = self.conns.get_mut(&r.remote_comm_id) else {
+            self.counters.unmatched += 1;
+            return;
+        };
+        match c.state {
+            ConnState::RepSent | ConnState::MraRepRcvd => {
+                c.state = ConnState::Established;
+                c.pending = None;
+                self.events.push_back(CmEvent::Established {
+                    conn: ConnId(r.remote_comm_id),
+                });
+            }
+            ConnState::Established => self.counters.duplicates += 1,
+            _ => self.counters.unmatched += 1,
+        }
+    }
+
+    fn on_dreq(&mut self, now: Duration, from: SocketAddr, tid: u64, d: &CmDreq) {
+        let timewait = self.cfg.timewait;
+        let Some(c) = self.conns.get_mut(&d.remote_comm_id) else {
+            // Linux answers a DREQ for a connection it no longer has with a DREP, so that the
+            // peer need not retry until it gives up.
+            self.counters.unmatched += 1;
+            self.send(from, tid, &drep(d.remote_comm_id, d.local_comm_id));
+            return;
+        };
+        if c.local_qpn != d.remote_qpn {
+            self.counters.unmatched += 1;
+            return;
+        }
+        let conn = ConnId(d.remote_comm_id);
+        match c.state {
+            ConnState::Established | ConnState::RepSent | ConnState::MraRepRcvd => {
+                c.state = ConnState::DreqRcvd;
+                c.pending = None;
+                self.events.push_back(CmEvent::Disconnected { conn });
+            }
+            // Both ends disconnected at once: answer, and wait.
+            ConnState::DreqSent => {
+                c.state = ConnState::TimeWait;
+                c.pending = None;
+                c.expires = Some(now + timewait);
+                let (peer, tid, remote) = (c.peer, c.tid, c.remote_comm_id);
+                let m = self.send(peer, tid, &drep(conn.0, remote));
+                if let Some(c) = self.conns.get_mut(&conn.0) {
+                    c.last = Some(m);
+                }
+                self.events.push_back(CmEvent::Disconnected { conn });
+            }
+            // Our DREP was lost.
+            ConnState::TimeWait => {
+                self.counters.duplicates += 1;
+                if let Some(m) = c.last {
+                    let to = c.peer;
+                    self.out.push_back(Outgoing { to, mad: m });
+                }
+            }
+            ConnState::DreqRcvd => self.counters.duplicates += 1,
+            _ => self.counters.unmatched += 1,
+        }
+    }
+
+    fn on_drep(&mut self, now: Duration, d: &CmIds) {
+        let timewait = self.cfg.timewait;
+        let Some(c) = self.conns.get_mut(&d.remote_comm_id) else {
+            self.counters.unmatched += 1;
+            return;
+        };
+        match c.state {
+            ConnState::DreqSent => {
+                c.state = ConnState::TimeWait;
+                c.pending = None;
+                c.expires = Some(now + timewait);
+                self.events.push_back(CmEvent::Disconnected {
+                    conn: ConnId(d.remote_comm_id),
+                });
+            }
+            ConnState::TimeWait => self.counters.duplicates += 1,
+            _ => self.counters.unmatched += 1,
+        }
+    }
+
+    /// Runs every deadline that has passed: repeats unanswered messages, gives up on those
+    /// out of retries, ends time-waits and forgets abandoned half-open connections.
+    pub fn handle_timeout(&mut self, now: Duration) {
+        let due: Vec<u32> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.deadline().is_some_and(|d| d <= now))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in due {
+            self.expire(id, now);
+        }
+    }
+
+    fn expire(&mut self, id: u32, now: Duration) {
+        let conn = ConnId(id);
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        if let Some(p) = c.pending.as_mut().filter(|p| p.deadline <= now) {
+            if p.retries_left > 0 {
+                p.retries_left -= 1;
+                p.deadline = now + p.timeout;
+                let (to, mad) = (c.peer, p.mad);
+                self.counters.retransmits += 1;
+                self.out.push_back(Outgoing { to, mad });
+                return;
+            }
+            c.pending = None;
+            self.counters.timeouts += 1;
+            match c.state {
+                ConnState::DreqSent => {
+                    c.state = ConnState::TimeWait;
+                    c.expires = Some(now + self.cfg.timewait);
+                    self.events.push_back(CmEvent::Disconnected { conn });
+                }
+                _ => {
+                    self.events.push_back(CmEvent::Unreachable { conn });
+                    self.remove(id);
+                }
+            }
+            return;
+        }
+        if c.expires.is_some_and(|e| e <= now) {
+            match c.state {
+                ConnState::TimeWait => self.events.push_back(CmEvent::TimewaitExit { conn }),
+                _ => {
+                    self.counters.timeouts += 1;
+                    self.events.push_back(CmEvent::Unreachable { conn });
+                }
+            }
+            self.remove(id);
+        }
+    }
+}
+
+fn drep(local_comm_id: u32, remote_comm_id: u32) -> CmMessage {
+    CmMessage::Drep(CmIds {
+        local_comm_id,
+        remote_comm_id,
+        private_data: [0; crate::wire::cm::RTU_PRIVATE_DATA_LEN],
+    })
+}

@@ -1,0 +1,264 @@
+//! What the CM's users give it (connect, accept and reject parameters) and what it reports
+//! (events carrying what the peer said).
+
+use std::net::SocketAddr;
+
+use super::endpoint::ConnId;
+use crate::wire::cm::{transport_type, CmRep, CmReq};
+use crate::wire::cma::CmaHeader;
+
+/// What the active side asks for in its REQ (rdma_connect's conn_param plus the route).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectParams {
+    /// The service to connect to (rdma_cm: [`crate::wire::cm::rdma_tcp_service_id`]).
+    pub service_id: u64,
+    /// The local QP's number.
+    pub qpn: u32,
+    /// The local QP's first PSN.
+    pub starting_psn: u32,
+    /// Transport service type ([`transport_type`]: RC or UC).
+    pub transport: u8,
+    /// Path MTU (IBTA encoding: 1 = 256 ... 5 = 4096).
+    pub path_mtu: u8,
+    /// RDMA READs / atomics the local QP accepts at once as responder.
+    pub responder_resources: u8,
+    /// RDMA READs / atomics the local QP will have outstanding.
+    pub initiator_depth: u8,
+    /// Transport retry count (3 bits).
+    pub retry_count: u8,
+    /// RNR retry count (3 bits).
+    pub rnr_retry_count: u8,
+    /// Whether the local QP uses an SRQ.
+    pub srq: bool,
+    /// The local port's GID.
+    pub local_gid: [u8; 16],
+    /// The remote port's GID.
+    pub remote_gid: [u8; 16],
+    /// Flow label of the path (20 bits).
+    pub flow_label: u32,
+    /// Hop limit of the path.
+    pub hop_limit: u8,
+    /// Traffic class of the path.
+    pub traffic_class: u8,
+    /// Local ACK timeout exponent the QP uses (5 bits).
+    pub local_ack_timeout: u8,
+    /// The local channel adapter GUID.
+    pub ca_guid: u64,
+    /// Private data (at most 92 bytes; rdma_cm puts its header first).
+    pub private_data: Vec<u8>,
+}
+
+impl ConnectParams {
+    /// Parameters as rdma_cm fills them for an RC connection, with the given service, QP and
+    /// GIDs: path MTU 1024, one READ each way, retry and RNR retry 7, hop limit 64, local ACK
+    /// timeout 19 (as rxe's REQ in tests/data/rxe/rping.pcap carries).
+    pub fn rc(
+        service_id: u64,
+        qpn: u32,
+        starting_psn: u32,
+        local_gid: [u8; 16],
+        remote_gid: [u8; 16],
+    ) -> Self {
+        ConnectParams {
+            service_id,
+            qpn,
+            starting_psn,
+            transport: transport_type::RC,
+            path_mtu: 3,
+            responder_resources: 1,
+            initiator_depth: 1,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            srq: false,
+            local_gid,
+            remote_gid,
+            flow_label: 0,
+            hop_limit: 64,
+            traffic_class: 0,
+            local_ack_timeout: 19,
+            ca_guid: 0,
+            private_data: Vec::new(),
+        }
+    }
+}
+
+/// What the passive side answers in its REP (rdma_accept's conn_param).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcceptParams {
+    /// The local QP's number.
+    pub qpn: u32,
+    /// The local QP's first PSN.
+    pub starting_psn: u32,
+    /// RDMA READs / atomics the local QP accepts at once as responder.
+    pub responder_resources: u8,
+    /// RDMA READs / atomics the local QP will have outstanding.
+    pub initiator_depth: u8,
+    /// RNR retry count (3 bits).
+    pub rnr_retry_count: u8,
+    /// Whether the local QP uses an SRQ.
+    pub srq: bool,
+    /// The local channel adapter GUID.
+    pub ca_guid: u64,
+    /// Private data (at most 196 bytes).
+    pub private_data: Vec<u8>,
+}
+
+/// Why and how a connection is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RejectInfo {
+    /// The reason ([`crate::wire::cm::rej_reason`]).
+    pub reason: u16,
+    /// Private data (at most 148 bytes).
+    pub private_data: Vec<u8>,
+}
+
+/// What the peer said about its side of a connection, from its REQ or REP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerParams {
+    /// Where its MADs come from (and ours go).
+    pub addr: SocketAddr,
+    /// Its communication ID.
+    pub comm_id: u32,
+    /// Its channel adapter GUID.
+    pub ca_guid: u64,
+    /// Its QP's number.
+    pub qpn: u32,
+    /// Its QP's first PSN: our QP's RTR receive PSN.
+    pub starting_psn: u32,
+    /// READs / atomics it accepts at once: bounds our initiator depth.
+    pub responder_resources: u8,
+    /// READs / atomics it will have outstanding: bounds what we must accept.
+    pub initiator_depth: u8,
+    /// Its RNR retry count.
+    pub rnr_retry_count: u8,
+    /// Whether its QP uses an SRQ.
+    pub srq: bool,
+    /// REQ only: the service asked for (0 in a REP).
+    pub service_id: u64,
+    /// REQ only: transport service type.
+    pub transport: u8,
+    /// REQ only: path MTU (IBTA encoding).
+    pub path_mtu: u8,
+    /// REQ only: transport retry count.
+    pub retry_count: u8,
+    /// REQ only: the requester's GID (the remote GID for the passive side's QP).
+    pub gid: [u8; 16],
+    /// REQ only: the GID the requester addressed.
+    pub local_gid: [u8; 16],
+    /// REQ only: the path's local ACK timeout.
+    pub local_ack_timeout: u8,
+    /// REQ only: rdma_cm's header at the front of the private data, when it is one.
+    pub cma: Option<CmaHeader>,
+    /// The whole private data area.
+    pub private_data: Vec<u8>,
+}
+
+impl PeerParams {
+    pub(super) fn from_req(addr: SocketAddr, r: &CmReq) -> Self {
+        PeerParams {
+            addr,
+            comm_id: r.local_comm_id,
+            ca_guid: r.local_ca_guid,
+            qpn: r.local_qpn,
+            starting_psn: r.starting_psn,
+            responder_resources: r.responder_resources,
+            initiator_depth: r.initiator_depth,
+            rnr_retry_count: r.rnr_retry_count,
+            srq: r.srq,
+            service_id: r.service_id,
+            transport: r.transport_service_type,
+            path_mtu: r.path_mtu,
+            retry_count: r.retry_count,
+            gid: r.primary.local_gid,
+            local_gid: r.primary.remote_gid,
+            local_ack_timeout: r.primary.local_ack_timeout,
+            cma: CmaHeader::parse(&r.private_data).ok(),
+            private_data: r.private_data.to_vec(),
+        }
+    }
+
+    pub(super) fn from_rep(addr: SocketAddr, r: &CmRep) -> Self {
+        PeerParams {
+            addr,
+            comm_id: r.local_comm_id,
+            ca_guid: r.local_ca_guid,
+            qpn: r.local_qpn,
+            starting_psn: r.starting_psn,
+            responder_resources: r.responder_resources,
+            initiator_depth: r.initiator_depth,
+            rnr_retry_count: r.rnr_retry_count,
+            srq: r.srq,
+            service_id: 0,
+            transport: transport_type::RC,
+            path_mtu: 0,
+            retry_count: 0,
+            gid: [0; 16],
+            local_gid: [0; 16],
+            local_ack_timeout: 0,
+            cma: None,
+            private_data: r.private_data.to_vec(),
+        }
+    }
+}
+
+/// Something the application must hear about, in the order it happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CmEvent {
+    /// A REQ for a service we listen on (rdma_cm CONNECT_REQUEST): answer with
+    /// [`super::Endpoint::accept`] or [`super::Endpoint::reject`].
+    ConnectRequest {
+        /// The new connection.
+        conn: ConnId,
+        /// What the requester asked for.
+        peer: Box<PeerParams>,
+    },
+    /// The peer accepted our REQ: move the QP to RTR and RTS with what it said, then call
+    /// [`super::Endpoint::establish`] (which sends the RTU).
+    RepReceived {
+        /// The connection.
+        conn: ConnId,
+        /// What the responder answered.
+        peer: Box<PeerParams>,
+    },
+    /// The connection is established (rdma_cm ESTABLISHED): the RTU arrived (passive side) or
+    /// was sent (active side).
+    Established {
+        /// The connection.
+        conn: ConnId,
+    },
+    /// The peer rejected (rdma_cm REJECTED).
+    Rejected {
+        /// The connection, now closed.
+        conn: ConnId,
+        /// The peer's reason.
+        reason: u16,
+        /// The REJ's private data.
+        private_data: Vec<u8>,
+    },
+    /// The peer never answered, after every retry (rdma_cm UNREACHABLE).
+    Unreachable {
+        /// The connection, now closed.
+        conn: ConnId,
+    },
+    /// The connection is disconnected (rdma_cm DISCONNECTED): the peer sent a DREQ (answer
+    /// with [`super::Endpoint::disconnect`], which sends the DREP), or our DREQ was answered or
+    /// timed out.
+    Disconnected {
+        /// The connection.
+        conn: ConnId,
+    },
+    /// Time-wait ended and the connection is gone (rdma_cm TIMEWAIT_EXIT): its QP may be reused.
+    TimewaitExit {
+        /// The connection.
+        conn: ConnId,
+    },
+}
+
+pub(super) fn fill<const N: usize>(data: &[u8]) -> Option<[u8; N]> {
+    if data.len() > N {
+        return None;
+    }
+    let mut out = [0u8; N];
+    out[..data.len()].copy_from_slice(data);
+    Some(out)
+}
