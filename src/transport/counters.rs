@@ -75,6 +75,9 @@ counters! {
     /// Packets dropped because their P_Key does not match the port's P_Key 0xFFFF (rxe
     /// check_keys / pkey_match; rxe's port attribute of the same name).
     bad_pkey_cntr,
+    /// Packets to QP1 dropped because they were not a UD SEND ONLY carrying a MAD with the GSI
+    /// Q_Key.
+    gsi_dropped_pkts,
     /// Responses (ACK, NAK, RNR NAK, READ response, atomic ACK) dropped because their PSN lies
     /// outside the requester's outstanding window: before the oldest unacknowledged PSN
     /// (stale or duplicate) or at or beyond the next PSN never sent (rxe_comp.c check_psn).
