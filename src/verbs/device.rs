@@ -132,6 +132,8 @@ impl ProtectionDomain {
                 sq_sig_all: init.sq_sig_all,
                 local: self.dev.local,
                 remote_port: self.dev.remote_port,
+                qp_type: init.qp_type,
+                srq: None,
             },
             self.dev.limits.clone(),
             Arc::clone(&self.dev.counters),

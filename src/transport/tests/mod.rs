@@ -106,6 +106,8 @@ fn side(qpn: u32, ip: &str) -> Side {
         sq_sig_all: false,
         local: addr,
         remote_port: 4791,
+        qp_type: QpType::Rc,
+        srq: None,
     };
     let mut mrs = MrTable::new();
     let access = AccessFlags::LOCAL_WRITE
