@@ -8,8 +8,12 @@
 //! `simulation.rs` runs thousands of seeded lossy runs against the delivery invariants.
 
 mod hostile;
+mod node;
 mod scenarios;
 mod simulation;
+mod srq;
+mod uc;
+mod ud;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
