@@ -92,9 +92,9 @@ pub(super) fn init(n: &mut Node, access: AccessFlags, qkey: Option<u32>) {
     match qkey {
         Some(q) => {
             a.qkey = q;
-            m = m | QpAttrMask::QKEY;
+            m |= QpAttrMask::QKEY;
         }
-        None => m = m | QpAttrMask::ACCESS_FLAGS,
+        None => m |= QpAttrMask::ACCESS_FLAGS,
     }
     n.qp.modify(&a, m).unwrap();
 }
