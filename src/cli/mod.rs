@@ -5,6 +5,7 @@ pub mod decode;
 pub mod device;
 pub mod perf;
 pub mod pingpong;
+pub mod qp_setup;
 
 use std::fmt;
 use std::io;

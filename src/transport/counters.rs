@@ -84,6 +84,9 @@ counters! {
     dropped_msg_pkts,
     /// Shared receive queue limit events raised (`IBV_EVENT_SRQ_LIMIT_REACHED`).
     srq_limit_events,
+    /// Packets to QP1 dropped because they were not a UD SEND ONLY carrying a MAD with the GSI
+    /// Q_Key.
+    gsi_dropped_pkts,
     /// Responses (ACK, NAK, RNR NAK, READ response, atomic ACK) dropped because their PSN lies
     /// outside the requester's outstanding window: before the oldest unacknowledged PSN
     /// (stale or duplicate) or at or beyond the next PSN never sent (rxe_comp.c check_psn).
