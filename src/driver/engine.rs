@@ -39,8 +39,8 @@ use super::device::{Device, QpEntry};
 use super::gsi::{Gsi, GSI_QPN};
 use super::link::{gso_run, Link, OutDatagram, RxBatch};
 use super::timer::Timer;
-use crate::ib::WorkCompletion;
-use crate::transport::{Counters, CqSide, QpCore, Transmit, MAX_PACKET};
+use crate::ib::{QpType, WorkCompletion};
+use crate::transport::{Counters, CqSide, NetHeader, QpCore, Transmit, MAX_PACKET};
 use crate::wire::icrc::{verify_socket_datagram, SocketVerdict};
 use crate::wire::PacketRepr;
 
@@ -426,13 +426,26 @@ impl Engine {
             };
             {
                 let mut core = lock(&q.entry.core);
-                // Only the connected peer may talk to an RC QP.
-                if core.peer().map(|p| p.ip()) != Some(d.src.ip()) {
+                // Only the connected peer may talk to an RC or UC QP; a UD QP hears anyone.
+                if !core.accepts_from(d.src.ip()) {
                     Counters::inc(&counters.unknown_qp_pkts);
                     continue;
                 }
                 let mrs = self.dev.mrs.read().unwrap_or_else(|e| e.into_inner());
-                core.handle_packet(now, &pkt, &mrs);
+                if core.qp_type() == QpType::Ud {
+                    // The GRH area of the receive buffer: the IP header as it arrived. The
+                    // socket does not report TTL or TOS here; the defaults stand in.
+                    let net = NetHeader::from_addrs(
+                        d.src.ip(),
+                        d.dst.ip(),
+                        (payload.len() + 8) as u16,
+                        64,
+                        0,
+                    );
+                    core.handle_datagram(now, &pkt, Some(&net), &mrs);
+                } else {
+                    core.handle_packet(now, &pkt, &mrs);
+                }
             }
             Self::enqueue(&mut self.qps, &mut self.work, qpn);
         }
@@ -496,7 +509,7 @@ impl Engine {
                 if core.poll_timeout().is_some_and(|t| t <= now) {
                     core.handle_timeout(now);
                 }
-                if core.peer().is_some() {
+                if core.sends() {
                     let want = core.src_port();
                     if q.port != Some(want) {
                         match self.link.prepare_source_port(want) {

@@ -91,6 +91,8 @@ pub fn new_qp(qpn: u32, addr: IpAddr) -> QpCore {
         sq_sig_all: false,
         local: SocketAddr::new(addr, crate::wire::ROCE_V2_UDP_PORT),
         remote_port: crate::wire::ROCE_V2_UDP_PORT,
+        qp_type: crate::ib::QpType::Rc,
+        srq: None,
     };
     QpCore::new(cfg, DeviceLimits::default(), Arc::new(Counters::default()))
 }
