@@ -5,7 +5,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::cm::{AcceptParams, CmError, CmEvent, ConnId, ConnectParams, PeerParams, RejectInfo};
+use crate::cm::{
+    AcceptParams, CmCounters, CmError, CmEvent, ConnId, ConnectParams, PeerParams, RejectInfo,
+};
 use crate::driver::device::Device;
 use crate::driver::gsi::{node_guid, GSI_QPN};
 use crate::ib::{AccessFlags, Gid, Mtu, QpAttr, QpAttrMask, QpState, VerbsError};
@@ -261,6 +263,12 @@ impl EventChannel {
                 peer: None,
             })),
         }
+    }
+
+    /// What the device's connection manager counted: MADs received, dropped as malformed or
+    /// unmatched, duplicates, retransmissions, rejections it sent on its own, timeouts.
+    pub fn cm_counters(&self) -> CmCounters {
+        self.shared.dev.gsi.lock().cm.counters()
     }
 
     /// `rdma_get_cm_event`: the next event, waiting at most `timeout`. Connection steps that
