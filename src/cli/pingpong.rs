@@ -28,6 +28,9 @@ use super::device::DeviceArgs;
 use super::qp_setup::{connect_rc, create_rc_qp, RcQueues};
 use super::CliError;
 
+#[path = "pingpong_srq.rs"]
+mod srq;
+
 const RECV_WRID: u64 = 1;
 /// CQ polls before blocking (see [`poll_or_wait`]).
 const SPIN_POLLS: u32 = 50;
@@ -55,6 +58,12 @@ pub struct PingpongArgs {
     /// Transport: rc (ibv_rc_pingpong), uc (ibv_uc_pingpong) or ud (ibv_ud_pingpong).
     #[arg(long = "transport", value_enum, default_value = "rc")]
     pub transport: PpTransport,
+    /// Run as ibv_srq_pingpong: NUM_QP RC QPs sharing one shared receive queue.
+    #[arg(long = "srq")]
+    pub srq: bool,
+    /// Number of QPs with --srq (ibv_srq_pingpong -q).
+    #[arg(short = 'q', long = "num-qp", default_value_t = 16)]
+    pub num_qp: u32,
     /// TCP port of the out-of-band exchange.
     #[arg(short = 'p', long = "port", default_value_t = 18515)]
     pub port: u16,
@@ -381,6 +390,9 @@ pub fn run(args: &PingpongArgs) -> Result<(), CliError> {
             "-s {}: a message is at most 2^31 bytes",
             args.size
         )));
+    }
+    if args.srq {
+        return srq::run_srq(args, mtu);
     }
     if args.chk && args.transport != PpTransport::Rc {
         return Err(CliError::Usage(
