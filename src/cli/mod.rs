@@ -6,6 +6,7 @@ pub mod device;
 pub mod perf;
 pub mod pingpong;
 pub mod qp_setup;
+pub mod rping;
 
 use std::fmt;
 use std::io;
@@ -30,6 +31,9 @@ pub enum Command {
     Pingpong(pingpong::PingpongArgs),
     /// Bandwidth or latency test of SEND, WRITE, READ or atomics, as perftest's ib_*_bw/lat.
     Perf(perf::PerfArgs),
+    /// RDMA ping through the connection manager, as librdmacm's rping (same flags and
+    /// exchange; interoperates with rping on kernel rxe).
+    Rping(rping::RpingArgs),
 }
 
 /// Why a subcommand failed.
@@ -107,5 +111,6 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Decode(args) => decode::run(&args),
         Command::Pingpong(args) => pingpong::run(&args),
         Command::Perf(args) => perf::run(&args),
+        Command::Rping(args) => rping::run(&args),
     }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::cm::{AcceptParams, CmError, CmEvent, ConnId, ConnectParams, PeerParams, RejectInfo};
 use crate::driver::device::Device;
-use crate::driver::gsi::GSI_QPN;
+use crate::driver::gsi::{node_guid, GSI_QPN};
 use crate::ib::{AccessFlags, Gid, Mtu, QpAttr, QpAttrMask, QpState, VerbsError};
 use crate::verbs::{Context, ProtectionDomain, QpInitAttr, QueuePair, RcConnect};
 use crate::wire::cm::{rdma_tcp_service_id, rej_reason, REQ_PRIVATE_DATA_LEN};
@@ -272,14 +272,15 @@ impl EventChannel {
             if let Some(e) = lock(&self.shared.state).queued.pop_front() {
                 return Ok(e);
             }
+            // A zero timeout still takes an event that is already there.
             let left = end.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(RdmaCmError::Timeout);
-            }
-            if let Some(ev) = self.shared.dev.gsi.wait_event(left) {
-                if let Some(out) = self.shared.translate(ev) {
-                    return Ok(out);
+            match self.shared.dev.gsi.wait_event(left) {
+                Some(ev) => {
+                    if let Some(out) = self.shared.translate(ev) {
+                        return Ok(out);
+                    }
                 }
+                None => return Err(RdmaCmError::Timeout),
             }
         }
     }
@@ -448,11 +449,13 @@ impl Shared {
                 // Each side's RNR retry count is the one its peer sent (Linux cm.c
                 // cm_rep_handler / cm_req_handler).
                 rnr_retry: peer.rnr_retry_count.min(7),
+                // A starting PSN is what its sender expects to receive: ours (in the REQ) is
+                // our receive PSN, the REP's is our send PSN (tests/data/rxe/rping.pcap).
                 ..RcConnect::new(
                     peer.qpn,
-                    peer.starting_psn,
-                    Gid::from_ip(remote.ip()),
                     st.psn,
+                    Gid::from_ip(remote.ip()),
+                    peer.starting_psn,
                 )
             };
             st.peer = Some(peer);
@@ -596,6 +599,7 @@ impl CmId {
         p.retry_count = param.retry_count.min(7);
         p.rnr_retry_count = param.rnr_retry_count.min(7);
         p.private_data = pd;
+        p.ca_guid = node_guid(dev.local.ip());
         let to = SocketAddr::new(remote.ip(), dev.remote_port);
         let conn = {
             let mut g = dev.gsi.lock();
@@ -657,7 +661,8 @@ impl CmId {
             timeout: peer.local_ack_timeout,
             retry_cnt: peer.retry_count,
             rnr_retry: peer.rnr_retry_count.min(7),
-            ..RcConnect::new(peer.qpn, peer.starting_psn, Gid(peer.gid), st.psn)
+            // Ours (in the REP) is our receive PSN; the REQ's is our send PSN.
+            ..RcConnect::new(peer.qpn, st.psn, Gid(peer.gid), peer.starting_psn)
         };
         qp.ready_to_receive(&c)?;
         qp.ready_to_send(&c)?;
@@ -668,7 +673,7 @@ impl CmId {
             initiator_depth: param.initiator_depth,
             rnr_retry_count: param.rnr_retry_count.min(7),
             srq: false,
-            ca_guid: 0,
+            ca_guid: node_guid(self.shared.dev.local.ip()),
             private_data: param.private_data.clone(),
         };
         {
