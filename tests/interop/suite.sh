@@ -423,6 +423,10 @@ if [ "$ONLY" = all ] || [ "$ONLY" = ucud ]; then
         ucud_case ud "$role" 1 1024 200
         ucud_case srq "$role" 4096 1024 200
         jumbo ucud_case uc "$role" 10000 4096 100
+        perftest_case ib_write_bw "$role" 65536 200 0 -c UC
+        perftest_case ib_send_bw "$role" 4096 200 0 -c UC
+        perftest_case ib_write_lat "$role" 2 300 0 -c UC
+        perftest_case ib_send_lat "$role" 2 300 0 -c UC
     done
 fi
 
