@@ -70,12 +70,17 @@ fn ok(o: &Output, what: &str) -> String {
 /// Runs a pingpong pair with `extra` flags; the client writes a capture. Returns the server's
 /// and client's stdout and the capture's packets as decoded JSON.
 fn run(extra: &[&str]) -> (String, String, Vec<serde_json::Value>) {
+    run_sub("pingpong", extra)
+}
+
+/// [`run`] for any subcommand.
+fn run_sub(sub: &str, extra: &[&str]) -> (String, String, Vec<serde_json::Value>) {
     let (tcp, udp) = ports();
     let dir = std::env::temp_dir().join(format!("softroce-ppucud-{}-{}", std::process::id(), tcp));
     std::fs::create_dir_all(&dir).unwrap();
     let pcap = dir.join("client.pcap");
     let args = |ip: &str| {
-        let mut v: Vec<String> = ["pingpong"].iter().map(|s| s.to_string()).collect();
+        let mut v: Vec<String> = vec![sub.to_string()];
         v.extend(extra.iter().map(|s| s.to_string()));
         for s in [
             "-p",
@@ -242,4 +247,36 @@ fn srq_pingpong_runs_as_ibv_srq_pingpong() {
         n.iter().filter(|o| *o == "RC_SEND_FIRST").count() >= 200,
         "{n:?}"
     );
+}
+
+#[test]
+fn perf_with_connection_uc_checks_every_byte_and_refuses_read() {
+    for (op, lat) in [
+        ("write", false),
+        ("send", false),
+        ("write", true),
+        ("send", true),
+    ] {
+        let mut extra = vec![op, "-c", "UC", "--json", "-n", "100", "-s", "3000"];
+        if lat {
+            extra.push("--lat");
+        } else {
+            extra.push("--check");
+        }
+        let (s, c, pkts) = run_sub("perf", &extra);
+        for out in [&s, &c] {
+            let v: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON line");
+            assert_eq!(v["iters"], 100, "{op}: {out}");
+        }
+        assert!(pkts.iter().all(|p| p["icrc_ok"] == true), "a bad ICRC");
+        let n = names(&pkts);
+        assert!(n.iter().any(|o| o.starts_with("UC_")), "{op}: {n:?}");
+        assert!(n.iter().all(|o| !o.starts_with("RC_")), "{op}: {n:?}");
+    }
+    let o = Command::new(bin())
+        .args(["perf", "read", "-c", "UC", "127.0.0.1"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("-c UC"));
 }
