@@ -274,10 +274,13 @@ perftest_case() {
     [ -n "$row" ] || [ "$passive_end" = softroce ] || detail+="no softroce result; "
     [ -n "$grow" ] || [ "$passive_end" = guest ] || detail+="no $prog result; "
     cap=$(check_capture "$pcap") || detail+="capture: $cap; "
-    local mtu=1024 i shown=${row:-$grow}
-    for ((i = 0; i < ${#extra[@]} - 1; i++)); do [ "${extra[i]}" = -m ] && mtu=${extra[i+1]}; done
+    local mtu=1024 i shown=${row:-$grow} conn=RC
+    for ((i = 0; i < ${#extra[@]} - 1; i++)); do
+        [ "${extra[i]}" = -m ] && mtu=${extra[i+1]}
+        [ "${extra[i]}" = -c ] && conn=${extra[i+1]}
+    done
     record_case "$name" "$prog (perftest 4.5)" "$role" \
-        "RC, MTU $mtu, $size B x $iters, loss ${loss}% both ways${extra[*]:+, ${extra[*]}}$(capture_note)" \
+        "$conn, MTU $mtu, $size B x $iters, loss ${loss}% both ways${extra[*]:+, ${extra[*]}}$(capture_note)" \
         "$detail" "pass: \`${shown# }\`" "$cap" "$slog" "$glog"
 }
 
