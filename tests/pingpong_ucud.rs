@@ -257,7 +257,7 @@ fn perf_with_connection_uc_checks_every_byte_and_refuses_read() {
         ("write", true),
         ("send", true),
     ] {
-        let mut extra = vec![op, "-c", "UC", "--json", "-n", "100", "-s", "3000"];
+        let mut extra = vec![op, "-c", "UC", "--json", "-n", "60", "-s", "2000"];
         if lat {
             extra.push("--lat");
         } else {
@@ -266,7 +266,7 @@ fn perf_with_connection_uc_checks_every_byte_and_refuses_read() {
         let (s, c, pkts) = run_sub("perf", &extra);
         for out in [&s, &c] {
             let v: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON line");
-            assert_eq!(v["iters"], 100, "{op}: {out}");
+            assert_eq!(v["iters"], 60, "{op}: {out}");
         }
         assert!(pkts.iter().all(|p| p["icrc_ok"] == true), "a bad ICRC");
         let n = names(&pkts);
