@@ -1,5 +1,13 @@
 //! `softroce pingpong`: ibv_rc_pingpong's behaviour, flags, out-of-band exchange and output,
-//! so that it runs against ibv_rc_pingpong on a kernel rxe peer in either role.
+//! so that it runs against ibv_rc_pingpong on a kernel rxe peer in either role; with
+//! `--transport uc` or `--transport ud`, ibv_uc_pingpong's and ibv_ud_pingpong's.
+//!
+//! uc_pingpong.c is rc_pingpong.c with a UC QP (RTR takes the AV, path MTU, destination QP and
+//! receive PSN only; RTS the send PSN only) and without `-c`. ud_pingpong.c: a UD QP with Q_Key
+//! 0x11111111, no `-m` (the port's MTU bounds the message size: "Requested size larger than
+//! port MTU"), a buffer of SIZE + 40 bytes whose first 40 receive the GRH area, SENDs of SIZE
+//! bytes from offset 40 through an address handle (hop limit 1) made after the exchange, and a
+//! local-address line with ": GID" where the others print ", GID".
 //!
 //! As rdma-core's libibverbs/examples/rc_pingpong.c: one buffer of SIZE bytes (filled with
 //! 0x7b) is both the send source and the receive target; the client sends first; each side
@@ -20,14 +28,42 @@ use super::device::DeviceArgs;
 use super::qp_setup::{connect_rc, create_rc_qp, RcQueues};
 use super::CliError;
 
+#[path = "pingpong_srq.rs"]
+mod srq;
+
 const RECV_WRID: u64 = 1;
 /// CQ polls before blocking (see [`poll_or_wait`]).
 const SPIN_POLLS: u32 = 50;
 const SEND_WRID: u64 = 2;
 
+/// The transport of `softroce pingpong`: which of the rdma-core pingpong programs it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PpTransport {
+    /// ibv_rc_pingpong.
+    Rc,
+    /// ibv_uc_pingpong.
+    Uc,
+    /// ibv_ud_pingpong.
+    Ud,
+}
+
+/// ud_pingpong.c's Q_Key.
+const UD_QKEY: u32 = 0x1111_1111;
+/// Bytes in front of a UD receive buffer that hold the GRH area.
+const GRH: u32 = 40;
+
 /// ibv_rc_pingpong's options.
 #[derive(Debug, Clone, Args)]
 pub struct PingpongArgs {
+    /// Transport: rc (ibv_rc_pingpong), uc (ibv_uc_pingpong) or ud (ibv_ud_pingpong).
+    #[arg(long = "transport", value_enum, default_value = "rc")]
+    pub transport: PpTransport,
+    /// Run as ibv_srq_pingpong: NUM_QP RC QPs sharing one shared receive queue.
+    #[arg(long = "srq")]
+    pub srq: bool,
+    /// Number of QPs with --srq (ibv_srq_pingpong -q).
+    #[arg(short = 'q', long = "num-qp", default_value_t = 16)]
+    pub num_qp: u32,
     /// TCP port of the out-of-band exchange.
     #[arg(short = 'p', long = "port", default_value_t = 18515)]
     pub port: u16,
@@ -95,50 +131,111 @@ fn random_psn() -> u32 {
 
 struct Pp {
     ctx: Context,
+    pd: ProtectionDomain,
     mr: MemoryRegion,
     cq: CompletionQueue,
     qp: QueuePair,
     size: u32,
     rx_depth: u32,
+    transport: PpTransport,
+    /// UD: the address handle of the peer and its QP number (set by `connect`).
+    ud_dest: std::cell::RefCell<Option<(AddressHandle, u32)>>,
 }
 
 impl Pp {
     fn new(args: &PingpongArgs, ip: IpAddr) -> Result<Pp, CliError> {
         let ctx = args.device.open(ip)?;
+        let ud = args.transport == PpTransport::Ud;
+        if ud {
+            // ud_pingpong.c pp_init_ctx: the message must fit the port's active MTU.
+            let mtu = ctx.limits().max_mtu.bytes();
+            if args.size > mtu {
+                return Err(CliError::Failed(format!(
+                    "Requested size larger than port MTU ({mtu})"
+                )));
+            }
+        }
+        let buf = args.size as u64 + if ud { GRH as u64 } else { 0 };
         let pd = ctx.alloc_pd().map_err(CliError::Verbs)?;
         let mr = pd
-            .register_mr(args.size.max(1) as usize, AccessFlags::LOCAL_WRITE)
+            .register_mr(buf.max(1) as usize, AccessFlags::LOCAL_WRITE)
             .map_err(CliError::Verbs)?;
-        mr.fill(0, args.size as u64, 0x7b)
-            .map_err(CliError::Verbs)?;
+        mr.fill(0, buf, 0x7b).map_err(CliError::Verbs)?;
         let cq = ctx
             .create_cq(args.rx_depth as usize + 1)
             .map_err(CliError::Verbs)?;
-        let qp = create_rc_qp(
-            &pd,
-            &cq,
-            RcQueues {
-                send_wr: 1,
-                recv_wr: args.rx_depth,
-                inline: 0,
-            },
-            AccessFlags::EMPTY,
-        )?;
-        // pp_init_ctx keeps the PD alive in the context; here the QP and MR hold what they
-        // need, and the PD handle itself carries no state.
-        drop(pd);
+        let qp = match args.transport {
+            PpTransport::Rc => create_rc_qp(
+                &pd,
+                &cq,
+                RcQueues {
+                    send_wr: 1,
+                    recv_wr: args.rx_depth,
+                    inline: 0,
+                },
+                AccessFlags::EMPTY,
+            )?,
+            t => {
+                let qp = pd
+                    .create_qp(&QpInitAttr {
+                        send_cq: &cq,
+                        recv_cq: &cq,
+                        cap: QpCap {
+                            max_send_wr: 1,
+                            max_recv_wr: args.rx_depth,
+                            max_send_sge: 1,
+                            max_recv_sge: 1,
+                            max_inline_data: 0,
+                        },
+                        qp_type: if t == PpTransport::Uc {
+                            QpType::Uc
+                        } else {
+                            QpType::Ud
+                        },
+                        sq_sig_all: false,
+                    })
+                    .map_err(|e| CliError::Failed(format!("Couldn't create QP: {e}")))?;
+                let init = if t == PpTransport::Uc {
+                    qp.init(AccessFlags::EMPTY)
+                } else {
+                    qp.modify(
+                        &QpAttr {
+                            qp_state: QpState::Init,
+                            pkey_index: 0,
+                            port_num: 1,
+                            qkey: UD_QKEY,
+                            ..Default::default()
+                        },
+                        QpAttrMask::STATE
+                            | QpAttrMask::PKEY_INDEX
+                            | QpAttrMask::PORT
+                            | QpAttrMask::QKEY,
+                    )
+                };
+                init.map_err(|e| CliError::Failed(format!("Failed to modify QP to INIT: {e}")))?;
+                qp
+            }
+        };
         Ok(Pp {
             ctx,
+            pd,
             mr,
             cq,
             qp,
             size: args.size,
             rx_depth: args.rx_depth,
+            transport: args.transport,
+            ud_dest: std::cell::RefCell::new(None),
         })
     }
 
     fn post_recv(&self, n: u32) -> Result<u32, CliError> {
-        let sge = [self.mr.sge(0, self.size)];
+        let len = if self.transport == PpTransport::Ud {
+            self.size + GRH
+        } else {
+            self.size
+        };
+        let sge = [self.mr.sge(0, len)];
         for i in 0..n {
             let wr = RecvWr {
                 wr_id: RECV_WRID,
@@ -152,6 +249,31 @@ impl Pp {
     }
 
     fn post_send(&self) -> Result<(), CliError> {
+        let fail = |e: PostError| CliError::Failed(format!("couldn't post send: {e}"));
+        if self.transport == PpTransport::Ud {
+            let dest = self.ud_dest.borrow();
+            let Some((ah, qpn)) = dest.as_ref() else {
+                return Err(CliError::Failed(
+                    "couldn't post send: no address handle".into(),
+                ));
+            };
+            let sge = [self.mr.sge(GRH as u64, self.size)];
+            let wr = UdSendWr {
+                wr: SendWr {
+                    wr_id: SEND_WRID,
+                    sg_list: &sge,
+                    opcode: WrOpcode::Send,
+                    send_flags: SendFlags::SIGNALED,
+                },
+                ah,
+                remote_qpn: *qpn,
+                remote_qkey: UD_QKEY,
+            };
+            return self
+                .qp
+                .post_send_ud(std::slice::from_ref(&wr))
+                .map_err(fail);
+        }
         let sge = [self.mr.sge(0, self.size)];
         let wr = SendWr {
             wr_id: SEND_WRID,
@@ -159,9 +281,7 @@ impl Pp {
             opcode: WrOpcode::Send,
             send_flags: SendFlags::SIGNALED,
         };
-        self.qp
-            .post_send(std::slice::from_ref(&wr))
-            .map_err(|e| CliError::Failed(format!("couldn't post send: {e}")))
+        self.qp.post_send(std::slice::from_ref(&wr)).map_err(fail)
     }
 
     /// pp_connect_ctx: RTR then RTS with ibv_rc_pingpong's attributes.
@@ -177,19 +297,73 @@ impl Pp {
             sgid_index: args.gid_idx,
             ..RcConnect::new(dest.qpn, dest.psn, dest.gid, my_psn)
         };
-        connect_rc(&self.qp, &c)
+        match self.transport {
+            PpTransport::Rc => connect_rc(&self.qp, &c),
+            PpTransport::Uc => {
+                self.qp
+                    .ready_to_receive_uc(&c)
+                    .map_err(|e| CliError::Failed(format!("Failed to modify QP to RTR: {e}")))?;
+                self.qp
+                    .ready_to_send_uc(&c)
+                    .map_err(|e| CliError::Failed(format!("Failed to modify QP to RTS: {e}")))
+            }
+            PpTransport::Ud => {
+                self.qp
+                    .modify(
+                        &QpAttr {
+                            qp_state: QpState::Rtr,
+                            ..Default::default()
+                        },
+                        QpAttrMask::STATE,
+                    )
+                    .map_err(|e| CliError::Failed(format!("Failed to modify QP to RTR: {e}")))?;
+                self.qp
+                    .modify(
+                        &QpAttr {
+                            qp_state: QpState::Rts,
+                            sq_psn: my_psn,
+                            ..Default::default()
+                        },
+                        QpAttrMask::STATE | QpAttrMask::SQ_PSN,
+                    )
+                    .map_err(|e| CliError::Failed(format!("Failed to modify QP to RTS: {e}")))?;
+                let ah = self
+                    .pd
+                    .create_ah(&AhAttr {
+                        dgid: dest.gid,
+                        sgid_index: args.gid_idx,
+                        hop_limit: 1,
+                        sl: args.sl,
+                        ..Default::default()
+                    })
+                    .map_err(|e| CliError::Failed(format!("Failed to create AH: {e}")))?;
+                *self.ud_dest.borrow_mut() = Some((ah, dest.qpn));
+                Ok(())
+            }
+        }
     }
 }
 
-fn print_dest(out: &mut impl Write, which: &str, d: &PingpongDest) -> Result<(), CliError> {
+fn print_dest(
+    out: &mut impl Write,
+    which: &str,
+    d: &PingpongDest,
+    transport: PpTransport,
+) -> Result<(), CliError> {
     writeln!(
         out,
-        // rc_pingpong aligns the two lines: "local address:  LID" / "remote address: LID".
-        "  {which} address:{}LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
+        // rc_pingpong aligns the two lines: "local address:  LID" / "remote address: LID";
+        // ud_pingpong's local line has ": GID" where every other line has ", GID".
+        "  {which} address:{}LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}{} GID {}",
         if which == "local" { "  " } else { " " },
         d.lid,
         d.qpn,
         d.psn,
+        if which == "local" && transport == PpTransport::Ud {
+            ":"
+        } else {
+            ","
+        },
         std::net::Ipv6Addr::from(d.gid.0)
     )
     .map_err(CliError::Output)
@@ -217,6 +391,15 @@ pub fn run(args: &PingpongArgs) -> Result<(), CliError> {
             args.size
         )));
     }
+    if args.srq {
+        return srq::run_srq(args, mtu);
+    }
+    if args.chk && args.transport != PpTransport::Rc {
+        return Err(CliError::Usage(
+            "-c is an ibv_rc_pingpong option (ibv_uc_pingpong and ibv_ud_pingpong have none)"
+                .into(),
+        ));
+    }
     if args.rx_depth == 0 || args.iters == 0 {
         return Err(CliError::Usage(
             "rx-depth and iters must be positive".into(),
@@ -243,7 +426,7 @@ pub fn run(args: &PingpongArgs) -> Result<(), CliError> {
         gid,
     };
     let mut out = std::io::stdout().lock();
-    print_dest(&mut out, "local", &my)?;
+    print_dest(&mut out, "local", &my, args.transport)?;
     let io_timeout = Duration::from_secs(args.timeout.max(1));
     let rem = match server_addr {
         Some(addr) => {
@@ -269,7 +452,7 @@ pub fn run(args: &PingpongArgs) -> Result<(), CliError> {
             .map_err(|e| connect_err.take().unwrap_or(CliError::Oob(e)))?
         }
     };
-    print_dest(&mut out, "remote", &rem)?;
+    print_dest(&mut out, "remote", &rem, args.transport)?;
     out.flush().map_err(CliError::Output)?;
 
     let mut pending = RECV_WRID;

@@ -121,6 +121,73 @@ pub fn server_exchange(
     Ok(remote)
 }
 
+/// Address messages ibv_srq_pingpong exchanges each way, whatever its number of QPs
+/// (srq_pingpong.c MAX_QP): the entries past the QPs in use are all-zero addresses.
+pub const SRQ_MAX_QP: usize = 256;
+
+/// ibv_srq_pingpong's addresses for `used` QPs: theirs, then all-zero entries up to
+/// [`SRQ_MAX_QP`] (srq_pingpong.c zeroes `my_dest` and fills the first `num_qp`).
+pub fn srq_padded(used: &[PingpongDest]) -> Vec<PingpongDest> {
+    let zero = PingpongDest {
+        lid: 0,
+        qpn: 0,
+        psn: 0,
+        gid: Gid([0; 16]),
+    };
+    let mut v = used.to_vec();
+    v.resize(SRQ_MAX_QP.max(used.len()), zero);
+    v
+}
+
+/// ibv_srq_pingpong's client side: write [`SRQ_MAX_QP`] addresses, read as many, write
+/// "done".
+pub fn client_exchange_srq(
+    s: &mut TcpStream,
+    locals: &[PingpongDest],
+    timeout: Duration,
+) -> Result<Vec<PingpongDest>, OobError> {
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    for d in srq_padded(locals) {
+        s.write_all(&d.to_wire())?;
+    }
+    let mut remote = Vec::with_capacity(SRQ_MAX_QP);
+    for _ in 0..SRQ_MAX_QP {
+        remote.push(read_msg(s)?);
+    }
+    s.write_all(b"done\0")?;
+    Ok(remote)
+}
+
+/// ibv_srq_pingpong's server side: read [`SRQ_MAX_QP`] addresses, call `connect`, write ours,
+/// wait for "done".
+pub fn server_exchange_srq(
+    s: &mut TcpStream,
+    locals: &[PingpongDest],
+    timeout: Duration,
+    connect: impl FnOnce(&[PingpongDest]) -> Result<(), String>,
+) -> Result<Vec<PingpongDest>, OobError> {
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    let mut remote = Vec::with_capacity(SRQ_MAX_QP);
+    for _ in 0..SRQ_MAX_QP {
+        remote.push(read_msg(s)?);
+    }
+    connect(&remote).map_err(OobError::Local)?;
+    for d in srq_padded(locals) {
+        s.write_all(&d.to_wire())?;
+    }
+    let mut done = [0u8; 5];
+    s.read_exact(&mut done)?;
+    if &done[..4] != b"done" {
+        return Err(OobError::Malformed {
+            what: "done message",
+            detail: format!("{:?}", String::from_utf8_lossy(&done)),
+        });
+    }
+    Ok(remote)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,5 +267,41 @@ mod tests {
         let r = client_exchange(&mut s, &dest(), Duration::from_secs(5));
         t.join().unwrap();
         assert!(matches!(r, Err(OobError::PeerClosed)), "{r:?}");
+    }
+
+    #[test]
+    fn srq_exchange_sends_256_addresses_each_way() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let mine: Vec<PingpongDest> = (0..3)
+            .map(|i| PingpongDest {
+                qpn: 0x20 + i,
+                ..dest()
+            })
+            .collect();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let ours = [PingpongDest {
+                qpn: 0x40,
+                ..dest()
+            }];
+            server_exchange_srq(&mut s, &ours, Duration::from_secs(5), |rem| {
+                assert_eq!(rem.len(), SRQ_MAX_QP);
+                Ok(())
+            })
+            .unwrap()
+        });
+        let mut s = TcpStream::connect(addr).unwrap();
+        let rem = client_exchange_srq(&mut s, &mine, Duration::from_secs(5)).unwrap();
+        assert_eq!(rem.len(), SRQ_MAX_QP);
+        assert_eq!(rem[0].qpn, 0x40);
+        assert_eq!(rem[1].qpn, 0);
+        assert_eq!(
+            &rem[1].to_wire()[..51],
+            b"0000:000000:000000:00000000000000000000000000000000"
+        );
+        let got = server.join().unwrap();
+        assert_eq!(&got[..3], &mine[..]);
+        assert!(got[3..].iter().all(|d| d.qpn == 0 && d.gid.is_zero()));
     }
 }

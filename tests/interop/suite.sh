@@ -274,11 +274,48 @@ perftest_case() {
     [ -n "$row" ] || [ "$passive_end" = softroce ] || detail+="no softroce result; "
     [ -n "$grow" ] || [ "$passive_end" = guest ] || detail+="no $prog result; "
     cap=$(check_capture "$pcap") || detail+="capture: $cap; "
-    local mtu=1024 i shown=${row:-$grow}
-    for ((i = 0; i < ${#extra[@]} - 1; i++)); do [ "${extra[i]}" = -m ] && mtu=${extra[i+1]}; done
+    local mtu=1024 i shown=${row:-$grow} conn=RC
+    for ((i = 0; i < ${#extra[@]} - 1; i++)); do
+        [ "${extra[i]}" = -m ] && mtu=${extra[i+1]}
+        [ "${extra[i]}" = -c ] && conn=${extra[i+1]}
+    done
     record_case "$name" "$prog (perftest 4.5)" "$role" \
-        "RC, MTU $mtu, $size B x $iters, loss ${loss}% both ways${extra[*]:+, ${extra[*]}}$(capture_note)" \
+        "$conn, MTU $mtu, $size B x $iters, loss ${loss}% both ways${extra[*]:+, ${extra[*]}}$(capture_note)" \
         "$detail" "pass: \`${shown# }\`" "$cap" "$slog" "$glog"
+}
+
+# One ibv_uc_pingpong / ibv_ud_pingpong / ibv_srq_pingpong <-> softroce pingpong run (issue 13).
+#   ucud_case KIND ROLE SIZE MTU ITERS
+# KIND is uc, ud or srq; ROLE is softroce's. No loss: UC and UD do not recover lost packets and
+# the rdma-core programs then wait forever (as they would on hardware). ud_pingpong has no -m:
+# rxe's active MTU (1024 on the lab's 1500-byte link) bounds SIZE.
+ucud_case() {
+    local kind=$1 role=$2 size=$3 mtu=$4 iters=$5
+    local name="${kind}_pingpong_${role}_s${size}_m${mtu}_n${iters}"
+    local pcap=$OUT/$name.pcap slog=$OUT/$name.softroce.log glog=$OUT/$name.guest.log
+    local gflags sflags what
+    case $kind in
+        uc) gflags="-g 1 -m $mtu -s $size -n $iters"
+            sflags=(--transport uc -g 1 -m "$mtu" -s "$size" -n "$iters")
+            what="UC, MTU $mtu, $size B x $iters" ;;
+        ud) gflags="-g 1 -s $size -n $iters"
+            sflags=(--transport ud -g 1 -s "$size" -n "$iters")
+            what="UD, $size B x $iters" ;;
+        srq) gflags="-g 1 -q 4 -m $mtu -s $size -n $iters"
+            sflags=(--srq -q 4 -g 1 -m "$mtu" -s "$size" -n "$iters")
+            what="RC on an SRQ, 4 QPs, MTU $mtu, $size B x $iters" ;;
+    esac
+    log "case $name"
+    run_against_guest "$role" 0 "ibv_${kind}_pingpong -p $PORT $gflags" "$slog" "$glog" \
+        pingpong --bind "$HOST_IP" -p "$PORT" "${sflags[@]}" --pcap "$pcap" --counters --timeout 60
+    local detail="" cap
+    [ "$SRC" = 0 ] || detail+="softroce exit $SRC; "
+    [ "$GRC" = 0 ] || detail+="ibv_${kind}_pingpong exit $GRC; "
+    grep -q "$iters iters in" "$glog" || detail+="guest did not finish; "
+    grep -q "$iters iters in" "$slog" || detail+="softroce did not finish; "
+    cap=$(check_capture "$pcap") || detail+="capture: $cap; "
+    record_case "$name" "ibv_${kind}_pingpong (rdma-core 44)" "$role" "$what" "$detail" "pass" \
+        "$cap" "$slog" "$glog"
 }
 
 # One rping (librdmacm on rxe) <-> softroce rping run: the connection made by IB CM MADs over
@@ -332,7 +369,7 @@ rping_case() {
         "$detail" pass "$cap" "$slog" "$glog"
 }
 
-ONLY=${SOFTROCE_INTEROP_ONLY:-all}   # all | pingpong | perftest | datacheck | gso | rping
+ONLY=${SOFTROCE_INTEROP_ONLY:-all}   # all | pingpong | perftest | datacheck | gso | rping | ucud
 if [ "$ONLY" = all ] || [ "$ONLY" = pingpong ]; then
     for role in server client; do
         for sm in "1 1024" "4096 1024" "10000 1024" "3000 512" "4096 256"; do
@@ -377,6 +414,22 @@ if [ "$ONLY" = all ] || [ "$ONLY" = datacheck ]; then
         jumbo datacheck_case write "$role" 30000 100 0 4096
         jumbo datacheck_case read "$role" 30000 100 0 4096
         jumbo datacheck_case send "$role" 30000 100 0 2048
+    done
+fi
+
+# UC, UD and shared receive queues (issue 13): the other three rdma-core pingpong programs.
+if [ "$ONLY" = all ] || [ "$ONLY" = ucud ]; then
+    for role in server client; do
+        ucud_case uc "$role" 4096 1024 200
+        ucud_case uc "$role" 1 256 200
+        ucud_case ud "$role" 1024 1024 200
+        ucud_case ud "$role" 1 1024 200
+        ucud_case srq "$role" 4096 1024 200
+        jumbo ucud_case uc "$role" 10000 4096 100
+        perftest_case ib_write_bw "$role" 65536 200 0 -c UC
+        perftest_case ib_send_bw "$role" 4096 200 0 -c UC
+        perftest_case ib_write_lat "$role" 2 300 0 -c UC
+        perftest_case ib_send_lat "$role" 2 300 0 -c UC
     done
 fi
 

@@ -59,12 +59,15 @@ pub enum AtomicType {
     CmpAndSwap,
 }
 
-/// perftest's -c: only RC is implemented.
+/// perftest's -c: RC or UC (UD is not implemented).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Connection {
     /// Reliable Connected.
     #[value(name = "RC")]
     Rc,
+    /// Unreliable Connected: SEND and WRITE only, nothing acknowledged or retried.
+    #[value(name = "UC")]
+    Uc,
 }
 
 /// perftest's options, with perftest's letters.
@@ -210,6 +213,7 @@ struct Params {
     size: u64,
     iters: u64,
     num_qps: u32,
+    conn: Connection,
 }
 
 impl Params {
@@ -286,6 +290,7 @@ mod tests {
             size: 65536,
             iters: 100,
             num_qps: 2,
+            conn: Connection::Rc,
         };
         let q = Params {
             prog: Program::ReadBw,

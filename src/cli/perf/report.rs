@@ -236,7 +236,11 @@ pub(super) fn print_result(
     w(
         &mut out,
         format!(
-            " Connection type : RC\t\tData check     : {}",
+            " Connection type : {}\t\tData check     : {}",
+            match p.conn {
+                super::Connection::Rc => "RC",
+                super::Connection::Uc => "UC",
+            },
             if p.check { "ON" } else { "OFF" }
         ),
     )?;

@@ -11,7 +11,7 @@ use softroce::verbs::*;
 use std::result::Result;
 
 use super::ops::fill_pattern;
-use super::{AtomicType, Params, PerfArgs, PerfOp, Program};
+use super::{AtomicType, Connection, Params, PerfArgs, PerfOp, Program};
 use crate::cli::qp_setup::{connect_rc, create_rc_qp, RcQueues};
 use crate::cli::CliError;
 
@@ -40,7 +40,14 @@ impl Params {
             }),
             iters: args.iters.unwrap_or(if args.lat { 1000 } else { 5000 }),
             num_qps: args.num_qps,
+            conn: args.connection,
         };
+        if p.conn == Connection::Uc && matches!(args.op, PerfOp::Read | PerfOp::Atomic) {
+            // perftest: "Read and Atomic verbs are not supported on UC" (perftest_parameters.c).
+            return Err(CliError::Usage(
+                "-c UC: READ and atomics need an RC QP (UC carries SEND and WRITE)".into(),
+            ));
+        }
         if p.size == 0 || p.size > (1 << 31) || p.num_qps == 0 || p.num_qps > 4096 {
             return Err(CliError::Usage("-s must be 1..2^31 and -q 1..4096".into()));
         }
@@ -282,16 +289,21 @@ impl<'a> Test<'a> {
             let mr = pd
                 .register_mr((2 * layout.half) as usize, access)
                 .map_err(CliError::Verbs)?;
-            let qp = create_rc_qp(
-                &pd,
-                &cq,
-                RcQueues {
-                    send_wr: tx_depth,
-                    recv_wr: rx_depth,
-                    inline: 0,
-                },
-                AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
-            )?;
+            let qp = match p.conn {
+                Connection::Rc => create_rc_qp(
+                    &pd,
+                    &cq,
+                    RcQueues {
+                        send_wr: tx_depth,
+                        recv_wr: rx_depth,
+                        inline: 0,
+                    },
+                    AccessFlags::REMOTE_WRITE
+                        | AccessFlags::REMOTE_READ
+                        | AccessFlags::REMOTE_ATOMIC,
+                )?,
+                Connection::Uc => create_uc_qp(&pd, &cq, tx_depth, rx_depth)?,
+            };
             // lrand48() & 0xffffff, as perftest draws its PSNs.
             seed = seed.wrapping_mul(0x5_DEEC_E66D).wrapping_add(0xB) & ((1 << 48) - 1);
             let mine = KeyMsg {
@@ -400,10 +412,50 @@ fn psn_seed() -> u64 {
     (nanos ^ ((std::process::id() as u64) << 24)) & ((1 << 48) - 1)
 }
 
+/// A UC QP in INIT granting REMOTE_WRITE, with perftest's queue sizes.
+fn create_uc_qp(
+    pd: &ProtectionDomain,
+    cq: &CompletionQueue,
+    send_wr: u32,
+    recv_wr: u32,
+) -> Result<QueuePair, CliError> {
+    let qp = pd
+        .create_qp(&QpInitAttr {
+            send_cq: cq,
+            recv_cq: cq,
+            cap: QpCap {
+                max_send_wr: send_wr,
+                max_recv_wr: recv_wr,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            qp_type: QpType::Uc,
+            sq_sig_all: false,
+        })
+        .map_err(CliError::Verbs)?;
+    qp.init(AccessFlags::REMOTE_WRITE)
+        .map_err(CliError::Verbs)?;
+    Ok(qp)
+}
+
 fn connect(c: &Conn, mtu: Mtu, args: &PerfArgs) -> Result<(), CliError> {
     // perftest's ctx_connect: our max_dest_rd_atomic is what we told the peer, our
-    // max_rd_atomic what the peer told us; hop limit 0xFF.
+    // max_rd_atomic what the peer told us; hop limit 0xFF. UC: the AV, MTU, QPN and PSNs only.
     let r = c.remote;
+    if args.connection == Connection::Uc {
+        let uc = RcConnect {
+            path_mtu: mtu,
+            hop_limit: 0xFF,
+            ..RcConnect::new(r.qpn, r.psn, r.gid, c.mine.psn)
+        };
+        c.qp.ready_to_receive_uc(&uc)
+            .map_err(|e| CliError::Failed(format!("Failed to modify QP to RTR: {e}")))?;
+        return c
+            .qp
+            .ready_to_send_uc(&uc)
+            .map_err(|e| CliError::Failed(format!("Failed to modify QP to RTS: {e}")));
+    }
     let rc = RcConnect {
         path_mtu: mtu,
         hop_limit: 0xFF,

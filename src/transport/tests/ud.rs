@@ -221,3 +221,85 @@ fn no_wqe_or_a_small_buffer_drops_the_datagram() {
     assert_eq!(b.recv_wcs.len(), 1);
     assert_eq!(b.recv_wcs[0].byte_len, 139);
 }
+
+/// Hostile input: random UD packets (both UD opcodes and UC/RC ones, right and wrong Q_Keys,
+/// DETH missing, payloads up to past the MTU) at a UD QP: nothing panics, nothing is sent,
+/// every accepted datagram completes with its GRH area, the rest are counted drops.
+#[test]
+fn random_ud_packets_never_panic_and_every_drop_is_counted() {
+    use crate::wire::{BthRepr, DethRepr, ExtHeaders, ImmDtRepr, Opcode, PacketRepr};
+    use std::time::Duration;
+    let mut b = ud(0x32, "192.0.2.2");
+    let big = vec![7u8; 4200];
+    let mut rng = 0x0123_4567_89AB_CDEFu64;
+    let mut next = || {
+        rng = rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    for i in 0..2000u64 {
+        if b.qp.recv_queue_len() < 8 {
+            b.post_recv(i, (i % 6) * 4200, 4200);
+        }
+        let r = next();
+        let opcode = [
+            Opcode::UD_SEND_ONLY,
+            Opcode::UD_SEND_ONLY_WITH_IMMEDIATE,
+            Opcode::UC_SEND_ONLY,
+            Opcode::RC_SEND_ONLY,
+        ][(r % 4) as usize];
+        let deth = match (r >> 8) % 4 {
+            0 => None,
+            1 => Some(DethRepr {
+                qkey: 0x2222,
+                src_qp: 7,
+            }),
+            _ => Some(DethRepr {
+                qkey: QKEY,
+                src_qp: 7,
+            }),
+        };
+        let len = [0usize, 1, 1000, 4096, 4097, 4200][((r >> 16) % 6) as usize];
+        let pkt = PacketRepr {
+            bth: BthRepr {
+                opcode,
+                psn: (r >> 24) as u32 & 0xFF_FFFF,
+                dest_qp: 0x32,
+                ..BthRepr::default()
+            },
+            ext: ExtHeaders {
+                deth,
+                imm: ((r >> 50) % 2 == 0).then_some(ImmDtRepr { imm: 1 }),
+                ..ExtHeaders::default()
+            },
+            payload: &big[..len],
+        };
+        b.qp.handle_packet(Duration::ZERO, &pkt, &b.mrs);
+        b.collect();
+        assert!(b.qp.queue_depths().completions == 0);
+    }
+    let mut buf = vec![0u8; crate::transport::MAX_PACKET];
+    assert!(b.qp.poll_transmit(Duration::ZERO, &mut buf).is_none());
+    let done = b.recv_wcs.len() as u64;
+    assert!(done > 100, "some datagrams were good: {done}");
+    assert!(b.recv_wcs.iter().all(|w| w.status == WcStatus::Success
+        && w.grh
+        && w.src_qp == 7
+        && w.byte_len <= 40 + 4096));
+    let dropped = [
+        "wrong_transport_pkts",
+        "qkey_viol_cntr",
+        "malformed_pkts",
+        "dropped_msg_pkts",
+    ]
+    .iter()
+    .map(|n| count(&b, n))
+    .sum::<u64>();
+    assert_eq!(
+        done + dropped,
+        2000,
+        "every packet either completes or is a counted drop"
+    );
+}
