@@ -2,10 +2,9 @@
 //! rdma_cm-shaped API: IB CM MADs over QP1, no side channel. Each test checks the events both
 //! sides see, that the QPs carry data afterwards, and how the connection ends.
 
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
 
-use softroce::driver::DeviceConfig;
 use softroce::rdma_cm::*;
 use softroce::verbs::*;
 use softroce::wire::cm::rej_reason;
@@ -13,22 +12,8 @@ use softroce::wire::cm::rej_reason;
 const T: Duration = Duration::from_secs(10);
 const PORT: u16 = 7174;
 
-fn two_contexts() -> (Context, Context) {
-    for _ in 0..50 {
-        let port = UdpSocket::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let open = |ip: [u8; 4]| {
-            Context::open(&DeviceConfig::new(SocketAddr::new(IpAddr::from(ip), port)))
-        };
-        if let (Ok(a), Ok(b)) = (open([127, 0, 0, 1]), open([127, 0, 0, 2])) {
-            return (a, b);
-        }
-    }
-    panic!("no free UDP port pair");
-}
+mod common;
+use common::two_contexts;
 
 struct Res {
     pd: ProtectionDomain,

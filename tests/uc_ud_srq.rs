@@ -3,37 +3,15 @@
 //! The transport rules themselves are tested deterministically in src/transport/tests; here
 //! the verbs API, the engine's demultiplexing and the bytes on real sockets.
 
-use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
-use softroce::driver::DeviceConfig;
 use softroce::verbs::*;
 
 const QKEY: u32 = 0x1111_1111;
 const MR_LEN: usize = 1 << 16;
 
-/// Opens `n` contexts on the same free UDP port of 127.0.0.1, 127.0.0.2, ...
-fn contexts(n: u8) -> Vec<Context> {
-    for _ in 0..50 {
-        let port = UdpSocket::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let all: Vec<_> = (1..=n)
-            .map(|i| {
-                Context::open(&DeviceConfig::new(SocketAddr::new(
-                    IpAddr::from([127, 0, 0, i]),
-                    port,
-                )))
-            })
-            .collect();
-        if all.iter().all(|c| c.is_ok()) {
-            return all.into_iter().map(|c| c.unwrap()).collect();
-        }
-    }
-    panic!("no free UDP port");
-}
+mod common;
+use common::contexts;
 
 struct End {
     ctx: Context,

@@ -16,32 +16,8 @@ const FULL: AccessFlags = AccessFlags(
         | AccessFlags::REMOTE_ATOMIC.0,
 );
 
-/// Opens two contexts on the same free UDP port of 127.0.0.1 and 127.0.0.2.
-fn two_contexts() -> (Context, Context) {
-    two_contexts_with(false)
-}
-
-/// [`two_contexts`], busy-polling or not.
-fn two_contexts_with(busy_poll: bool) -> (Context, Context) {
-    for _ in 0..50 {
-        let port = UdpSocket::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let open = |ip: [u8; 4]| {
-            let mut cfg = DeviceConfig::new(SocketAddr::new(IpAddr::from(ip), port));
-            cfg.busy_poll = busy_poll;
-            Context::open(&cfg)
-        };
-        let a = open([127, 0, 0, 1]);
-        let b = open([127, 0, 0, 2]);
-        if let (Ok(a), Ok(b)) = (a, b) {
-            return (a, b);
-        }
-    }
-    panic!("no free UDP port pair");
-}
+mod common;
+use common::{two_contexts, two_contexts_with};
 
 struct End {
     ctx: Context,
