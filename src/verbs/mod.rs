@@ -27,6 +27,7 @@
 
 pub mod cq;
 pub(crate) mod device;
+pub mod foreign_mr;
 pub mod mr;
 pub mod qp;
 
