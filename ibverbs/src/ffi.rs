@@ -217,7 +217,8 @@ pub struct ibv_qp_init_attr {
     pub sq_sig_all: c_int,
 }
 
-#[repr(C)]
+/// 8-byte aligned: `union ibv_gid` holds two `__be64`.
+#[repr(C, align(8))]
 #[derive(Clone, Copy, Default)]
 pub struct ibv_global_route {
     pub dgid: [u8; 16],
