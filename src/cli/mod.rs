@@ -5,6 +5,7 @@ pub mod decode;
 pub mod device;
 pub mod perf;
 pub mod pingpong;
+pub mod run;
 
 use std::fmt;
 use std::io;
@@ -29,6 +30,9 @@ pub enum Command {
     Pingpong(pingpong::PingpongArgs),
     /// Bandwidth or latency test of SEND, WRITE, READ or atomics, as perftest's ib_*_bw/lat.
     Perf(perf::PerfArgs),
+    /// Run an unmodified verbs program (ibv_rc_pingpong, perftest, your own) on softroce
+    /// through the libibverbs shim.
+    Run(run::RunArgs),
 }
 
 /// Why a subcommand failed.
@@ -106,5 +110,13 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Decode(args) => decode::run(&args),
         Command::Pingpong(args) => pingpong::run(&args),
         Command::Perf(args) => perf::run(&args),
+        Command::Run(args) => {
+            let code = run::run(&args)?;
+            if code != 0 {
+                // The program's own status, as if it had been run directly.
+                std::process::exit(code as i32);
+            }
+            Ok(())
+        }
     }
 }
