@@ -19,5 +19,6 @@
 
 pub mod ffi;
 mod objects;
+pub mod provider_abi;
 
 pub use objects::*;
