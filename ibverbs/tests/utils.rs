@@ -56,7 +56,7 @@ fn rc_pingpong(extra: &[&str], server_ip: &str, client_ip: &str) {
         .arg("127.0.0.1");
     let (st, ct) = pair(s, c, Duration::from_secs(60));
     for (t, me, peer) in [(&st, server_ip, client_ip), (&ct, client_ip, server_ip)] {
-        assert!(t.contains(&format!("local address:  LID 0x0000")), "{t}");
+        assert!(t.contains("local address:  LID 0x0000"), "{t}");
         assert!(t.contains(&format!("GID ::ffff:{me}")), "{t}");
         assert!(t.contains(&format!("GID ::ffff:{peer}")), "{t}");
         assert!(t.contains("200 iters in"), "{t}");
