@@ -8,6 +8,7 @@
 //!   engine behind `softroce decode`);
 //! - [`cm`]: the InfiniBand communication manager (connection setup over QP1 MADs) as a
 //!   state machine without I/O, like the transport core;
+//! - [`rdma_cm`]: connection management in librdmacm's shape over the CM;
 //! - [`ib`]: the verbs' types, typed errors and modify-QP rules, shared by the layers above;
 //! - [`memory`]: storage that the network may write while the application reads it, without
 //!   undefined behaviour (the base of memory regions).
@@ -23,6 +24,7 @@ pub mod fuzzing;
 pub mod ib;
 pub mod memory;
 pub mod oob;
+pub mod rdma_cm;
 pub mod transport;
 pub mod verbs;
 pub mod wire;

@@ -593,22 +593,7 @@ fn packets_failing_a_header_check_are_dropped_silently_and_counted() {
 /// Computes the ICRC of a packet from `h` to its target, in place: for `Hostile::seal` and for
 /// packets a test edited after sealing.
 fn reseal(h: &Hostile, bytes: &mut [u8]) {
-    let n = bytes.len();
-    let (IpAddr::V4(s), IpAddr::V4(d)) = (h.addr.ip(), h.target.ip()) else {
-        unreachable!()
-    };
-    let udp_len = (8 + n) as u16;
-    let mut udp = [0u8; 8];
-    udp[0..2].copy_from_slice(&h.addr.port().to_be_bytes());
-    udp[2..4].copy_from_slice(&h.target.port().to_be_bytes());
-    udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
-    let crc = icrc::compute(
-        &icrc::ipv4_header_for_socket(s, d, udp_len, true),
-        &udp,
-        &bytes[..n - 4],
-    )
-    .unwrap();
-    bytes[n - 4..].copy_from_slice(&icrc::to_wire(crc));
+    assert!(icrc::seal_socket_datagram(h.addr, h.target, bytes));
 }
 
 fn response(qpn: u32, psn: u32, opcode: Opcode, aeth: AethRepr, payload: &[u8]) -> PacketRepr<'_> {

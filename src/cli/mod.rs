@@ -5,6 +5,8 @@ pub mod decode;
 pub mod device;
 pub mod perf;
 pub mod pingpong;
+pub mod qp_setup;
+pub mod rping;
 pub mod run;
 
 use std::fmt;
@@ -30,6 +32,9 @@ pub enum Command {
     Pingpong(pingpong::PingpongArgs),
     /// Bandwidth or latency test of SEND, WRITE, READ or atomics, as perftest's ib_*_bw/lat.
     Perf(perf::PerfArgs),
+    /// RDMA ping through the connection manager, as librdmacm's rping (same flags and
+    /// exchange; interoperates with rping on kernel rxe).
+    Rping(rping::RpingArgs),
     /// Run an unmodified verbs program (ibv_rc_pingpong, perftest, your own) on softroce
     /// through the libibverbs shim.
     Run(run::RunArgs),
@@ -110,6 +115,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Decode(args) => decode::run(&args),
         Command::Pingpong(args) => pingpong::run(&args),
         Command::Perf(args) => perf::run(&args),
+        Command::Rping(args) => rping::run(&args),
         Command::Run(args) => {
             let code = run::run(&args)?;
             if code != 0 {

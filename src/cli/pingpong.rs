@@ -17,6 +17,7 @@ use std::result::Result;
 
 use super::activity::PeerActivity;
 use super::device::DeviceArgs;
+use super::qp_setup::{connect_rc, create_rc_qp, RcQueues};
 use super::CliError;
 
 const RECV_WRID: u64 = 1;
@@ -113,22 +114,16 @@ impl Pp {
         let cq = ctx
             .create_cq(args.rx_depth as usize + 1)
             .map_err(CliError::Verbs)?;
-        let qp = pd
-            .create_qp(&QpInitAttr {
-                send_cq: &cq,
-                recv_cq: &cq,
-                cap: QpCap {
-                    max_send_wr: 1,
-                    max_recv_wr: args.rx_depth,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 0,
-                },
-                qp_type: QpType::Rc,
-                sq_sig_all: false,
-            })
-            .map_err(CliError::Verbs)?;
-        qp.init(AccessFlags::EMPTY).map_err(CliError::Verbs)?;
+        let qp = create_rc_qp(
+            &pd,
+            &cq,
+            RcQueues {
+                send_wr: 1,
+                recv_wr: args.rx_depth,
+                inline: 0,
+            },
+            AccessFlags::EMPTY,
+        )?;
         // pp_init_ctx keeps the PD alive in the context; here the QP and MR hold what they
         // need, and the PD handle itself carries no state.
         drop(pd);
@@ -182,12 +177,7 @@ impl Pp {
             sgid_index: args.gid_idx,
             ..RcConnect::new(dest.qpn, dest.psn, dest.gid, my_psn)
         };
-        self.qp
-            .ready_to_receive(&c)
-            .map_err(|e| CliError::Failed(format!("Failed to modify QP to RTR: {e}")))?;
-        self.qp
-            .ready_to_send(&c)
-            .map_err(|e| CliError::Failed(format!("Failed to modify QP to RTS: {e}")))
+        connect_rc(&self.qp, &c)
     }
 }
 

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use super::cq::CqInner;
+use super::gsi::GsiShared;
 use crate::ib::qp_attr::DeviceLimits;
 use crate::ib::VerbsError;
 use crate::transport::{Counters, MrTable, QpCore};
@@ -46,6 +47,8 @@ pub(crate) struct Device {
     /// The engine, in busy-poll mode (otherwise its thread owns it). Emptied when the
     /// context closes, which breaks the engine's reference back to the device.
     pub(crate) engine: Mutex<Option<Box<super::engine::Engine>>>,
+    /// QP1: the connection manager's MADs.
+    pub(crate) gsi: GsiShared,
     next_qpn: AtomicU32,
     next_handle: AtomicU32,
 }
@@ -71,6 +74,7 @@ impl Device {
             closed: AtomicBool::new(false),
             busy_poll,
             engine: Mutex::new(None),
+            gsi: GsiShared::new(local),
             // rxe hands out QPNs from 17 (0x11) upwards; 0 and 1 are the special QPs.
             next_qpn: AtomicU32::new(0x11),
             next_handle: AtomicU32::new(1),

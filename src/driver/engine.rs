@@ -28,6 +28,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::io;
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
@@ -35,10 +36,11 @@ use std::time::{Duration, Instant};
 use mio::{Events, Interest, Poll, Token};
 
 use super::device::{Device, QpEntry};
+use super::gsi::{Gsi, GSI_QPN};
 use super::link::{gso_run, Link, OutDatagram, RxBatch};
 use super::timer::Timer;
-use crate::ib::WorkCompletion;
-use crate::transport::{Counters, CqSide, QpCore, Transmit, MAX_PACKET};
+use crate::ib::{QpType, WorkCompletion};
+use crate::transport::{Counters, CqSide, NetHeader, QpCore, Transmit, MAX_PACKET};
 use crate::wire::icrc::{verify_socket_datagram, SocketVerdict};
 use crate::wire::PacketRepr;
 
@@ -162,6 +164,13 @@ pub(crate) struct Engine {
     more_rx: bool,
     /// The current pass delivered completions.
     delivered: bool,
+    /// QP1 has received MADs or been given some to send.
+    gsi_due: bool,
+    /// QP1's next deadline, as of the last time the engine served it (only the engine moves
+    /// it, except through calls that ring the doorbell).
+    gsi_deadline: Option<Instant>,
+    /// The UDP source port QP1 sends from, once the link has prepared it.
+    gsi_port: Option<u16>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -200,6 +209,9 @@ impl Engine {
             blocked: false,
             more_rx: false,
             delivered: false,
+            gsi_due: false,
+            gsi_deadline: None,
+            gsi_port: None,
         })
     }
 
@@ -261,6 +273,7 @@ impl Engine {
         self.fire_deadlines();
         self.delivered = false;
         self.service_work();
+        self.service_gsi();
         if !(defer_after_completion && self.delivered) {
             self.flush();
         }
@@ -308,6 +321,9 @@ impl Engine {
             let at = self.origin + *t;
             next = Some(next.map_or(at, |n| n.min(at)));
         }
+        if let Some(at) = self.gsi_deadline {
+            next = Some(next.map_or(at, |n| n.min(at)));
+        }
         if self.blocked {
             let at = now + BACKPRESSURE_RETRY;
             next = Some(next.map_or(at, |n| n.min(at)));
@@ -344,6 +360,9 @@ impl Engine {
             &mut self.bell,
         );
         for &qpn in &self.bell {
+            if qpn == GSI_QPN {
+                self.gsi_due = true;
+            }
             Self::enqueue(&mut self.qps, &mut self.work, qpn);
         }
         self.bell.clear();
@@ -387,6 +406,13 @@ impl Engine {
                 }
             };
             let qpn = pkt.bth.dest_qp;
+            if qpn == GSI_QPN {
+                // The CM answers on the port every device listens on, not the sender's.
+                let from = SocketAddr::new(d.src.ip(), self.dev.remote_port);
+                self.dev.gsi.lock().handle_packet(from, &pkt, counters);
+                self.gsi_due = true;
+                continue;
+            }
             if !self.qps.contains_key(&qpn) {
                 // A QP created since the last pass: refresh (a cheap check otherwise).
                 let g = self.dev.qps_generation.load(Ordering::Acquire);
@@ -400,13 +426,26 @@ impl Engine {
             };
             {
                 let mut core = lock(&q.entry.core);
-                // Only the connected peer may talk to an RC QP.
-                if core.peer().map(|p| p.ip()) != Some(d.src.ip()) {
+                // Only the connected peer may talk to an RC or UC QP; a UD QP hears anyone.
+                if !core.accepts_from(d.src.ip()) {
                     Counters::inc(&counters.unknown_qp_pkts);
                     continue;
                 }
                 let mrs = self.dev.mrs.read().unwrap_or_else(|e| e.into_inner());
-                core.handle_packet(now, &pkt, &mrs);
+                if core.qp_type() == QpType::Ud {
+                    // The GRH area of the receive buffer: the IP header as it arrived. The
+                    // socket does not report TTL or TOS here; the defaults stand in.
+                    let net = NetHeader::from_addrs(
+                        d.src.ip(),
+                        d.dst.ip(),
+                        (payload.len() + 8) as u16,
+                        64,
+                        0,
+                    );
+                    core.handle_datagram(now, &pkt, Some(&net), &mrs);
+                } else {
+                    core.handle_packet(now, &pkt, &mrs);
+                }
             }
             Self::enqueue(&mut self.qps, &mut self.work, qpn);
         }
@@ -470,7 +509,7 @@ impl Engine {
                 if core.poll_timeout().is_some_and(|t| t <= now) {
                     core.handle_timeout(now);
                 }
-                if core.peer().is_some() {
+                if core.sends() {
                     let want = core.src_port();
                     if q.port != Some(want) {
                         match self.link.prepare_source_port(want) {
@@ -527,6 +566,43 @@ impl Engine {
                 return true;
             }
         }
+    }
+
+    /// Serves QP1 when it received MADs, was given some to send, or has a deadline due: runs
+    /// the CM's timers, takes its MADs into the transmit batch and wakes API calls waiting for
+    /// CM events.
+    fn service_gsi(&mut self) {
+        let due = self.gsi_deadline.is_some_and(|d| d <= Instant::now());
+        if !(self.gsi_due || due) {
+            return;
+        }
+        self.gsi_due = false;
+        let port = match self.gsi_port {
+            Some(p) => p,
+            None => match self.link.prepare_source_port(Gsi::src_port()) {
+                Ok(p) => *self.gsi_port.insert(p),
+                Err(_) => {
+                    Counters::inc(&self.dev.counters.send_err);
+                    Gsi::src_port()
+                }
+            },
+        };
+        let mut g = self.dev.gsi.lock();
+        g.handle_timeout();
+        loop {
+            let Some(slot) = self.tx.free_slot() else {
+                self.gsi_due = true;
+                break;
+            };
+            let Some(t) = g.poll_transmit(self.dev.local, port, slot) else {
+                break;
+            };
+            self.tx.meta.push(t);
+            self.tx.ids.push(0);
+        }
+        self.gsi_deadline = g.deadline();
+        drop(g);
+        self.dev.gsi.events.notify_all();
     }
 
     /// Sends the batch's pending packets. Stops at EAGAIN or ENOBUFS, keeping the rest.

@@ -7,6 +7,7 @@ pub mod capture;
 mod cq;
 pub(crate) mod device;
 pub(crate) mod engine;
+pub(crate) mod gsi;
 pub mod impair;
 pub mod link;
 mod timer;

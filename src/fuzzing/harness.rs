@@ -91,6 +91,8 @@ pub fn new_qp(qpn: u32, addr: IpAddr) -> QpCore {
         sq_sig_all: false,
         local: SocketAddr::new(addr, crate::wire::ROCE_V2_UDP_PORT),
         remote_port: crate::wire::ROCE_V2_UDP_PORT,
+        qp_type: crate::ib::QpType::Rc,
+        srq: None,
     };
     QpCore::new(cfg, DeviceLimits::default(), Arc::new(Counters::default()))
 }
@@ -337,46 +339,15 @@ pub const RESPONSE_OPCODES: [Opcode; 6] = [
 ];
 
 /// The UDP header a socket at `src` sends to `dst` for a `len`-byte payload.
-fn udp_header(src_port: u16, dst_port: u16, len: usize) -> [u8; 8] {
-    let udp_len = (8 + len) as u16;
-    let mut udp = [0u8; 8];
-    udp[0..2].copy_from_slice(&src_port.to_be_bytes());
-    udp[2..4].copy_from_slice(&dst_port.to_be_bytes());
-    udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
-    udp
-}
-
 /// The ICRC of RoCE UDP payload `bytes` (ICRC bytes included, not covered) sent through a UDP
 /// socket from `src` to `dst`, in wire order; `None` for mixed address families.
 pub fn icrc_for(src: SocketAddr, dst: SocketAddr, bytes: &[u8]) -> Option<[u8; ICRC_LEN]> {
-    let n = bytes.len();
-    if n < ICRC_LEN || n > u16::MAX as usize - 8 {
-        return None;
-    }
-    let udp = udp_header(src.port(), dst.port(), n);
-    let udp_len = (8 + n) as u16;
-    let covered = &bytes[..n - ICRC_LEN];
-    let crc = match (src.ip(), dst.ip()) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => icrc::compute(
-            &icrc::ipv4_header_for_socket(s, d, udp_len, true),
-            &udp,
-            covered,
-        ),
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
-            icrc::compute(&icrc::ipv6_header_for_socket(s, d, udp_len), &udp, covered)
-        }
-        _ => return None,
-    }
-    .ok()?;
-    Some(icrc::to_wire(crc))
+    icrc::socket_datagram_icrc(src, dst, bytes)
 }
 
 /// Writes the ICRC into the last 4 bytes of `bytes`, as a sender at `src` would.
 pub fn seal(src: SocketAddr, dst: SocketAddr, bytes: &mut [u8]) {
-    if let Some(c) = icrc_for(src, dst, bytes) {
-        let n = bytes.len();
-        bytes[n - ICRC_LEN..].copy_from_slice(&c);
-    }
+    icrc::seal_socket_datagram(src, dst, bytes);
 }
 
 /// Whether the ICRC at the end of `bytes` is the one a sender at `src` computes.

@@ -62,6 +62,13 @@ pub enum VerbsError {
     },
     /// The message is longer than the transport allows (2^31 bytes).
     MessageTooLong(u64),
+    /// A UD message longer than one MTU (UD messages are single packets).
+    UdMessageTooLong {
+        /// The message length.
+        len: u64,
+        /// The MTU in bytes.
+        mtu: u32,
+    },
     /// The operation is not valid for this QP (e.g. an atomic whose remote address is not
     /// 8-byte aligned, a READ on UC).
     InvalidWr(&'static str),
@@ -151,6 +158,9 @@ impl core::fmt::Display for VerbsError {
             }
             VerbsError::BadSge { index, fault } => write!(f, "SGE {index}: {fault:?}"),
             VerbsError::MessageTooLong(n) => write!(f, "message of {n} bytes exceeds 2^31"),
+            VerbsError::UdMessageTooLong { len, mtu } => {
+                write!(f, "UD message of {len} bytes exceeds the MTU of {mtu}")
+            }
             VerbsError::InvalidWr(why) => write!(f, "invalid work request: {why}"),
             VerbsError::InvalidState { state, call } => {
                 write!(f, "{call} is not allowed in QP state {state:?}")

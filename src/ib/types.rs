@@ -149,9 +149,9 @@ pub enum QpType {
     /// Reliable Connected.
     #[default]
     Rc,
-    /// Unreliable Connected (planned).
+    /// Unreliable Connected: SEND and WRITE without acknowledgements.
     Uc,
-    /// Unreliable Datagram (planned).
+    /// Unreliable Datagram: single-packet SENDs to any QP named per work request.
     Ud,
 }
 
@@ -458,6 +458,63 @@ pub struct RecvWr<'a> {
     pub sg_list: &'a [Sge],
 }
 
+/// Where a UD send goes (`wr.ud` of `struct ibv_send_wr`, with the address handle's
+/// attributes in place of the `ibv_ah` pointer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct UdDest {
+    /// The address handle: destination GID, hop limit, traffic class.
+    pub ah: AhAttr,
+    /// Destination QP number (BTH DestQP).
+    pub remote_qpn: u32,
+    /// Q_Key for the DETH; with bit 31 set the QP's own Q_Key is sent instead (IBTA 10.2.5).
+    pub remote_qkey: u32,
+}
+
+/// Shared receive queue attributes (`struct ibv_srq_attr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SrqAttr {
+    /// Most receive WRs queued at once.
+    pub max_wr: u32,
+    /// Scatter/gather entries per receive WR.
+    pub max_sge: u32,
+    /// Limit: when armed (non-zero), the queue falling below it raises one
+    /// `SRQ_LIMIT_REACHED` event and disarms it.
+    pub srq_limit: u32,
+}
+
+impl Default for SrqAttr {
+    fn default() -> Self {
+        SrqAttr {
+            max_wr: 128,
+            max_sge: 1,
+            srq_limit: 0,
+        }
+    }
+}
+
+/// Which [`SrqAttr`] fields `modify_srq` applies (`enum ibv_srq_attr_mask`, same bits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct SrqAttrMask(pub u32);
+
+impl SrqAttrMask {
+    /// Resize the queue (`IBV_SRQ_MAX_WR`).
+    pub const MAX_WR: SrqAttrMask = SrqAttrMask(1);
+    /// Arm the limit (`IBV_SRQ_LIMIT`).
+    pub const LIMIT: SrqAttrMask = SrqAttrMask(2);
+
+    /// Whether every bit of `other` is set.
+    pub fn contains(self, other: SrqAttrMask) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl core::ops::BitOr for SrqAttrMask {
+    type Output = SrqAttrMask;
+    fn bitor(self, rhs: SrqAttrMask) -> SrqAttrMask {
+        SrqAttrMask(self.0 | rhs.0)
+    }
+}
+
 /// Completion status (`enum ibv_wc_status`, same values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WcStatus {
@@ -556,6 +613,9 @@ pub struct WorkCompletion {
     pub src_qp: u32,
     /// Whether the incoming message had the Solicited Event bit.
     pub solicited: bool,
+    /// `IBV_WC_GRH`: the first 40 bytes of the receive buffer hold the GRH area (rxe sets
+    /// it on every successful receive completion, whatever the QP type).
+    pub grh: bool,
 }
 
 /// An empty slot for [`CompletionQueue::poll`](crate::verbs::CompletionQueue::poll) to fill: wr_id 0,
@@ -571,6 +631,7 @@ impl Default for WorkCompletion {
             qp_num: 0,
             src_qp: 0,
             solicited: false,
+            grh: false,
         }
     }
 }

@@ -75,6 +75,18 @@ counters! {
     /// Packets dropped because their P_Key does not match the port's P_Key 0xFFFF (rxe
     /// check_keys / pkey_match; rxe's port attribute of the same name).
     bad_pkey_cntr,
+    /// UD packets dropped because their DETH Q_Key is not the QP's (rxe check_keys and its
+    /// port attribute of the same name).
+    qkey_viol_cntr,
+    /// UC and UD request packets the responder dropped without executing (rxe's `drop_msg`
+    /// and class D errors): a PSN gap, a MIDDLE or LAST outside a message, no receive WQE, a
+    /// bad length, rkey or right. The message they belong to is not completed.
+    dropped_msg_pkts,
+    /// Shared receive queue limit events raised (`IBV_EVENT_SRQ_LIMIT_REACHED`).
+    srq_limit_events,
+    /// Packets to QP1 dropped because they were not a UD SEND ONLY carrying a MAD with the GSI
+    /// Q_Key.
+    gsi_dropped_pkts,
     /// Responses (ACK, NAK, RNR NAK, READ response, atomic ACK) dropped because their PSN lies
     /// outside the requester's outstanding window: before the oldest unacknowledged PSN
     /// (stale or duplicate) or at or beyond the next PSN never sent (rxe_comp.c check_psn).

@@ -1,4 +1,4 @@
-//! The Reliable Connected transport core, without I/O and without a clock (in the manner of
+//! The transport core (RC, UC and UD queue pairs, shared receive queues), without I/O and without a clock (in the manner of
 //! quinn-proto): packets, verbs calls and the time go in; packets, completions and the next
 //! deadline come out. The driver (sockets, threads, timers) wraps it; tests drive it with
 //! virtual time.
@@ -13,6 +13,7 @@ pub mod mr;
 pub mod qp;
 mod requester;
 mod responder;
+pub mod srq;
 pub mod window;
 pub mod wqe;
 
@@ -21,6 +22,7 @@ mod tests;
 
 pub use counters::Counters;
 pub use mr::{Mr, MrFault, MrTable};
-pub use qp::{CqSide, QpConfig, QpCore, QueueDepths, Transmit, MAX_PACKET};
+pub use qp::{CqSide, NetHeader, QpConfig, QpCore, QueueDepths, Transmit, MAX_PACKET};
 pub use requester::{ACKREQ_EVERY, MAX_UNACKED_PSNS};
 pub use responder::MAX_QUEUED_RESPONSES;
+pub use srq::Srq;

@@ -20,11 +20,12 @@ use super::counters::Counters;
 use super::mr::MrTable;
 use super::requester::ReqState;
 use super::responder::RespState;
-use super::wqe::{LocalData, RecvWqe, SendState, SendWqe};
+use super::srq::Srq;
+use super::wqe::{LocalData, RecvWqe, SendState, SendWqe, UdTarget};
 use crate::ib::qp_attr::{apply_modify, check_modify, check_sqd_exit, DeviceLimits};
 use crate::ib::{
     AccessFlags, QpAttr, QpAttrMask, QpCap, QpState, QpType, QueueKind, RecvWr, SendFlags, SendWr,
-    SgeFault, VerbsError, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    SgeFault, UdDest, VerbsError, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 use crate::wire::{icrc, ICRC_LEN};
 
@@ -46,6 +47,69 @@ pub struct QpConfig {
     pub local: SocketAddr,
     /// The UDP port peers receive on (4791, like ours, unless configured otherwise).
     pub remote_port: u16,
+    /// Transport service.
+    pub qp_type: QpType,
+    /// The shared receive queue the QP takes its receive WQEs from, if any (then
+    /// `post_recv` on the QP is refused).
+    pub srq: Option<Arc<Srq>>,
+}
+
+/// The IP header a packet arrived with, which a UD receive buffer's first 40 bytes (the GRH
+/// area) hold as rxe fills them: for IPv4, 20 zero bytes and then the IPv4 header; for IPv6,
+/// the IPv6 header (rxe_resp.c execute).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetHeader {
+    /// An IPv4 header without options.
+    V4([u8; 20]),
+    /// An IPv6 header.
+    V6([u8; 40]),
+}
+
+impl NetHeader {
+    /// The header a datagram from `src` to `dst` with `udp_len` bytes of UDP (header
+    /// included) carried, with the TTL or hop limit and the traffic class given, as a Linux
+    /// socket sends it (IPv4: identification 0, DF set, header checksum computed).
+    pub fn from_addrs(src: IpAddr, dst: IpAddr, udp_len: u16, ttl: u8, tos: u8) -> NetHeader {
+        match (src, dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                let mut h = icrc::ipv4_header_for_socket(s, d, udp_len, true);
+                h[1] = tos;
+                h[8] = ttl;
+                let mut sum: u32 = h
+                    .chunks(2)
+                    .map(|c| u16::from_be_bytes([c[0], c[1]]) as u32)
+                    .sum();
+                while sum > 0xFFFF {
+                    sum = (sum & 0xFFFF) + (sum >> 16);
+                }
+                h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+                NetHeader::V4(h)
+            }
+            (s, d) => {
+                let to6 = |a: IpAddr| match a {
+                    IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+                    IpAddr::V6(v6) => v6,
+                };
+                let mut h = icrc::ipv6_header_for_socket(to6(s), to6(d), udp_len);
+                h[0] = 0x60 | (tos >> 4);
+                h[1] = tos << 4;
+                h[7] = ttl;
+                NetHeader::V6(h)
+            }
+        }
+    }
+
+    /// The 40-byte GRH area of a UD receive buffer.
+    pub fn grh_area(&self) -> [u8; 40] {
+        match self {
+            NetHeader::V4(h) => {
+                let mut a = [0u8; 40];
+                a[20..].copy_from_slice(h);
+                a
+            }
+            NetHeader::V6(h) => *h,
+        }
+    }
 }
 
 /// Which completion queue a completion goes to.
@@ -160,6 +224,9 @@ impl QpCore {
 
     /// The peer's address, once the QP has one (RTR and later).
     pub fn peer(&self) -> Option<SocketAddr> {
+        if self.cfg.qp_type == QpType::Ud {
+            return None;
+        }
         match self.attr.qp_state {
             QpState::Reset | QpState::Init => None,
             _ => Some(SocketAddr::new(
@@ -169,15 +236,63 @@ impl QpCore {
         }
     }
 
-    /// Path MTU in bytes.
+    /// The transport service.
+    pub fn qp_type(&self) -> QpType {
+        self.cfg.qp_type
+    }
+
+    /// The shared receive queue, if the QP has one.
+    pub fn srq(&self) -> Option<&Arc<Srq>> {
+        self.cfg.srq.as_ref()
+    }
+
+    /// Whether the QP may have packets to send: a connected QP once it has a peer, a UD QP
+    /// in RTS or SQD (each WR names its destination).
+    pub fn sends(&self) -> bool {
+        match self.cfg.qp_type {
+            QpType::Ud => matches!(self.attr.qp_state, QpState::Rts | QpState::Sqd),
+            _ => self.peer().is_some(),
+        }
+    }
+
+    /// Whether a packet from `src` may reach this QP: a connected QP hears only its peer
+    /// (rxe check_addr), a UD QP anyone.
+    pub fn accepts_from(&self, src: IpAddr) -> bool {
+        match self.cfg.qp_type {
+            QpType::Ud => true,
+            _ => self.peer().map(|p| p.ip()) == Some(src),
+        }
+    }
+
+    /// Bytes per packet: the path MTU of a connected QP; for UD the port's MTU (rxe
+    /// get_mtu), which is softroce's largest, `DeviceLimits::max_mtu`.
     pub(super) fn mtu(&self) -> u32 {
-        self.attr.path_mtu.bytes()
+        match self.cfg.qp_type {
+            QpType::Ud => self.limits.max_mtu.bytes(),
+            _ => self.attr.path_mtu.bytes(),
+        }
+    }
+
+    /// Whether a receive WQE is available (from the SRQ if the QP has one).
+    pub(super) fn has_recv(&self) -> bool {
+        match &self.cfg.srq {
+            Some(s) => !s.is_empty(),
+            None => !self.rq.is_empty(),
+        }
+    }
+
+    /// Takes the next receive WQE (from the SRQ if the QP has one).
+    pub(super) fn take_recv(&mut self) -> Option<RecvWqe> {
+        match &self.cfg.srq {
+            Some(s) => s.take(),
+            None => self.rq.pop_front(),
+        }
     }
 
     /// `ibv_modify_qp`: validates as the kernel does, then applies.
     pub fn modify(&mut self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbsError> {
         let from = self.attr.qp_state;
-        let to = check_modify(QpType::Rc, from, attr, mask, &self.limits)?;
+        let to = check_modify(self.cfg.qp_type, from, attr, mask, &self.limits)?;
         // Leaving SQD (but for ERROR) waits until the send queue has drained (rxe).
         let draining = from == QpState::Sqd && self.req.next < self.sq.len();
         check_sqd_exit(from, to, draining)?;
@@ -257,6 +372,7 @@ impl QpCore {
                 qp_num: self.cfg.qpn,
                 src_qp: 0,
                 solicited: false,
+                grh: false,
             },
         ));
     }
@@ -287,14 +403,73 @@ impl QpCore {
                     qp_num: self.cfg.qpn,
                     src_qp: self.attr.dest_qp_num,
                     solicited: false,
+                    grh: false,
                 },
             ));
         }
     }
 
-    /// `ibv_post_send` for one WR. On error nothing is queued.
+    /// `ibv_post_send` for one WR on an RC or UC QP. On error nothing is queued.
     pub fn post_send(&mut self, wr: &SendWr, mrs: &MrTable) -> Result<(), VerbsError> {
+        if self.cfg.qp_type == QpType::Ud {
+            return Err(VerbsError::InvalidWr(
+                "a UD send needs a destination (post_send_ud)",
+            ));
+        }
+        self.post_send_inner(wr, None, mrs)
+    }
+
+    /// `ibv_post_send` for one WR on a UD QP: a SEND or SEND with immediate of at most one
+    /// MTU to the QP `dest` names. A Q_Key with bit 31 set means the QP's own Q_Key (IBTA
+    /// 10.2.5). On error nothing is queued.
+    pub fn post_send_ud(
+        &mut self,
+        wr: &SendWr,
+        dest: &UdDest,
+        mrs: &MrTable,
+    ) -> Result<(), VerbsError> {
+        if self.cfg.qp_type != QpType::Ud {
+            return Err(VerbsError::InvalidWr("a destination is for UD QPs only"));
+        }
+        let qkey = if dest.remote_qkey & 0x8000_0000 != 0 {
+            self.attr.qkey
+        } else {
+            dest.remote_qkey
+        };
+        let target = UdTarget {
+            ip: dest.ah.dgid.to_ip(),
+            remote_qpn: dest.remote_qpn & 0xFF_FFFF,
+            qkey,
+            hop_limit: dest.ah.hop_limit,
+            traffic_class: dest.ah.traffic_class,
+        };
+        self.post_send_inner(wr, Some(target), mrs)
+    }
+
+    fn post_send_inner(
+        &mut self,
+        wr: &SendWr,
+        ud: Option<UdTarget>,
+        mrs: &MrTable,
+    ) -> Result<(), VerbsError> {
         let state = self.attr.qp_state;
+        let allowed = match self.cfg.qp_type {
+            QpType::Rc => true,
+            QpType::Uc => matches!(
+                wr.opcode,
+                WrOpcode::Send
+                    | WrOpcode::SendWithImm { .. }
+                    | WrOpcode::RdmaWrite { .. }
+                    | WrOpcode::RdmaWriteWithImm { .. }
+            ),
+            QpType::Ud => matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm { .. }),
+        };
+        if !allowed {
+            return Err(VerbsError::InvalidWr(match self.cfg.qp_type {
+                QpType::Ud => "UD carries SEND and SEND with immediate only",
+                _ => "UC carries SEND and RDMA WRITE only",
+            }));
+        }
         if !matches!(state, QpState::Rts | QpState::Sqd | QpState::Err) {
             return Err(VerbsError::InvalidState {
                 state,
@@ -366,6 +541,12 @@ impl QpCore {
         if data_len > MAX_MESSAGE {
             return Err(VerbsError::MessageTooLong(data_len));
         }
+        if self.cfg.qp_type == QpType::Ud && data_len > self.mtu() as u64 {
+            return Err(VerbsError::UdMessageTooLong {
+                len: data_len,
+                mtu: self.mtu(),
+            });
+        }
         let mut wqe = SendWqe {
             wr_id: wr.wr_id,
             opcode: wr.opcode,
@@ -380,6 +561,7 @@ impl QpCore {
             read_done: 0,
             read_req_psn: self.req.psn,
             started: false,
+            ud,
         };
         if state == QpState::Err {
             wqe.state = SendState::Done(WcStatus::WrFlushErr);
@@ -394,6 +576,11 @@ impl QpCore {
     /// `ibv_post_recv` for one WR. On error nothing is queued.
     pub fn post_recv(&mut self, wr: &RecvWr, mrs: &MrTable) -> Result<(), VerbsError> {
         let state = self.attr.qp_state;
+        if self.cfg.srq.is_some() {
+            return Err(VerbsError::InvalidWr(
+                "the QP takes its receive WRs from a shared receive queue",
+            ));
+        }
         if state == QpState::Reset {
             return Err(VerbsError::InvalidState {
                 state,
@@ -465,14 +652,34 @@ impl QpCore {
     /// (check_type_state), then the P_Key (check_keys); a packet failing one is dropped without
     /// a reply and counted. Then requests go to the responder, responses to the completer.
     pub fn handle_packet(&mut self, now: Duration, pkt: &crate::wire::PacketRepr, mrs: &MrTable) {
+        self.handle_datagram(now, pkt, None, mrs);
+    }
+
+    /// [`Self::handle_packet`] with the IP header the packet arrived with, which a UD QP
+    /// copies into the GRH area of the receive buffer (without it that area is zero). The
+    /// checks are those of handle_packet, with the transport of the QP's type, and for UD
+    /// the DETH Q_Key against the QP's (rxe check_keys; a mismatch counts
+    /// `qkey_viol_cntr`).
+    pub fn handle_datagram(
+        &mut self,
+        now: Duration,
+        pkt: &crate::wire::PacketRepr,
+        net: Option<&NetHeader>,
+        mrs: &MrTable,
+    ) {
         Counters::inc(&self.counters.rcvd_pkts);
         let Some(info) = pkt.info() else {
             Counters::inc(&self.counters.malformed_pkts);
             return;
         };
-        // check_type_state: an RC QP takes RC opcodes only (a UC WRITE or a UD SEND must not
-        // touch its memory or its receive queue).
-        if info.transport != crate::wire::Transport::Rc {
+        // check_type_state: a QP takes its own transport's opcodes only (a UC WRITE or a UD
+        // SEND must not touch an RC QP's memory or its receive queue).
+        let own = match self.cfg.qp_type {
+            QpType::Rc => crate::wire::Transport::Rc,
+            QpType::Uc => crate::wire::Transport::Uc,
+            QpType::Ud => crate::wire::Transport::Ud,
+        };
+        if info.transport != own {
             Counters::inc(&self.counters.wrong_transport_pkts);
             return;
         }
@@ -496,10 +703,22 @@ impl QpCore {
             Counters::inc(&self.counters.bad_pkey_cntr);
             return;
         }
-        if info.is_request() {
-            self.responder_handle(now, pkt, info, mrs);
-        } else if info.is_response() {
-            self.completer_handle(now, pkt, info);
+        if self.cfg.qp_type == QpType::Ud {
+            let Some(deth) = pkt.ext.deth else {
+                Counters::inc(&self.counters.malformed_pkts);
+                return;
+            };
+            if deth.qkey != self.attr.qkey {
+                Counters::inc(&self.counters.qkey_viol_cntr);
+                return;
+            }
+        }
+        match self.cfg.qp_type {
+            QpType::Rc if info.is_request() => self.responder_handle(now, pkt, info, mrs),
+            QpType::Rc if info.is_response() => self.completer_handle(now, pkt, info),
+            QpType::Uc if info.is_request() => self.uc_responder(pkt, info, mrs),
+            QpType::Ud if info.is_request() => self.ud_responder(pkt, info, net),
+            _ => {}
         }
         self.generate_send_completions();
     }
@@ -521,11 +740,24 @@ impl QpCore {
     /// Writes the next packet to send into `buf` (at least [`MAX_PACKET`] bytes). Responses
     /// (ACKs, READ and atomic responses) go before new requests.
     pub fn poll_transmit(&mut self, now: Duration, buf: &mut [u8]) -> Option<Transmit> {
-        let dst = self.peer()?;
+        let dst = match self.cfg.qp_type {
+            QpType::Ud => {
+                if !self.sends() {
+                    return None;
+                }
+                let ud = self.sq.get(self.req.next)?.ud?;
+                SocketAddr::new(ud.ip, self.cfg.remote_port)
+            }
+            _ => self.peer()?,
+        };
         let len = match self.responder_poll(buf) {
             Some(n) => Some(n),
             None => self.requester_poll(now, buf),
         }?;
+        if self.cfg.qp_type != QpType::Rc {
+            // UC and UD sends complete once their last packet is out (rxe_req.c).
+            self.generate_send_completions();
+        }
         self.seal(buf, len, dst);
         Counters::inc(&self.counters.sent_pkts);
         Some(Transmit {

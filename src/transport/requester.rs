@@ -21,11 +21,11 @@ use super::counters::Counters;
 use super::qp::QpCore;
 use super::window::SendWindow;
 use super::wqe::SendState;
-use crate::ib::{QpState, WrOpcode};
+use crate::ib::{QpState, QpType, WrOpcode};
 use crate::wire::packet::finish_payload;
 use crate::wire::psn::packets_for;
 use crate::wire::{
-    AtomicEthRepr, BthRepr, ExtHeaders, ImmDtRepr, Opcode, PacketRepr, Psn, RethRepr,
+    AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, ImmDtRepr, Opcode, PacketRepr, Psn, RethRepr,
 };
 
 /// Most PSNs the requester lets be unacknowledged (rxe_param.h RXE_MAX_UNACKED_PSNS).
@@ -98,7 +98,9 @@ impl QpCore {
         if self.attr.qp_state == QpState::Sqd && starting {
             return None;
         }
-        if self.req.psn.diff(self.req.comp_psn) >= self.req.window.limit() as i32 {
+        let reliable = self.cfg.qp_type == QpType::Rc;
+        // UC and UD have no acknowledgements, hence no window.
+        if reliable && self.req.psn.diff(self.req.comp_psn) >= self.req.window.limit() as i32 {
             return None;
         }
         if starting {
@@ -112,7 +114,14 @@ impl QpCore {
             }
         }
         let mtu = self.mtu() as u64;
+        let qpn = self.cfg.qpn;
         let dqpn = self.attr.dest_qp_num;
+        // The transport's top three opcode bits: RC 000, UC 001, UD 011 (IBTA 9.2, table 38).
+        let transport_bits = match self.cfg.qp_type {
+            QpType::Rc => 0x00,
+            QpType::Uc => 0x20,
+            QpType::Ud => 0x60,
+        };
         let psn = self.req.psn;
         let offset = self.req.offset;
         let wqe = &mut self.sq[idx];
@@ -191,6 +200,14 @@ impl QpCore {
                     _ => unreachable!("READ and atomics handled above"),
                 };
                 bth.opcode = data_opcode(write.is_some(), first, last, imm.is_some());
+                bth.opcode = Opcode(bth.opcode.0 | transport_bits);
+                if let Some(ud) = wqe.ud {
+                    bth.dest_qp = ud.remote_qpn;
+                    ext.deth = Some(DethRepr {
+                        qkey: ud.qkey,
+                        src_qp: qpn,
+                    });
+                }
                 if let (Some((va, rkey)), true) = (write, first) {
                     ext.reth = Some(RethRepr {
                         va,
@@ -209,10 +226,11 @@ impl QpCore {
         // this packet fills the window: nothing more can be sent until an ACK comes back, and
         // the responder only ACKs packets that ask.
         let fills_window = psn.add(psns).diff(self.req.comp_psn) >= self.req.window.limit() as i32;
-        bth.ack_req = done
-            || self.req.noack_pkts >= ACKREQ_EVERY
-            || fills_window
-            || self.req.noack_pkts + 1 >= self.req.window.ack_every();
+        bth.ack_req = reliable
+            && (done
+                || self.req.noack_pkts >= ACKREQ_EVERY
+                || fills_window
+                || self.req.noack_pkts + 1 >= self.req.window.ack_every());
         let repr = PacketRepr {
             bth,
             ext,
@@ -240,12 +258,21 @@ impl QpCore {
             if is_send {
                 Counters::inc(&self.counters.rdma_sends);
             }
+            if !reliable {
+                // Nothing will acknowledge it: done once its last packet is out (rxe_req.c
+                // update_wqe_state for UC and UD).
+                self.sq[idx].state = SendState::Done(crate::ib::WcStatus::Success);
+            }
             self.req.next += 1;
             self.req.offset = 0;
         } else {
             self.req.offset += payload_len as u64;
         }
-        self.arm_timer(now);
+        if reliable {
+            self.arm_timer(now);
+        } else {
+            self.req.comp_psn = self.req.psn;
+        }
         Some(len)
     }
 

@@ -28,9 +28,9 @@ use std::time::Duration;
 
 use super::counters::Counters;
 use super::mr::{Mr, MrFault, MrTable};
-use super::qp::{CqSide, QpCore, MAX_MESSAGE};
+use super::qp::{CqSide, NetHeader, QpCore, MAX_MESSAGE};
 use super::wqe::RecvWqe;
-use crate::ib::{AccessFlags, QpState, WcOpcode, WcStatus, WorkCompletion};
+use crate::ib::{AccessFlags, QpState, QpType, WcOpcode, WcStatus, WorkCompletion};
 use crate::wire::packet::finish_payload;
 use crate::wire::psn::packets_for;
 use crate::wire::{
@@ -147,6 +147,9 @@ pub struct RespState {
     /// Message sequence number.
     pub msn: u32,
     nak_sent: bool,
+    /// UC: the rest of the current message is dropped until a FIRST or ONLY (rxe
+    /// `resp.drop_msg`).
+    drop_msg: bool,
     /// A fatal NAK is queued: until it is sent and the QP is in ERROR, no request executes
     /// (whatever its PSN: a peer may send any).
     fatal: bool,
@@ -168,6 +171,7 @@ impl RespState {
     /// any, is returned so that it can be completed as flushed.
     pub(super) fn flush(&mut self) -> Option<RecvWqe> {
         self.fatal = false;
+        self.drop_msg = false;
         self.in_msg = None;
         self.write = None;
         self.resources.clear();
@@ -256,6 +260,7 @@ impl QpCore {
             qp_num: self.cfg.qpn,
             src_qp: self.attr.dest_qp_num,
             solicited: false,
+            grh: status == WcStatus::Success,
         }
     }
 
@@ -390,7 +395,7 @@ impl QpCore {
         if rd_atomic && self.attr.max_dest_rd_atomic == 0 {
             return Err(ResourceFault::NoRdAtomicResources);
         }
-        if takes_wqe && self.rq.is_empty() {
+        if takes_wqe && !self.has_recv() {
             return Err(ResourceFault::NoReceiveWqe);
         }
         Ok(())
@@ -481,7 +486,7 @@ impl QpCore {
 
     fn execute_send(&mut self, pkt: &PacketRepr, info: &OpcodeInfo, psn: Psn) {
         if info.position.starts_message() {
-            let Some(wqe) = self.rq.pop_front() else {
+            let Some(wqe) = self.take_recv() else {
                 return self.rnr_nak(psn); // check_resource saw one; kept for safety
             };
             self.resp.recv = Some(RecvProgress { wqe, offset: 0 });
@@ -548,7 +553,7 @@ impl QpCore {
             self.resp.in_msg = None;
             self.resp.msn = (self.resp.msn + 1) & 0xFF_FFFF;
             if info.has_imm() {
-                let Some(wqe) = self.rq.pop_front() else {
+                let Some(wqe) = self.take_recv() else {
                     return self.rnr_nak(psn); // check_resource saw one; kept for safety
                 };
                 let mut wc = self.recv_wc(
@@ -779,3 +784,209 @@ impl QpCore {
         Some(len)
     }
 }
+
+/// The UC and UD responder (rxe_resp.c for `IB_QPT_UC` and `IB_QPT_UD`): the same chain of
+/// checks as RC, but nothing is acknowledged and nothing is retried. A packet that fails a
+/// check is dropped and counted (`dropped_msg_pkts`); the message it belongs to is never
+/// completed.
+impl QpCore {
+    /// Drops a UC/UD request packet; for UC the rest of its message too (rxe `drop_msg`).
+    fn drop_msg(&mut self) {
+        self.resp.drop_msg = self.cfg.qp_type == QpType::Uc;
+        Counters::inc(&self.counters.dropped_msg_pkts);
+    }
+
+    /// Abandons the message in progress (IBTA classes D1 and E; rxe do_class_d1e_error and
+    /// the UC/UD branches of its error states). Without an SRQ the receive WQE it was filling
+    /// goes back to the front of the receive queue, as if untouched (rxe resets its DMA
+    /// state); with an SRQ it cannot go back and completes with `status`.
+    fn abandon_msg(&mut self, status: WcStatus) {
+        self.resp.in_msg = None;
+        self.resp.write = None;
+        if let Some(r) = self.resp.recv.take() {
+            if self.cfg.srq.is_some() {
+                let wc = self.recv_wc(r.wqe.wr_id, status, WcOpcode::Recv, 0);
+                self.complete_recv(wc);
+            } else {
+                self.rq.push_front(r.wqe);
+            }
+        }
+    }
+
+    /// Handles a UC request packet.
+    pub(super) fn uc_responder(&mut self, pkt: &PacketRepr, info: &OpcodeInfo, mrs: &MrTable) {
+        let psn = Psn::new(pkt.bth.psn);
+        let start = info.position.starts_message();
+        // 1. check_psn: a gap, or a message being dropped, drops everything up to the next
+        //    FIRST or ONLY, which resynchronises the expected PSN.
+        if psn != self.resp.psn {
+            Counters::inc(&self.counters.out_of_seq_request);
+        }
+        if self.resp.drop_msg || psn != self.resp.psn {
+            if !start {
+                return self.drop_msg();
+            }
+            self.resp.drop_msg = false;
+        }
+        // 2. check_op_seq: a MIDDLE or LAST outside a message is dropped; a packet that does
+        //    not continue the message in progress abandons it (class D1/E), and starts the
+        //    next one if it is a FIRST or ONLY.
+        match (self.resp.in_msg, info.kind, info.position) {
+            (Some(InMsg::Send), OpKind::Send, Position::Middle | Position::Last)
+            | (Some(InMsg::Write), OpKind::Write, Position::Middle | Position::Last) => {}
+            (Some(_), _, _) => {
+                self.abandon_msg(WcStatus::RemInvReqErr);
+                if !start {
+                    return self.drop_msg();
+                }
+            }
+            (None, _, Position::Middle | Position::Last) => return self.drop_msg(),
+            (None, _, _) => {}
+        }
+        // 3. check_op_valid: a WRITE needs REMOTE_WRITE.
+        match info.kind {
+            OpKind::Send => {}
+            OpKind::Write
+                if self
+                    .attr
+                    .qp_access_flags
+                    .contains(AccessFlags::REMOTE_WRITE) => {}
+            _ => {
+                self.abandon_msg(WcStatus::RemInvReqErr);
+                return self.drop_msg();
+            }
+        }
+        // 4. check_resource: a receive WQE for a SEND's first packet and for a WRITE with
+        //    immediate's last; none: dropped (class D, no RNR on UC).
+        let takes_wqe = match info.kind {
+            OpKind::Send => start,
+            _ => info.has_imm() && info.position.ends_message(),
+        };
+        if takes_wqe && self.resp.recv.is_none() {
+            match self.take_recv() {
+                Some(wqe) => self.resp.recv = Some(RecvProgress { wqe, offset: 0 }),
+                None => {
+                    self.abandon_msg(WcStatus::RemInvReqErr);
+                    return self.drop_msg();
+                }
+            }
+        }
+        // 5. check_length.
+        if !self.check_length(pkt, info) {
+            self.abandon_msg(WcStatus::RemInvReqErr);
+            return self.drop_msg();
+        }
+        let n = pkt.payload.len() as u64;
+        // 6. check_rkey, and a WRITE packet's payload against its RETH.
+        if info.kind == OpKind::Write {
+            if start {
+                match self.resolve_reth(pkt, mrs, AccessFlags::REMOTE_WRITE) {
+                    Ok((mr, offset, len)) => {
+                        self.resp.write = Some(WriteProgress {
+                            mr,
+                            offset,
+                            remaining: len,
+                            total: len,
+                        })
+                    }
+                    Err(_) => {
+                        self.abandon_msg(WcStatus::RemAccessErr);
+                        return self.drop_msg();
+                    }
+                }
+            }
+            let remaining = self.resp.write.as_ref().map_or(0, |w| w.remaining);
+            if n > remaining || (info.position.ends_message() && n != remaining) {
+                self.abandon_msg(WcStatus::RemInvReqErr);
+                return self.drop_msg();
+            }
+        }
+        // 7. execute and complete.
+        match info.kind {
+            OpKind::Send => {
+                let Some(r) = self.resp.recv.as_mut() else {
+                    return self.drop_msg();
+                };
+                if r.offset + n > r.wqe.data.len() {
+                    // send_data_in: the receive buffer is too small (RESPST_ERR_LENGTH).
+                    self.abandon_msg(WcStatus::RemInvReqErr);
+                    return self.drop_msg();
+                }
+                r.wqe.data.write(r.offset, pkt.payload);
+                r.offset += n;
+                self.resp.in_msg = Some(InMsg::Send);
+            }
+            _ => {
+                if let Some(w) = self.resp.write.as_mut() {
+                    if let Some(mr) = &w.mr {
+                        let _ = mr.storage.write(w.offset, pkt.payload);
+                    }
+                    w.offset += n;
+                    w.remaining -= n;
+                }
+                self.resp.in_msg = Some(InMsg::Write);
+            }
+        }
+        self.resp.psn = psn.next();
+        if info.position.ends_message() {
+            let total = self.resp.write.take().map_or(0, |w| w.total);
+            self.resp.in_msg = None;
+            self.resp.msn = (self.resp.msn + 1) & 0xFF_FFFF;
+            if let Some(r) = self.resp.recv.take() {
+                let (opcode, len) = match info.kind {
+                    OpKind::Send => (WcOpcode::Recv, r.offset),
+                    _ => (WcOpcode::RecvRdmaWithImm, total),
+                };
+                let mut wc = self.recv_wc(r.wqe.wr_id, WcStatus::Success, opcode, len);
+                wc.imm_data = pkt.ext.imm.map(|i| i.imm);
+                wc.solicited = pkt.bth.solicited;
+                self.complete_recv(wc);
+                Counters::inc(&self.counters.rdma_recvs);
+            }
+        }
+    }
+
+    /// Handles a UD request packet (a SEND ONLY, with immediate or not; the Q_Key was
+    /// checked). The receive buffer gets the GRH area (40 bytes) and then the payload; the
+    /// completion carries the sender's QP number from the DETH and the GRH flag.
+    pub(super) fn ud_responder(
+        &mut self,
+        pkt: &PacketRepr,
+        info: &OpcodeInfo,
+        net: Option<&NetHeader>,
+    ) {
+        if info.kind != OpKind::Send || info.position != Position::Only {
+            return self.drop_msg();
+        }
+        let src_qp = pkt.ext.deth.map_or(0, |d| d.src_qp);
+        // check_resource: no receive WQE, the datagram is dropped (class D).
+        let Some(wqe) = self.take_recv() else {
+            return self.drop_msg();
+        };
+        let n = pkt.payload.len() as u64;
+        let fits = wqe.data.len();
+        self.resp.recv = Some(RecvProgress { wqe, offset: 0 });
+        // check_length (one MTU), then send_data_in for the GRH area and the payload.
+        if n > self.mtu() as u64 || GRH_AREA + n > fits {
+            self.abandon_msg(WcStatus::RemInvReqErr);
+            return self.drop_msg();
+        }
+        let Some(r) = self.resp.recv.take() else {
+            return;
+        };
+        let grh = net.map_or([0u8; GRH_AREA as usize], |h| h.grh_area());
+        r.wqe.data.write(0, &grh);
+        r.wqe.data.write(GRH_AREA, pkt.payload);
+        self.resp.psn = Psn::new(pkt.bth.psn).next();
+        self.resp.msn = (self.resp.msn + 1) & 0xFF_FFFF;
+        let mut wc = self.recv_wc(r.wqe.wr_id, WcStatus::Success, WcOpcode::Recv, GRH_AREA + n);
+        wc.src_qp = src_qp;
+        wc.imm_data = pkt.ext.imm.map(|i| i.imm);
+        wc.solicited = pkt.bth.solicited;
+        self.complete_recv(wc);
+        Counters::inc(&self.counters.rdma_recvs);
+    }
+}
+
+/// Bytes at the start of a UD receive buffer that hold the GRH area.
+pub const GRH_AREA: u64 = 40;

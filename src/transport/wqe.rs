@@ -164,6 +164,23 @@ pub struct SendWqe {
     /// Whether the requester has sent its first packet (READ and atomics count towards
     /// `max_rd_atomic` from then until they complete).
     pub started: bool,
+    /// UD: where the datagram goes.
+    pub ud: Option<UdTarget>,
+}
+
+/// The destination of a UD send WQE, resolved at post time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdTarget {
+    /// Destination IP address (the address handle's GID).
+    pub ip: std::net::IpAddr,
+    /// Destination QP number.
+    pub remote_qpn: u32,
+    /// The Q_Key sent in the DETH (the QP's own when the WR's had bit 31 set).
+    pub qkey: u32,
+    /// Address handle hop limit (0: the default).
+    pub hop_limit: u8,
+    /// Address handle traffic class.
+    pub traffic_class: u8,
 }
 
 /// A receive WQE.

@@ -9,14 +9,15 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use super::ah::{AddressHandle, SharedReceiveQueue};
 use super::cq::CompletionQueue;
 use super::mr::MemoryRegion;
 use super::qp::{QpInitAttr, QueuePair};
 use super::qp_attr::{check_cap, DeviceLimits};
-use super::{AccessFlags, Gid, QpType, Result, VerbsError};
+use super::{AccessFlags, AhAttr, Gid, Result, SrqAttr, VerbsError};
 use crate::driver::device::{Device, QpEntry};
 use crate::driver::{CqInner, DeviceConfig};
-use crate::transport::{Counters, QpConfig, QpCore};
+use crate::transport::{Counters, QpConfig, QpCore, Srq};
 
 /// A device context: the entry point of the verbs API.
 #[derive(Debug)]
@@ -113,15 +114,48 @@ impl ProtectionDomain {
         MemoryRegion::register(&self.dev, self.handle, len, access)
     }
 
-    /// `ibv_create_qp`.
+    /// `ibv_create_qp` for an RC, UC or UD QP with a receive queue of its own.
     pub fn create_qp(&self, init: &QpInitAttr) -> Result<QueuePair> {
-        self.dev.check_open()?;
-        if init.qp_type != QpType::Rc {
-            return Err(VerbsError::InvalidAttribute {
-                attr: "qp_type",
-                reason: "only RC is implemented so far",
-            });
+        self.create_qp_inner(init, None)
+    }
+
+    /// `ibv_create_qp` with `srq` set: the QP (RC, UC or UD) takes its receive WRs from the
+    /// shared receive queue, which cannot be destroyed while the QP exists.
+    pub fn create_qp_with_srq(
+        &self,
+        init: &QpInitAttr,
+        srq: &SharedReceiveQueue,
+    ) -> Result<QueuePair> {
+        if srq.srq.pd() != self.handle || !Arc::ptr_eq(&srq.dev, &self.dev) {
+            return Err(VerbsError::ForeignObject("shared receive queue"));
         }
+        self.create_qp_inner(init, Some(Arc::clone(&srq.srq)))
+    }
+
+    /// `ibv_create_ah`.
+    pub fn create_ah(&self, attr: &AhAttr) -> Result<AddressHandle> {
+        self.dev.check_open()?;
+        AddressHandle::new(&self.dev, self.handle, attr)
+    }
+
+    /// `ibv_create_srq`: `max_wr` and `max_sge` within the device's limits, no limit armed
+    /// at creation.
+    pub fn create_srq(&self, attr: &SrqAttr) -> Result<SharedReceiveQueue> {
+        self.dev.check_open()?;
+        let srq = Srq::new(
+            self.handle,
+            *attr,
+            &self.dev.limits,
+            Arc::clone(&self.dev.counters),
+        )?;
+        Ok(SharedReceiveQueue {
+            dev: Arc::clone(&self.dev),
+            srq: Arc::new(srq),
+        })
+    }
+
+    fn create_qp_inner(&self, init: &QpInitAttr, srq: Option<Arc<Srq>>) -> Result<QueuePair> {
+        self.dev.check_open()?;
         check_cap(&init.cap, &self.dev.limits)?;
         let qpn = self.dev.alloc_qpn()?;
         let core = QpCore::new(
@@ -132,6 +166,8 @@ impl ProtectionDomain {
                 sq_sig_all: init.sq_sig_all,
                 local: self.dev.local,
                 remote_port: self.dev.remote_port,
+                qp_type: init.qp_type,
+                srq: srq.clone(),
             },
             self.dev.limits.clone(),
             Arc::clone(&self.dev.counters),
@@ -145,6 +181,15 @@ impl ProtectionDomain {
                 recv_cq: Arc::clone(&init.recv_cq.inner),
             },
         );
-        Ok(QueuePair::new(Arc::clone(&self.dev), core, qpn))
+        if let Some(s) = &srq {
+            s.attach();
+        }
+        Ok(QueuePair::new(
+            Arc::clone(&self.dev),
+            core,
+            qpn,
+            srq,
+            self.handle,
+        ))
     }
 }

@@ -25,6 +25,7 @@
 //! # }
 //! ```
 
+pub mod ah;
 pub mod cq;
 pub(crate) mod device;
 pub mod foreign_mr;
@@ -38,7 +39,8 @@ pub use crate::ib::{error, qp_attr, types};
 pub use crate::ib::error::{QueueKind, Result, SgeFault, VerbsError};
 pub use crate::ib::qp_attr::DeviceLimits;
 pub use crate::ib::types::*;
+pub use ah::{AddressHandle, SharedReceiveQueue};
 pub use cq::CompletionQueue;
 pub use device::{Context, ProtectionDomain};
 pub use mr::MemoryRegion;
-pub use qp::{PostError, QpInitAttr, QueuePair, RcConnect};
+pub use qp::{PostError, QpInitAttr, QueuePair, RcConnect, UdSendWr};

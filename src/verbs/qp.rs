@@ -8,13 +8,15 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use super::ah::AddressHandle;
 use super::cq::CompletionQueue;
+use super::UdDest;
 use super::{
     AccessFlags, AhAttr, Gid, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, Result,
     SendWr, VerbsError,
 };
 use crate::driver::device::Device;
-use crate::transport::{MrTable, QpCore};
+use crate::transport::{MrTable, QpCore, Srq};
 
 /// Creation attributes (`struct ibv_qp_init_attr`).
 #[derive(Debug, Clone)]
@@ -25,7 +27,7 @@ pub struct QpInitAttr<'a> {
     pub recv_cq: &'a CompletionQueue,
     /// Capacities.
     pub cap: QpCap,
-    /// Transport (RC only for now).
+    /// Transport: RC, UC or UD.
     pub qp_type: QpType,
     /// Whether every send WR generates a completion.
     pub sq_sig_all: bool,
@@ -104,17 +106,45 @@ impl core::fmt::Display for PostError {
 
 impl std::error::Error for PostError {}
 
+/// A UD send work request (`ibv_send_wr` with `wr.ud`): the WR, the address handle of the
+/// destination, its QP number and the Q_Key (bit 31 set: the sending QP's own).
+#[derive(Debug, Clone)]
+pub struct UdSendWr<'a> {
+    /// The work request (SEND or SEND with immediate).
+    pub wr: SendWr<'a>,
+    /// Where the datagram goes.
+    pub ah: &'a AddressHandle,
+    /// Destination QP number.
+    pub remote_qpn: u32,
+    /// Q_Key.
+    pub remote_qkey: u32,
+}
+
 /// A queue pair. Destroyed when dropped.
 #[derive(Debug)]
 pub struct QueuePair {
     pub(crate) dev: Arc<Device>,
     pub(crate) core: Arc<Mutex<QpCore>>,
     qpn: u32,
+    srq: Option<Arc<Srq>>,
+    pd: u32,
 }
 
 impl QueuePair {
-    pub(crate) fn new(dev: Arc<Device>, core: Arc<Mutex<QpCore>>, qpn: u32) -> QueuePair {
-        QueuePair { dev, core, qpn }
+    pub(crate) fn new(
+        dev: Arc<Device>,
+        core: Arc<Mutex<QpCore>>,
+        qpn: u32,
+        srq: Option<Arc<Srq>>,
+        pd: u32,
+    ) -> QueuePair {
+        QueuePair {
+            dev,
+            core,
+            qpn,
+            srq,
+            pd,
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, QpCore> {
@@ -200,6 +230,90 @@ impl QueuePair {
         )
     }
 
+    /// UC: INIT -> RTR towards the peer described by `c`, with the attributes
+    /// ibv_uc_pingpong gives (no READ/atomic resources, no RNR timer).
+    pub fn ready_to_receive_uc(&self, c: &RcConnect) -> Result<()> {
+        self.modify(
+            &QpAttr {
+                qp_state: QpState::Rtr,
+                path_mtu: c.path_mtu,
+                dest_qp_num: c.remote_qpn,
+                rq_psn: c.remote_psn,
+                ah_attr: AhAttr {
+                    dgid: c.remote_gid,
+                    sgid_index: c.sgid_index,
+                    hop_limit: c.hop_limit,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            QpAttrMask::STATE
+                | QpAttrMask::AV
+                | QpAttrMask::PATH_MTU
+                | QpAttrMask::DEST_QPN
+                | QpAttrMask::RQ_PSN,
+        )
+    }
+
+    /// UC: RTR -> RTS with the starting PSN of `c`.
+    pub fn ready_to_send_uc(&self, c: &RcConnect) -> Result<()> {
+        self.modify(
+            &QpAttr {
+                qp_state: QpState::Rts,
+                sq_psn: c.local_psn,
+                ..Default::default()
+            },
+            QpAttrMask::STATE | QpAttrMask::SQ_PSN,
+        )
+    }
+
+    /// UD: RESET -> INIT -> RTR -> RTS with `qkey` and the starting PSN `sq_psn`, the walk of
+    /// ibv_ud_pingpong.
+    pub fn ready_ud(&self, qkey: u32, sq_psn: u32) -> Result<()> {
+        self.modify(
+            &QpAttr {
+                qp_state: QpState::Init,
+                pkey_index: 0,
+                port_num: 1,
+                qkey,
+                ..Default::default()
+            },
+            QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY,
+        )?;
+        self.modify(
+            &QpAttr {
+                qp_state: QpState::Rtr,
+                ..Default::default()
+            },
+            QpAttrMask::STATE,
+        )?;
+        self.modify(
+            &QpAttr {
+                qp_state: QpState::Rts,
+                sq_psn,
+                ..Default::default()
+            },
+            QpAttrMask::STATE | QpAttrMask::SQ_PSN,
+        )
+    }
+
+    /// `ibv_post_send` on a UD QP: queues the WRs in order; stops at the first one refused
+    /// (a message over one MTU is refused with [`VerbsError::UdMessageTooLong`]).
+    pub fn post_send_ud(&self, wrs: &[UdSendWr]) -> core::result::Result<(), PostError> {
+        let pd = self.pd;
+        self.post(wrs, move |core, w, mrs| {
+            if w.ah.pd != pd {
+                return Err(VerbsError::ForeignObject("address handle"));
+            }
+            let dest = UdDest {
+                ah: w.ah.attr,
+                remote_qpn: w.remote_qpn,
+                remote_qkey: w.remote_qkey,
+            };
+            core.post_send_ud(&w.wr, &dest, mrs)
+        })
+    }
+
     /// `ibv_query_qp`: the current attributes.
     pub fn query(&self) -> QpAttr {
         self.lock().query()
@@ -253,5 +367,8 @@ impl QueuePair {
 impl Drop for QueuePair {
     fn drop(&mut self) {
         self.dev.remove_qp(self.qpn);
+        if let Some(s) = &self.srq {
+            s.detach();
+        }
     }
 }

@@ -355,6 +355,54 @@ pub fn verify_socket_datagram(
     }
 }
 
+/// The ICRC a sender at `src` puts on RoCE UDP payload `payload` (BTH .. ICRC; the last four
+/// bytes are not covered) sent through a UDP socket to `dst`: the counterpart of
+/// [`verify_socket_datagram`], covering the IP and UDP headers the sender's kernel writes (IPv4
+/// with DF and identification 0). `None` for mixed address families or a length no UDP
+/// datagram has.
+pub fn socket_datagram_icrc(
+    src: std::net::SocketAddr,
+    dst: std::net::SocketAddr,
+    payload: &[u8],
+) -> Option<[u8; 4]> {
+    use std::net::IpAddr;
+    let n = payload.len();
+    if n < 4 || n > u16::MAX as usize - UDP_HEADER_LEN {
+        return None;
+    }
+    let udp_len = (UDP_HEADER_LEN + n) as u16;
+    let mut udp = [0u8; UDP_HEADER_LEN];
+    udp[0..2].copy_from_slice(&src.port().to_be_bytes());
+    udp[2..4].copy_from_slice(&dst.port().to_be_bytes());
+    udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+    let covered = &payload[..n - 4];
+    let crc = match (src.ip(), dst.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            compute(&ipv4_header_for_socket(s, d, udp_len, true), &udp, covered)
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            compute(&ipv6_header_for_socket(s, d, udp_len), &udp, covered)
+        }
+        _ => return None,
+    };
+    crc.ok().map(to_wire)
+}
+
+/// Writes [`socket_datagram_icrc`] into the last four bytes of `payload`; returns false (and
+/// leaves the bytes alone) where it is `None`.
+pub fn seal_socket_datagram(
+    src: std::net::SocketAddr,
+    dst: std::net::SocketAddr,
+    payload: &mut [u8],
+) -> bool {
+    let Some(c) = socket_datagram_icrc(src, dst, payload) else {
+        return false;
+    };
+    let n = payload.len();
+    payload[n - 4..].copy_from_slice(&c);
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

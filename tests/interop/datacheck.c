@@ -7,7 +7,7 @@
  * with one QP: perftest 4.5's out-of-band exchange (src/oob/perftest.rs), softroce's test
  * signature after the version string, one memory region per message (a stride of the size
  * rounded up to 8 bytes, one slot per iteration, the peer's half advertised at base + half),
- * the pattern byte(i, k) = (i * 0x9E3779B9 + k * 31) >> 3 of src/cli/perf/mod.rs, and a one-byte
+ * the pattern byte(i, k) = (i * 0x9E3779B9 + k * 31) >> 3 of src/cli/perf/ops.rs, and a one-byte
  * verdict exchange so that both ends fail on a mismatch.
  *
  *   sr_datacheck write|read|send|atomic [-s SIZE] [-n ITERS] [-p PORT] [-x GID_INDEX]

@@ -8,8 +8,12 @@
 //! `simulation.rs` runs thousands of seeded lossy runs against the delivery invariants.
 
 mod hostile;
+mod node;
 mod scenarios;
 mod simulation;
+mod srq;
+mod uc;
+mod ud;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -106,6 +110,8 @@ fn side(qpn: u32, ip: &str) -> Side {
         sq_sig_all: false,
         local: addr,
         remote_port: 4791,
+        qp_type: QpType::Rc,
+        srq: None,
     };
     let mut mrs = MrTable::new();
     let access = AccessFlags::LOCAL_WRITE

@@ -1,0 +1,248 @@
+//! What every perftest program does per message and between phases: post a work request,
+//! poll completions, verify --check patterns, and talk to the peer over the out-of-band
+//! exchange while the network keeps the test alive.
+
+use std::io::ErrorKind;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use softroce::oob::perftest::{Exchange, KeyMsg};
+use softroce::oob::OobError;
+use softroce::verbs::*;
+use std::result::Result;
+
+use super::setup::Test;
+use super::PerfOp;
+use crate::cli::activity::PeerActivity;
+use crate::cli::pingpong::poll_or_wait;
+use crate::cli::CliError;
+
+/// The byte at `offset` of message `iter` under --check.
+fn pattern_byte(iter: u64, offset: u64) -> u8 {
+    (iter
+        .wrapping_mul(0x9E37_79B9)
+        .wrapping_add(offset.wrapping_mul(31))
+        >> 3) as u8
+}
+
+/// Fills `buf` with message `iter`'s --check pattern.
+pub(super) fn fill_pattern(buf: &mut [u8], iter: u64) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = pattern_byte(iter, i as u64);
+    }
+}
+
+/// Compares `buf` with message `iter`'s --check pattern; names the first differing byte.
+pub(super) fn check_pattern(buf: &[u8], iter: u64) -> Result<(), String> {
+    match buf
+        .iter()
+        .enumerate()
+        .find(|(i, b)| **b != pattern_byte(iter, *i as u64))
+    {
+        None => Ok(()),
+        Some((i, b)) => Err(format!(
+            "data check failed: message {iter}, byte {i}: got 0x{b:02x}, expected 0x{:02x}",
+            pattern_byte(iter, i as u64)
+        )),
+    }
+}
+
+impl Test<'_> {
+    /// One key handshake, watching the network while waiting for the peer.
+    pub(super) fn hs(&self, x: &mut Exchange, mine: &KeyMsg) -> Result<KeyMsg, CliError> {
+        x.handshake_waiting(mine, &mut |s| self.await_peer(s))
+            .map_err(CliError::Oob)
+    }
+
+    /// The closing handshake, watching the network while waiting for the peer.
+    pub(super) fn close(&self, x: Exchange, mine: &KeyMsg) -> Result<(), CliError> {
+        x.close_waiting(mine, &mut |s| self.await_peer(s))
+            .map_err(CliError::Oob)
+    }
+
+    /// Waits for the peer's next message while its test may still run: gives up only when
+    /// neither a message nor a RoCE packet has arrived for the timeout.
+    pub(super) fn await_peer(&self, s: &TcpStream) -> Result<(), OobError> {
+        s.set_read_timeout(Some(Duration::from_millis(200)))?;
+        let mut peer = PeerActivity::new(self.ctx);
+        loop {
+            match s.peek(&mut [0u8; 1]) {
+                Ok(0) => return Err(OobError::PeerClosed),
+                Ok(_) => break,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    if peer.silent_for(self.ctx) > self.timeout {
+                        return Err(OobError::Timeout);
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        s.set_read_timeout(Some(self.timeout))?;
+        Ok(())
+    }
+
+    /// --check: both ends learn each other's verdict, so that both fail on a mismatch.
+    pub(super) fn verdicts(&mut self, x: &mut Exchange) -> Result<(), CliError> {
+        if !self.p.check {
+            return Ok(());
+        }
+        let mine = [self.failure.is_none() as u8];
+        let theirs = x
+            .xchg_waiting(&mine, &mut |s| self.await_peer(s))
+            .map_err(CliError::Oob)?;
+        if theirs[0] != 1 && self.failure.is_none() {
+            self.failure = Some("the peer's data check failed".into());
+        }
+        Ok(())
+    }
+
+    /// Keeps the first --check failure.
+    pub(super) fn note(&mut self, r: Result<(), String>) {
+        if let Err(e) = r {
+            self.failure.get_or_insert(e);
+        }
+    }
+
+    /// Posts receive `msg` of QP `c` into its slot of the advertised half.
+    pub(super) fn post_recv(&self, c: usize, msg: u64) -> Result<(), CliError> {
+        let conn = &self.conns[c];
+        let sge = [conn.mr.sge(
+            self.layout.half + self.layout.offset(msg),
+            self.p.size as u32,
+        )];
+        conn.qp
+            .post_recv(&[RecvWr {
+                wr_id: msg,
+                sg_list: &sge,
+            }])
+            .map_err(|e| CliError::Failed(format!("post_recv: {e}")))
+    }
+
+    /// Posts requester WR `iter` of QP `c`: perftest's addresses, or its own region under
+    /// --check.
+    pub(super) fn post_op(&self, c: usize, iter: u64) -> Result<(), CliError> {
+        let conn = &self.conns[c];
+        let p = &self.p;
+        let off = self.layout.offset(iter);
+        let r = conn.remote;
+        let local = [conn.mr.sge(off, p.size as u32)];
+        // Under --check the atomics all hit one word, so that their results form a sequence.
+        let atomic_addr = if p.check { r.vaddr } else { r.vaddr + off };
+        let opcode = match p.op {
+            PerfOp::Send => WrOpcode::Send,
+            PerfOp::Write => WrOpcode::RdmaWrite {
+                remote_addr: r.vaddr + off,
+                rkey: r.rkey,
+            },
+            PerfOp::Read => WrOpcode::RdmaRead {
+                remote_addr: r.vaddr + off,
+                rkey: r.rkey,
+            },
+            PerfOp::Atomic if p.cas => WrOpcode::AtomicCmpSwap {
+                remote_addr: atomic_addr,
+                rkey: r.rkey,
+                compare: if p.check { iter } else { 0 },
+                swap: if p.check { iter + 1 } else { 0 },
+            },
+            PerfOp::Atomic => WrOpcode::AtomicFetchAdd {
+                remote_addr: atomic_addr,
+                rkey: r.rkey,
+                add: 1,
+            },
+        };
+        if p.check && matches!(p.op, PerfOp::Send | PerfOp::Write) {
+            let mut buf = vec![0u8; p.size as usize];
+            fill_pattern(&mut buf, iter);
+            conn.mr.write(off, &buf).map_err(CliError::Verbs)?;
+        }
+        conn.qp
+            .post_send(&[SendWr {
+                wr_id: iter,
+                sg_list: &local,
+                opcode,
+                send_flags: SendFlags::SIGNALED,
+            }])
+            .map_err(|e| CliError::Failed(format!("post_send: {e}")))
+    }
+
+    /// Under --check, what a completed READ or atomic brought back.
+    pub(super) fn check_completion(&self, c: usize, iter: u64) -> Result<(), String> {
+        if !self.p.check {
+            return Ok(());
+        }
+        let conn = &self.conns[c];
+        let off = self.layout.offset(iter);
+        match self.p.op {
+            PerfOp::Read => {
+                let got = conn
+                    .mr
+                    .to_vec(off, self.p.size as usize)
+                    .map_err(|e| e.to_string())?;
+                check_pattern(&got, iter)
+            }
+            PerfOp::Atomic => {
+                let got = conn.mr.load_u64(off).map_err(|e| e.to_string())?;
+                if got != iter {
+                    return Err(format!(
+                        "atomic check failed: operation {iter} returned {got}, expected {iter}"
+                    ));
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Polls one batch of completions; fails on an error completion or a stall.
+    pub(super) fn poll(
+        &self,
+        wcs: &mut [WorkCompletion],
+        last: &mut Instant,
+    ) -> Result<usize, CliError> {
+        let n = poll_or_wait(&self.cq, wcs, false).map_err(CliError::Verbs)?;
+        if n == 0 {
+            if last.elapsed() > self.timeout {
+                return Err(CliError::Failed(format!(
+                    "no completion for {:?}",
+                    self.timeout
+                )));
+            }
+            return Ok(0);
+        }
+        *last = Instant::now();
+        for wc in &wcs[..n] {
+            if wc.status != WcStatus::Success {
+                return Err(CliError::Failed(format!(
+                    "completion with error: {} ({:?}, wr_id {})",
+                    wc.status, wc.opcode, wc.wr_id
+                )));
+            }
+        }
+        Ok(n)
+    }
+
+    /// The index of the QP a completion belongs to.
+    pub(super) fn conn_of(&self, wc: &WorkCompletion) -> Result<usize, CliError> {
+        self.conns
+            .iter()
+            .position(|c| c.qp.qp_num() == wc.qp_num)
+            .ok_or_else(|| CliError::Failed("completion for an unknown QP".into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pattern_depends_on_iteration_and_offset() {
+        let mut a = vec![0u8; 64];
+        let mut b = vec![0u8; 64];
+        fill_pattern(&mut a, 1);
+        fill_pattern(&mut b, 2);
+        assert_ne!(a, b);
+        assert!(check_pattern(&a, 1).is_ok());
+        assert!(check_pattern(&a, 2).is_err());
+    }
+}

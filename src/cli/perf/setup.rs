@@ -1,0 +1,440 @@
+//! Setting a perftest run up: the flags checked and resolved ([`Params::from_args`]), the
+//! out-of-band connection and the agreement on test, buffer layout and MTU ([`open_exchange`],
+//! [`agree`]), the QPs and memory ([`Test::new`]) and the key exchange and barriers around
+//! connecting them, in each perftest program's order ([`Test::connect`]).
+
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::time::Duration;
+
+use softroce::oob::perftest::{Exchange, KeyMsg, Role};
+use softroce::verbs::*;
+use std::result::Result;
+
+use super::ops::fill_pattern;
+use super::{AtomicType, Params, PerfArgs, PerfOp, Program};
+use crate::cli::qp_setup::{connect_rc, create_rc_qp, RcQueues};
+use crate::cli::CliError;
+
+impl Params {
+    /// Resolves perftest's defaults and refuses what cannot run.
+    pub(super) fn from_args(args: &PerfArgs) -> Result<Params, CliError> {
+        args.device.validate()?;
+        Mtu::from_bytes(args.mtu).ok_or_else(|| {
+            CliError::Usage(format!("-m {}: the MTU must be 256..4096", args.mtu))
+        })?;
+        if args.ib_port != 1 {
+            return Err(CliError::Usage(format!(
+                "-i {}: a softroce device has one port, port 1",
+                args.ib_port
+            )));
+        }
+        let p = Params {
+            prog: Program::of(args.op, args.lat),
+            op: args.op,
+            cas: args.cas || args.atomic_type == AtomicType::CmpAndSwap,
+            check: args.check,
+            size: args.size.unwrap_or(match (args.op, args.lat) {
+                (PerfOp::Atomic, _) => 8,
+                (_, true) => 2,
+                _ => 65536,
+            }),
+            iters: args.iters.unwrap_or(if args.lat { 1000 } else { 5000 }),
+            num_qps: args.num_qps,
+        };
+        if p.size == 0 || p.size > (1 << 31) || p.num_qps == 0 || p.num_qps > 4096 {
+            return Err(CliError::Usage("-s must be 1..2^31 and -q 1..4096".into()));
+        }
+        if p.iters < if p.prog.lat() { 5 } else { 1 } {
+            return Err(CliError::Usage(
+                "-n must be at least 1 (5 for latency tests, whose report drops the two largest samples)"
+                    .into(),
+            ));
+        }
+        // Every message is timed (perftest's tposted/tcompleted), 32 bytes of timestamps each.
+        if p.iters.saturating_mul(p.num_qps as u64) > MAX_MESSAGES {
+            return Err(CliError::Usage(format!(
+                "-n {} x -q {}: at most {MAX_MESSAGES} messages per run (each is timed)",
+                p.iters, p.num_qps
+            )));
+        }
+        if args.op == PerfOp::Atomic && p.size != 8 {
+            return Err(CliError::Usage("atomics are 8 bytes (-s 8)".into()));
+        }
+        if p.prog.lat() && p.num_qps != 1 {
+            return Err(CliError::Usage(
+                "latency tests use one QP (-q 1), as perftest's".into(),
+            ));
+        }
+        Ok(p)
+    }
+}
+
+/// Opens the out-of-band TCP connection: connects to SERVER, or listens and accepts one peer.
+/// Returns the exchange and this end's device address.
+pub(super) fn open_exchange(
+    args: &PerfArgs,
+    timeout: Duration,
+) -> Result<(Exchange, IpAddr), CliError> {
+    let server_addr = match &args.server {
+        Some(h) => {
+            use std::net::ToSocketAddrs;
+            Some(
+                (h.as_str(), args.port)
+                    .to_socket_addrs()
+                    .map_err(|e| CliError::Usage(format!("cannot resolve {h}: {e}")))?
+                    .next()
+                    .ok_or_else(|| CliError::Usage(format!("{h} has no address")))?,
+            )
+        }
+        None => None,
+    };
+    let ip = args.device.local_ip(server_addr.map(|a| a.ip()))?;
+    let (stream, role) = match server_addr {
+        Some(addr) => (
+            TcpStream::connect_timeout(&addr, timeout)
+                .map_err(|e| CliError::Failed(format!("couldn't connect to {addr}: {e}")))?,
+            Role::Client,
+        ),
+        None => {
+            let l = TcpListener::bind(SocketAddr::new(ip, args.port)).map_err(|e| {
+                CliError::Failed(format!("couldn't listen on port {}: {e}", args.port))
+            })?;
+            (l.accept().map_err(CliError::Io)?.0, Role::Server)
+        }
+    };
+    stream
+        .set_read_timeout(Some(timeout))
+        .map_err(CliError::Io)?;
+    let _ = stream.set_nodelay(true);
+    let x = Exchange::new(stream, role);
+    Ok((x, ip))
+}
+
+/// What the two ends agreed on before any QP exists.
+pub(super) struct Agreed {
+    /// Where messages go in each QP's memory.
+    pub(super) layout: Layout,
+    /// The smaller of the two ends' -m.
+    pub(super) mtu: Mtu,
+    /// `mtu` in bytes, for the report.
+    pub(super) mtu_bytes: u32,
+}
+
+/// Versions (and, between softroce ends, the test signature), system data and MTU: every
+/// perftest program starts so.
+pub(super) fn agree(x: &mut Exchange, p: &Params, args: &PerfArgs) -> Result<Agreed, CliError> {
+    let peer = x.versions(Some(p.signature())).map_err(CliError::Oob)?;
+    match peer.softroce {
+        Some(theirs) if theirs != p.signature() => {
+            return Err(CliError::Failed(format!(
+                "the peer runs another test ({}); this end runs {}: give both ends the same test and flags",
+                Params::describe(&theirs),
+                Params::describe(&p.signature())
+            )))
+        }
+        None if p.check => {
+            return Err(CliError::Usage(format!(
+                "--check needs softroce at both ends; the peer is perftest {} (its buffers hold random bytes)",
+                peer.version
+            )))
+        }
+        _ => {}
+    }
+    let (cycle, line) = x.sys_data(4096, 64).map_err(CliError::Oob)?;
+    let mtu_bytes = x.mtu(args.mtu).map_err(CliError::Oob)?;
+    let mtu = Mtu::from_bytes(mtu_bytes).expect("agreed MTUs are valid");
+    let layout = if p.check {
+        Layout::check(p.size, p.iters)?
+    } else {
+        Layout::perftest(p.size, cycle as u64, line as u64)
+    };
+    Ok(Agreed {
+        layout,
+        mtu,
+        mtu_bytes,
+    })
+}
+
+/// Where messages go in a QP's memory region: a local half [0, half) that this end sends from
+/// and reads into, and the half [half, 2 x half) that it advertises to the peer.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Layout {
+    /// Bytes in each half of the region.
+    pub(super) half: u64,
+    /// Bytes between consecutive messages.
+    pub(super) stride: u64,
+    /// Messages before the offsets wrap.
+    pub(super) slots: u64,
+}
+
+impl Layout {
+    /// perftest's: BUFF_SIZE = max(size, cycle buffer); messages of at most half the cycle
+    /// buffer step through it by the size rounded up to a cache line, larger ones all use
+    /// offset 0.
+    pub(super) fn perftest(size: u64, cycle: u64, line: u64) -> Layout {
+        let inc = size.max(1).div_ceil(line.max(1)) * line.max(1);
+        let (stride, slots) = if size <= cycle / 2 {
+            (inc, (cycle / inc).max(1))
+        } else {
+            (0, 1)
+        };
+        Layout {
+            half: size.max(cycle),
+            stride,
+            slots,
+        }
+    }
+
+    /// --check: a region per iteration, so that every message can be verified.
+    pub(super) fn check(size: u64, iters: u64) -> Result<Layout, CliError> {
+        let stride = size.max(8).div_ceil(8) * 8;
+        let half = stride
+            .checked_mul(iters)
+            .filter(|h| *h <= 2 << 30)
+            .ok_or_else(|| {
+                CliError::Usage(format!(
+                    "--check keeps every message: {iters} messages of {size} bytes need more than 4 GiB per QP; lower -n or -s"
+                ))
+            })?;
+        Ok(Layout {
+            half,
+            stride,
+            slots: iters,
+        })
+    }
+
+    /// Where message `iter` sits within a half.
+    pub(super) fn offset(&self, iter: u64) -> u64 {
+        (iter % self.slots) * self.stride
+    }
+}
+
+/// One QP, its memory and both ends' keys.
+pub(super) struct Conn {
+    pub(super) qp: QueuePair,
+    pub(super) mr: MemoryRegion,
+    /// What this end told the peer.
+    pub(super) mine: KeyMsg,
+    /// What the peer told this end.
+    pub(super) remote: KeyMsg,
+}
+
+/// A test in progress: parameters, resources and the first data-check failure.
+pub(super) struct Test<'a> {
+    pub(super) p: Params,
+    pub(super) layout: Layout,
+    pub(super) conns: Vec<Conn>,
+    pub(super) cq: CompletionQueue,
+    pub(super) ctx: &'a Context,
+    pub(super) is_client: bool,
+    /// How long the peer and the network may both be silent.
+    pub(super) timeout: Duration,
+    pub(super) tx_depth: u32,
+    pub(super) rx_depth: u32,
+    /// The first --check mismatch; the test runs to its end so that the peer is not left
+    /// waiting, then both ends fail.
+    pub(super) failure: Option<String>,
+}
+
+impl<'a> Test<'a> {
+    /// Creates the CQ, and per QP a memory region and a QP in INIT with the keys this end
+    /// will advertise; under --check of READ, the server fills what the client will read.
+    pub(super) fn new(
+        ctx: &'a Context,
+        p: Params,
+        layout: Layout,
+        role: Role,
+        timeout: Duration,
+        args: &PerfArgs,
+    ) -> Result<Test<'a>, CliError> {
+        let prog = p.prog;
+        let gid = ctx
+            .gid(args.gid_index)
+            .ok_or_else(|| CliError::Usage(format!("-x {}: no such GID index", args.gid_index)))?;
+        let tx_depth = if prog.lat() {
+            4
+        } else {
+            args.tx_depth.clamp(1, 8192).min(p.iters.min(8192) as u32)
+        };
+        let rx_depth = args.rx_depth.clamp(1, 8192).min(p.iters.min(8192) as u32);
+        let outs = args.outs.unwrap_or(match args.op {
+            PerfOp::Read | PerfOp::Atomic => 128,
+            _ => 1,
+        });
+        let pd = ctx.alloc_pd().map_err(CliError::Verbs)?;
+        // As perftest sizes its CQs: tx_depth entries per QP, and rx_depth more only for the SEND
+        // programs, the only ones that post receives (ib_write_bw -q 64 fits in rxe's 32767 CQEs).
+        let recv_cqes = if matches!(prog, Program::SendBw | Program::SendLat) {
+            rx_depth
+        } else {
+            0
+        };
+        let cq = ctx
+            .create_cq((tx_depth + recv_cqes + 2) as usize * p.num_qps as usize)
+            .map_err(CliError::Verbs)?;
+        let access = AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_READ
+            | AccessFlags::REMOTE_ATOMIC;
+        let mut seed = psn_seed();
+        let mut conns = Vec::new();
+        for _ in 0..p.num_qps {
+            let mr = pd
+                .register_mr((2 * layout.half) as usize, access)
+                .map_err(CliError::Verbs)?;
+            let qp = create_rc_qp(
+                &pd,
+                &cq,
+                RcQueues {
+                    send_wr: tx_depth,
+                    recv_wr: rx_depth,
+                    inline: 0,
+                },
+                AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
+            )?;
+            // lrand48() & 0xffffff, as perftest draws its PSNs.
+            seed = seed.wrapping_mul(0x5_DEEC_E66D).wrapping_add(0xB) & ((1 << 48) - 1);
+            let mine = KeyMsg {
+                lid: 0,
+                out_reads: outs as u16,
+                qpn: qp.qp_num(),
+                psn: ((seed >> 17) & 0xFF_FFFF) as u32,
+                rkey: mr.rkey(),
+                vaddr: mr.addr() + layout.half,
+                gid,
+                srqn: 0,
+            };
+            conns.push(Conn {
+                qp,
+                mr,
+                mine,
+                remote: mine,
+            });
+        }
+        let t = Test {
+            p,
+            layout,
+            conns,
+            cq,
+            ctx,
+            is_client: role == Role::Client,
+            timeout,
+            tx_depth,
+            rx_depth,
+            failure: None,
+        };
+        if p.check && !t.is_client && matches!(prog, Program::ReadBw | Program::ReadLat) {
+            let mut buf = vec![0u8; p.size as usize];
+            for c in &t.conns {
+                for it in 0..p.iters {
+                    fill_pattern(&mut buf, it);
+                    c.mr.write(layout.half + layout.offset(it), &buf)
+                        .map_err(CliError::Verbs)?;
+                }
+            }
+        }
+        Ok(t)
+    }
+
+    /// Exchanges the keys and connects every QP, with the barriers in the program's order.
+    /// Returns the first QP's keys, which the later barriers carry.
+    pub(super) fn connect(
+        &mut self,
+        x: &mut Exchange,
+        mtu: Mtu,
+        args: &PerfArgs,
+    ) -> Result<KeyMsg, CliError> {
+        let prog = self.p.prog;
+        let p = self.p;
+        let k0 = self.conns[0].mine;
+        let lat_rdma = matches!(
+            prog,
+            Program::WriteLat | Program::ReadLat | Program::AtomicLat
+        );
+        if lat_rdma {
+            self.conns[0].remote = self.hs(x, &k0)?;
+        }
+        for i in 0..self.conns.len() {
+            let mine = self.conns[i].mine;
+            self.conns[i].remote = self.hs(x, &mine)?;
+        }
+        for c in &self.conns {
+            connect(c, mtu, args)?;
+        }
+        let send_style = matches!(prog, Program::SendBw | Program::SendLat);
+        if send_style {
+            self.hs(x, &k0)?;
+        }
+        for i in 0..self.conns.len() {
+            let mine = self.conns[i].mine;
+            self.hs(x, &mine)?;
+        }
+        if !send_style {
+            self.hs(x, &k0)?;
+        } else {
+            // Receives first, then a barrier, so that no SEND meets an empty queue.
+            if prog == Program::SendLat || !self.is_client {
+                for c in 0..self.conns.len() {
+                    for m in 0..(self.rx_depth as u64).min(p.iters) {
+                        self.post_recv(c, m)?;
+                    }
+                }
+            }
+            self.hs(x, &k0)?;
+        }
+        Ok(k0)
+    }
+}
+
+/// The most messages one run times (4 GiB of timestamps).
+pub(super) const MAX_MESSAGES: u64 = 1 << 27;
+
+/// Room reserved up front for per-message timestamps; more grows as the run goes.
+pub(super) const PREALLOCATED_TIMESTAMPS: usize = 1 << 20;
+
+/// A random 48-bit seed for the PSNs.
+fn psn_seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    (nanos ^ ((std::process::id() as u64) << 24)) & ((1 << 48) - 1)
+}
+
+fn connect(c: &Conn, mtu: Mtu, args: &PerfArgs) -> Result<(), CliError> {
+    // perftest's ctx_connect: our max_dest_rd_atomic is what we told the peer, our
+    // max_rd_atomic what the peer told us; hop limit 0xFF.
+    let r = c.remote;
+    let rc = RcConnect {
+        path_mtu: mtu,
+        hop_limit: 0xFF,
+        max_rd_atomic: r.out_reads.clamp(1, 128) as u8,
+        max_dest_rd_atomic: c.mine.out_reads.clamp(1, 128) as u8,
+        timeout: args.qp_timeout,
+        retry_cnt: args.retry_cnt,
+        ..RcConnect::new(r.qpn, r.psn, r.gid, c.mine.psn)
+    };
+    connect_rc(&c.qp, &rc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn perftest_layout_steps_by_cache_lines_within_the_page() {
+        // ib_write_bw -s 100: 128-byte steps through a 4096-byte buffer, 32 slots.
+        let l = Layout::perftest(100, 4096, 64);
+        assert_eq!((l.half, l.stride, l.slots), (4096, 128, 32));
+        assert_eq!(l.offset(0), 0);
+        assert_eq!(l.offset(31), 31 * 128);
+        assert_eq!(l.offset(32), 0);
+        // Atomics: 8 bytes round up to one cache line.
+        let a = Layout::perftest(8, 4096, 64);
+        assert_eq!((a.stride, a.slots), (64, 64));
+        // More than half the page: everything at offset 0, the buffer as large as a message.
+        let big = Layout::perftest(65536, 4096, 64);
+        assert_eq!((big.half, big.offset(7)), (65536, 0));
+        let mid = Layout::perftest(2049, 4096, 64);
+        assert_eq!((mid.half, mid.offset(1)), (4096, 0));
+    }
+}

@@ -1,0 +1,741 @@
+//! The event channel and its communication identifiers.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::cm::{AcceptParams, CmError, CmEvent, ConnId, ConnectParams, PeerParams, RejectInfo};
+use crate::driver::device::Device;
+use crate::driver::gsi::{node_guid, GSI_QPN};
+use crate::ib::{AccessFlags, Gid, Mtu, QpAttr, QpAttrMask, QpState, VerbsError};
+use crate::verbs::{Context, ProtectionDomain, QpInitAttr, QueuePair, RcConnect};
+use crate::wire::cm::{rdma_tcp_service_id, rej_reason, REQ_PRIVATE_DATA_LEN};
+use crate::wire::cma::CmaHeader;
+
+/// Private data a connect request carries for the application: the REQ's 92 bytes less
+/// rdma_cm's 36-byte header.
+pub const CONNECT_PRIVATE_DATA_LEN: usize = REQ_PRIVATE_DATA_LEN - CmaHeader::LEN;
+
+/// Why an rdma_cm call failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RdmaCmError {
+    /// The connection manager refused the call.
+    Cm(CmError),
+    /// A verbs call on the identifier's QP failed.
+    Verbs(VerbsError),
+    /// The call does not apply to the identifier now (e.g. connect before the route is
+    /// resolved, accept on an identifier that did not come from a connect request).
+    WrongState {
+        /// The call.
+        op: &'static str,
+        /// What the identifier is doing.
+        state: &'static str,
+    },
+    /// The destination address is of another family than the device's.
+    AddressFamily(IpAddr),
+    /// Another event channel is open on this device (QP1's events go to one channel).
+    ChannelInUse,
+    /// No event arrived in time.
+    Timeout,
+}
+
+impl std::fmt::Display for RdmaCmError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RdmaCmError::Cm(e) => write!(f, "connection manager: {e}"),
+            RdmaCmError::Verbs(e) => write!(f, "QP: {e}"),
+            RdmaCmError::WrongState { op, state } => {
+                write!(f, "{op} is not possible while the identifier is {state}")
+            }
+            RdmaCmError::AddressFamily(a) => {
+                write!(f, "{a} is not of the device's address family")
+            }
+            RdmaCmError::ChannelInUse => {
+                write!(f, "another rdma_cm event channel is open on this device")
+            }
+            RdmaCmError::Timeout => write!(f, "no rdma_cm event in time"),
+        }
+    }
+}
+
+impl std::error::Error for RdmaCmError {}
+
+impl From<CmError> for RdmaCmError {
+    fn from(e: CmError) -> Self {
+        RdmaCmError::Cm(e)
+    }
+}
+
+impl From<VerbsError> for RdmaCmError {
+    fn from(e: VerbsError) -> Self {
+        RdmaCmError::Verbs(e)
+    }
+}
+
+type Result<T> = std::result::Result<T, RdmaCmError>;
+
+/// rdma_conn_param: what a connect, accept or connect request says about the QP's resources.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnParam {
+    /// Private data for the peer (connect: at most 56 bytes; accept: 196).
+    pub private_data: Vec<u8>,
+    /// RDMA READs / atomics this side accepts at once as responder.
+    pub responder_resources: u8,
+    /// RDMA READs / atomics this side will have outstanding.
+    pub initiator_depth: u8,
+    /// Transport retry count (connect only).
+    pub retry_count: u8,
+    /// RNR retry count.
+    pub rnr_retry_count: u8,
+}
+
+impl Default for ConnParam {
+    /// rping's: one READ each way, retry 7, RNR retry 7.
+    fn default() -> Self {
+        ConnParam {
+            private_data: Vec::new(),
+            responder_resources: 1,
+            initiator_depth: 1,
+            retry_count: 7,
+            rnr_retry_count: 7,
+        }
+    }
+}
+
+/// rdma_cm's event types (`enum rdma_cm_event_type`) that softroce produces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventKind {
+    /// `rdma_resolve_addr` finished.
+    AddrResolved,
+    /// `rdma_resolve_route` finished.
+    RouteResolved,
+    /// A peer wants to connect to a listening identifier: the event's `id` is the new
+    /// connection's, `listen_id` the listener's.
+    ConnectRequest,
+    /// The connection is up.
+    Established,
+    /// The peer refused, with IBTA's reason ([`crate::wire::cm::rej_reason`]).
+    Rejected {
+        /// The REJ's reason.
+        reason: u16,
+    },
+    /// The peer's CM never answered.
+    Unreachable,
+    /// The connection was disconnected (by either side).
+    Disconnected,
+    /// The connection's time-wait ended; its QP may be destroyed or reused.
+    TimewaitExit,
+}
+
+/// An rdma_cm event.
+#[derive(Debug, Clone)]
+pub struct RdmaCmEvent {
+    /// The identifier the event is about.
+    pub id: CmId,
+    /// For a connect request: the listening identifier it arrived on.
+    pub listen_id: Option<CmId>,
+    /// What happened.
+    pub kind: EventKind,
+    /// The peer's private data (connect request: without rdma_cm's header; established
+    /// on the active side: the REP's; rejected: the REJ's).
+    pub private_data: Vec<u8>,
+    /// For a connect request: the requester's parameters.
+    pub param: Option<ConnParam>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Idle,
+    AddrResolved,
+    RouteResolved,
+    Listening,
+    Connecting,
+    ConnectRequest,
+    Connected,
+    Disconnected,
+}
+
+impl Phase {
+    fn name(self) -> &'static str {
+        match self {
+            Phase::Idle => "idle",
+            Phase::AddrResolved => "address-resolved",
+            Phase::RouteResolved => "route-resolved",
+            Phase::Listening => "listening",
+            Phase::Connecting => "connecting",
+            Phase::ConnectRequest => "a connect request",
+            Phase::Connected => "connected",
+            Phase::Disconnected => "disconnected",
+        }
+    }
+}
+
+#[derive(Debug)]
+struct IdState {
+    phase: Phase,
+    /// The peer's IP address and rdma_cm port.
+    remote: Option<SocketAddr>,
+    /// The local rdma_cm port (listen: the service; connect: the source port in the header).
+    port: u16,
+    conn: Option<ConnId>,
+    qp: Option<Arc<QueuePair>>,
+    /// The local QP's first PSN.
+    psn: u32,
+    param: ConnParam,
+    peer: Option<Box<PeerParams>>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    dev: Arc<Device>,
+    state: Mutex<ChannelState>,
+}
+
+#[derive(Debug, Default)]
+struct ChannelState {
+    conns: HashMap<ConnId, CmId>,
+    listeners: HashMap<u64, CmId>,
+    queued: VecDeque<RdmaCmEvent>,
+}
+
+/// `rdma_event_channel`: where a device's rdma_cm events arrive. Dropping it closes it.
+#[derive(Debug)]
+pub struct EventChannel {
+    shared: Arc<Shared>,
+}
+
+/// `rdma_cm_id`: one connection (or listener). Clones name the same identifier.
+#[derive(Debug, Clone)]
+pub struct CmId {
+    shared: Arc<Shared>,
+    st: Arc<Mutex<IdState>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn random_u32() -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let mut x = t.as_nanos() as u64 ^ ((std::process::id() as u64) << 32);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x as u32
+}
+
+impl EventChannel {
+    /// `rdma_create_event_channel` on `ctx`'s device; one at a time per device.
+    pub fn new(ctx: &Context) -> Result<EventChannel> {
+        let dev = Arc::clone(&ctx.dev);
+        {
+            let mut g = dev.gsi.lock();
+            if g.channel_open {
+                return Err(RdmaCmError::ChannelInUse);
+            }
+            g.channel_open = true;
+        }
+        Ok(EventChannel {
+            shared: Arc::new(Shared {
+                dev,
+                state: Mutex::new(ChannelState::default()),
+            }),
+        })
+    }
+
+    /// `rdma_create_id` in the TCP port space.
+    pub fn create_id(&self) -> CmId {
+        CmId {
+            shared: Arc::clone(&self.shared),
+            st: Arc::new(Mutex::new(IdState {
+                phase: Phase::Idle,
+                remote: None,
+                port: 0,
+                conn: None,
+                qp: None,
+                psn: random_u32() & 0xff_ffff,
+                param: ConnParam::default(),
+                peer: None,
+            })),
+        }
+    }
+
+    /// `rdma_get_cm_event`: the next event, waiting at most `timeout`. Connection steps that
+    /// need no decision (moving the QP on a REP and sending the RTU) happen here, as the
+    /// kernel's rdma_cm does them before it reports.
+    pub fn get_event(&self, timeout: Duration) -> Result<RdmaCmEvent> {
+        let end = Instant::now() + timeout;
+        loop {
+            if let Some(e) = lock(&self.shared.state).queued.pop_front() {
+                return Ok(e);
+            }
+            // A zero timeout still takes an event that is already there.
+            let left = end.saturating_duration_since(Instant::now());
+            match self.shared.dev.gsi.wait_event(left) {
+                Some(ev) => {
+                    if let Some(out) = self.shared.translate(ev) {
+                        return Ok(out);
+                    }
+                }
+                None => return Err(RdmaCmError::Timeout),
+            }
+        }
+    }
+}
+
+impl Drop for EventChannel {
+    fn drop(&mut self) {
+        self.shared.dev.gsi.lock().channel_open = false;
+    }
+}
+
+impl Shared {
+    /// Has the engine send what the CM queued.
+    fn kick(&self) {
+        self.dev.ring(GSI_QPN);
+    }
+
+    fn id_of(&self, conn: ConnId) -> Option<CmId> {
+        lock(&self.state).conns.get(&conn).cloned()
+    }
+
+    fn forget(&self, conn: ConnId) {
+        lock(&self.state).conns.remove(&conn);
+    }
+
+    fn event(id: CmId, kind: EventKind, private_data: Vec<u8>) -> RdmaCmEvent {
+        RdmaCmEvent {
+            id,
+            listen_id: None,
+            kind,
+            private_data,
+            param: None,
+        }
+    }
+
+    /// Turns a CM event into an rdma_cm event (or acts on it and reports nothing yet).
+    fn translate(&self, ev: CmEvent) -> Option<RdmaCmEvent> {
+        match ev {
+            CmEvent::ConnectRequest { conn, peer } => self.on_connect_request(conn, peer),
+            CmEvent::RepReceived { conn, peer } => {
+                self.on_rep(conn, peer);
+                None
+            }
+            CmEvent::Established { conn } => {
+                let id = self.id_of(conn)?;
+                let pd = {
+                    let mut st = lock(&id.st);
+                    st.phase = Phase::Connected;
+                    // The active side reports the REP's private data with ESTABLISHED.
+                    st.peer
+                        .as_ref()
+                        .filter(|p| p.service_id == 0)
+                        .map(|p| p.private_data.clone())
+                        .unwrap_or_default()
+                };
+                Some(Self::event(id, EventKind::Established, pd))
+            }
+            CmEvent::Rejected {
+                conn,
+                reason,
+                private_data,
+            } => {
+                let id = self.id_of(conn)?;
+                self.forget(conn);
+                let mut st = lock(&id.st);
+                st.phase = Phase::Idle;
+                st.conn = None;
+                drop(st);
+                Some(Self::event(
+                    id,
+                    EventKind::Rejected { reason },
+                    private_data,
+                ))
+            }
+            CmEvent::Unreachable { conn } => {
+                let id = self.id_of(conn)?;
+                self.forget(conn);
+                let mut st = lock(&id.st);
+                st.phase = Phase::Idle;
+                st.conn = None;
+                drop(st);
+                Some(Self::event(id, EventKind::Unreachable, Vec::new()))
+            }
+            CmEvent::Disconnected { conn } => {
+                let id = self.id_of(conn)?;
+                id.to_error();
+                lock(&id.st).phase = Phase::Disconnected;
+                Some(Self::event(id, EventKind::Disconnected, Vec::new()))
+            }
+            CmEvent::TimewaitExit { conn } => {
+                let id = self.id_of(conn)?;
+                self.forget(conn);
+                lock(&id.st).conn = None;
+                Some(Self::event(id, EventKind::TimewaitExit, Vec::new()))
+            }
+        }
+    }
+
+    fn on_connect_request(&self, conn: ConnId, peer: Box<PeerParams>) -> Option<RdmaCmEvent> {
+        let listener = lock(&self.state).listeners.get(&peer.service_id).cloned();
+        let Some(listener) = listener else {
+            // The listener went away between the REQ and this event.
+            let info = RejectInfo {
+                reason: rej_reason::INVALID_SERVICE_ID,
+                private_data: Vec::new(),
+            };
+            let _ = self.dev.gsi.lock().cm.reject(conn, &info);
+            self.kick();
+            return None;
+        };
+        let remote = match peer.cma {
+            Some(h) => SocketAddr::new(h.src_addr, h.src_port),
+            None => peer.addr,
+        };
+        let user_data = if peer.cma.is_some() {
+            peer.private_data[CmaHeader::LEN..].to_vec()
+        } else {
+            peer.private_data.clone()
+        };
+        let param = ConnParam {
+            private_data: user_data.clone(),
+            responder_resources: peer.responder_resources,
+            initiator_depth: peer.initiator_depth,
+            retry_count: peer.retry_count,
+            rnr_retry_count: peer.rnr_retry_count,
+        };
+        let port = lock(&listener.st).port;
+        let id = CmId {
+            shared: Arc::clone(&listener.shared),
+            st: Arc::new(Mutex::new(IdState {
+                phase: Phase::ConnectRequest,
+                remote: Some(remote),
+                port,
+                conn: Some(conn),
+                qp: None,
+                psn: random_u32() & 0xff_ffff,
+                param: param.clone(),
+                peer: Some(peer),
+            })),
+        };
+        lock(&self.state).conns.insert(conn, id.clone());
+        Some(RdmaCmEvent {
+            id,
+            listen_id: Some(listener),
+            kind: EventKind::ConnectRequest,
+            private_data: user_data,
+            param: Some(param),
+        })
+    }
+
+    /// The REP: RTR and RTS with what the responder said, then the RTU.
+    fn on_rep(&self, conn: ConnId, peer: Box<PeerParams>) {
+        let Some(id) = self.id_of(conn) else {
+            return;
+        };
+        let moved = {
+            let mut st = lock(&id.st);
+            let (Some(qp), Some(remote)) = (st.qp.clone(), st.remote) else {
+                return;
+            };
+            let c = RcConnect {
+                path_mtu: Mtu::Mtu1024,
+                max_dest_rd_atomic: st.param.responder_resources,
+                max_rd_atomic: st.param.initiator_depth.min(peer.responder_resources),
+                retry_cnt: st.param.retry_count,
+                // Each side's RNR retry count is the one its peer sent (Linux cm.c
+                // cm_rep_handler / cm_req_handler).
+                rnr_retry: peer.rnr_retry_count.min(7),
+                ..RcConnect::new(
+                    peer.qpn,
+                    peer.starting_psn,
+                    Gid::from_ip(remote.ip()),
+                    st.psn,
+                )
+            };
+            st.peer = Some(peer);
+            qp.ready_to_receive(&c).and_then(|()| qp.ready_to_send(&c))
+        };
+        let mut g = self.dev.gsi.lock();
+        if moved.is_ok() {
+            let _ = g.cm.establish(conn);
+        } else {
+            let info = RejectInfo {
+                reason: rej_reason::CONSUMER_DEFINED,
+                private_data: Vec::new(),
+            };
+            let _ = g.cm.reject(conn, &info);
+            // Reported as the peer being unreachable: the connection cannot be used.
+            drop(g);
+            self.forget(conn);
+            lock(&self.state)
+                .queued
+                .push_back(Self::event(id, EventKind::Unreachable, Vec::new()));
+            self.kick();
+            return;
+        }
+        drop(g);
+        self.kick();
+    }
+}
+
+impl CmId {
+    fn state(&self) -> MutexGuard<'_, IdState> {
+        lock(&self.st)
+    }
+
+    fn wrong(op: &'static str, phase: Phase) -> RdmaCmError {
+        RdmaCmError::WrongState {
+            op,
+            state: phase.name(),
+        }
+    }
+
+    fn queue(&self, kind: EventKind) {
+        lock(&self.shared.state)
+            .queued
+            .push_back(Shared::event(self.clone(), kind, Vec::new()));
+    }
+
+    /// The peer's address and rdma_cm port, once known.
+    pub fn remote_addr(&self) -> Option<SocketAddr> {
+        self.state().remote
+    }
+
+    /// The local address and rdma_cm port.
+    pub fn local_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.shared.dev.local.ip(), self.state().port)
+    }
+
+    /// The identifier's QP, once created.
+    pub fn qp(&self) -> Option<Arc<QueuePair>> {
+        self.state().qp.clone()
+    }
+
+    /// `rdma_resolve_addr`: the device's address reaches `dst` directly (RoCE needs no ARP
+    /// here: the GID is the IP address). Reports [`EventKind::AddrResolved`].
+    pub fn resolve_addr(&self, dst: IpAddr, port: u16) -> Result<()> {
+        if dst.is_ipv4() != self.shared.dev.local.is_ipv4() {
+            return Err(RdmaCmError::AddressFamily(dst));
+        }
+        let mut st = self.state();
+        if st.phase != Phase::Idle {
+            return Err(Self::wrong("resolve_addr", st.phase));
+        }
+        st.remote = Some(SocketAddr::new(dst, port));
+        if st.port == 0 {
+            // An ephemeral source port for rdma_cm's header, as the kernel binds one.
+            st.port = 32768 + (random_u32() % 28232) as u16;
+        }
+        st.phase = Phase::AddrResolved;
+        drop(st);
+        self.queue(EventKind::AddrResolved);
+        Ok(())
+    }
+
+    /// `rdma_resolve_route`: the path is the IP route; reports [`EventKind::RouteResolved`].
+    pub fn resolve_route(&self) -> Result<()> {
+        let mut st = self.state();
+        if st.phase != Phase::AddrResolved {
+            return Err(Self::wrong("resolve_route", st.phase));
+        }
+        st.phase = Phase::RouteResolved;
+        drop(st);
+        self.queue(EventKind::RouteResolved);
+        Ok(())
+    }
+
+    /// `rdma_create_qp`: creates the identifier's RC QP on `pd` and moves it to INIT with
+    /// local write and remote read and write access, as rdma_cm does.
+    pub fn create_qp(&self, pd: &ProtectionDomain, init: &QpInitAttr) -> Result<Arc<QueuePair>> {
+        let mut st = self.state();
+        if st.qp.is_some() {
+            return Err(Self::wrong("create_qp", st.phase));
+        }
+        let qp = Arc::new(pd.create_qp(init)?);
+        qp.init(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE)?;
+        st.qp = Some(Arc::clone(&qp));
+        Ok(qp)
+    }
+
+    /// `rdma_connect`: sends the REQ. [`EventKind::Established`] follows once the REP came and
+    /// the QP moved to RTS; [`EventKind::Rejected`] or [`EventKind::Unreachable`] otherwise.
+    pub fn connect(&self, param: &ConnParam) -> Result<()> {
+        let mut st = self.state();
+        let (Phase::RouteResolved, Some(qp), Some(remote)) = (st.phase, st.qp.clone(), st.remote)
+        else {
+            return Err(Self::wrong("connect", st.phase));
+        };
+        if param.private_data.len() > CONNECT_PRIVATE_DATA_LEN {
+            return Err(RdmaCmError::Cm(CmError::PrivateDataTooLong {
+                len: param.private_data.len(),
+                max: CONNECT_PRIVATE_DATA_LEN,
+            }));
+        }
+        let dev = &self.shared.dev;
+        let mut pd = vec![0u8; CmaHeader::LEN];
+        let header = CmaHeader {
+            src_port: st.port,
+            src_addr: dev.local.ip(),
+            dst_addr: remote.ip(),
+        };
+        // The buffer is the header's length, so emitting cannot fail.
+        let _ = header.emit(&mut pd);
+        pd.extend_from_slice(&param.private_data);
+        let mut p = ConnectParams::rc(
+            rdma_tcp_service_id(remote.port()),
+            qp.qp_num(),
+            st.psn,
+            Gid::from_ip(dev.local.ip()).0,
+            Gid::from_ip(remote.ip()).0,
+        );
+        p.responder_resources = param.responder_resources;
+        p.initiator_depth = param.initiator_depth;
+        p.retry_count = param.retry_count.min(7);
+        p.rnr_retry_count = param.rnr_retry_count.min(7);
+        p.private_data = pd;
+        p.ca_guid = node_guid(dev.local.ip());
+        let to = SocketAddr::new(remote.ip(), dev.remote_port);
+        let conn = {
+            let mut g = dev.gsi.lock();
+            let now = g.now();
+            g.cm.connect(now, to, &p)?
+        };
+        st.conn = Some(conn);
+        st.param = param.clone();
+        st.phase = Phase::Connecting;
+        drop(st);
+        lock(&self.shared.state).conns.insert(conn, self.clone());
+        self.shared.kick();
+        Ok(())
+    }
+
+    /// `rdma_bind_addr` on the device's address and `port` (the service listened on).
+    pub fn bind_addr(&self, port: u16) -> Result<()> {
+        let mut st = self.state();
+        if st.phase != Phase::Idle {
+            return Err(Self::wrong("bind_addr", st.phase));
+        }
+        st.port = port;
+        Ok(())
+    }
+
+    /// `rdma_listen`: connect requests for the bound port arrive as
+    /// [`EventKind::ConnectRequest`]; at most `backlog` of them undecided at once.
+    pub fn listen(&self, backlog: usize) -> Result<()> {
+        let mut st = self.state();
+        if st.phase != Phase::Idle || st.port == 0 {
+            return Err(Self::wrong("listen", st.phase));
+        }
+        let service = rdma_tcp_service_id(st.port);
+        self.shared.dev.gsi.lock().cm.listen(service, backlog)?;
+        st.phase = Phase::Listening;
+        drop(st);
+        lock(&self.shared.state)
+            .listeners
+            .insert(service, self.clone());
+        Ok(())
+    }
+
+    /// `rdma_accept` on a connect request's identifier: moves its QP to RTR and RTS with the
+    /// requester's QPN and PSN and sends the REP. [`EventKind::Established`] follows with the
+    /// RTU.
+    pub fn accept(&self, param: &ConnParam) -> Result<()> {
+        let mut st = self.state();
+        let (Phase::ConnectRequest, Some(qp), Some(conn)) = (st.phase, st.qp.clone(), st.conn)
+        else {
+            return Err(Self::wrong("accept", st.phase));
+        };
+        let Some(peer) = st.peer.clone() else {
+            return Err(Self::wrong("accept", st.phase));
+        };
+        let c = RcConnect {
+            path_mtu: Mtu::from_bytes(128 << peer.path_mtu.clamp(1, 5)).unwrap_or(Mtu::Mtu1024),
+            max_dest_rd_atomic: param.responder_resources,
+            max_rd_atomic: param.initiator_depth.min(peer.responder_resources),
+            timeout: peer.local_ack_timeout,
+            retry_cnt: peer.retry_count,
+            rnr_retry: peer.rnr_retry_count.min(7),
+            ..RcConnect::new(peer.qpn, peer.starting_psn, Gid(peer.gid), st.psn)
+        };
+        qp.ready_to_receive(&c)?;
+        qp.ready_to_send(&c)?;
+        let a = AcceptParams {
+            qpn: qp.qp_num(),
+            starting_psn: st.psn,
+            responder_resources: param.responder_resources,
+            initiator_depth: param.initiator_depth,
+            rnr_retry_count: param.rnr_retry_count.min(7),
+            srq: false,
+            ca_guid: node_guid(self.shared.dev.local.ip()),
+            private_data: param.private_data.clone(),
+        };
+        {
+            let mut g = self.shared.dev.gsi.lock();
+            let now = g.now();
+            g.cm.accept(now, conn, &a)?;
+        }
+        st.param = param.clone();
+        drop(st);
+        self.shared.kick();
+        Ok(())
+    }
+
+    /// `rdma_reject` of a connect request, with `private_data` for the requester (reason:
+    /// consumer defined, as rdma_cm sends it).
+    pub fn reject(&self, private_data: &[u8]) -> Result<()> {
+        let mut st = self.state();
+        let (Phase::ConnectRequest, Some(conn)) = (st.phase, st.conn) else {
+            return Err(Self::wrong("reject", st.phase));
+        };
+        let info = RejectInfo {
+            reason: rej_reason::CONSUMER_DEFINED,
+            private_data: private_data.to_vec(),
+        };
+        self.shared.dev.gsi.lock().cm.reject(conn, &info)?;
+        st.phase = Phase::Idle;
+        st.conn = None;
+        drop(st);
+        self.shared.forget(conn);
+        self.shared.kick();
+        Ok(())
+    }
+
+    /// `rdma_disconnect`: moves the QP to ERROR and sends a DREQ (or, after the peer's, the
+    /// DREP). [`EventKind::Disconnected`] follows (unless the peer's DREQ already brought it)
+    /// and then [`EventKind::TimewaitExit`].
+    pub fn disconnect(&self) -> Result<()> {
+        let conn = {
+            let st = self.state();
+            match (st.phase, st.conn) {
+                (Phase::Connected | Phase::Disconnected, Some(c)) => c,
+                (phase, _) => return Err(Self::wrong("disconnect", phase)),
+            }
+        };
+        self.to_error();
+        {
+            let mut g = self.shared.dev.gsi.lock();
+            let now = g.now();
+            g.cm.disconnect(now, conn)?;
+        }
+        self.shared.kick();
+        Ok(())
+    }
+
+    fn to_error(&self) {
+        if let Some(qp) = self.state().qp.clone() {
+            if qp.query().qp_state != QpState::Err {
+                let _ = qp.modify(
+                    &QpAttr {
+                        qp_state: QpState::Err,
+                        ..Default::default()
+                    },
+                    QpAttrMask::STATE,
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,305 @@
+//! A small harness for the UC, UD and SRQ tests: QPs on addresses of their own, joined by a
+//! link the test drives packet by packet. Every packet crosses as bytes (emit, ICRC, parse,
+//! ICRC check against the addresses it travels between) and can be dropped by its index.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::super::*;
+use crate::ib::qp_attr::DeviceLimits;
+use crate::ib::*;
+use crate::memory::SharedBytes;
+use crate::wire::icrc::{verify_socket_datagram, SocketVerdict};
+use crate::wire::{Opcode, PacketRepr};
+
+pub(super) const MR_LEN: usize = 1 << 16;
+pub(super) const IOVA: u64 = 0x10_0000;
+/// Where received data lands in a node's region; sent data starts at 0.
+pub(super) const RECV_AT: u64 = 0x8000;
+
+pub(super) struct Node {
+    pub qp: QpCore,
+    pub mrs: MrTable,
+    pub mr: Arc<Mr>,
+    pub addr: SocketAddr,
+    pub counters: Arc<Counters>,
+    pub recv_wcs: Vec<WorkCompletion>,
+    pub send_wcs: Vec<WorkCompletion>,
+}
+
+/// One packet as it crossed (or failed to cross) the link.
+#[derive(Debug, Clone)]
+pub(super) struct Seen {
+    pub opcode: Opcode,
+    pub ack_req: bool,
+    pub dest_qp: u32,
+    pub deth: Option<crate::wire::DethRepr>,
+    pub src_port: u16,
+    pub dropped: bool,
+}
+
+pub(super) fn node(qpn: u32, ip: &str, qp_type: QpType, srq: Option<Arc<Srq>>) -> Node {
+    let addr = SocketAddr::new(ip.parse::<IpAddr>().unwrap(), 4791);
+    let counters = Arc::new(Counters::default());
+    let cfg = QpConfig {
+        qpn,
+        pd: 1,
+        cap: QpCap {
+            max_send_wr: 64,
+            max_recv_wr: 64,
+            max_send_sge: 2,
+            max_recv_sge: 2,
+            max_inline_data: 64,
+        },
+        sq_sig_all: true,
+        local: addr,
+        remote_port: 4791,
+        qp_type,
+        srq,
+    };
+    let mut mrs = MrTable::new();
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let mr = mrs
+        .register(1, Arc::new(SharedBytes::new(MR_LEN)), IOVA, access)
+        .unwrap();
+    for i in 0..RECV_AT {
+        mr.storage.write(i, &[(i * 7 + 3) as u8]).unwrap();
+    }
+    Node {
+        qp: QpCore::new(cfg, DeviceLimits::default(), Arc::clone(&counters)),
+        mrs,
+        mr,
+        addr,
+        counters,
+        recv_wcs: Vec::new(),
+        send_wcs: Vec::new(),
+    }
+}
+
+pub(super) fn count(n: &Node, name: &str) -> u64 {
+    n.counters.get(name).unwrap()
+}
+
+pub(super) fn init(n: &mut Node, access: AccessFlags, qkey: Option<u32>) {
+    let mut a = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        qp_access_flags: access,
+        ..Default::default()
+    };
+    let mut m = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
+    match qkey {
+        Some(q) => {
+            a.qkey = q;
+            m |= QpAttrMask::QKEY;
+        }
+        None => m |= QpAttrMask::ACCESS_FLAGS,
+    }
+    n.qp.modify(&a, m).unwrap();
+}
+
+/// UC: RESET -> INIT -> RTR -> RTS with ibv_uc_pingpong's masks.
+pub(super) fn connect_uc(n: &mut Node, peer: &Node, mtu: Mtu, access: AccessFlags) {
+    init(n, access, None);
+    let rtr = QpAttr {
+        qp_state: QpState::Rtr,
+        path_mtu: mtu,
+        dest_qp_num: peer.qp.qpn(),
+        rq_psn: 0xFF_FFFE, // close to the wrap
+        ah_attr: AhAttr {
+            dgid: Gid::from_ip(peer.addr.ip()),
+            hop_limit: 1,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    n.qp.modify(
+        &rtr,
+        QpAttrMask::STATE
+            | QpAttrMask::AV
+            | QpAttrMask::PATH_MTU
+            | QpAttrMask::DEST_QPN
+            | QpAttrMask::RQ_PSN,
+    )
+    .unwrap();
+    let rts = QpAttr {
+        qp_state: QpState::Rts,
+        sq_psn: 0xFF_FFFE,
+        ..Default::default()
+    };
+    n.qp.modify(&rts, QpAttrMask::STATE | QpAttrMask::SQ_PSN)
+        .unwrap();
+}
+
+/// RC: RESET -> INIT -> RTR -> RTS with ibv_rc_pingpong's masks.
+pub(super) fn connect_rc(n: &mut Node, peer: &Node, mtu: Mtu) {
+    init(n, AccessFlags::REMOTE_WRITE, None);
+    let rtr = QpAttr {
+        qp_state: QpState::Rtr,
+        path_mtu: mtu,
+        dest_qp_num: peer.qp.qpn(),
+        rq_psn: 0xFF_FFFE,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 12,
+        ah_attr: AhAttr {
+            dgid: Gid::from_ip(peer.addr.ip()),
+            hop_limit: 1,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    n.qp.modify(
+        &rtr,
+        QpAttrMask::STATE
+            | QpAttrMask::AV
+            | QpAttrMask::PATH_MTU
+            | QpAttrMask::DEST_QPN
+            | QpAttrMask::RQ_PSN
+            | QpAttrMask::MAX_DEST_RD_ATOMIC
+            | QpAttrMask::MIN_RNR_TIMER,
+    )
+    .unwrap();
+    let rts = QpAttr {
+        qp_state: QpState::Rts,
+        sq_psn: 0xFF_FFFE,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        max_rd_atomic: 1,
+        ..Default::default()
+    };
+    n.qp.modify(
+        &rts,
+        QpAttrMask::STATE
+            | QpAttrMask::TIMEOUT
+            | QpAttrMask::RETRY_CNT
+            | QpAttrMask::RNR_RETRY
+            | QpAttrMask::SQ_PSN
+            | QpAttrMask::MAX_QP_RD_ATOMIC,
+    )
+    .unwrap();
+}
+
+/// UD: RESET -> INIT (Q_Key) -> RTR -> RTS with ibv_ud_pingpong's masks.
+pub(super) fn ready_ud(n: &mut Node, qkey: u32) {
+    init(n, AccessFlags::EMPTY, Some(qkey));
+    let rtr = QpAttr {
+        qp_state: QpState::Rtr,
+        ..Default::default()
+    };
+    n.qp.modify(&rtr, QpAttrMask::STATE).unwrap();
+    let rts = QpAttr {
+        qp_state: QpState::Rts,
+        sq_psn: 0x12_3456,
+        ..Default::default()
+    };
+    n.qp.modify(&rts, QpAttrMask::STATE | QpAttrMask::SQ_PSN)
+        .unwrap();
+}
+
+impl Node {
+    pub fn sge(&self, at: u64, len: u32) -> Sge {
+        Sge {
+            addr: IOVA + at,
+            length: len,
+            lkey: self.mr.lkey,
+        }
+    }
+
+    /// Posts a receive WR of `len` bytes at `RECV_AT + at`.
+    pub fn post_recv(&mut self, wr_id: u64, at: u64, len: u32) {
+        let sge = [self.sge(RECV_AT + at, len)];
+        self.qp
+            .post_recv(
+                &RecvWr {
+                    wr_id,
+                    sg_list: &sge,
+                },
+                &self.mrs,
+            )
+            .unwrap();
+    }
+
+    pub fn post(&mut self, wr_id: u64, opcode: WrOpcode, at: u64, len: u32) -> Result<()> {
+        let sge = [self.sge(at, len)];
+        self.qp.post_send(
+            &SendWr {
+                wr_id,
+                sg_list: &sge,
+                opcode,
+                send_flags: SendFlags::SIGNALED,
+            },
+            &self.mrs,
+        )
+    }
+
+    pub fn post_ud(&mut self, wr_id: u64, opcode: WrOpcode, len: u32, dest: &UdDest) -> Result<()> {
+        let sge = [self.sge(0, len)];
+        self.qp.post_send_ud(
+            &SendWr {
+                wr_id,
+                sg_list: &sge,
+                opcode,
+                send_flags: SendFlags::SIGNALED,
+            },
+            dest,
+            &self.mrs,
+        )
+    }
+
+    pub fn sent_bytes(&self, at: u64, len: usize) -> Vec<u8> {
+        self.mr.storage.to_vec(at, len).unwrap()
+    }
+
+    pub fn recv_bytes(&self, at: u64, len: usize) -> Vec<u8> {
+        self.mr.storage.to_vec(RECV_AT + at, len).unwrap()
+    }
+
+    pub fn collect(&mut self) {
+        while let Some((side, wc)) = self.qp.poll_completion() {
+            match side {
+                CqSide::Send => self.send_wcs.push(wc),
+                CqSide::Recv => self.recv_wcs.push(wc),
+            }
+        }
+    }
+}
+
+/// Moves every packet `from` has to send to `to`, dropping those whose index (counted from 0
+/// in this call) is in `drop`. The receiver gets the IP header the packet travelled with.
+pub(super) fn transfer(from: &mut Node, to: &mut Node, drop: &[usize]) -> Vec<Seen> {
+    let mut seen = Vec::new();
+    let mut buf = vec![0u8; MAX_PACKET];
+    for i in 0..10_000 {
+        let Some(t) = from.qp.poll_transmit(Duration::ZERO, &mut buf) else {
+            break;
+        };
+        let bytes = &buf[..t.len];
+        let src = SocketAddr::new(from.addr.ip(), t.src_port);
+        assert_ne!(
+            verify_socket_datagram(src, t.dst, bytes),
+            SocketVerdict::Bad,
+            "ICRC of packet {i}"
+        );
+        let pkt = PacketRepr::parse(bytes).expect("sent packets parse");
+        let dropped = drop.contains(&i);
+        seen.push(Seen {
+            opcode: pkt.bth.opcode,
+            ack_req: pkt.bth.ack_req,
+            dest_qp: pkt.bth.dest_qp,
+            deth: pkt.ext.deth,
+            src_port: t.src_port,
+            dropped,
+        });
+        if dropped || t.dst.ip() != to.addr.ip() {
+            continue;
+        }
+        let net = NetHeader::from_addrs(src.ip(), t.dst.ip(), (t.len + 8) as u16, 64, 0);
+        to.qp
+            .handle_datagram(Duration::ZERO, &pkt, Some(&net), &to.mrs);
+    }
+    from.collect();
+    to.collect();
+    seen
+}

@@ -1,0 +1,223 @@
+//! UD rules (spec-notes/uc-ud-srq.md): DETH, Q_Keys, one-MTU messages, the GRH area of
+//! receive buffers, completions with the source QP, drops counted under rxe's names.
+
+use std::net::IpAddr;
+
+use super::node::*;
+use crate::ib::*;
+use crate::transport::qp::rxe_hash_port;
+use crate::wire::Opcode;
+
+const QKEY: u32 = 0x1111_1111;
+
+fn ud(qpn: u32, ip: &str) -> Node {
+    let mut n = node(qpn, ip, QpType::Ud, None);
+    ready_ud(&mut n, QKEY);
+    n
+}
+
+fn dest(to: &Node, qkey: u32) -> UdDest {
+    UdDest {
+        ah: AhAttr {
+            dgid: Gid::from_ip(to.addr.ip()),
+            hop_limit: 64,
+            ..Default::default()
+        },
+        remote_qpn: to.qp.qpn(),
+        remote_qkey: qkey,
+    }
+}
+
+#[test]
+fn send_carries_deth_and_lands_after_the_ipv4_grh_area() {
+    let mut a = ud(0x31, "192.0.2.1");
+    let mut b = ud(0x32, "192.0.2.2");
+    b.post_recv(1, 0, 40 + 100);
+    b.post_recv(2, 1024, 40 + 100);
+    a.post_ud(10, WrOpcode::Send, 100, &dest(&b, QKEY)).unwrap();
+    a.post_ud(
+        11,
+        WrOpcode::SendWithImm { imm: 0xFEED },
+        1,
+        &dest(&b, QKEY),
+    )
+    .unwrap();
+    let seen = transfer(&mut a, &mut b, &[]);
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[0].opcode, Opcode::UD_SEND_ONLY);
+    assert_eq!(seen[1].opcode, Opcode::UD_SEND_ONLY_WITH_IMMEDIATE);
+    for s in &seen {
+        assert_eq!(s.dest_qp, 0x32);
+        let d = s.deth.expect("DETH");
+        assert_eq!((d.qkey, d.src_qp), (QKEY, 0x31));
+        assert!(!s.ack_req);
+        assert_eq!(s.src_port, rxe_hash_port(0x31), "rxe's per-QP source port");
+    }
+    // Sends complete once sent.
+    assert_eq!(a.send_wcs.len(), 2);
+    assert!(a.send_wcs.iter().all(|w| w.status == WcStatus::Success));
+    let wcs = &b.recv_wcs;
+    assert_eq!(wcs.len(), 2);
+    assert_eq!(
+        (wcs[0].wr_id, wcs[0].byte_len, wcs[0].imm_data),
+        (1, 140, None)
+    );
+    assert_eq!(
+        (wcs[1].wr_id, wcs[1].byte_len, wcs[1].imm_data),
+        (2, 41, Some(0xFEED))
+    );
+    assert!(wcs
+        .iter()
+        .all(|w| w.src_qp == 0x31 && w.grh && w.qp_num == 0x32));
+    // GRH area: 20 zero bytes, then the IPv4 header as it arrived.
+    let grh = b.recv_bytes(0, 40);
+    assert_eq!(&grh[..20], &[0u8; 20]);
+    let ip = &grh[20..];
+    assert_eq!(ip[0], 0x45);
+    assert_eq!(ip[9], 17, "UDP");
+    assert_eq!(&ip[12..16], &[192, 0, 2, 1]);
+    assert_eq!(&ip[16..20], &[192, 0, 2, 2]);
+    // Total length: IP 20 + UDP 8 + BTH 12 + DETH 8 + 100 + ICRC 4.
+    assert_eq!(
+        u16::from_be_bytes([ip[2], ip[3]]),
+        20 + 8 + 12 + 8 + 100 + 4
+    );
+    let sum: u32 = ip
+        .chunks(2)
+        .map(|c| u16::from_be_bytes([c[0], c[1]]) as u32)
+        .sum();
+    assert_eq!(
+        (sum & 0xFFFF) + (sum >> 16),
+        0xFFFF,
+        "header checksum verifies"
+    );
+    assert_eq!(b.recv_bytes(40, 100), a.sent_bytes(0, 100));
+}
+
+#[test]
+fn ipv6_grh_area_is_the_ipv6_header() {
+    let mut a = ud(0x31, "2001:db8::1");
+    let mut b = ud(0x32, "2001:db8::2");
+    b.post_recv(1, 0, 40 + 16);
+    a.post_ud(10, WrOpcode::Send, 16, &dest(&b, QKEY)).unwrap();
+    transfer(&mut a, &mut b, &[]);
+    assert_eq!(b.recv_wcs.len(), 1);
+    let grh = b.recv_bytes(0, 40);
+    assert_eq!(grh[0] >> 4, 6);
+    assert_eq!(grh[6], 17);
+    let src: IpAddr = "2001:db8::1".parse().unwrap();
+    let IpAddr::V6(s6) = src else { unreachable!() };
+    assert_eq!(&grh[8..24], &s6.octets());
+    assert_eq!(b.recv_bytes(40, 16), a.sent_bytes(0, 16));
+}
+
+#[test]
+fn wrong_qkey_is_dropped_and_counted_and_high_bit_means_the_qps_own() {
+    let mut a = ud(0x31, "192.0.2.1");
+    let mut b = ud(0x32, "192.0.2.2");
+    b.post_recv(1, 0, 256);
+    a.post_ud(10, WrOpcode::Send, 10, &dest(&b, 0x2222))
+        .unwrap();
+    transfer(&mut a, &mut b, &[]);
+    assert!(b.recv_wcs.is_empty());
+    assert_eq!(count(&b, "qkey_viol_cntr"), 1);
+    // Bit 31 set: the sender's QP Q_Key goes in the DETH.
+    a.post_ud(11, WrOpcode::Send, 10, &dest(&b, 0x8000_0000))
+        .unwrap();
+    let seen = transfer(&mut a, &mut b, &[]);
+    assert_eq!(seen[0].deth.unwrap().qkey, QKEY);
+    assert_eq!(b.recv_wcs.len(), 1);
+    assert_eq!(count(&b, "qkey_viol_cntr"), 1);
+}
+
+#[test]
+fn a_message_over_one_mtu_is_refused_at_post() {
+    let mut a = ud(0x31, "192.0.2.1");
+    let b = ud(0x32, "192.0.2.2");
+    let mtu = crate::ib::DeviceLimits::default().max_mtu.bytes();
+    let r = a.post_ud(10, WrOpcode::Send, mtu + 1, &dest(&b, QKEY));
+    assert_eq!(
+        r,
+        Err(VerbsError::UdMessageTooLong {
+            len: mtu as u64 + 1,
+            mtu
+        })
+    );
+    assert_eq!(a.qp.send_queue_len(), 0);
+    a.post_ud(11, WrOpcode::Send, mtu, &dest(&b, QKEY)).unwrap();
+}
+
+#[test]
+fn ud_posts_need_a_destination_and_a_send_opcode() {
+    let mut a = ud(0x31, "192.0.2.1");
+    let b = ud(0x32, "192.0.2.2");
+    assert!(matches!(
+        a.post(1, WrOpcode::Send, 0, 8),
+        Err(VerbsError::InvalidWr(_))
+    ));
+    let w = WrOpcode::RdmaWrite {
+        remote_addr: 0,
+        rkey: 0,
+    };
+    assert!(matches!(
+        a.post_ud(1, w, 8, &dest(&b, QKEY)),
+        Err(VerbsError::InvalidWr(_))
+    ));
+    let mut c = node(0x33, "192.0.2.3", QpType::Uc, None);
+    assert!(matches!(
+        c.post_ud(1, WrOpcode::Send, 8, &dest(&b, QKEY)),
+        Err(VerbsError::InvalidWr(_))
+    ));
+}
+
+#[test]
+fn packets_for_a_qp_in_reset_or_init_are_dropped_as_bad_state() {
+    let mut a = ud(0x31, "192.0.2.1");
+    let mut b = node(0x32, "192.0.2.2", QpType::Ud, None);
+    a.post_ud(10, WrOpcode::Send, 8, &dest(&b, QKEY)).unwrap();
+    transfer(&mut a, &mut b, &[]);
+    assert_eq!(count(&b, "bad_state_pkts"), 1, "RESET");
+    init(&mut b, AccessFlags::EMPTY, Some(QKEY));
+    b.post_recv(1, 0, 256);
+    a.post_ud(11, WrOpcode::Send, 8, &dest(&b, QKEY)).unwrap();
+    transfer(&mut a, &mut b, &[]);
+    assert_eq!(count(&b, "bad_state_pkts"), 2, "INIT");
+    assert!(b.recv_wcs.is_empty());
+}
+
+#[test]
+fn any_sender_reaches_a_ud_qp_and_each_completion_names_its_source() {
+    let mut a = ud(0x31, "192.0.2.1");
+    let mut c = ud(0x33, "192.0.2.3");
+    let mut b = ud(0x32, "192.0.2.2");
+    assert!(b.qp.accepts_from("198.51.100.9".parse().unwrap()));
+    b.post_recv(1, 0, 256);
+    b.post_recv(2, 256, 256);
+    a.post_ud(10, WrOpcode::Send, 8, &dest(&b, QKEY)).unwrap();
+    c.post_ud(20, WrOpcode::Send, 8, &dest(&b, QKEY)).unwrap();
+    transfer(&mut a, &mut b, &[]);
+    transfer(&mut c, &mut b, &[]);
+    let src: Vec<u32> = b.recv_wcs.iter().map(|w| w.src_qp).collect();
+    assert_eq!(src, vec![0x31, 0x33]);
+    assert_eq!(&b.recv_bytes(256 + 20 + 12, 4), &[192, 0, 2, 3]);
+}
+
+#[test]
+fn no_wqe_or_a_small_buffer_drops_the_datagram() {
+    let mut a = ud(0x31, "192.0.2.1");
+    let mut b = ud(0x32, "192.0.2.2");
+    a.post_ud(10, WrOpcode::Send, 100, &dest(&b, QKEY)).unwrap();
+    transfer(&mut a, &mut b, &[]);
+    assert_eq!(count(&b, "dropped_msg_pkts"), 1);
+    // 100 bytes of payload need 140 bytes with the GRH area.
+    b.post_recv(1, 0, 139);
+    a.post_ud(11, WrOpcode::Send, 100, &dest(&b, QKEY)).unwrap();
+    transfer(&mut a, &mut b, &[]);
+    assert_eq!(count(&b, "dropped_msg_pkts"), 2);
+    assert!(b.recv_wcs.is_empty());
+    assert_eq!(b.qp.recv_queue_len(), 1, "the WQE is not consumed");
+    a.post_ud(12, WrOpcode::Send, 99, &dest(&b, QKEY)).unwrap();
+    transfer(&mut a, &mut b, &[]);
+    assert_eq!(b.recv_wcs.len(), 1);
+    assert_eq!(b.recv_wcs[0].byte_len, 139);
+}

@@ -1,0 +1,264 @@
+//! Two softroce devices (127.0.0.1 and 127.0.0.2, same UDP port) connecting through the
+//! rdma_cm-shaped API: IB CM MADs over QP1, no side channel. Each test checks the events both
+//! sides see, that the QPs carry data afterwards, and how the connection ends.
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::time::Duration;
+
+use softroce::driver::DeviceConfig;
+use softroce::rdma_cm::*;
+use softroce::verbs::*;
+use softroce::wire::cm::rej_reason;
+
+const T: Duration = Duration::from_secs(10);
+const PORT: u16 = 7174;
+
+fn two_contexts() -> (Context, Context) {
+    for _ in 0..50 {
+        let port = UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let open = |ip: [u8; 4]| {
+            Context::open(&DeviceConfig::new(SocketAddr::new(IpAddr::from(ip), port)))
+        };
+        if let (Ok(a), Ok(b)) = (open([127, 0, 0, 1]), open([127, 0, 0, 2])) {
+            return (a, b);
+        }
+    }
+    panic!("no free UDP port pair");
+}
+
+struct Res {
+    pd: ProtectionDomain,
+    cq: CompletionQueue,
+    mr: MemoryRegion,
+}
+
+fn res(ctx: &Context) -> Res {
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64).unwrap();
+    let mr = pd
+        .register_mr(
+            4096,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+        )
+        .unwrap();
+    Res { pd, cq, mr }
+}
+
+fn init(r: &Res) -> QpInitAttr<'_> {
+    QpInitAttr {
+        send_cq: &r.cq,
+        recv_cq: &r.cq,
+        cap: QpCap::default(),
+        qp_type: QpType::Rc,
+        sq_sig_all: false,
+    }
+}
+
+fn expect(ch: &EventChannel, kind: EventKind) -> RdmaCmEvent {
+    let e = ch
+        .get_event(T)
+        .unwrap_or_else(|e| panic!("waiting for {kind:?}: {e}"));
+    assert_eq!(e.kind, kind);
+    e
+}
+
+/// The client side up to (not including) connect: address and route resolved, QP created.
+fn client(ch: &EventChannel, r: &Res, dst: &Context) -> (CmId, std::sync::Arc<QueuePair>) {
+    let id = ch.create_id();
+    id.resolve_addr(dst.local_addr().ip(), PORT).unwrap();
+    expect(ch, EventKind::AddrResolved);
+    id.resolve_route().unwrap();
+    expect(ch, EventKind::RouteResolved);
+    let qp = id.create_qp(&r.pd, &init(r)).unwrap();
+    assert_eq!(qp.query().qp_state, QpState::Init);
+    (id, qp)
+}
+
+fn wait_wc(cq: &CompletionQueue) -> WorkCompletion {
+    let mut wc = [WorkCompletion::default(); 1];
+    assert_eq!(cq.wait(&mut wc, T).unwrap(), 1);
+    wc[0]
+}
+
+#[test]
+fn connect_send_and_disconnect_through_the_cm() {
+    let (ca, cb) = two_contexts();
+    let (cha, chb) = (
+        EventChannel::new(&ca).unwrap(),
+        EventChannel::new(&cb).unwrap(),
+    );
+    let (ra, rb) = (res(&ca), res(&cb));
+
+    let listener = chb.create_id();
+    listener.bind_addr(PORT).unwrap();
+    listener.listen(8).unwrap();
+
+    let (id_a, qp_a) = client(&cha, &ra, &cb);
+    id_a.connect(&ConnParam {
+        private_data: b"hello".to_vec(),
+        ..ConnParam::default()
+    })
+    .unwrap();
+
+    let req = expect(&chb, EventKind::ConnectRequest);
+    assert!(req.listen_id.is_some());
+    assert_eq!(&req.private_data[..5], b"hello");
+    assert_eq!(req.private_data.len(), 56, "92 bytes less rdma_cm's header");
+    let id_b = req.id.clone();
+    assert_eq!(id_b.remote_addr().unwrap().ip(), ca.local_addr().ip());
+    let qp_b = id_b.create_qp(&rb.pd, &init(&rb)).unwrap();
+    // The server posts its receive before accepting, as rping does.
+    let rsge = [rb.mr.sge(0, 4096)];
+    qp_b.post_recv(&[RecvWr {
+        wr_id: 7,
+        sg_list: &rsge,
+    }])
+    .unwrap();
+    id_b.accept(&ConnParam {
+        private_data: b"welcome".to_vec(),
+        ..ConnParam::default()
+    })
+    .unwrap();
+    assert_eq!(qp_b.query().qp_state, QpState::Rts);
+
+    let est = expect(&cha, EventKind::Established);
+    assert_eq!(&est.private_data[..7], b"welcome");
+    assert_eq!(qp_a.query().qp_state, QpState::Rts);
+    assert_eq!(qp_a.query().dest_qp_num, qp_b.qp_num());
+    assert_eq!(qp_b.query().dest_qp_num, qp_a.qp_num());
+    expect(&chb, EventKind::Established);
+
+    // The connection carries data.
+    ra.mr.write(0, b"ping over rdma_cm").unwrap();
+    let sge = [ra.mr.sge(0, 17)];
+    qp_a.post_send(&[SendWr {
+        wr_id: 1,
+        sg_list: &sge,
+        opcode: WrOpcode::Send,
+        send_flags: SendFlags::SIGNALED,
+    }])
+    .unwrap();
+    assert_eq!(wait_wc(&ra.cq).status, WcStatus::Success);
+    let wc = wait_wc(&rb.cq);
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.byte_len),
+        (7, WcStatus::Success, 17)
+    );
+    let mut got = [0u8; 17];
+    rb.mr.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"ping over rdma_cm");
+
+    // The client disconnects; the server hears it and answers.
+    id_a.disconnect().unwrap();
+    assert_eq!(qp_a.query().qp_state, QpState::Err);
+    expect(&chb, EventKind::Disconnected);
+    assert_eq!(qp_b.query().qp_state, QpState::Err);
+    id_b.disconnect().unwrap();
+    expect(&cha, EventKind::Disconnected);
+    expect(&cha, EventKind::TimewaitExit);
+    expect(&chb, EventKind::TimewaitExit);
+    // Every MAD went out and came in through QP1 without a drop.
+    for c in [&ca, &cb] {
+        assert_eq!(c.counter("gsi_dropped_pkts"), Some(0));
+        assert_eq!(c.counter("icrc_err"), Some(0));
+    }
+}
+
+#[test]
+fn connecting_to_a_port_nobody_listens_on_is_rejected() {
+    let (ca, cb) = two_contexts();
+    let cha = EventChannel::new(&ca).unwrap();
+    let _chb = EventChannel::new(&cb).unwrap();
+    let ra = res(&ca);
+    let (id, _qp) = client(&cha, &ra, &cb);
+    id.connect(&ConnParam::default()).unwrap();
+    let e = expect(
+        &cha,
+        EventKind::Rejected {
+            reason: rej_reason::INVALID_SERVICE_ID,
+        },
+    );
+    assert!(std::sync::Arc::ptr_eq(
+        &e.id.qp().unwrap(),
+        &id.qp().unwrap()
+    ));
+}
+
+#[test]
+fn the_application_can_reject_with_private_data() {
+    let (ca, cb) = two_contexts();
+    let (cha, chb) = (
+        EventChannel::new(&ca).unwrap(),
+        EventChannel::new(&cb).unwrap(),
+    );
+    let ra = res(&ca);
+    let listener = chb.create_id();
+    listener.bind_addr(PORT).unwrap();
+    listener.listen(8).unwrap();
+    let (id, _qp) = client(&cha, &ra, &cb);
+    id.connect(&ConnParam::default()).unwrap();
+    let req = expect(&chb, EventKind::ConnectRequest);
+    req.id.reject(b"no room").unwrap();
+    let e = expect(
+        &cha,
+        EventKind::Rejected {
+            reason: rej_reason::CONSUMER_DEFINED,
+        },
+    );
+    assert_eq!(&e.private_data[..7], b"no room");
+}
+
+#[test]
+fn misuse_is_a_typed_error() {
+    let (ca, cb) = two_contexts();
+    let cha = EventChannel::new(&ca).unwrap();
+    assert_eq!(
+        EventChannel::new(&ca).unwrap_err(),
+        RdmaCmError::ChannelInUse
+    );
+    let id = cha.create_id();
+    assert!(matches!(
+        id.connect(&ConnParam::default()),
+        Err(RdmaCmError::WrongState { op: "connect", .. })
+    ));
+    assert!(matches!(
+        id.resolve_route(),
+        Err(RdmaCmError::WrongState { .. })
+    ));
+    assert_eq!(
+        id.resolve_addr("::1".parse().unwrap(), PORT),
+        Err(RdmaCmError::AddressFamily("::1".parse().unwrap()))
+    );
+    assert!(matches!(
+        id.accept(&ConnParam::default()),
+        Err(RdmaCmError::WrongState { .. })
+    ));
+    assert!(matches!(
+        id.disconnect(),
+        Err(RdmaCmError::WrongState { .. })
+    ));
+    assert_eq!(
+        cha.get_event(Duration::from_millis(50)).unwrap_err(),
+        RdmaCmError::Timeout
+    );
+    let ra = res(&ca);
+    let (id, _qp) = client(&cha, &ra, &cb);
+    let long = ConnParam {
+        private_data: vec![0; 57],
+        ..ConnParam::default()
+    };
+    assert!(matches!(
+        id.connect(&long),
+        Err(RdmaCmError::Cm(softroce::cm::CmError::PrivateDataTooLong {
+            len: 57,
+            max: 56
+        }))
+    ));
+    // Dropping the channel frees the device for another.
+    drop(cha);
+    assert!(EventChannel::new(&ca).is_ok());
+}

@@ -1,0 +1,154 @@
+//! `softroce rping` in two processes on loopback (127.0.0.1 client, 127.0.0.2 server, one
+//! free UDP port as the RoCE port): the connection comes up through IB CM MADs on QP1, the
+//! pings carry rping's data, and both ends end as rping's do.
+
+use std::net::UdpSocket;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_softroce"))
+}
+
+fn free_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits for `child` at most `limit`, killing it after that.
+fn finish(mut child: Child, limit: Duration) -> Output {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    panic!(
+        "still running after {limit:?}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn server(roce_port: u16, extra: &[&str]) -> Child {
+    bin()
+        .args(["rping", "-s", "-a", "127.0.0.2", "--roce-port"])
+        .arg(roce_port.to_string())
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn client(roce_port: u16, extra: &[&str]) -> Output {
+    let c = bin()
+        .args([
+            "rping",
+            "-c",
+            "-a",
+            "127.0.0.2",
+            "-I",
+            "127.0.0.1",
+            "--roce-port",
+        ])
+        .arg(roce_port.to_string())
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    finish(c, Duration::from_secs(30))
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn five_pings_with_data_shown_and_validated_at_both_ends() {
+    let port = free_port();
+    let s = server(port, &["-v", "-S", "100"]);
+    // A REQ that arrives before the server listens is rejected (as by rping's server), so
+    // the client tries again then, as a script would.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut c = client(port, &["-v", "-V", "-C", "5", "-S", "100"]);
+    for _ in 0..20 {
+        if c.status.success() || !text(&c.stderr).contains("REJECTED, error 8") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        c = client(port, &["-v", "-V", "-C", "5", "-S", "100"]);
+    }
+    let s = finish(s, Duration::from_secs(30));
+    let (cout, sout) = (text(&c.stdout), text(&s.stdout));
+    assert!(c.status.success(), "client: {cout}{}", text(&c.stderr));
+    assert!(s.status.success(), "server: {sout}{}", text(&s.stderr));
+    let pings: Vec<&str> = cout.lines().collect();
+    assert_eq!(pings.len(), 5, "{cout}");
+    for (i, line) in pings.iter().enumerate() {
+        let data = line.strip_prefix("ping data: ").unwrap();
+        assert!(data.starts_with(&format!("rdma-ping-{i}: ")), "{line}");
+        // 99 characters and the NUL: every byte came back.
+        assert_eq!(data.len(), 99, "{line}");
+        let first = data[format!("rdma-ping-{i}: ").len()..]
+            .chars()
+            .next()
+            .unwrap();
+        assert_eq!(first, (b'A' + i as u8) as char);
+    }
+    let served: Vec<&str> = sout.lines().collect();
+    assert_eq!(served.len(), 5, "{sout}");
+    for (c, s) in pings.iter().zip(&served) {
+        assert_eq!(s.strip_prefix("server "), Some(*c));
+    }
+    assert!(text(&s.stderr).contains("server DISCONNECT EVENT..."));
+}
+
+#[test]
+fn a_port_nobody_listens_on_is_rejected() {
+    let port = free_port();
+    let s = server(port, &["-p", "7174"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let c = client(port, &["-p", "7175", "-C", "1"]);
+    assert!(!c.status.success());
+    let err = text(&c.stderr);
+    assert!(
+        err.contains("cma event RDMA_CM_EVENT_REJECTED, error 8"),
+        "{err}"
+    );
+    // The server still waits for its own client.
+    let mut s = s;
+    assert!(s.try_wait().unwrap().is_none());
+    let _ = s.kill();
+    let _ = s.wait();
+}
+
+#[test]
+fn bad_flags_are_refused_with_rpings_wording() {
+    let out = bin()
+        .args(["rping", "-c", "-a", "127.0.0.2", "-S", "10"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("Invalid size 10 (valid range is 26 to 65536)"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = bin().args(["rping", "-s", "-P"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("-P (persistent server) is not supported"));
+    let out = bin().args(["rping", "-v"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("rping -s"));
+    let out = bin().args(["rping", "-c"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("needs -a"));
+}
