@@ -1505,11 +1505,7 @@ pub unsafe extern "C" fn ibv_qp_to_qp_ex(_qp: *mut ibv_qp) -> *mut c_void {
 const MAX_SGE: usize = 32;
 
 /// Copies a C SGE list into `buf`; EINVAL for a negative or too long list.
-unsafe fn sges(
-    list: *const ibv_sge,
-    n: c_int,
-    buf: &mut [Sge; MAX_SGE],
-) -> Result<&[Sge], c_int> {
+unsafe fn sges(list: *const ibv_sge, n: c_int, buf: &mut [Sge; MAX_SGE]) -> Result<&[Sge], c_int> {
     if n < 0 || n as usize > MAX_SGE || (n > 0 && list.is_null()) {
         return Err(EINVAL);
     }
