@@ -186,6 +186,21 @@ impl ibv_send_wr {
     pub fn rdma_rkey(&self) -> u32 {
         self.wr.compare_add as u32
     }
+
+    /// `wr.ud.ah` (offset 0 of the union).
+    pub fn ud_ah(&self) -> *mut ibv_ah {
+        self.wr.remote_addr as usize as *mut ibv_ah
+    }
+
+    /// `wr.ud.remote_qpn` (offset 8).
+    pub fn ud_remote_qpn(&self) -> u32 {
+        self.wr.compare_add as u32
+    }
+
+    /// `wr.ud.remote_qkey` (offset 12).
+    pub fn ud_remote_qkey(&self) -> u32 {
+        (self.wr.compare_add >> 32) as u32
+    }
 }
 
 #[repr(C)]
@@ -348,6 +363,50 @@ pub struct ibv_device_attr {
 }
 
 #[repr(C)]
+pub struct ibv_srq {
+    pub context: *mut ibv_context,
+    pub srq_context: *mut c_void,
+    pub pd: *mut ibv_pd,
+    pub handle: u32,
+    pub mutex: pthread_mutex_t,
+    pub cond: pthread_cond_t,
+    pub events_completed: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_srq_attr {
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub srq_limit: u32,
+}
+
+#[repr(C)]
+pub struct ibv_srq_init_attr {
+    pub srq_context: *mut c_void,
+    pub attr: ibv_srq_attr,
+}
+
+#[repr(C)]
+pub struct ibv_ah {
+    pub context: *mut ibv_context,
+    pub pd: *mut ibv_pd,
+    pub handle: u32,
+}
+
+/// `struct ibv_grh`: the 40 bytes before a UD receive's payload.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_grh {
+    pub version_tclass_flow: u32,
+    pub paylen: u16,
+    pub next_hdr: u8,
+    pub hop_limit: u8,
+    pub sgid: [u8; 16],
+    pub dgid: [u8; 16],
+}
+
+#[repr(C)]
 pub struct ibv_async_event {
     pub element: *mut c_void,
     pub event_type: c_uint,
@@ -385,6 +444,11 @@ pub fn layout_table() -> Vec<(String, usize)> {
         ibv_qp_attr,
         ibv_port_attr,
         ibv_device_attr,
+        ibv_srq,
+        ibv_srq_attr,
+        ibv_srq_init_attr,
+        ibv_ah,
+        ibv_grh,
         ibv_async_event
     );
     off!(ibv_device: node_type, transport_type, name, dev_name, dev_path, ibdev_path);
@@ -406,6 +470,11 @@ pub fn layout_table() -> Vec<(String, usize)> {
     off!(ibv_qp_attr: qp_state, cur_qp_state, path_mtu, path_mig_state, qkey, rq_psn, sq_psn, dest_qp_num, qp_access_flags, cap, ah_attr, alt_ah_attr, pkey_index, alt_pkey_index, en_sqd_async_notify, sq_draining, max_rd_atomic, max_dest_rd_atomic, min_rnr_timer, port_num, timeout, retry_cnt, rnr_retry, alt_port_num, alt_timeout, rate_limit);
     off!(ibv_port_attr: state, max_mtu, active_mtu, gid_tbl_len, port_cap_flags, max_msg_sz, bad_pkey_cntr, qkey_viol_cntr, pkey_tbl_len, lid, sm_lid, lmc, max_vl_num, sm_sl, subnet_timeout, init_type_reply, active_width, active_speed, phys_state, link_layer, flags, port_cap_flags2);
     off!(ibv_device_attr: fw_ver, node_guid, sys_image_guid, max_mr_size, page_size_cap, vendor_id, vendor_part_id, hw_ver, max_qp, max_qp_wr, device_cap_flags, max_sge, max_sge_rd, max_cq, max_cqe, max_mr, max_pd, max_qp_rd_atom, max_ee_rd_atom, max_res_rd_atom, max_qp_init_rd_atom, max_ee_init_rd_atom, atomic_cap, max_ee, max_rdd, max_mw, max_raw_ipv6_qp, max_raw_ethy_qp, max_mcast_grp, max_mcast_qp_attach, max_total_mcast_qp_attach, max_ah, max_fmr, max_map_per_fmr, max_srq, max_srq_wr, max_srq_sge, max_pkeys, local_ca_ack_delay, phys_port_cnt);
+    off!(ibv_srq: context, srq_context, pd, handle, mutex, cond, events_completed);
+    off!(ibv_srq_attr: max_wr, max_sge, srq_limit);
+    off!(ibv_srq_init_attr: srq_context, attr);
+    off!(ibv_ah: context, pd, handle);
+    off!(ibv_grh: version_tclass_flow, paylen, next_hdr, hop_limit, sgid, dgid);
     off!(ibv_async_event: element, event_type);
     v
 }

@@ -10,9 +10,10 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use libc::{c_char, c_int, c_uint, c_void, EBUSY, EINVAL, ENOMEM, EOPNOTSUPP};
 use softroce::driver::DeviceConfig;
 use softroce::verbs::{
-    AccessFlags, AhAttr, CompletionQueue, Context, Gid, MemoryRegion, Mtu, ProtectionDomain,
-    QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, QueuePair, RecvWr, SendFlags, SendWr,
-    Sge, VerbsError, WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, AddressHandle, AhAttr, CompletionQueue, Context, Gid, MemoryRegion, Mtu,
+    ProtectionDomain, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, QueuePair, RecvWr,
+    SendFlags, SendWr, Sge, SharedReceiveQueue, SrqAttr, SrqAttrMask, UdSendWr, VerbsError,
+    WcStatus, WorkCompletion, WrOpcode,
 };
 
 use crate::ffi::*;
@@ -82,6 +83,8 @@ enum Kind {
     Channel,
     Cq,
     Qp,
+    Srq,
+    Ah,
 }
 
 fn registry() -> MutexGuard<'static, HashSet<(Kind, usize)>> {
@@ -1132,6 +1135,9 @@ pub unsafe extern "C" fn ibv_ack_cq_events(p: *mut ibv_cq, nevents: c_uint) {
 
 fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
     let mut flags = 0;
+    if w.grh {
+        flags |= 1; // IBV_WC_GRH
+    }
     if w.imm_data.is_some() {
         flags |= 2; // IBV_WC_WITH_IMM
     }
@@ -1189,6 +1195,9 @@ struct Qp {
     pd: &'static Pd,
     send_cq: &'static Cq,
     recv_cq: &'static Cq,
+    srq: Option<&'static Srq>,
+    /// A UD QP: its sends carry `wr.ud`.
+    ud: bool,
     cap: ibv_qp_cap,
     sq_sig_all: c_int,
 }
@@ -1244,10 +1253,17 @@ pub unsafe extern "C" fn ibv_create_qp(
         set_errno(EINVAL);
         return null_mut();
     };
-    if !ia.srq.is_null() {
-        set_errno(EOPNOTSUPP); // no SRQs yet
-        return null_mut();
-    }
+    let srq = if ia.srq.is_null() {
+        None
+    } else {
+        match srq_of(ia.srq as *mut ibv_srq) {
+            Some(x) => Some(x),
+            None => {
+                set_errno(EINVAL);
+                return null_mut();
+            }
+        }
+    };
     let qp_type = match ia.qp_type {
         2 => QpType::Rc,
         3 => QpType::Uc,
@@ -1264,13 +1280,18 @@ pub unsafe extern "C" fn ibv_create_qp(
         max_recv_sge: ia.cap.max_recv_sge,
         max_inline_data: ia.cap.max_inline_data,
     };
-    let qp = match pdr.pd.create_qp(&QpInitAttr {
+    let init_attr = QpInitAttr {
         send_cq: &scq.cq,
         recv_cq: &rcq.cq,
         cap,
         qp_type,
         sq_sig_all: ia.sq_sig_all != 0,
-    }) {
+    };
+    let created = match srq {
+        Some(x) => pdr.pd.create_qp_with_srq(&init_attr, &x.srq),
+        None => pdr.pd.create_qp(&init_attr),
+    };
+    let qp = match created {
         Ok(qp) => qp,
         Err(VerbsError::InvalidAttribute {
             attr: "qp_type", ..
@@ -1291,7 +1312,7 @@ pub unsafe extern "C" fn ibv_create_qp(
             pd,
             send_cq: ia.send_cq,
             recv_cq: ia.recv_cq,
-            srq: null_mut(),
+            srq: ia.srq,
             handle: qp_num,
             qp_num,
             state: 0,
@@ -1304,12 +1325,17 @@ pub unsafe extern "C" fn ibv_create_qp(
         pd: pdr,
         send_cq: scq,
         recv_cq: rcq,
+        srq,
+        ud: qp_type == QpType::Ud,
         cap: ia.cap,
         sq_sig_all: ia.sq_sig_all,
     }));
     pdr.users.fetch_add(1, Ordering::SeqCst);
     scq.users.fetch_add(1, Ordering::SeqCst);
     rcq.users.fetch_add(1, Ordering::SeqCst);
+    if let Some(x) = srq {
+        x.users.fetch_add(1, Ordering::SeqCst);
+    }
     let p = &mut q.c as *mut ibv_qp;
     track(Kind::Qp, p);
     p
@@ -1326,6 +1352,9 @@ pub unsafe extern "C" fn ibv_destroy_qp(p: *mut ibv_qp) -> c_int {
     q.pd.users.fetch_sub(1, Ordering::SeqCst);
     q.send_cq.users.fetch_sub(1, Ordering::SeqCst);
     q.recv_cq.users.fetch_sub(1, Ordering::SeqCst);
+    if let Some(x) = q.srq {
+        x.users.fetch_sub(1, Ordering::SeqCst);
+    }
     drop(q);
     0
 }
@@ -1488,7 +1517,7 @@ pub unsafe extern "C" fn ibv_query_qp(
         ia.qp_context = q.c.qp_context;
         ia.send_cq = q.c.send_cq;
         ia.recv_cq = q.c.recv_cq;
-        ia.srq = null_mut();
+        ia.srq = q.c.srq;
         ia.cap = cap;
         ia.qp_type = q.c.qp_type;
         ia.sq_sig_all = q.sq_sig_all;
@@ -1580,6 +1609,19 @@ unsafe extern "C" fn op_post_send(
                 opcode,
                 send_flags: SendFlags::from_bits_truncate(w.send_flags),
             };
+            if q.ud {
+                let ah = ah_of(w.ud_ah()).ok_or(EINVAL)?;
+                let ud = UdSendWr {
+                    wr: one,
+                    ah: &ah.ah,
+                    remote_qpn: w.ud_remote_qpn(),
+                    remote_qkey: w.ud_remote_qkey(),
+                };
+                return q
+                    .qp
+                    .post_send_ud(std::slice::from_ref(&ud))
+                    .map_err(|e| errno_of(&e.error));
+            }
             q.qp.post_send(std::slice::from_ref(&one))
                 .map_err(|e| errno_of(&e.error))
         })();
@@ -1632,19 +1674,6 @@ unsafe extern "C" fn op_post_recv(
     0
 }
 
-/// The `post_srq_recv` op: no SRQs yet (EOPNOTSUPP).
-unsafe extern "C" fn op_post_srq_recv(
-    _srq: *mut c_void,
-    wr: *mut ibv_recv_wr,
-    bad_wr: *mut *mut ibv_recv_wr,
-) -> c_int {
-    if !bad_wr.is_null() {
-        // SAFETY: the caller passes a writable pointer.
-        unsafe { *bad_wr = wr };
-    }
-    EOPNOTSUPP
-}
-
 // ---------------------------------------------------------------------------------------------
 // Async events, fork, unsupported objects
 
@@ -1688,44 +1717,6 @@ pub unsafe extern "C" fn ibv_fork_init() -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn ibv_is_fork_initialized() -> c_int {
     2
-}
-
-/// `ibv_create_srq`: no SRQs yet; NULL with EOPNOTSUPP.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_create_srq(_pd: *mut ibv_pd, _attr: *mut c_void) -> *mut c_void {
-    set_errno(EOPNOTSUPP);
-    null_mut()
-}
-
-/// `ibv_destroy_srq`: no SRQ exists; EINVAL.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_destroy_srq(_srq: *mut c_void) -> c_int {
-    EINVAL
-}
-
-/// `ibv_create_ah`: no UD yet; NULL with EOPNOTSUPP.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_create_ah(_pd: *mut ibv_pd, _attr: *mut ibv_ah_attr) -> *mut c_void {
-    set_errno(EOPNOTSUPP);
-    null_mut()
-}
-
-/// `ibv_create_ah_from_wc`: no UD yet; NULL with EOPNOTSUPP.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_create_ah_from_wc(
-    _pd: *mut ibv_pd,
-    _wc: *mut ibv_wc,
-    _grh: *mut c_void,
-    _port: u8,
-) -> *mut c_void {
-    set_errno(EOPNOTSUPP);
-    null_mut()
-}
-
-/// `ibv_destroy_ah`: no AH exists; EINVAL.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_destroy_ah(_ah: *mut c_void) -> c_int {
-    EINVAL
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1879,4 +1870,325 @@ pub extern "C" fn ibv_rate_to_mbps(rate: c_int) -> c_int {
 #[no_mangle]
 pub extern "C" fn mbps_to_ibv_rate(mbps: c_int) -> c_int {
     RATES.iter().find(|r| r.2 == mbps).map_or(0, |r| r.0)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared receive queues
+
+#[repr(C)]
+struct Srq {
+    c: ibv_srq,
+    srq: SharedReceiveQueue,
+    pd: &'static Pd,
+    /// QPs using it.
+    users: AtomicUsize,
+}
+
+fn srq_of(p: *mut ibv_srq) -> Option<&'static Srq> {
+    // SAFETY: live SRQs are leaked `Srq`s whose first field is the C struct.
+    live(Kind::Srq, p).then(|| unsafe { &*(p as *const Srq) })
+}
+
+/// `ibv_create_srq`: NULL and errno on failure (EINVAL for sizes beyond the device's).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_srq(
+    pd: *mut ibv_pd,
+    init: *mut ibv_srq_init_attr,
+) -> *mut ibv_srq {
+    let Some(pdr) = pd_of(pd) else {
+        set_errno(EINVAL);
+        return null_mut();
+    };
+    if init.is_null() {
+        set_errno(EINVAL);
+        return null_mut();
+    }
+    // SAFETY: the caller passes a readable and writable ibv_srq_init_attr.
+    let ia = unsafe { &mut *init };
+    let attr = SrqAttr {
+        max_wr: ia.attr.max_wr,
+        max_sge: ia.attr.max_sge,
+        srq_limit: ia.attr.srq_limit,
+    };
+    let srq = match pdr.pd.create_srq(&attr) {
+        Ok(x) => x,
+        Err(e) => {
+            set_errno(errno_of(&e));
+            return null_mut();
+        }
+    };
+    let b = Box::leak(Box::new(Srq {
+        c: ibv_srq {
+            context: pdr.c.context,
+            srq_context: ia.srq_context,
+            pd,
+            handle: 0,
+            mutex: mutex_init(),
+            cond: cond_init(),
+            events_completed: 0,
+        },
+        srq,
+        pd: pdr,
+        users: AtomicUsize::new(0),
+    }));
+    pdr.users.fetch_add(1, Ordering::SeqCst);
+    let p = &mut b.c as *mut ibv_srq;
+    track(Kind::Srq, p);
+    p
+}
+
+/// `ibv_modify_srq`: `IBV_SRQ_MAX_WR` (1) and/or `IBV_SRQ_LIMIT` (2); 0 or an errno value.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_modify_srq(
+    p: *mut ibv_srq,
+    attr: *mut ibv_srq_attr,
+    mask: c_int,
+) -> c_int {
+    let Some(x) = srq_of(p) else {
+        return EINVAL;
+    };
+    if attr.is_null() || mask & !3 != 0 {
+        return EINVAL;
+    }
+    // SAFETY: the caller passes a readable ibv_srq_attr.
+    let a = unsafe { *attr };
+    let mut m = SrqAttrMask(0);
+    if mask & 1 != 0 {
+        m = SrqAttrMask(m.0 | SrqAttrMask::MAX_WR.0);
+    }
+    if mask & 2 != 0 {
+        m = SrqAttrMask(m.0 | SrqAttrMask::LIMIT.0);
+    }
+    let attr = SrqAttr {
+        max_wr: a.max_wr,
+        max_sge: a.max_sge,
+        srq_limit: a.srq_limit,
+    };
+    match x.srq.modify(&attr, m) {
+        Ok(()) => 0,
+        Err(e) => errno_of(&e),
+    }
+}
+
+/// `ibv_query_srq`: 0 or an errno value.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_srq(p: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
+    let Some(x) = srq_of(p) else {
+        return EINVAL;
+    };
+    if attr.is_null() {
+        return EINVAL;
+    }
+    let a = x.srq.query();
+    // SAFETY: the caller passes a writable ibv_srq_attr.
+    unsafe {
+        attr.write(ibv_srq_attr {
+            max_wr: a.max_wr,
+            max_sge: a.max_sge,
+            srq_limit: a.srq_limit,
+        })
+    };
+    0
+}
+
+/// `ibv_destroy_srq`: 0 or an errno value (EBUSY while QPs use it).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_srq(p: *mut ibv_srq) -> c_int {
+    let Some(x) = srq_of(p) else {
+        return EINVAL;
+    };
+    if x.users.load(Ordering::SeqCst) != 0 {
+        return EBUSY;
+    }
+    if !untrack(Kind::Srq, p) {
+        return EINVAL;
+    }
+    x.pd.users.fetch_sub(1, Ordering::SeqCst);
+    // SAFETY: leaked in ibv_create_srq and no longer registered.
+    drop(unsafe { Box::from_raw(p as *mut Srq) });
+    0
+}
+
+/// The `post_srq_recv` op: 0, or an errno value with `*bad_wr` the first WR not posted.
+unsafe extern "C" fn op_post_srq_recv(
+    p: *mut c_void,
+    mut wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    let Some(x) = srq_of(p as *mut ibv_srq) else {
+        if !bad_wr.is_null() {
+            // SAFETY: the caller passes a writable pointer.
+            unsafe { *bad_wr = wr };
+        }
+        return EINVAL;
+    };
+    let mut buf = [Sge::default(); MAX_SGE];
+    while !wr.is_null() {
+        // SAFETY: the caller's list is a valid linked list of WRs.
+        let w = unsafe { &*wr };
+        let res = (|| {
+            // SAFETY: the WR's sg_list holds num_sge SGEs.
+            let sg_list = unsafe { sges(w.sg_list, w.num_sge, &mut buf)? };
+            let one = RecvWr {
+                wr_id: w.wr_id,
+                sg_list,
+            };
+            x.srq
+                .post_recv(std::slice::from_ref(&one))
+                .map_err(|e| errno_of(&e.error))
+        })();
+        if let Err(e) = res {
+            if !bad_wr.is_null() {
+                // SAFETY: the caller passes a writable pointer.
+                unsafe { *bad_wr = wr };
+            }
+            return e;
+        }
+        wr = w.next;
+    }
+    0
+}
+
+// ---------------------------------------------------------------------------------------------
+// Address handles (UD)
+
+#[repr(C)]
+struct Ah {
+    c: ibv_ah,
+    ah: AddressHandle,
+    pd: &'static Pd,
+}
+
+fn ah_of(p: *mut ibv_ah) -> Option<&'static Ah> {
+    // SAFETY: live AHs are leaked `Ah`s whose first field is the C struct.
+    live(Kind::Ah, p).then(|| unsafe { &*(p as *const Ah) })
+}
+
+/// `ibv_create_ah`: NULL and errno on failure (EINVAL without a GRH, which RoCE needs, or for
+/// a GID of another family or outside the table).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
+    let Some(pdr) = pd_of(pd) else {
+        set_errno(EINVAL);
+        return null_mut();
+    };
+    if attr.is_null() {
+        set_errno(EINVAL);
+        return null_mut();
+    }
+    // SAFETY: the caller passes a readable ibv_ah_attr.
+    let a = unsafe { *attr };
+    if a.is_global == 0 || (a.port_num != 1 && a.port_num != 0) {
+        set_errno(EINVAL);
+        return null_mut();
+    }
+    let ah = match pdr.pd.create_ah(&AhAttr {
+        dgid: Gid(a.grh.dgid),
+        sgid_index: a.grh.sgid_index,
+        hop_limit: a.grh.hop_limit,
+        traffic_class: a.grh.traffic_class,
+        flow_label: a.grh.flow_label,
+        sl: a.sl,
+    }) {
+        Ok(x) => x,
+        Err(e) => {
+            set_errno(errno_of(&e));
+            return null_mut();
+        }
+    };
+    let b = Box::leak(Box::new(Ah {
+        c: ibv_ah {
+            context: pdr.c.context,
+            pd,
+            handle: 0,
+        },
+        ah,
+        pd: pdr,
+    }));
+    pdr.users.fetch_add(1, Ordering::SeqCst);
+    let p = &mut b.c as *mut ibv_ah;
+    track(Kind::Ah, p);
+    p
+}
+
+/// `ibv_destroy_ah`: 0 or an errno value.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_ah(p: *mut ibv_ah) -> c_int {
+    if !untrack(Kind::Ah, p) {
+        return EINVAL;
+    }
+    // SAFETY: was live: a leaked Ah.
+    let b = unsafe { Box::from_raw(p as *mut Ah) };
+    b.pd.users.fetch_sub(1, Ordering::SeqCst);
+    drop(b);
+    0
+}
+
+/// `ibv_init_ah_from_wc`: the address vector back to the sender of a received datagram (its
+/// GID from the GRH area, our GID index 1, hop limit 0xFF as libibverbs sets); 0, or -1 and
+/// errno (EINVAL without a GRH).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_init_ah_from_wc(
+    c: *mut ibv_context,
+    port: u8,
+    wc: *mut ibv_wc,
+    grh: *mut ibv_grh,
+    attr: *mut ibv_ah_attr,
+) -> c_int {
+    // SAFETY: checked through the registry.
+    if unsafe { ctx_of(c) }.is_none()
+        || port != 1
+        || wc.is_null()
+        || grh.is_null()
+        || attr.is_null()
+    {
+        set_errno(EINVAL);
+        return -1;
+    }
+    // SAFETY: the caller passes a completion and its receive buffer's GRH area.
+    let (w, g) = unsafe { (*wc, *grh) };
+    if w.wc_flags & 1 == 0 {
+        set_errno(EINVAL);
+        return -1;
+    }
+    let flow = u32::from_be(g.version_tclass_flow);
+    let a = ibv_ah_attr {
+        grh: ibv_global_route {
+            dgid: g.sgid,
+            flow_label: flow & 0xf_ffff,
+            sgid_index: 1,
+            hop_limit: 0xff,
+            traffic_class: (flow >> 20) as u8,
+        },
+        dlid: 0,
+        sl: w.sl,
+        src_path_bits: 0,
+        static_rate: 0,
+        is_global: 1,
+        port_num: port,
+    };
+    // SAFETY: the caller passes a writable ibv_ah_attr.
+    unsafe { attr.write(a) };
+    0
+}
+
+/// `ibv_create_ah_from_wc`: `ibv_init_ah_from_wc` then `ibv_create_ah`; NULL and errno.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_ah_from_wc(
+    pd: *mut ibv_pd,
+    wc: *mut ibv_wc,
+    grh: *mut ibv_grh,
+    port: u8,
+) -> *mut ibv_ah {
+    let Some(pdr) = pd_of(pd) else {
+        set_errno(EINVAL);
+        return null_mut();
+    };
+    let mut a = ibv_ah_attr::default();
+    // SAFETY: forwarded; `a` is a local.
+    if unsafe { ibv_init_ah_from_wc(pdr.c.context, port, wc, grh, &mut a) } != 0 {
+        return null_mut();
+    }
+    // SAFETY: `a` is a local.
+    unsafe { ibv_create_ah(pd, &mut a) }
 }

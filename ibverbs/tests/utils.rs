@@ -45,7 +45,11 @@ fn ibv_devinfo_shows_an_active_ethernet_port() {
 }
 
 fn rc_pingpong(extra: &[&str], server_ip: &str, client_ip: &str) {
-    let prog = program("ibv_rc_pingpong", "ibverbs-utils");
+    pingpong("ibv_rc_pingpong", extra, server_ip, client_ip);
+}
+
+fn pingpong(name: &str, extra: &[&str], server_ip: &str, client_ip: &str) {
+    let prog = program(name, "ibverbs-utils");
     let port = free_tcp_port().to_string();
     let mut s = under_shim(&prog, server_ip);
     s.args(["-g", "1", "-p", &port, "-n", "200", "-c"])
@@ -77,4 +81,31 @@ fn ibv_rc_pingpong_two_processes_events_multi_packet() {
         "127.0.16.4",
         "127.0.16.5",
     );
+}
+
+#[test]
+fn ibv_uc_pingpong_two_processes() {
+    pingpong(
+        "ibv_uc_pingpong",
+        &["-s", "3000"],
+        "127.0.16.6",
+        "127.0.16.7",
+    );
+}
+
+#[test]
+fn ibv_ud_pingpong_two_processes() {
+    // UD: address handles, the GRH area in receive buffers, one MTU per message.
+    pingpong(
+        "ibv_ud_pingpong",
+        &["-s", "1000"],
+        "127.0.16.8",
+        "127.0.16.9",
+    );
+}
+
+#[test]
+fn ibv_srq_pingpong_two_processes() {
+    // 16 RC QPs on one shared receive queue.
+    pingpong("ibv_srq_pingpong", &[], "127.0.16.14", "127.0.16.15");
 }

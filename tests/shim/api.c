@@ -403,11 +403,51 @@ int main(void)
 	CHECK(strcmp(ibv_wc_status_str(wc.status), "remote access error") == 0);
 	CHECK(ibv_query_qp(q1, &got, IBV_QP_STATE, &got_init) == 0 && got.qp_state == IBV_QPS_ERR);
 
+	/* ---- SRQs ---- */
+	struct ibv_srq_init_attr sia = {.srq_context = &tag, .attr = {.max_wr = 4, .max_sge = 1}};
+	FAILS_NULL(ibv_create_srq(NULL, &sia), EINVAL);
+	FAILS_NULL(ibv_create_srq(pd, NULL), EINVAL);
+	sia.attr.max_wr = 1 << 24;
+	FAILS_NULL(ibv_create_srq(pd, &sia), EINVAL);
+	sia.attr.max_wr = 4;
+	struct ibv_srq *srq = ibv_create_srq(pd, &sia);
+	CHECK(srq && srq->pd == pd && srq->srq_context == &tag);
+	struct ibv_srq_attr sa;
+	CHECK(ibv_query_srq(srq, &sa) == 0 && sa.max_wr >= 4 && sa.max_sge >= 1);
+	sa.srq_limit = 2;
+	CHECK(ibv_modify_srq(srq, &sa, IBV_SRQ_LIMIT) == 0);
+	CHECK(ibv_query_srq(srq, &sa) == 0 && sa.srq_limit == 2);
+	CHECK(ibv_modify_srq(srq, &sa, 1 << 5) == EINVAL);
+	struct ibv_recv_wr sw = {.wr_id = 1, .sg_list = &rsge, .num_sge = 1}, *bad_sw = NULL;
+	CHECK(ibv_post_srq_recv(srq, &sw, &bad_sw) == 0);
+	sw.num_sge = 5; /* more than max_sge */
+	CHECK(ibv_post_srq_recv(srq, &sw, &bad_sw) == EINVAL && bad_sw == &sw);
+	struct ibv_qp_init_attr sqa = {.send_cq = cq2, .recv_cq = cq2, .srq = srq,
+				       .cap = {.max_send_wr = 4, .max_send_sge = 1},
+				       .qp_type = IBV_QPT_RC};
+	struct ibv_qp *sq = ibv_create_qp(pd, &sqa);
+	CHECK(sq && sq->srq == srq);
+	CHECK(ibv_destroy_srq(srq) == EBUSY); /* a QP uses it */
+	CHECK(ibv_destroy_qp(sq) == 0);
+	CHECK(ibv_destroy_srq(srq) == 0);
+	CHECK(ibv_destroy_srq(srq) == EINVAL);
+
+	/* ---- address handles ---- */
+	struct ibv_ah_attr aha = {.is_global = 0, .port_num = 1};
+	FAILS_NULL(ibv_create_ah(pd, &aha), EINVAL); /* RoCE needs the GRH */
+	aha.is_global = 1;
+	aha.grh.dgid = gid;
+	aha.grh.sgid_index = 1;
+	FAILS_NULL(ibv_create_ah(NULL, &aha), EINVAL);
+	aha.grh.sgid_index = 9;
+	FAILS_NULL(ibv_create_ah(pd, &aha), EINVAL);
+	aha.grh.sgid_index = 1;
+	struct ibv_ah *ah = ibv_create_ah(pd, &aha);
+	CHECK(ah && ah->pd == pd);
+	CHECK(ibv_destroy_ah(ah) == 0);
+	CHECK(ibv_destroy_ah(ah) == EINVAL);
+
 	/* ---- unsupported objects: the errno libibverbs gives for a provider without them ---- */
-	struct ibv_srq_init_attr sia = {.attr = {.max_wr = 4, .max_sge = 1}};
-	FAILS_NULL(ibv_create_srq(pd, &sia), EOPNOTSUPP);
-	struct ibv_ah_attr aha = {.is_global = 1, .port_num = 1};
-	FAILS_NULL(ibv_create_ah(pd, &aha), EOPNOTSUPP);
 	FAILS_NULL(ibv_alloc_mw(pd, IBV_MW_TYPE_1), EOPNOTSUPP);
 	CHECK(ibv_attach_mcast(q1, &gid, 0) == EOPNOTSUPP);
 	CHECK(ibv_detach_mcast(q1, &gid, 0) == EOPNOTSUPP);
