@@ -443,6 +443,12 @@ if [ "$ONLY" = all ] || [ "$ONLY" = shim ]; then
         shim_case ib_write_bw "$role" "RC, MTU 1024, 65536 B x 200" -F -x 1 -p "$PORT" -s 65536 -n 200
         shim_case ib_send_bw "$role" "RC, MTU 1024, 65536 B x 200" -F -x 1 -p "$PORT" -s 65536 -n 200
         shim_case ib_read_bw "$role" "RC, MTU 1024, 65536 B x 200" -F -x 1 -p "$PORT" -s 65536 -n 200
+        shim_case ib_atomic_bw "$role" "RC, 8 B x 200" -F -x 1 -p "$PORT" -n 200
+        shim_case ib_send_lat "$role" "RC, 2 B x 300, inline" -F -x 1 -p "$PORT" -n 300
+        shim_case ibv_uc_pingpong "$role" "UC, MTU 1024, 4096 B x 200, -c" -p "$PORT" -g 1 -n 200 -c
+        shim_case ibv_ud_pingpong "$role" "UD, 1000 B x 200, -c" -p "$PORT" -g 1 -s 1000 -n 200 -c
+        shim_case ibv_srq_pingpong "$role" "RC, 16 QPs on an SRQ, 4096 B x 200, -c" \
+            -p "$PORT" -g 1 -n 200 -c
     done
 fi
 
