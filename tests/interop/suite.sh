@@ -421,7 +421,7 @@ shim_case() {
     [ "$SRC" = 0 ] || detail+="shim $prog exit $SRC; "
     [ "$GRC" = 0 ] || detail+="guest $prog exit $GRC; "
     case $prog in
-        ibv_rc_pingpong) pattern="[0-9]+ iters in" ;;
+        ibv_*_pingpong) pattern="[0-9]+ iters in" ;;
         *) pattern="^ *[0-9]+ +[0-9]+ +[0-9.]+" ;;
     esac
     row=$(grep -aE "$pattern" "$slog" | head -n 1 | tr -s ' \t' ' ' || true)
