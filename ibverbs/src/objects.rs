@@ -1200,6 +1200,67 @@ struct Qp {
     ud: bool,
     cap: ibv_qp_cap,
     sq_sig_all: c_int,
+    /// Where inline data is gathered (None without `max_inline_data`).
+    inline: Option<Mutex<InlineScratch>>,
+}
+
+/// A registered buffer of the shim's own into which a post gathers inline data: inline SGEs
+/// are plain process addresses whose lkey means nothing (as with any provider), while softroce
+/// reads a WR's data out of a region. The transport copies inline data when the WR is posted,
+/// so one buffer per QP, held under its mutex for the post, is enough.
+struct InlineScratch {
+    /// Registered over `buf`; dropped (revoked) before `buf` is freed.
+    mr: Option<MemoryRegion>,
+    buf: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the buffer is owned by the scratch and only touched under its mutex.
+unsafe impl Send for InlineScratch {}
+
+impl InlineScratch {
+    fn new(pd: &ProtectionDomain, len: usize) -> Result<InlineScratch, c_int> {
+        let buf = Box::into_raw(vec![0u8; len].into_boxed_slice()) as *mut u8;
+        let mut s = InlineScratch { mr: None, buf, len };
+        // SAFETY: `buf` lives until Drop, which drops the region (revoking it) first.
+        let mr = unsafe { pd.register_foreign_mr(buf, len, buf as u64, AccessFlags::LOCAL_WRITE) }
+            .map_err(|e| errno_of(&e))?;
+        s.mr = Some(mr);
+        Ok(s)
+    }
+
+    /// Copies the bytes the SGEs point at into the buffer; returns the one SGE that covers
+    /// them, or EINVAL when they exceed it.
+    unsafe fn gather(&mut self, list: &[Sge]) -> Result<Sge, c_int> {
+        let mr = self.mr.as_ref().ok_or(EINVAL)?;
+        let mut at = 0usize;
+        for s in list {
+            let n = s.length as usize;
+            if n > self.len - at {
+                return Err(EINVAL);
+            }
+            if n > 0 {
+                // SAFETY: inline SGEs name `length` readable bytes at `addr` in this process
+                // (the verbs contract for IBV_SEND_INLINE); the destination is in bounds.
+                unsafe { ptr::copy_nonoverlapping(s.addr as *const u8, self.buf.add(at), n) };
+            }
+            at += n;
+        }
+        Ok(Sge {
+            addr: mr.addr(),
+            length: at as u32,
+            lkey: mr.lkey(),
+        })
+    }
+}
+
+impl Drop for InlineScratch {
+    fn drop(&mut self) {
+        drop(self.mr.take());
+        // SAFETY: allocated in `new` as a boxed slice of `len` bytes; the region over it is
+        // gone, so nothing else refers to it.
+        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.buf, self.len)) });
+    }
 }
 
 fn qp_of(p: *mut ibv_qp) -> Option<&'static Qp> {
@@ -1305,6 +1366,17 @@ pub unsafe extern "C" fn ibv_create_qp(
         }
     };
     let qp_num = qp.qp_num();
+    let inline = if ia.cap.max_inline_data > 0 {
+        match InlineScratch::new(&pdr.pd, ia.cap.max_inline_data as usize) {
+            Ok(x) => Some(Mutex::new(x)),
+            Err(e) => {
+                set_errno(e);
+                return null_mut();
+            }
+        }
+    } else {
+        None
+    };
     let q = Box::leak(Box::new(Qp {
         c: ibv_qp {
             context: pdr.c.context,
@@ -1329,6 +1401,7 @@ pub unsafe extern "C" fn ibv_create_qp(
         ud: qp_type == QpType::Ud,
         cap: ia.cap,
         sq_sig_all: ia.sq_sig_all,
+        inline,
     }));
     pdr.users.fetch_add(1, Ordering::SeqCst);
     scq.users.fetch_add(1, Ordering::SeqCst);
@@ -1601,14 +1674,32 @@ unsafe extern "C" fn op_post_send(
         let w = unsafe { &*wr };
         let res = (|| {
             // SAFETY: the WR's sg_list holds num_sge SGEs.
-            let sg_list = unsafe { sges(w.sg_list, w.num_sge, &mut buf)? };
+            let mut sg_list = unsafe { sges(w.sg_list, w.num_sge, &mut buf)? };
             let opcode = wr_opcode(w)?;
+            let flags = SendFlags::from_bits_truncate(w.send_flags);
+            let inline_op = matches!(w.opcode, 0..=3); // WRITE, WRITE_WITH_IMM, SEND, SEND_WITH_IMM
+            let mut gathered = [Sge::default(); 1];
+            let mut guard = None;
+            if flags.contains(SendFlags::INLINE) && inline_op {
+                let mut g = q
+                    .inline
+                    .as_ref()
+                    .ok_or(EINVAL)?
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                // SAFETY: the application's inline SGEs (see InlineScratch::gather).
+                gathered[0] = unsafe { g.gather(sg_list)? };
+                guard = Some(g);
+                sg_list = &gathered[..];
+            }
             let one = SendWr {
                 wr_id: w.wr_id,
                 sg_list,
                 opcode,
-                send_flags: SendFlags::from_bits_truncate(w.send_flags),
+                send_flags: flags,
             };
+            // The scratch stays locked until the transport has copied the data (in the post).
+            let _inline = guard;
             if q.ud {
                 let ah = ah_of(w.ud_ah()).ok_or(EINVAL)?;
                 let ud = UdSendWr {

@@ -306,7 +306,7 @@ int main(void)
 	struct ibv_sge rsge = {.addr = 0x10000, .length = 4096, .lkey = mrb->lkey};
 	rwr.sg_list = &rsge;
 	rwr.num_sge = 1;
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 4; i++) {
 		rwr.wr_id = 1000 + i;
 		CHECK(ibv_post_recv(q2, &rwr, &bad_r) == 0);
 	}
@@ -340,6 +340,23 @@ int main(void)
 	CHECK((wc.wc_flags & IBV_WC_WITH_IMM) && ntohl(wc.imm_data) == 0xabcdef01);
 	CHECK(wc.byte_len == 20 && memcmp(b, "hello from the shim", 20) == 0);
 	FAILS_MINUS1(ibv_get_cq_event(ch, &evcq, &evctx), EAGAIN); /* not re-armed */
+
+	/* ---- inline data from unregistered memory: the SGE's lkey means nothing ---- */
+	char stackmsg[32] = "inline from the stack";
+	struct ibv_sge isge = {.addr = (uintptr_t)stackmsg, .length = 22, .lkey = 0};
+	struct ibv_send_wr iw = {.wr_id = 77, .sg_list = &isge, .num_sge = 1,
+				 .opcode = IBV_WR_SEND,
+				 .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE};
+	CHECK(ibv_post_send(q1, &iw, &bad_s) == 0);
+	memset(stackmsg, 0, sizeof(stackmsg)); /* copied at post time */
+	wc = poll_one(cq2);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_SEND && wc.wr_id == 77);
+	wc = poll_one(cq);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV && wc.wr_id == 1002);
+	CHECK(wc.byte_len == 22 && memcmp(b, "inline from the stack", 22) == 0);
+	isge.addr = (uintptr_t)a;
+	isge.length = 65; /* more than max_inline_data (64) */
+	CHECK(ibv_post_send(q1, &iw, &bad_s) == EINVAL && bad_s == &iw);
 
 	/* ---- RDMA WRITE with immediate into b (at iova 0x10000 + 256) ---- */
 	for (int i = 0; i < 3000; i++)
