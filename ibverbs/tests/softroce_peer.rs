@@ -99,3 +99,63 @@ fn run_passes_the_exit_status_and_refuses_bad_flags() {
         );
     }
 }
+
+/// `softroce run -- PROG ARGS` (perftest under the shim).
+fn shim_perftest(ip: &str, prog: &str, args: &[&str]) -> Command {
+    let mut c = cmd(&softroce());
+    c.args(["run", "--lib"])
+        .arg(target_dir().join("libibverbs.so"))
+        .args(["--bind", ip, "--"])
+        .arg(program(prog, "perftest"))
+        .args(args);
+    c
+}
+
+/// perftest's result row (size and iterations first) with a non-zero third figure.
+fn has_result(text: &str, size: &str) -> bool {
+    text.lines().any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() >= 4 && f[0] == size && f[1] == "200" && f[3].parse::<f64>().is_ok_and(|v| v > 0.0)
+    })
+}
+
+#[test]
+fn perftest_under_the_shim_against_softroce_perf_both_roles() {
+    for (prog, op, shim_serves, ips) in [
+        ("ib_write_bw", "write", true, ("127.0.16.50", "127.0.16.51")),
+        (
+            "ib_write_bw",
+            "write",
+            false,
+            ("127.0.16.52", "127.0.16.53"),
+        ),
+        ("ib_send_bw", "send", true, ("127.0.16.54", "127.0.16.55")),
+        ("ib_read_bw", "read", false, ("127.0.16.56", "127.0.16.57")),
+    ] {
+        let port = free_tcp_port().to_string();
+        let args = ["-x", "1", "-p", &port, "-n", "200", "-s", "65536"];
+        let (sip, cip) = ips;
+        let (s, c) = if shim_serves {
+            let s = shim_perftest(sip, prog, &args);
+            let mut c = cmd(&softroce());
+            c.args(["perf", op, "--bind", cip]).args(args).arg(sip);
+            (s, c)
+        } else {
+            let mut s = cmd(&softroce());
+            s.args(["perf", op, "--bind", sip]).args(args);
+            let mut cargs = args.to_vec();
+            cargs.push(sip);
+            (s, shim_perftest(cip, prog, &cargs))
+        };
+        let (st, ct) = pair(s, c, Duration::from_secs(90));
+        // The WRITE and READ servers are passive and print the client's report, as perftest's.
+        assert!(
+            has_result(&ct, "65536"),
+            "{prog} shim_serves={shim_serves}\n{ct}"
+        );
+        assert!(
+            has_result(&st, "65536"),
+            "{prog} shim_serves={shim_serves}\n{st}"
+        );
+    }
+}
