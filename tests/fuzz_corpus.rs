@@ -62,6 +62,12 @@ fn pair_corpus() {
 }
 
 #[test]
+fn cm_corpus() {
+    let n = replay("cm", softroce::fuzzing::cm);
+    assert!(n >= 12, "only {n} seeds");
+}
+
+#[test]
 fn engine_rx_corpus() {
     // One engine serves every input; the prefixes add nothing here but time.
     let mut n = 0;

@@ -262,3 +262,119 @@ fn misuse_is_a_typed_error() {
     drop(cha);
     assert!(EventChannel::new(&ca).is_ok());
 }
+
+/// A REQ as Linux's CM sends it, from a raw socket: the accepted QP sends from the REQ's
+/// starting PSN and receives from the one in its own REP (a starting PSN names what its
+/// sender expects to receive, as in tests/data/rxe/rping.pcap).
+#[test]
+fn starting_psns_mean_what_they_mean_to_linux() {
+    use softroce::wire::cm::{rdma_tcp_service_id, CmMessage, CmPath, CmReq};
+    use softroce::wire::cma::CmaHeader;
+    use softroce::wire::{icrc, mad, BthRepr, DethRepr, ExtHeaders, Opcode, PacketRepr};
+
+    let (ca, cb) = two_contexts();
+    let port = ca.local_addr().port();
+    drop(ca); // the raw socket takes 127.0.0.1's RoCE port instead
+    let raw = UdpSocket::bind(SocketAddr::from(([127, 0, 0, 1], port))).unwrap();
+    raw.set_read_timeout(Some(T)).unwrap();
+    let chb = EventChannel::new(&cb).unwrap();
+    let rb = res(&cb);
+    let listener = chb.create_id();
+    listener.bind_addr(PORT).unwrap();
+    listener.listen(1).unwrap();
+
+    let mut pd = [0u8; 92];
+    CmaHeader {
+        src_port: 40000,
+        src_addr: "127.0.0.1".parse().unwrap(),
+        dst_addr: "127.0.0.2".parse().unwrap(),
+    }
+    .emit(&mut pd)
+    .unwrap();
+    let gid = |ip: &str| Gid::from_ip(ip.parse().unwrap()).0;
+    let req = CmReq {
+        local_comm_id: 0xa246dc8e,
+        service_id: rdma_tcp_service_id(PORT),
+        local_ca_guid: 0x505400fffec0020b,
+        local_qkey: 0,
+        local_qpn: 0x1e,
+        responder_resources: 1,
+        local_eecn: 0,
+        initiator_depth: 1,
+        remote_eecn: 0,
+        remote_cm_response_timeout: 20,
+        transport_service_type: 0,
+        end_to_end_flow_control: false,
+        starting_psn: 0x9c0b72,
+        local_cm_response_timeout: 20,
+        retry_count: 7,
+        partition_key: 0xffff,
+        path_mtu: 3,
+        rdc_exists: false,
+        rnr_retry_count: 7,
+        max_cm_retries: 15,
+        srq: false,
+        extended_transport_type: 0,
+        primary: CmPath {
+            local_lid: 0xffff,
+            remote_lid: 0xffff,
+            local_gid: gid("127.0.0.1"),
+            remote_gid: gid("127.0.0.2"),
+            hop_limit: 64,
+            local_ack_timeout: 19,
+            ..CmPath::default()
+        },
+        alternate: CmPath::default(),
+        sap_supported: false,
+        private_data: pd,
+    };
+    let mut m = [0u8; mad::LEN];
+    CmMessage::Req(req).emit(0x2_8edc_46a2, &mut m).unwrap();
+    let pkt = PacketRepr {
+        bth: BthRepr {
+            opcode: Opcode::UD_SEND_ONLY,
+            pkey: 0xffff,
+            dest_qp: 1,
+            ..BthRepr::default()
+        },
+        ext: ExtHeaders {
+            deth: Some(DethRepr {
+                qkey: 0x8001_0000,
+                src_qp: 1,
+            }),
+            ..ExtHeaders::default()
+        },
+        payload: &m,
+    };
+    let mut buf = vec![0u8; pkt.buffer_len()];
+    pkt.emit(&mut buf).unwrap();
+    let to = SocketAddr::from(([127, 0, 0, 2], port));
+    assert!(icrc::seal_socket_datagram(
+        raw.local_addr().unwrap(),
+        to,
+        &mut buf
+    ));
+    raw.send_to(&buf, to).unwrap();
+
+    let ev = expect(&chb, EventKind::ConnectRequest);
+    let qp = ev.id.create_qp(&rb.pd, &init(&rb)).unwrap();
+    ev.id.accept(&ConnParam::default()).unwrap();
+    assert_eq!(
+        qp.query().sq_psn,
+        0x9c0b72,
+        "sends from the REQ's starting PSN"
+    );
+    assert_eq!(qp.query().dest_qp_num, 0x1e);
+    // The REP: its starting PSN is where the QP receives from.
+    let mut got = [0u8; 2048];
+    let rep = loop {
+        let (n, _) = raw.recv_from(&mut got).expect("a REP");
+        let p = PacketRepr::parse(&got[..n]).unwrap();
+        if let Ok((_, CmMessage::Rep(rep))) = CmMessage::parse(p.payload) {
+            break rep;
+        }
+    };
+    assert_eq!(rep.remote_comm_id, 0xa246dc8e);
+    assert_eq!(rep.local_qpn, qp.qp_num());
+    assert_eq!(qp.query().rq_psn, rep.starting_psn);
+}

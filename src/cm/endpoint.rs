@@ -28,8 +28,6 @@ pub enum ConnState {
     RepRcvd,
     /// Passive: a REQ is here; the application accepts or rejects.
     ReqRcvd,
-    /// Passive: the REQ was repeated while the application decided, and we MRAed it.
-    MraReqSent,
     /// Passive: our REP is out, waiting for the RTU.
     RepSent,
     /// Passive: the peer MRAed our REP.
@@ -56,8 +54,6 @@ pub struct EndpointConfig {
     pub packet_life_time: u8,
     /// How long a disconnected connection stays in time-wait.
     pub timewait: Duration,
-    /// MRA service timeout we ask for when a REQ is repeated before the application answers.
-    pub mra_service_timeout: u8,
     /// Connections this endpoint holds at once (each costs a few hundred bytes).
     pub max_connections: usize,
     /// Mixed into communication IDs so that two endpoints' IDs differ and a restarted endpoint
@@ -72,7 +68,6 @@ impl Default for EndpointConfig {
             max_cm_retries: 15,
             packet_life_time: 16,
             timewait: Duration::from_secs(1),
-            mra_service_timeout: 23,
             max_connections: 4096,
             comm_id_seed: 0x5eed_c0de,
         }
@@ -239,6 +234,14 @@ impl Endpoint {
     /// A connection's state, `None` once it is gone.
     pub fn state(&self, conn: ConnId) -> Option<ConnState> {
         self.conns.get(&conn.0).map(|c| c.state)
+    }
+
+    /// Every connection held and its state, in no particular order.
+    pub fn connection_states(&self) -> Vec<(ConnId, ConnState)> {
+        self.conns
+            .iter()
+            .map(|(&id, c)| (ConnId(id), c.state))
+            .collect()
     }
 
     /// Connections held (in any state, time-wait included).
@@ -416,7 +419,7 @@ impl Endpoint {
             max: crate::wire::cm::REP_PRIVATE_DATA_LEN,
         })?;
         let c = self.conn_mut(conn)?;
-        if !matches!(c.state, ConnState::ReqRcvd | ConnState::MraReqSent) {
+        if c.state != ConnState::ReqRcvd {
             return Err(CmError::WrongState {
                 op: "accept",
                 state: c.state,
@@ -462,7 +465,7 @@ impl Endpoint {
         })?;
         let c = self.conn_mut(conn)?;
         let message_rejected = match c.state {
-            ConnState::ReqRcvd | ConnState::MraReqSent => message_ref::REQ,
+            ConnState::ReqRcvd => message_ref::REQ,
             ConnState::RepRcvd => message_ref::REP,
             state => {
                 return Err(CmError::WrongState {
@@ -662,38 +665,17 @@ impl Endpoint {
         });
     }
 
-    /// A REQ we already have: the requester did not hear from us in time.
+    /// A REQ we already have: the requester did not hear from us in time, or the network
+    /// repeated it. As Linux's CM (cm_dup_req_handler): ignored while the application decides
+    /// (the requester keeps retrying until it does) and after our REP (which our own timer
+    /// repeats); rejected as stale for a connection in time-wait.
     fn on_duplicate_req(&mut self, id: u32, from: SocketAddr, tid: u64, r: &CmReq) {
-        let service_timeout = self.cfg.mra_service_timeout;
-        let Some(c) = self.conns.get_mut(&id) else {
-            return;
-        };
-        match c.state {
-            // The application is still deciding: tell the requester to wait longer.
-            ConnState::ReqRcvd | ConnState::MraReqSent => {
-                c.state = ConnState::MraReqSent;
-                let (peer, tid, remote) = (c.peer, c.tid, c.remote_comm_id);
-                let mra = CmMra {
-                    local_comm_id: id,
-                    remote_comm_id: remote,
-                    message_mraed: message_ref::REQ,
-                    service_timeout,
-                    private_data: [0; crate::wire::cm::MRA_PRIVATE_DATA_LEN],
-                };
-                self.send(peer, tid, &CmMessage::Mra(mra));
-            }
-            // Our REP crossed the repeated REQ or was lost: send it again now.
-            ConnState::RepSent | ConnState::MraRepRcvd => {
-                if let Some(m) = c.last {
-                    let to = c.peer;
-                    self.out.push_back(Outgoing { to, mad: m });
-                }
-            }
-            // A REQ for a connection that has ended: it is stale.
-            ConnState::TimeWait => {
-                self.reject_req(from, tid, r, rej_reason::STALE_CONN);
-            }
-            _ => {}
+        if self
+            .conns
+            .get(&id)
+            .is_some_and(|c| c.state == ConnState::TimeWait)
+        {
+            self.reject_req(from, tid, r, rej_reason::STALE_CONN);
         }
     }
 

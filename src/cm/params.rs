@@ -14,7 +14,9 @@ pub struct ConnectParams {
     pub service_id: u64,
     /// The local QP's number.
     pub qpn: u32,
-    /// The local QP's first PSN.
+    /// The first PSN the local QP expects to receive (its RTR receive PSN): the peer sends
+    /// from it. (A starting PSN names what its sender receives, as Linux's CM and rxe use it:
+    /// tests/data/rxe/rping.pcap.)
     pub starting_psn: u32,
     /// Transport service type ([`transport_type`]: RC or UC).
     pub transport: u8,
@@ -87,7 +89,7 @@ impl ConnectParams {
 pub struct AcceptParams {
     /// The local QP's number.
     pub qpn: u32,
-    /// The local QP's first PSN.
+    /// The first PSN the local QP expects to receive (its RTR receive PSN).
     pub starting_psn: u32,
     /// RDMA READs / atomics the local QP accepts at once as responder.
     pub responder_resources: u8,
@@ -123,7 +125,7 @@ pub struct PeerParams {
     pub ca_guid: u64,
     /// Its QP's number.
     pub qpn: u32,
-    /// Its QP's first PSN: our QP's RTR receive PSN.
+    /// The first PSN its QP expects to receive: our QP's first send PSN.
     pub starting_psn: u32,
     /// READs / atomics it accepts at once: bounds our initiator depth.
     pub responder_resources: u8,

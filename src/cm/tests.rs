@@ -316,17 +316,18 @@ fn a_silent_peer_is_unreachable_after_every_retry() {
 }
 
 #[test]
-fn a_repeated_req_while_the_application_decides_is_mraed() {
+fn a_repeated_req_while_the_application_decides_is_ignored_until_it_answers() {
     let mut p = Pair::new();
     p.auto = false;
     let a = p.connect();
-    // Let A's first timeout pass: its REQ is repeated and B answers with an MRA.
+    // Let A's first timeout pass: its REQ is repeated, and B, still deciding, ignores it.
     p.run_for(iba_time(20) + 2 * iba_time(16));
     assert_eq!(p.sent(Side::A, "REQ"), 2);
-    assert_eq!(p.sent(Side::B, "MRA"), 1);
-    assert_eq!(p.a.state(a), Some(ConnState::MraReqRcvd));
+    assert_eq!(p.sent(Side::B, "MRA") + p.sent(Side::B, "REP"), 0);
+    assert_eq!(p.a.state(a), Some(ConnState::ReqSent));
     let b = p.b_conn();
-    assert_eq!(p.b.state(b), Some(ConnState::MraReqSent));
+    assert_eq!(p.b.state(b), Some(ConnState::ReqRcvd));
+    assert_eq!(p.b.counters().duplicates, 1);
     // Only one connect request reached the application.
     assert_eq!(p.events_b.len(), 1);
     p.auto = true;
@@ -344,6 +345,40 @@ fn a_repeated_req_while_the_application_decides_is_mraed() {
     p.run_for(Duration::from_secs(1));
     assert_eq!(p.a.state(a), Some(ConnState::Established));
     assert_eq!(p.b.state(b), Some(ConnState::Established));
+}
+
+#[test]
+fn an_mra_makes_the_requester_wait_longer() {
+    let mut p = Pair::new();
+    p.auto = false;
+    let a = p.connect();
+    p.run_for(Duration::from_millis(1));
+    let b = p.b_conn();
+    // B's application asks for more time the way Linux's ib_send_cm_mra does.
+    let mra = CmMessage::Mra(crate::wire::cm::CmMra {
+        local_comm_id: b.0,
+        remote_comm_id: a.0,
+        message_mraed: crate::wire::cm::message_ref::REQ,
+        service_timeout: 24,
+        private_data: [0; crate::wire::cm::MRA_PRIVATE_DATA_LEN],
+    });
+    let mut m = [0u8; mad::LEN];
+    mra.emit(1, &mut m).unwrap();
+    p.a.handle_mad(p.now, addr(2), &m);
+    assert_eq!(p.a.state(a), Some(ConnState::MraReqRcvd));
+    // The REQ is repeated only after the MRA's service timeout and the path's delays (not
+    // after the 4.8 s it would have waited), and every later retry waits as long (Linux's
+    // ib_modify_mad changes the MAD's timeout for good).
+    // (`run_for` leaves the clock at the last thing that happened.)
+    let wait = iba_time(24) + 2 * iba_time(16);
+    p.run_for(iba_time(24));
+    assert_eq!(p.sent(Side::A, "REQ"), 1);
+    p.run_for(wait);
+    assert_eq!(p.sent(Side::A, "REQ"), 2);
+    p.run_for(iba_time(24));
+    assert_eq!(p.sent(Side::A, "REQ"), 2);
+    p.run_for(wait);
+    assert_eq!(p.sent(Side::A, "REQ"), 3);
 }
 
 #[test]

@@ -7,10 +7,13 @@
 //! - [`responder`]: arbitrary requests against a QP with registered memory;
 //! - [`completer`]: arbitrary responses against a requester's outstanding work;
 //! - [`pair`]: two connected cores under arbitrary verbs calls and link faults;
-//! - [`engine_rx`]: arbitrary datagrams into a running engine through a real UDP socket.
+//! - [`engine_rx`]: arbitrary datagrams into a running engine through a real UDP socket;
+//! - [`cm`]: two connection managers under arbitrary calls, MAD losses, duplicates, forgeries
+//!   and time.
 //!
 //! [`seeds`] writes the seed corpora that come from the real captures in tests/data/rxe.
 
+pub mod cm;
 pub mod completer;
 pub mod decoders;
 pub mod engine_rx;
@@ -19,6 +22,7 @@ pub mod pair;
 pub mod responder;
 pub mod seeds;
 
+pub use cm::cm;
 pub use completer::completer;
 pub use decoders::{capture_reader, packet_decoder};
 pub use engine_rx::engine_rx;

@@ -319,5 +319,96 @@ pub fn all(rxe_dir: &Path) -> Vec<(&'static str, String, Vec<u8>)> {
     for (name, s) in pair_shaped() {
         out.push(("pair", format!("shaped_{name}"), s));
     }
+    for (name, s) in cm_shaped() {
+        out.push(("cm", format!("shaped_{name}"), s));
+    }
+    out
+}
+
+/// `cm` seeds: a whole connection (REQ, REP, RTU, DREQ, DREP, time-wait), the same with each
+/// kind of loss and duplicate, and a rejected one.
+pub fn cm_shaped() -> Vec<(&'static str, Vec<u8>)> {
+    const N: u32 = 10; // cm::Op variants
+    let connect = |e: &mut Enc| {
+        e.variant(0, N).bool(false);
+    };
+    let answer = |e: &mut Enc, accept: bool| {
+        e.variant(1, N).bool(accept);
+    };
+    let establish = |e: &mut Enc| {
+        e.variant(2, N);
+    };
+    let disconnect = |e: &mut Enc, on_b: bool| {
+        e.variant(3, N).bool(on_b).u8(0);
+    };
+    // Deliver, lose or duplicate (variants 4, 5, 6) the next MAD towards B or A.
+    let mv = |e: &mut Enc, how: u32, to_b: bool| {
+        e.variant(how, N).bool(to_b);
+    };
+    let wait = |e: &mut Enc, ms: u16| {
+        e.variant(9, N).u16(ms);
+    };
+    let whole = |e: &mut Enc, lose: Option<usize>, dup: Option<usize>| {
+        let mut step = 0;
+        let mut hop = |e: &mut Enc, to_b: bool| {
+            let how = if lose == Some(step) {
+                5
+            } else if dup == Some(step) {
+                6
+            } else {
+                4
+            };
+            mv(e, how, to_b);
+            if how == 5 {
+                // The sender's retry comes after its timeout (about 4.8 s); a lost RTU is
+                // recovered by the REP's retry and the RTU sent again, so deliver both ways.
+                wait(e, 100);
+                mv(e, 4, to_b);
+                mv(e, 4, !to_b);
+                mv(e, 4, to_b);
+            }
+            step += 1;
+        };
+        connect(e);
+        hop(e, true);
+        answer(e, true);
+        hop(e, false);
+        establish(e);
+        hop(e, true);
+        disconnect(e, false);
+        hop(e, true);
+        disconnect(e, true);
+        hop(e, false);
+        wait(e, 60_000);
+    };
+    let mut out = Vec::new();
+    let mut e = Enc::default();
+    whole(&mut e, None, None);
+    out.push(("whole_connection", e.0));
+    for (i, name) in ["lost_req", "lost_rep", "lost_rtu", "lost_dreq", "lost_drep"]
+        .into_iter()
+        .enumerate()
+    {
+        let mut e = Enc::default();
+        whole(&mut e, Some(i), None);
+        out.push((name, e.0));
+    }
+    for (i, name) in ["dup_req", "dup_rep", "dup_rtu", "dup_dreq", "dup_drep"]
+        .into_iter()
+        .enumerate()
+    {
+        let mut e = Enc::default();
+        whole(&mut e, None, Some(i));
+        out.push((name, e.0));
+    }
+    let mut e = Enc::default();
+    connect(&mut e);
+    mv(&mut e, 4, true);
+    answer(&mut e, false);
+    mv(&mut e, 4, false);
+    connect(&mut e);
+    mv(&mut e, 4, true);
+    wait(&mut e, 60_000);
+    out.push(("rejected_then_abandoned", e.0));
     out
 }

@@ -449,11 +449,13 @@ impl Shared {
                 // Each side's RNR retry count is the one its peer sent (Linux cm.c
                 // cm_rep_handler / cm_req_handler).
                 rnr_retry: peer.rnr_retry_count.min(7),
+                // A starting PSN is what its sender expects to receive: ours (in the REQ) is
+                // our receive PSN, the REP's is our send PSN (tests/data/rxe/rping.pcap).
                 ..RcConnect::new(
                     peer.qpn,
-                    peer.starting_psn,
-                    Gid::from_ip(remote.ip()),
                     st.psn,
+                    Gid::from_ip(remote.ip()),
+                    peer.starting_psn,
                 )
             };
             st.peer = Some(peer);
@@ -659,7 +661,8 @@ impl CmId {
             timeout: peer.local_ack_timeout,
             retry_cnt: peer.retry_count,
             rnr_retry: peer.rnr_retry_count.min(7),
-            ..RcConnect::new(peer.qpn, peer.starting_psn, Gid(peer.gid), st.psn)
+            // Ours (in the REP) is our receive PSN; the REQ's is our send PSN.
+            ..RcConnect::new(peer.qpn, st.psn, Gid(peer.gid), peer.starting_psn)
         };
         qp.ready_to_receive(&c)?;
         qp.ready_to_send(&c)?;
