@@ -9,7 +9,7 @@
 //! use softroce::rdma_cm::*;
 //! use softroce::verbs::*;
 //!
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
 //! let ctx = Context::open(&DeviceConfig::new("127.0.0.1:4791".parse()?))?;
 //! let ch = EventChannel::new(&ctx)?;
 //! let id = ch.create_id();
