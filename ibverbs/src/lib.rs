@@ -10,7 +10,8 @@
 //! so the C pointer is the Rust pointer. Live objects are recorded in a registry, so that a
 //! bad, foreign or already destroyed handle passed to a control call fails with `EINVAL`
 //! instead of crashing (rdma-core would crash); the data-path calls reached through
-//! `ibv_context_ops` (post, poll, notify) trust their handle as rdma-core's providers do.
+//! `ibv_context_ops` (post, poll, notify) trust their handles, and the address handle of a UD
+//! work request, as rdma-core's providers do: no lock on the data path.
 //! Errors set `errno` and return what libibverbs returns (NULL, -1 or the errno value; see
 //! each function).
 
