@@ -229,8 +229,9 @@ pub unsafe extern "C" fn ibv_get_device_index(dev: *mut ibv_device) -> c_int {
 struct Ctx {
     vctx: verbs_context,
     cfg: Config,
-    /// The softroce device context, opened when the first PD or CQ is created.
-    inner: Mutex<Option<Context>>,
+    /// The softroce device context, opened when the first PD or CQ is created, and shared by
+    /// every open context of the process (one address, one socket, as one NIC).
+    inner: Mutex<Option<Arc<Context>>>,
     /// Objects (PDs, CQs, channels) that keep the context from closing.
     users: AtomicUsize,
 }
@@ -247,10 +248,22 @@ unsafe fn ctx_of(c: *mut ibv_context) -> Option<&'static Ctx> {
 
 impl Ctx {
     /// The softroce context, opened now if needed.
-    fn open(&self) -> Result<MutexGuard<'_, Option<Context>>, c_int> {
+    fn open(&self) -> Result<MutexGuard<'_, Option<Arc<Context>>>, c_int> {
+        static SHARED: Mutex<std::sync::Weak<Context>> = Mutex::new(std::sync::Weak::new());
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if g.is_none() {
-            let ctx = Context::open(&DeviceConfig::new(self.cfg.bind)).map_err(|e| errno_of(&e))?;
+            let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+            let ctx = match shared.upgrade() {
+                Some(c) => c,
+                None => {
+                    let c = Arc::new(
+                        Context::open(&DeviceConfig::new(self.cfg.bind))
+                            .map_err(|e| errno_of(&e))?,
+                    );
+                    *shared = Arc::downgrade(&c);
+                    c
+                }
+            };
             *g = Some(ctx);
         }
         Ok(g)
@@ -331,7 +344,8 @@ pub unsafe extern "C" fn ibv_close_device(c: *mut ibv_context) -> c_int {
         return -1;
     }
     if ctx.users.load(Ordering::SeqCst) != 0 {
-        // Stop the engine; leave the context's memory to the objects that still point at it.
+        // Let the engine go (it stops with the process's last context); leave the context's
+        // memory to the objects that still point at it.
         drop(ctx.inner.lock().unwrap_or_else(|e| e.into_inner()).take());
         return 0;
     }

@@ -475,6 +475,16 @@ int main(void)
 	FAILS_MINUS1(ibv_get_async_event(ctx, &ev), EAGAIN);
 	FAILS_MINUS1(ibv_get_async_event(NULL, &ev), EINVAL);
 
+	/* ---- a second context of the process shares the device (one address, one socket) ---- */
+	struct ibv_device **list2 = ibv_get_device_list(NULL);
+	struct ibv_context *ctx2 = ibv_open_device(list2[0]);
+	ibv_free_device_list(list2);
+	CHECK(ctx2 != NULL && ctx2 != ctx);
+	struct ibv_pd *pd2 = ibv_alloc_pd(ctx2);
+	CHECK(pd2 != NULL);
+	CHECK(ibv_dealloc_pd(pd2) == 0);
+	CHECK(ibv_close_device(ctx2) == 0);
+
 	/* ---- teardown, with double destroys ---- */
 	CHECK(ibv_destroy_qp(q1) == 0);
 	CHECK(ibv_destroy_qp(q1) == EINVAL);
