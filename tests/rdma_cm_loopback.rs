@@ -378,3 +378,79 @@ fn starting_psns_mean_what_they_mean_to_linux() {
     assert_eq!(rep.local_qpn, qp.qp_num());
     assert_eq!(qp.query().rq_psn, rep.starting_psn);
 }
+
+/// Bytes to QP1 that are not a CM MAD: dropped, counted, never answered, no state kept.
+#[test]
+fn malformed_mads_are_counted_and_dropped() {
+    use softroce::wire::{icrc, mad, BthRepr, DethRepr, ExtHeaders, Opcode, PacketRepr};
+
+    let (ca, cb) = two_contexts();
+    let port = ca.local_addr().port();
+    drop(ca);
+    let raw = UdpSocket::bind(SocketAddr::from(([127, 0, 0, 1], port))).unwrap();
+    raw.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let chb = EventChannel::new(&cb).unwrap();
+    let listener = chb.create_id();
+    listener.bind_addr(PORT).unwrap();
+    listener.listen(1).unwrap();
+    let to = SocketAddr::from(([127, 0, 0, 2], port));
+    let send = |opcode: Opcode, qkey: u32, payload: &[u8]| {
+        let pkt = PacketRepr {
+            bth: BthRepr {
+                opcode,
+                pkey: 0xffff,
+                dest_qp: 1,
+                ..BthRepr::default()
+            },
+            ext: ExtHeaders {
+                deth: Some(DethRepr { qkey, src_qp: 1 }),
+                imm: (opcode == Opcode::UD_SEND_ONLY_WITH_IMMEDIATE)
+                    .then_some(softroce::wire::ImmDtRepr { imm: 1 }),
+                ..ExtHeaders::default()
+            },
+            payload,
+        };
+        let mut buf = vec![0u8; pkt.buffer_len()];
+        pkt.emit(&mut buf).unwrap();
+        assert!(icrc::seal_socket_datagram(
+            raw.local_addr().unwrap(),
+            to,
+            &mut buf
+        ));
+        raw.send_to(&buf, to).unwrap();
+    };
+    // Too short to be a MAD; the wrong Q_Key; not a SEND ONLY: dropped by QP1.
+    send(Opcode::UD_SEND_ONLY, 0x8001_0000, &[0u8; 100]);
+    send(Opcode::UD_SEND_ONLY, 0x1234, &[0u8; mad::LEN]);
+    send(
+        Opcode::UD_SEND_ONLY_WITH_IMMEDIATE,
+        0x8001_0000,
+        &[0u8; mad::LEN],
+    );
+    // A MAD of another class and a CM MAD with an unknown attribute: dropped by the CM.
+    let mut m = [0u8; mad::LEN];
+    mad::MadRepr {
+        mgmt_class: 0x03,
+        ..mad::MadRepr::cm_send(1, 0x10)
+    }
+    .emit(&mut m)
+    .unwrap();
+    send(Opcode::UD_SEND_ONLY, 0x8001_0000, &m);
+    mad::MadRepr::cm_send(1, 0x42).emit(&mut m).unwrap();
+    send(Opcode::UD_SEND_ONLY, 0x8001_0000, &m);
+
+    // Nothing comes back, no event, and each drop is counted where it happened.
+    let mut buf = [0u8; 512];
+    assert!(
+        raw.recv_from(&mut buf).is_err(),
+        "no answer to malformed MADs"
+    );
+    assert_eq!(
+        chb.get_event(Duration::from_millis(100)).unwrap_err(),
+        RdmaCmError::Timeout
+    );
+    assert_eq!(cb.counter("gsi_dropped_pkts"), Some(3));
+    let c = chb.cm_counters();
+    assert_eq!((c.mads_received, c.bad_mads), (2, 2));
+}

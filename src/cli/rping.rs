@@ -356,6 +356,17 @@ impl Ping {
         }
     }
 
+    /// The CM's counters as one line (nonzero ones), for `--counters`.
+    fn cm_counter_line(&self) -> String {
+        let mut line = String::from("cm counters:");
+        for (name, v) in self.ch.cm_counters().snapshot() {
+            if v != 0 {
+                line.push_str(&format!(" {name}={v}"));
+            }
+        }
+        line
+    }
+
     /// rping_disconnect, then a wait for the CM to finish (the DREQ answered, or our DREP
     /// sent and time-wait over) so that the peer hears of it before we exit.
     fn disconnect(&mut self) {
@@ -433,6 +444,9 @@ fn server(args: &RpingArgs) -> Result<(), CliError> {
         }
     }
     p.disconnect();
+    if args.device.counters {
+        eprintln!("{}", p.cm_counter_line());
+    }
     result
 }
 
@@ -511,6 +525,9 @@ fn client(args: &RpingArgs) -> Result<(), CliError> {
         eprintln!("rping client failed: {e}");
     }
     p.disconnect();
+    if args.device.counters {
+        eprintln!("{}", p.cm_counter_line());
+    }
     result
 }
 

@@ -150,6 +150,23 @@ pub struct CmCounters {
     pub timeouts: u64,
 }
 
+impl CmCounters {
+    /// Every counter with its name.
+    pub fn snapshot(&self) -> [(&'static str, u64); 9] {
+        [
+            ("cm_mads_received", self.mads_received),
+            ("cm_bad_mads", self.bad_mads),
+            ("cm_unmatched", self.unmatched),
+            ("cm_duplicates", self.duplicates),
+            ("cm_retransmits", self.retransmits),
+            ("cm_rej_no_listener", self.rej_no_listener),
+            ("cm_rej_no_resources", self.rej_no_resources),
+            ("cm_rej_invalid", self.rej_invalid),
+            ("cm_timeouts", self.timeouts),
+        ]
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Pending {
     mad: [u8; mad::LEN],

@@ -5,13 +5,16 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::cm::{AcceptParams, CmError, CmEvent, ConnId, ConnectParams, PeerParams, RejectInfo};
+use crate::cm::{
+    AcceptParams, CmCounters, CmError, CmEvent, ConnId, ConnectParams, PeerParams, RejectInfo,
+};
 use crate::driver::device::Device;
 use crate::driver::gsi::{node_guid, GSI_QPN};
 use crate::ib::{AccessFlags, Gid, Mtu, QpAttr, QpAttrMask, QpState, VerbsError};
 use crate::verbs::{Context, ProtectionDomain, QpInitAttr, QueuePair, RcConnect};
 use crate::wire::cm::{rdma_tcp_service_id, rej_reason, REQ_PRIVATE_DATA_LEN};
 use crate::wire::cma::CmaHeader;
+use crate::wire::psn::random_start;
 
 /// Private data a connect request carries for the application: the REQ's 92 bytes less
 /// rdma_cm's 36-byte header.
@@ -216,17 +219,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn random_u32() -> u32 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let mut x = t.as_nanos() as u64 ^ ((std::process::id() as u64) << 32);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    x ^= x >> 33;
-    x as u32
-}
-
 impl EventChannel {
     /// `rdma_create_event_channel` on `ctx`'s device; one at a time per device.
     pub fn new(ctx: &Context) -> Result<EventChannel> {
@@ -256,11 +248,17 @@ impl EventChannel {
                 port: 0,
                 conn: None,
                 qp: None,
-                psn: random_u32() & 0xff_ffff,
+                psn: random_start().value(),
                 param: ConnParam::default(),
                 peer: None,
             })),
         }
+    }
+
+    /// What the device's connection manager counted: MADs received, dropped as malformed or
+    /// unmatched, duplicates, retransmissions, rejections it sent on its own, timeouts.
+    pub fn cm_counters(&self) -> CmCounters {
+        self.shared.dev.gsi.lock().cm.counters()
     }
 
     /// `rdma_get_cm_event`: the next event, waiting at most `timeout`. Connection steps that
@@ -342,28 +340,8 @@ impl Shared {
                 conn,
                 reason,
                 private_data,
-            } => {
-                let id = self.id_of(conn)?;
-                self.forget(conn);
-                let mut st = lock(&id.st);
-                st.phase = Phase::Idle;
-                st.conn = None;
-                drop(st);
-                Some(Self::event(
-                    id,
-                    EventKind::Rejected { reason },
-                    private_data,
-                ))
-            }
-            CmEvent::Unreachable { conn } => {
-                let id = self.id_of(conn)?;
-                self.forget(conn);
-                let mut st = lock(&id.st);
-                st.phase = Phase::Idle;
-                st.conn = None;
-                drop(st);
-                Some(Self::event(id, EventKind::Unreachable, Vec::new()))
-            }
+            } => self.closed(conn, EventKind::Rejected { reason }, private_data),
+            CmEvent::Unreachable { conn } => self.closed(conn, EventKind::Unreachable, Vec::new()),
             CmEvent::Disconnected { conn } => {
                 let id = self.id_of(conn)?;
                 id.to_error();
@@ -377,6 +355,17 @@ impl Shared {
                 Some(Self::event(id, EventKind::TimewaitExit, Vec::new()))
             }
         }
+    }
+
+    /// A connection attempt that ended (rejected, unreachable): the identifier is idle again.
+    fn closed(&self, conn: ConnId, kind: EventKind, private_data: Vec<u8>) -> Option<RdmaCmEvent> {
+        let id = self.id_of(conn)?;
+        self.forget(conn);
+        let mut st = lock(&id.st);
+        st.phase = Phase::Idle;
+        st.conn = None;
+        drop(st);
+        Some(Self::event(id, kind, private_data))
     }
 
     fn on_connect_request(&self, conn: ConnId, peer: Box<PeerParams>) -> Option<RdmaCmEvent> {
@@ -416,7 +405,7 @@ impl Shared {
                 port,
                 conn: Some(conn),
                 qp: None,
-                psn: random_u32() & 0xff_ffff,
+                psn: random_start().value(),
                 param: param.clone(),
                 peer: Some(peer),
             })),
@@ -530,7 +519,7 @@ impl CmId {
         st.remote = Some(SocketAddr::new(dst, port));
         if st.port == 0 {
             // An ephemeral source port for rdma_cm's header, as the kernel binds one.
-            st.port = 32768 + (random_u32() % 28232) as u16;
+            st.port = 32768 + (random_start().value() % 28232) as u16;
         }
         st.phase = Phase::AddrResolved;
         drop(st);

@@ -99,6 +99,20 @@ pub const fn packets_for(len: u64, mtu: u32) -> u64 {
     }
 }
 
+/// A starting PSN that differs between runs and processes (as ibv_rc_pingpong's `lrand48()`
+/// and rdma_cm's random PSNs do), so that a stale packet from an earlier connection is unlikely
+/// to fall in a new one's window: the clock and process ID, mixed by a 64-bit finaliser.
+pub fn random_start() -> Psn {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let mut x = t.as_nanos() as u64 ^ ((std::process::id() as u64) << 32);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    Psn::new(x as u32)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
