@@ -9,6 +9,11 @@ command -v tshark >/dev/null 2>&1 || need_apt+=(tshark)
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
 # libFuzzer (the fuzz targets, scripts/fuzz.sh) is C++.
 command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
+# The libibverbs shim's tests: Debian's verbs programs run under it, and C tests compile
+# against rdma-core's headers.
+[ -f /usr/include/infiniband/verbs.h ] || need_apt+=(libibverbs-dev)
+command -v ibv_rc_pingpong >/dev/null 2>&1 || need_apt+=(ibverbs-utils)
+command -v ib_write_bw >/dev/null 2>&1 || need_apt+=(perftest)
 if [ ${#need_apt[@]} -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -7,6 +7,7 @@ pub mod perf;
 pub mod pingpong;
 pub mod qp_setup;
 pub mod rping;
+pub mod run;
 
 use std::fmt;
 use std::io;
@@ -34,6 +35,9 @@ pub enum Command {
     /// RDMA ping through the connection manager, as librdmacm's rping (same flags and
     /// exchange; interoperates with rping on kernel rxe).
     Rping(rping::RpingArgs),
+    /// Run an unmodified verbs program (ibv_rc_pingpong, perftest, your own) on softroce
+    /// through the libibverbs shim.
+    Run(run::RunArgs),
 }
 
 /// Why a subcommand failed.
@@ -112,5 +116,13 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Pingpong(args) => pingpong::run(&args),
         Command::Perf(args) => perf::run(&args),
         Command::Rping(args) => rping::run(&args),
+        Command::Run(args) => {
+            let code = run::run(&args)?;
+            if code != 0 {
+                // The program's own status, as if it had been run directly.
+                std::process::exit(code as i32);
+            }
+            Ok(())
+        }
     }
 }

@@ -23,6 +23,17 @@ pub(crate) struct CqInner {
     device: std::sync::Weak<super::device::Device>,
     state: Mutex<CqState>,
     ready: Condvar,
+    /// Called after completions are added (the shim's completion channel).
+    event_hook: std::sync::OnceLock<EventHook>,
+}
+
+/// A completion-event callback (see `CqInner::set_event_hook`).
+struct EventHook(Box<dyn Fn() + Send + Sync>);
+
+impl core::fmt::Debug for EventHook {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("EventHook")
+    }
 }
 
 #[derive(Debug, Default)]
@@ -42,6 +53,7 @@ impl CqInner {
             device: std::sync::Arc::downgrade(device),
             state: Mutex::new(CqState::default()),
             ready: Condvar::new(),
+            event_hook: std::sync::OnceLock::new(),
         }
     }
 
@@ -57,9 +69,21 @@ impl CqInner {
             }
             st.queue.push_back(wc);
         }
-        if st.queue.len() != before && st.waiters > 0 {
+        let added = st.queue.len() != before;
+        if added && st.waiters > 0 {
             self.ready.notify_all();
         }
+        drop(st);
+        if added {
+            if let Some(hook) = self.event_hook.get() {
+                (hook.0)();
+            }
+        }
+    }
+
+    /// Sets the callback run after completions are added; false if one was set already.
+    pub(crate) fn set_event_hook(&self, f: Box<dyn Fn() + Send + Sync>) -> bool {
+        self.event_hook.set(EventHook(f)).is_ok()
     }
 }
 

@@ -19,13 +19,18 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::foreign::ForeignBytes;
+
 const WORD: usize = 8;
 
 /// A fixed-size, zero-initialised byte buffer safe to share between threads.
 #[derive(Debug)]
 pub struct SharedBytes {
+    /// Owned words; empty for application memory.
     words: Box<[AtomicU64]>,
     len: usize,
+    /// Application memory registered through the libibverbs shim, in place of `words`.
+    foreign: Option<ForeignBytes>,
 }
 
 /// Why an access was refused.
@@ -45,6 +50,9 @@ pub enum AccessError {
         /// The offset.
         offset: u64,
     },
+    /// The application took its memory back (`ibv_dereg_mr`) while an operation still held
+    /// the region.
+    Revoked,
 }
 
 impl core::fmt::Display for AccessError {
@@ -59,6 +67,7 @@ impl core::fmt::Display for AccessError {
             AccessError::Misaligned { offset } => {
                 write!(f, "offset {offset} is not 8-byte aligned")
             }
+            AccessError::Revoked => write!(f, "the application deregistered the memory"),
         }
     }
 }
@@ -70,7 +79,34 @@ impl SharedBytes {
     pub fn new(len: usize) -> SharedBytes {
         let n = len.div_ceil(WORD);
         let words: Box<[AtomicU64]> = (0..n).map(|_| AtomicU64::new(0)).collect();
-        SharedBytes { words, len }
+        SharedBytes {
+            words,
+            len,
+            foreign: None,
+        }
+    }
+
+    /// Wraps `len` bytes of application memory at `ptr` (see [`super::foreign`]).
+    ///
+    /// # Safety
+    ///
+    /// As [`ForeignBytes::new`]: the memory stays valid until [`revoke`](Self::revoke) has
+    /// returned or the value is dropped.
+    pub unsafe fn foreign(ptr: *mut u8, len: usize) -> SharedBytes {
+        SharedBytes {
+            words: Box::new([]),
+            len,
+            // SAFETY: the caller's contract is ForeignBytes::new's.
+            foreign: Some(unsafe { ForeignBytes::new(ptr, len) }),
+        }
+    }
+
+    /// For application memory: stops all accesses and waits for those in progress (see
+    /// [`ForeignBytes::revoke`]). No effect on owned memory.
+    pub fn revoke(&self) {
+        if let Some(f) = &self.foreign {
+            f.revoke();
+        }
     }
 
     /// Size in bytes.
@@ -82,6 +118,9 @@ impl SharedBytes {
     /// 8-byte aligned, so it serves as the virtual address of a memory region, as a real
     /// user-space buffer address does for libibverbs.
     pub fn addr(&self) -> u64 {
+        if let Some(f) = &self.foreign {
+            return f.addr();
+        }
         self.words.as_ptr() as u64
     }
 
@@ -105,6 +144,9 @@ impl SharedBytes {
     /// Copies `dst.len()` bytes starting at `offset` into `dst`.
     pub fn read(&self, offset: u64, dst: &mut [u8]) -> Result<(), AccessError> {
         self.check_range(offset, dst.len() as u64)?;
+        if let Some(f) = &self.foreign {
+            return f.read(offset as usize, dst);
+        }
         let mut pos = offset as usize;
         let mut out = 0;
         while out < dst.len() {
@@ -137,6 +179,9 @@ impl SharedBytes {
     /// Copies `src` into the buffer starting at `offset`.
     pub fn write(&self, offset: u64, src: &[u8]) -> Result<(), AccessError> {
         self.check_range(offset, src.len() as u64)?;
+        if let Some(f) = &self.foreign {
+            return f.write(offset as usize, src);
+        }
         let mut pos = offset as usize;
         let mut inp = 0;
         while inp < src.len() {
@@ -189,41 +234,44 @@ impl SharedBytes {
         Ok(())
     }
 
-    /// The aligned word holding `offset`, for an 8-byte atomic.
-    fn word_at(&self, offset: u64) -> Result<&AtomicU64, AccessError> {
+    /// Runs `f` on the aligned word at `offset`, for an 8-byte atomic. Owned memory needs an
+    /// aligned offset; application memory an aligned address.
+    fn with_word<R>(&self, offset: u64, f: impl FnOnce(&AtomicU64) -> R) -> Result<R, AccessError> {
+        if let Some(fm) = &self.foreign {
+            self.check_range(offset, WORD as u64)?;
+            return fm.with_word(offset as usize, f);
+        }
         if offset % WORD as u64 != 0 {
             return Err(AccessError::Misaligned { offset });
         }
         self.check_range(offset, WORD as u64)?;
-        Ok(&self.words[(offset / WORD as u64) as usize])
+        Ok(f(&self.words[(offset / WORD as u64) as usize]))
     }
 
     /// Atomically: if the 8 bytes at `offset` equal `compare`, replace them with `swap`.
     /// Returns the original value (IBTA CmpSwap).
     pub fn compare_swap(&self, offset: u64, compare: u64, swap: u64) -> Result<u64, AccessError> {
-        let w = self.word_at(offset)?;
-        Ok(
+        self.with_word(offset, |w| {
             match w.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(v) | Err(v) => v,
-            },
-        )
+            }
+        })
     }
 
     /// Atomically adds `add` (wrapping) to the 8 bytes at `offset`; returns the original value
     /// (IBTA FetchAdd).
     pub fn fetch_add(&self, offset: u64, add: u64) -> Result<u64, AccessError> {
-        Ok(self.word_at(offset)?.fetch_add(add, Ordering::AcqRel))
+        self.with_word(offset, |w| w.fetch_add(add, Ordering::AcqRel))
     }
 
     /// Atomically loads the 8 bytes at `offset` (aligned).
     pub fn load_u64(&self, offset: u64) -> Result<u64, AccessError> {
-        Ok(self.word_at(offset)?.load(Ordering::Acquire))
+        self.with_word(offset, |w| w.load(Ordering::Acquire))
     }
 
     /// Atomically stores the 8 bytes at `offset` (aligned; IBTA 1.5 ATOMIC WRITE).
     pub fn store_u64(&self, offset: u64, value: u64) -> Result<(), AccessError> {
-        self.word_at(offset)?.store(value, Ordering::Release);
-        Ok(())
+        self.with_word(offset, |w| w.store(value, Ordering::Release))
     }
 
     /// Copies `len` bytes at `offset` into a new vector.

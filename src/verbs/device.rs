@@ -103,8 +103,8 @@ impl Drop for Context {
 /// A protection domain: memory regions and QPs of one PD may work together only.
 #[derive(Debug)]
 pub struct ProtectionDomain {
-    dev: Arc<Device>,
-    handle: u32,
+    pub(crate) dev: Arc<Device>,
+    pub(crate) handle: u32,
 }
 
 impl ProtectionDomain {

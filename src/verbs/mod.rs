@@ -28,6 +28,7 @@
 pub mod ah;
 pub mod cq;
 pub(crate) mod device;
+pub mod foreign_mr;
 pub mod mr;
 pub mod qp;
 

@@ -41,6 +41,17 @@ impl MemoryRegion {
         }
         let storage = Arc::new(SharedBytes::new(len));
         let iova = storage.addr();
+        Self::register_storage(dev, pd, storage, iova, access)
+    }
+
+    /// Registers `storage` (owned or the application's) at `iova`.
+    pub(crate) fn register_storage(
+        dev: &Arc<Device>,
+        pd: u32,
+        storage: Arc<SharedBytes>,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Result<Self> {
         let mr = dev
             .mrs
             .write()
@@ -159,6 +170,10 @@ fn access_error(e: crate::memory::AccessError) -> VerbsError {
             attr: "offset",
             reason: "not 8-byte aligned",
         },
+        crate::memory::AccessError::Revoked => VerbsError::InvalidAttribute {
+            attr: "memory region",
+            reason: "deregistered",
+        },
     }
 }
 
@@ -169,5 +184,8 @@ impl Drop for MemoryRegion {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .deregister(self.mr.lkey);
+        // Application memory (the shim's regions): no access may follow the return of
+        // ibv_dereg_mr, whatever still holds the region. No effect on owned memory.
+        self.mr.storage.revoke();
     }
 }

@@ -369,7 +369,7 @@ rping_case() {
         "$detail" pass "$cap" "$slog" "$glog"
 }
 
-ONLY=${SOFTROCE_INTEROP_ONLY:-all}   # all | pingpong | perftest | datacheck | gso | rping | ucud
+ONLY=${SOFTROCE_INTEROP_ONLY:-all}   # all | pingpong | perftest | datacheck | gso | rping | ucud | shim
 if [ "$ONLY" = all ] || [ "$ONLY" = pingpong ]; then
     for role in server client; do
         for sm in "1 1024" "4096 1024" "10000 1024" "3000 512" "4096 256"; do
@@ -447,6 +447,62 @@ if [ "$ONLY" = all ] || [ "$ONLY" = gso ]; then
         jumbo perftest_case ib_send_bw "$role" 65536 200 0 -m 4096
     done
     CAPTURE_AT=softroce
+fi
+
+# The libibverbs shim (ibverbs/, issue 15): Debian's own ibv_rc_pingpong and perftest binaries,
+# unmodified, on the host under `softroce run` (the shim's softroce0 bound to the lab address)
+# against the same programs on the guest's rxe, both roles. The shim has no --pcap: the wire is
+# captured (tshark on the guest's tap) and decoded with every ICRC checked.
+#   shim_case PROGRAM ROLE WHAT FLAGS...
+# ROLE is the shim end's; FLAGS go to both ends; PROGRAM's result line must appear at both.
+shim_case() {
+    local prog=$1 role=$2 what=$3
+    shift 3
+    local flags=("$@")
+    local name="shim_${prog}_${role}_${flags[*]// /}"
+    name=${name//[^A-Za-z0-9_.-]/_}
+    local pcap=$OUT/$name.pcap slog=$OUT/$name.softroce.log glog=$OUT/$name.guest.log
+    local sflags=(run --bind "$HOST_IP" -- "$prog" "${flags[@]}")
+    log "case $name"
+    local saved=$CAPTURE_AT
+    CAPTURE_AT=wire
+    wire_capture_start "$pcap"
+    run_against_guest "$role" 0 "$prog ${flags[*]}" "$slog" "$glog" "${sflags[@]}"
+    wire_capture_stop
+    CAPTURE_AT=$saved
+    local detail="" cap pattern row
+    [ "$SRC" = 0 ] || detail+="shim $prog exit $SRC; "
+    [ "$GRC" = 0 ] || detail+="guest $prog exit $GRC; "
+    case $prog in
+        ibv_*_pingpong) pattern="[0-9]+ iters in" ;;
+        *) pattern="^ *[0-9]+ +[0-9]+ +[0-9.]+" ;;
+    esac
+    row=$(grep -aE "$pattern" "$slog" | head -n 1 | tr -s ' \t' ' ' || true)
+    [ -n "$row" ] || detail+="no result from the shim end; "
+    tr -d '\r' <"$glog" | grep -qaE "$pattern" || detail+="no result from the guest; "
+    grep -q "invalid data" "$glog" "$slog" && detail+="invalid data; "
+    cap=$(check_capture "$pcap") || detail+="capture: $cap; "
+    record_case "$name" "$prog (unmodified) on the shim" "$role" \
+        "$what, captured on the guest's link" "$detail" "pass: \`${row# }\`" "$cap" "$slog" "$glog"
+}
+
+if [ "$ONLY" = all ] || [ "$ONLY" = shim ]; then
+    SHIM_LIB=$(dirname "$BIN")/libibverbs.so
+    [ -f "$SHIM_LIB" ] || (cd "$ROOT" && cargo build --release --locked -p softroce-ibverbs)
+    for role in server client; do
+        shim_case ibv_rc_pingpong "$role" "RC, MTU 1024, 4096 B x 200, -c" -p "$PORT" -g 1 -n 200 -c
+        shim_case ibv_rc_pingpong "$role" "RC, MTU 1024, 10000 B x 200, -c, events" \
+            -p "$PORT" -g 1 -s 10000 -n 200 -c -e
+        shim_case ib_write_bw "$role" "RC, MTU 1024, 65536 B x 200" -F -x 1 -p "$PORT" -s 65536 -n 200
+        shim_case ib_send_bw "$role" "RC, MTU 1024, 65536 B x 200" -F -x 1 -p "$PORT" -s 65536 -n 200
+        shim_case ib_read_bw "$role" "RC, MTU 1024, 65536 B x 200" -F -x 1 -p "$PORT" -s 65536 -n 200
+        shim_case ib_atomic_bw "$role" "RC, 8 B x 200" -F -x 1 -p "$PORT" -n 200
+        shim_case ib_send_lat "$role" "RC, 2 B x 300, inline" -F -x 1 -p "$PORT" -n 300
+        shim_case ibv_uc_pingpong "$role" "UC, MTU 1024, 4096 B x 200, -c" -p "$PORT" -g 1 -n 200 -c
+        shim_case ibv_ud_pingpong "$role" "UD, 1000 B x 200, -c" -p "$PORT" -g 1 -s 1000 -n 200 -c
+        shim_case ibv_srq_pingpong "$role" "RC, 16 QPs on an SRQ, 4096 B x 200, -c" \
+            -p "$PORT" -g 1 -n 200 -c
+    done
 fi
 
 if [ "$ONLY" = all ] || [ "$ONLY" = rping ]; then

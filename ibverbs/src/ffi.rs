@@ -1,0 +1,480 @@
+//! The C structures of rdma-core 44's `<infiniband/verbs.h>` that cross the ABI, laid out as
+//! the header lays them out (x86-64 / aarch64 LP64). `tests/layout.rs` compiles a C program
+//! against the installed header and compares every size and offset with these.
+
+#![allow(non_camel_case_types, missing_docs)]
+
+use libc::{c_char, c_int, c_uint, c_void, pthread_cond_t, pthread_mutex_t};
+
+pub const IBV_SYSFS_NAME_MAX: usize = 64;
+pub const IBV_SYSFS_PATH_MAX: usize = 256;
+
+#[repr(C)]
+pub struct ibv_device {
+    pub _ops: [*mut c_void; 2],
+    pub node_type: c_int,
+    pub transport_type: c_int,
+    pub name: [c_char; IBV_SYSFS_NAME_MAX],
+    pub dev_name: [c_char; IBV_SYSFS_NAME_MAX],
+    pub dev_path: [c_char; IBV_SYSFS_PATH_MAX],
+    pub ibdev_path: [c_char; IBV_SYSFS_PATH_MAX],
+}
+
+pub type PollCqFn = unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int;
+pub type ReqNotifyFn = unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int;
+pub type PostSendFn =
+    unsafe extern "C" fn(*mut ibv_qp, *mut ibv_send_wr, *mut *mut ibv_send_wr) -> c_int;
+pub type PostRecvFn =
+    unsafe extern "C" fn(*mut ibv_qp, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int;
+pub type PostSrqRecvFn =
+    unsafe extern "C" fn(*mut c_void, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int;
+pub type QueryPortFn =
+    unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr, usize) -> c_int;
+
+/// `struct ibv_context_ops`: 36 pointers; the four data-path ones are what the inline
+/// `ibv_poll_cq`, `ibv_req_notify_cq`, `ibv_post_send` and `ibv_post_recv` call.
+#[repr(C)]
+pub struct ibv_context_ops {
+    pub _compat: [*mut c_void; 7],
+    pub alloc_mw: *mut c_void,
+    pub bind_mw: *mut c_void,
+    pub dealloc_mw: *mut c_void,
+    pub _compat_create_cq: *mut c_void,
+    pub poll_cq: Option<PollCqFn>,
+    pub req_notify_cq: Option<ReqNotifyFn>,
+    pub _compat2: [*mut c_void; 7],
+    pub post_srq_recv: Option<PostSrqRecvFn>,
+    pub _compat3: [*mut c_void; 4],
+    pub post_send: Option<PostSendFn>,
+    pub post_recv: Option<PostRecvFn>,
+    pub _compat4: [*mut c_void; 5],
+}
+
+#[repr(C)]
+pub struct ibv_context {
+    pub device: *mut ibv_device,
+    pub ops: ibv_context_ops,
+    pub cmd_fd: c_int,
+    pub async_fd: c_int,
+    pub num_comp_vectors: c_int,
+    pub mutex: pthread_mutex_t,
+    pub abi_compat: *mut c_void,
+}
+
+/// Number of pointer-sized slots of `struct verbs_context` between `query_port` (slot 0) and
+/// `sz`; `query_device_ex` is slot 27.
+pub const VERBS_CONTEXT_SLOTS: usize = 39;
+pub const VCTX_QUERY_PORT: usize = 0;
+
+/// `struct verbs_context`: extended ops, in memory just before the `ibv_context` (its last
+/// member), found through `abi_compat == __VERBS_ABI_IS_EXTENDED`.
+#[repr(C)]
+pub struct verbs_context {
+    pub ops: [*mut c_void; VERBS_CONTEXT_SLOTS],
+    pub sz: usize,
+    pub context: ibv_context,
+}
+
+#[repr(C)]
+pub struct ibv_pd {
+    pub context: *mut ibv_context,
+    pub handle: u32,
+}
+
+#[repr(C)]
+pub struct ibv_mr {
+    pub context: *mut ibv_context,
+    pub pd: *mut ibv_pd,
+    pub addr: *mut c_void,
+    pub length: usize,
+    pub handle: u32,
+    pub lkey: u32,
+    pub rkey: u32,
+}
+
+#[repr(C)]
+pub struct ibv_comp_channel {
+    pub context: *mut ibv_context,
+    pub fd: c_int,
+    pub refcnt: c_int,
+}
+
+#[repr(C)]
+pub struct ibv_cq {
+    pub context: *mut ibv_context,
+    pub channel: *mut ibv_comp_channel,
+    pub cq_context: *mut c_void,
+    pub handle: u32,
+    pub cqe: c_int,
+    pub mutex: pthread_mutex_t,
+    pub cond: pthread_cond_t,
+    pub comp_events_completed: u32,
+    pub async_events_completed: u32,
+}
+
+#[repr(C)]
+pub struct ibv_qp {
+    pub context: *mut ibv_context,
+    pub qp_context: *mut c_void,
+    pub pd: *mut ibv_pd,
+    pub send_cq: *mut ibv_cq,
+    pub recv_cq: *mut ibv_cq,
+    pub srq: *mut c_void,
+    pub handle: u32,
+    pub qp_num: u32,
+    pub state: c_uint,
+    pub qp_type: c_uint,
+    pub mutex: pthread_mutex_t,
+    pub cond: pthread_cond_t,
+    pub events_completed: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_wc {
+    pub wr_id: u64,
+    pub status: c_uint,
+    pub opcode: c_uint,
+    pub vendor_err: u32,
+    pub byte_len: u32,
+    pub imm_data: u32,
+    pub qp_num: u32,
+    pub src_qp: u32,
+    pub wc_flags: c_uint,
+    pub pkey_index: u16,
+    pub slid: u16,
+    pub sl: u8,
+    pub dlid_path_bits: u8,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_sge {
+    pub addr: u64,
+    pub length: u32,
+    pub lkey: u32,
+}
+
+/// The `wr` union of `ibv_send_wr` as its largest member (atomic); `rdma` overlays the first
+/// 12 bytes (remote_addr, rkey), `ud` is (ah, remote_qpn, remote_qkey).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct send_wr_atomic {
+    pub remote_addr: u64,
+    pub compare_add: u64,
+    pub swap: u64,
+    pub rkey: u32,
+}
+
+#[repr(C)]
+pub struct ibv_send_wr {
+    pub wr_id: u64,
+    pub next: *mut ibv_send_wr,
+    pub sg_list: *mut ibv_sge,
+    pub num_sge: c_int,
+    pub opcode: c_uint,
+    pub send_flags: c_uint,
+    pub imm_data: u32,
+    pub wr: send_wr_atomic,
+    pub qp_type: u32,
+    /// bind_mw (mw, rkey, bind_info {mr, addr, length, access}) or tso: 48 bytes.
+    pub bind_mw: [u64; 6],
+}
+
+impl ibv_send_wr {
+    /// `wr.rdma.rkey` (at offset 8 of the union, where `atomic.compare_add` starts).
+    pub fn rdma_rkey(&self) -> u32 {
+        self.wr.compare_add as u32
+    }
+
+    /// `wr.ud.ah` (offset 0 of the union).
+    pub fn ud_ah(&self) -> *mut ibv_ah {
+        self.wr.remote_addr as usize as *mut ibv_ah
+    }
+
+    /// `wr.ud.remote_qpn` (offset 8).
+    pub fn ud_remote_qpn(&self) -> u32 {
+        self.wr.compare_add as u32
+    }
+
+    /// `wr.ud.remote_qkey` (offset 12).
+    pub fn ud_remote_qkey(&self) -> u32 {
+        (self.wr.compare_add >> 32) as u32
+    }
+}
+
+#[repr(C)]
+pub struct ibv_recv_wr {
+    pub wr_id: u64,
+    pub next: *mut ibv_recv_wr,
+    pub sg_list: *mut ibv_sge,
+    pub num_sge: c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_qp_cap {
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+}
+
+#[repr(C)]
+pub struct ibv_qp_init_attr {
+    pub qp_context: *mut c_void,
+    pub send_cq: *mut ibv_cq,
+    pub recv_cq: *mut ibv_cq,
+    pub srq: *mut c_void,
+    pub cap: ibv_qp_cap,
+    pub qp_type: c_uint,
+    pub sq_sig_all: c_int,
+}
+
+/// 8-byte aligned: `union ibv_gid` holds two `__be64`.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_global_route {
+    pub dgid: [u8; 16],
+    pub flow_label: u32,
+    pub sgid_index: u8,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_ah_attr {
+    pub grh: ibv_global_route,
+    pub dlid: u16,
+    pub sl: u8,
+    pub src_path_bits: u8,
+    pub static_rate: u8,
+    pub is_global: u8,
+    pub port_num: u8,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_qp_attr {
+    pub qp_state: c_uint,
+    pub cur_qp_state: c_uint,
+    pub path_mtu: c_uint,
+    pub path_mig_state: c_uint,
+    pub qkey: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    pub dest_qp_num: u32,
+    pub qp_access_flags: c_uint,
+    pub cap: ibv_qp_cap,
+    pub ah_attr: ibv_ah_attr,
+    pub alt_ah_attr: ibv_ah_attr,
+    pub pkey_index: u16,
+    pub alt_pkey_index: u16,
+    pub en_sqd_async_notify: u8,
+    pub sq_draining: u8,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub min_rnr_timer: u8,
+    pub port_num: u8,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub alt_port_num: u8,
+    pub alt_timeout: u8,
+    pub rate_limit: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_port_attr {
+    pub state: c_uint,
+    pub max_mtu: c_uint,
+    pub active_mtu: c_uint,
+    pub gid_tbl_len: c_int,
+    pub port_cap_flags: u32,
+    pub max_msg_sz: u32,
+    pub bad_pkey_cntr: u32,
+    pub qkey_viol_cntr: u32,
+    pub pkey_tbl_len: u16,
+    pub lid: u16,
+    pub sm_lid: u16,
+    pub lmc: u8,
+    pub max_vl_num: u8,
+    pub sm_sl: u8,
+    pub subnet_timeout: u8,
+    pub init_type_reply: u8,
+    pub active_width: u8,
+    pub active_speed: u8,
+    pub phys_state: u8,
+    pub link_layer: u8,
+    pub flags: u8,
+    pub port_cap_flags2: u16,
+}
+
+/// The bytes of `ibv_port_attr` that the legacy exported `ibv_query_port` fills (the
+/// `_compat_ibv_port_attr` of verbs.h ends before `flags`).
+pub const COMPAT_PORT_ATTR_LEN: usize = 48;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_device_attr {
+    pub fw_ver: [c_char; 64],
+    pub node_guid: u64,
+    pub sys_image_guid: u64,
+    pub max_mr_size: u64,
+    pub page_size_cap: u64,
+    pub vendor_id: u32,
+    pub vendor_part_id: u32,
+    pub hw_ver: u32,
+    pub max_qp: c_int,
+    pub max_qp_wr: c_int,
+    pub device_cap_flags: c_uint,
+    pub max_sge: c_int,
+    pub max_sge_rd: c_int,
+    pub max_cq: c_int,
+    pub max_cqe: c_int,
+    pub max_mr: c_int,
+    pub max_pd: c_int,
+    pub max_qp_rd_atom: c_int,
+    pub max_ee_rd_atom: c_int,
+    pub max_res_rd_atom: c_int,
+    pub max_qp_init_rd_atom: c_int,
+    pub max_ee_init_rd_atom: c_int,
+    pub atomic_cap: c_uint,
+    pub max_ee: c_int,
+    pub max_rdd: c_int,
+    pub max_mw: c_int,
+    pub max_raw_ipv6_qp: c_int,
+    pub max_raw_ethy_qp: c_int,
+    pub max_mcast_grp: c_int,
+    pub max_mcast_qp_attach: c_int,
+    pub max_total_mcast_qp_attach: c_int,
+    pub max_ah: c_int,
+    pub max_fmr: c_int,
+    pub max_map_per_fmr: c_int,
+    pub max_srq: c_int,
+    pub max_srq_wr: c_int,
+    pub max_srq_sge: c_int,
+    pub max_pkeys: u16,
+    pub local_ca_ack_delay: u8,
+    pub phys_port_cnt: u8,
+}
+
+#[repr(C)]
+pub struct ibv_srq {
+    pub context: *mut ibv_context,
+    pub srq_context: *mut c_void,
+    pub pd: *mut ibv_pd,
+    pub handle: u32,
+    pub mutex: pthread_mutex_t,
+    pub cond: pthread_cond_t,
+    pub events_completed: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_srq_attr {
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub srq_limit: u32,
+}
+
+#[repr(C)]
+pub struct ibv_srq_init_attr {
+    pub srq_context: *mut c_void,
+    pub attr: ibv_srq_attr,
+}
+
+#[repr(C)]
+pub struct ibv_ah {
+    pub context: *mut ibv_context,
+    pub pd: *mut ibv_pd,
+    pub handle: u32,
+}
+
+/// `struct ibv_grh`: the 40 bytes before a UD receive's payload.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_grh {
+    pub version_tclass_flow: u32,
+    pub paylen: u16,
+    pub next_hdr: u8,
+    pub hop_limit: u8,
+    pub sgid: [u8; 16],
+    pub dgid: [u8; 16],
+}
+
+#[repr(C)]
+pub struct ibv_async_event {
+    pub element: *mut c_void,
+    pub event_type: c_uint,
+}
+
+/// The layouts this file asserts, as (name, size) and (struct.field, offset), for the C
+/// comparison test.
+pub fn layout_table() -> Vec<(String, usize)> {
+    use core::mem::{offset_of, size_of};
+    let mut v: Vec<(String, usize)> = Vec::new();
+    macro_rules! size {
+        ($($t:ident),*) => { $( v.push((format!("sizeof {}", stringify!($t)), size_of::<$t>())); )* };
+    }
+    macro_rules! off {
+        ($t:ident: $($f:ident),*) => { $( v.push((format!("{}.{}", stringify!($t), stringify!($f)), offset_of!($t, $f))); )* };
+    }
+    size!(
+        ibv_device,
+        ibv_context_ops,
+        ibv_context,
+        verbs_context,
+        ibv_pd,
+        ibv_mr,
+        ibv_comp_channel,
+        ibv_cq,
+        ibv_qp,
+        ibv_wc,
+        ibv_sge,
+        ibv_send_wr,
+        ibv_recv_wr,
+        ibv_qp_cap,
+        ibv_qp_init_attr,
+        ibv_global_route,
+        ibv_ah_attr,
+        ibv_qp_attr,
+        ibv_port_attr,
+        ibv_device_attr,
+        ibv_srq,
+        ibv_srq_attr,
+        ibv_srq_init_attr,
+        ibv_ah,
+        ibv_grh,
+        ibv_async_event
+    );
+    off!(ibv_device: node_type, transport_type, name, dev_name, dev_path, ibdev_path);
+    off!(ibv_context_ops: poll_cq, req_notify_cq, post_srq_recv, post_send, post_recv);
+    off!(ibv_context: device, ops, cmd_fd, async_fd, num_comp_vectors, mutex, abi_compat);
+    off!(verbs_context: sz, context);
+    off!(ibv_pd: context, handle);
+    off!(ibv_mr: context, pd, addr, length, handle, lkey, rkey);
+    off!(ibv_comp_channel: context, fd, refcnt);
+    off!(ibv_cq: context, channel, cq_context, handle, cqe, mutex, cond, comp_events_completed, async_events_completed);
+    off!(ibv_qp: context, qp_context, pd, send_cq, recv_cq, srq, handle, qp_num, state, qp_type, mutex, cond, events_completed);
+    off!(ibv_wc: wr_id, status, opcode, vendor_err, byte_len, imm_data, qp_num, src_qp, wc_flags, pkey_index, slid, sl, dlid_path_bits);
+    off!(ibv_sge: addr, length, lkey);
+    off!(ibv_send_wr: wr_id, next, sg_list, num_sge, opcode, send_flags, imm_data, wr, qp_type, bind_mw);
+    off!(ibv_recv_wr: wr_id, next, sg_list, num_sge);
+    off!(ibv_qp_init_attr: qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all);
+    off!(ibv_global_route: dgid, flow_label, sgid_index, hop_limit, traffic_class);
+    off!(ibv_ah_attr: grh, dlid, sl, src_path_bits, static_rate, is_global, port_num);
+    off!(ibv_qp_attr: qp_state, cur_qp_state, path_mtu, path_mig_state, qkey, rq_psn, sq_psn, dest_qp_num, qp_access_flags, cap, ah_attr, alt_ah_attr, pkey_index, alt_pkey_index, en_sqd_async_notify, sq_draining, max_rd_atomic, max_dest_rd_atomic, min_rnr_timer, port_num, timeout, retry_cnt, rnr_retry, alt_port_num, alt_timeout, rate_limit);
+    off!(ibv_port_attr: state, max_mtu, active_mtu, gid_tbl_len, port_cap_flags, max_msg_sz, bad_pkey_cntr, qkey_viol_cntr, pkey_tbl_len, lid, sm_lid, lmc, max_vl_num, sm_sl, subnet_timeout, init_type_reply, active_width, active_speed, phys_state, link_layer, flags, port_cap_flags2);
+    off!(ibv_device_attr: fw_ver, node_guid, sys_image_guid, max_mr_size, page_size_cap, vendor_id, vendor_part_id, hw_ver, max_qp, max_qp_wr, device_cap_flags, max_sge, max_sge_rd, max_cq, max_cqe, max_mr, max_pd, max_qp_rd_atom, max_ee_rd_atom, max_res_rd_atom, max_qp_init_rd_atom, max_ee_init_rd_atom, atomic_cap, max_ee, max_rdd, max_mw, max_raw_ipv6_qp, max_raw_ethy_qp, max_mcast_grp, max_mcast_qp_attach, max_total_mcast_qp_attach, max_ah, max_fmr, max_map_per_fmr, max_srq, max_srq_wr, max_srq_sge, max_pkeys, local_ca_ack_delay, phys_port_cnt);
+    off!(ibv_srq: context, srq_context, pd, handle, mutex, cond, events_completed);
+    off!(ibv_srq_attr: max_wr, max_sge, srq_limit);
+    off!(ibv_srq_init_attr: srq_context, attr);
+    off!(ibv_ah: context, pd, handle);
+    off!(ibv_grh: version_tclass_flow, paylen, next_hdr, hop_limit, sgid, dgid);
+    off!(ibv_async_event: element, event_type);
+    v
+}

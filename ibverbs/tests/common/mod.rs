@@ -1,0 +1,111 @@
+//! Helpers of the shim's tests: the library under its soname in a directory of its own, the
+//! programs to run under it, and two-process runs with deadlines.
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// target/<profile>/, where cargo put libibverbs.so (and, in a workspace build, softroce).
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/<test>-<hash>
+    exe.parent().unwrap().parent().unwrap().to_path_buf()
+}
+
+/// A directory holding `libibverbs.so.1` -> the shim, for LD_LIBRARY_PATH.
+pub fn shim_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(make_shim_dir).clone()
+}
+
+fn make_shim_dir() -> PathBuf {
+    let lib = target_dir().join("libibverbs.so");
+    assert!(lib.exists(), "{} not built", lib.display());
+    let dir = std::env::temp_dir().join(format!("softroce-shim-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join("libibverbs.so.1");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&lib, &link).unwrap();
+    dir
+}
+
+/// The path of a program that CI installs (ibverbs-utils, perftest, a C compiler); fails the
+/// test with the package to install when it is missing.
+pub fn program(name: &str, package: &str) -> PathBuf {
+    for dir in std::env::var("PATH").unwrap_or_default().split(':') {
+        let p = Path::new(dir).join(name);
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!("{name} not found: install {package} (scripts/setup.sh does)");
+}
+
+/// `cmd` with the shim in place and the device bound to `bind`.
+pub fn under_shim(prog: &Path, bind: &str) -> Command {
+    let mut c = Command::new(prog);
+    c.env("LD_LIBRARY_PATH", shim_dir())
+        .env("SOFTROCE_BIND", bind)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// A TCP port free on 127.0.0.1 now (for the programs' out-of-band exchange).
+pub fn free_tcp_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits for `child` at most `limit`; kills it when late. Returns its output and whether it
+/// finished in time.
+pub fn wait_for(mut child: Child, limit: Duration) -> (Output, bool) {
+    let deadline = Instant::now() + limit;
+    loop {
+        match child.try_wait().unwrap() {
+            Some(_) => return (child.wait_with_output().unwrap(), true),
+            None if Instant::now() >= deadline => {
+                let _ = child.kill();
+                return (child.wait_with_output().unwrap(), false);
+            }
+            None => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// Runs a server and, after it listens, a client; both must exit 0 within `limit`. Returns
+/// (server stdout+stderr, client stdout+stderr).
+pub fn pair(mut server: Command, mut client: Command, limit: Duration) -> (String, String) {
+    let s = server.spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let c = client.spawn().unwrap();
+    let (co, cok) = wait_for(c, limit);
+    let (so, sok) = wait_for(s, limit);
+    let text = |o: &Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    let (st, ct) = (text(&so), text(&co));
+    assert!(sok && cok, "timed out\nserver:\n{st}\nclient:\n{ct}");
+    assert!(
+        so.status.success(),
+        "server failed: {:?}\n{st}\nclient:\n{ct}",
+        so.status
+    );
+    assert!(
+        co.status.success(),
+        "client failed: {:?}\n{ct}\nserver:\n{st}",
+        co.status
+    );
+    (st, ct)
+}

@@ -1,0 +1,105 @@
+//! Debian's perftest programs (ib_write_bw, ib_send_bw, ib_read_bw) unmodified under the
+//! shim, two processes on loopback. They load librdmacm, libmlx5 and libefa with BIND_NOW,
+//! so these tests also prove that every symbol those libraries import is there.
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+
+fn bw(prog: &str, server_ip: &str, client_ip: &str, extra: &[&str]) {
+    perf(prog, "65536", server_ip, client_ip, extra, false);
+}
+
+/// Runs PROGRAM at both ends with SIZE-byte messages, 200 iterations; `passive_server`: the
+/// server prints no result (ib_read_lat, ib_atomic_lat).
+fn perf(
+    prog: &str,
+    size: &str,
+    server_ip: &str,
+    client_ip: &str,
+    extra: &[&str],
+    passive_server: bool,
+) {
+    let p = program(prog, "perftest");
+    let port = free_tcp_port().to_string();
+    let args = ["-x", "1", "-p", &port, "-n", "200", "-s", size];
+    let mut s = under_shim(&p, server_ip);
+    s.args(args).args(extra);
+    let mut c = under_shim(&p, client_ip);
+    c.args(args).args(extra).arg("127.0.0.1");
+    let (st, ct) = pair(s, c, Duration::from_secs(90));
+    for (t, me, server) in [(&st, server_ip, true), (&ct, client_ip, false)] {
+        assert!(t.contains("Device         : softroce0"), "{t}");
+        assert!(t.contains("Link type       : Ethernet"), "{t}");
+        let octets: Vec<String> = me.split('.').map(|o| format!("{o:0>2}")).collect();
+        assert!(t.contains(&format!("255:255:{}", octets.join(":"))), "{t}");
+        assert!(!t.contains("Couldn't") && !t.contains("failed"), "{t}");
+        if server && passive_server {
+            continue;
+        }
+        // The result row: size and iterations, then non-zero bandwidth or latency figures.
+        let row = t
+            .lines()
+            .find(|l| l.split_whitespace().take(2).eq([size, "200"]))
+            .unwrap_or_else(|| panic!("no result row in\n{t}"));
+        let fig: f64 = row.split_whitespace().nth(3).unwrap().parse().unwrap();
+        assert!(fig > 0.0, "{row}");
+    }
+}
+
+#[test]
+fn ib_write_bw_two_processes() {
+    bw("ib_write_bw", "127.0.16.30", "127.0.16.31", &[]);
+}
+
+#[test]
+fn ib_send_bw_two_processes() {
+    bw("ib_send_bw", "127.0.16.32", "127.0.16.33", &[]);
+}
+
+#[test]
+fn ib_read_bw_two_processes() {
+    bw("ib_read_bw", "127.0.16.34", "127.0.16.35", &[]);
+}
+
+#[test]
+fn ib_send_bw_with_events() {
+    // -e: perftest waits on the completion channel (its fd, then ibv_get_cq_event).
+    bw("ib_send_bw", "127.0.16.36", "127.0.16.37", &["-e"]);
+}
+
+#[test]
+fn ib_atomic_bw_two_processes() {
+    perf(
+        "ib_atomic_bw",
+        "8",
+        "127.0.16.38",
+        "127.0.16.39",
+        &[],
+        false,
+    );
+}
+
+#[test]
+fn latency_programs_two_processes() {
+    // Inline sends (the lat tests' default), WRITE polled in memory, READ and atomics.
+    perf("ib_send_lat", "2", "127.0.16.41", "127.0.16.42", &[], false);
+    perf(
+        "ib_write_lat",
+        "2",
+        "127.0.16.43",
+        "127.0.16.44",
+        &[],
+        false,
+    );
+    perf("ib_read_lat", "2", "127.0.16.45", "127.0.16.46", &[], true);
+    perf(
+        "ib_atomic_lat",
+        "8",
+        "127.0.16.47",
+        "127.0.16.48",
+        &[],
+        true,
+    );
+}

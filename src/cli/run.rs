@@ -1,0 +1,148 @@
+//! `softroce run [--bind ADDR] [--mtu MTU] -- PROGRAM [ARGS...]`: runs an unmodified verbs
+//! program on softroce, with the libibverbs shim (`libibverbs.so.1`, built from `ibverbs/`)
+//! found first through `LD_LIBRARY_PATH` and its device `softroce0` bound to ADDR.
+
+use std::ffi::OsString;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use clap::Args;
+
+use super::CliError;
+use softroce::verbs::Mtu;
+
+/// Flags of `softroce run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The device's address: an IP (UDP port 4791) or IP:PORT; each process on one host needs
+    /// its own (127.0.0.2, 127.0.0.3, ... on loopback).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
+    pub bind: String,
+    /// The port's active MTU in bytes (256, 512, 1024, 2048 or 4096), what programs read with
+    /// ibv_query_port and usually use as the path MTU.
+    #[arg(long, value_name = "MTU", default_value_t = 1024)]
+    pub mtu: u32,
+    /// The shim library (default: $SOFTROCE_LIBIBVERBS, else libibverbs.so next to this
+    /// executable, where cargo builds it).
+    #[arg(long, value_name = "FILE")]
+    pub lib: Option<PathBuf>,
+    /// The program and its arguments.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    pub program: Vec<OsString>,
+}
+
+/// Parses `IP` or `IP:PORT` (IPv6 as `[::1]:PORT`).
+pub fn parse_bind(s: &str) -> Option<SocketAddr> {
+    s.parse::<SocketAddr>()
+        .ok()
+        .or_else(|| s.parse::<IpAddr>().ok().map(|ip| SocketAddr::new(ip, 4791)))
+}
+
+fn find_lib(explicit: Option<&Path>) -> Result<PathBuf, CliError> {
+    let candidates: Vec<PathBuf> = match explicit {
+        Some(p) => vec![p.to_path_buf()],
+        None => std::env::var_os("SOFTROCE_LIBIBVERBS")
+            .map(PathBuf::from)
+            .into_iter()
+            .chain(
+                std::env::current_exe()
+                    .ok()
+                    .and_then(|e| e.parent().map(|d| d.join("libibverbs.so"))),
+            )
+            .collect(),
+    };
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .ok_or_else(|| {
+            CliError::Usage(format!(
+                "the libibverbs shim is not at {} (build it with `cargo build -p softroce-ibverbs`, or give --lib)",
+                candidates
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" or ")
+            ))
+        })
+}
+
+/// A directory holding `libibverbs.so.1` -> the shim; removed when dropped.
+struct LibDir(PathBuf);
+
+impl LibDir {
+    fn new(lib: &Path) -> Result<LibDir, CliError> {
+        let dir = std::env::temp_dir().join(format!("softroce-run-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(CliError::Io)?;
+        let guard = LibDir(dir);
+        let link = guard.0.join("libibverbs.so.1");
+        let target = lib.canonicalize().map_err(CliError::Io)?;
+        std::os::unix::fs::symlink(target, link).map_err(CliError::Io)?;
+        Ok(guard)
+    }
+}
+
+impl Drop for LibDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs the program; on success returns its exit status as ours (128 + signal when killed).
+pub fn run(args: &RunArgs) -> Result<u8, CliError> {
+    let bind = parse_bind(&args.bind)
+        .ok_or_else(|| CliError::Usage(format!("--bind {}: not an IP or IP:PORT", args.bind)))?;
+    Mtu::from_bytes(args.mtu).ok_or_else(|| {
+        CliError::Usage(format!(
+            "--mtu {}: must be 256, 512, 1024, 2048 or 4096",
+            args.mtu
+        ))
+    })?;
+    let lib = find_lib(args.lib.as_deref())?;
+    let dir = LibDir::new(&lib)?;
+    let mut path = OsString::from(&dir.0);
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|o| !o.is_empty()) {
+        path.push(":");
+        path.push(old);
+    }
+    let (prog, rest) = args
+        .program
+        .split_first()
+        .ok_or_else(|| CliError::Usage("no program to run".into()))?;
+    let status = Command::new(prog)
+        .args(rest)
+        .env("LD_LIBRARY_PATH", path)
+        .env("SOFTROCE_BIND", bind.to_string())
+        .env("SOFTROCE_MTU", args.mtu.to_string())
+        .status()
+        .map_err(|e| CliError::Usage(format!("cannot run {}: {e}", prog.to_string_lossy())))?;
+    drop(dir);
+    use std::os::unix::process::ExitStatusExt;
+    Ok(match (status.code(), status.signal()) {
+        (Some(c), _) => c as u8,
+        (None, Some(s)) => 128u8.wrapping_add(s as u8),
+        _ => 1,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bind_takes_an_ip_or_an_ip_and_port() {
+        assert_eq!(
+            parse_bind("127.0.0.2"),
+            Some("127.0.0.2:4791".parse().unwrap())
+        );
+        assert_eq!(
+            parse_bind("127.0.0.2:5000"),
+            Some("127.0.0.2:5000".parse().unwrap())
+        );
+        assert_eq!(parse_bind("::1"), Some("[::1]:4791".parse().unwrap()));
+        assert_eq!(parse_bind("[::1]:7"), Some("[::1]:7".parse().unwrap()));
+        assert_eq!(parse_bind("localhost"), None);
+        assert_eq!(parse_bind("127.0.0.300"), None);
+    }
+}

@@ -1,0 +1,59 @@
+//! Memory regions over the application's own memory (`ibv_reg_mr` as the libibverbs shim
+//! implements it), and the completion-event hook of its completion channels.
+//!
+//! The Rust API keeps its owned regions ([`MemoryRegion`] from
+//! [`ProtectionDomain::register_mr`]); only the C shim registers foreign memory, through the
+//! unsafe [`ProtectionDomain::register_foreign_mr`] whose contract is that of
+//! [`crate::memory::foreign`].
+
+use std::sync::Arc;
+
+use super::{AccessFlags, CompletionQueue, MemoryRegion, ProtectionDomain, Result, VerbsError};
+use crate::memory::SharedBytes;
+
+impl ProtectionDomain {
+    /// `ibv_reg_mr` / `ibv_reg_mr_iova` on application memory: registers `len` bytes at `ptr`,
+    /// addressed by the peer (and by SGEs) as `iova ..`. Dropping the region deregisters it
+    /// and waits until the engine no longer touches the memory.
+    ///
+    /// # Safety
+    ///
+    /// `ptr .. ptr + len` must stay mapped, readable and writable until the returned region
+    /// is dropped.
+    pub unsafe fn register_foreign_mr(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion> {
+        self.dev.check_open()?;
+        if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+            && !access.contains(AccessFlags::LOCAL_WRITE)
+        {
+            return Err(VerbsError::InvalidAttribute {
+                attr: "access",
+                reason: "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE",
+            });
+        }
+        if ptr.is_null() && len != 0 {
+            return Err(VerbsError::InvalidAttribute {
+                attr: "addr",
+                reason: "null",
+            });
+        }
+        // SAFETY: the caller's contract, and the region revokes the memory when dropped
+        // (MemoryRegion's Drop), before which the caller keeps it valid.
+        let storage = Arc::new(unsafe { SharedBytes::foreign(ptr, len) });
+        MemoryRegion::register_storage(&self.dev, self.handle, storage, iova, access)
+    }
+}
+
+impl CompletionQueue {
+    /// Calls `f` from the engine each time completions are added to this queue (after they
+    /// are visible to `poll`). The shim arms its completion channel's eventfd with it. Only
+    /// the first hook set stays; returns false when one was already set.
+    pub fn set_event_hook(&self, f: Box<dyn Fn() + Send + Sync>) -> bool {
+        self.inner.set_event_hook(f)
+    }
+}
