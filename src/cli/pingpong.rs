@@ -117,16 +117,36 @@ fn resolve(host: &str, port: u16) -> Result<SocketAddr, CliError> {
         .ok_or_else(|| CliError::Usage(format!("{host} has no address")))
 }
 
-/// The PSN ibv_rc_pingpong draws: `lrand48() & 0xffffff`.
-fn random_psn() -> u32 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let mut x = t.as_nanos() as u64 ^ ((std::process::id() as u64) << 32);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    x ^= x >> 33;
-    (x & 0xFF_FFFF) as u32
+/// The two result lines of rdma-core's pingpong programs: bytes both ways and the time per
+/// iteration.
+pub(super) fn print_rate(
+    out: &mut impl Write,
+    args: &PingpongArgs,
+    elapsed: std::time::Duration,
+) -> Result<(), CliError> {
+    let usec = elapsed.as_secs_f64() * 1e6;
+    let bytes = args.size as u64 * args.iters as u64 * 2;
+    writeln!(
+        out,
+        "{} bytes in {:.2} seconds = {:.2} Mbit/sec",
+        bytes,
+        usec / 1e6,
+        bytes as f64 * 8.0 / usec
+    )
+    .map_err(CliError::Output)?;
+    writeln!(
+        out,
+        "{} iters in {:.2} seconds = {:.2} usec/iter",
+        args.iters,
+        usec / 1e6,
+        usec / args.iters as f64
+    )
+    .map_err(CliError::Output)
+}
+
+/// The PSN ibv_rc_pingpong draws (`lrand48() & 0xffffff`): different for every run.
+pub(super) fn random_psn() -> u32 {
+    softroce::wire::psn::random_start().value()
 }
 
 struct Pp {
@@ -545,24 +565,7 @@ pub fn run(args: &PingpongArgs) -> Result<(), CliError> {
             }
         }
     }
-    let usec = start.elapsed().as_secs_f64() * 1e6;
-    let bytes = args.size as u64 * args.iters as u64 * 2;
-    writeln!(
-        out,
-        "{} bytes in {:.2} seconds = {:.2} Mbit/sec",
-        bytes,
-        usec / 1e6,
-        bytes as f64 * 8.0 / usec
-    )
-    .map_err(CliError::Output)?;
-    writeln!(
-        out,
-        "{} iters in {:.2} seconds = {:.2} usec/iter",
-        args.iters,
-        usec / 1e6,
-        usec / args.iters as f64
-    )
-    .map_err(CliError::Output)?;
+    print_rate(&mut out, args, start.elapsed())?;
     if args.chk {
         check_buffer(&pp, args.size, &mut out)?;
     }

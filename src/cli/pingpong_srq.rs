@@ -18,8 +18,8 @@ use softroce::verbs::*;
 use std::result::Result;
 
 use super::{
-    linger, poll_or_wait, print_dest, random_psn, resolve, PingpongArgs, PpTransport, RECV_WRID,
-    SEND_WRID,
+    linger, poll_or_wait, print_dest, print_rate, random_psn, resolve, PingpongArgs, PpTransport,
+    RECV_WRID, SEND_WRID,
 };
 use crate::cli::CliError;
 
@@ -274,24 +274,7 @@ pub(super) fn run_srq(args: &PingpongArgs, mtu: Mtu) -> Result<(), CliError> {
             }
         }
     }
-    let usec = start.elapsed().as_secs_f64() * 1e6;
-    let bytes = args.size as u64 * args.iters as u64 * 2;
-    writeln!(
-        out,
-        "{} bytes in {:.2} seconds = {:.2} Mbit/sec",
-        bytes,
-        usec / 1e6,
-        bytes as f64 * 8.0 / usec
-    )
-    .map_err(CliError::Output)?;
-    writeln!(
-        out,
-        "{} iters in {:.2} seconds = {:.2} usec/iter",
-        args.iters,
-        usec / 1e6,
-        usec / args.iters as f64
-    )
-    .map_err(CliError::Output)?;
+    print_rate(&mut out, args, start.elapsed())?;
     linger(&pp.ctx);
     Ok(())
 }

@@ -184,28 +184,8 @@ impl QueuePair {
     /// INIT -> RTR towards the peer described by `c`.
     pub fn ready_to_receive(&self, c: &RcConnect) -> Result<()> {
         self.modify(
-            &QpAttr {
-                qp_state: QpState::Rtr,
-                path_mtu: c.path_mtu,
-                dest_qp_num: c.remote_qpn,
-                rq_psn: c.remote_psn,
-                max_dest_rd_atomic: c.max_dest_rd_atomic,
-                min_rnr_timer: c.min_rnr_timer,
-                ah_attr: AhAttr {
-                    dgid: c.remote_gid,
-                    sgid_index: c.sgid_index,
-                    hop_limit: c.hop_limit,
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-            QpAttrMask::STATE
-                | QpAttrMask::AV
-                | QpAttrMask::PATH_MTU
-                | QpAttrMask::DEST_QPN
-                | QpAttrMask::RQ_PSN
-                | QpAttrMask::MAX_DEST_RD_ATOMIC
-                | QpAttrMask::MIN_RNR_TIMER,
+            &rtr_attr(c),
+            RTR_COMMON | QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER,
         )
     }
 
@@ -233,26 +213,7 @@ impl QueuePair {
     /// UC: INIT -> RTR towards the peer described by `c`, with the attributes
     /// ibv_uc_pingpong gives (no READ/atomic resources, no RNR timer).
     pub fn ready_to_receive_uc(&self, c: &RcConnect) -> Result<()> {
-        self.modify(
-            &QpAttr {
-                qp_state: QpState::Rtr,
-                path_mtu: c.path_mtu,
-                dest_qp_num: c.remote_qpn,
-                rq_psn: c.remote_psn,
-                ah_attr: AhAttr {
-                    dgid: c.remote_gid,
-                    sgid_index: c.sgid_index,
-                    hop_limit: c.hop_limit,
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-            QpAttrMask::STATE
-                | QpAttrMask::AV
-                | QpAttrMask::PATH_MTU
-                | QpAttrMask::DEST_QPN
-                | QpAttrMask::RQ_PSN,
-        )
+        self.modify(&rtr_attr(c), RTR_COMMON)
     }
 
     /// UC: RTR -> RTS with the starting PSN of `c`.
@@ -370,5 +331,35 @@ impl Drop for QueuePair {
         if let Some(s) = &self.srq {
             s.detach();
         }
+    }
+}
+
+/// The attributes RTR needs on a connected QP (RC or UC): the path to the peer, its QPN and
+/// the first PSN to receive.
+const RTR_COMMON: QpAttrMask = QpAttrMask(
+    QpAttrMask::STATE.0
+        | QpAttrMask::AV.0
+        | QpAttrMask::PATH_MTU.0
+        | QpAttrMask::DEST_QPN.0
+        | QpAttrMask::RQ_PSN.0,
+);
+
+/// INIT -> RTR attributes towards the peer `c` describes (the RC-only ones are set too; the
+/// mask says which are given).
+fn rtr_attr(c: &RcConnect) -> QpAttr {
+    QpAttr {
+        qp_state: QpState::Rtr,
+        path_mtu: c.path_mtu,
+        dest_qp_num: c.remote_qpn,
+        rq_psn: c.remote_psn,
+        max_dest_rd_atomic: c.max_dest_rd_atomic,
+        min_rnr_timer: c.min_rnr_timer,
+        ah_attr: AhAttr {
+            dgid: c.remote_gid,
+            sgid_index: c.sgid_index,
+            hop_limit: c.hop_limit,
+            ..Default::default()
+        },
+        ..Default::default()
     }
 }
