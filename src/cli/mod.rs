@@ -29,7 +29,7 @@ pub enum Command {
     /// RC ping-pong of SEND messages, as ibv_rc_pingpong (same flags and exchange).
     Pingpong(pingpong::PingpongArgs),
     /// Bandwidth or latency test of SEND, WRITE, READ or atomics, as perftest's ib_*_bw/lat.
-    Perf(perf::PerfArgs),
+    Perf(Box<perf::PerfArgs>),
 }
 
 /// Why a subcommand failed.

@@ -2,9 +2,9 @@
 //! keeps tx_depth work requests in flight per QP; the SEND server keeps rx_depth receives
 //! posted; the passive RDMA server waits, verifies under --check and prints the client's report.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use softroce::oob::perftest::{BwReport, Exchange, KeyMsg};
+use softroce::oob::perftest::{Exchange, KeyMsg};
 use softroce::verbs::*;
 use std::result::Result;
 
@@ -15,46 +15,73 @@ use super::{PerfOp, Program};
 use crate::cli::CliError;
 
 impl Test<'_> {
-    /// Runs a bandwidth program after connecting, through the report exchange and the close.
+    /// Runs a bandwidth program after connecting, through the report exchange and the close:
+    /// one size (-s) or all (-a), one direction or both (-b), as perftest's *_bw mains.
     pub(super) fn run_bw(&mut self, mut x: Exchange, k0: &KeyMsg) -> Result<Outcome, CliError> {
         let p = self.p;
-        Ok(match p.prog {
+        let mut rows = Vec::new();
+        let mut both = None;
+        match p.prog {
+            Program::WriteBw | Program::ReadBw | Program::AtomicBw if p.duplex => {
+                // Both ends are requesters: a barrier before each size (and, as perftest from
+                // version 4.6 on, after it under -a), then the reports are summed.
+                for size in p.sizes() {
+                    self.set_size(size);
+                    self.hs(&mut x, k0)?;
+                    let mine = self.bandwidth_client()?.figures(size);
+                    if p.all {
+                        self.hs(&mut x, k0)?;
+                    }
+                    let theirs = x.bw_reports(&mine.report()).map_err(CliError::Oob)?;
+                    let theirs = BwFigures::from_report(&theirs);
+                    rows.push(mine.plus(&theirs));
+                    both = Some((mine, theirs));
+                }
+                self.close(x, k0)?;
+            }
             Program::WriteBw | Program::ReadBw | Program::AtomicBw => {
-                let mine = if self.is_client {
-                    Some(self.bandwidth_client()?)
-                } else {
-                    None
-                };
+                let mut last = None;
+                if self.is_client {
+                    for size in p.sizes() {
+                        self.set_size(size);
+                        let f = self.bandwidth_client()?.figures(size);
+                        rows.push(f);
+                        last = Some(f);
+                    }
+                }
                 self.hs(&mut x, k0)?;
                 if p.check && !self.is_client {
                     self.verify_server();
                 }
                 self.verdicts(&mut x)?;
-                let report = mine.as_ref().map_or(
-                    BwReport {
-                        size: 0,
-                        iters: 0,
-                        bw_peak: 0.0,
-                        bw_avg: 0.0,
-                        msg_rate: 0.0,
-                    },
-                    |m| m.report(p.size),
-                );
+                let report = last.map_or(BwFigures::empty(p.size).report(), |f| f.report());
                 let theirs = x.bw_reports(&report).map_err(CliError::Oob)?;
                 self.close(x, k0)?;
-                mine.map_or(Outcome::Bw(BwFigures::from_report(&theirs)), |m| {
-                    Outcome::Bw(m.figures(p.size))
-                })
+                // The passive server prints the client's (last) report.
+                if !self.is_client {
+                    rows.push(BwFigures::from_report(&theirs));
+                }
             }
             Program::SendBw => {
-                let m = if self.is_client {
-                    self.bandwidth_client()?
-                } else {
-                    self.bandwidth_server()?
-                };
+                for size in p.sizes() {
+                    if p.all {
+                        // ib_send_bw -a: receives, a barrier, the size, a barrier.
+                        self.set_size(size);
+                        self.post_receives()?;
+                        self.hs(&mut x, k0)?;
+                    }
+                    let m = if self.is_client {
+                        self.bandwidth_client()?
+                    } else {
+                        self.bandwidth_server()?
+                    };
+                    rows.push(m.figures(size));
+                    if p.all {
+                        self.hs(&mut x, k0)?;
+                    }
+                }
                 self.verdicts(&mut x)?;
                 self.close(x, k0)?;
-                Outcome::Bw(m.figures(p.size))
             }
             other => {
                 return Err(CliError::Failed(format!(
@@ -62,39 +89,65 @@ impl Test<'_> {
                     other.perftest_name()
                 )))
             }
-        })
+        }
+        Ok(Outcome::Bw { rows, both })
     }
 
-    /// The requester side of ib_{send,write,read,atomic}_bw: tx_depth WRs in flight per QP.
+    /// The requester side of ib_{send,write,read,atomic}_bw: tx_depth WRs in flight per QP,
+    /// for -n iterations or, under -D, until the duration ends (completions counted only
+    /// between the margins, as perftest's SAMPLE_STATE).
     pub(super) fn bandwidth_client(&mut self) -> Result<BwRun, CliError> {
         let n = self.conns.len();
-        let total = self.p.iters as usize * n;
+        let clock = self.p.duration.map(|d| Clock::new(d, self.p.margin));
+        let iters = if clock.is_some() {
+            u64::MAX
+        } else {
+            self.p.iters
+        };
+        let total = if clock.is_some() {
+            0
+        } else {
+            self.p.iters as usize * n
+        };
         let mut run = BwRun {
             posted: Vec::with_capacity(total.min(PREALLOCATED_TIMESTAMPS)),
             completed: Vec::with_capacity(total.min(PREALLOCATED_TIMESTAMPS)),
+            sampled: clock.map(|c| (0, c.sample_seconds())),
         };
         let mut wcs = vec![WorkCompletion::default(); 64];
         let mut posted = vec![0u64; n];
         for (c, count) in posted.iter_mut().enumerate() {
-            while *count < self.p.iters && *count < self.tx_depth as u64 {
-                run.posted.push(Instant::now());
+            while *count < iters && *count < self.tx_depth as u64 {
+                if clock.is_none() {
+                    run.posted.push(Instant::now());
+                }
                 self.post_op(c, *count)?;
                 *count += 1;
             }
         }
+        let mut in_flight: u64 = posted.iter().sum();
         let mut last = Instant::now();
-        while run.completed.len() < total {
+        while in_flight > 0 {
             let k = self.poll(&mut wcs, &mut last)?;
             let now = Instant::now();
+            let phase = clock.map(|c| c.phase(now));
             for wc in &wcs[..k] {
                 let c = self.conn_of(wc)?;
-                run.completed.push(now);
+                in_flight -= 1;
+                match (&mut run.sampled, phase) {
+                    (Some((count, _)), Some(Phase::Sample)) => *count += 1,
+                    (Some(_), _) => {}
+                    (None, _) => run.completed.push(now),
+                }
                 let r = self.check_completion(c, wc.wr_id);
                 self.note(r);
-                if posted[c] < self.p.iters {
-                    run.posted.push(Instant::now());
+                if posted[c] < iters && phase != Some(Phase::End) {
+                    if clock.is_none() {
+                        run.posted.push(Instant::now());
+                    }
                     self.post_op(c, posted[c])?;
                     posted[c] += 1;
+                    in_flight += 1;
                 }
             }
         }
@@ -102,23 +155,39 @@ impl Test<'_> {
     }
 
     /// The receiving server of ib_send_bw: keeps rx_depth receives posted per QP and times
-    /// from the first arrival to the last, as perftest's run_iter_bw_server.
+    /// from the first arrival to the last, as perftest's run_iter_bw_server; under -D it
+    /// counts the arrivals between the margins of its own clock, reposting every receive so
+    /// that the sender's last messages still find one.
     pub(super) fn bandwidth_server(&mut self) -> Result<BwRun, CliError> {
         let n = self.conns.len();
-        let total = self.p.iters as usize * n;
+        let clock = self.p.duration.map(|d| Clock::new(d, self.p.margin));
+        let total = if clock.is_some() {
+            0
+        } else {
+            self.p.iters as usize * n
+        };
         let mut run = BwRun {
             posted: Vec::with_capacity(1),
             completed: Vec::with_capacity(total.min(PREALLOCATED_TIMESTAMPS)),
+            sampled: clock.map(|c| (0, c.sample_seconds())),
         };
         let mut wcs = vec![WorkCompletion::default(); 64];
         let mut got = vec![0u64; n];
         let mut last = Instant::now();
-        while run.completed.len() < total {
+        loop {
+            let done = match clock {
+                Some(c) => c.phase(Instant::now()) == Phase::End,
+                None => run.completed.len() >= total,
+            };
+            if done {
+                break;
+            }
             let k = self.poll(&mut wcs, &mut last)?;
             let now = Instant::now();
             if k > 0 && run.posted.is_empty() {
                 run.posted.push(now);
             }
+            let phase = clock.map(|c| c.phase(now));
             for wc in &wcs[..k] {
                 let c = self.conn_of(wc)?;
                 let msg = wc.wr_id;
@@ -141,9 +210,13 @@ impl Test<'_> {
                     self.note(r);
                 }
                 got[c] += 1;
-                run.completed.push(now);
+                match (&mut run.sampled, phase) {
+                    (Some((count, _)), Some(Phase::Sample)) => *count += 1,
+                    (Some(_), _) => {}
+                    (None, _) => run.completed.push(now),
+                }
                 let next = msg + self.rx_depth as u64;
-                if next < self.p.iters {
+                if next < self.p.iters || clock.is_some() {
                     self.post_recv(c, next)?;
                 }
             }
@@ -175,5 +248,79 @@ impl Test<'_> {
             };
             self.note(r);
         }
+    }
+}
+
+/// Where a -D run is: perftest's START_STATE (the first margin), SAMPLE_STATE, then
+/// STOP_SAMPLE_STATE (the last margin) and END_STATE, driven by alarms there and by the
+/// monotonic clock here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// Warming up: completions are not counted.
+    Start,
+    /// Completions are counted.
+    Sample,
+    /// Cooling down: not counted.
+    StopSample,
+    /// No more work requests are posted.
+    End,
+}
+
+/// The clock of a -D run, started when the traffic starts.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Clock {
+    start: Instant,
+    duration: Duration,
+    margin: Duration,
+}
+
+impl Clock {
+    /// Starts now.
+    pub(super) fn new(duration: Duration, margin: Duration) -> Clock {
+        Clock {
+            start: Instant::now(),
+            duration,
+            margin,
+        }
+    }
+
+    /// The phase at `now`.
+    pub(super) fn phase(&self, now: Instant) -> Phase {
+        let t = now.saturating_duration_since(self.start);
+        if t < self.margin {
+            Phase::Start
+        } else if t + self.margin < self.duration {
+            Phase::Sample
+        } else if t < self.duration {
+            Phase::StopSample
+        } else {
+            Phase::End
+        }
+    }
+
+    /// The length of the sampled window: duration - 2 x margin.
+    pub(super) fn sample_seconds(&self) -> f64 {
+        self.duration
+            .saturating_sub(2 * self.margin)
+            .as_secs_f64()
+            .max(1e-9)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_duration_clock_samples_between_the_margins() {
+        let c = Clock::new(Duration::from_secs(8), Duration::from_secs(2));
+        let at = |s: u64| c.phase(c.start + Duration::from_millis(s));
+        assert_eq!(at(0), Phase::Start);
+        assert_eq!(at(1999), Phase::Start);
+        assert_eq!(at(2000), Phase::Sample);
+        assert_eq!(at(5999), Phase::Sample);
+        assert_eq!(at(6000), Phase::StopSample);
+        assert_eq!(at(8000), Phase::End);
+        assert!((c.sample_seconds() - 4.0).abs() < 1e-9);
     }
 }

@@ -27,12 +27,13 @@ use std::result::Result;
 mod bw;
 mod lat;
 mod ops;
+mod refused;
 mod report;
 mod setup;
 
 use super::device::DeviceArgs;
 use super::CliError;
-use report::print_result;
+use report::{print_result, Output};
 use setup::Test;
 
 /// The operation under test.
@@ -140,6 +141,32 @@ pub struct PerfArgs {
     /// Transport retries before "retry exceeded" (0..7; 7 retries forever, as rxe treats it).
     #[arg(long = "retry-cnt", default_value_t = 7, value_parser = clap::value_parser!(u8).range(0..=7))]
     pub retry_cnt: u8,
+    /// Run every message size from 2 to 2^23 bytes, one report row per size (perftest's -a;
+    /// bandwidth tests; atomics stay at 8 bytes).
+    #[arg(short = 'a', long = "all")]
+    pub all: bool,
+    /// Run for this many seconds instead of -n iterations (perftest's -D; bandwidth tests).
+    #[arg(short = 'D', long = "duration")]
+    pub duration: Option<u64>,
+    /// Seconds left out at the start and at the end of a -D run (perftest's -f; default a
+    /// quarter of the duration).
+    #[arg(short = 'f', long = "margin")]
+    pub margin: Option<u64>,
+    /// Bidirectional: both ends send (perftest's -b; WRITE, READ and atomic bandwidth).
+    #[arg(short = 'b', long = "bidirectional")]
+    pub bidirectional: bool,
+    /// With -b, also print this end's and the peer's figures apart.
+    #[arg(long = "report-both")]
+    pub report_both: bool,
+    /// Write perftest's JSON report (to --out_json_file, default perftest_out.json).
+    #[arg(long = "out_json")]
+    pub out_json: bool,
+    /// The file --out_json writes (rewritten after every report, as perftest does).
+    #[arg(long = "out_json_file", default_value = "perftest_out.json")]
+    pub out_json_file: String,
+    /// perftest flags that have no meaning on softroce; each is refused by name.
+    #[command(flatten)]
+    pub refused: refused::RefusedFlags,
     /// Device options.
     #[command(flatten)]
     pub device: DeviceArgs,
@@ -210,16 +237,31 @@ struct Params {
     size: u64,
     iters: u64,
     num_qps: u32,
+    /// -a: every size from 2 to 2^23 (`size` is then the buffer's, 2^23).
+    all: bool,
+    /// -D: seconds to run, and the margin at each end.
+    duration: Option<Duration>,
+    /// -f, resolved.
+    margin: Duration,
+    /// -b.
+    duplex: bool,
 }
 
 impl Params {
     /// What a softroce peer must also be running (the version message extension).
     fn signature(&self) -> TestSignature {
         TestSignature {
-            test: self.prog.code() | if self.cas { 0x80 } else { 0 },
+            test: self.prog.code()
+                | if self.all { 0x10 } else { 0 }
+                | if self.duration.is_some() { 0x20 } else { 0 }
+                | if self.duplex { 0x40 } else { 0 }
+                | if self.cas { 0x80 } else { 0 },
             flags: self.check as u8 | ((self.num_qps.min(127) as u8) << 1),
             size: self.size.min(u32::MAX as u64) as u32,
-            iters: self.iters.min(u32::MAX as u64) as u32,
+            iters: match self.duration {
+                Some(d) => d.as_secs().min(u32::MAX as u64) as u32,
+                None => self.iters.min(u32::MAX as u64) as u32,
+            },
         }
     }
 
@@ -235,15 +277,22 @@ impl Params {
             "read lat",
             "atomic lat",
         ]
-        .get((sig.test & 0x7f) as usize)
+        .get((sig.test & 0x0f) as usize)
         .copied()
         .unwrap_or("?");
+        let bit = |b: u8, s: &'static str| if sig.test & b != 0 { s } else { "" };
         format!(
-            "{name}{}, -s {}, -n {}, -q {}{}",
-            if sig.test & 0x80 != 0 { " (CAS)" } else { "" },
-            sig.size,
+            "{name}{}, {}, {} {}, -q {}{}{}",
+            bit(0x80, " (CAS)"),
+            if sig.test & 0x10 != 0 {
+                "-a".to_string()
+            } else {
+                format!("-s {}", sig.size)
+            },
+            if sig.test & 0x20 != 0 { "-D" } else { "-n" },
             sig.iters,
             sig.flags >> 1,
+            bit(0x40, ", -b"),
             if sig.flags & 1 != 0 { ", --check" } else { "" }
         )
     }
@@ -258,14 +307,24 @@ pub fn run(args: &PerfArgs) -> Result<(), CliError> {
     let agreed = setup::agree(&mut x, &p, args)?;
     let ctx = args.device.open(ip)?;
     let _report = args.device.counter_report(&ctx);
-    let mut t = Test::new(&ctx, p, agreed.layout, x.role(), timeout, args)?;
+    let mut t = Test::new(&ctx, p, &agreed, x.role(), timeout, args)?;
     let k0 = t.connect(&mut x, agreed.mtu, args)?;
     let result = if p.prog.lat() {
         t.run_lat(x, &k0)?
     } else {
         t.run_bw(x, &k0)?
     };
-    print_result(args.json, &p, agreed.mtu_bytes, t.is_client, &result)?;
+    let output = Output {
+        json: args.json,
+        report_both: args.report_both,
+        out_json: args.out_json.then_some(args.out_json_file.as_str()),
+        mtu: agreed.mtu_bytes,
+        is_client: t.is_client,
+        tx_depth: t.tx_depth,
+        rx_depth: t.rx_depth,
+        outs: t.conns[0].mine.out_reads.min(255) as u8,
+    };
+    print_result(&p, &output, &result)?;
     if let Some(f) = t.failure.take() {
         return Err(CliError::Failed(f));
     }
@@ -286,6 +345,10 @@ mod tests {
             size: 65536,
             iters: 100,
             num_qps: 2,
+            all: false,
+            duration: None,
+            margin: Duration::ZERO,
+            duplex: false,
         };
         let q = Params {
             prog: Program::ReadBw,
@@ -295,5 +358,15 @@ mod tests {
         assert_ne!(p.signature(), Params { num_qps: 3, ..p }.signature());
         assert!(Params::describe(&p.signature()).contains("write bw"));
         assert!(Params::describe(&p.signature()).contains("--check"));
+        let all = Params { all: true, ..p };
+        assert_ne!(p.signature(), all.signature());
+        assert!(Params::describe(&all.signature()).contains("-a"));
+        let dur = Params {
+            duration: Some(Duration::from_secs(2)),
+            ..p
+        };
+        assert_ne!(p.signature(), dur.signature());
+        assert!(Params::describe(&dur.signature()).contains("-D 2"));
+        assert_ne!(p.signature(), Params { duplex: true, ..p }.signature());
     }
 }

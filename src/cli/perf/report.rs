@@ -17,6 +17,9 @@ pub(super) struct BwRun {
     pub(super) posted: Vec<Instant>,
     /// When each message completed, in completion order.
     pub(super) completed: Vec<Instant>,
+    /// Under -D: the messages completed within the sampled window, and its length in
+    /// seconds (no per-message timestamps, and no peak, as perftest's noPeak).
+    pub(super) sampled: Option<(u64, f64)>,
 }
 
 /// Bandwidth figures in perftest's units (MB = 2^20 bytes).
@@ -31,6 +34,41 @@ pub(super) struct BwFigures {
 }
 
 impl BwFigures {
+    /// No messages (the report a passive end sends).
+    pub(super) fn empty(size: u64) -> BwFigures {
+        BwFigures {
+            size,
+            messages: 0,
+            seconds: 0.0,
+            bw_peak_mib: 0.0,
+            bw_avg_mib: 0.0,
+            msg_rate_mpps: 0.0,
+        }
+    }
+
+    /// The report perftest sends its peer.
+    pub(super) fn report(&self) -> BwReport {
+        BwReport {
+            size: self.size,
+            iters: self.messages,
+            bw_peak: self.bw_peak_mib,
+            bw_avg: self.bw_avg_mib,
+            msg_rate: self.msg_rate_mpps,
+        }
+    }
+
+    /// A bidirectional row: both ends' figures added, this end's message count (perftest's
+    /// print_full_bw_report with a remote report).
+    pub(super) fn plus(&self, theirs: &BwFigures) -> BwFigures {
+        BwFigures {
+            bw_peak_mib: self.bw_peak_mib + theirs.bw_peak_mib,
+            bw_avg_mib: self.bw_avg_mib + theirs.bw_avg_mib,
+            msg_rate_mpps: self.msg_rate_mpps + theirs.msg_rate_mpps,
+            ..*self
+        }
+    }
+
+    /// The figures read back from a peer's report.
     pub(super) fn from_report(r: &BwReport) -> BwFigures {
         let seconds = if r.msg_rate > 0.0 {
             r.iters as f64 / (r.msg_rate * 1e6)
@@ -55,6 +93,16 @@ const PEAK_WINDOW: usize = 100;
 impl BwRun {
     /// Average, peak and rate of `size`-byte messages.
     pub(super) fn figures(&self, size: u64) -> BwFigures {
+        if let Some((n, secs)) = self.sampled {
+            return BwFigures {
+                size,
+                messages: n,
+                seconds: secs,
+                bw_peak_mib: 0.0,
+                bw_avg_mib: size as f64 * n as f64 / secs / MIB,
+                msg_rate_mpps: n as f64 / secs / 1e6,
+            };
+        }
         let n = self.completed.len();
         let (Some(first), Some(last)) = (self.posted.first(), self.completed.last()) else {
             return BwFigures {
@@ -95,18 +143,6 @@ impl BwRun {
             bw_peak_mib: size as f64 / best / MIB,
             bw_avg_mib: bytes / secs / MIB,
             msg_rate_mpps: n as f64 / secs / 1e6,
-        }
-    }
-
-    /// The report perftest's client sends its server.
-    pub(super) fn report(&self, size: u64) -> BwReport {
-        let f = self.figures(size);
-        BwReport {
-            size,
-            iters: f.messages,
-            bw_peak: f.bw_peak_mib,
-            bw_avg: f.bw_avg_mib,
-            msg_rate: f.msg_rate_mpps,
         }
     }
 }
@@ -159,43 +195,146 @@ impl LatStats {
 
 /// What a run produced.
 pub(super) enum Outcome {
-    Bw(BwFigures),
+    /// Bandwidth: one row per size (under -b, both ends' figures added), and under -b this
+    /// end's and the peer's last figures apart (for --report-both).
+    Bw {
+        rows: Vec<BwFigures>,
+        both: Option<(BwFigures, BwFigures)>,
+    },
     Lat(Option<LatStats>),
     /// The passive end of ib_read_lat / ib_atomic_lat: only the client measures.
     Passive,
 }
 
-pub(super) fn print_result(
-    json: bool,
-    p: &Params,
-    mtu: u32,
-    is_client: bool,
-    r: &Outcome,
-) -> Result<(), CliError> {
+/// How the report is printed, from the flags.
+pub(super) struct Output<'a> {
+    /// --json: one JSON line per row.
+    pub(super) json: bool,
+    /// --report-both.
+    pub(super) report_both: bool,
+    /// --out_json: perftest's JSON report written to this file.
+    pub(super) out_json: Option<&'a str>,
+    /// The agreed MTU in bytes.
+    pub(super) mtu: u32,
+    /// This end connected to the server.
+    pub(super) is_client: bool,
+    /// Send work requests in flight per QP.
+    pub(super) tx_depth: u32,
+    /// Receives posted per QP.
+    pub(super) rx_depth: u32,
+    /// READ/atomic requests accepted per QP.
+    pub(super) outs: u8,
+}
+
+const BW_HEADER: &str =
+    " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]";
+
+/// perftest's REPORT_FMT row.
+fn bw_row(f: &BwFigures) -> String {
+    format!(
+        " {:<7}    {:<10}       {:<7.2}            {:<7.2}\t\t   {:<7.6}",
+        f.size, f.messages, f.bw_peak_mib, f.bw_avg_mib, f.msg_rate_mpps
+    )
+}
+
+/// The softroce --json line of one bandwidth row or latency result.
+fn json_line(p: &Params, o: &Output, size: u64) -> serde_json::Value {
+    serde_json::json!({
+        "test": format!("{:?}", p.op).to_lowercase(),
+        "program": p.prog.perftest_name(),
+        "role": if o.is_client { "client" } else { "server" },
+        "lat": p.prog.lat(),
+        "bytes": size,
+        "iters": p.iters,
+        "qps": p.num_qps,
+        "mtu": o.mtu,
+        "check": p.check,
+        "all": p.all,
+        "bidirectional": p.duplex,
+        "duration_s": p.duration.map(|d| d.as_secs()),
+    })
+}
+
+/// perftest's --out_json report (write_test_info_to_file and write_bw_report_to_file): the
+/// same keys and the same unquoted, trailing-comma layout perftest writes.
+pub(super) fn perftest_json(p: &Params, o: &Output, f: &BwFigures) -> String {
+    let verb = match p.op {
+        PerfOp::Send => "Send",
+        PerfOp::Write => "RDMA_Write",
+        PerfOp::Read => "RDMA_Read",
+        PerfOp::Atomic => "Atomic",
+    };
+    let mut t = String::from("{\ntest_info: {\n");
+    t += &format!("test: {verb}_");
+    if p.op == PerfOp::Atomic {
+        t += if p.cas {
+            "CMP_AND_SWAP_"
+        } else {
+            "FETCH_AND_ADD_"
+        };
+    }
+    if p.duplex {
+        t += "Bidirectional_";
+    }
+    t += "BW_Test,\n";
+    t += "Dual_port: OFF,\nDevice: \"softroce\",\n";
+    t += &format!("Number_of_qps: {},\nTransport_type: IB,\n", p.num_qps);
+    t += "Connection_type: RC,\nUsing_SRQ: OFF,\n";
+    t += " PCIe_relax_order: Unsupported,\n";
+    t += "ibv_wr_API: ON,\n";
+    if o.is_client || p.duplex {
+        t += &format!("TX_depth : {},\n", o.tx_depth);
+    }
+    if p.op == PerfOp::Send && (!o.is_client || p.duplex) {
+        t += &format!("RX_depth: {},\n", o.rx_depth);
+    }
+    t += &format!("CQ_Moderation: {},\n", PEAK_WINDOW);
+    t += &format!("Mtu: {},\nLink_type: Ethernet,\n", o.mtu);
+    if matches!(p.op, PerfOp::Read | PerfOp::Atomic) {
+        t += &format!("Outstand_reads: {},\n", o.outs);
+    } else {
+        t += "Max_inline_data: 0,\n";
+    }
+    t += "rdma_cm_QPs: OFF,\nData_ex_method: Ethernet,\n},\n";
+    t += "results: {\n";
+    // perftest prints six decimals when a Gb/s average is below 0.1; MB/s keeps two.
+    t += &format!(
+        "MsgSize: {},\nn_iterations: {},\nBW_peak: {:.2},\nBW_average: {:.2},\nMsgRate: {:.6},\n",
+        f.size, f.messages, f.bw_peak_mib, f.bw_avg_mib, f.msg_rate_mpps
+    );
+    t += "},\n}\n";
+    t
+}
+
+pub(super) fn print_result(p: &Params, o: &Output, r: &Outcome) -> Result<(), CliError> {
     let mut out = std::io::stdout().lock();
     let w =
         |out: &mut std::io::StdoutLock, s: String| writeln!(out, "{s}").map_err(CliError::Output);
-    if json {
-        let mut v = serde_json::json!({
-            "test": format!("{:?}", p.op).to_lowercase(),
-            "program": p.prog.perftest_name(),
-            "role": if is_client { "client" } else { "server" },
-            "lat": p.prog.lat(),
-            "bytes": p.size,
-            "iters": p.iters,
-            "qps": p.num_qps,
-            "mtu": mtu,
-            "check": p.check,
-        });
+    if let (Some(path), Outcome::Bw { rows, .. }) = (o.out_json, r) {
+        if let Some(last) = rows.last() {
+            std::fs::write(path, perftest_json(p, o, last)).map_err(|err| CliError::Open {
+                path: path.to_string(),
+                err,
+            })?;
+        }
+    }
+    if o.json {
         match r {
-            Outcome::Bw(f) => {
-                v["seconds"] = serde_json::json!(f.seconds);
-                v["bw_peak_mibps"] = serde_json::json!(f.bw_peak_mib);
-                v["bw_avg_mibps"] = serde_json::json!(f.bw_avg_mib);
-                v["bw_avg_mbps"] = serde_json::json!(f.bw_avg_mib * MIB / 1e6);
-                v["msg_rate_mpps"] = serde_json::json!(f.msg_rate_mpps);
+            Outcome::Bw { rows, .. } => {
+                for f in rows {
+                    let mut v = json_line(p, o, f.size);
+                    v["iters"] = serde_json::json!(f.messages);
+                    v["seconds"] = serde_json::json!(f.seconds);
+                    v["bw_peak_mibps"] = serde_json::json!(f.bw_peak_mib);
+                    v["bw_avg_mibps"] = serde_json::json!(f.bw_avg_mib);
+                    v["bw_avg_mbps"] = serde_json::json!(f.bw_avg_mib * MIB / 1e6);
+                    v["msg_rate_mpps"] = serde_json::json!(f.msg_rate_mpps);
+                    w(&mut out, v.to_string())?;
+                }
+                return Ok(());
             }
             Outcome::Lat(Some(l)) => {
+                let mut v = json_line(p, o, p.size);
                 v["lat_us"] = serde_json::json!({
                     "min": l.min,
                     "p50": l.typical,
@@ -205,10 +344,12 @@ pub(super) fn print_result(
                     "avg": l.avg,
                     "stdev": l.stdev,
                 });
+                return w(&mut out, v.to_string());
             }
-            Outcome::Lat(None) | Outcome::Passive => {}
+            Outcome::Lat(None) | Outcome::Passive => {
+                return w(&mut out, json_line(p, o, p.size).to_string())
+            }
         }
-        return w(&mut out, v.to_string());
     }
     let line = "-".repeat(87);
     let name = match p.op {
@@ -222,7 +363,8 @@ pub(super) fn print_result(
     w(
         &mut out,
         format!(
-            "                    {name} {} Test",
+            "                    {name} {}{} Test",
+            if p.duplex { "Bidirectional " } else { "" },
             if p.prog.lat() { "Latency" } else { "BW" }
         ),
     )?;
@@ -240,22 +382,33 @@ pub(super) fn print_result(
             if p.check { "ON" } else { "OFF" }
         ),
     )?;
-    w(&mut out, format!(" Mtu             : {mtu}[B]"))?;
+    w(&mut out, format!(" Mtu             : {}[B]", o.mtu))?;
+    if let Some(d) = p.duration {
+        w(
+            &mut out,
+            format!(
+                " Duration        : {} sec, margin {} sec",
+                d.as_secs(),
+                p.margin.as_secs()
+            ),
+        )?;
+    }
     w(&mut out, line.clone())?;
     match r {
-        Outcome::Bw(f) => {
-            w(
-                &mut out,
-                " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
-                    .into(),
-            )?;
-            w(
-                &mut out,
-                format!(
-                    " {:<7}    {:<10}       {:<7.2}            {:<7.2}\t\t   {:<7.6}",
-                    f.size, f.messages, f.bw_peak_mib, f.bw_avg_mib, f.msg_rate_mpps
-                ),
-            )?;
+        Outcome::Bw { rows, both } => {
+            w(&mut out, BW_HEADER.into())?;
+            for f in rows {
+                w(&mut out, bw_row(f))?;
+            }
+            if let (true, Some((mine, theirs))) = (o.report_both, both) {
+                for (title, f) in [(" Local results: ", mine), (" Remote results: ", theirs)] {
+                    w(&mut out, line.clone())?;
+                    w(&mut out, format!("\n{title}"))?;
+                    w(&mut out, line.clone())?;
+                    w(&mut out, BW_HEADER.into())?;
+                    w(&mut out, bw_row(f))?;
+                }
+            }
         }
         Outcome::Lat(Some(l)) => {
             w(&mut out, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ".into())?;

@@ -18,6 +18,7 @@ use crate::cli::CliError;
 impl Params {
     /// Resolves perftest's defaults and refuses what cannot run.
     pub(super) fn from_args(args: &PerfArgs) -> Result<Params, CliError> {
+        args.refused.check()?;
         args.device.validate()?;
         Mtu::from_bytes(args.mtu).ok_or_else(|| {
             CliError::Usage(format!("-m {}: the MTU must be 256..4096", args.mtu))
@@ -28,7 +29,14 @@ impl Params {
                 args.ib_port
             )));
         }
+        let duration = args.duration.map(Duration::from_secs);
+        // perftest: the margin defaults to a quarter of the duration.
+        let margin = Duration::from_secs(args.margin.unwrap_or(args.duration.unwrap_or(0) / 4));
         let p = Params {
+            all: args.all,
+            duration,
+            margin,
+            duplex: args.bidirectional,
             prog: Program::of(args.op, args.lat),
             op: args.op,
             cas: args.cas || args.atomic_type == AtomicType::CmpAndSwap,
@@ -36,6 +44,7 @@ impl Params {
             size: args.size.unwrap_or(match (args.op, args.lat) {
                 (PerfOp::Atomic, _) => 8,
                 (_, true) => 2,
+                _ if args.all => MAX_SIZE,
                 _ => 65536,
             }),
             iters: args.iters.unwrap_or(if args.lat { 1000 } else { 5000 }),
@@ -51,7 +60,7 @@ impl Params {
             ));
         }
         // Every message is timed (perftest's tposted/tcompleted), 32 bytes of timestamps each.
-        if p.iters.saturating_mul(p.num_qps as u64) > MAX_MESSAGES {
+        if p.duration.is_none() && p.iters.saturating_mul(p.num_qps as u64) > MAX_MESSAGES {
             return Err(CliError::Usage(format!(
                 "-n {} x -q {}: at most {MAX_MESSAGES} messages per run (each is timed)",
                 p.iters, p.num_qps
@@ -65,9 +74,54 @@ impl Params {
                 "latency tests use one QP (-q 1), as perftest's".into(),
             ));
         }
+        p.check_modes()?;
         Ok(p)
     }
+
+    /// Refuses -a, -D and -b where perftest refuses them or softroce does not run them.
+    fn check_modes(&self) -> Result<(), CliError> {
+        let usage = |s: &str| Err(CliError::Usage(s.into()));
+        if let Some(d) = self.duration {
+            if self.all {
+                return usage("-D: duration mode does not run all sizes (-a), as perftest's");
+            }
+            if d <= 2 * self.margin {
+                return usage(
+                    "-D/-f: the duration must be more than twice the margin (DURATION > 2*MARGIN)",
+                );
+            }
+        }
+        if self.prog.lat() && (self.all || self.duration.is_some() || self.duplex) {
+            return usage(
+                "-a, -D and -b run the bandwidth tests here; the latency tests run -s/-n",
+            );
+        }
+        if self.duplex && self.prog == Program::SendBw {
+            return usage(
+                "-b: bidirectional SEND is not supported; -b runs WRITE, READ and atomic bandwidth",
+            );
+        }
+        if self.check && (self.all || self.duration.is_some() || self.duplex) {
+            return usage(
+                "--check verifies fixed -s/-n runs; it does not combine with -a, -D or -b",
+            );
+        }
+        Ok(())
+    }
+
+    /// The message sizes a bandwidth run measures: 2..2^23 under -a (atomics stay 8 bytes, as
+    /// perftest's ib_atomic_bw), else -s.
+    pub(super) fn sizes(&self) -> Vec<u64> {
+        if self.all && self.op != PerfOp::Atomic {
+            (1..24).map(|i| 1u64 << i).collect()
+        } else {
+            vec![self.size]
+        }
+    }
 }
+
+/// perftest's MAX_SIZE: the largest -a size, and the buffer -a allocates.
+pub(super) const MAX_SIZE: u64 = 1 << 23;
 
 /// Opens the out-of-band TCP connection: connects to SERVER, or listens and accepts one peer.
 /// Returns the exchange and this end's device address.
@@ -118,6 +172,10 @@ pub(super) struct Agreed {
     pub(super) mtu: Mtu,
     /// `mtu` in bytes, for the report.
     pub(super) mtu_bytes: u32,
+    /// The peer's cycle buffer and cache line, for per-size layouts under -a.
+    pub(super) cycle: u64,
+    /// See `cycle`.
+    pub(super) line: u64,
 }
 
 /// Versions (and, between softroce ends, the test signature), system data and MTU: every
@@ -152,6 +210,8 @@ pub(super) fn agree(x: &mut Exchange, p: &Params, args: &PerfArgs) -> Result<Agr
         layout,
         mtu,
         mtu_bytes,
+        cycle: cycle as u64,
+        line: line as u64,
     })
 }
 
@@ -234,6 +294,10 @@ pub(super) struct Test<'a> {
     /// The first --check mismatch; the test runs to its end so that the peer is not left
     /// waiting, then both ends fail.
     pub(super) failure: Option<String>,
+    /// The cycle buffer and cache line agreed with the peer (for [`Test::set_size`]).
+    cycle: u64,
+    /// See `cycle`.
+    line: u64,
 }
 
 impl<'a> Test<'a> {
@@ -242,12 +306,13 @@ impl<'a> Test<'a> {
     pub(super) fn new(
         ctx: &'a Context,
         p: Params,
-        layout: Layout,
+        agreed: &Agreed,
         role: Role,
         timeout: Duration,
         args: &PerfArgs,
     ) -> Result<Test<'a>, CliError> {
         let prog = p.prog;
+        let layout = agreed.layout;
         let gid = ctx
             .gid(args.gid_index)
             .ok_or_else(|| CliError::Usage(format!("-x {}: no such GID index", args.gid_index)))?;
@@ -322,6 +387,8 @@ impl<'a> Test<'a> {
             tx_depth,
             rx_depth,
             failure: None,
+            cycle: agreed.cycle,
+            line: agreed.line,
         };
         if p.check && !t.is_client && matches!(prog, Program::ReadBw | Program::ReadLat) {
             let mut buf = vec![0u8; p.size as usize];
@@ -371,18 +438,41 @@ impl<'a> Test<'a> {
         }
         if !send_style {
             self.hs(x, &k0)?;
-        } else {
-            // Receives first, then a barrier, so that no SEND meets an empty queue.
-            if prog == Program::SendLat || !self.is_client {
-                for c in 0..self.conns.len() {
-                    for m in 0..(self.rx_depth as u64).min(p.iters) {
-                        self.post_recv(c, m)?;
-                    }
-                }
-            }
+        } else if !p.all {
+            // Receives first, then a barrier, so that no SEND meets an empty queue (under -a
+            // ib_send_bw does so for every size: `Test::run_bw`).
+            self.post_receives()?;
             self.hs(x, &k0)?;
         }
         Ok(k0)
+    }
+
+    /// The receives a SEND program posts before its barrier: rx_depth per QP, at the
+    /// receiving server of ib_send_bw and at both ends of ib_send_lat.
+    pub(super) fn post_receives(&self) -> Result<(), CliError> {
+        if self.p.prog == Program::SendLat || !self.is_client {
+            let first = (self.rx_depth as u64).min(if self.p.duration.is_some() {
+                u64::MAX
+            } else {
+                self.p.iters
+            });
+            for c in 0..self.conns.len() {
+                for m in 0..first {
+                    self.post_recv(c, m)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves to message size `size` under -a: perftest's addresses for it in the same buffers.
+    pub(super) fn set_size(&mut self, size: u64) {
+        let l = Layout::perftest(size, self.cycle, self.line);
+        self.p.size = size;
+        self.layout = Layout {
+            half: self.layout.half,
+            ..l
+        };
     }
 }
 
