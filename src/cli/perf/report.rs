@@ -323,7 +323,11 @@ pub(super) fn print_result(p: &Params, o: &Output, r: &Outcome) -> Result<(), Cl
             Outcome::Bw { rows, .. } => {
                 for f in rows {
                     let mut v = json_line(p, o, f.size);
-                    v["iters"] = serde_json::json!(f.messages);
+                    // perftest's -n is per QP; under -D the count is what the window saw.
+                    v["messages"] = serde_json::json!(f.messages);
+                    if p.duration.is_some() {
+                        v["iters"] = serde_json::json!(f.messages);
+                    }
                     v["seconds"] = serde_json::json!(f.seconds);
                     v["bw_peak_mibps"] = serde_json::json!(f.bw_peak_mib);
                     v["bw_avg_mibps"] = serde_json::json!(f.bw_avg_mib);

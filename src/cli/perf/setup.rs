@@ -466,7 +466,11 @@ impl<'a> Test<'a> {
     }
 
     /// Moves to message size `size` under -a: perftest's addresses for it in the same buffers.
+    /// Without -a, the layout agreed at setup stays.
     pub(super) fn set_size(&mut self, size: u64) {
+        if !self.p.all {
+            return;
+        }
         let l = Layout::perftest(size, self.cycle, self.line);
         self.p.size = size;
         self.layout = Layout {
