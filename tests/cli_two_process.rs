@@ -542,3 +542,159 @@ fn pingpong_carries_messages_of_several_4096_byte_mtus() {
     let c = ok(&cl, "client -m 4096");
     assert!(c.contains("20 iters in"), "{c}");
 }
+
+/// The JSON lines of a run's stdout.
+fn json_lines(out: &str) -> Vec<serde_json::Value> {
+    out.lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+#[test]
+fn perf_all_sizes_prints_one_row_per_size_from_2_to_8_mib() {
+    let want: Vec<u64> = (1..24).map(|i| 1u64 << i).collect();
+    for op in ["write", "send", "read"] {
+        let (sv, cl, _) = run_pair(&["perf", op], &["-a", "-n", "4", "--json"], &[], &[]);
+        let c = json_lines(&ok(&cl, &format!("client {op} -a")));
+        let s = json_lines(&ok(&sv, &format!("server {op} -a")));
+        let sizes: Vec<u64> = c.iter().map(|v| v["bytes"].as_u64().unwrap()).collect();
+        assert_eq!(sizes, want, "{op}: the client's rows");
+        for v in &c {
+            assert_eq!(v["iters"], 4);
+            assert!(v["bw_avg_mibps"].as_f64().unwrap() > 0.0, "{v}");
+        }
+        if op == "send" {
+            // ib_send_bw's receiving server measures every size too.
+            assert_eq!(s.len(), 23, "{op}: the server's rows");
+        } else {
+            // The passive WRITE/READ server prints the client's last report, as perftest's.
+            assert_eq!(s.len(), 1);
+            assert_eq!(s[0]["bytes"], 1 << 23);
+        }
+    }
+    // Atomics stay at 8 bytes under -a, as ib_atomic_bw.
+    let (_, cl, _) = run_pair(&["perf", "atomic"], &["-a", "-n", "4", "--json"], &[], &[]);
+    let c = json_lines(&ok(&cl, "client atomic -a"));
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0]["bytes"], 8);
+}
+
+#[test]
+fn perf_duration_runs_for_its_seconds_and_counts_between_the_margins() {
+    for op in ["write", "send"] {
+        let t = Instant::now();
+        let (sv, cl, _) = run_pair(
+            &["perf", op],
+            &["-D", "3", "-f", "1", "-s", "1024", "--json"],
+            &[],
+            &[],
+        );
+        let took = t.elapsed();
+        let c = json_lines(&ok(&cl, &format!("client {op} -D")));
+        ok(&sv, &format!("server {op} -D"));
+        assert!(took >= Duration::from_secs(3), "{op}: ended after {took:?}");
+        assert!(took < Duration::from_secs(20), "{op}: ran {took:?}");
+        // The sampled window is D - 2f = 1 s; only its completions count, without a peak.
+        assert_eq!(c[0]["seconds"], 1.0);
+        assert!(c[0]["messages"].as_u64().unwrap() > 0);
+        assert_eq!(c[0]["bw_peak_mibps"], 0.0);
+    }
+}
+
+#[test]
+fn perf_bidirectional_reports_both_directions() {
+    for op in ["write", "read", "atomic"] {
+        let (sv, cl, _) = run_pair(
+            &["perf", op],
+            &["-b", "-n", "300", "--json", "--report-both"],
+            &[],
+            &[],
+        );
+        let c = json_lines(&ok(&cl, &format!("client {op} -b")));
+        let s = json_lines(&ok(&sv, &format!("server {op} -b")));
+        let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap();
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(1.0);
+        for v in [&c[0], &s[0]] {
+            assert!(f(v, "local_bw_avg_mibps") > 0.0 && f(v, "remote_bw_avg_mibps") > 0.0);
+            assert!(close(
+                f(v, "bw_avg_mibps"),
+                f(v, "local_bw_avg_mibps") + f(v, "remote_bw_avg_mibps")
+            ));
+        }
+        // Each end's local figures are the other's remote ones.
+        assert!(close(
+            f(&c[0], "local_bw_avg_mibps"),
+            f(&s[0], "remote_bw_avg_mibps")
+        ));
+        assert!(close(
+            f(&s[0], "local_bw_avg_mibps"),
+            f(&c[0], "remote_bw_avg_mibps")
+        ));
+    }
+    // The text report prints both sections under --report-both.
+    let (_, cl, _) = run_pair(
+        &["perf", "write"],
+        &["-b", "-n", "50", "--report-both"],
+        &[],
+        &[],
+    );
+    let c = ok(&cl, "client write -b text");
+    assert!(c.contains("Bidirectional BW Test"), "{c}");
+    assert!(
+        c.contains("Local results") && c.contains("Remote results"),
+        "{c}"
+    );
+}
+
+#[test]
+fn perf_out_json_writes_perftests_report() {
+    let dir = std::env::temp_dir().join(format!("softroce-outjson-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("report.json");
+    let f = file.to_str().unwrap();
+    let (_, cl, _) = run_pair(
+        &["perf", "write"],
+        &["-s", "4096", "-n", "50"],
+        &[],
+        &["--out_json", "--out_json_file", f],
+    );
+    ok(&cl, "client --out_json");
+    let j = std::fs::read_to_string(&file).unwrap();
+    for want in [
+        "test_info: {",
+        "test: RDMA_Write_BW_Test,",
+        "Number_of_qps: 1,",
+        "Connection_type: RC,",
+        "TX_depth : 50,",
+        "Mtu: 4096,",
+        "results: {",
+        "MsgSize: 4096,",
+        "n_iterations: 50,",
+        "BW_peak: ",
+        "BW_average: ",
+        "MsgRate: ",
+    ] {
+        assert!(j.contains(want), "missing {want:?} in\n{j}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn perf_refuses_flags_it_cannot_honour_by_name() {
+    for (flags, named) in [
+        (&["--odp"][..], "--odp"),
+        (&["-O"][..], "--dualport"),
+        (&["--aes_xts"][..], "--aes_xts"),
+        (&["--use_hugepages"][..], "--use_hugepages"),
+        (&["--mmap", "/tmp/x"][..], "--mmap"),
+        (&["-a", "-D", "4"][..], "-D"),
+        (&["-D", "2", "-f", "1"][..], "MARGIN"),
+    ] {
+        let mut args = vec!["perf", "write", "--bind", "127.0.0.1", "-p", "1"];
+        args.extend_from_slice(flags);
+        let out = Command::new(bin()).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flags:?} accepted");
+        assert!(err.contains(named), "{flags:?}: {err}");
+    }
+}

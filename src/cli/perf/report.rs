@@ -320,13 +320,20 @@ pub(super) fn print_result(p: &Params, o: &Output, r: &Outcome) -> Result<(), Cl
     }
     if o.json {
         match r {
-            Outcome::Bw { rows, .. } => {
-                for f in rows {
+            Outcome::Bw { rows, both } => {
+                for (i, f) in rows.iter().enumerate() {
                     let mut v = json_line(p, o, f.size);
                     // perftest's -n is per QP; under -D the count is what the window saw.
                     v["messages"] = serde_json::json!(f.messages);
                     if p.duration.is_some() {
                         v["iters"] = serde_json::json!(f.messages);
+                    }
+                    // -b: the last row's two directions apart (the row is their sum).
+                    if let (Some((mine, theirs)), true) = (both, i + 1 == rows.len()) {
+                        v["local_bw_avg_mibps"] = serde_json::json!(mine.bw_avg_mib);
+                        v["remote_bw_avg_mibps"] = serde_json::json!(theirs.bw_avg_mib);
+                        v["local_msg_rate_mpps"] = serde_json::json!(mine.msg_rate_mpps);
+                        v["remote_msg_rate_mpps"] = serde_json::json!(theirs.msg_rate_mpps);
                     }
                     v["seconds"] = serde_json::json!(f.seconds);
                     v["bw_peak_mibps"] = serde_json::json!(f.bw_peak_mib);
