@@ -553,8 +553,15 @@ fn json_lines(out: &str) -> Vec<serde_json::Value> {
 #[test]
 fn perf_all_sizes_prints_one_row_per_size_from_2_to_8_mib() {
     let want: Vec<u64> = (1..24).map(|i| 1u64 << i).collect();
+    let svg = std::env::temp_dir().join(format!("softroce-sweep-{}.svg", std::process::id()));
+    let svg_arg = svg.to_str().unwrap();
     for op in ["write", "send", "read"] {
-        let (sv, cl, _) = run_pair(&["perf", op], &["-a", "-n", "4", "--json"], &[], &[]);
+        let (sv, cl, _) = run_pair(
+            &["perf", op],
+            &["-a", "-n", "4", "--json"],
+            &[],
+            &["--plot", svg_arg, "--plot-label", "sweep"],
+        );
         let c = json_lines(&ok(&cl, &format!("client {op} -a")));
         let s = json_lines(&ok(&sv, &format!("server {op} -a")));
         let sizes: Vec<u64> = c.iter().map(|v| v["bytes"].as_u64().unwrap()).collect();
@@ -571,6 +578,18 @@ fn perf_all_sizes_prints_one_row_per_size_from_2_to_8_mib() {
             assert_eq!(s.len(), 1);
             assert_eq!(s[0]["bytes"], 1 << 23);
         }
+        // --plot: the run's sweep as a picture with its label.
+        let picture = std::fs::read_to_string(&svg).unwrap();
+        assert_eq!(
+            picture
+                .lines()
+                .filter(|l| l.contains("stroke-width=\"2\" points=") && l.matches(',').count() > 2)
+                .count(),
+            2,
+            "{op}"
+        );
+        assert!(picture.contains("sweep"));
+        let _ = std::fs::remove_file(&svg);
     }
     // Atomics stay at 8 bytes under -a, as ib_atomic_bw.
     let (_, cl, _) = run_pair(&["perf", "atomic"], &["-a", "-n", "4", "--json"], &[], &[]);

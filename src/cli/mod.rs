@@ -5,6 +5,7 @@ pub mod decode;
 pub mod device;
 pub mod perf;
 pub mod pingpong;
+pub mod plot;
 pub mod qp_setup;
 
 use std::fmt;
@@ -30,6 +31,8 @@ pub enum Command {
     Pingpong(pingpong::PingpongArgs),
     /// Bandwidth or latency test of SEND, WRITE, READ or atomics, as perftest's ib_*_bw/lat.
     Perf(Box<perf::PerfArgs>),
+    /// Draw bandwidth and message rate against message size from `perf --json` runs (SVG).
+    Plot(plot::PlotArgs),
 }
 
 /// Why a subcommand failed.
@@ -107,5 +110,6 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Decode(args) => decode::run(&args),
         Command::Pingpong(args) => pingpong::run(&args),
         Command::Perf(args) => perf::run(&args),
+        Command::Plot(args) => plot::run(&args),
     }
 }

@@ -32,6 +32,7 @@ mod report;
 mod setup;
 
 use super::device::DeviceArgs;
+use super::plot;
 use super::CliError;
 use report::{print_result, Output};
 use setup::Test;
@@ -164,6 +165,13 @@ pub struct PerfArgs {
     /// The file --out_json writes (rewritten after every report, as perftest does).
     #[arg(long = "out_json_file", default_value = "perftest_out.json")]
     pub out_json_file: String,
+    /// Draw this run's bandwidth and message rate against message size to an SVG file (with
+    /// -a: one point per size; `softroce plot` combines several runs).
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<String>,
+    /// The legend entry of --plot (default: "softroce PROGRAM").
+    #[arg(long = "plot-label")]
+    pub plot_label: Option<String>,
     /// perftest flags that have no meaning on softroce; each is refused by name.
     #[command(flatten)]
     pub refused: refused::RefusedFlags,
@@ -325,6 +333,13 @@ pub fn run(args: &PerfArgs) -> Result<(), CliError> {
         outs: t.conns[0].mine.out_reads.min(255) as u8,
     };
     print_result(&p, &output, &result)?;
+    if let Some(path) = &args.plot {
+        let label = args
+            .plot_label
+            .clone()
+            .unwrap_or_else(|| format!("softroce {}", p.prog.perftest_name()));
+        plot::draw(std::path::Path::new(path), &[result.series(label)?])?;
+    }
     if let Some(f) = t.failure.take() {
         return Err(CliError::Failed(f));
     }

@@ -8,6 +8,7 @@ use std::time::Instant;
 use softroce::oob::perftest::BwReport;
 
 use super::{Params, PerfOp};
+use crate::cli::plot::Series;
 use crate::cli::CliError;
 
 /// Timestamps of one bandwidth run.
@@ -204,6 +205,24 @@ pub(super) enum Outcome {
     Lat(Option<LatStats>),
     /// The passive end of ib_read_lat / ib_atomic_lat: only the client measures.
     Passive,
+}
+
+impl Outcome {
+    /// The bandwidth rows as a line of `--plot`.
+    pub(super) fn series(&self, label: String) -> Result<Series, CliError> {
+        match self {
+            Outcome::Bw { rows, .. } if !rows.is_empty() => Ok(Series {
+                label,
+                points: rows
+                    .iter()
+                    .map(|f| (f.size, f.bw_avg_mib, f.msg_rate_mpps))
+                    .collect(),
+            }),
+            _ => Err(CliError::Usage(
+                "--plot draws bandwidth rows; this end of the test has none".into(),
+            )),
+        }
+    }
 }
 
 /// How the report is printed, from the flags.
