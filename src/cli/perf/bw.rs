@@ -27,13 +27,17 @@ impl Test<'_> {
                 // version 4.6 on, after it under -a), then the reports are summed.
                 for size in p.sizes() {
                     self.set_size(size);
+                    if self.warm {
+                        self.warm_up()?;
+                    }
                     self.hs(&mut x, k0)?;
-                    let mine = self.bandwidth_client()?.figures(size);
+                    let run = self.bandwidth_client()?;
+                    let mine = self.figures(&run, size);
                     if p.all {
                         self.hs(&mut x, k0)?;
                     }
-                    let theirs = x.bw_reports(&mine.report()).map_err(CliError::Oob)?;
-                    let theirs = BwFigures::from_report(&theirs);
+                    let theirs = x.bw_reports(&mine.report(p.gbits)).map_err(CliError::Oob)?;
+                    let theirs = BwFigures::from_report(&theirs, p.gbits);
                     rows.push(mine.plus(&theirs));
                     both = Some((mine, theirs));
                 }
@@ -44,7 +48,11 @@ impl Test<'_> {
                 if self.is_client {
                     for size in p.sizes() {
                         self.set_size(size);
-                        let f = self.bandwidth_client()?.figures(size);
+                        if self.warm {
+                            self.warm_up()?;
+                        }
+                        let run = self.bandwidth_client()?;
+                        let f = self.figures(&run, size);
                         rows.push(f);
                         last = Some(f);
                     }
@@ -54,12 +62,14 @@ impl Test<'_> {
                     self.verify_server();
                 }
                 self.verdicts(&mut x)?;
-                let report = last.map_or(BwFigures::empty(p.size).report(), |f| f.report());
+                let report = last
+                    .unwrap_or_else(|| BwFigures::empty(p.size))
+                    .report(p.gbits);
                 let theirs = x.bw_reports(&report).map_err(CliError::Oob)?;
                 self.close(x, k0)?;
                 // The passive server prints the client's (last) report.
                 if !self.is_client {
-                    rows.push(BwFigures::from_report(&theirs));
+                    rows.push(BwFigures::from_report(&theirs, p.gbits));
                 }
             }
             Program::SendBw => {
@@ -75,7 +85,7 @@ impl Test<'_> {
                     } else {
                         self.bandwidth_server()?
                     };
-                    rows.push(m.figures(size));
+                    rows.push(self.figures(&m, size));
                     if p.all {
                         self.hs(&mut x, k0)?;
                     }
@@ -94,8 +104,10 @@ impl Test<'_> {
     }
 
     /// The requester side of ib_{send,write,read,atomic}_bw: tx_depth WRs in flight per QP,
-    /// for -n iterations or, under -D, until the duration ends (completions counted only
-    /// between the margins, as perftest's SAMPLE_STATE).
+    /// posted -l at a time with a completion every -Q, for -n iterations or, under -D, until
+    /// the duration ends (completions counted only between the margins, as perftest's
+    /// SAMPLE_STATE). RC completes a QP's WRs in order, so a completion for WR k accounts for
+    /// every earlier unsignaled one.
     pub(super) fn bandwidth_client(&mut self) -> Result<BwRun, CliError> {
         let n = self.conns.len();
         let clock = self.p.duration.map(|d| Clock::new(d, self.p.margin));
@@ -116,42 +128,74 @@ impl Test<'_> {
         };
         let mut wcs = vec![WorkCompletion::default(); 64];
         let mut posted = vec![0u64; n];
-        for (c, count) in posted.iter_mut().enumerate() {
-            while *count < iters && *count < self.tx_depth as u64 {
-                if clock.is_none() {
-                    run.posted.push(Instant::now());
-                }
-                self.post_op(c, *count)?;
-                *count += 1;
-            }
-        }
-        let mut in_flight: u64 = posted.iter().sum();
+        let mut done = vec![0u64; n];
+        let depth = self.tx_depth as u64;
+        let list = self.post_list as u64;
         let mut last = Instant::now();
-        while in_flight > 0 {
+        let mut ended = false;
+        loop {
+            // Fill every QP's send queue, a post list at a time.
+            if !ended {
+                for c in 0..n {
+                    while posted[c] < iters
+                        && posted[c] - done[c] + list.min(iters - posted[c]) <= depth
+                    {
+                        let k = list.min(iters - posted[c]);
+                        if clock.is_none() {
+                            let now = Instant::now();
+                            run.posted.extend((0..k).map(|_| now));
+                        }
+                        self.post_ops(c, posted[c], k, true)?;
+                        posted[c] += k;
+                    }
+                }
+            }
+            // perftest's duration mode stops at END_STATE without waiting for what is still
+            // in flight (its last WRs may be unsignaled).
+            if ended || (0..n).all(|c| done[c] == posted[c] && posted[c] >= iters) {
+                break;
+            }
             let k = self.poll(&mut wcs, &mut last)?;
             let now = Instant::now();
             let phase = clock.map(|c| c.phase(now));
+            ended = phase == Some(Phase::End);
             for wc in &wcs[..k] {
                 let c = self.conn_of(wc)?;
-                in_flight -= 1;
+                let newly = (wc.wr_id + 1).saturating_sub(done[c]);
+                done[c] = done[c].max(wc.wr_id + 1);
                 match (&mut run.sampled, phase) {
-                    (Some((count, _)), Some(Phase::Sample)) => *count += 1,
+                    (Some((count, _)), Some(Phase::Sample)) => *count += newly,
                     (Some(_), _) => {}
-                    (None, _) => run.completed.push(now),
+                    (None, _) => run.completed.extend((0..newly).map(|_| now)),
                 }
                 let r = self.check_completion(c, wc.wr_id);
                 self.note(r);
-                if posted[c] < iters && phase != Some(Phase::End) {
-                    if clock.is_none() {
-                        run.posted.push(Instant::now());
-                    }
-                    self.post_op(c, posted[c])?;
-                    posted[c] += 1;
-                    in_flight += 1;
-                }
             }
         }
         Ok(run)
+    }
+
+    /// A run's figures under this test's peak rule (-N).
+    fn figures(&self, run: &BwRun, size: u64) -> BwFigures {
+        run.figures(size, self.p.no_peak)
+    }
+
+    /// perftest's perform_warm_up: tx_depth WRs per QP (at most -n), waited for, before the
+    /// measured run.
+    pub(super) fn warm_up(&mut self) -> Result<(), CliError> {
+        let k = (self.tx_depth as u64).min(self.p.iters).max(1);
+        for c in 0..self.conns.len() {
+            for iter in 0..k {
+                self.post_op(c, iter)?;
+            }
+        }
+        let mut wcs = vec![WorkCompletion::default(); 64];
+        let mut left = k * self.conns.len() as u64;
+        let mut last = Instant::now();
+        while left > 0 {
+            left -= self.poll(&mut wcs, &mut last)? as u64;
+        }
+        Ok(())
     }
 
     /// The receiving server of ib_send_bw: keeps rx_depth receives posted per QP and times

@@ -165,6 +165,42 @@ pub struct PerfArgs {
     /// The file --out_json writes (rewritten after every report, as perftest does).
     #[arg(long = "out_json_file", default_value = "perftest_out.json")]
     pub out_json_file: String,
+    /// Ask for a completion every N work requests (perftest's -Q; default 1 here: every WR).
+    #[arg(short = 'Q', long = "cq-mod")]
+    pub cq_mod: Option<u32>,
+    /// Post N work requests per post_send call, the last of them signaled (perftest's -l).
+    #[arg(short = 'l', long = "post_list", default_value_t = 1)]
+    pub post_list: u32,
+    /// Send SEND and WRITE messages of at most this many bytes inline: copied into the work
+    /// request at post time (perftest's -I; at most the device's max_inline_data, 400).
+    #[arg(short = 'I', long = "inline_size", default_value_t = 0)]
+    pub inline_size: u32,
+    /// No peak bandwidth (perftest's -N; also without it above 20000 iterations, as perftest).
+    #[arg(short = 'N', long = "noPeak")]
+    pub no_peak: bool,
+    /// Bandwidth in Gb/s (10^9 bits) instead of MB/s (perftest's --report_gbits).
+    #[arg(long = "report_gbits")]
+    pub report_gbits: bool,
+    /// Print only one figure per row (perftest's --output): bandwidth or message_rate for the
+    /// bandwidth tests, latency (the average) for the latency tests.
+    #[arg(long = "output", value_enum)]
+    pub output: Option<OutputOnly>,
+    /// Latency tests: also print every sample in the order taken (perftest's -U).
+    #[arg(short = 'U', long = "report-unsorted")]
+    pub unsorted: bool,
+    /// Latency tests: also print the sorted samples the statistics use (perftest's -H).
+    #[arg(short = 'H', long = "report-histogrm", alias = "report-histogram")]
+    pub histogram: bool,
+    /// Accepted for perftest's habit: softroce always gives each QP its own memory region.
+    #[arg(long = "mr_per_qp")]
+    pub mr_per_qp: bool,
+    /// Hop limit of the GRH (perftest's -L, --hop_limit; default 255).
+    #[arg(short = 'L', long = "hop_limit", default_value_t = 0xFF)]
+    pub hop_limit: u8,
+    /// Post tx_depth work requests and wait for them before measuring (perftest's
+    /// --perform_warm_up; WRITE, READ and atomic bandwidth).
+    #[arg(long = "perform_warm_up")]
+    pub perform_warm_up: bool,
     /// Draw this run's bandwidth and message rate against message size to an SVG file (with
     /// -a: one point per size; `softroce plot` combines several runs).
     #[arg(long, value_name = "FILE.svg")]
@@ -180,6 +216,20 @@ pub struct PerfArgs {
     pub device: DeviceArgs,
     /// Server to connect to; without it, act as the server.
     pub server: Option<String>,
+}
+
+/// perftest's --output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputOnly {
+    /// The average bandwidth.
+    #[value(name = "bandwidth")]
+    Bandwidth,
+    /// The message rate.
+    #[value(name = "message_rate")]
+    MessageRate,
+    /// The average latency.
+    #[value(name = "latency")]
+    Latency,
 }
 
 /// The eight perftest programs.
@@ -253,6 +303,10 @@ struct Params {
     margin: Duration,
     /// -b.
     duplex: bool,
+    /// -N (or more than 20000 iterations): no peak.
+    no_peak: bool,
+    /// --report_gbits.
+    gbits: bool,
 }
 
 impl Params {
@@ -331,6 +385,9 @@ pub fn run(args: &PerfArgs) -> Result<(), CliError> {
         tx_depth: t.tx_depth,
         rx_depth: t.rx_depth,
         outs: t.conns[0].mine.out_reads.min(255) as u8,
+        only: args.output,
+        unsorted: args.unsorted,
+        histogram: args.histogram,
     };
     print_result(&p, &output, &result)?;
     if let Some(path) = &args.plot {
@@ -364,6 +421,8 @@ mod tests {
             duration: None,
             margin: Duration::ZERO,
             duplex: false,
+            no_peak: false,
+            gbits: false,
         };
         let q = Params {
             prog: Program::ReadBw,

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use softroce::oob::perftest::BwReport;
 
-use super::{Params, PerfOp};
+use super::{OutputOnly, Params, PerfOp};
 use crate::cli::plot::Series;
 use crate::cli::CliError;
 
@@ -48,12 +48,13 @@ impl BwFigures {
     }
 
     /// The report perftest sends its peer.
-    pub(super) fn report(&self) -> BwReport {
+    /// In MB/s, or in Gb/s under --report_gbits (perftest sends its report in its unit).
+    pub(super) fn report(&self, gbits: bool) -> BwReport {
         BwReport {
             size: self.size,
             iters: self.messages,
-            bw_peak: self.bw_peak_mib,
-            bw_avg: self.bw_avg_mib,
+            bw_peak: to_unit(self.bw_peak_mib, gbits),
+            bw_avg: to_unit(self.bw_avg_mib, gbits),
             msg_rate: self.msg_rate_mpps,
         }
     }
@@ -70,7 +71,7 @@ impl BwFigures {
     }
 
     /// The figures read back from a peer's report.
-    pub(super) fn from_report(r: &BwReport) -> BwFigures {
+    pub(super) fn from_report(r: &BwReport, gbits: bool) -> BwFigures {
         let seconds = if r.msg_rate > 0.0 {
             r.iters as f64 / (r.msg_rate * 1e6)
         } else {
@@ -80,20 +81,40 @@ impl BwFigures {
             size: r.size,
             messages: r.iters,
             seconds,
-            bw_peak_mib: r.bw_peak,
-            bw_avg_mib: r.bw_avg,
+            bw_peak_mib: from_unit(r.bw_peak, gbits),
+            bw_avg_mib: from_unit(r.bw_avg, gbits),
             msg_rate_mpps: r.msg_rate,
         }
     }
 }
 
 pub(super) const MIB: f64 = (1u64 << 20) as f64;
+/// --report_gbits: perftest's format_factor for Gb/s, bytes per unit.
+const GBIT: f64 = 125_000_000.0;
+
+/// MB/s (2^20) to the report's unit.
+fn to_unit(mib: f64, gbits: bool) -> f64 {
+    if gbits {
+        mib * MIB / GBIT
+    } else {
+        mib
+    }
+}
+
+/// The report's unit back to MB/s (2^20).
+fn from_unit(v: f64, gbits: bool) -> f64 {
+    if gbits {
+        v * GBIT / MIB
+    } else {
+        v
+    }
+}
 /// perftest's cq_mod: the peak is searched over windows of this many messages.
 const PEAK_WINDOW: usize = 100;
 
 impl BwRun {
     /// Average, peak and rate of `size`-byte messages.
-    pub(super) fn figures(&self, size: u64) -> BwFigures {
+    pub(super) fn figures(&self, size: u64, no_peak: bool) -> BwFigures {
         if let Some((n, secs)) = self.sampled {
             return BwFigures {
                 size,
@@ -141,7 +162,11 @@ impl BwRun {
             size,
             messages: n as u64,
             seconds: secs,
-            bw_peak_mib: size as f64 / best / MIB,
+            bw_peak_mib: if no_peak {
+                0.0
+            } else {
+                size as f64 / best / MIB
+            },
             bw_avg_mib: bytes / secs / MIB,
             msg_rate_mpps: n as f64 / secs / 1e6,
         }
@@ -149,8 +174,12 @@ impl BwRun {
 }
 
 /// Latency statistics in microseconds, computed as perftest's print_report_lat.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) struct LatStats {
+    /// Every sample in the order taken (-U).
+    unsorted: Vec<f64>,
+    /// The sorted samples the statistics use, the two largest left out (-H).
+    sorted: Vec<f64>,
     min: f64,
     max: f64,
     typical: f64,
@@ -167,10 +196,11 @@ impl LatStats {
         if posted.len() < 4 {
             return None;
         }
-        let mut delta: Vec<f64> = posted
+        let unsorted: Vec<f64> = posted
             .windows(2)
             .map(|w| w[1].duration_since(w[0]).as_secs_f64() * 1e6 / rtt_factor)
             .collect();
+        let mut delta = unsorted.clone();
         delta.sort_by(f64::total_cmp);
         // LAT_MEASURE_TAIL: the two largest samples are left out.
         let m = delta.len() - 2;
@@ -183,6 +213,8 @@ impl LatStats {
         let var = delta[..m].iter().map(|d| (d - avg).powi(2)).sum::<f64>() / m as f64;
         let at = |q: f64| delta[((m as f64 * q).ceil() as usize).min(m)];
         Some(LatStats {
+            sorted: delta[..m].to_vec(),
+            unsorted,
             min: delta[0],
             max: delta[m],
             typical,
@@ -243,17 +275,61 @@ pub(super) struct Output<'a> {
     pub(super) rx_depth: u32,
     /// READ/atomic requests accepted per QP.
     pub(super) outs: u8,
+    /// --output: one figure per row instead of the table.
+    pub(super) only: Option<OutputOnly>,
+    /// -U: latency samples in the order taken.
+    pub(super) unsorted: bool,
+    /// -H: the sorted latency samples.
+    pub(super) histogram: bool,
 }
 
-const BW_HEADER: &str =
-    " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]";
+/// perftest's RESULT_FMT, or RESULT_FMT_G under --report_gbits.
+fn bw_header(gbits: bool) -> String {
+    let u = if gbits { "Gb" } else { "MB" };
+    format!(" #bytes     #iterations    BW peak[{u}/sec]    BW average[{u}/sec]   MsgRate[Mpps]")
+}
 
-/// perftest's REPORT_FMT row.
-fn bw_row(f: &BwFigures) -> String {
-    format!(
-        " {:<7}    {:<10}       {:<7.2}            {:<7.2}\t\t   {:<7.6}",
-        f.size, f.messages, f.bw_peak_mib, f.bw_avg_mib, f.msg_rate_mpps
-    )
+/// perftest's REPORT_FMT row (REPORT_FMT_EXT, six decimals, for a Gb/s average below 0.1),
+/// or the one figure --output asks for ("%lf").
+fn bw_row(f: &BwFigures, gbits: bool, only: Option<OutputOnly>) -> String {
+    let (peak, avg) = (to_unit(f.bw_peak_mib, gbits), to_unit(f.bw_avg_mib, gbits));
+    match only {
+        Some(OutputOnly::Bandwidth) => return format!("{avg:.6}"),
+        Some(OutputOnly::MessageRate) => return format!("{:.6}", f.msg_rate_mpps),
+        _ => {}
+    }
+    if gbits && avg < 0.1 {
+        format!(
+            " {:<7}    {}           {:<7.6}            {:<7.6}            {:<7.6}",
+            f.size, f.messages, peak, avg, f.msg_rate_mpps
+        )
+    } else {
+        format!(
+            " {:<7}    {:<10}       {:<7.2}            {:<7.2}\t\t   {:<7.6}",
+            f.size, f.messages, peak, avg, f.msg_rate_mpps
+        )
+    }
+}
+
+/// C's "%g": six significant digits, trailing zeros dropped (perftest's -U/-H lines).
+fn g6(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return format!("{v}");
+    }
+    let exp = v.abs().log10().floor() as i32;
+    if !(-5..6).contains(&exp) {
+        let s = format!("{:.5e}", v);
+        let (m, e) = s.split_once('e').unwrap_or((&s, "0"));
+        let m = m.trim_end_matches('0').trim_end_matches('.');
+        let e: i32 = e.parse().unwrap_or(0);
+        return format!("{m}e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs());
+    }
+    let s = format!("{:.*}", (5 - exp).max(0) as usize, v);
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
 }
 
 /// The softroce --json line of one bandwidth row or latency result.
@@ -325,6 +401,24 @@ pub(super) fn perftest_json(p: &Params, o: &Output, f: &BwFigures) -> String {
     t
 }
 
+const LAT_HEADER: &str = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ";
+
+/// -U (every sample in order) and -H (the sorted samples kept), as print_report_lat: a
+/// "#, usec" line, then "N, VALUE" lines.
+fn lat_samples(out: &mut impl Write, o: &Output, l: &LatStats) -> Result<(), CliError> {
+    for (on, samples) in [(o.unsorted, &l.unsorted), (o.histogram, &l.sorted)] {
+        if on {
+            writeln!(out, "#, usec").map_err(CliError::Output)?;
+            for (i, v) in samples.iter().enumerate() {
+                writeln!(out, "{}, {}", i + 1, g6(*v)).map_err(CliError::Output)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Prints the report: perftest's table, one figure per row (--output) or JSON lines (--json);
+/// writes perftest's --out_json file.
 pub(super) fn print_result(p: &Params, o: &Output, r: &Outcome) -> Result<(), CliError> {
     let mut out = std::io::stdout().lock();
     let w =
@@ -381,6 +475,21 @@ pub(super) fn print_result(p: &Params, o: &Output, r: &Outcome) -> Result<(), Cl
             }
         }
     }
+    if let Some(only) = o.only {
+        match r {
+            Outcome::Bw { rows, .. } => {
+                for f in rows {
+                    w(&mut out, bw_row(f, p.gbits, Some(only)))?;
+                }
+            }
+            Outcome::Lat(Some(l)) => {
+                lat_samples(&mut out, o, l)?;
+                w(&mut out, format!("{:.6}", l.avg))?;
+            }
+            Outcome::Lat(None) | Outcome::Passive => {}
+        }
+        return Ok(());
+    }
     let line = "-".repeat(87);
     let name = match p.op {
         PerfOp::Send => "Send",
@@ -426,22 +535,28 @@ pub(super) fn print_result(p: &Params, o: &Output, r: &Outcome) -> Result<(), Cl
     w(&mut out, line.clone())?;
     match r {
         Outcome::Bw { rows, both } => {
-            w(&mut out, BW_HEADER.into())?;
+            w(&mut out, bw_header(p.gbits))?;
             for f in rows {
-                w(&mut out, bw_row(f))?;
+                w(&mut out, bw_row(f, p.gbits, None))?;
             }
             if let (true, Some((mine, theirs))) = (o.report_both, both) {
                 for (title, f) in [(" Local results: ", mine), (" Remote results: ", theirs)] {
                     w(&mut out, line.clone())?;
                     w(&mut out, format!("\n{title}"))?;
                     w(&mut out, line.clone())?;
-                    w(&mut out, BW_HEADER.into())?;
-                    w(&mut out, bw_row(f))?;
+                    w(&mut out, bw_header(p.gbits))?;
+                    w(&mut out, bw_row(f, p.gbits, None))?;
                 }
             }
         }
         Outcome::Lat(Some(l)) => {
-            w(&mut out, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ".into())?;
+            w(&mut out, LAT_HEADER.into())?;
+            if o.unsorted || o.histogram {
+                // perftest prints the samples, then the table's head again.
+                lat_samples(&mut out, o, l)?;
+                w(&mut out, line.clone())?;
+                w(&mut out, LAT_HEADER.into())?;
+            }
             w(
                 &mut out,
                 format!(
@@ -487,5 +602,43 @@ mod tests {
         let half = LatStats::from_posted(&posted, 2.0).unwrap();
         assert!(close(half.typical, 2.0));
         assert!(LatStats::from_posted(&posted[..3], 1.0).is_none());
+        // -U keeps the order taken; -H the sorted samples the statistics use.
+        assert_eq!(l.unsorted.len(), 9);
+        assert!(close(l.unsorted[8], 100.0) && close(l.unsorted[0], 1.0));
+        assert_eq!(l.sorted.len(), 7);
+        assert!(l.sorted.windows(2).all(|w| w[0] <= w[1]));
+    }
+
+    #[test]
+    fn g6_prints_as_cs_percent_g() {
+        assert_eq!(g6(1.5), "1.5");
+        assert_eq!(g6(12.345678), "12.3457");
+        assert_eq!(g6(100.0), "100");
+        assert_eq!(g6(0.000123456), "0.000123456");
+        assert_eq!(g6(1234567.0), "1.23457e+06");
+    }
+
+    #[test]
+    fn gbits_rows_use_perftests_units_and_output_prints_one_figure() {
+        let f = BwFigures {
+            size: 65536,
+            messages: 10,
+            seconds: 1.0,
+            bw_peak_mib: 1000.0,
+            bw_avg_mib: 1000.0,
+            msg_rate_mpps: 0.016,
+        };
+        // 1000 MiB/s = 8.388608 Gb/s.
+        assert!(bw_row(&f, true, None).contains("8.39"));
+        assert!(bw_header(true).contains("BW average[Gb/sec]"));
+        assert_eq!(
+            bw_row(&f, false, Some(OutputOnly::Bandwidth)),
+            "1000.000000"
+        );
+        assert_eq!(bw_row(&f, true, Some(OutputOnly::Bandwidth)), "8.388608");
+        assert_eq!(bw_row(&f, false, Some(OutputOnly::MessageRate)), "0.016000");
+        let r = f.report(true);
+        assert!((r.bw_avg - 8.388608).abs() < 1e-9);
+        assert!((BwFigures::from_report(&r, true).bw_avg_mib - 1000.0).abs() < 1e-9);
     }
 }

@@ -11,7 +11,7 @@ use softroce::verbs::*;
 use std::result::Result;
 
 use super::ops::fill_pattern;
-use super::{AtomicType, Params, PerfArgs, PerfOp, Program};
+use super::{AtomicType, OutputOnly, Params, PerfArgs, PerfOp, Program};
 use crate::cli::qp_setup::{connect_rc, create_rc_qp, RcQueues};
 use crate::cli::CliError;
 
@@ -37,6 +37,11 @@ impl Params {
             duration,
             margin,
             duplex: args.bidirectional,
+            // perftest: no peak under -N, in duration mode, and above 20000 iterations.
+            no_peak: args.no_peak
+                || args.duration.is_some()
+                || (!args.lat && args.iters.unwrap_or(5000) > 20000),
+            gbits: args.report_gbits,
             prog: Program::of(args.op, args.lat),
             op: args.op,
             cas: args.cas || args.atomic_type == AtomicType::CmpAndSwap,
@@ -75,6 +80,33 @@ impl Params {
             ));
         }
         p.check_modes()?;
+        match (args.output, p.prog.lat()) {
+            (Some(OutputOnly::Latency), false) => {
+                return Err(CliError::Usage(
+                    "--output: the bandwidth tests print bandwidth or message_rate".into(),
+                ))
+            }
+            (Some(OutputOnly::Bandwidth | OutputOnly::MessageRate), true) => {
+                return Err(CliError::Usage(
+                    "--output: the latency tests print latency".into(),
+                ))
+            }
+            _ => {}
+        }
+        if args.inline_size > MAX_INLINE {
+            return Err(CliError::Usage(format!(
+                "-I {}: the device's max_inline_data is {MAX_INLINE}",
+                args.inline_size
+            )));
+        }
+        if args.post_list == 0 || args.cq_mod == Some(0) {
+            return Err(CliError::Usage("-l and -Q must be at least 1".into()));
+        }
+        if (args.post_list > 1 || args.cq_mod.is_some()) && p.prog.lat() {
+            return Err(CliError::Usage(
+                "-l and -Q apply to the bandwidth tests".into(),
+            ));
+        }
         Ok(p)
     }
 
@@ -119,6 +151,9 @@ impl Params {
         }
     }
 }
+
+/// The largest -I: softroce's max_inline_data.
+pub(super) const MAX_INLINE: u32 = 400;
 
 /// perftest's MAX_SIZE: the largest -a size, and the buffer -a allocates.
 pub(super) const MAX_SIZE: u64 = 1 << 23;
@@ -294,6 +329,14 @@ pub(super) struct Test<'a> {
     /// The first --check mismatch; the test runs to its end so that the peer is not left
     /// waiting, then both ends fail.
     pub(super) failure: Option<String>,
+    /// -Q: a completion every this many WRs.
+    pub(super) cq_mod: u32,
+    /// -l: WRs per post_send.
+    pub(super) post_list: u32,
+    /// -I: messages of at most this many bytes go inline.
+    pub(super) inline: u64,
+    /// --perform_warm_up.
+    pub(super) warm: bool,
     /// The cycle buffer and cache line agreed with the peer (for [`Test::set_size`]).
     cycle: u64,
     /// See `cycle`.
@@ -353,7 +396,7 @@ impl<'a> Test<'a> {
                 RcQueues {
                     send_wr: tx_depth,
                     recv_wr: rx_depth,
-                    inline: 0,
+                    inline: args.inline_size,
                 },
                 AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
             )?;
@@ -387,6 +430,14 @@ impl<'a> Test<'a> {
             tx_depth,
             rx_depth,
             failure: None,
+            // perftest: with a post list, the list's last WR is the signaled one.
+            cq_mod: args
+                .cq_mod
+                .unwrap_or(args.post_list)
+                .clamp(1, tx_depth.max(1)),
+            post_list: args.post_list.min(tx_depth.max(1)),
+            inline: args.inline_size as u64,
+            warm: args.perform_warm_up,
             cycle: agreed.cycle,
             line: agreed.line,
         };
@@ -500,7 +551,7 @@ fn connect(c: &Conn, mtu: Mtu, args: &PerfArgs) -> Result<(), CliError> {
     let r = c.remote;
     let rc = RcConnect {
         path_mtu: mtu,
-        hop_limit: 0xFF,
+        hop_limit: args.hop_limit,
         max_rd_atomic: r.out_reads.clamp(1, 128) as u8,
         max_dest_rd_atomic: c.mine.out_reads.clamp(1, 128) as u8,
         timeout: args.qp_timeout,
