@@ -717,3 +717,132 @@ fn perf_refuses_flags_it_cannot_honour_by_name() {
         assert!(err.contains(named), "{flags:?}: {err}");
     }
 }
+
+/// The IPv4 TTLs (the GRH hop limit on the wire) and RoCE payload lengths of the packets one
+/// end sent to `dst`, from its --pcap capture.
+fn sent_ttls_and_lengths(pcap: &std::path::Path, dst: std::net::Ipv4Addr) -> Vec<(u8, usize)> {
+    let f = std::fs::File::open(pcap).unwrap();
+    let mut r = softroce::capture::CaptureReader::new(f).unwrap();
+    let mut v = Vec::new();
+    while let Some(fr) = r.next_frame().unwrap() {
+        let p = if fr.linktype == 1 {
+            etherparse::SlicedPacket::from_ethernet(fr.data)
+        } else {
+            etherparse::SlicedPacket::from_ip(fr.data)
+        };
+        let Ok(p) = p else { continue };
+        if let (Some(etherparse::NetSlice::Ipv4(ip)), Some(etherparse::TransportSlice::Udp(u))) =
+            (p.net, p.transport)
+        {
+            if ip.header().destination_addr() == dst {
+                v.push((ip.header().ttl(), u.payload().len()));
+            }
+        }
+    }
+    v
+}
+
+#[test]
+fn perf_inline_sends_post_lists_and_cq_moderation_deliver_every_message() {
+    let dir = std::env::temp_dir().join(format!("softroce-inline-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = dir.join("client.pcap");
+    // 32-byte SENDs inline (-I 64), 4 per post_send, a completion every 8, hop limit 64.
+    let (sv, cl, _) = run_pair(
+        &["perf", "send"],
+        &[
+            "-I", "64", "-s", "32", "-n", "100", "-l", "4", "-Q", "8", "-L", "64", "--json",
+        ],
+        &[],
+        &["--pcap", pcap.to_str().unwrap()],
+    );
+    let c = json_lines(&ok(&cl, "client send -I -l -Q"));
+    let s = json_lines(&ok(&sv, "server send -I -l -Q"));
+    assert_eq!(c[0]["messages"], 100);
+    assert_eq!(s[0]["messages"], 100, "every inline SEND arrived");
+    // On the wire: 100 SEND-only packets of 32 bytes (12 BTH + 32 data + 4 ICRC = 48 bytes of
+    // UDP payload), each with the hop limit -L asked for.
+    let sent = sent_ttls_and_lengths(&pcap, "127.0.0.1".parse().unwrap());
+    let sends: Vec<_> = sent.iter().filter(|(_, len)| *len == 48).collect();
+    assert_eq!(sends.len(), 100, "{sent:?}");
+    assert!(sent.iter().all(|(ttl, _)| *ttl == 64), "{sent:?}");
+    // Inline WRITEs too, and -I above max_inline_data is refused by name.
+    let (_, cl, _) = run_pair(
+        &["perf", "write"],
+        &["-I", "256", "-s", "200", "-n", "50", "--json", "-l", "5"],
+        &[],
+        &[],
+    );
+    assert_eq!(json_lines(&ok(&cl, "client write -I"))[0]["messages"], 50);
+    let out = Command::new(bin())
+        .args([
+            "perf",
+            "write",
+            "-I",
+            "4096",
+            "--bind",
+            "127.0.0.1",
+            "-p",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("-I 4096"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn perf_output_units_peak_and_latency_samples_follow_perftest() {
+    // --output=bandwidth: one number per row; --report_gbits: Gb/s headers; -N: no peak.
+    let (_, cl, _) = run_pair(
+        &["perf", "write"],
+        &["-n", "200", "-s", "4096", "--output", "bandwidth"],
+        &[],
+        &[],
+    );
+    let c = ok(&cl, "client --output");
+    assert_eq!(c.lines().count(), 1, "{c}");
+    assert!(c.trim().parse::<f64>().unwrap() > 0.0);
+    let (_, cl, _) = run_pair(
+        &["perf", "read"],
+        &["-a", "-n", "3", "--output", "message_rate"],
+        &[],
+        &[],
+    );
+    assert_eq!(ok(&cl, "client -a --output").lines().count(), 23);
+    let (_, cl, _) = run_pair(
+        &["perf", "write"],
+        &["-n", "200", "--report_gbits", "-N", "--perform_warm_up"],
+        &[],
+        &[],
+    );
+    let c = ok(&cl, "client --report_gbits");
+    assert!(c.contains("BW average[Gb/sec]"), "{c}");
+    let row = c.lines().find(|l| l.starts_with(" 65536")).expect("a row");
+    let f: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(f[2], "0.00", "-N: no peak: {row}");
+    // -U and -H: every sample, then the sorted ones kept (n - 1 - 2 of them), then the table.
+    let (_, cl, _) = run_pair(
+        &["perf", "send"],
+        &["--lat", "-n", "50", "-U", "-H"],
+        &[],
+        &[],
+    );
+    let c = ok(&cl, "client --lat -U -H");
+    assert_eq!(c.matches("#, usec").count(), 2, "{c}");
+    let samples: Vec<&str> = c
+        .lines()
+        .filter(|l| l.contains(", ") && !l.starts_with('#') && !l.contains(':'))
+        .collect();
+    assert_eq!(samples.len(), 49 + 47, "{c}");
+    assert!(c.contains("t_typical[usec]"));
+    let (_, cl, _) = run_pair(
+        &["perf", "write"],
+        &["--lat", "-n", "50", "--output", "latency"],
+        &[],
+        &[],
+    );
+    let c = ok(&cl, "client --lat --output latency");
+    assert!(c.trim().parse::<f64>().unwrap() > 0.0, "{c}");
+}
