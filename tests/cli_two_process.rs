@@ -846,3 +846,69 @@ fn perf_output_units_peak_and_latency_samples_follow_perftest() {
     let c = ok(&cl, "client --lat --output latency");
     assert!(c.trim().parse::<f64>().unwrap() > 0.0, "{c}");
 }
+
+#[test]
+fn perf_reversed_cpu_util_and_run_infinitely() {
+    // --reversed: the listening end generates the WRITEs and measures them.
+    let (sv, cl, _) = run_pair(
+        &["perf", "write"],
+        &["--reversed", "-n", "100", "--json"],
+        &[],
+        &[],
+    );
+    let c = json_lines(&ok(&cl, "client --reversed"));
+    let sj = json_lines(&ok(&sv, "server --reversed"));
+    assert_eq!(sj[0]["role"], "client", "the server drives the traffic");
+    assert_eq!(sj[0]["messages"], 100);
+    assert_eq!(
+        c[0]["bw_avg_mibps"], sj[0]["bw_avg_mibps"],
+        "the passive end prints its report"
+    );
+    // --cpu_util in duration mode: a CPU_Util column with a percentage.
+    let (_, cl, _) = run_pair(
+        &["perf", "write"],
+        &["-D", "3", "-f", "1", "--cpu_util"],
+        &[],
+        &[],
+    );
+    let c = ok(&cl, "client --cpu_util");
+    assert!(c.contains("CPU_Util[%]"), "{c}");
+    let row = c.lines().find(|l| l.starts_with(" 65536")).expect("a row");
+    let cpu: f64 = row.split_whitespace().last().unwrap().parse().unwrap();
+    assert!((0.0..=100.0).contains(&cpu), "{row}");
+    // --run_infinitely -D 1: a row every second until killed.
+    let (tcp, udp) = ports();
+    let args = |ip: &str| {
+        s(&[
+            "perf",
+            "write",
+            "--run_infinitely",
+            "-D",
+            "1",
+            "-s",
+            "4096",
+            "-p",
+            &tcp.to_string(),
+            "--roce-port",
+            &udp.to_string(),
+            "--bind",
+            ip,
+        ])
+    };
+    let server = spawn(&args("127.0.0.1"));
+    std::thread::sleep(Duration::from_millis(300));
+    let mut cv = args("127.0.0.2");
+    cv.push("127.0.0.1".into());
+    let mut client = spawn(&cv);
+    std::thread::sleep(Duration::from_millis(3600));
+    let running = client.try_wait().unwrap().is_none();
+    let _ = client.kill();
+    let mut server = server;
+    let _ = server.kill();
+    let out = client.wait_with_output().unwrap();
+    let _ = server.wait();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(running, "the client stopped on its own: {text}");
+    let rows = text.lines().filter(|l| l.starts_with(" 4096")).count();
+    assert!((2..=4).contains(&rows), "{rows} rows in 3.6 s:\n{text}");
+}

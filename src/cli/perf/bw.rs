@@ -9,9 +9,9 @@ use softroce::verbs::*;
 use std::result::Result;
 
 use super::ops::check_pattern;
-use super::report::{BwFigures, BwRun, Outcome};
+use super::report::{cpu_stat, cpu_util, print_forever_row, BwFigures, BwRun, Outcome};
 use super::setup::{Test, PREALLOCATED_TIMESTAMPS};
-use super::{PerfOp, Program};
+use super::{Params, PerfOp, Program};
 use crate::cli::CliError;
 
 impl Test<'_> {
@@ -110,22 +110,10 @@ impl Test<'_> {
     /// every earlier unsignaled one.
     pub(super) fn bandwidth_client(&mut self) -> Result<BwRun, CliError> {
         let n = self.conns.len();
-        let clock = self.p.duration.map(|d| Clock::new(d, self.p.margin));
-        let iters = if clock.is_some() {
-            u64::MAX
-        } else {
-            self.p.iters
-        };
-        let total = if clock.is_some() {
-            0
-        } else {
-            self.p.iters as usize * n
-        };
-        let mut run = BwRun {
-            posted: Vec::with_capacity(total.min(PREALLOCATED_TIMESTAMPS)),
-            completed: Vec::with_capacity(total.min(PREALLOCATED_TIMESTAMPS)),
-            sampled: clock.map(|c| (0, c.sample_seconds())),
-        };
+        let mut meter = Meter::new(&self.p);
+        let timed = !meter.endless();
+        let iters = if timed { self.p.iters } else { u64::MAX };
+        let mut run = meter.start(self.p.iters as usize * n);
         let mut wcs = vec![WorkCompletion::default(); 64];
         let mut posted = vec![0u64; n];
         let mut done = vec![0u64; n];
@@ -141,7 +129,7 @@ impl Test<'_> {
                         && posted[c] - done[c] + list.min(iters - posted[c]) <= depth
                     {
                         let k = list.min(iters - posted[c]);
-                        if clock.is_none() {
+                        if timed {
                             let now = Instant::now();
                             run.posted.extend((0..k).map(|_| now));
                         }
@@ -157,21 +145,18 @@ impl Test<'_> {
             }
             let k = self.poll(&mut wcs, &mut last)?;
             let now = Instant::now();
-            let phase = clock.map(|c| c.phase(now));
-            ended = phase == Some(Phase::End);
+            ended = meter.ended(now);
             for wc in &wcs[..k] {
                 let c = self.conn_of(wc)?;
                 let newly = (wc.wr_id + 1).saturating_sub(done[c]);
                 done[c] = done[c].max(wc.wr_id + 1);
-                match (&mut run.sampled, phase) {
-                    (Some((count, _)), Some(Phase::Sample)) => *count += newly,
-                    (Some(_), _) => {}
-                    (None, _) => run.completed.extend((0..newly).map(|_| now)),
-                }
+                meter.count(&mut run, newly, now);
                 let r = self.check_completion(c, wc.wr_id);
                 self.note(r);
             }
+            meter.tick(&mut run, now)?;
         }
+        meter.finish(&mut run);
         Ok(run)
     }
 
@@ -204,24 +189,18 @@ impl Test<'_> {
     /// that the sender's last messages still find one.
     pub(super) fn bandwidth_server(&mut self) -> Result<BwRun, CliError> {
         let n = self.conns.len();
-        let clock = self.p.duration.map(|d| Clock::new(d, self.p.margin));
-        let total = if clock.is_some() {
-            0
-        } else {
-            self.p.iters as usize * n
-        };
-        let mut run = BwRun {
-            posted: Vec::with_capacity(1),
-            completed: Vec::with_capacity(total.min(PREALLOCATED_TIMESTAMPS)),
-            sampled: clock.map(|c| (0, c.sample_seconds())),
-        };
+        let mut meter = Meter::new(&self.p);
+        let total = self.p.iters as usize * n;
+        let mut run = meter.start(total);
+        run.posted = Vec::with_capacity(1);
         let mut wcs = vec![WorkCompletion::default(); 64];
         let mut got = vec![0u64; n];
         let mut last = Instant::now();
         loop {
-            let done = match clock {
-                Some(c) => c.phase(Instant::now()) == Phase::End,
-                None => run.completed.len() >= total,
+            let done = if meter.endless() {
+                meter.ended(Instant::now())
+            } else {
+                run.completed.len() >= total
             };
             if done {
                 break;
@@ -231,7 +210,6 @@ impl Test<'_> {
             if k > 0 && run.posted.is_empty() {
                 run.posted.push(now);
             }
-            let phase = clock.map(|c| c.phase(now));
             for wc in &wcs[..k] {
                 let c = self.conn_of(wc)?;
                 let msg = wc.wr_id;
@@ -254,17 +232,15 @@ impl Test<'_> {
                     self.note(r);
                 }
                 got[c] += 1;
-                match (&mut run.sampled, phase) {
-                    (Some((count, _)), Some(Phase::Sample)) => *count += 1,
-                    (Some(_), _) => {}
-                    (None, _) => run.completed.push(now),
-                }
+                meter.count(&mut run, 1, now);
                 let next = msg + self.rx_depth as u64;
-                if next < self.p.iters || clock.is_some() {
+                if next < self.p.iters || meter.endless() {
                     self.post_recv(c, next)?;
                 }
             }
+            meter.tick(&mut run, now)?;
         }
+        meter.finish(&mut run);
         Ok(run)
     }
 
@@ -292,6 +268,122 @@ impl Test<'_> {
             };
             self.note(r);
         }
+    }
+}
+
+/// How a bandwidth loop counts its completions: every message timed (-n), only those of the
+/// sampled window (-D, with --cpu_util's readings at its edges), or a row printed every -D
+/// seconds forever (--run_infinitely).
+struct Meter {
+    clock: Option<Clock>,
+    /// --run_infinitely: when the current interval started, and how long each lasts.
+    interval: Option<(Instant, Duration)>,
+    /// The first interval's row prints the table's head.
+    first_row: bool,
+    cpu_util: bool,
+    cpu_start: Option<(u64, u64)>,
+    cpu_end: Option<(u64, u64)>,
+    size: u64,
+    gbits: bool,
+}
+
+impl Meter {
+    fn new(p: &Params) -> Meter {
+        let every = p.duration.unwrap_or(Duration::from_secs(5));
+        Meter {
+            clock: p
+                .duration
+                .filter(|_| !p.forever)
+                .map(|d| Clock::new(d, p.margin)),
+            interval: p.forever.then(|| (Instant::now(), every)),
+            first_row: true,
+            cpu_util: p.cpu_util,
+            cpu_start: None,
+            cpu_end: None,
+            size: p.size,
+            gbits: p.gbits,
+        }
+    }
+
+    /// Not a fixed count of messages.
+    fn endless(&self) -> bool {
+        self.clock.is_some() || self.interval.is_some()
+    }
+
+    /// The run's record: room for `total` timestamps when every message is timed.
+    fn start(&self, total: usize) -> BwRun {
+        let window = match (self.clock, self.interval) {
+            (Some(c), _) => Some((0, c.sample_seconds())),
+            (None, Some((_, every))) => Some((0, every.as_secs_f64())),
+            (None, None) => None,
+        };
+        BwRun {
+            posted: Vec::with_capacity(if window.is_some() {
+                0
+            } else {
+                total.min(PREALLOCATED_TIMESTAMPS)
+            }),
+            completed: Vec::with_capacity(if window.is_some() {
+                0
+            } else {
+                total.min(PREALLOCATED_TIMESTAMPS)
+            }),
+            sampled: window,
+            cpu: None,
+        }
+    }
+
+    /// Whether a -D run has reached its end (reading the CPU at the window's edges).
+    fn ended(&mut self, now: Instant) -> bool {
+        let Some(c) = self.clock else { return false };
+        let phase = c.phase(now);
+        if self.cpu_util {
+            if phase == Phase::Sample && self.cpu_start.is_none() {
+                self.cpu_start = cpu_stat();
+            }
+            if matches!(phase, Phase::StopSample | Phase::End)
+                && self.cpu_start.is_some()
+                && self.cpu_end.is_none()
+            {
+                self.cpu_end = cpu_stat();
+            }
+        }
+        phase == Phase::End
+    }
+
+    /// Counts `newly` completed messages at `now`.
+    fn count(&self, run: &mut BwRun, newly: u64, now: Instant) {
+        let counts = self.clock.map_or(true, |c| c.phase(now) == Phase::Sample);
+        match &mut run.sampled {
+            Some((n, _)) if counts => *n += newly,
+            Some(_) => {}
+            None => run.completed.extend((0..newly).map(|_| now)),
+        }
+    }
+
+    /// --run_infinitely: prints the interval's row once it has lasted its seconds.
+    fn tick(&mut self, run: &mut BwRun, now: Instant) -> Result<(), CliError> {
+        let Some((start, every)) = self.interval else {
+            return Ok(());
+        };
+        let secs = now.saturating_duration_since(start);
+        if secs < every {
+            return Ok(());
+        }
+        if let Some((n, _)) = run.sampled {
+            run.sampled = Some((n, secs.as_secs_f64()));
+            let f = run.figures(self.size, true);
+            print_forever_row(&f, self.gbits, self.first_row)?;
+            run.sampled = Some((0, secs.as_secs_f64()));
+        }
+        self.first_row = false;
+        self.interval = Some((now, every));
+        Ok(())
+    }
+
+    /// Records --cpu_util's figure.
+    fn finish(&self, run: &mut BwRun) {
+        run.cpu = cpu_util(self.cpu_start, self.cpu_end);
     }
 }
 

@@ -201,6 +201,18 @@ pub struct PerfArgs {
     /// --perform_warm_up; WRITE, READ and atomic bandwidth).
     #[arg(long = "perform_warm_up")]
     pub perform_warm_up: bool,
+    /// The server generates the traffic and the client receives it (perftest's --reversed;
+    /// the TCP roles stay).
+    #[arg(long)]
+    pub reversed: bool,
+    /// Run until killed, printing a row every -D seconds (default 5) (perftest's
+    /// --run_infinitely; bandwidth tests).
+    #[arg(long = "run_infinitely")]
+    pub run_infinitely: bool,
+    /// Print the CPU utilisation of the sampled window (perftest's --cpu_util: user time over
+    /// user + idle time of /proc/stat; duration mode).
+    #[arg(long = "cpu_util")]
+    pub cpu_util: bool,
     /// Draw this run's bandwidth and message rate against message size to an SVG file (with
     /// -a: one point per size; `softroce plot` combines several runs).
     #[arg(long, value_name = "FILE.svg")]
@@ -307,6 +319,12 @@ struct Params {
     no_peak: bool,
     /// --report_gbits.
     gbits: bool,
+    /// --reversed: the server generates the traffic.
+    reversed: bool,
+    /// --run_infinitely: report every -D seconds, forever.
+    forever: bool,
+    /// --cpu_util.
+    cpu_util: bool,
 }
 
 impl Params {
@@ -318,7 +336,9 @@ impl Params {
                 | if self.duration.is_some() { 0x20 } else { 0 }
                 | if self.duplex { 0x40 } else { 0 }
                 | if self.cas { 0x80 } else { 0 },
-            flags: self.check as u8 | ((self.num_qps.min(127) as u8) << 1),
+            flags: self.check as u8
+                | (self.reversed as u8) << 1
+                | ((self.num_qps.min(63) as u8) << 2),
             size: self.size.min(u32::MAX as u64) as u32,
             iters: match self.duration {
                 Some(d) => d.as_secs().min(u32::MAX as u64) as u32,
@@ -344,7 +364,7 @@ impl Params {
         .unwrap_or("?");
         let bit = |b: u8, s: &'static str| if sig.test & b != 0 { s } else { "" };
         format!(
-            "{name}{}, {}, {} {}, -q {}{}{}",
+            "{name}{}, {}, {} {}, -q {}{}{}{}",
             bit(0x80, " (CAS)"),
             if sig.test & 0x10 != 0 {
                 "-a".to_string()
@@ -353,8 +373,13 @@ impl Params {
             },
             if sig.test & 0x20 != 0 { "-D" } else { "-n" },
             sig.iters,
-            sig.flags >> 1,
+            sig.flags >> 2,
             bit(0x40, ", -b"),
+            if sig.flags & 2 != 0 {
+                ", --reversed"
+            } else {
+                ""
+            },
             if sig.flags & 1 != 0 { ", --check" } else { "" }
         )
     }
@@ -423,6 +448,9 @@ mod tests {
             duplex: false,
             no_peak: false,
             gbits: false,
+            reversed: false,
+            forever: false,
+            cpu_util: false,
         };
         let q = Params {
             prog: Program::ReadBw,
@@ -442,5 +470,12 @@ mod tests {
         assert_ne!(p.signature(), dur.signature());
         assert!(Params::describe(&dur.signature()).contains("-D 2"));
         assert_ne!(p.signature(), Params { duplex: true, ..p }.signature());
+        let rev = Params {
+            reversed: true,
+            ..p
+        };
+        assert_ne!(p.signature(), rev.signature());
+        assert!(Params::describe(&rev.signature()).contains("--reversed, --check"));
+        assert!(Params::describe(&rev.signature()).contains("-q 2"));
     }
 }

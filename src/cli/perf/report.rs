@@ -21,6 +21,8 @@ pub(super) struct BwRun {
     /// Under -D: the messages completed within the sampled window, and its length in
     /// seconds (no per-message timestamps, and no peak, as perftest's noPeak).
     pub(super) sampled: Option<(u64, f64)>,
+    /// --cpu_util: the CPU utilisation over the sampled window, percent.
+    pub(super) cpu: Option<f64>,
 }
 
 /// Bandwidth figures in perftest's units (MB = 2^20 bytes).
@@ -32,6 +34,8 @@ pub(super) struct BwFigures {
     bw_peak_mib: f64,
     bw_avg_mib: f64,
     msg_rate_mpps: f64,
+    /// --cpu_util: the sampled window's CPU utilisation, percent.
+    pub(super) cpu: Option<f64>,
 }
 
 impl BwFigures {
@@ -44,6 +48,7 @@ impl BwFigures {
             bw_peak_mib: 0.0,
             bw_avg_mib: 0.0,
             msg_rate_mpps: 0.0,
+            cpu: None,
         }
     }
 
@@ -84,6 +89,7 @@ impl BwFigures {
             bw_peak_mib: from_unit(r.bw_peak, gbits),
             bw_avg_mib: from_unit(r.bw_avg, gbits),
             msg_rate_mpps: r.msg_rate,
+            cpu: None,
         }
     }
 }
@@ -123,6 +129,7 @@ impl BwRun {
                 bw_peak_mib: 0.0,
                 bw_avg_mib: size as f64 * n as f64 / secs / MIB,
                 msg_rate_mpps: n as f64 / secs / 1e6,
+                cpu: self.cpu,
             };
         }
         let n = self.completed.len();
@@ -134,6 +141,7 @@ impl BwRun {
                 bw_peak_mib: 0.0,
                 bw_avg_mib: 0.0,
                 msg_rate_mpps: 0.0,
+                cpu: None,
             };
         };
         let secs = last.duration_since(*first).as_secs_f64().max(1e-9);
@@ -169,6 +177,7 @@ impl BwRun {
             },
             bw_avg_mib: bytes / secs / MIB,
             msg_rate_mpps: n as f64 / secs / 1e6,
+            cpu: None,
         }
     }
 }
@@ -298,7 +307,8 @@ fn bw_row(f: &BwFigures, gbits: bool, only: Option<OutputOnly>) -> String {
         Some(OutputOnly::MessageRate) => return format!("{:.6}", f.msg_rate_mpps),
         _ => {}
     }
-    if gbits && avg < 0.1 {
+    let cpu = f.cpu.map_or(String::new(), |c| format!("\t    {c:<3.2}"));
+    let row = if gbits && avg < 0.1 {
         format!(
             " {:<7}    {}           {:<7.6}            {:<7.6}            {:<7.6}",
             f.size, f.messages, peak, avg, f.msg_rate_mpps
@@ -308,7 +318,39 @@ fn bw_row(f: &BwFigures, gbits: bool, only: Option<OutputOnly>) -> String {
             " {:<7}    {:<10}       {:<7.2}            {:<7.2}\t\t   {:<7.6}",
             f.size, f.messages, peak, avg, f.msg_rate_mpps
         )
+    };
+    row + &cpu
+}
+
+/// --run_infinitely: the table's head, then a row every interval as it ends.
+pub(super) fn print_forever_row(f: &BwFigures, gbits: bool, first: bool) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    if first {
+        writeln!(out, "{}", bw_header(gbits)).map_err(CliError::Output)?;
     }
+    writeln!(out, "{}", bw_row(f, gbits, None)).map_err(CliError::Output)?;
+    out.flush().map_err(CliError::Output)
+}
+
+/// /proc/stat's "cpu" line: (user, idle) jiffies, the two fields perftest's get_cpu_stats
+/// reads.
+pub(super) fn cpu_stat() -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    let mut w = text.lines().next()?.split_whitespace().skip(1);
+    let user = w.next()?.parse().ok()?;
+    let idle = w.nth(2)?.parse().ok()?;
+    Some((user, idle))
+}
+
+/// perftest's calc_cpu_util: user time over user + idle time between two readings, percent.
+pub(super) fn cpu_util(start: Option<(u64, u64)>, end: Option<(u64, u64)>) -> Option<f64> {
+    let ((u0, i0), (u1, i1)) = (start?, end?);
+    let (du, di) = (u1.saturating_sub(u0), i1.saturating_sub(i0));
+    Some(if du + di == 0 {
+        0.0
+    } else {
+        du as f64 / (du + di) as f64 * 100.0
+    })
 }
 
 /// C's "%g": six significant digits, trailing zeros dropped (perftest's -U/-H lines).
@@ -397,6 +439,9 @@ pub(super) fn perftest_json(p: &Params, o: &Output, f: &BwFigures) -> String {
         "MsgSize: {},\nn_iterations: {},\nBW_peak: {:.2},\nBW_average: {:.2},\nMsgRate: {:.6},\n",
         f.size, f.messages, f.bw_peak_mib, f.bw_avg_mib, f.msg_rate_mpps
     );
+    if let Some(c) = f.cpu {
+        t += &format!("CPU_util: {c:.2},\n");
+    }
     t += "},\n}\n";
     t
 }
@@ -535,7 +580,8 @@ pub(super) fn print_result(p: &Params, o: &Output, r: &Outcome) -> Result<(), Cl
     w(&mut out, line.clone())?;
     match r {
         Outcome::Bw { rows, both } => {
-            w(&mut out, bw_header(p.gbits))?;
+            let cpu_head = if p.cpu_util { "    CPU_Util[%]" } else { "" };
+            w(&mut out, bw_header(p.gbits) + cpu_head)?;
             for f in rows {
                 w(&mut out, bw_row(f, p.gbits, None))?;
             }
@@ -610,6 +656,15 @@ mod tests {
     }
 
     #[test]
+    fn cpu_utilisation_is_user_over_user_and_idle() {
+        assert_eq!(cpu_util(Some((100, 1000)), Some((130, 1090))), Some(25.0));
+        assert_eq!(cpu_util(Some((1, 1)), Some((1, 1))), Some(0.0));
+        assert_eq!(cpu_util(None, Some((1, 1))), None);
+        let (u, i) = cpu_stat().expect("/proc/stat");
+        assert!(u + i > 0);
+    }
+
+    #[test]
     fn g6_prints_as_cs_percent_g() {
         assert_eq!(g6(1.5), "1.5");
         assert_eq!(g6(12.345678), "12.3457");
@@ -627,6 +682,7 @@ mod tests {
             bw_peak_mib: 1000.0,
             bw_avg_mib: 1000.0,
             msg_rate_mpps: 0.016,
+            cpu: None,
         };
         // 1000 MiB/s = 8.388608 Gb/s.
         assert!(bw_row(&f, true, None).contains("8.39"));

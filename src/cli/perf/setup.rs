@@ -29,7 +29,11 @@ impl Params {
                 args.ib_port
             )));
         }
-        let duration = args.duration.map(Duration::from_secs);
+        // --run_infinitely reports every -D seconds, perftest's DEF_DURATION (5) by default.
+        let duration = args
+            .duration
+            .or(args.run_infinitely.then_some(5))
+            .map(Duration::from_secs);
         // perftest: the margin defaults to a quarter of the duration.
         let margin = Duration::from_secs(args.margin.unwrap_or(args.duration.unwrap_or(0) / 4));
         let p = Params {
@@ -42,6 +46,9 @@ impl Params {
                 || args.duration.is_some()
                 || (!args.lat && args.iters.unwrap_or(5000) > 20000),
             gbits: args.report_gbits,
+            reversed: args.reversed,
+            forever: args.run_infinitely,
+            cpu_util: args.cpu_util,
             prog: Program::of(args.op, args.lat),
             op: args.op,
             cas: args.cas || args.atomic_type == AtomicType::CmpAndSwap,
@@ -117,7 +124,7 @@ impl Params {
             if self.all {
                 return usage("-D: duration mode does not run all sizes (-a), as perftest's");
             }
-            if d <= 2 * self.margin {
+            if d <= 2 * self.margin && !self.forever {
                 return usage(
                     "-D/-f: the duration must be more than twice the margin (DURATION > 2*MARGIN)",
                 );
@@ -425,7 +432,8 @@ impl<'a> Test<'a> {
             conns,
             cq,
             ctx,
-            is_client: role == Role::Client,
+            // --reversed swaps who generates the traffic, not who listens.
+            is_client: (role == Role::Client) != p.reversed,
             timeout,
             tx_depth,
             rx_depth,
