@@ -22,7 +22,7 @@
 #     --busy-poll when the binary has it), 64-byte WRITE message rate on 1..64 QPs, 1024 QPs
 #     (aggregate 64 KiB WRITE, and peak RSS with 1 vs 1024 QPs for the memory per QP);
 #   - the sweep: `softroce perf write -a` and `send -a` (every size 2 B..8 MiB, one run each) and,
-#     without --quick, iperf3 TCP with the same write sizes (-l SIZE, a fixed block count),
+#     without --quick, iperf3 TCP with the same write sizes up to 1 MiB (-l SIZE, a fixed block count),
 #     drawn by `softroce plot` as bandwidth and message rate by size: target/bench-sweep.svg,
 #     or bench/sweep.svg with --update (BENCHMARKS.md shows that picture).
 #
@@ -241,13 +241,13 @@ sweep_softroce() { # OP
     pair "$TMP/sweep_$1.jsonl" :: "$BIN" perf "$1" -a -n "$SWEEP_ITERS" -p "$PORT" --roce-port "$PORT" --json \
         :: "$BIN" perf "$1" -a -n "$SWEEP_ITERS" -p "$PORT" --roce-port "$PORT" --json 127.0.0.1
 }
-# iperf3 with softroce's sizes: -l SIZE writes, SWEEP_ITERS of them (at least 2 MiB in all);
-# one JSON line per size in perf --json's fields.
+# iperf3 with softroce's sizes up to its largest block, 1 MiB: -l SIZE writes, SWEEP_ITERS of
+# them (at least 2 MiB in all); one JSON line per size in perf --json's fields.
 sweep_tcp() {
     echo "== sweep iperf3 TCP" >&2
     local i size blocks
     : >"$TMP/sweep_tcp.jsonl"
-    for i in $(seq 1 23); do
+    for i in $(seq 1 20); do
         size=$((1 << i))
         blocks=$(( SWEEP_ITERS > (2097152 / size) ? SWEEP_ITERS : (2097152 / size) ))
         next_port

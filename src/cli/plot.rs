@@ -98,13 +98,22 @@ pub fn draw(out: &Path, series: &[Series]) -> Result<(), CliError> {
         (lo - 1.0, lo + 1.0)
     };
     type Pick = fn(&(u64, f64, f64)) -> f64;
-    let figures: [(&str, &str, Pick); 2] = [
-        ("Bandwidth by message size", "BW average [MB/s]", |p| p.1),
-        ("Message rate by message size", "Message rate [Mpps]", |p| {
-            p.2
-        }),
+    // Bandwidth grows with size and message rate falls: each legend where its lines are low.
+    let figures: [(&str, &str, Pick, SeriesLabelPosition); 2] = [
+        (
+            "Bandwidth by message size",
+            "BW average [MB/s]",
+            |p| p.1,
+            SeriesLabelPosition::UpperLeft,
+        ),
+        (
+            "Message rate by message size",
+            "Message rate [Mpps]",
+            |p| p.2,
+            SeriesLabelPosition::UpperRight,
+        ),
     ];
-    for (area, (caption, y_desc, pick)) in panels.iter().zip(figures) {
+    for (area, (caption, y_desc, pick, legend_at)) in panels.iter().zip(figures) {
         let top = series
             .iter()
             .flat_map(|s| s.points.iter().map(pick))
@@ -141,7 +150,7 @@ pub fn draw(out: &Path, series: &[Series]) -> Result<(), CliError> {
         }
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
+            .position(legend_at)
             .background_style(WHITE.mix(0.8))
             .border_style(BLACK)
             .draw()

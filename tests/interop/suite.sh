@@ -281,7 +281,7 @@ perftest_case() {
         "$detail" "pass: \`${shown# }\`" "$cap" "$slog" "$glog"
 }
 
-ONLY=${SOFTROCE_INTEROP_ONLY:-all}   # all | pingpong | perftest | datacheck | gso
+ONLY=${SOFTROCE_INTEROP_ONLY:-all}   # all | pingpong | perftest | perftest_flags | datacheck | gso
 if [ "$ONLY" = all ] || [ "$ONLY" = pingpong ]; then
     for role in server client; do
         for sm in "1 1024" "4096 1024" "10000 1024" "3000 512" "4096 256"; do
@@ -327,6 +327,24 @@ if [ "$ONLY" = all ] || [ "$ONLY" = datacheck ]; then
         jumbo datacheck_case read "$role" 30000 100 0 4096
         jumbo datacheck_case send "$role" 30000 100 0 2048
     done
+fi
+
+# perftest's sweep (-a, a few iterations per size), duration (-D) and bidirectional (-b)
+# modes against perftest 4.5 on rxe, both roles (issue #17). The row checked is the 8 MiB one
+# under -a (the passive perftest server prints the client's last report).
+perftest_flags_group() {
+    for role in server client; do
+        perftest_case ib_write_bw "$role" 8388608 5 0 -a
+        perftest_case ib_read_bw "$role" 8388608 5 0 -a
+        perftest_case ib_send_bw "$role" 8388608 5 0 -a
+        perftest_case ib_write_bw "$role" 65536 200 0 -D 4 -f 1
+        perftest_case ib_send_bw "$role" 65536 200 0 -D 4 -f 1
+        perftest_case ib_write_bw "$role" 65536 200 0 -b
+        perftest_case ib_read_bw "$role" 65536 200 0 -b
+    done
+}
+if [ "$ONLY" = all ] || [ "$ONLY" = perftest_flags ]; then
+    perftest_flags_group
 fi
 
 # The same programs with softroce's datapath as users run it: runs of equal packets leave as one

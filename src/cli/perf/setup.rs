@@ -53,12 +53,13 @@ impl Params {
             op: args.op,
             cas: args.cas || args.atomic_type == AtomicType::CmpAndSwap,
             check: args.check,
-            size: args.size.unwrap_or(match (args.op, args.lat) {
-                (PerfOp::Atomic, _) => 8,
-                (_, true) => 2,
-                _ if args.all => MAX_SIZE,
-                _ => 65536,
-            }),
+            // perftest's -a sets the size (the buffer's) to MAX_SIZE whatever -s says.
+            size: match (args.op, args.lat, args.size) {
+                (PerfOp::Atomic, _, s) => s.unwrap_or(8),
+                (_, false, _) if args.all => MAX_SIZE,
+                (_, true, s) => s.unwrap_or(2),
+                (_, false, s) => s.unwrap_or(65536),
+            },
             iters: args.iters.unwrap_or(if args.lat { 1000 } else { 5000 }),
             num_qps: args.num_qps,
         };
