@@ -708,6 +708,8 @@ fn perf_refuses_flags_it_cannot_honour_by_name() {
         (&["--mmap", "/tmp/x"][..], "--mmap"),
         (&["-a", "-D", "4"][..], "-D"),
         (&["-D", "2", "-f", "1"][..], "MARGIN"),
+        (&["--cpu_util"][..], "--cpu_util"),
+        (&["--run_infinitely", "-b"][..], "--run_infinitely"),
     ] {
         let mut args = vec!["perf", "write", "--bind", "127.0.0.1", "-p", "1"];
         args.extend_from_slice(flags);
@@ -911,4 +913,24 @@ fn perf_reversed_cpu_util_and_run_infinitely() {
     assert!(running, "the client stopped on its own: {text}");
     let rows = text.lines().filter(|l| l.starts_with(" 4096")).count();
     assert!((2..=4).contains(&rows), "{rows} rows in 3.6 s:\n{text}");
+}
+
+#[test]
+fn perf_latency_all_sizes_prints_one_row_per_size() {
+    let want: Vec<u64> = (1..24).map(|i| 1u64 << i).collect();
+    for op in ["send", "write", "read"] {
+        let (sv, cl, _) = run_pair(
+            &["perf", op],
+            &["--lat", "-a", "-n", "5", "--json"],
+            &[],
+            &[],
+        );
+        let c = json_lines(&ok(&cl, &format!("client {op} --lat -a")));
+        let s = json_lines(&ok(&sv, &format!("server {op} --lat -a")));
+        let sizes: Vec<u64> = c.iter().map(|v| v["bytes"].as_u64().unwrap()).collect();
+        assert_eq!(sizes, want, "{op}");
+        assert!(c.iter().all(|v| v["lat_us"]["p50"].as_f64().unwrap() > 0.0));
+        // ib_send_lat and ib_write_lat measure at both ends; ib_read_lat's server does not.
+        assert_eq!(s.len(), if op == "read" { 1 } else { 23 }, "{op}");
+    }
 }

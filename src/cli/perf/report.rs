@@ -243,7 +243,9 @@ pub(super) enum Outcome {
         rows: Vec<BwFigures>,
         both: Option<(BwFigures, BwFigures)>,
     },
-    Lat(Option<LatStats>),
+    /// Latency: one row per size (-a) or one, each with its statistics (none when too few
+    /// samples).
+    Lat(Vec<(u64, Option<LatStats>)>),
     /// The passive end of ib_read_lat / ib_atomic_lat: only the client measures.
     Passive,
 }
@@ -502,22 +504,25 @@ pub(super) fn print_result(p: &Params, o: &Output, r: &Outcome) -> Result<(), Cl
                 }
                 return Ok(());
             }
-            Outcome::Lat(Some(l)) => {
-                let mut v = json_line(p, o, p.size);
-                v["lat_us"] = serde_json::json!({
-                    "min": l.min,
-                    "p50": l.typical,
-                    "p99": l.p99,
-                    "p999": l.p999,
-                    "max": l.max,
-                    "avg": l.avg,
-                    "stdev": l.stdev,
-                });
-                return w(&mut out, v.to_string());
+            Outcome::Lat(rows) => {
+                for (size, l) in rows {
+                    let mut v = json_line(p, o, *size);
+                    if let Some(l) = l {
+                        v["lat_us"] = serde_json::json!({
+                            "min": l.min,
+                            "p50": l.typical,
+                            "p99": l.p99,
+                            "p999": l.p999,
+                            "max": l.max,
+                            "avg": l.avg,
+                            "stdev": l.stdev,
+                        });
+                    }
+                    w(&mut out, v.to_string())?;
+                }
+                return Ok(());
             }
-            Outcome::Lat(None) | Outcome::Passive => {
-                return w(&mut out, json_line(p, o, p.size).to_string())
-            }
+            Outcome::Passive => return w(&mut out, json_line(p, o, p.size).to_string()),
         }
     }
     if let Some(only) = o.only {
@@ -527,11 +532,13 @@ pub(super) fn print_result(p: &Params, o: &Output, r: &Outcome) -> Result<(), Cl
                     w(&mut out, bw_row(f, p.gbits, Some(only)))?;
                 }
             }
-            Outcome::Lat(Some(l)) => {
-                lat_samples(&mut out, o, l)?;
-                w(&mut out, format!("{:.6}", l.avg))?;
+            Outcome::Lat(rows) => {
+                for l in rows.iter().filter_map(|(_, l)| l.as_ref()) {
+                    lat_samples(&mut out, o, l)?;
+                    w(&mut out, format!("{:.6}", l.avg))?;
+                }
             }
-            Outcome::Lat(None) | Outcome::Passive => {}
+            Outcome::Passive => {}
         }
         return Ok(());
     }
@@ -595,23 +602,28 @@ pub(super) fn print_result(p: &Params, o: &Output, r: &Outcome) -> Result<(), Cl
                 }
             }
         }
-        Outcome::Lat(Some(l)) => {
+        Outcome::Lat(rows) => {
             w(&mut out, LAT_HEADER.into())?;
-            if o.unsorted || o.histogram {
-                // perftest prints the samples, then the table's head again.
-                lat_samples(&mut out, o, l)?;
-                w(&mut out, line.clone())?;
-                w(&mut out, LAT_HEADER.into())?;
+            for (size, l) in rows {
+                let Some(l) = l else {
+                    w(&mut out, " (too few samples for a latency report)".into())?;
+                    continue;
+                };
+                if o.unsorted || o.histogram {
+                    // perftest prints the samples, then the table's head again.
+                    lat_samples(&mut out, o, l)?;
+                    w(&mut out, line.clone())?;
+                    w(&mut out, LAT_HEADER.into())?;
+                }
+                w(
+                    &mut out,
+                    format!(
+                        " {:<7} {:<10} {:<14.2} {:<12.2} {:<16.2} {:<14.2} {:<15.2} {:<22.2} {:.2}",
+                        size, p.iters, l.min, l.max, l.typical, l.avg, l.stdev, l.p99, l.p999
+                    ),
+                )?;
             }
-            w(
-                &mut out,
-                format!(
-                    " {:<7} {:<10} {:<14.2} {:<12.2} {:<16.2} {:<14.2} {:<15.2} {:<22.2} {:.2}",
-                    p.size, p.iters, l.min, l.max, l.typical, l.avg, l.stdev, l.p99, l.p999
-                ),
-            )?;
         }
-        Outcome::Lat(None) => w(&mut out, " (too few samples for a latency report)".into())?,
         Outcome::Passive => w(
             &mut out,
             " This end is passive: the client measures (as perftest's server prints nothing)."

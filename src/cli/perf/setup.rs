@@ -56,7 +56,7 @@ impl Params {
             // perftest's -a sets the size (the buffer's) to MAX_SIZE whatever -s says.
             size: match (args.op, args.lat, args.size) {
                 (PerfOp::Atomic, _, s) => s.unwrap_or(8),
-                (_, false, _) if args.all => MAX_SIZE,
+                (_, _, _) if args.all => MAX_SIZE,
                 (_, true, s) => s.unwrap_or(2),
                 (_, false, s) => s.unwrap_or(65536),
             },
@@ -131,10 +131,16 @@ impl Params {
                 );
             }
         }
-        if self.prog.lat() && (self.all || self.duration.is_some() || self.duplex) {
+        if self.prog.lat() && (self.duration.is_some() || self.duplex) {
             return usage(
-                "-a, -D and -b run the bandwidth tests here; the latency tests run -s/-n",
+                "-D, -b and --run_infinitely run the bandwidth tests here; the latency tests run -s/-n or -a",
             );
+        }
+        if self.forever && self.duplex {
+            return usage("--run_infinitely runs one direction (no -b)");
+        }
+        if self.cpu_util && self.duration.is_none() {
+            return usage("--cpu_util works only in duration mode (-D), as perftest's");
         }
         if self.duplex && self.prog == Program::SendBw {
             return usage(
