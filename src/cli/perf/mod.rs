@@ -194,9 +194,14 @@ pub struct PerfArgs {
     /// Accepted for perftest's habit: softroce always gives each QP its own memory region.
     #[arg(long = "mr_per_qp")]
     pub mr_per_qp: bool,
-    /// Hop limit of the GRH (perftest's -L, --hop_limit; default 255).
-    #[arg(short = 'L', long = "hop_limit", default_value_t = 0xFF)]
-    pub hop_limit: u8,
+    /// perftest's -L (GRH hop limit): not supported yet; softroce's UDP sockets send with the
+    /// kernel's TTL.
+    #[arg(short = 'L', long = "hop_limit")]
+    pub hop_limit: Option<u8>,
+    /// perftest's --tclass (GRH traffic class): not supported yet; softroce's UDP sockets send
+    /// with the kernel's TOS.
+    #[arg(long = "tclass")]
+    pub tclass: Option<u8>,
     /// Post tx_depth work requests and wait for them before measuring (perftest's
     /// --perform_warm_up; WRITE, READ and atomic bandwidth).
     #[arg(long = "perform_warm_up")]

@@ -101,6 +101,14 @@ impl Params {
             }
             _ => {}
         }
+        // The engine sends through UDP sockets whose TTL and TOS are the kernel's; the address
+        // vector's hop limit and traffic class do not reach the wire yet.
+        if args.hop_limit.is_some() || args.tclass.is_some() {
+            return Err(CliError::Usage(
+                "-L/--hop_limit and --tclass: not supported yet (softroce sends with the kernel's TTL and TOS)"
+                    .into(),
+            ));
+        }
         if args.inline_size > MAX_INLINE {
             return Err(CliError::Usage(format!(
                 "-I {}: the device's max_inline_data is {MAX_INLINE}",
@@ -566,7 +574,7 @@ fn connect(c: &Conn, mtu: Mtu, args: &PerfArgs) -> Result<(), CliError> {
     let r = c.remote;
     let rc = RcConnect {
         path_mtu: mtu,
-        hop_limit: args.hop_limit,
+        hop_limit: 0xFF,
         max_rd_atomic: r.out_reads.clamp(1, 128) as u8,
         max_dest_rd_atomic: c.mine.out_reads.clamp(1, 128) as u8,
         timeout: args.qp_timeout,
