@@ -550,20 +550,59 @@ fn json_lines(out: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// A fresh directory for one test's files.
+fn scratch(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("softroce-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs a pair with the same flags at both ends; returns the client's stdout (both must
+/// succeed).
+fn client_text(sub: &[&str], extra: &[&str], what: &str) -> String {
+    let (sv, cl, _) = run_pair(sub, extra, &[], &[]);
+    ok(&sv, &format!("server {what}"));
+    ok(&cl, &format!("client {what}"))
+}
+
+/// The whitespace-separated fields of the first report row of `size` in a text report.
+fn row_fields(text: &str, size: u64) -> Vec<String> {
+    let lead = format!(" {size} ");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with(&lead))
+        .unwrap_or_else(|| panic!("no {size}-byte row in:\n{text}"));
+    row.split_whitespace().map(str::to_string).collect()
+}
+
+/// Runs a `--json` pair (both ends must succeed); returns the client's and the server's lines.
+fn json_pair(
+    sub: &[&str],
+    extra: &[&str],
+    client_extra: &[&str],
+    what: &str,
+) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+    let mut all = extra.to_vec();
+    all.push("--json");
+    let (sv, cl, _) = run_pair(sub, &all, &[], client_extra);
+    (
+        json_lines(&ok(&cl, &format!("client {what}"))),
+        json_lines(&ok(&sv, &format!("server {what}"))),
+    )
+}
+
 #[test]
 fn perf_all_sizes_prints_one_row_per_size_from_2_to_8_mib() {
     let want: Vec<u64> = (1..24).map(|i| 1u64 << i).collect();
     let svg = std::env::temp_dir().join(format!("softroce-sweep-{}.svg", std::process::id()));
     let svg_arg = svg.to_str().unwrap();
     for op in ["write", "send", "read"] {
-        let (sv, cl, _) = run_pair(
+        let (c, s) = json_pair(
             &["perf", op],
-            &["-a", "-n", "4", "--json"],
-            &[],
+            &["-a", "-n", "4"],
             &["--plot", svg_arg, "--plot-label", "sweep"],
+            &format!("{op} -a"),
         );
-        let c = json_lines(&ok(&cl, &format!("client {op} -a")));
-        let s = json_lines(&ok(&sv, &format!("server {op} -a")));
         let sizes: Vec<u64> = c.iter().map(|v| v["bytes"].as_u64().unwrap()).collect();
         assert_eq!(sizes, want, "{op}: the client's rows");
         for v in &c {
@@ -623,14 +662,12 @@ fn perf_duration_runs_for_its_seconds_and_counts_between_the_margins() {
 #[test]
 fn perf_bidirectional_reports_both_directions() {
     for op in ["write", "read", "atomic"] {
-        let (sv, cl, _) = run_pair(
+        let (c, s) = json_pair(
             &["perf", op],
-            &["-b", "-n", "300", "--json", "--report-both"],
+            &["-b", "-n", "300", "--report-both"],
             &[],
-            &[],
+            &format!("{op} -b"),
         );
-        let c = json_lines(&ok(&cl, &format!("client {op} -b")));
-        let s = json_lines(&ok(&sv, &format!("server {op} -b")));
         let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap();
         let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(1.0);
         for v in [&c[0], &s[0]] {
@@ -651,13 +688,11 @@ fn perf_bidirectional_reports_both_directions() {
         ));
     }
     // The text report prints both sections under --report-both.
-    let (_, cl, _) = run_pair(
+    let c = client_text(
         &["perf", "write"],
         &["-b", "-n", "50", "--report-both"],
-        &[],
-        &[],
+        "write -b text",
     );
-    let c = ok(&cl, "client write -b text");
     assert!(c.contains("Bidirectional BW Test"), "{c}");
     assert!(
         c.contains("Local results") && c.contains("Remote results"),
@@ -667,8 +702,7 @@ fn perf_bidirectional_reports_both_directions() {
 
 #[test]
 fn perf_out_json_writes_perftests_report() {
-    let dir = std::env::temp_dir().join(format!("softroce-outjson-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("outjson");
     let file = dir.join("report.json");
     let f = file.to_str().unwrap();
     let (_, cl, _) = run_pair(
@@ -747,20 +781,15 @@ fn sent_lengths(pcap: &std::path::Path, dst: std::net::Ipv4Addr) -> Vec<usize> {
 
 #[test]
 fn perf_inline_sends_post_lists_and_cq_moderation_deliver_every_message() {
-    let dir = std::env::temp_dir().join(format!("softroce-inline-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("inline");
     let pcap = dir.join("client.pcap");
     // 32-byte SENDs inline (-I 64), 4 per post_send, a completion every 8.
-    let (sv, cl, _) = run_pair(
+    let (c, s) = json_pair(
         &["perf", "send"],
-        &[
-            "-I", "64", "-s", "32", "-n", "100", "-l", "4", "-Q", "8", "--json",
-        ],
-        &[],
+        &["-I", "64", "-s", "32", "-n", "100", "-l", "4", "-Q", "8"],
         &["--pcap", pcap.to_str().unwrap()],
+        "send -I -l -Q",
     );
-    let c = json_lines(&ok(&cl, "client send -I -l -Q"));
-    let s = json_lines(&ok(&sv, "server send -I -l -Q"));
     assert_eq!(c[0]["messages"], 100);
     assert_eq!(s[0]["messages"], 100, "every inline SEND arrived");
     // On the wire: 100 SEND-only packets of 32 bytes (12 BTH + 32 data + 4 ICRC = 48 bytes of
@@ -800,13 +829,11 @@ fn perf_inline_sends_post_lists_and_cq_moderation_deliver_every_message() {
 #[test]
 fn perf_output_units_peak_and_latency_samples_follow_perftest() {
     // --output=bandwidth: one number per row; --report_gbits: Gb/s headers; -N: no peak.
-    let (_, cl, _) = run_pair(
+    let c = client_text(
         &["perf", "write"],
         &["-n", "200", "-s", "4096", "--output", "bandwidth"],
-        &[],
-        &[],
+        "--output",
     );
-    let c = ok(&cl, "client --output");
     assert_eq!(c.lines().count(), 1, "{c}");
     assert!(c.trim().parse::<f64>().unwrap() > 0.0);
     let (_, cl, _) = run_pair(
@@ -816,25 +843,20 @@ fn perf_output_units_peak_and_latency_samples_follow_perftest() {
         &[],
     );
     assert_eq!(ok(&cl, "client -a --output").lines().count(), 23);
-    let (_, cl, _) = run_pair(
+    let c = client_text(
         &["perf", "write"],
         &["-n", "200", "--report_gbits", "-N", "--perform_warm_up"],
-        &[],
-        &[],
+        "--report_gbits",
     );
-    let c = ok(&cl, "client --report_gbits");
     assert!(c.contains("BW average[Gb/sec]"), "{c}");
-    let row = c.lines().find(|l| l.starts_with(" 65536")).expect("a row");
-    let f: Vec<&str> = row.split_whitespace().collect();
-    assert_eq!(f[2], "0.00", "-N: no peak: {row}");
+    let f = row_fields(&c, 65536);
+    assert_eq!(f[2], "0.00", "-N: no peak: {f:?}");
     // -U and -H: every sample, then the sorted ones kept (n - 1 - 2 of them), then the table.
-    let (_, cl, _) = run_pair(
+    let c = client_text(
         &["perf", "send"],
         &["--lat", "-n", "50", "-U", "-H"],
-        &[],
-        &[],
+        "--lat -U -H",
     );
-    let c = ok(&cl, "client --lat -U -H");
     assert_eq!(c.matches("#, usec").count(), 2, "{c}");
     let samples: Vec<&str> = c
         .lines()
@@ -842,27 +864,23 @@ fn perf_output_units_peak_and_latency_samples_follow_perftest() {
         .collect();
     assert_eq!(samples.len(), 49 + 47, "{c}");
     assert!(c.contains("t_typical[usec]"));
-    let (_, cl, _) = run_pair(
+    let c = client_text(
         &["perf", "write"],
         &["--lat", "-n", "50", "--output", "latency"],
-        &[],
-        &[],
+        "--lat --output latency",
     );
-    let c = ok(&cl, "client --lat --output latency");
     assert!(c.trim().parse::<f64>().unwrap() > 0.0, "{c}");
 }
 
 #[test]
 fn perf_reversed_cpu_util_and_run_infinitely() {
     // --reversed: the listening end generates the WRITEs and measures them.
-    let (sv, cl, _) = run_pair(
+    let (c, sj) = json_pair(
         &["perf", "write"],
-        &["--reversed", "-n", "100", "--json"],
+        &["--reversed", "-n", "100"],
         &[],
-        &[],
+        "--reversed",
     );
-    let c = json_lines(&ok(&cl, "client --reversed"));
-    let sj = json_lines(&ok(&sv, "server --reversed"));
     assert_eq!(sj[0]["role"], "client", "the server drives the traffic");
     assert_eq!(sj[0]["messages"], 100);
     assert_eq!(
@@ -870,17 +888,15 @@ fn perf_reversed_cpu_util_and_run_infinitely() {
         "the passive end prints its report"
     );
     // --cpu_util in duration mode: a CPU_Util column with a percentage.
-    let (_, cl, _) = run_pair(
+    let c = client_text(
         &["perf", "write"],
         &["-D", "3", "-f", "1", "--cpu_util"],
-        &[],
-        &[],
+        "--cpu_util",
     );
-    let c = ok(&cl, "client --cpu_util");
     assert!(c.contains("CPU_Util[%]"), "{c}");
-    let row = c.lines().find(|l| l.starts_with(" 65536")).expect("a row");
-    let cpu: f64 = row.split_whitespace().last().unwrap().parse().unwrap();
-    assert!((0.0..=100.0).contains(&cpu), "{row}");
+    let f = row_fields(&c, 65536);
+    let cpu: f64 = f.last().unwrap().parse().unwrap();
+    assert!((0.0..=100.0).contains(&cpu), "{f:?}");
     // --run_infinitely -D 1: a row every second until killed.
     let (tcp, udp) = ports();
     let args = |ip: &str| {
@@ -922,14 +938,12 @@ fn perf_reversed_cpu_util_and_run_infinitely() {
 fn perf_latency_all_sizes_prints_one_row_per_size() {
     let want: Vec<u64> = (1..24).map(|i| 1u64 << i).collect();
     for op in ["send", "write", "read"] {
-        let (sv, cl, _) = run_pair(
+        let (c, s) = json_pair(
             &["perf", op],
-            &["--lat", "-a", "-n", "5", "--json"],
+            &["--lat", "-a", "-n", "5"],
             &[],
-            &[],
+            &format!("{op} --lat -a"),
         );
-        let c = json_lines(&ok(&cl, &format!("client {op} --lat -a")));
-        let s = json_lines(&ok(&sv, &format!("server {op} --lat -a")));
         let sizes: Vec<u64> = c.iter().map(|v| v["bytes"].as_u64().unwrap()).collect();
         assert_eq!(sizes, want, "{op}");
         assert!(c.iter().all(|v| v["lat_us"]["p50"].as_f64().unwrap() > 0.0));

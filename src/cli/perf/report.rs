@@ -134,15 +134,7 @@ impl BwRun {
         }
         let n = self.completed.len();
         let (Some(first), Some(last)) = (self.posted.first(), self.completed.last()) else {
-            return BwFigures {
-                size,
-                messages: 0,
-                seconds: 0.0,
-                bw_peak_mib: 0.0,
-                bw_avg_mib: 0.0,
-                msg_rate_mpps: 0.0,
-                cpu: None,
-            };
+            return BwFigures::empty(size);
         };
         let secs = last.duration_since(*first).as_secs_f64().max(1e-9);
         let bytes = size as f64 * n as f64;
