@@ -729,6 +729,26 @@ fn perf_out_json_writes_perftests_report() {
     ] {
         assert!(j.contains(want), "missing {want:?} in\n{j}");
     }
+    // The latency tests write print_report_lat's fields.
+    let (_, cl, _) = run_pair(
+        &["perf", "send"],
+        &["--lat", "-n", "50"],
+        &[],
+        &["--out_json", "--out_json_file", f],
+    );
+    ok(&cl, "client --lat --out_json");
+    let j = std::fs::read_to_string(&file).unwrap();
+    for want in [
+        "test: Send_Latency_Test,",
+        "MsgSize: 2,",
+        "n_iterations: 50,",
+        "t_min: ",
+        "t_typical: ",
+        "percentile_99.9: ",
+    ] {
+        assert!(j.contains(want), "missing {want:?} in\n{j}");
+    }
+    assert!(!j.contains("CQ_Moderation"), "{j}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -418,6 +418,9 @@ pub fn run(args: &PerfArgs) -> Result<(), CliError> {
         only: args.output,
         unsorted: args.unsorted,
         histogram: args.histogram,
+        inline: args.inline_size,
+        post_list: t.post_list,
+        cq_mod: t.cq_mod,
     };
     print_result(&p, &output, &result)?;
     if let Some(path) = &args.plot {

@@ -284,6 +284,12 @@ pub(super) struct Output<'a> {
     pub(super) unsorted: bool,
     /// -H: the sorted latency samples.
     pub(super) histogram: bool,
+    /// -I.
+    pub(super) inline: u32,
+    /// -l.
+    pub(super) post_list: u32,
+    /// -Q as applied.
+    pub(super) cq_mod: u32,
 }
 
 /// perftest's RESULT_FMT, or RESULT_FMT_G under --report_gbits.
@@ -388,7 +394,7 @@ fn json_line(p: &Params, o: &Output, size: u64) -> serde_json::Value {
 
 /// perftest's --out_json report (write_test_info_to_file and write_bw_report_to_file): the
 /// same keys and the same unquoted, trailing-comma layout perftest writes.
-pub(super) fn perftest_json(p: &Params, o: &Output, f: &BwFigures) -> String {
+pub(super) fn perftest_json(p: &Params, o: &Output, r: JsonResult) -> String {
     let verb = match p.op {
         PerfOp::Send => "Send",
         PerfOp::Write => "RDMA_Write",
@@ -404,10 +410,18 @@ pub(super) fn perftest_json(p: &Params, o: &Output, f: &BwFigures) -> String {
             "FETCH_AND_ADD_"
         };
     }
-    if p.duplex {
-        t += "Bidirectional_";
+    if p.prog.lat() {
+        t += "Latency_";
+    } else {
+        if p.duplex {
+            t += "Bidirectional_";
+        }
+        if o.post_list > 1 {
+            t += "Post_List_";
+        }
+        t += "BW_";
     }
-    t += "BW_Test,\n";
+    t += "Test,\n";
     t += "Dual_port: OFF,\nDevice: \"softroce\",\n";
     t += &format!("Number_of_qps: {},\nTransport_type: IB,\n", p.num_qps);
     t += "Connection_type: RC,\nUsing_SRQ: OFF,\n";
@@ -416,28 +430,66 @@ pub(super) fn perftest_json(p: &Params, o: &Output, f: &BwFigures) -> String {
     if o.is_client || p.duplex {
         t += &format!("TX_depth : {},\n", o.tx_depth);
     }
+    if o.post_list > 1 {
+        t += &format!("Post_List: {},\n", o.post_list);
+    }
     if p.op == PerfOp::Send && (!o.is_client || p.duplex) {
         t += &format!("RX_depth: {},\n", o.rx_depth);
     }
-    t += &format!("CQ_Moderation: {},\n", PEAK_WINDOW);
+    if !p.prog.lat() {
+        t += &format!("CQ_Moderation: {},\n", o.cq_mod);
+    }
     t += &format!("Mtu: {},\nLink_type: Ethernet,\n", o.mtu);
     if matches!(p.op, PerfOp::Read | PerfOp::Atomic) {
         t += &format!("Outstand_reads: {},\n", o.outs);
     } else {
-        t += "Max_inline_data: 0,\n";
+        t += &format!("Max_inline_data: {},\n", o.inline);
     }
     t += "rdma_cm_QPs: OFF,\nData_ex_method: Ethernet,\n},\n";
     t += "results: {\n";
-    // perftest prints six decimals when a Gb/s average is below 0.1; MB/s keeps two.
-    t += &format!(
-        "MsgSize: {},\nn_iterations: {},\nBW_peak: {:.2},\nBW_average: {:.2},\nMsgRate: {:.6},\n",
-        f.size, f.messages, f.bw_peak_mib, f.bw_avg_mib, f.msg_rate_mpps
-    );
-    if let Some(c) = f.cpu {
-        t += &format!("CPU_util: {c:.2},\n");
+    match (r, o.only) {
+        (JsonResult::Bw(f), Some(OutputOnly::Bandwidth)) => {
+            t += &format!("bw_avg: {:.6},\n", to_unit(f.bw_avg_mib, p.gbits));
+        }
+        (JsonResult::Bw(f), Some(OutputOnly::MessageRate)) => {
+            t += &format!("msgRate_avg: {:.6},\n", f.msg_rate_mpps);
+        }
+        (JsonResult::Bw(f), _) => {
+            let (peak, avg) = (
+                to_unit(f.bw_peak_mib, p.gbits),
+                to_unit(f.bw_avg_mib, p.gbits),
+            );
+            // REPORT_FMT_EXT_JSON (six decimals) for a Gb/s average below 0.1.
+            let d = if p.gbits && avg < 0.1 { 6 } else { 2 };
+            t += &format!(
+                "MsgSize: {},\nn_iterations: {},\nBW_peak: {peak:.d$},\nBW_average: {avg:.d$},\nMsgRate: {:.6},\n",
+                f.size, f.messages, f.msg_rate_mpps
+            );
+            if let Some(c) = f.cpu {
+                t += &format!("CPU_util: {c:.2},\n");
+            }
+        }
+        (JsonResult::Lat(_, l), Some(OutputOnly::Latency)) => {
+            t += &format!("avg_lat: {:.6},\n", l.avg);
+        }
+        (JsonResult::Lat(size, l), _) => {
+            t += &format!(
+                "MsgSize: {size},\nn_iterations: {},\nt_min: {:.2},\nt_max: {:.2},\nt_typical: {:.2},\nt_avg: {:.2},\nt_stdev: {:.2},\npercentile_99: {:.2},\npercentile_99.9: {:.2},\n",
+                p.iters, l.min, l.max, l.typical, l.avg, l.stdev, l.p99, l.p999
+            );
+        }
     }
     t += "},\n}\n";
     t
+}
+
+/// What one --out_json report describes.
+#[derive(Clone, Copy)]
+pub(super) enum JsonResult<'a> {
+    /// A bandwidth row.
+    Bw(&'a BwFigures),
+    /// A latency row: size and statistics.
+    Lat(u64, &'a LatStats),
 }
 
 const LAT_HEADER: &str = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ";
@@ -462,13 +514,20 @@ pub(super) fn print_result(p: &Params, o: &Output, r: &Outcome) -> Result<(), Cl
     let mut out = std::io::stdout().lock();
     let w =
         |out: &mut std::io::StdoutLock, s: String| writeln!(out, "{s}").map_err(CliError::Output);
-    if let (Some(path), Outcome::Bw { rows, .. }) = (o.out_json, r) {
-        if let Some(last) = rows.last() {
-            std::fs::write(path, perftest_json(p, o, last)).map_err(|err| CliError::Open {
-                path: path.to_string(),
-                err,
-            })?;
-        }
+    // perftest rewrites the file at every report: after -a it holds the last size.
+    let last = match r {
+        Outcome::Bw { rows, .. } => rows.last().map(JsonResult::Bw),
+        Outcome::Lat(rows) => rows
+            .iter()
+            .rev()
+            .find_map(|(size, l)| l.as_ref().map(|l| JsonResult::Lat(*size, l))),
+        Outcome::Passive => None,
+    };
+    if let (Some(path), Some(last)) = (o.out_json, last) {
+        std::fs::write(path, perftest_json(p, o, last)).map_err(|err| CliError::Open {
+            path: path.to_string(),
+            err,
+        })?;
     }
     if o.json {
         match r {
