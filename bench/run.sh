@@ -267,7 +267,7 @@ sweep_softroce send && PLOT_RUNS+=("$TMP/sweep_send.jsonl=softroce RC SEND, loop
 if [ $QUICK = 0 ]; then
     sweep_tcp && PLOT_RUNS+=("$TMP/sweep_tcp.jsonl=iperf3 TCP, 1 stream, loopback") || fail "sweep TCP failed"
 fi
-VAL[sweep_rows]=$(cat "$TMP"/sweep_write.jsonl 2>/dev/null | wc -l)
+VAL[sweep_rows]=$(wc -l <"$TMP/sweep_write.jsonl" 2>/dev/null || echo 0)
 VAL[sweep_peak]=$(jq -s 'map(.bw_avg_mbps) | max' "$TMP/sweep_write.jsonl" 2>/dev/null || echo FAILED)
 mkdir -p "$(dirname "$SWEEP_SVG")"
 if [ ${#PLOT_RUNS[@]} -gt 0 ]; then
