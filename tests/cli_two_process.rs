@@ -661,7 +661,7 @@ fn perf_duration_runs_for_its_seconds_and_counts_between_the_margins() {
 
 #[test]
 fn perf_bidirectional_reports_both_directions() {
-    for op in ["write", "read", "atomic"] {
+    for op in ["write", "read", "atomic", "send"] {
         let (c, s) = json_pair(
             &["perf", op],
             &["-b", "-n", "300", "--report-both"],

@@ -80,12 +80,22 @@ impl Test<'_> {
                         self.post_receives()?;
                         self.hs(&mut x, k0)?;
                     }
-                    let m = if self.is_client {
-                        self.bandwidth_client()?
+                    if p.duplex {
+                        // Both directions at once, then the reports summed (send_bw.c).
+                        let run = self.bandwidth_bi()?;
+                        let mine = self.figures(&run, size);
+                        let theirs = x.bw_reports(&mine.report(p.gbits)).map_err(CliError::Oob)?;
+                        let theirs = BwFigures::from_report(&theirs, p.gbits);
+                        rows.push(mine.plus(&theirs));
+                        both = Some((mine, theirs));
                     } else {
-                        self.bandwidth_server()?
-                    };
-                    rows.push(self.figures(&m, size));
+                        let m = if self.is_client {
+                            self.bandwidth_client()?
+                        } else {
+                            self.bandwidth_server()?
+                        };
+                        rows.push(self.figures(&m, size));
+                    }
                     if p.all {
                         self.hs(&mut x, k0)?;
                     }
@@ -117,26 +127,11 @@ impl Test<'_> {
         let mut wcs = vec![WorkCompletion::default(); 64];
         let mut posted = vec![0u64; n];
         let mut done = vec![0u64; n];
-        let depth = self.tx_depth as u64;
-        let list = self.post_list as u64;
         let mut last = Instant::now();
         let mut ended = false;
         loop {
-            // Fill every QP's send queue, a post list at a time.
             if !ended {
-                for c in 0..n {
-                    while posted[c] < iters
-                        && posted[c] - done[c] + list.min(iters - posted[c]) <= depth
-                    {
-                        let k = list.min(iters - posted[c]);
-                        if timed {
-                            let now = Instant::now();
-                            run.posted.extend((0..k).map(|_| now));
-                        }
-                        self.post_ops(c, posted[c], k, true)?;
-                        posted[c] += k;
-                    }
-                }
+                self.fill(&mut posted, &done, iters, timed.then_some(&mut run))?;
             }
             // perftest's duration mode stops at END_STATE without waiting for what is still
             // in flight (its last WRs may be unsignaled).
@@ -157,6 +152,67 @@ impl Test<'_> {
             meter.tick(&mut run, now)?;
         }
         meter.finish(&mut run);
+        Ok(run)
+    }
+
+    /// Fills every QP's send queue up to tx_depth, a post list at a time, with WRs up to
+    /// `iters`; notes their post times in `timed`.
+    fn fill(
+        &self,
+        posted: &mut [u64],
+        done: &[u64],
+        iters: u64,
+        mut timed: Option<&mut BwRun>,
+    ) -> Result<(), CliError> {
+        let depth = self.tx_depth as u64;
+        let list = self.post_list as u64;
+        for c in 0..posted.len() {
+            while posted[c] < iters && posted[c] - done[c] + list.min(iters - posted[c]) <= depth {
+                let k = list.min(iters - posted[c]);
+                if let Some(run) = timed.as_deref_mut() {
+                    let now = Instant::now();
+                    run.posted.extend((0..k).map(|_| now));
+                }
+                self.post_ops(c, posted[c], k, true)?;
+                posted[c] += k;
+            }
+        }
+        Ok(())
+    }
+
+    /// ib_send_bw -b (perftest's run_iter_bi): each end sends -n messages per QP and receives
+    /// as many, keeping rx_depth receives posted; the client sends at once, the server once its
+    /// first message has arrived. The sends are timed as in [`Test::bandwidth_client`].
+    pub(super) fn bandwidth_bi(&mut self) -> Result<BwRun, CliError> {
+        let n = self.conns.len();
+        let iters = self.p.iters;
+        let mut run = Meter::new(&self.p).start(iters as usize * n);
+        let mut wcs = vec![WorkCompletion::default(); 64];
+        let (mut posted, mut done, mut got) = (vec![0u64; n], vec![0u64; n], vec![0u64; n]);
+        let mut may_send = self.is_client;
+        let mut last = Instant::now();
+        while (0..n).any(|c| done[c] < iters || got[c] < iters) {
+            if may_send {
+                self.fill(&mut posted, &done, iters, Some(&mut run))?;
+            }
+            let k = self.poll(&mut wcs, &mut last)?;
+            let now = Instant::now();
+            for wc in &wcs[..k] {
+                let c = self.conn_of(wc)?;
+                if wc.opcode == WcOpcode::Recv {
+                    got[c] += 1;
+                    may_send = true;
+                    let next = wc.wr_id + self.rx_depth as u64;
+                    if next < iters {
+                        self.post_recv(c, next)?;
+                    }
+                } else {
+                    let newly = (wc.wr_id + 1).saturating_sub(done[c]);
+                    done[c] = done[c].max(wc.wr_id + 1);
+                    run.completed.extend((0..newly).map(|_| now));
+                }
+            }
+        }
         Ok(run)
     }
 

@@ -153,7 +153,7 @@ pub struct PerfArgs {
     /// quarter of the duration).
     #[arg(short = 'f', long = "margin")]
     pub margin: Option<u64>,
-    /// Bidirectional: both ends send (perftest's -b; WRITE, READ and atomic bandwidth).
+    /// Bidirectional: both ends send (perftest's -b; bandwidth tests; SEND without -D).
     #[arg(short = 'b', long = "bidirectional")]
     pub bidirectional: bool,
     /// With -b, also print this end's and the peer's figures apart.

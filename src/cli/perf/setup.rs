@@ -150,10 +150,8 @@ impl Params {
         if self.cpu_util && self.duration.is_none() {
             return usage("--cpu_util works only in duration mode (-D), as perftest's");
         }
-        if self.duplex && self.prog == Program::SendBw {
-            return usage(
-                "-b: bidirectional SEND is not supported; -b runs WRITE, READ and atomic bandwidth",
-            );
+        if self.duplex && self.prog == Program::SendBw && self.duration.is_some() {
+            return usage("-b with -D: bidirectional SEND runs -n iterations here");
         }
         if self.check && (self.all || self.duration.is_some() || self.duplex) {
             return usage(
@@ -522,9 +520,9 @@ impl<'a> Test<'a> {
     }
 
     /// The receives a SEND program posts before its barrier: rx_depth per QP, at the
-    /// receiving server of ib_send_bw and at both ends of ib_send_lat.
+    /// receiving server of ib_send_bw and at both ends of ib_send_lat and ib_send_bw -b.
     pub(super) fn post_receives(&self) -> Result<(), CliError> {
-        if self.p.prog == Program::SendLat || !self.is_client {
+        if self.p.prog == Program::SendLat || !self.is_client || self.p.duplex {
             let first = (self.rx_depth as u64).min(if self.p.duration.is_some() {
                 u64::MAX
             } else {
