@@ -346,6 +346,7 @@ perftest_flags_group() {
         perftest_case ib_send_bw "$role" 65536 200 0 -D 4 -f 1
         perftest_case ib_write_bw "$role" 65536 200 0 -b
         perftest_case ib_read_bw "$role" 65536 200 0 -b
+        perftest_case ib_send_bw "$role" 65536 200 0 -b
     done
 }
 if [ "$ONLY" = all ] || [ "$ONLY" = perftest_flags ]; then
