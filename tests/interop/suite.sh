@@ -347,6 +347,8 @@ perftest_flags_group() {
         perftest_case ib_write_bw "$role" 65536 200 0 -b
         perftest_case ib_read_bw "$role" 65536 200 0 -b
         perftest_case ib_send_bw "$role" 65536 200 0 -b
+        perftest_case ib_send_lat "$role" 8388608 5 0 -a
+        perftest_case ib_write_lat "$role" 8388608 5 0 -a
     done
 }
 if [ "$ONLY" = all ] || [ "$ONLY" = perftest_flags ]; then
