@@ -8,7 +8,7 @@ set -euo pipefail
 f=${1:?usage: bench/check-rows.sh FILE.md}
 rows="write-64k-vs-tcp write-64k-vs-udp-gso write-64k-vs-udp-plain send-64k read-64k lat-2b
 lat-2b-busy rate-64b-q1 rate-64b-q2 rate-64b-q4 rate-64b-q8 rate-64b-q16 rate-64b-q32
-rate-64b-q64 write-64k-q1024 mem-per-qp-client mem-per-qp-server"
+rate-64b-q64 write-64k-q1024 sweep-write mem-per-qp-client mem-per-qp-server"
 bad=0
 n=0
 for r in $rows; do

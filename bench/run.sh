@@ -20,7 +20,11 @@
 #     and busy-polling recv(MSG_DONTWAIT), one-way p50 = half the round trip (perftest's rule);
 #   - softroce perf --json: 64 KiB WRITE/SEND/READ, 2-byte SEND latency (and with
 #     --busy-poll when the binary has it), 64-byte WRITE message rate on 1..64 QPs, 1024 QPs
-#     (aggregate 64 KiB WRITE, and peak RSS with 1 vs 1024 QPs for the memory per QP).
+#     (aggregate 64 KiB WRITE, and peak RSS with 1 vs 1024 QPs for the memory per QP);
+#   - the sweep: `softroce perf write -a` and `send -a` (every size 2 B..8 MiB, one run each) and,
+#     without --quick, iperf3 TCP with the same write sizes up to 1 MiB (-l SIZE, a fixed block count),
+#     drawn by `softroce plot` as bandwidth and message rate by size: target/bench-sweep.svg,
+#     or bench/sweep.svg with --update (BENCHMARKS.md shows that picture).
 #
 # Units: MB/s = 10^6 bytes/s everywhere (iperf3's bits/s / 8e6; softroce's bw_avg_mbps).
 # Benchmarks are not tests: nothing here asserts a timing. bench/check-rows.sh checks that
@@ -72,10 +76,10 @@ BL=target/bench-baselines/release
 # ---- sizes ---------------------------------------------------------------------------------
 if [ $QUICK = 1 ]; then
     RUNS=1 T=30 IPERF_SECS=1 UDP_BYTES=50000000 BW_ITERS=300 LAT_ITERS=500 RATE_MSGS=5000
-    Q1024_ITERS=1
+    Q1024_ITERS=1 SWEEP_ITERS=5
 else
     RUNS=3 T=90 IPERF_SECS=2 UDP_BYTES=1000000000 BW_ITERS=5000 LAT_ITERS=10000 RATE_MSGS=100000
-    Q1024_ITERS=5
+    Q1024_ITERS=5 SWEEP_ITERS=1000
 fi
 RATE_QPS="1 2 4 8 16 32 64"
 MTU=4096
@@ -228,6 +232,47 @@ rss_per_qp() { # client|server
 }
 measure mem_client rss_per_qp client
 measure mem_server rss_per_qp server
+
+# ---- the sweep: bandwidth by message size ------------------------------------------------------
+# One run each (a sweep is 23 runs already); the client's --json lines are the picture's input.
+sweep_softroce() { # OP
+    echo "== sweep $1 -a" >&2
+    PORT=$((PORT + 10))
+    pair "$TMP/sweep_$1.jsonl" :: "$BIN" perf "$1" -a -n "$SWEEP_ITERS" -p "$PORT" --roce-port "$PORT" --json \
+        :: "$BIN" perf "$1" -a -n "$SWEEP_ITERS" -p "$PORT" --roce-port "$PORT" --json 127.0.0.1
+}
+# iperf3 with softroce's sizes up to its largest block, 1 MiB: -l SIZE writes, SWEEP_ITERS of
+# them (at least 2 MiB in all); one JSON line per size in perf --json's fields.
+sweep_tcp() {
+    echo "== sweep iperf3 TCP" >&2
+    local i size blocks
+    : >"$TMP/sweep_tcp.jsonl"
+    for i in $(seq 1 20); do
+        size=$((1 << i))
+        blocks=$(( SWEEP_ITERS > (2097152 / size) ? SWEEP_ITERS : (2097152 / size) ))
+        next_port
+        pair /dev/null :: iperf3 -s -1 -B 127.0.0.1 -p "$PORT" \
+            :: bash -c 'iperf3 -c 127.0.0.1 -B 127.0.0.2 -p "$1" -l "$2" -k "$3" -J >"$4" && jq -e ".error == null" "$4" >/dev/null' \
+            iperf_client "$PORT" "$size" "$blocks" "$TMP/iperf_sweep.json" || return 1
+        jq -c --argjson size "$size" --argjson blocks "$blocks" \
+            '.end.sum_received | {bytes: $size, bw_avg_mibps: (.bits_per_second / 8 / 1048576), msg_rate_mpps: ($blocks / .seconds / 1e6)}' \
+            "$TMP/iperf_sweep.json" >>"$TMP/sweep_tcp.jsonl"
+    done
+}
+SWEEP_SVG=target/bench-sweep.svg
+[ -n "$UPDATE" ] && SWEEP_SVG=bench/sweep.svg
+PLOT_RUNS=()
+sweep_softroce write && PLOT_RUNS+=("$TMP/sweep_write.jsonl=softroce RC WRITE, loopback") || fail "sweep write failed"
+sweep_softroce send && PLOT_RUNS+=("$TMP/sweep_send.jsonl=softroce RC SEND, loopback") || fail "sweep send failed"
+if [ $QUICK = 0 ]; then
+    sweep_tcp && PLOT_RUNS+=("$TMP/sweep_tcp.jsonl=iperf3 TCP, 1 stream, loopback") || fail "sweep TCP failed"
+fi
+VAL[sweep_rows]=$(wc -l <"$TMP/sweep_write.jsonl" 2>/dev/null || echo 0)
+VAL[sweep_peak]=$(jq -s 'map(.bw_avg_mbps) | max' "$TMP/sweep_write.jsonl" 2>/dev/null || echo FAILED)
+mkdir -p "$(dirname "$SWEEP_SVG")"
+if [ ${#PLOT_RUNS[@]} -gt 0 ]; then
+    "$BIN" plot -o "$SWEEP_SVG" "${PLOT_RUNS[@]}" || fail "softroce plot failed"
+fi
 ELAPSED=$(( $(date +%s) - START ))
 
 # ---- the table -----------------------------------------------------------------------------
@@ -280,6 +325,7 @@ for q in $RATE_QPS; do
 done
 r=$(ratio "${VAL[write_q1024]}" "${VAL[write]}")
 row write-64k-q1024 "64 KiB WRITE, 1024 QPs (aggregate) vs 1 QP" "$(mbs "${VAL[write_q1024]}")" "$(mbs "${VAL[write]}")" "$r" ">= 0.8x" "$(met "$r" '>=' 0.8)"
+row sweep-write "WRITE sweep (-a, 2 B..8 MiB, ${VAL[sweep_rows]} sizes): best size's bandwidth (picture: $SWEEP_SVG)" "$(mbs "${VAL[sweep_peak]}")" "-" "-" "-" "-"
 row mem-per-qp-client "memory per QP, requester process (peak RSS, 1024 QPs vs 1)" "$(fmt "${VAL[mem_client]}" '%.0f B')" "-" "-" "-" "-"
 row mem-per-qp-server "memory per QP, responder process (peak RSS, 1024 QPs vs 1)" "$(fmt "${VAL[mem_server]}" '%.0f B')" "-" "-" "-" "-"
 
@@ -305,7 +351,7 @@ rss_note() { # client|server
     echo
     echo "Sizes: iperf3 -t $IPERF_SECS; UDP $UDP_BYTES bytes in ${ROCE_UDP_PAYLOAD}-byte datagrams; 64 KiB runs -n $BW_ITERS;" \
         "latency -n $LAT_ITERS; message rate $RATE_MSGS messages over all QPs; 1024 QPs -n $Q1024_ITERS each;" \
-        "memory: write -s 2 -n 10."
+        "memory: write -s 2 -n 10; sweep -n $SWEEP_ITERS per size."
     [ $BUSY = 1 ] || echo "This softroce has no --busy-poll flag: its row says n/a."
 } >"$TMP/table.md"
 

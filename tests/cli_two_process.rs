@@ -542,3 +542,432 @@ fn pingpong_carries_messages_of_several_4096_byte_mtus() {
     let c = ok(&cl, "client -m 4096");
     assert!(c.contains("20 iters in"), "{c}");
 }
+
+/// The JSON lines of a run's stdout.
+fn json_lines(out: &str) -> Vec<serde_json::Value> {
+    out.lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+/// A fresh directory for one test's files.
+fn scratch(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("softroce-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs a pair with the same flags at both ends; returns the client's stdout (both must
+/// succeed).
+fn client_text(sub: &[&str], extra: &[&str], what: &str) -> String {
+    let (sv, cl, _) = run_pair(sub, extra, &[], &[]);
+    ok(&sv, &format!("server {what}"));
+    ok(&cl, &format!("client {what}"))
+}
+
+/// The whitespace-separated fields of the first report row of `size` in a text report.
+fn row_fields(text: &str, size: u64) -> Vec<String> {
+    let lead = format!(" {size} ");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with(&lead))
+        .unwrap_or_else(|| panic!("no {size}-byte row in:\n{text}"));
+    row.split_whitespace().map(str::to_string).collect()
+}
+
+/// Runs a `--json` pair (both ends must succeed); returns the client's and the server's lines.
+fn json_pair(
+    sub: &[&str],
+    extra: &[&str],
+    client_extra: &[&str],
+    what: &str,
+) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+    let mut all = extra.to_vec();
+    all.push("--json");
+    let (sv, cl, _) = run_pair(sub, &all, &[], client_extra);
+    (
+        json_lines(&ok(&cl, &format!("client {what}"))),
+        json_lines(&ok(&sv, &format!("server {what}"))),
+    )
+}
+
+#[test]
+fn perf_all_sizes_prints_one_row_per_size_from_2_to_8_mib() {
+    let want: Vec<u64> = (1..24).map(|i| 1u64 << i).collect();
+    let svg = std::env::temp_dir().join(format!("softroce-sweep-{}.svg", std::process::id()));
+    let svg_arg = svg.to_str().unwrap();
+    for op in ["write", "send", "read"] {
+        let (c, s) = json_pair(
+            &["perf", op],
+            &["-a", "-n", "4"],
+            &["--plot", svg_arg, "--plot-label", "sweep"],
+            &format!("{op} -a"),
+        );
+        let sizes: Vec<u64> = c.iter().map(|v| v["bytes"].as_u64().unwrap()).collect();
+        assert_eq!(sizes, want, "{op}: the client's rows");
+        for v in &c {
+            assert_eq!(v["iters"], 4);
+            assert!(v["bw_avg_mibps"].as_f64().unwrap() > 0.0, "{v}");
+        }
+        if op == "send" {
+            // ib_send_bw's receiving server measures every size too.
+            assert_eq!(s.len(), 23, "{op}: the server's rows");
+        } else {
+            // The passive WRITE/READ server prints the client's last report, as perftest's.
+            assert_eq!(s.len(), 1);
+            assert_eq!(s[0]["bytes"], 1 << 23);
+        }
+        // --plot: the run's sweep as a picture with its label.
+        let picture = std::fs::read_to_string(&svg).unwrap();
+        assert_eq!(
+            picture
+                .lines()
+                .filter(|l| l.contains("stroke-width=\"2\" points=") && l.matches(',').count() > 2)
+                .count(),
+            2,
+            "{op}"
+        );
+        assert!(picture.contains("sweep"));
+        let _ = std::fs::remove_file(&svg);
+    }
+    // Atomics stay at 8 bytes under -a, as ib_atomic_bw.
+    let (_, cl, _) = run_pair(&["perf", "atomic"], &["-a", "-n", "4", "--json"], &[], &[]);
+    let c = json_lines(&ok(&cl, "client atomic -a"));
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0]["bytes"], 8);
+}
+
+#[test]
+fn perf_duration_runs_for_its_seconds_and_counts_between_the_margins() {
+    for op in ["write", "send"] {
+        let t = Instant::now();
+        let (sv, cl, _) = run_pair(
+            &["perf", op],
+            &["-D", "3", "-f", "1", "-s", "1024", "--json"],
+            &[],
+            &[],
+        );
+        let took = t.elapsed();
+        let c = json_lines(&ok(&cl, &format!("client {op} -D")));
+        ok(&sv, &format!("server {op} -D"));
+        assert!(took >= Duration::from_secs(3), "{op}: ended after {took:?}");
+        assert!(took < Duration::from_secs(20), "{op}: ran {took:?}");
+        // The sampled window is D - 2f = 1 s; only its completions count, without a peak.
+        assert_eq!(c[0]["seconds"], 1.0);
+        assert!(c[0]["messages"].as_u64().unwrap() > 0);
+        assert_eq!(c[0]["bw_peak_mibps"], 0.0);
+    }
+}
+
+#[test]
+fn perf_bidirectional_reports_both_directions() {
+    for op in ["write", "read", "atomic", "send"] {
+        let (c, s) = json_pair(
+            &["perf", op],
+            &["-b", "-n", "300", "--report-both"],
+            &[],
+            &format!("{op} -b"),
+        );
+        let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap();
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(1.0);
+        for v in [&c[0], &s[0]] {
+            assert!(f(v, "local_bw_avg_mibps") > 0.0 && f(v, "remote_bw_avg_mibps") > 0.0);
+            assert!(close(
+                f(v, "bw_avg_mibps"),
+                f(v, "local_bw_avg_mibps") + f(v, "remote_bw_avg_mibps")
+            ));
+        }
+        // Each end's local figures are the other's remote ones.
+        assert!(close(
+            f(&c[0], "local_bw_avg_mibps"),
+            f(&s[0], "remote_bw_avg_mibps")
+        ));
+        assert!(close(
+            f(&s[0], "local_bw_avg_mibps"),
+            f(&c[0], "remote_bw_avg_mibps")
+        ));
+    }
+    // The text report prints both sections under --report-both.
+    let c = client_text(
+        &["perf", "write"],
+        &["-b", "-n", "50", "--report-both"],
+        "write -b text",
+    );
+    assert!(c.contains("Bidirectional BW Test"), "{c}");
+    assert!(
+        c.contains("Local results") && c.contains("Remote results"),
+        "{c}"
+    );
+}
+
+#[test]
+fn perf_out_json_writes_perftests_report() {
+    let dir = scratch("outjson");
+    let file = dir.join("report.json");
+    let f = file.to_str().unwrap();
+    let (_, cl, _) = run_pair(
+        &["perf", "write"],
+        &["-s", "4096", "-n", "50"],
+        &[],
+        &["--out_json", "--out_json_file", f],
+    );
+    ok(&cl, "client --out_json");
+    let j = std::fs::read_to_string(&file).unwrap();
+    for want in [
+        "test_info: {",
+        "test: RDMA_Write_BW_Test,",
+        "Number_of_qps: 1,",
+        "Connection_type: RC,",
+        "TX_depth : 50,",
+        "Mtu: 4096,",
+        "results: {",
+        "MsgSize: 4096,",
+        "n_iterations: 50,",
+        "BW_peak: ",
+        "BW_average: ",
+        "MsgRate: ",
+    ] {
+        assert!(j.contains(want), "missing {want:?} in\n{j}");
+    }
+    // The latency tests write print_report_lat's fields.
+    let (_, cl, _) = run_pair(
+        &["perf", "send"],
+        &["--lat", "-n", "50"],
+        &[],
+        &["--out_json", "--out_json_file", f],
+    );
+    ok(&cl, "client --lat --out_json");
+    let j = std::fs::read_to_string(&file).unwrap();
+    for want in [
+        "test: Send_Latency_Test,",
+        "MsgSize: 2,",
+        "n_iterations: 50,",
+        "t_min: ",
+        "t_typical: ",
+        "percentile_99.9: ",
+    ] {
+        assert!(j.contains(want), "missing {want:?} in\n{j}");
+    }
+    assert!(!j.contains("CQ_Moderation"), "{j}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn perf_refuses_flags_it_cannot_honour_by_name() {
+    for (flags, named) in [
+        (&["--odp"][..], "--odp"),
+        (&["-O"][..], "--dualport"),
+        (&["--aes_xts"][..], "--aes_xts"),
+        (&["--use_hugepages"][..], "--use_hugepages"),
+        (&["--mmap", "/tmp/x"][..], "--mmap"),
+        (&["-a", "-D", "4"][..], "-D"),
+        (&["-D", "2", "-f", "1"][..], "MARGIN"),
+        (&["--cpu_util"][..], "--cpu_util"),
+        (&["--run_infinitely", "-b"][..], "--run_infinitely"),
+        (&["-L", "64"][..], "--hop_limit"),
+        (&["--tclass", "96"][..], "--tclass"),
+    ] {
+        let mut args = vec!["perf", "write", "--bind", "127.0.0.1", "-p", "1"];
+        args.extend_from_slice(flags);
+        let out = Command::new(bin()).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flags:?} accepted");
+        assert!(err.contains(named), "{flags:?}: {err}");
+    }
+}
+
+/// The UDP payload lengths of the packets one end sent to `dst`, from its --pcap capture.
+fn sent_lengths(pcap: &std::path::Path, dst: std::net::Ipv4Addr) -> Vec<usize> {
+    let f = std::fs::File::open(pcap).unwrap();
+    let mut r = softroce::capture::CaptureReader::new(f).unwrap();
+    let mut v = Vec::new();
+    while let Some(fr) = r.next_frame().unwrap() {
+        let p = if fr.linktype == 1 {
+            etherparse::SlicedPacket::from_ethernet(fr.data)
+        } else {
+            etherparse::SlicedPacket::from_ip(fr.data)
+        };
+        let Ok(p) = p else { continue };
+        if let (Some(etherparse::NetSlice::Ipv4(ip)), Some(etherparse::TransportSlice::Udp(u))) =
+            (p.net, p.transport)
+        {
+            if ip.header().destination_addr() == dst {
+                v.push(u.payload().len());
+            }
+        }
+    }
+    v
+}
+
+#[test]
+fn perf_inline_sends_post_lists_and_cq_moderation_deliver_every_message() {
+    let dir = scratch("inline");
+    let pcap = dir.join("client.pcap");
+    // 32-byte SENDs inline (-I 64), 4 per post_send, a completion every 8.
+    let (c, s) = json_pair(
+        &["perf", "send"],
+        &["-I", "64", "-s", "32", "-n", "100", "-l", "4", "-Q", "8"],
+        &["--pcap", pcap.to_str().unwrap()],
+        "send -I -l -Q",
+    );
+    assert_eq!(c[0]["messages"], 100);
+    assert_eq!(s[0]["messages"], 100, "every inline SEND arrived");
+    // On the wire: 100 SEND-only packets of 32 bytes (12 BTH + 32 data + 4 ICRC = 48 bytes of
+    // UDP payload).
+    let sent = sent_lengths(&pcap, "127.0.0.1".parse().unwrap());
+    assert_eq!(
+        sent.iter().filter(|len| **len == 48).count(),
+        100,
+        "{sent:?}"
+    );
+    // Inline WRITEs too, and -I above max_inline_data is refused by name.
+    let (_, cl, _) = run_pair(
+        &["perf", "write"],
+        &["-I", "256", "-s", "200", "-n", "50", "--json", "-l", "5"],
+        &[],
+        &[],
+    );
+    assert_eq!(json_lines(&ok(&cl, "client write -I"))[0]["messages"], 50);
+    let out = Command::new(bin())
+        .args([
+            "perf",
+            "write",
+            "-I",
+            "4096",
+            "--bind",
+            "127.0.0.1",
+            "-p",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("-I 4096"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn perf_output_units_peak_and_latency_samples_follow_perftest() {
+    // --output=bandwidth: one number per row; --report_gbits: Gb/s headers; -N: no peak.
+    let c = client_text(
+        &["perf", "write"],
+        &["-n", "200", "-s", "4096", "--output", "bandwidth"],
+        "--output",
+    );
+    assert_eq!(c.lines().count(), 1, "{c}");
+    assert!(c.trim().parse::<f64>().unwrap() > 0.0);
+    let (_, cl, _) = run_pair(
+        &["perf", "read"],
+        &["-a", "-n", "3", "--output", "message_rate"],
+        &[],
+        &[],
+    );
+    assert_eq!(ok(&cl, "client -a --output").lines().count(), 23);
+    let c = client_text(
+        &["perf", "write"],
+        &["-n", "200", "--report_gbits", "-N", "--perform_warm_up"],
+        "--report_gbits",
+    );
+    assert!(c.contains("BW average[Gb/sec]"), "{c}");
+    let f = row_fields(&c, 65536);
+    assert_eq!(f[2], "0.00", "-N: no peak: {f:?}");
+    // -U and -H: every sample, then the sorted ones kept (n - 1 - 2 of them), then the table.
+    let c = client_text(
+        &["perf", "send"],
+        &["--lat", "-n", "50", "-U", "-H"],
+        "--lat -U -H",
+    );
+    assert_eq!(c.matches("#, usec").count(), 2, "{c}");
+    let samples: Vec<&str> = c
+        .lines()
+        .filter(|l| l.contains(", ") && !l.starts_with('#') && !l.contains(':'))
+        .collect();
+    assert_eq!(samples.len(), 49 + 47, "{c}");
+    assert!(c.contains("t_typical[usec]"));
+    let c = client_text(
+        &["perf", "write"],
+        &["--lat", "-n", "50", "--output", "latency"],
+        "--lat --output latency",
+    );
+    assert!(c.trim().parse::<f64>().unwrap() > 0.0, "{c}");
+}
+
+#[test]
+fn perf_reversed_cpu_util_and_run_infinitely() {
+    // --reversed: the listening end generates the WRITEs and measures them.
+    let (c, sj) = json_pair(
+        &["perf", "write"],
+        &["--reversed", "-n", "100"],
+        &[],
+        "--reversed",
+    );
+    assert_eq!(sj[0]["role"], "client", "the server drives the traffic");
+    assert_eq!(sj[0]["messages"], 100);
+    assert_eq!(
+        c[0]["bw_avg_mibps"], sj[0]["bw_avg_mibps"],
+        "the passive end prints its report"
+    );
+    // --cpu_util in duration mode: a CPU_Util column with a percentage.
+    let c = client_text(
+        &["perf", "write"],
+        &["-D", "3", "-f", "1", "--cpu_util"],
+        "--cpu_util",
+    );
+    assert!(c.contains("CPU_Util[%]"), "{c}");
+    let f = row_fields(&c, 65536);
+    let cpu: f64 = f.last().unwrap().parse().unwrap();
+    assert!((0.0..=100.0).contains(&cpu), "{f:?}");
+    // --run_infinitely -D 1: a row every second until killed.
+    let (tcp, udp) = ports();
+    let args = |ip: &str| {
+        s(&[
+            "perf",
+            "write",
+            "--run_infinitely",
+            "-D",
+            "1",
+            "-s",
+            "4096",
+            "-p",
+            &tcp.to_string(),
+            "--roce-port",
+            &udp.to_string(),
+            "--bind",
+            ip,
+        ])
+    };
+    let server = spawn(&args("127.0.0.1"));
+    std::thread::sleep(Duration::from_millis(300));
+    let mut cv = args("127.0.0.2");
+    cv.push("127.0.0.1".into());
+    let mut client = spawn(&cv);
+    std::thread::sleep(Duration::from_millis(3600));
+    let running = client.try_wait().unwrap().is_none();
+    let _ = client.kill();
+    let mut server = server;
+    let _ = server.kill();
+    let out = client.wait_with_output().unwrap();
+    let _ = server.wait();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(running, "the client stopped on its own: {text}");
+    let rows = text.lines().filter(|l| l.starts_with(" 4096")).count();
+    assert!((2..=4).contains(&rows), "{rows} rows in 3.6 s:\n{text}");
+}
+
+#[test]
+fn perf_latency_all_sizes_prints_one_row_per_size() {
+    let want: Vec<u64> = (1..24).map(|i| 1u64 << i).collect();
+    for op in ["send", "write", "read"] {
+        let (c, s) = json_pair(
+            &["perf", op],
+            &["--lat", "-a", "-n", "5"],
+            &[],
+            &format!("{op} --lat -a"),
+        );
+        let sizes: Vec<u64> = c.iter().map(|v| v["bytes"].as_u64().unwrap()).collect();
+        assert_eq!(sizes, want, "{op}");
+        assert!(c.iter().all(|v| v["lat_us"]["p50"].as_f64().unwrap() > 0.0));
+        // ib_send_lat and ib_write_lat measure at both ends; ib_read_lat's server does not.
+        assert_eq!(s.len(), if op == "read" { 1 } else { 23 }, "{op}");
+    }
+}

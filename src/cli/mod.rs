@@ -5,6 +5,7 @@ pub mod decode;
 pub mod device;
 pub mod perf;
 pub mod pingpong;
+pub mod plot;
 pub mod qp_setup;
 pub mod rping;
 pub mod run;
@@ -31,7 +32,9 @@ pub enum Command {
     /// RC ping-pong of SEND messages, as ibv_rc_pingpong (same flags and exchange).
     Pingpong(pingpong::PingpongArgs),
     /// Bandwidth or latency test of SEND, WRITE, READ or atomics, as perftest's ib_*_bw/lat.
-    Perf(perf::PerfArgs),
+    Perf(Box<perf::PerfArgs>),
+    /// Draw bandwidth and message rate against message size from `perf --json` runs (SVG).
+    Plot(plot::PlotArgs),
     /// RDMA ping through the connection manager, as librdmacm's rping (same flags and
     /// exchange; interoperates with rping on kernel rxe).
     Rping(rping::RpingArgs),
@@ -124,5 +127,6 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             }
             Ok(())
         }
+        Command::Plot(args) => plot::run(&args),
     }
 }

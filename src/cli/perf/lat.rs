@@ -18,25 +18,38 @@ impl Test<'_> {
     /// Runs a latency program after connecting, through its verdicts and the close.
     pub(super) fn run_lat(&mut self, mut x: Exchange, k0: &KeyMsg) -> Result<Outcome, CliError> {
         let p = self.p;
+        let mut rows = Vec::new();
         Ok(match p.prog {
             Program::SendLat => {
-                let l = self.send_lat()?;
+                for size in p.sizes() {
+                    if p.all {
+                        // ib_send_lat -a: receives for the size, a barrier, the size.
+                        self.set_size(size);
+                        self.post_receives()?;
+                        self.hs(&mut x, k0)?;
+                    }
+                    rows.push((size, self.send_lat()?));
+                }
                 self.verdicts(&mut x)?;
                 self.close(x, k0)?;
-                Outcome::Lat(l)
+                Outcome::Lat(rows)
             }
             Program::WriteLat => {
-                let l = self.write_lat()?;
+                for size in p.sizes() {
+                    self.set_size(size);
+                    rows.push((size, self.write_lat()?));
+                }
                 // perftest's ib_write_lat ends here, without closing the exchange.
                 self.verdicts(&mut x)?;
-                Outcome::Lat(l)
+                Outcome::Lat(rows)
             }
             Program::ReadLat | Program::AtomicLat => {
-                let l = if self.is_client {
-                    Some(self.rdma_lat()?)
-                } else {
-                    None
-                };
+                if self.is_client {
+                    for size in p.sizes() {
+                        self.set_size(size);
+                        rows.push((size, self.rdma_lat()?));
+                    }
+                }
                 if p.check {
                     self.hs(&mut x, k0)?;
                     if !self.is_client {
@@ -45,7 +58,11 @@ impl Test<'_> {
                     self.verdicts(&mut x)?;
                 }
                 self.close(x, k0)?;
-                l.map_or(Outcome::Passive, Outcome::Lat)
+                if self.is_client {
+                    Outcome::Lat(rows)
+                } else {
+                    Outcome::Passive
+                }
             }
             other => {
                 return Err(CliError::Failed(format!(

@@ -27,12 +27,14 @@ use std::result::Result;
 mod bw;
 mod lat;
 mod ops;
+mod refused;
 mod report;
 mod setup;
 
 use super::device::DeviceArgs;
+use super::plot;
 use super::CliError;
-use report::print_result;
+use report::{print_result, Output};
 use setup::Test;
 
 /// The operation under test.
@@ -143,11 +145,111 @@ pub struct PerfArgs {
     /// Transport retries before "retry exceeded" (0..7; 7 retries forever, as rxe treats it).
     #[arg(long = "retry-cnt", default_value_t = 7, value_parser = clap::value_parser!(u8).range(0..=7))]
     pub retry_cnt: u8,
+    /// Run every message size from 2 to 2^23 bytes, one report row per size (perftest's -a;
+    /// bandwidth tests; atomics stay at 8 bytes).
+    #[arg(short = 'a', long = "all")]
+    pub all: bool,
+    /// Run for this many seconds instead of -n iterations (perftest's -D; bandwidth tests).
+    #[arg(short = 'D', long = "duration")]
+    pub duration: Option<u64>,
+    /// Seconds left out at the start and at the end of a -D run (perftest's -f; default a
+    /// quarter of the duration).
+    #[arg(short = 'f', long = "margin")]
+    pub margin: Option<u64>,
+    /// Bidirectional: both ends send (perftest's -b; bandwidth tests; SEND without -D).
+    #[arg(short = 'b', long = "bidirectional")]
+    pub bidirectional: bool,
+    /// With -b, also print this end's and the peer's figures apart.
+    #[arg(long = "report-both")]
+    pub report_both: bool,
+    /// Write perftest's JSON report (to --out_json_file, default perftest_out.json).
+    #[arg(long = "out_json")]
+    pub out_json: bool,
+    /// The file --out_json writes (rewritten after every report, as perftest does).
+    #[arg(long = "out_json_file", default_value = "perftest_out.json")]
+    pub out_json_file: String,
+    /// Ask for a completion every N work requests (perftest's -Q; default 1 here: every WR).
+    #[arg(short = 'Q', long = "cq-mod")]
+    pub cq_mod: Option<u32>,
+    /// Post N work requests per post_send call, the last of them signaled (perftest's -l).
+    #[arg(short = 'l', long = "post_list", default_value_t = 1)]
+    pub post_list: u32,
+    /// Send SEND and WRITE messages of at most this many bytes inline: copied into the work
+    /// request at post time (perftest's -I; at most the device's max_inline_data, 400).
+    #[arg(short = 'I', long = "inline_size", default_value_t = 0)]
+    pub inline_size: u32,
+    /// No peak bandwidth (perftest's -N; also without it above 20000 iterations, as perftest).
+    #[arg(short = 'N', long = "noPeak")]
+    pub no_peak: bool,
+    /// Bandwidth in Gb/s (10^9 bits) instead of MB/s (perftest's --report_gbits).
+    #[arg(long = "report_gbits")]
+    pub report_gbits: bool,
+    /// Print only one figure per row (perftest's --output): bandwidth or message_rate for the
+    /// bandwidth tests, latency (the average) for the latency tests.
+    #[arg(long = "output", value_enum)]
+    pub output: Option<OutputOnly>,
+    /// Latency tests: also print every sample in the order taken (perftest's -U).
+    #[arg(short = 'U', long = "report-unsorted")]
+    pub unsorted: bool,
+    /// Latency tests: also print the sorted samples the statistics use (perftest's -H).
+    #[arg(short = 'H', long = "report-histogrm", alias = "report-histogram")]
+    pub histogram: bool,
+    /// Accepted for perftest's habit: softroce always gives each QP its own memory region.
+    #[arg(long = "mr_per_qp")]
+    pub mr_per_qp: bool,
+    /// perftest's -L (GRH hop limit): not supported yet; softroce's UDP sockets send with the
+    /// kernel's TTL.
+    #[arg(short = 'L', long = "hop_limit")]
+    pub hop_limit: Option<u8>,
+    /// perftest's --tclass (GRH traffic class): not supported yet; softroce's UDP sockets send
+    /// with the kernel's TOS.
+    #[arg(long = "tclass")]
+    pub tclass: Option<u8>,
+    /// Post tx_depth work requests and wait for them before measuring (perftest's
+    /// --perform_warm_up; WRITE, READ and atomic bandwidth).
+    #[arg(long = "perform_warm_up")]
+    pub perform_warm_up: bool,
+    /// The server generates the traffic and the client receives it (perftest's --reversed;
+    /// the TCP roles stay).
+    #[arg(long)]
+    pub reversed: bool,
+    /// Run until killed, printing a row every -D seconds (default 5) (perftest's
+    /// --run_infinitely; bandwidth tests).
+    #[arg(long = "run_infinitely")]
+    pub run_infinitely: bool,
+    /// Print the CPU utilisation of the sampled window (perftest's --cpu_util: user time over
+    /// user + idle time of /proc/stat; duration mode).
+    #[arg(long = "cpu_util")]
+    pub cpu_util: bool,
+    /// Draw this run's bandwidth and message rate against message size to an SVG file (with
+    /// -a: one point per size; `softroce plot` combines several runs).
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<String>,
+    /// The legend entry of --plot (default: "softroce PROGRAM").
+    #[arg(long = "plot-label")]
+    pub plot_label: Option<String>,
+    /// perftest flags that have no meaning on softroce; each is refused by name.
+    #[command(flatten)]
+    pub refused: refused::RefusedFlags,
     /// Device options.
     #[command(flatten)]
     pub device: DeviceArgs,
     /// Server to connect to; without it, act as the server.
     pub server: Option<String>,
+}
+
+/// perftest's --output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputOnly {
+    /// The average bandwidth.
+    #[value(name = "bandwidth")]
+    Bandwidth,
+    /// The message rate.
+    #[value(name = "message_rate")]
+    MessageRate,
+    /// The average latency.
+    #[value(name = "latency")]
+    Latency,
 }
 
 /// The eight perftest programs.
@@ -214,16 +316,43 @@ struct Params {
     iters: u64,
     num_qps: u32,
     conn: Connection,
+    /// -a: every size from 2 to 2^23 (`size` is then the buffer's, 2^23).
+    all: bool,
+    /// -D: seconds to run, and the margin at each end.
+    duration: Option<Duration>,
+    /// -f, resolved.
+    margin: Duration,
+    /// -b.
+    duplex: bool,
+    /// -N (or more than 20000 iterations): no peak.
+    no_peak: bool,
+    /// --report_gbits.
+    gbits: bool,
+    /// --reversed: the server generates the traffic.
+    reversed: bool,
+    /// --run_infinitely: report every -D seconds, forever.
+    forever: bool,
+    /// --cpu_util.
+    cpu_util: bool,
 }
 
 impl Params {
     /// What a softroce peer must also be running (the version message extension).
     fn signature(&self) -> TestSignature {
         TestSignature {
-            test: self.prog.code() | if self.cas { 0x80 } else { 0 },
-            flags: self.check as u8 | ((self.num_qps.min(127) as u8) << 1),
+            test: self.prog.code()
+                | if self.all { 0x10 } else { 0 }
+                | if self.duration.is_some() { 0x20 } else { 0 }
+                | if self.duplex { 0x40 } else { 0 }
+                | if self.cas { 0x80 } else { 0 },
+            flags: self.check as u8
+                | (self.reversed as u8) << 1
+                | ((self.num_qps.min(63) as u8) << 2),
             size: self.size.min(u32::MAX as u64) as u32,
-            iters: self.iters.min(u32::MAX as u64) as u32,
+            iters: match self.duration {
+                Some(d) => d.as_secs().min(u32::MAX as u64) as u32,
+                None => self.iters.min(u32::MAX as u64) as u32,
+            },
         }
     }
 
@@ -239,15 +368,27 @@ impl Params {
             "read lat",
             "atomic lat",
         ]
-        .get((sig.test & 0x7f) as usize)
+        .get((sig.test & 0x0f) as usize)
         .copied()
         .unwrap_or("?");
+        let bit = |b: u8, s: &'static str| if sig.test & b != 0 { s } else { "" };
         format!(
-            "{name}{}, -s {}, -n {}, -q {}{}",
-            if sig.test & 0x80 != 0 { " (CAS)" } else { "" },
-            sig.size,
+            "{name}{}, {}, {} {}, -q {}{}{}{}",
+            bit(0x80, " (CAS)"),
+            if sig.test & 0x10 != 0 {
+                "-a".to_string()
+            } else {
+                format!("-s {}", sig.size)
+            },
+            if sig.test & 0x20 != 0 { "-D" } else { "-n" },
             sig.iters,
-            sig.flags >> 1,
+            sig.flags >> 2,
+            bit(0x40, ", -b"),
+            if sig.flags & 2 != 0 {
+                ", --reversed"
+            } else {
+                ""
+            },
             if sig.flags & 1 != 0 { ", --check" } else { "" }
         )
     }
@@ -262,14 +403,37 @@ pub fn run(args: &PerfArgs) -> Result<(), CliError> {
     let agreed = setup::agree(&mut x, &p, args)?;
     let ctx = args.device.open(ip)?;
     let _report = args.device.counter_report(&ctx);
-    let mut t = Test::new(&ctx, p, agreed.layout, x.role(), timeout, args)?;
+    let mut t = Test::new(&ctx, p, &agreed, x.role(), timeout, args)?;
     let k0 = t.connect(&mut x, agreed.mtu, args)?;
     let result = if p.prog.lat() {
         t.run_lat(x, &k0)?
     } else {
         t.run_bw(x, &k0)?
     };
-    print_result(args.json, &p, agreed.mtu_bytes, t.is_client, &result)?;
+    let output = Output {
+        json: args.json,
+        report_both: args.report_both,
+        out_json: args.out_json.then_some(args.out_json_file.as_str()),
+        mtu: agreed.mtu_bytes,
+        is_client: t.is_client,
+        tx_depth: t.tx_depth,
+        rx_depth: t.rx_depth,
+        outs: t.conns[0].mine.out_reads.min(255) as u8,
+        only: args.output,
+        unsorted: args.unsorted,
+        histogram: args.histogram,
+        inline: args.inline_size,
+        post_list: t.post_list,
+        cq_mod: t.cq_mod,
+    };
+    print_result(&p, &output, &result)?;
+    if let Some(path) = &args.plot {
+        let label = args
+            .plot_label
+            .clone()
+            .unwrap_or_else(|| format!("softroce {}", p.prog.perftest_name()));
+        plot::draw(std::path::Path::new(path), &[result.series(label)?])?;
+    }
     if let Some(f) = t.failure.take() {
         return Err(CliError::Failed(f));
     }
@@ -291,6 +455,15 @@ mod tests {
             iters: 100,
             num_qps: 2,
             conn: Connection::Rc,
+            all: false,
+            duration: None,
+            margin: Duration::ZERO,
+            duplex: false,
+            no_peak: false,
+            gbits: false,
+            reversed: false,
+            forever: false,
+            cpu_util: false,
         };
         let q = Params {
             prog: Program::ReadBw,
@@ -300,5 +473,22 @@ mod tests {
         assert_ne!(p.signature(), Params { num_qps: 3, ..p }.signature());
         assert!(Params::describe(&p.signature()).contains("write bw"));
         assert!(Params::describe(&p.signature()).contains("--check"));
+        let all = Params { all: true, ..p };
+        assert_ne!(p.signature(), all.signature());
+        assert!(Params::describe(&all.signature()).contains("-a"));
+        let dur = Params {
+            duration: Some(Duration::from_secs(2)),
+            ..p
+        };
+        assert_ne!(p.signature(), dur.signature());
+        assert!(Params::describe(&dur.signature()).contains("-D 2"));
+        assert_ne!(p.signature(), Params { duplex: true, ..p }.signature());
+        let rev = Params {
+            reversed: true,
+            ..p
+        };
+        assert_ne!(p.signature(), rev.signature());
+        assert!(Params::describe(&rev.signature()).contains("--reversed, --check"));
+        assert!(Params::describe(&rev.signature()).contains("-q 2"));
     }
 }

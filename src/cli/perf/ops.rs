@@ -119,17 +119,89 @@ impl Test<'_> {
             .map_err(|e| CliError::Failed(format!("post_recv: {e}")))
     }
 
-    /// Posts requester WR `iter` of QP `c`: perftest's addresses, or its own region under
-    /// --check.
+    /// Posts requester WR `iter` of QP `c`, signaled: perftest's addresses, or its own region
+    /// under --check.
     pub(super) fn post_op(&self, c: usize, iter: u64) -> Result<(), CliError> {
+        self.post_ops(c, iter, 1, false)
+    }
+
+    /// Posts requester WRs `first..first + count` of QP `c` in one post_send (perftest's -l
+    /// post list). With `moderated`, only every cq_mod-th WR, the last of a post list and the
+    /// run's last WR ask for a completion (-Q); otherwise every WR does.
+    pub(super) fn post_ops(
+        &self,
+        c: usize,
+        first: u64,
+        count: u64,
+        moderated: bool,
+    ) -> Result<(), CliError> {
+        let conn = &self.conns[c];
+        let p = &self.p;
+        let last_of_run = if p.duration.is_some() {
+            u64::MAX
+        } else {
+            p.iters - 1
+        };
+        let inline = self.inline >= p.size && matches!(p.op, PerfOp::Send | PerfOp::Write);
+        let flags = |iter: u64| {
+            let signaled = !moderated
+                || (iter + 1) % self.cq_mod as u64 == 0
+                || iter == last_of_run
+                || iter + 1 == first + count && self.post_list > 1;
+            let mut f = if signaled {
+                SendFlags::SIGNALED
+            } else {
+                SendFlags::EMPTY
+            };
+            if inline {
+                f |= SendFlags::INLINE;
+            }
+            f
+        };
+        let post = |wrs: &[SendWr]| {
+            conn.qp
+                .post_send(wrs)
+                .map_err(|e| CliError::Failed(format!("post_send: {e}")))
+        };
+        if count == 1 {
+            let sge = [conn.mr.sge(self.layout.offset(first), p.size as u32)];
+            return post(&[SendWr {
+                wr_id: first,
+                sg_list: &sge,
+                opcode: self.opcode(c, first)?,
+                send_flags: flags(first),
+            }]);
+        }
+        let sges: Vec<[Sge; 1]> = (first..first + count)
+            .map(|iter| [conn.mr.sge(self.layout.offset(iter), p.size as u32)])
+            .collect();
+        let mut wrs = Vec::with_capacity(count as usize);
+        for (iter, sge) in (first..first + count).zip(&sges) {
+            wrs.push(SendWr {
+                wr_id: iter,
+                sg_list: sge,
+                opcode: self.opcode(c, iter)?,
+                send_flags: flags(iter),
+            });
+        }
+        post(&wrs)
+    }
+
+    /// The operation of requester WR `iter` of QP `c`; under --check of SEND and WRITE it
+    /// also writes the message's pattern where the WR reads it.
+    fn opcode(&self, c: usize, iter: u64) -> Result<WrOpcode, CliError> {
         let conn = &self.conns[c];
         let p = &self.p;
         let off = self.layout.offset(iter);
         let r = conn.remote;
-        let local = [conn.mr.sge(off, p.size as u32)];
         // Under --check the atomics all hit one word, so that their results form a sequence.
         let atomic_addr = if p.check { r.vaddr } else { r.vaddr + off };
-        let opcode = match p.op {
+        if p.check && matches!(p.op, PerfOp::Send | PerfOp::Write) {
+            let mut buf = vec![0u8; p.size as usize];
+            fill_pattern(&mut buf, iter);
+            conn.mr.write(off, &buf).map_err(CliError::Verbs)?;
+        }
+        Ok(match p.op {
             PerfOp::Send => WrOpcode::Send,
             PerfOp::Write => WrOpcode::RdmaWrite {
                 remote_addr: r.vaddr + off,
@@ -150,20 +222,7 @@ impl Test<'_> {
                 rkey: r.rkey,
                 add: 1,
             },
-        };
-        if p.check && matches!(p.op, PerfOp::Send | PerfOp::Write) {
-            let mut buf = vec![0u8; p.size as usize];
-            fill_pattern(&mut buf, iter);
-            conn.mr.write(off, &buf).map_err(CliError::Verbs)?;
-        }
-        conn.qp
-            .post_send(&[SendWr {
-                wr_id: iter,
-                sg_list: &local,
-                opcode,
-                send_flags: SendFlags::SIGNALED,
-            }])
-            .map_err(|e| CliError::Failed(format!("post_send: {e}")))
+        })
     }
 
     /// Under --check, what a completed READ or atomic brought back.

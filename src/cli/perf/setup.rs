@@ -11,13 +11,14 @@ use softroce::verbs::*;
 use std::result::Result;
 
 use super::ops::fill_pattern;
-use super::{AtomicType, Connection, Params, PerfArgs, PerfOp, Program};
+use super::{AtomicType, Connection, OutputOnly, Params, PerfArgs, PerfOp, Program};
 use crate::cli::qp_setup::{connect_rc, create_rc_qp, RcQueues};
 use crate::cli::CliError;
 
 impl Params {
     /// Resolves perftest's defaults and refuses what cannot run.
     pub(super) fn from_args(args: &PerfArgs) -> Result<Params, CliError> {
+        args.refused.check()?;
         args.device.validate()?;
         Mtu::from_bytes(args.mtu).ok_or_else(|| {
             CliError::Usage(format!("-m {}: the MTU must be 256..4096", args.mtu))
@@ -28,16 +29,37 @@ impl Params {
                 args.ib_port
             )));
         }
+        // --run_infinitely reports every -D seconds, perftest's DEF_DURATION (5) by default.
+        let duration = args
+            .duration
+            .or(args.run_infinitely.then_some(5))
+            .map(Duration::from_secs);
+        // perftest: the margin defaults to a quarter of the duration.
+        let margin = Duration::from_secs(args.margin.unwrap_or(args.duration.unwrap_or(0) / 4));
         let p = Params {
+            all: args.all,
+            duration,
+            margin,
+            duplex: args.bidirectional,
+            // perftest: no peak under -N, in duration mode, and above 20000 iterations.
+            no_peak: args.no_peak
+                || args.duration.is_some()
+                || (!args.lat && args.iters.unwrap_or(5000) > 20000),
+            gbits: args.report_gbits,
+            reversed: args.reversed,
+            forever: args.run_infinitely,
+            cpu_util: args.cpu_util,
             prog: Program::of(args.op, args.lat),
             op: args.op,
             cas: args.cas || args.atomic_type == AtomicType::CmpAndSwap,
             check: args.check,
-            size: args.size.unwrap_or(match (args.op, args.lat) {
-                (PerfOp::Atomic, _) => 8,
-                (_, true) => 2,
-                _ => 65536,
-            }),
+            // perftest's -a sets the size (the buffer's) to MAX_SIZE whatever -s says.
+            size: match (args.op, args.lat, args.size) {
+                (PerfOp::Atomic, _, s) => s.unwrap_or(8),
+                (_, _, _) if args.all => MAX_SIZE,
+                (_, true, s) => s.unwrap_or(2),
+                (_, false, s) => s.unwrap_or(65536),
+            },
             iters: args.iters.unwrap_or(if args.lat { 1000 } else { 5000 }),
             num_qps: args.num_qps,
             conn: args.connection,
@@ -58,7 +80,7 @@ impl Params {
             ));
         }
         // Every message is timed (perftest's tposted/tcompleted), 32 bytes of timestamps each.
-        if p.iters.saturating_mul(p.num_qps as u64) > MAX_MESSAGES {
+        if p.duration.is_none() && p.iters.saturating_mul(p.num_qps as u64) > MAX_MESSAGES {
             return Err(CliError::Usage(format!(
                 "-n {} x -q {}: at most {MAX_MESSAGES} messages per run (each is timed)",
                 p.iters, p.num_qps
@@ -72,9 +94,96 @@ impl Params {
                 "latency tests use one QP (-q 1), as perftest's".into(),
             ));
         }
+        p.check_modes()?;
+        match (args.output, p.prog.lat()) {
+            (Some(OutputOnly::Latency), false) => {
+                return Err(CliError::Usage(
+                    "--output: the bandwidth tests print bandwidth or message_rate".into(),
+                ))
+            }
+            (Some(OutputOnly::Bandwidth | OutputOnly::MessageRate), true) => {
+                return Err(CliError::Usage(
+                    "--output: the latency tests print latency".into(),
+                ))
+            }
+            _ => {}
+        }
+        // The engine sends through UDP sockets whose TTL and TOS are the kernel's; the address
+        // vector's hop limit and traffic class do not reach the wire yet.
+        if args.hop_limit.is_some() || args.tclass.is_some() {
+            return Err(CliError::Usage(
+                "-L/--hop_limit and --tclass: not supported yet (softroce sends with the kernel's TTL and TOS)"
+                    .into(),
+            ));
+        }
+        if args.inline_size > MAX_INLINE {
+            return Err(CliError::Usage(format!(
+                "-I {}: the device's max_inline_data is {MAX_INLINE}",
+                args.inline_size
+            )));
+        }
+        if args.post_list == 0 || args.cq_mod == Some(0) {
+            return Err(CliError::Usage("-l and -Q must be at least 1".into()));
+        }
+        if (args.post_list > 1 || args.cq_mod.is_some()) && p.prog.lat() {
+            return Err(CliError::Usage(
+                "-l and -Q apply to the bandwidth tests".into(),
+            ));
+        }
         Ok(p)
     }
+
+    /// Refuses -a, -D and -b where perftest refuses them or softroce does not run them.
+    fn check_modes(&self) -> Result<(), CliError> {
+        let usage = |s: &str| Err(CliError::Usage(s.into()));
+        if let Some(d) = self.duration {
+            if self.all {
+                return usage("-D: duration mode does not run all sizes (-a), as perftest's");
+            }
+            if d <= 2 * self.margin && !self.forever {
+                return usage(
+                    "-D/-f: the duration must be more than twice the margin (DURATION > 2*MARGIN)",
+                );
+            }
+        }
+        if self.prog.lat() && (self.duration.is_some() || self.duplex) {
+            return usage(
+                "-D, -b and --run_infinitely run the bandwidth tests here; the latency tests run -s/-n or -a",
+            );
+        }
+        if self.forever && self.duplex {
+            return usage("--run_infinitely runs one direction (no -b)");
+        }
+        if self.cpu_util && self.duration.is_none() {
+            return usage("--cpu_util works only in duration mode (-D), as perftest's");
+        }
+        if self.duplex && self.prog == Program::SendBw && self.duration.is_some() {
+            return usage("-b with -D: bidirectional SEND runs -n iterations here");
+        }
+        if self.check && (self.all || self.duration.is_some() || self.duplex) {
+            return usage(
+                "--check verifies fixed -s/-n runs; it does not combine with -a, -D or -b",
+            );
+        }
+        Ok(())
+    }
+
+    /// The message sizes a bandwidth run measures: 2..2^23 under -a (atomics stay 8 bytes, as
+    /// perftest's ib_atomic_bw), else -s.
+    pub(super) fn sizes(&self) -> Vec<u64> {
+        if self.all && self.op != PerfOp::Atomic {
+            (1..24).map(|i| 1u64 << i).collect()
+        } else {
+            vec![self.size]
+        }
+    }
 }
+
+/// The largest -I: softroce's max_inline_data.
+pub(super) const MAX_INLINE: u32 = 400;
+
+/// perftest's MAX_SIZE: the largest -a size, and the buffer -a allocates.
+pub(super) const MAX_SIZE: u64 = 1 << 23;
 
 /// Opens the out-of-band TCP connection: connects to SERVER, or listens and accepts one peer.
 /// Returns the exchange and this end's device address.
@@ -125,6 +234,10 @@ pub(super) struct Agreed {
     pub(super) mtu: Mtu,
     /// `mtu` in bytes, for the report.
     pub(super) mtu_bytes: u32,
+    /// The peer's cycle buffer and cache line, for per-size layouts under -a.
+    pub(super) cycle: u64,
+    /// See `cycle`.
+    pub(super) line: u64,
 }
 
 /// Versions (and, between softroce ends, the test signature), system data and MTU: every
@@ -159,6 +272,8 @@ pub(super) fn agree(x: &mut Exchange, p: &Params, args: &PerfArgs) -> Result<Agr
         layout,
         mtu,
         mtu_bytes,
+        cycle: cycle as u64,
+        line: line as u64,
     })
 }
 
@@ -241,6 +356,18 @@ pub(super) struct Test<'a> {
     /// The first --check mismatch; the test runs to its end so that the peer is not left
     /// waiting, then both ends fail.
     pub(super) failure: Option<String>,
+    /// -Q: a completion every this many WRs.
+    pub(super) cq_mod: u32,
+    /// -l: WRs per post_send.
+    pub(super) post_list: u32,
+    /// -I: messages of at most this many bytes go inline.
+    pub(super) inline: u64,
+    /// --perform_warm_up.
+    pub(super) warm: bool,
+    /// The cycle buffer and cache line agreed with the peer (for [`Test::set_size`]).
+    cycle: u64,
+    /// See `cycle`.
+    line: u64,
 }
 
 impl<'a> Test<'a> {
@@ -249,12 +376,13 @@ impl<'a> Test<'a> {
     pub(super) fn new(
         ctx: &'a Context,
         p: Params,
-        layout: Layout,
+        agreed: &Agreed,
         role: Role,
         timeout: Duration,
         args: &PerfArgs,
     ) -> Result<Test<'a>, CliError> {
         let prog = p.prog;
+        let layout = agreed.layout;
         let gid = ctx
             .gid(args.gid_index)
             .ok_or_else(|| CliError::Usage(format!("-x {}: no such GID index", args.gid_index)))?;
@@ -296,7 +424,7 @@ impl<'a> Test<'a> {
                     RcQueues {
                         send_wr: tx_depth,
                         recv_wr: rx_depth,
-                        inline: 0,
+                        inline: args.inline_size,
                     },
                     AccessFlags::REMOTE_WRITE
                         | AccessFlags::REMOTE_READ
@@ -329,11 +457,22 @@ impl<'a> Test<'a> {
             conns,
             cq,
             ctx,
-            is_client: role == Role::Client,
+            // --reversed swaps who generates the traffic, not who listens.
+            is_client: (role == Role::Client) != p.reversed,
             timeout,
             tx_depth,
             rx_depth,
             failure: None,
+            // perftest: with a post list, the list's last WR is the signaled one.
+            cq_mod: args
+                .cq_mod
+                .unwrap_or(args.post_list)
+                .clamp(1, tx_depth.max(1)),
+            post_list: args.post_list.min(tx_depth.max(1)),
+            inline: args.inline_size as u64,
+            warm: args.perform_warm_up,
+            cycle: agreed.cycle,
+            line: agreed.line,
         };
         if p.check && !t.is_client && matches!(prog, Program::ReadBw | Program::ReadLat) {
             let mut buf = vec![0u8; p.size as usize];
@@ -383,18 +522,45 @@ impl<'a> Test<'a> {
         }
         if !send_style {
             self.hs(x, &k0)?;
-        } else {
-            // Receives first, then a barrier, so that no SEND meets an empty queue.
-            if prog == Program::SendLat || !self.is_client {
-                for c in 0..self.conns.len() {
-                    for m in 0..(self.rx_depth as u64).min(p.iters) {
-                        self.post_recv(c, m)?;
-                    }
-                }
-            }
+        } else if !p.all {
+            // Receives first, then a barrier, so that no SEND meets an empty queue (under -a
+            // ib_send_bw does so for every size: `Test::run_bw`).
+            self.post_receives()?;
             self.hs(x, &k0)?;
         }
         Ok(k0)
+    }
+
+    /// The receives a SEND program posts before its barrier: rx_depth per QP, at the
+    /// receiving server of ib_send_bw and at both ends of ib_send_lat and ib_send_bw -b.
+    pub(super) fn post_receives(&self) -> Result<(), CliError> {
+        if self.p.prog == Program::SendLat || !self.is_client || self.p.duplex {
+            let first = (self.rx_depth as u64).min(if self.p.duration.is_some() {
+                u64::MAX
+            } else {
+                self.p.iters
+            });
+            for c in 0..self.conns.len() {
+                for m in 0..first {
+                    self.post_recv(c, m)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves to message size `size` under -a: perftest's addresses for it in the same buffers.
+    /// Without -a, the layout agreed at setup stays.
+    pub(super) fn set_size(&mut self, size: u64) {
+        if !self.p.all {
+            return;
+        }
+        let l = Layout::perftest(size, self.cycle, self.line);
+        self.p.size = size;
+        self.layout = Layout {
+            half: self.layout.half,
+            ..l
+        };
     }
 }
 
