@@ -25,7 +25,7 @@ use std::result::Result;
 
 use super::activity::PeerActivity;
 use super::device::DeviceArgs;
-use super::qp_setup::{connect_rc, create_rc_qp, RcQueues};
+use super::qp_setup::{connect_rc, create_qp, create_rc_qp, Queues};
 use super::CliError;
 
 #[path = "pingpong_srq.rs"]
@@ -188,7 +188,7 @@ impl Pp {
             PpTransport::Rc => create_rc_qp(
                 &pd,
                 &cq,
-                RcQueues {
+                Queues {
                     send_wr: 1,
                     recv_wr: args.rx_depth,
                     inline: 0,
@@ -196,24 +196,17 @@ impl Pp {
                 AccessFlags::EMPTY,
             )?,
             t => {
-                let qp = pd
-                    .create_qp(&QpInitAttr {
-                        send_cq: &cq,
-                        recv_cq: &cq,
-                        cap: QpCap {
-                            max_send_wr: 1,
-                            max_recv_wr: args.rx_depth,
-                            max_send_sge: 1,
-                            max_recv_sge: 1,
-                            max_inline_data: 0,
-                        },
-                        qp_type: if t == PpTransport::Uc {
-                            QpType::Uc
-                        } else {
-                            QpType::Ud
-                        },
-                        sq_sig_all: false,
-                    })
+                let qp_type = if t == PpTransport::Uc {
+                    QpType::Uc
+                } else {
+                    QpType::Ud
+                };
+                let q = Queues {
+                    send_wr: 1,
+                    recv_wr: args.rx_depth,
+                    inline: 0,
+                };
+                let qp = create_qp(&pd, &cq, qp_type, q)
                     .map_err(|e| CliError::Failed(format!("Couldn't create QP: {e}")))?;
                 let init = if t == PpTransport::Uc {
                     qp.init(AccessFlags::EMPTY)

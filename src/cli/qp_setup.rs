@@ -1,15 +1,15 @@
-//! Creating an RC QP and bringing it from INIT through RTR to RTS: the steps `softroce perf`
-//! and `softroce pingpong` share (perftest's `ctx_create_qp` / `ctx_connect`, rc_pingpong's
-//! `pp_init_ctx` / `pp_connect_ctx`).
+//! Creating a QP and bringing an RC one from INIT through RTR to RTS: the steps `softroce perf`
+//! and `softroce pingpong` share (perftest's `ctx_create_qp` / `ctx_connect`, rdma-core's
+//! pingpong programs' `pp_init_ctx` / `pp_connect_ctx`).
 
 use softroce::verbs::*;
 use std::result::Result;
 
 use super::CliError;
 
-/// The queue sizes of an RC QP whose send and receive completions both go to one CQ.
+/// The queue sizes of a QP whose send and receive completions both go to one CQ.
 #[derive(Debug, Clone, Copy)]
-pub struct RcQueues {
+pub struct Queues {
     /// Send work requests outstanding at once.
     pub send_wr: u32,
     /// Receive work requests posted at once.
@@ -18,29 +18,36 @@ pub struct RcQueues {
     pub inline: u32,
 }
 
-/// Creates an RC QP with one SGE per work request on `cq` and moves it to INIT, granting the
-/// peer `remote_access`.
+/// Creates a QP of `qp_type` with one SGE per work request on `cq`, in RESET.
+pub fn create_qp(
+    pd: &ProtectionDomain,
+    cq: &CompletionQueue,
+    qp_type: QpType,
+    q: Queues,
+) -> Result<QueuePair, VerbsError> {
+    pd.create_qp(&QpInitAttr {
+        send_cq: cq,
+        recv_cq: cq,
+        cap: QpCap {
+            max_send_wr: q.send_wr,
+            max_recv_wr: q.recv_wr,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: q.inline,
+        },
+        qp_type,
+        sq_sig_all: false,
+    })
+}
+
+/// Creates an RC QP ([`create_qp`]) and moves it to INIT, granting the peer `remote_access`.
 pub fn create_rc_qp(
     pd: &ProtectionDomain,
     cq: &CompletionQueue,
-    q: RcQueues,
+    q: Queues,
     remote_access: AccessFlags,
 ) -> Result<QueuePair, CliError> {
-    let qp = pd
-        .create_qp(&QpInitAttr {
-            send_cq: cq,
-            recv_cq: cq,
-            cap: QpCap {
-                max_send_wr: q.send_wr,
-                max_recv_wr: q.recv_wr,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: q.inline,
-            },
-            qp_type: QpType::Rc,
-            sq_sig_all: false,
-        })
-        .map_err(CliError::Verbs)?;
+    let qp = create_qp(pd, cq, QpType::Rc, q).map_err(CliError::Verbs)?;
     qp.init(remote_access).map_err(CliError::Verbs)?;
     Ok(qp)
 }

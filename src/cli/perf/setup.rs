@@ -12,7 +12,7 @@ use std::result::Result;
 
 use super::ops::fill_pattern;
 use super::{AtomicType, Connection, OutputOnly, Params, PerfArgs, PerfOp, Program};
-use crate::cli::qp_setup::{connect_rc, create_rc_qp, RcQueues};
+use crate::cli::qp_setup::{connect_rc, create_qp, create_rc_qp, Queues};
 use crate::cli::CliError;
 
 impl Params {
@@ -421,7 +421,7 @@ impl<'a> Test<'a> {
                 Connection::Rc => create_rc_qp(
                     &pd,
                     &cq,
-                    RcQueues {
+                    Queues {
                         send_wr: tx_depth,
                         recv_wr: rx_depth,
                         inline: args.inline_size,
@@ -430,7 +430,18 @@ impl<'a> Test<'a> {
                         | AccessFlags::REMOTE_READ
                         | AccessFlags::REMOTE_ATOMIC,
                 )?,
-                Connection::Uc => create_uc_qp(&pd, &cq, tx_depth, rx_depth)?,
+                Connection::Uc => {
+                    // perftest's UC QP: REMOTE_WRITE only, no inline.
+                    let q = Queues {
+                        send_wr: tx_depth,
+                        recv_wr: rx_depth,
+                        inline: 0,
+                    };
+                    let qp = create_qp(&pd, &cq, QpType::Uc, q).map_err(CliError::Verbs)?;
+                    qp.init(AccessFlags::REMOTE_WRITE)
+                        .map_err(CliError::Verbs)?;
+                    qp
+                }
             };
             // lrand48() & 0xffffff, as perftest draws its PSNs.
             seed = seed.wrapping_mul(0x5_DEEC_E66D).wrapping_add(0xB) & ((1 << 48) - 1);
@@ -576,33 +587,6 @@ fn psn_seed() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     (nanos ^ ((std::process::id() as u64) << 24)) & ((1 << 48) - 1)
-}
-
-/// A UC QP in INIT granting REMOTE_WRITE, with perftest's queue sizes.
-fn create_uc_qp(
-    pd: &ProtectionDomain,
-    cq: &CompletionQueue,
-    send_wr: u32,
-    recv_wr: u32,
-) -> Result<QueuePair, CliError> {
-    let qp = pd
-        .create_qp(&QpInitAttr {
-            send_cq: cq,
-            recv_cq: cq,
-            cap: QpCap {
-                max_send_wr: send_wr,
-                max_recv_wr: recv_wr,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            qp_type: QpType::Uc,
-            sq_sig_all: false,
-        })
-        .map_err(CliError::Verbs)?;
-    qp.init(AccessFlags::REMOTE_WRITE)
-        .map_err(CliError::Verbs)?;
-    Ok(qp)
 }
 
 fn connect(c: &Conn, mtu: Mtu, args: &PerfArgs) -> Result<(), CliError> {
