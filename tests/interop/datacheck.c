@@ -242,7 +242,7 @@ int main(int argc, char **argv)
 	uint8_t ver[16] = "6.06", pver[16];
 	ver[5] = 'S';
 	ver[6] = op;
-	ver[7] = 1 | (1 << 1); /* --check, one QP */
+	ver[7] = 1 | (1 << 2); /* --check (bit 0), not --reversed (bit 1), one QP (bits 2-7) */
 	uint32_t be = htonl((uint32_t)size);
 	memcpy(ver + 8, &be, 4);
 	be = htonl((uint32_t)iters);
