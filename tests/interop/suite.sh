@@ -550,11 +550,13 @@ cat "$OUT/results.md"
 if [ -n "$RECORD" ] && [ "$ONLY" = all ]; then
     guest_kernel=$("${LAB[@]}" exec "$GUEST" "uname -r" 30 2>/dev/null | tr -d '\r' | tail -n 1) \
         || guest_kernel=unknown
+    # Before the redirect below truncates the record, which would make the tree look dirty.
+    rev=$(cd "$ROOT" && git describe --always --dirty 2>/dev/null || echo unknown)
     {
         echo "# Interop results: softroce against kernel rxe"
         echo
         echo "Written by \`tests/interop/suite.sh\` (do not edit by hand; run the suite and commit this"
-        echo "file). Run of $(date -u +%Y-%m-%d) at softroce $(cd "$ROOT" && git describe --always --dirty 2>/dev/null || echo unknown):"
+        echo "file). Run of $(date -u +%Y-%m-%d) at softroce $rev:"
         echo "guest kernel ${guest_kernel:-unknown} rxe, rdma-core 44, perftest 4.5 (Debian 12 packages);"
         echo "$(( ${#RESULTS[@]} - FAILED )) of ${#RESULTS[@]} cases passed. \`tests/interop/README.md\` says what each case"
         echo "checks."
