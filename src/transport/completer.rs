@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use super::counters::Counters;
 use super::qp::QpCore;
+use super::requester::read_piece_end;
 use super::wqe::SendState;
 use crate::ib::{QpState, WcStatus, WrOpcode};
 use crate::wire::aeth::rnr_timer_ns;
@@ -313,7 +314,8 @@ impl QpCore {
             return;
         }
         let n = pkt.payload.len() as u64;
-        let remaining = w.length - w.read_done;
+        // The response answers the request for the piece that holds the next byte.
+        let remaining = read_piece_end(w.read_done, w.length, mtu) - w.read_done;
         let size_ok = match info.position {
             Position::First | Position::Middle => n == mtu && n < remaining,
             Position::Last | Position::Only => n == remaining,
@@ -335,7 +337,7 @@ impl QpCore {
         let w = &mut self.sq[idx];
         w.data.write(w.read_done, pkt.payload);
         w.read_done += n;
-        if info.position.ends_message() {
+        if info.position.ends_message() && w.read_done == w.length {
             w.state = SendState::Done(WcStatus::Success);
         }
         self.advance_comp(psn.next());

@@ -11,6 +11,9 @@
 //!   while losses occur (window.rs), at most
 //!   `max_rd_atomic` READ/atomic requests, and a FENCEd WR waits until every earlier READ and
 //!   atomic has completed (IBTA 10.8.3.3).
+//! - A READ longer than `READ_PIECE_PKTS` path MTUs is requested in pieces, the next one when
+//!   the previous one's response has all arrived: a user-space receiver's socket buffer, not a
+//!   NIC, takes the responder's burst, and an 8 MiB burst overruns it on every retry.
 //! - Go-Back-N: after a NAK or timeout the requester rewinds to the oldest unacknowledged PSN,
 //!   which may lie in the middle of a message; a READ resumes with a new request for the bytes
 //!   not yet received (IBTA 9.7.4.1.x; rxe_comp.c/rxe_req.c req_retry).
@@ -32,6 +35,19 @@ use crate::wire::{
 pub const MAX_UNACKED_PSNS: u32 = 128;
 /// Packets after which AckReq is forced within a long message (rxe: `noack_pkts++ > 64`).
 pub const ACKREQ_EVERY: u32 = 64;
+/// Response packets one READ request asks for at most: a longer READ is requested in pieces
+/// of this many path MTUs, one piece outstanding at a time, so that a responder's burst fits
+/// in a socket's receive buffer (see `read_piece_end`).
+pub const READ_PIECE_PKTS: u64 = 64;
+
+/// Where the READ request that covers byte `from` of a READ of `length` bytes ends: the next
+/// multiple of `READ_PIECE_PKTS` path MTUs, or the end. The pieces are fixed from the start of
+/// the message, so a request resumed after a loss ends where the original one did and its
+/// response and any remnant of the original's agree byte for byte.
+pub fn read_piece_end(from: u64, length: u64, mtu: u64) -> u64 {
+    let piece = READ_PIECE_PKTS * mtu;
+    ((from / piece + 1) * piece).min(length)
+}
 
 /// Requester and completer progress.
 #[derive(Debug, Default)]
@@ -103,6 +119,13 @@ impl QpCore {
         if reliable && self.req.psn.diff(self.req.comp_psn) >= self.req.window.limit() as i32 {
             return None;
         }
+        // The next piece of a READ waits for the previous piece's whole response.
+        if matches!(wqe.opcode, WrOpcode::RdmaRead { .. })
+            && self.req.offset > 0
+            && wqe.read_done < self.req.offset
+        {
+            return None;
+        }
         if starting {
             if wqe.fence && self.req.rd_atomic_outstanding > 0 {
                 return None;
@@ -144,7 +167,8 @@ impl QpCore {
         let mut ext = ExtHeaders::default();
         let (payload_len, psns, done) = match wqe.opcode {
             WrOpcode::RdmaRead { remote_addr, rkey } => {
-                let len = wqe.length - offset;
+                let end = read_piece_end(offset, wqe.length, mtu);
+                let len = end - offset;
                 wqe.read_req_psn = psn;
                 bth.opcode = Opcode::RC_RDMA_READ_REQUEST;
                 ext.reth = Some(RethRepr {
@@ -152,7 +176,7 @@ impl QpCore {
                     rkey,
                     len: len as u32,
                 });
-                (0usize, packets_for(len, mtu as u32) as u32, true)
+                (0usize, packets_for(len, mtu as u32) as u32, end == wqe.length)
             }
             WrOpcode::AtomicCmpSwap {
                 remote_addr,
@@ -265,6 +289,8 @@ impl QpCore {
             }
             self.req.next += 1;
             self.req.offset = 0;
+        } else if matches!(self.sq[idx].opcode, WrOpcode::RdmaRead { .. }) {
+            self.req.offset = read_piece_end(offset, self.sq[idx].length, mtu);
         } else {
             self.req.offset += payload_len as u64;
         }

@@ -921,3 +921,67 @@ fn lossy_link_delivers_everything_exactly_once_in_order() {
         assert!(p.dropped > 0);
     }
 }
+
+/// A READ longer than `READ_PIECE_PKTS` path MTUs goes out as one request per piece, each sent
+/// only once the previous piece's response is all in, and completes once, with every byte; a
+/// response packet lost in the middle of a piece is requested again up to that piece's end.
+#[test]
+fn long_reads_are_requested_one_piece_at_a_time() {
+    use crate::transport::requester::READ_PIECE_PKTS;
+    use crate::wire::Opcode;
+    for lose in [false, true] {
+        let mtu = Mtu::Mtu256;
+        let m = mtu.bytes() as u64;
+        let mut p = Pair::new(mtu);
+        let len = (3 * READ_PIECE_PKTS * m + 5) as u32;
+        let data = pattern(7, len as usize);
+        p.b.mr.storage.write(0x2_0000, &data).unwrap();
+        let rkey = p.b.mr.rkey;
+        if lose {
+            // The 11th response packet of the second piece (the 75th response packet).
+            let seen = std::sync::atomic::AtomicU64::new(0);
+            p.fault(false, Action::Drop, 1, move |pkt| {
+                pkt.bth.opcode.0 >= Opcode::RC_RDMA_READ_RESPONSE_FIRST.0
+                    && pkt.bth.opcode.0 <= Opcode::RC_RDMA_READ_RESPONSE_ONLY.0
+                    && seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                        == READ_PIECE_PKTS + 10
+            });
+        }
+        post_send(
+            &mut p,
+            1,
+            WrOpcode::RdmaRead {
+                remote_addr: IOVA + 0x2_0000,
+                rkey,
+            },
+            0x8_0000,
+            len,
+        );
+        p.drive();
+        let swc = p.a.send_wcs.pop().expect("read completion");
+        assert_eq!((swc.status, swc.byte_len), (WcStatus::Success, len));
+        assert!(p.a.send_wcs.is_empty(), "one completion");
+        assert_eq!(p.a.mr.storage.to_vec(0x8_0000, len as usize).unwrap(), data);
+        let requests: Vec<_> = p
+            .log
+            .iter()
+            .filter(|s| s.to_b && s.opcode == Opcode::RC_RDMA_READ_REQUEST)
+            .map(|s| s.reth.expect("a READ request has a RETH"))
+            .collect();
+        let piece = READ_PIECE_PKTS * m;
+        let mut want: Vec<(u64, u32)> = (0..3)
+            .map(|k| (IOVA + 0x2_0000 + k * piece, piece as u32))
+            .chain([(IOVA + 0x2_0000 + 3 * piece, 5)])
+            .collect();
+        if lose {
+            // The retry asks for the rest of the second piece only.
+            let from = piece + 10 * m;
+            want.insert(2, (IOVA + 0x2_0000 + from, (2 * piece - from) as u32));
+        }
+        let got: Vec<(u64, u32)> = requests.iter().map(|r| (r.va, r.len)).collect();
+        assert_eq!(got, want, "lose={lose}");
+        if lose {
+            assert!(p.faults_spent());
+        }
+    }
+}
