@@ -11,7 +11,7 @@
 //!   while losses occur (window.rs), at most
 //!   `max_rd_atomic` READ/atomic requests, and a FENCEd WR waits until every earlier READ and
 //!   atomic has completed (IBTA 10.8.3.3).
-//! - A READ longer than `READ_PIECE_PKTS` path MTUs is requested in pieces, the next one when
+//! - A READ longer than `READ_PIECE_PKTS` (256) path MTUs is requested in pieces, the next one when
 //!   the previous one's response has all arrived: a user-space receiver's socket buffer, not a
 //!   NIC, takes the responder's burst, and an 8 MiB burst overruns it on every retry.
 //! - Go-Back-N: after a NAK or timeout the requester rewinds to the oldest unacknowledged PSN,
@@ -38,7 +38,7 @@ pub const ACKREQ_EVERY: u32 = 64;
 /// Response packets one READ request asks for at most: a longer READ is requested in pieces
 /// of this many path MTUs, one piece outstanding at a time, so that a responder's burst fits
 /// in a socket's receive buffer (see `read_piece_end`).
-pub const READ_PIECE_PKTS: u64 = 64;
+pub const READ_PIECE_PKTS: u64 = 256;
 
 /// Where the READ request that covers byte `from` of a READ of `length` bytes ends: the next
 /// multiple of `READ_PIECE_PKTS` path MTUs, or the end. The pieces are fixed from the start of
@@ -176,7 +176,11 @@ impl QpCore {
                     rkey,
                     len: len as u32,
                 });
-                (0usize, packets_for(len, mtu as u32) as u32, end == wqe.length)
+                (
+                    0usize,
+                    packets_for(len, mtu as u32) as u32,
+                    end == wqe.length,
+                )
             }
             WrOpcode::AtomicCmpSwap {
                 remote_addr,
