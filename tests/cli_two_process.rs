@@ -1,58 +1,11 @@
 //! The `softroce` tools as users run them: two processes on loopback (a server on 127.0.0.1,
 //! a client on 127.0.0.2), exchanging over TCP and running RoCEv2 over UDP.
 
-use std::net::{TcpListener, UdpSocket};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_softroce")
-}
-
-/// A free TCP port (for the exchange) and a free UDP port on 127.0.0.1 and 127.0.0.2 (RoCE).
-fn ports() -> (u16, u16) {
-    let tcp = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    loop {
-        let u = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let port = u.local_addr().unwrap().port();
-        if UdpSocket::bind(("127.0.0.2", port)).is_ok() {
-            return (tcp, port);
-        }
-    }
-}
-
-fn spawn(args: &[String]) -> Child {
-    Command::new(bin())
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run softroce")
-}
-
-/// Waits for a child with a deadline; kills it (and fails) if it hangs.
-fn finish(mut c: Child, what: &str, limit: Duration) -> Output {
-    let t = Instant::now();
-    loop {
-        if c.try_wait().unwrap().is_some() {
-            return c.wait_with_output().unwrap();
-        }
-        if t.elapsed() > limit {
-            let _ = c.kill();
-            let out = c.wait_with_output().unwrap();
-            panic!(
-                "{what} hung; stdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+mod common;
+use common::{bin, finish, ok, ports, spawn};
 
 fn s(v: &[&str]) -> Vec<String> {
     v.iter().map(|x| x.to_string()).collect()
@@ -105,17 +58,6 @@ fn run_server_then_client(sv: &[String], cv: &[String]) -> (Output, Output) {
     };
     let sv = finish(server, "server", Duration::from_secs(30));
     (sv, c)
-}
-
-fn ok(o: &Output, what: &str) -> String {
-    let out = String::from_utf8_lossy(&o.stdout).to_string();
-    assert!(
-        o.status.success(),
-        "{what} failed ({}):\nstdout:\n{out}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stderr)
-    );
-    out
 }
 
 #[test]

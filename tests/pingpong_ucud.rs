@@ -3,69 +3,11 @@
 //! UDP, output in the shape of ibv_uc_pingpong, ibv_ud_pingpong and ibv_srq_pingpong, and the
 //! client's capture decoded with every ICRC valid.
 
-use std::net::{TcpListener, UdpSocket};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_softroce")
-}
-
-/// A free TCP port and a UDP port free on both 127.0.0.1 and 127.0.0.2.
-fn ports() -> (u16, u16) {
-    let tcp = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    for _ in 0..100 {
-        let u = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let port = u.local_addr().unwrap().port();
-        if UdpSocket::bind(("127.0.0.2", port)).is_ok() {
-            return (tcp, port);
-        }
-    }
-    panic!("no UDP port free on both addresses");
-}
-
-fn spawn(args: &[String]) -> Child {
-    Command::new(bin())
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run softroce")
-}
-
-fn finish(mut c: Child, what: &str, limit: Duration) -> Output {
-    let t = Instant::now();
-    loop {
-        if c.try_wait().unwrap().is_some() {
-            return c.wait_with_output().unwrap();
-        }
-        if t.elapsed() > limit {
-            let _ = c.kill();
-            let out = c.wait_with_output().unwrap();
-            panic!(
-                "{what} hung; stdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn ok(o: &Output, what: &str) -> String {
-    let out = String::from_utf8_lossy(&o.stdout).to_string();
-    assert!(
-        o.status.success(),
-        "{what} failed ({}):\nstdout:\n{out}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stderr)
-    );
-    out
-}
+mod common;
+use common::{bin, finish, ok, ports, spawn};
 
 /// Runs a pingpong pair with `extra` flags; the client writes a capture. Returns the server's
 /// and client's stdout and the capture's packets as decoded JSON.

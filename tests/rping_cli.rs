@@ -2,38 +2,17 @@
 //! free UDP port as the RoCE port): the connection comes up through IB CM MADs on QP1, the
 //! pings carry rping's data, and both ends end as rping's do.
 
-use std::net::UdpSocket;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+mod common;
 
 fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_softroce"))
+    Command::new(common::bin())
 }
 
 fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Waits for `child` at most `limit`, killing it after that.
-fn finish(mut child: Child, limit: Duration) -> Output {
-    let end = Instant::now() + limit;
-    while Instant::now() < end {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let out = child.wait_with_output().unwrap();
-    panic!(
-        "still running after {limit:?}: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::ports().1
 }
 
 fn server(roce_port: u16, extra: &[&str]) -> Child {
@@ -64,7 +43,7 @@ fn client(roce_port: u16, extra: &[&str]) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    finish(c, Duration::from_secs(30))
+    common::finish(c, "rping client", Duration::from_secs(30))
 }
 
 fn text(b: &[u8]) -> String {
@@ -86,7 +65,7 @@ fn five_pings_with_data_shown_and_validated_at_both_ends() {
         std::thread::sleep(Duration::from_millis(200));
         c = client(port, &["-v", "-V", "-C", "5", "-S", "100"]);
     }
-    let s = finish(s, Duration::from_secs(30));
+    let s = common::finish(s, "rping server", Duration::from_secs(30));
     let (cout, sout) = (text(&c.stdout), text(&s.stdout));
     assert!(c.status.success(), "client: {cout}{}", text(&c.stderr));
     assert!(s.status.success(), "server: {sout}{}", text(&s.stderr));

@@ -1,8 +1,11 @@
-//! Helpers shared by the integration tests that open device contexts over real sockets.
+//! Helpers shared by the integration tests: device contexts over real sockets, and the
+//! `softroce` binary run as a child process.
 // Each test binary uses a subset.
 #![allow(dead_code)]
 
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, TcpListener, UdpSocket};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use softroce::driver::DeviceConfig;
 use softroce::verbs::Context;
@@ -48,4 +51,69 @@ pub fn two_contexts_with(busy_poll: bool) -> (Context, Context) {
 /// Two blocking contexts, on 127.0.0.1 and 127.0.0.2.
 pub fn two_contexts() -> (Context, Context) {
     two_contexts_with(false)
+}
+
+/// The `softroce` binary this test build made.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_softroce")
+}
+
+/// A free TCP port (for the out-of-band exchange) and a UDP port free on both 127.0.0.1 and
+/// 127.0.0.2 (the RoCE port of two devices).
+pub fn ports() -> (u16, u16) {
+    let tcp = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    for _ in 0..100 {
+        let u = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = u.local_addr().unwrap().port();
+        if UdpSocket::bind(("127.0.0.2", port)).is_ok() {
+            return (tcp, port);
+        }
+    }
+    panic!("no UDP port free on both addresses");
+}
+
+/// Runs `softroce` with `args`, its output captured.
+pub fn spawn(args: &[String]) -> Child {
+    Command::new(bin())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run softroce")
+}
+
+/// Waits for a child with a deadline; kills it (and fails) if it hangs.
+pub fn finish(mut c: Child, what: &str, limit: Duration) -> Output {
+    let t = Instant::now();
+    loop {
+        if c.try_wait().unwrap().is_some() {
+            return c.wait_with_output().unwrap();
+        }
+        if t.elapsed() > limit {
+            let _ = c.kill();
+            let out = c.wait_with_output().unwrap();
+            panic!(
+                "{what} hung; stdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The child's stdout, after checking that it succeeded.
+pub fn ok(o: &Output, what: &str) -> String {
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        o.status.success(),
+        "{what} failed ({}):\nstdout:\n{out}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
 }
