@@ -326,11 +326,13 @@ impl Shared {
                 let id = self.id_of(conn)?;
                 let pd = {
                     let mut st = lock(&id.st);
+                    // The active side (still connecting: its peer parameters are the REP's)
+                    // reports the REP's private data with ESTABLISHED; the passive side none.
+                    let active = st.phase == Phase::Connecting;
                     st.phase = Phase::Connected;
-                    // The active side reports the REP's private data with ESTABLISHED.
                     st.peer
                         .as_ref()
-                        .filter(|p| p.service_id == 0)
+                        .filter(|_| active)
                         .map(|p| p.private_data.clone())
                         .unwrap_or_default()
                 };
