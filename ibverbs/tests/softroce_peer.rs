@@ -30,7 +30,7 @@ fn cmd(prog: &std::path::Path) -> Command {
 fn shim_pingpong(ip: &str, args: &[&str]) -> Command {
     let mut c = cmd(&softroce());
     c.args(["run", "--lib"])
-        .arg(target_dir().join("libibverbs.so"))
+        .arg(shim_lib())
         .args(["--bind", ip, "--"])
         .arg(program("ibv_rc_pingpong", "ibverbs-utils"))
         .args(args);
@@ -75,7 +75,7 @@ fn softroce_server_shim_client_with_events() {
 fn run_passes_the_exit_status_and_refuses_bad_flags() {
     let st = cmd(&softroce())
         .args(["run", "--lib"])
-        .arg(target_dir().join("libibverbs.so"))
+        .arg(shim_lib())
         .args([
             "--",
             "sh",
@@ -104,7 +104,7 @@ fn run_passes_the_exit_status_and_refuses_bad_flags() {
 fn shim_perftest(ip: &str, prog: &str, args: &[&str]) -> Command {
     let mut c = cmd(&softroce());
     c.args(["run", "--lib"])
-        .arg(target_dir().join("libibverbs.so"))
+        .arg(shim_lib())
         .args(["--bind", ip, "--"])
         .arg(program(prog, "perftest"))
         .args(args);

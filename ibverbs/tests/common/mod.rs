@@ -21,9 +21,26 @@ pub fn shim_dir() -> PathBuf {
     DIR.get_or_init(make_shim_dir).clone()
 }
 
+/// The shim that this test run was built with. `cargo test` builds the library into
+/// target/<profile>/deps/ and copies it up to target/<profile>/ only on `cargo build`, so the
+/// copy in deps/ is the current one (the other may be missing, as on a fresh clone, or stale).
+pub fn shim_lib() -> PathBuf {
+    let fresh = target_dir().join("deps").join("libibverbs.so");
+    if fresh.is_file() {
+        return fresh;
+    }
+    let built = target_dir().join("libibverbs.so");
+    assert!(
+        built.is_file(),
+        "neither {} nor {} is built",
+        fresh.display(),
+        built.display()
+    );
+    built
+}
+
 fn make_shim_dir() -> PathBuf {
-    let lib = target_dir().join("libibverbs.so");
-    assert!(lib.exists(), "{} not built", lib.display());
+    let lib = shim_lib();
     let dir = std::env::temp_dir().join(format!("softroce-shim-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let link = dir.join("libibverbs.so.1");
