@@ -5,6 +5,7 @@
 //! Formats and sequences: spec-notes/oob.md.
 
 pub mod perftest;
+pub mod perftest_cm;
 pub mod pingpong;
 
 use std::fmt;

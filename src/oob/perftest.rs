@@ -20,8 +20,9 @@
 //! (it only applies `atof` to the field): a softroce peer uses it to refuse a peer that runs
 //! another test, rather than deadlocking in a later handshake.
 
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
+use std::time::Duration;
 
 use super::OobError;
 use crate::verbs::Gid;
@@ -123,6 +124,68 @@ impl KeyMsg {
         })
     }
 }
+
+impl KeyMsg {
+    /// The 56-byte `struct pingpong_dest` that `rdma_write_keys` SENDs under rdma_cm, as
+    /// perftest built with HAVE_ENDIAN lays it out on x86-64: big-endian 32-bit `lid`,
+    /// `out_reads`, `qpn`, `psn`, `rkey` at 0..20, 4 bytes of padding, the big-endian 64-bit
+    /// `vaddr` at 24, the GID's 16 bytes at 32, big-endian `srqn` at 48 and `gid_index` at
+    /// 52 (0 here: the peer's reader ignores it, as it ignores the padding).
+    pub fn to_dest(&self) -> [u8; DEST_LEN] {
+        let mut out = [0u8; DEST_LEN];
+        for (i, v) in [
+            self.lid as u32,
+            self.out_reads as u32,
+            self.qpn,
+            self.psn,
+            self.rkey,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            out[4 * i..4 * i + 4].copy_from_slice(&v.to_be_bytes());
+        }
+        out[24..32].copy_from_slice(&self.vaddr.to_be_bytes());
+        out[32..48].copy_from_slice(&self.gid.0);
+        out[48..52].copy_from_slice(&self.srqn.to_be_bytes());
+        out
+    }
+
+    /// Parses a `struct pingpong_dest` as `rdma_read_keys` does (padding and `gid_index`
+    /// ignored). perftest reads the fields as they come; here a LID or out_reads beyond 16
+    /// bits and a QPN or PSN beyond 24 are [`OobError::Malformed`].
+    pub fn from_dest(msg: &[u8; DEST_LEN]) -> Result<KeyMsg, OobError> {
+        let u32_at = |i: usize| u32::from_be_bytes([msg[i], msg[i + 1], msg[i + 2], msg[i + 3]]);
+        let field = |name: &'static str, i: usize, max: u32| {
+            let v = u32_at(i);
+            if v > max {
+                return Err(OobError::Malformed {
+                    what: "perftest key message (rdma_cm)",
+                    detail: format!("{name} 0x{v:x} out of range"),
+                });
+            }
+            Ok(v)
+        };
+        let mut gid = [0u8; 16];
+        gid.copy_from_slice(&msg[32..48]);
+        let mut vaddr = [0u8; 8];
+        vaddr.copy_from_slice(&msg[24..32]);
+        Ok(KeyMsg {
+            lid: field("LID", 0, 0xFFFF)? as u16,
+            out_reads: field("out_reads", 4, 0xFFFF)? as u16,
+            qpn: field("QPN", 8, 0xFF_FFFF)?,
+            psn: field("PSN", 12, 0xFF_FFFF)?,
+            rkey: u32_at(16),
+            vaddr: u64::from_be_bytes(vaddr),
+            gid: Gid(gid),
+            srqn: u32_at(48),
+        })
+    }
+}
+
+/// Length of `struct pingpong_dest`, the key message under rdma_cm and the size of the
+/// receive buffer perftest posts for every rdma_cm message (`post_one_recv_wqe`).
+pub const DEST_LEN: usize = 56;
 
 /// What a softroce peer says about its test, after the NUL of the version string.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -254,22 +317,97 @@ pub struct BwReport {
     pub msg_rate: f64,
 }
 
-/// The exchange over an established TCP connection.
+/// How the exchange's messages travel: perftest's TCP socket, or (under perftest's -R)
+/// SEND/RECV on a QP that rdma_cm connected ([`super::perftest_cm::CmLink`]).
+pub trait Transport: std::fmt::Debug + Send {
+    /// Sends one message.
+    fn send(&mut self, msg: &[u8]) -> Result<(), OobError>;
+    /// Receives one message of exactly `buf.len()` bytes.
+    fn recv(&mut self, buf: &mut [u8]) -> Result<(), OobError>;
+    /// Whether the peer's next message has (at least partly) arrived, waiting at most
+    /// `within`; [`OobError::PeerClosed`] if the peer went away.
+    fn ready(&mut self, within: Duration) -> Result<bool, OobError>;
+    /// Whether key messages are perftest's binary `struct pingpong_dest` (rdma_cm:
+    /// `rdma_write_keys`) rather than its text (TCP: `ethernet_write_keys`).
+    fn binary_keys(&self) -> bool;
+    /// What follows the closing handshake (`ctx_close_connection`): "done" on TCP, nothing
+    /// under rdma_cm.
+    fn finish(&mut self) -> Result<(), OobError>;
+}
+
+/// perftest's TCP exchange.
+#[derive(Debug)]
+pub struct TcpLink {
+    stream: TcpStream,
+}
+
+impl TcpLink {
+    /// Wraps a connected stream. Read timeouts, if any, are the caller's (set on the stream).
+    pub fn new(stream: TcpStream) -> TcpLink {
+        TcpLink { stream }
+    }
+}
+
+impl Transport for TcpLink {
+    fn send(&mut self, msg: &[u8]) -> Result<(), OobError> {
+        Ok(self.stream.write_all(msg)?)
+    }
+
+    fn recv(&mut self, buf: &mut [u8]) -> Result<(), OobError> {
+        Ok(self.stream.read_exact(buf)?)
+    }
+
+    fn ready(&mut self, within: Duration) -> Result<bool, OobError> {
+        let before = self.stream.read_timeout()?;
+        self.stream
+            .set_read_timeout(Some(within.max(Duration::from_millis(1))))?;
+        let r = match self.stream.peek(&mut [0u8; 1]) {
+            Ok(0) => Err(OobError::PeerClosed),
+            Ok(_) => Ok(true),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(e.into()),
+        };
+        self.stream.set_read_timeout(before)?;
+        r
+    }
+
+    fn binary_keys(&self) -> bool {
+        false
+    }
+
+    fn finish(&mut self) -> Result<(), OobError> {
+        Ok(self.stream.write_all(DONE)?)
+    }
+}
+
+/// What the wait of [`Exchange::xchg_waiting`] gets: the transport, to ask whether the
+/// peer's message is there.
+pub type Wait<'a> = dyn FnMut(&mut dyn Transport) -> Result<(), OobError> + 'a;
+
+/// The exchange over an established connection (TCP, or rdma_cm under -R).
 #[derive(Debug)]
 pub struct Exchange {
-    stream: TcpStream,
+    link: Box<dyn Transport>,
     role: Role,
 }
 
 impl Exchange {
-    /// Wraps a connected stream. Read timeouts, if any, are the caller's (set on the stream).
+    /// Wraps a connected TCP stream. Read timeouts, if any, are the caller's (set on the
+    /// stream).
     pub fn new(stream: TcpStream, role: Role) -> Exchange {
-        Exchange { stream, role }
+        Exchange::over(Box::new(TcpLink::new(stream)), role)
     }
 
-    /// The underlying stream (e.g. to change its timeouts).
-    pub fn stream(&self) -> &TcpStream {
-        &self.stream
+    /// An exchange over any transport.
+    pub fn over(link: Box<dyn Transport>, role: Role) -> Exchange {
+        Exchange { link, role }
     }
 
     /// Our role.
@@ -278,30 +416,30 @@ impl Exchange {
     }
 
     /// One lock-step exchange of equal-size messages: the client writes then reads, the
-    /// server reads then writes (`ctx_xchg_data_ethernet`).
+    /// server reads then writes (`ctx_xchg_data_ethernet`, `ctx_xchg_data_rdma`).
     pub fn xchg<const N: usize>(&mut self, mine: &[u8; N]) -> Result<[u8; N], OobError> {
         self.xchg_waiting(mine, &mut |_| Ok(()))
     }
 
     /// [`Exchange::xchg`], calling `wait` before reading the peer's message: a side that
     /// may wait long (the passive side of a test, while the peer runs it) uses it to watch
-    /// something other than the TCP stream and to give up on its own terms.
+    /// something other than the exchange and to give up on its own terms.
     pub fn xchg_waiting<const N: usize>(
         &mut self,
         mine: &[u8; N],
-        wait: &mut dyn FnMut(&TcpStream) -> Result<(), OobError>,
+        wait: &mut Wait<'_>,
     ) -> Result<[u8; N], OobError> {
         let mut theirs = [0u8; N];
         match self.role {
             Role::Client => {
-                self.stream.write_all(mine)?;
-                wait(&self.stream)?;
-                self.stream.read_exact(&mut theirs)?;
+                self.link.send(mine)?;
+                wait(&mut *self.link)?;
+                self.link.recv(&mut theirs)?;
             }
             Role::Server => {
-                wait(&self.stream)?;
-                self.stream.read_exact(&mut theirs)?;
-                self.stream.write_all(mine)?;
+                wait(&mut *self.link)?;
+                self.link.recv(&mut theirs)?;
+                self.link.send(mine)?;
             }
         }
         Ok(theirs)
@@ -347,16 +485,20 @@ impl Exchange {
 
     /// One key handshake (`ctx_hand_shake`): our keys for the peer's.
     pub fn handshake(&mut self, mine: &KeyMsg) -> Result<KeyMsg, OobError> {
-        KeyMsg::parse(&self.xchg(&mine.to_wire())?)
+        self.handshake_waiting(mine, &mut |_| Ok(()))
     }
 
     /// [`Exchange::handshake`] with a `wait` as in [`Exchange::xchg_waiting`].
     pub fn handshake_waiting(
         &mut self,
         mine: &KeyMsg,
-        wait: &mut dyn FnMut(&TcpStream) -> Result<(), OobError>,
+        wait: &mut Wait<'_>,
     ) -> Result<KeyMsg, OobError> {
-        KeyMsg::parse(&self.xchg_waiting(&mine.to_wire(), wait)?)
+        if self.link.binary_keys() {
+            KeyMsg::from_dest(&self.xchg_waiting(&mine.to_dest(), wait)?)
+        } else {
+            KeyMsg::parse(&self.xchg_waiting(&mine.to_wire(), wait)?)
+        }
     }
 
     /// The bandwidth reports (`xchg_bw_reports` with a peer of version 5.33 or later).
@@ -383,14 +525,9 @@ impl Exchange {
     }
 
     /// [`Exchange::close`] with a `wait` as in [`Exchange::xchg_waiting`].
-    pub fn close_waiting(
-        mut self,
-        mine: &KeyMsg,
-        wait: &mut dyn FnMut(&TcpStream) -> Result<(), OobError>,
-    ) -> Result<(), OobError> {
+    pub fn close_waiting(mut self, mine: &KeyMsg, wait: &mut Wait<'_>) -> Result<(), OobError> {
         self.handshake_waiting(mine, wait)?;
-        self.stream.write_all(DONE)?;
-        Ok(())
+        self.link.finish()
     }
 }
 
@@ -420,6 +557,37 @@ mod tests {
         assert_eq!(want.len(), KEY_MSG_LEN);
         assert_eq!(&keys().to_wire()[..], &want[..]);
         assert_eq!(KeyMsg::parse(want).unwrap(), keys());
+    }
+
+    #[test]
+    fn binary_key_message_is_pingpong_dest_with_big_endian_fields() {
+        let d = keys().to_dest();
+        let mut want = [0u8; DEST_LEN];
+        want[4..8].copy_from_slice(&[0, 0, 0, 0x80]);
+        want[8..12].copy_from_slice(&[0, 0, 0, 0x11]);
+        want[12..16].copy_from_slice(&[0, 0xab, 0xcd, 0xef]);
+        want[16..20].copy_from_slice(&[0, 0, 0x12, 0x34]);
+        want[24..32].copy_from_slice(&[0, 0, 0x56, 0x12, 0x34, 0x56, 0x70, 0]);
+        want[32..48].copy_from_slice(&keys().gid.0);
+        assert_eq!(d, want);
+        assert_eq!(KeyMsg::from_dest(&d).unwrap(), keys());
+        // Padding and gid_index are ignored, as rdma_read_keys ignores them.
+        let mut noisy = d;
+        noisy[20..24].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
+        noisy[52..56].copy_from_slice(&[0, 0, 0, 3]);
+        assert_eq!(KeyMsg::from_dest(&noisy).unwrap(), keys());
+        // What perftest sends before its QPs exist (create_rdma_cm_connection): zeros.
+        assert_eq!(KeyMsg::from_dest(&[0u8; DEST_LEN]).unwrap().qpn, 0);
+        let mut big = d;
+        big[8] = 1; // QPN beyond 24 bits
+        let mut reads = d;
+        reads[5] = 1; // out_reads beyond 16 bits
+        for m in [big, reads, [0xff; DEST_LEN]] {
+            assert!(matches!(
+                KeyMsg::from_dest(&m),
+                Err(OobError::Malformed { .. })
+            ));
+        }
     }
 
     #[test]

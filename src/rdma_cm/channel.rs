@@ -554,6 +554,29 @@ impl CmId {
         Ok(qp)
     }
 
+    /// Gives the identifier a QP the caller created and moved to INIT with the access it
+    /// wants (in place of [`CmId::create_qp`], whose INIT has no remote atomics): connect and
+    /// accept move it to RTR and RTS as they move a QP of their own.
+    pub fn set_qp(&self, qp: Arc<QueuePair>) -> Result<()> {
+        let mut st = self.state();
+        if st.qp.is_some() {
+            return Err(Self::wrong("set_qp", st.phase));
+        }
+        if qp.query().qp_state != QpState::Init {
+            return Err(RdmaCmError::WrongState {
+                op: "set_qp",
+                state: "given a QP that is not in INIT",
+            });
+        }
+        st.qp = Some(qp);
+        Ok(())
+    }
+
+    /// Whether `other` names the same identifier (clones do).
+    pub fn same(&self, other: &CmId) -> bool {
+        Arc::ptr_eq(&self.st, &other.st)
+    }
+
     /// `rdma_connect`: sends the REQ. [`EventKind::Established`] follows once the REP came and
     /// the QP moved to RTS; [`EventKind::Rejected`] or [`EventKind::Unreachable`] otherwise.
     pub fn connect(&self, param: &ConnParam) -> Result<()> {

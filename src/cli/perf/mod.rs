@@ -27,6 +27,7 @@ use std::result::Result;
 mod bw;
 mod lat;
 mod ops;
+mod rdma_cm;
 mod refused;
 mod report;
 mod setup;
@@ -81,9 +82,16 @@ pub struct PerfArgs {
     /// Latency test (ib_*_lat) instead of bandwidth (ib_*_bw).
     #[arg(long)]
     pub lat: bool,
-    /// TCP port of the out-of-band exchange.
+    /// TCP port of the out-of-band exchange (with -R or -z: its rdma_cm port).
     #[arg(short = 'p', long = "port", default_value_t = 18515)]
     pub port: u16,
+    /// Connect the QPs through rdma_cm, the exchange too (perftest's -R; RC).
+    #[arg(short = 'R', long = "rdma_cm")]
+    pub rdma_cm: bool,
+    /// Run the exchange over an rdma_cm connection instead of TCP; the QPs still connect
+    /// from the exchanged keys (perftest's -z).
+    #[arg(short = 'z', long = "comm_rdma_cm")]
+    pub comm_rdma_cm: bool,
     /// Message size in bytes (default: 65536 for bw, 2 for lat, 8 for atomics).
     #[arg(short = 's', long = "size")]
     pub size: Option<u64>,
@@ -399,17 +407,19 @@ impl Params {
 pub fn run(args: &PerfArgs) -> Result<(), CliError> {
     let p = Params::from_args(args)?;
     let timeout = Duration::from_secs(args.timeout.max(1));
-    let (mut x, ip) = setup::open_exchange(args, timeout)?;
+    let (mut x, ctx, mut cm) = rdma_cm::open(args, timeout)?;
     let agreed = setup::agree(&mut x, &p, args)?;
-    let ctx = args.device.open(ip)?;
     let _report = args.device.counter_report(&ctx);
     let mut t = Test::new(&ctx, p, &agreed, x.role(), timeout, args)?;
-    let k0 = t.connect(&mut x, agreed.mtu, args)?;
+    let k0 = t.connect(&mut x, agreed.mtu, args, cm.as_mut())?;
     let result = if p.prog.lat() {
         t.run_lat(x, &k0)?
     } else {
         t.run_bw(x, &k0)?
     };
+    if let Some(s) = &mut cm {
+        s.finish();
+    }
     let output = Output {
         json: args.json,
         report_both: args.report_both,

@@ -2,11 +2,9 @@
 //! poll completions, verify --check patterns, and talk to the peer over the out-of-band
 //! exchange while the network keeps the test alive.
 
-use std::io::ErrorKind;
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use softroce::oob::perftest::{Exchange, KeyMsg};
+use softroce::oob::perftest::{Exchange, KeyMsg, Transport};
 use softroce::oob::OobError;
 use softroce::verbs::*;
 use std::result::Result;
@@ -62,23 +60,13 @@ impl Test<'_> {
 
     /// Waits for the peer's next message while its test may still run: gives up only when
     /// neither a message nor a RoCE packet has arrived for the timeout.
-    pub(super) fn await_peer(&self, s: &TcpStream) -> Result<(), OobError> {
-        s.set_read_timeout(Some(Duration::from_millis(200)))?;
+    pub(super) fn await_peer(&self, link: &mut dyn Transport) -> Result<(), OobError> {
         let mut peer = PeerActivity::new(self.ctx);
-        loop {
-            match s.peek(&mut [0u8; 1]) {
-                Ok(0) => return Err(OobError::PeerClosed),
-                Ok(_) => break,
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                    if peer.silent_for(self.ctx) > self.timeout {
-                        return Err(OobError::Timeout);
-                    }
-                }
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.into()),
+        while !link.ready(Duration::from_millis(200))? {
+            if peer.silent_for(self.ctx) > self.timeout {
+                return Err(OobError::Timeout);
             }
         }
-        s.set_read_timeout(Some(self.timeout))?;
         Ok(())
     }
 

@@ -1,5 +1,5 @@
 //! perftest flags that describe hardware or setups a user-space RoCE device does not have
-//! (dual port, DC, AES-XTS, ODP, hugepages, mmap'd or GPU memory, multicast, RDMA CM, raw
+//! (dual port, DC, AES-XTS, ODP, hugepages, mmap'd or GPU memory, multicast, raw
 //! Ethernet, SRQ, events). They parse, so that an ib_*_bw command line pasted as is gets an
 //! answer naming the flag instead of "unexpected argument", and [`RefusedFlags::check`] refuses
 //! each by name.
@@ -74,12 +74,6 @@ pub struct RefusedFlags {
     /// Refused: no raw Ethernet QPs.
     #[arg(short = 'G', long = "use_rss", hide = true)]
     use_rss: bool,
-    /// Refused: the connection is set up over perftest's TCP exchange, not RDMA CM.
-    #[arg(short = 'R', long = "rdma_cm", hide = true)]
-    rdma_cm: bool,
-    /// Refused: the exchange is TCP, not RDMA CM.
-    #[arg(short = 'z', long = "comm_rdma_cm", hide = true)]
-    comm_rdma_cm: bool,
     /// Refused: the perf programs poll their CQ.
     #[arg(short = 'e', long = "events", hide = true)]
     events: bool,
@@ -172,14 +166,6 @@ impl RefusedFlags {
             (
                 self.use_rss,
                 "-G/--use_rss: softroce has no raw Ethernet QPs",
-            ),
-            (
-                self.rdma_cm,
-                "-R/--rdma_cm: softroce perf connects over perftest's TCP exchange, not RDMA CM",
-            ),
-            (
-                self.comm_rdma_cm,
-                "-z/--comm_rdma_cm: softroce perf exchanges over TCP, not RDMA CM",
             ),
             (
                 self.events,

@@ -4,6 +4,7 @@
 //! connecting them, in each perftest program's order ([`Test::connect`]).
 
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
 use std::time::Duration;
 
 use softroce::oob::perftest::{Exchange, KeyMsg, Role};
@@ -333,7 +334,7 @@ impl Layout {
 
 /// One QP, its memory and both ends' keys.
 pub(super) struct Conn {
-    pub(super) qp: QueuePair,
+    pub(super) qp: Arc<QueuePair>,
     pub(super) mr: MemoryRegion,
     /// What this end told the peer.
     pub(super) mine: KeyMsg,
@@ -456,7 +457,7 @@ impl<'a> Test<'a> {
                 srqn: 0,
             };
             conns.push(Conn {
-                qp,
+                qp: Arc::new(qp),
                 mr,
                 mine,
                 remote: mine,
@@ -498,14 +499,23 @@ impl<'a> Test<'a> {
         Ok(t)
     }
 
-    /// Exchanges the keys and connects every QP, with the barriers in the program's order.
+    /// Exchanges the keys and connects every QP, with the barriers in the program's order
+    /// (under -R, rdma_cm connects the QPs first: [`Test::connect_rdma_cm`]).
     /// Returns the first QP's keys, which the later barriers carry.
     pub(super) fn connect(
         &mut self,
         x: &mut Exchange,
         mtu: Mtu,
         args: &PerfArgs,
+        cm: Option<&mut super::rdma_cm::Session>,
     ) -> Result<KeyMsg, CliError> {
+        let by_cm = match cm {
+            Some(s) if s.connects_qps() => {
+                self.connect_rdma_cm(x, s, args)?;
+                true
+            }
+            _ => false,
+        };
         let prog = self.p.prog;
         let p = self.p;
         let k0 = self.conns[0].mine;
@@ -520,7 +530,7 @@ impl<'a> Test<'a> {
             let mine = self.conns[i].mine;
             self.conns[i].remote = self.hs(x, &mine)?;
         }
-        for c in &self.conns {
+        for c in self.conns.iter().filter(|_| !by_cm) {
             connect(c, mtu, args)?;
         }
         let send_style = matches!(prog, Program::SendBw | Program::SendLat);
