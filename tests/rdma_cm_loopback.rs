@@ -439,3 +439,169 @@ fn malformed_mads_are_counted_and_dropped() {
     let c = chb.cm_counters();
     assert_eq!((c.mads_received, c.bad_mads), (2, 2));
 }
+
+#[test]
+fn one_listener_takes_several_connections_to_qps_the_caller_made() {
+    // perftest -R's shape: one port, a connection per data QP, QPs created (with remote
+    // atomics) by the application and handed to rdma_cm with set_qp.
+    let (ca, cb) = two_contexts();
+    let (cha, chb) = (
+        EventChannel::new(&ca).unwrap(),
+        EventChannel::new(&cb).unwrap(),
+    );
+    let (ra, rb) = (res(&ca), res(&cb));
+    let listener = chb.create_id();
+    listener.bind_addr(PORT).unwrap();
+    listener.listen(4).unwrap();
+    let own_qp = |r: &Res| {
+        let qp = std::sync::Arc::new(r.pd.create_qp(&init(r)).unwrap());
+        qp.init(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC)
+            .unwrap();
+        qp
+    };
+    let mut pairs = Vec::new();
+    for i in 0..3u8 {
+        let qa = own_qp(&ra);
+        let id_a = cha.create_id();
+        id_a.set_qp(qa.clone()).unwrap();
+        // A second QP for the same identifier is misuse.
+        assert!(matches!(
+            id_a.set_qp(own_qp(&ra)),
+            Err(RdmaCmError::WrongState { .. })
+        ));
+        id_a.resolve_addr(cb.local_addr().ip(), PORT).unwrap();
+        expect(&cha, EventKind::AddrResolved);
+        id_a.resolve_route().unwrap();
+        expect(&cha, EventKind::RouteResolved);
+        id_a.connect(&ConnParam {
+            private_data: vec![i],
+            ..ConnParam::default()
+        })
+        .unwrap();
+        let req = expect(&chb, EventKind::ConnectRequest);
+        assert!(req.listen_id.as_ref().unwrap().same(&listener));
+        assert!(!req.id.same(&listener));
+        assert_eq!(req.private_data[0], i);
+        let qb = own_qp(&rb);
+        req.id.set_qp(qb.clone()).unwrap();
+        req.id.accept(&ConnParam::default()).unwrap();
+        let est = expect(&cha, EventKind::Established);
+        assert!(est.id.same(&id_a));
+        assert_eq!(qa.query().dest_qp_num, qb.qp_num());
+        expect(&chb, EventKind::Established);
+        pairs.push((id_a, qa, req.id, qb));
+    }
+    // Each connection carries an atomic (the QP was the caller's, with remote atomics).
+    let target = rb
+        .pd
+        .register_mr(64, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ATOMIC)
+        .unwrap();
+    for (k, (_, qa, _, _)) in pairs.iter().enumerate() {
+        let sge = [ra.mr.sge(8 * k as u64, 8)];
+        qa.post_send(&[SendWr {
+            wr_id: k as u64,
+            sg_list: &sge,
+            opcode: WrOpcode::AtomicFetchAdd {
+                remote_addr: target.addr(),
+                rkey: target.rkey(),
+                add: 1,
+            },
+            send_flags: SendFlags::SIGNALED,
+        }])
+        .unwrap();
+        let wc = wait_wc(&ra.cq);
+        assert_eq!((wc.wr_id, wc.status), (k as u64, WcStatus::Success));
+    }
+    assert_eq!(target.load_u64(0).unwrap(), 3);
+}
+
+#[test]
+fn set_qp_wants_a_qp_in_init() {
+    let (ca, _cb) = two_contexts();
+    let ch = EventChannel::new(&ca).unwrap();
+    let r = res(&ca);
+    let reset = std::sync::Arc::new(r.pd.create_qp(&init(&r)).unwrap());
+    assert!(matches!(
+        ch.create_id().set_qp(reset),
+        Err(RdmaCmError::WrongState { .. })
+    ));
+}
+
+#[test]
+fn perftests_exchange_runs_over_an_rdma_cm_connection() {
+    use softroce::oob::perftest::{BwReport, Exchange, KeyMsg, Role};
+    use softroce::oob::perftest_cm::{CmEvents, CmLink};
+    use softroce::oob::OobError;
+    let (ca, cb) = two_contexts();
+    let server_ip = cb.local_addr().ip();
+    let keys = move |qpn: u32| KeyMsg {
+        lid: 0,
+        out_reads: 128,
+        qpn,
+        psn: 0x123456,
+        rkey: 0xabcd,
+        vaddr: 0x7f00_1234_5000,
+        gid: Gid::from_ip(server_ip),
+        srqn: 0,
+    };
+    let server = std::thread::spawn(move || {
+        let ev = CmEvents::new(&cb).unwrap();
+        let l = ev.channel().create_id();
+        l.bind_addr(PORT).unwrap();
+        l.listen(2).unwrap();
+        let link = CmLink::accept(&cb, ev.clone(), &l, T).unwrap();
+        let mut x = Exchange::over(Box::new(link), Role::Server);
+        let v = x.versions(None).unwrap();
+        let sys = x.sys_data(4096, 64).unwrap();
+        let mtu = x.mtu(1024).unwrap();
+        let peer = x.handshake(&keys(0x22)).unwrap();
+        let rep = x
+            .bw_reports(&BwReport {
+                size: 0,
+                iters: 0,
+                bw_peak: 0.0,
+                bw_avg: 0.0,
+                msg_rate: 0.0,
+            })
+            .unwrap();
+        // One byte where the exchange is at a 16-byte message: a typed error.
+        let odd = x.xchg(&[0u8; 16]);
+        (
+            v.version,
+            sys,
+            mtu,
+            peer,
+            rep,
+            odd.err().map(|e| e.to_string()),
+        )
+    });
+    let ev = CmEvents::new(&ca).unwrap();
+    // The server may not listen yet: the connection is retried until it does.
+    let link = CmLink::connect(&ca, ev, server_ip, PORT, Duration::from_secs(3)).unwrap();
+    let mut x = Exchange::over(Box::new(link), Role::Client);
+    assert_eq!(x.versions(None).unwrap().version, 6.06);
+    assert_eq!(x.sys_data(8192, 32).unwrap(), (8192, 64));
+    assert_eq!(x.mtu(4096).unwrap(), 1024);
+    assert_eq!(x.handshake(&keys(0x11)).unwrap(), keys(0x22));
+    let report = BwReport {
+        size: 65536,
+        iters: 200,
+        bw_peak: 100.5,
+        bw_avg: 99.25,
+        msg_rate: 0.0016,
+    };
+    x.bw_reports(&report).unwrap();
+    // A message longer than perftest's 56-byte receive is refused before it is sent.
+    assert!(matches!(x.xchg(&[0u8; 57]), Err(OobError::Local(_))));
+    x.xchg(&[1u8]).ok();
+    let (v, sys, mtu, peer, rep, odd) = server.join().unwrap();
+    assert_eq!(v, 6.06);
+    assert_eq!(sys, (8192, 64));
+    assert_eq!(mtu, 1024);
+    assert_eq!(peer, keys(0x11));
+    assert_eq!(rep, report);
+    assert!(
+        odd.unwrap().contains("1 bytes"),
+        "a 1-byte message is malformed"
+    );
+}

@@ -533,6 +533,22 @@ if [ "$ONLY" = all ] || [ "$ONLY" = rping ]; then
     done
 fi
 
+# perftest's -R (issue 14): the exchange runs over an rdma_cm connection to the -p port and every
+# data QP is connected by rdma_cm (IB CM MADs over QP1), perftest 4.5 on rxe at one end and
+# softroce perf -R at the other. No loss: the CM's own retransmissions are not what is tested.
+perftest_rdma_cm_group() {
+    local role prog
+    for role in server client; do
+        for prog in ib_write_bw ib_read_bw ib_send_bw; do
+            perftest_case "$prog" "$role" 65536 200 0 -R
+        done
+        perftest_case ib_write_bw "$role" 4096 300 0 -R -q 2
+    done
+}
+if [ "$ONLY" = all ] || [ "$ONLY" = perftest_rdma_cm ]; then
+    perftest_rdma_cm_group
+fi
+
 {
     echo "| program | role | transport and parameters | result | capture |"
     echo "|---|---|---|---|---|"
