@@ -1,4 +1,5 @@
-//! Out-of-band connection exchanges of the standard RDMA test programs, over TCP: what
+//! Out-of-band connection exchanges of the standard RDMA test programs, over TCP (and
+//! perftest's also over rdma_cm, [`perftest_cm`]): what
 //! ibv_*_pingpong (rdma-core libibverbs/examples/pingpong.c, rc_pingpong.c) send each other
 //! and perftest (src/perftest_communication.c) send each other before the RDMA traffic, so
 //! that softroce's tools interoperate with them.

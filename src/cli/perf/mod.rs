@@ -424,7 +424,12 @@ pub fn run(args: &PerfArgs) -> Result<(), CliError> {
         json: args.json,
         report_both: args.report_both,
         out_json: args.out_json.then_some(args.out_json_file.as_str()),
-        mtu: agreed.mtu_bytes,
+        // Under -R the QPs' MTU is the one rdma_cm set, not the exchanged -m.
+        mtu: if args.rdma_cm {
+            t.conns[0].qp.query().path_mtu.bytes()
+        } else {
+            agreed.mtu_bytes
+        },
         is_client: t.is_client,
         tx_depth: t.tx_depth,
         rx_depth: t.rx_depth,
