@@ -407,8 +407,9 @@ impl Params {
 pub fn run(args: &PerfArgs) -> Result<(), CliError> {
     let p = Params::from_args(args)?;
     let timeout = Duration::from_secs(args.timeout.max(1));
-    let (mut x, ctx, mut cm) = rdma_cm::open(args, timeout)?;
+    let (mut x, dev, mut cm) = rdma_cm::open(args, timeout)?;
     let agreed = setup::agree(&mut x, &p, args)?;
+    let ctx = dev.open(args)?;
     let _report = args.device.counter_report(&ctx);
     let mut t = Test::new(&ctx, p, &agreed, x.role(), timeout, args)?;
     let k0 = t.connect(&mut x, agreed.mtu, args, cm.as_mut())?;

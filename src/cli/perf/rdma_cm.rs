@@ -43,16 +43,34 @@ fn cm(e: RdmaCmError) -> CliError {
     CliError::Failed(format!("rdma_cm: {e}"))
 }
 
-/// Opens the out-of-band exchange and the device: over TCP (then the device), or, with -R or
-/// -z, the device and then an rdma_cm connection to (or from) the peer's -p port.
+/// The device: already open (rdma_cm needs it for the exchange), or its address (over TCP
+/// the device opens after the exchange's agreement, as before -R existed).
+pub(super) enum Device {
+    /// Opened for the rdma_cm exchange.
+    Open(Context),
+    /// To open at this address.
+    At(IpAddr),
+}
+
+impl Device {
+    /// The open device.
+    pub(super) fn open(self, args: &PerfArgs) -> Result<Context, CliError> {
+        match self {
+            Device::Open(ctx) => Ok(ctx),
+            Device::At(ip) => args.device.open(ip),
+        }
+    }
+}
+
+/// Opens the out-of-band exchange: over TCP, or, with -R or -z, an rdma_cm connection to (or
+/// from) the peer's -p port on the device, which it opens first.
 pub(super) fn open(
     args: &PerfArgs,
     timeout: Duration,
-) -> Result<(Exchange, Context, Option<Session>), CliError> {
+) -> Result<(Exchange, Device, Option<Session>), CliError> {
     if !args.rdma_cm && !args.comm_rdma_cm {
         let (x, ip) = setup::open_exchange(args, timeout)?;
-        let ctx = args.device.open(ip)?;
-        return Ok((x, ctx, None));
+        return Ok((x, Device::At(ip), None));
     }
     if args.rdma_cm && args.connection != Connection::Rc {
         // perftest: "UC is not supported in librdmacm".
@@ -99,7 +117,11 @@ pub(super) fn open(
         data: Vec::new(),
         timeout,
     };
-    Ok((Exchange::over(Box::new(link), role), ctx, Some(s)))
+    Ok((
+        Exchange::over(Box::new(link), role),
+        Device::Open(ctx),
+        Some(s),
+    ))
 }
 
 impl Session {
