@@ -543,6 +543,10 @@ perftest_rdma_cm_group() {
             perftest_case "$prog" "$role" 65536 200 0 -R
         done
         perftest_case ib_write_bw "$role" 4096 300 0 -R -q 2
+        perftest_case ib_atomic_bw "$role" 8 200 0 -R
+        for prog in ib_send_lat ib_write_lat ib_read_lat; do
+            perftest_case "$prog" "$role" 64 200 0 -R
+        done
     done
 }
 if [ "$ONLY" = all ] || [ "$ONLY" = perftest_rdma_cm ]; then
