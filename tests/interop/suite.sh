@@ -547,6 +547,8 @@ perftest_rdma_cm_group() {
         for prog in ib_send_lat ib_write_lat ib_read_lat; do
             perftest_case "$prog" "$role" 64 200 0 -R
         done
+        # -z: only the exchange over rdma_cm; the QPs connect from the exchanged keys.
+        perftest_case ib_write_bw "$role" 65536 200 0 -z
     done
 }
 if [ "$ONLY" = all ] || [ "$ONLY" = perftest_rdma_cm ]; then
