@@ -37,7 +37,7 @@ use mio::{Events, Interest, Poll, Token};
 
 use super::device::{Device, QpEntry};
 use super::gsi::{Gsi, GSI_QPN};
-use super::link::{gso_run, Link, OutDatagram, RxBatch};
+use super::link::{gso_run, GsoKey, Link, OutDatagram, RxBatch};
 use super::timer::Timer;
 use crate::ib::{QpType, WorkCompletion};
 use crate::transport::{Counters, CqSide, NetHeader, QpCore, Transmit, MAX_PACKET};
@@ -620,6 +620,8 @@ impl Engine {
         ds.extend(self.tx.meta.iter().enumerate().map(|(i, t)| OutDatagram {
             src_port: t.src_port,
             dst: t.dst,
+            hop_limit: t.hop_limit,
+            traffic_class: t.traffic_class,
             payload: &self.tx.buf[i * MAX_PACKET..i * MAX_PACKET + t.len],
         }));
         let at = Instant::now();
@@ -673,7 +675,13 @@ impl Engine {
             let meta = &tx.meta;
             let run = gso_run(n - i, max, |k| {
                 let t = &meta[i + k];
-                (t.src_port, t.dst, t.len)
+                GsoKey {
+                    src_port: t.src_port,
+                    dst: t.dst,
+                    hop_limit: t.hop_limit,
+                    traffic_class: t.traffic_class,
+                    len: t.len,
+                }
             });
             for k in i..i + run {
                 let id = (k - i) as u16;
@@ -770,6 +778,8 @@ mod tests {
             len,
             dst,
             src_port: src.port(),
+            hop_limit: 0,
+            traffic_class: 0,
         });
         e.tx.ids.push(0);
     }

@@ -131,6 +131,12 @@ pub struct Transmit {
     pub dst: SocketAddr,
     /// UDP source port.
     pub src_port: u16,
+    /// IPv4 TTL or IPv6 hop limit to send with: the address vector's hop limit, as rxe puts
+    /// it in the IP header (0: the socket's default, 64).
+    pub hop_limit: u8,
+    /// IPv4 TOS or IPv6 traffic class to send with: the address vector's traffic class (DSCP
+    /// and ECN bits), as rxe puts it in the IP header.
+    pub traffic_class: u8,
 }
 
 /// Size a transmit buffer must have: the largest packet (MTU 4096 plus headers).
@@ -740,15 +746,25 @@ impl QpCore {
     /// Writes the next packet to send into `buf` (at least [`MAX_PACKET`] bytes). Responses
     /// (ACKs, READ and atomic responses) go before new requests.
     pub fn poll_transmit(&mut self, now: Duration, buf: &mut [u8]) -> Option<Transmit> {
-        let dst = match self.cfg.qp_type {
+        let (dst, hop_limit, traffic_class) = match self.cfg.qp_type {
             QpType::Ud => {
                 if !self.sends() {
                     return None;
                 }
                 let ud = self.sq.get(self.req.next)?.ud?;
-                SocketAddr::new(ud.ip, self.cfg.remote_port)
+                (
+                    SocketAddr::new(ud.ip, self.cfg.remote_port),
+                    ud.hop_limit,
+                    ud.traffic_class,
+                )
             }
-            _ => self.peer()?,
+            // Requests and responses alike leave with the QP's primary address vector, as
+            // rxe's do (rxe_net.c prepare4/prepare6 take the TTL and TOS from the AV).
+            _ => (
+                self.peer()?,
+                self.attr.ah_attr.hop_limit,
+                self.attr.ah_attr.traffic_class,
+            ),
         };
         let len = match self.responder_poll(buf) {
             Some(n) => Some(n),
@@ -764,6 +780,8 @@ impl QpCore {
             len,
             dst,
             src_port: self.src_port,
+            hop_limit,
+            traffic_class,
         })
     }
 

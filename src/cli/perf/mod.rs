@@ -197,12 +197,12 @@ pub struct PerfArgs {
     /// Accepted for perftest's habit: softroce always gives each QP its own memory region.
     #[arg(long = "mr_per_qp")]
     pub mr_per_qp: bool,
-    /// perftest's -L (GRH hop limit): not supported yet; softroce's UDP sockets send with the
-    /// kernel's TTL.
+    /// perftest's -L: as perftest's, only its default (64) is accepted here; other values are
+    /// for raw Ethernet QPs. The QPs send with hop limit 255 (the IPv4 TTL), as perftest's.
     #[arg(short = 'L', long = "hop_limit")]
     pub hop_limit: Option<u8>,
-    /// perftest's --tclass (GRH traffic class): not supported yet; softroce's UDP sockets send
-    /// with the kernel's TOS.
+    /// Traffic class of the QPs' address vectors: the IPv4 TOS (DSCP and ECN bits) or IPv6
+    /// traffic class of every packet (perftest's --tclass).
     #[arg(long = "tclass")]
     pub tclass: Option<u8>,
     /// Post tx_depth work requests and wait for them before measuring (perftest's

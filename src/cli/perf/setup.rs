@@ -108,11 +108,11 @@ impl Params {
             }
             _ => {}
         }
-        // The engine sends through UDP sockets whose TTL and TOS are the kernel's; the address
-        // vector's hop limit and traffic class do not reach the wire yet.
-        if args.hop_limit.is_some() || args.tclass.is_some() {
+        // perftest 4.5 (perftest_parameters.c): -L other than its default is for raw Ethernet
+        // QPs only; its QPs send with hop limit 0xFF whatever -L says.
+        if args.hop_limit.is_some_and(|h| h != PERFTEST_HOP_LIMIT) {
             return Err(CliError::Usage(
-                "-L/--hop_limit and --tclass: not supported yet (softroce sends with the kernel's TTL and TOS)"
+                "-L/--hop_limit: hop limit only valid for RawEth QP (as perftest's; RC and UC QPs send with hop limit 255)"
                     .into(),
             ));
         }
@@ -178,6 +178,9 @@ impl Params {
         }
     }
 }
+
+/// perftest's DEF_HOP_LIMIT: the only -L its RC, UC and UD tests accept.
+pub(super) const PERFTEST_HOP_LIMIT: u8 = 64;
 
 /// The largest -I: softroce's max_inline_data.
 pub(super) const MAX_INLINE: u32 = 400;
@@ -591,12 +594,15 @@ fn psn_seed() -> u64 {
 
 fn connect(c: &Conn, mtu: Mtu, args: &PerfArgs) -> Result<(), CliError> {
     // perftest's ctx_connect: our max_dest_rd_atomic is what we told the peer, our
-    // max_rd_atomic what the peer told us; hop limit 0xFF. UC: the AV, MTU, QPN and PSNs only.
+    // max_rd_atomic what the peer told us; hop limit 0xFF and --tclass in the address vector,
+    // so on every packet's IP header. UC: the AV, MTU, QPN and PSNs only.
     let r = c.remote;
+    let traffic_class = args.tclass.unwrap_or(0);
     if args.connection == Connection::Uc {
         let uc = RcConnect {
             path_mtu: mtu,
             hop_limit: 0xFF,
+            traffic_class,
             ..RcConnect::new(r.qpn, r.psn, r.gid, c.mine.psn)
         };
         c.qp.ready_to_receive_uc(&uc)
@@ -609,6 +615,7 @@ fn connect(c: &Conn, mtu: Mtu, args: &PerfArgs) -> Result<(), CliError> {
     let rc = RcConnect {
         path_mtu: mtu,
         hop_limit: 0xFF,
+        traffic_class,
         max_rd_atomic: r.out_reads.clamp(1, 128) as u8,
         max_dest_rd_atomic: c.mine.out_reads.clamp(1, 128) as u8,
         timeout: args.qp_timeout,
