@@ -198,7 +198,8 @@ pub struct PerfArgs {
     #[arg(long = "mr_per_qp")]
     pub mr_per_qp: bool,
     /// perftest's -L: as perftest's, only its default (64) is accepted here; other values are
-    /// for raw Ethernet QPs. The QPs send with hop limit 255 (the IPv4 TTL), as perftest's.
+    /// for raw Ethernet QPs. The QPs' address vectors say 255, which the route's hop limit
+    /// replaces on the wire (64 by default), as on kernel rxe.
     #[arg(short = 'L', long = "hop_limit")]
     pub hop_limit: Option<u8>,
     /// Traffic class of the QPs' address vectors: the IPv4 TOS (DSCP and ECN bits) or IPv6

@@ -109,10 +109,10 @@ impl Params {
             _ => {}
         }
         // perftest 4.5 (perftest_parameters.c): -L other than its default is for raw Ethernet
-        // QPs only; its QPs send with hop limit 0xFF whatever -L says.
+        // QPs only; its QPs' address vectors say 0xFF whatever -L says.
         if args.hop_limit.is_some_and(|h| h != PERFTEST_HOP_LIMIT) {
             return Err(CliError::Usage(
-                "-L/--hop_limit: hop limit only valid for RawEth QP (as perftest's; RC and UC QPs send with hop limit 255)"
+                "-L/--hop_limit: hop limit only valid for RawEth QP (as perftest's: RC, UC and UD QPs send with the route's hop limit)"
                     .into(),
             ));
         }
@@ -594,8 +594,9 @@ fn psn_seed() -> u64 {
 
 fn connect(c: &Conn, mtu: Mtu, args: &PerfArgs) -> Result<(), CliError> {
     // perftest's ctx_connect: our max_dest_rd_atomic is what we told the peer, our
-    // max_rd_atomic what the peer told us; hop limit 0xFF and --tclass in the address vector,
-    // so on every packet's IP header. UC: the AV, MTU, QPN and PSNs only.
+    // max_rd_atomic what the peer told us; hop limit 0xFF (the route's replaces it on the wire)
+    // and --tclass (every packet's IP TOS) in the address vector. UC: the AV, MTU, QPN and
+    // PSNs only.
     let r = c.remote;
     let traffic_class = args.tclass.unwrap_or(0);
     if args.connection == Connection::Uc {
