@@ -433,6 +433,25 @@ if [ "$ONLY" = all ] || [ "$ONLY" = ucud ]; then
     done
 fi
 
+# perftest's -c UD (issue 13): ib_send_bw and ib_send_lat on UD QPs against `softroce perf send
+# [--lat] -c UD`, both roles. Messages of at most rxe's active MTU (1024 on the 1500-byte link),
+# -a sweeping 2 B .. 1024 B (the 1024 B row checked), no loss (UD recovers nothing: perftest's
+# server then waits 60 to 120 s and fails).
+perftest_ud_group() {
+    for role in server client; do
+        perftest_case ib_send_bw "$role" 1024 200 0 -c UD
+        perftest_case ib_send_bw "$role" 2 200 0 -c UD
+        perftest_case ib_send_bw "$role" 512 200 0 -c UD -q 2
+        perftest_case ib_send_bw "$role" 1024 20 0 -c UD -a
+        perftest_case ib_send_lat "$role" 2 300 0 -c UD
+        perftest_case ib_send_lat "$role" 1024 200 0 -c UD
+        perftest_case ib_send_lat "$role" 1024 20 0 -c UD -a
+    done
+}
+if [ "$ONLY" = all ] || [ "$ONLY" = perftest_ud ]; then
+    perftest_ud_group
+fi
+
 # perftest's sweep (-a, a few iterations per size), duration (-D) and bidirectional (-b)
 # modes against perftest 4.5 on rxe, both roles (issue #17). The row checked is the 8 MiB one
 # under -a (the passive perftest server prints the client's last report).

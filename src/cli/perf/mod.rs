@@ -5,8 +5,8 @@
 //! Roles are perftest's: the client (given SERVER) is the requester for WRITE, READ and atomics
 //! and the sender for SEND bandwidth; the server is passive there (its QP only answers) and
 //! prints the report the client sends it. ib_send_lat and ib_write_lat are ping-pongs in which
-//! both ends measure. The flags are perftest's (-s -n -m -p -q -t -r -o -x -u -A, -F and -c RC
-//! accepted for habit's sake) and so is the memory layout each end advertises: a buffer of
+//! both ends measure. The flags are perftest's (-s -n -m -p -q -t -r -o -x -u -A -c RC|UC|UD,
+//! -F accepted for habit's sake) and so is the memory layout each end advertises: a buffer of
 //! max(size, page size) bytes, which the peer targets at offsets that step by the message size
 //! rounded to a cache line (`ctx_set_send_reg_wqes`, `increase_rem_addr`).
 //!
