@@ -223,3 +223,27 @@ fn ud_refuses_write_read_and_atomics_by_name() {
         }
     }
 }
+
+#[test]
+fn runs_of_small_datagrams_all_arrive_one_way_and_both_ways() {
+    // Thousands of tiny datagrams reach the receiver as UDP GRO runs of 64; every one must
+    // find its way to a receive (a batch once kept only 512 packets and lost the rest).
+    let (sv, cl) = pair(&["-n", "8000", "-s", "2", "--counters"], &[], &[]);
+    let t = ok(&sv, "server");
+    assert_eq!(row(&t, 2)[1], "8000", "{t}");
+    ok(&cl, "client");
+    assert_eq!(counters(&sv)["rdma_recvs"], 8000);
+    // -b: both ends send 1000 and receive 1000; the row is the sum of both directions.
+    let (sv, cl) = pair(&["-b", "-n", "1000", "-s", "512", "--counters"], &[], &[]);
+    for (o, what) in [(&sv, "server"), (&cl, "client")] {
+        let t = ok(o, what);
+        assert!(t.contains("Bidirectional"), "{t}");
+        assert_eq!(row(&t, 512)[1], "1000", "{t}");
+        let n = counters(o);
+        assert_eq!(
+            (n["rdma_sends"], n["rdma_recvs"]),
+            (1000, 1000),
+            "{what}: {n:?}"
+        );
+    }
+}

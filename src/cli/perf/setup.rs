@@ -402,7 +402,7 @@ impl<'a> Test<'a> {
         } else {
             args.tx_depth.clamp(1, 8192).min(p.iters.min(8192) as u32)
         };
-        let rx_depth = if p.conn == Connection::Ud {
+        let rx_depth = if matches!(p.conn, Connection::Ud | Connection::Uc) {
             super::ud::rx_depth(args, &p)
         } else {
             args.rx_depth.clamp(1, 8192).min(p.iters.min(8192) as u32)

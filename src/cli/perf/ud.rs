@@ -95,8 +95,9 @@ impl Params {
     }
 }
 
-/// -r under -c UD: perftest's default of 512 becomes -n (at most 16000), so that a sender
-/// faster than the receiver still finds a receive for each datagram; an explicit -r stays.
+/// -r under -c UD and -c UC: perftest's default of 512 becomes -n (at most 16000), so that a
+/// sender faster than the receiver still finds a receive for each message (neither transport
+/// has receiver-not-ready flow control); an explicit -r stays.
 pub(super) fn rx_depth(args: &PerfArgs, p: &Params) -> u32 {
     if args.rx_depth == DEF_RX_SEND && p.duration.is_none() {
         p.iters.clamp(1, MAX_RX as u64) as u32
