@@ -60,8 +60,9 @@ const RX_BATCH: usize = 32;
 const RX_SLOT: usize = 65536;
 /// Packets per received batch: enough for every slot to hold a coalesced datagram of as many
 /// packets as UDP GRO puts in one (the kernel's UDP_GRO_CNT_MAX, 64), whatever their size.
-/// With room for 16 per slot, runs of small packets (UD and UC SENDs of 1 KiB or less) lost
-/// every packet past the 512th of a batch without a counter; RC retransmitted them.
+/// With room for 16 per slot (enough only for 4 KiB packets), a batch of runs of smaller
+/// packets lost every packet past the 512th without a counter; RC retransmitted them, UD and
+/// UC could not.
 const RX_PACKETS: usize = RX_BATCH * 64;
 /// Packets taken out of QPs before they are sent in one batch.
 const TX_SLOTS: usize = 64;
