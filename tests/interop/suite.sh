@@ -443,6 +443,7 @@ perftest_ud_group() {
         perftest_case ib_send_bw "$role" 2 200 0 -c UD
         perftest_case ib_send_bw "$role" 512 200 0 -c UD -q 2
         perftest_case ib_send_bw "$role" 1024 20 0 -c UD -a
+        perftest_case ib_send_bw "$role" 512 200 0 -c UD -b
         perftest_case ib_send_lat "$role" 2 300 0 -c UD
         perftest_case ib_send_lat "$role" 1024 200 0 -c UD
         perftest_case ib_send_lat "$role" 1024 20 0 -c UD -a
