@@ -403,7 +403,7 @@ impl<'a> Test<'a> {
             args.tx_depth.clamp(1, 8192).min(p.iters.min(8192) as u32)
         };
         let rx_depth = if matches!(p.conn, Connection::Ud | Connection::Uc) {
-            super::ud::rx_depth(args, &p)
+            super::ud::rx_depth(args, &p, ctx.limits().max_cqe)
         } else {
             args.rx_depth.clamp(1, 8192).min(p.iters.min(8192) as u32)
         };

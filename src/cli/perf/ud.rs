@@ -97,10 +97,15 @@ impl Params {
 
 /// -r under -c UD and -c UC: perftest's default of 512 becomes -n (at most 16000), so that a
 /// sender faster than the receiver still finds a receive for each message (neither transport
-/// has receiver-not-ready flow control); an explicit -r stays.
-pub(super) fn rx_depth(args: &PerfArgs, p: &Params) -> u32 {
+/// has receiver-not-ready flow control); an explicit -r stays. Unlike perftest, whose separate
+/// receive CQ of -n x -q entries then fails to be created past the device's `max_cqe`, the
+/// default stops where the one CQ a softroce test shares between sends and receives fits.
+pub(super) fn rx_depth(args: &PerfArgs, p: &Params, max_cqe: u32) -> u32 {
     if args.rx_depth == DEF_RX_SEND && p.duration.is_none() {
-        p.iters.clamp(1, MAX_RX as u64) as u32
+        let room = (max_cqe / p.num_qps.max(1))
+            .saturating_sub(args.tx_depth.clamp(1, 8192) + 2)
+            .max(1);
+        p.iters.clamp(1, MAX_RX.min(room) as u64) as u32
     } else {
         args.rx_depth.clamp(1, 8192).min(p.iters.min(8192) as u32)
     }
