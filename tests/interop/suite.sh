@@ -392,7 +392,7 @@ rping_case() {
         "$detail" pass "$cap" "$slog" "$glog"
 }
 
-ONLY=${SOFTROCE_INTEROP_ONLY:-all}   # all | pingpong | perftest | perftest_flags | datacheck | gso | rping | ucud | shim | tclass
+ONLY=${SOFTROCE_INTEROP_ONLY:-all}   # all | pingpong | perftest | perftest_flags | datacheck | gso | rping | ucud | perftest_ud | shim | tclass
 if [ "$ONLY" = all ] || [ "$ONLY" = pingpong ]; then
     for role in server client; do
         for sm in "1 1024" "4096 1024" "10000 1024" "3000 512" "4096 256"; do
@@ -454,6 +454,26 @@ if [ "$ONLY" = all ] || [ "$ONLY" = ucud ]; then
         perftest_case ib_write_lat "$role" 2 300 0 -c UC
         perftest_case ib_send_lat "$role" 2 300 0 -c UC
     done
+fi
+
+# perftest's -c UD (issue 13): ib_send_bw and ib_send_lat on UD QPs against `softroce perf send
+# [--lat] -c UD`, both roles. Messages of at most rxe's active MTU (1024 on the 1500-byte link),
+# -a sweeping 2 B .. 1024 B (the 1024 B row checked), no loss (UD recovers nothing: perftest's
+# server then waits 60 to 120 s and fails).
+perftest_ud_group() {
+    for role in server client; do
+        perftest_case ib_send_bw "$role" 1024 200 0 -c UD
+        perftest_case ib_send_bw "$role" 2 200 0 -c UD
+        perftest_case ib_send_bw "$role" 512 200 0 -c UD -q 2
+        perftest_case ib_send_bw "$role" 1024 20 0 -c UD -a
+        perftest_case ib_send_bw "$role" 512 200 0 -c UD -b
+        perftest_case ib_send_lat "$role" 2 300 0 -c UD
+        perftest_case ib_send_lat "$role" 1024 200 0 -c UD
+        perftest_case ib_send_lat "$role" 1024 20 0 -c UD -a
+    done
+}
+if [ "$ONLY" = all ] || [ "$ONLY" = perftest_ud ]; then
+    perftest_ud_group
 fi
 
 # perftest's sweep (-a, a few iterations per size), duration (-D) and bidirectional (-b)
