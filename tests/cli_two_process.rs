@@ -706,8 +706,7 @@ fn perf_refuses_flags_it_cannot_honour_by_name() {
         (&["-D", "2", "-f", "1"][..], "MARGIN"),
         (&["--cpu_util"][..], "--cpu_util"),
         (&["--run_infinitely", "-b"][..], "--run_infinitely"),
-        (&["-L", "64"][..], "--hop_limit"),
-        (&["--tclass", "96"][..], "--tclass"),
+        (&["-L", "3"][..], "--hop_limit"),
     ] {
         let mut args = vec!["perf", "write", "--bind", "127.0.0.1", "-p", "1"];
         args.extend_from_slice(flags);
@@ -716,6 +715,54 @@ fn perf_refuses_flags_it_cannot_honour_by_name() {
         assert!(!out.status.success(), "{flags:?} accepted");
         assert!(err.contains(named), "{flags:?}: {err}");
     }
+}
+
+/// The (TTL, TOS) of the IPv4 packets one end sent to `dst`, from its --pcap capture.
+fn sent_ttl_tos(pcap: &std::path::Path, dst: std::net::Ipv4Addr) -> Vec<(u8, u8)> {
+    let f = std::fs::File::open(pcap).unwrap();
+    let mut r = softroce::capture::CaptureReader::new(f).unwrap();
+    let mut v = Vec::new();
+    while let Some(fr) = r.next_frame().unwrap() {
+        let Ok(p) = etherparse::SlicedPacket::from_ethernet(fr.data) else {
+            continue;
+        };
+        if let Some(etherparse::NetSlice::Ipv4(ip)) = p.net {
+            let h = ip.header().slice();
+            if ip.header().destination_addr() == dst {
+                v.push((h[8], h[1]));
+            }
+        }
+    }
+    v
+}
+
+#[test]
+fn perf_tclass_reaches_every_packet_and_the_ttl_is_the_routes() {
+    let dir = scratch("tclass");
+    let (cp, sp) = (dir.join("client.pcap"), dir.join("server.pcap"));
+    // --tclass 98: DSCP 24 and ECT(0); -L 64 is perftest's default and accepted.
+    let (sv, cl, _) = run_pair(
+        &["perf", "write"],
+        &[
+            "-s", "8192", "-n", "40", "--json", "--tclass", "98", "-L", "64",
+        ],
+        &["--pcap", sp.to_str().unwrap()],
+        &["--pcap", cp.to_str().unwrap()],
+    );
+    assert_eq!(json_lines(&ok(&cl, "client --tclass"))[0]["messages"], 40);
+    ok(&sv, "server --tclass");
+    // The client's WRITEs and the server's ACKs alike carry the class; the TTL is the route's
+    // (64), not perftest's hop limit 255, as the kernel sets it for rxe.
+    let requests = sent_ttl_tos(&cp, "127.0.0.1".parse().unwrap());
+    let acks = sent_ttl_tos(&sp, "127.0.0.2".parse().unwrap());
+    // 40 WRITEs of two 4096-byte packets each (retransmissions may add some).
+    assert!(requests.len() >= 40 * 2, "{}", requests.len());
+    assert!(!acks.is_empty());
+    assert!(
+        requests.iter().chain(&acks).all(|f| *f == (64, 98)),
+        "{requests:?} {acks:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The UDP payload lengths of the packets one end sent to `dst`, from its --pcap capture.

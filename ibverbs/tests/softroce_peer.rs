@@ -159,3 +159,44 @@ fn perftest_under_the_shim_against_softroce_perf_both_roles() {
         );
     }
 }
+
+#[test]
+fn perftest_ud_under_the_shim_against_softroce_perf_both_roles() {
+    // ib_send_bw / ib_send_lat -c UD: 1024-byte datagrams (the shim's active MTU), both roles.
+    for (prog, lat, shim_serves, ips) in [
+        ("ib_send_bw", false, true, ("127.0.16.70", "127.0.16.71")),
+        ("ib_send_bw", false, false, ("127.0.16.72", "127.0.16.73")),
+        ("ib_send_lat", true, true, ("127.0.16.74", "127.0.16.75")),
+        ("ib_send_lat", true, false, ("127.0.16.76", "127.0.16.77")),
+    ] {
+        let port = free_tcp_port().to_string();
+        let args = [
+            "-c", "UD", "-x", "1", "-p", &port, "-n", "200", "-s", "1024",
+        ];
+        let (sip, cip) = ips;
+        let softroce_perf = |bind: &str| {
+            let mut c = cmd(&softroce());
+            c.args(["perf", "send", "--bind", bind]).args(args);
+            if lat {
+                c.arg("--lat");
+            }
+            c
+        };
+        let (s, c) = if shim_serves {
+            let mut c = softroce_perf(cip);
+            c.arg(sip);
+            (shim_perftest(sip, prog, &args), c)
+        } else {
+            let mut cargs = args.to_vec();
+            cargs.push(sip);
+            (softroce_perf(sip), shim_perftest(cip, prog, &cargs))
+        };
+        let (st, ct) = pair(s, c, Duration::from_secs(90));
+        for (t, end) in [(&st, "server"), (&ct, "client")] {
+            assert!(
+                has_result(t, "1024") && t.contains("Connection type : UD"),
+                "{prog} shim_serves={shim_serves} {end}:\n{t}"
+            );
+        }
+    }
+}

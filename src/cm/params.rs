@@ -149,6 +149,10 @@ pub struct PeerParams {
     pub local_gid: [u8; 16],
     /// REQ only: the path's local ACK timeout.
     pub local_ack_timeout: u8,
+    /// REQ only: the path's hop limit, which the passive side's QP sends with.
+    pub hop_limit: u8,
+    /// REQ only: the path's traffic class, which the passive side's QP sends with.
+    pub traffic_class: u8,
     /// REQ only: rdma_cm's header at the front of the private data, when it is one.
     pub cma: Option<CmaHeader>,
     /// The whole private data area.
@@ -174,6 +178,8 @@ impl PeerParams {
             gid: r.primary.local_gid,
             local_gid: r.primary.remote_gid,
             local_ack_timeout: r.primary.local_ack_timeout,
+            hop_limit: r.primary.hop_limit,
+            traffic_class: r.primary.traffic_class,
             cma: CmaHeader::parse(&r.private_data).ok(),
             private_data: r.private_data.to_vec(),
         }
@@ -197,6 +203,8 @@ impl PeerParams {
             gid: [0; 16],
             local_gid: [0; 16],
             local_ack_timeout: 0,
+            hop_limit: 0,
+            traffic_class: 0,
             cma: None,
             private_data: r.private_data.to_vec(),
         }

@@ -150,7 +150,16 @@ impl<L: Link, W: Write> CaptureLink<L, W> {
         self.pcap.flush()
     }
 
-    fn record(&mut self, src: SocketAddr, dst: SocketAddr, payload: &[u8], outgoing: bool) {
+    /// Writes one frame. `ip` is an outgoing datagram's TTL and TOS (a hop limit of 0 is the
+    /// socket's 64); received datagrams show 64 and 0, since the socket does not report theirs.
+    fn record(
+        &mut self,
+        src: SocketAddr,
+        dst: SocketAddr,
+        payload: &[u8],
+        outgoing: bool,
+        ip: (u8, u8),
+    ) {
         let mut b = FrameBuilder::new(src, dst).with_eth(if outgoing {
             EthAddrs {
                 src: LOCAL_MAC,
@@ -162,6 +171,10 @@ impl<L: Link, W: Write> CaptureLink<L, W> {
                 dst: LOCAL_MAC,
             }
         });
+        if ip.0 != 0 {
+            b.ttl = ip.0;
+        }
+        b.tos = ip.1;
         if !outgoing {
             if let SocketVerdict::RecoveredId(id) = verify_socket_datagram(src, dst, payload) {
                 b.ip_id = id;
@@ -194,14 +207,14 @@ impl<L: Link, W: Write> Link for CaptureLink<L, W> {
     fn send(&mut self, now: Instant, d: &OutDatagram) -> io::Result<()> {
         self.inner.send(now, d)?;
         let src = SocketAddr::new(self.inner.local_addr().ip(), d.src_port);
-        self.record(src, d.dst, d.payload, true);
+        self.record(src, d.dst, d.payload, true, (d.hop_limit, d.traffic_class));
         Ok(())
     }
 
     fn recv(&mut self, now: Instant, buf: &mut [u8]) -> io::Result<Option<InDatagram>> {
         let r = self.inner.recv(now, buf)?;
         if let Some(d) = r {
-            self.record(d.src, d.dst, &buf[..d.len], false);
+            self.record(d.src, d.dst, &buf[..d.len], false, (0, 0));
         }
         Ok(r)
     }

@@ -37,7 +37,7 @@ use mio::{Events, Interest, Poll, Token};
 
 use super::device::{Device, QpEntry};
 use super::gsi::{Gsi, GSI_QPN};
-use super::link::{gso_run, Link, OutDatagram, RxBatch};
+use super::link::{gso_run, GsoKey, Link, OutDatagram, RxBatch};
 use super::timer::Timer;
 use crate::ib::{QpType, WorkCompletion};
 use crate::transport::{Counters, CqSide, NetHeader, QpCore, Transmit, MAX_PACKET};
@@ -58,9 +58,12 @@ const RX_BATCH: usize = 32;
 /// Room for a received datagram: the largest UDP payload, since with UDP GRO one datagram
 /// carries up to 64 KiB of coalesced packets.
 const RX_SLOT: usize = 65536;
-/// Packets per received batch: enough for every slot to hold a coalesced datagram of 4 KiB
-/// packets.
-const RX_PACKETS: usize = RX_BATCH * 16;
+/// Packets per received batch: enough for every slot to hold a coalesced datagram of as many
+/// packets as UDP GRO puts in one (the kernel's UDP_GRO_CNT_MAX, 64), whatever their size.
+/// With room for 16 per slot (enough only for 4 KiB packets), a batch of runs of smaller
+/// packets lost every packet past the 512th without a counter; RC retransmitted them, UD and
+/// UC could not.
+const RX_PACKETS: usize = RX_BATCH * 64;
 /// Packets taken out of QPs before they are sent in one batch.
 const TX_SLOTS: usize = 64;
 /// Packets one QP may produce per visit, so that one busy QP cannot starve the others.
@@ -620,6 +623,8 @@ impl Engine {
         ds.extend(self.tx.meta.iter().enumerate().map(|(i, t)| OutDatagram {
             src_port: t.src_port,
             dst: t.dst,
+            hop_limit: t.hop_limit,
+            traffic_class: t.traffic_class,
             payload: &self.tx.buf[i * MAX_PACKET..i * MAX_PACKET + t.len],
         }));
         let at = Instant::now();
@@ -673,7 +678,13 @@ impl Engine {
             let meta = &tx.meta;
             let run = gso_run(n - i, max, |k| {
                 let t = &meta[i + k];
-                (t.src_port, t.dst, t.len)
+                GsoKey {
+                    src_port: t.src_port,
+                    dst: t.dst,
+                    hop_limit: t.hop_limit,
+                    traffic_class: t.traffic_class,
+                    len: t.len,
+                }
             });
             for k in i..i + run {
                 let id = (k - i) as u16;
@@ -770,8 +781,28 @@ mod tests {
             len,
             dst,
             src_port: src.port(),
+            hop_limit: 0,
+            traffic_class: 0,
         });
         e.tx.ids.push(0);
+    }
+
+    #[test]
+    fn a_full_batch_of_coalesced_datagrams_keeps_every_packet() {
+        // RX_BATCH datagrams, each as many small packets as UDP GRO coalesces (64): none may
+        // be dropped for want of packet room (they were past the 512th, without a counter).
+        let mut batch = RxBatch::new(RX_BATCH, RX_SLOT, RX_PACKETS);
+        let at: SocketAddr = "127.0.0.1:4791".parse().unwrap();
+        for _ in 0..RX_BATCH {
+            let d = InDatagram {
+                len: 64 * 60,
+                src: at,
+                dst: at,
+            };
+            batch.push_split(d, 60);
+        }
+        assert_eq!(batch.len(), RX_BATCH * 64);
+        assert!(batch.is_full());
     }
 
     #[test]

@@ -191,10 +191,14 @@ impl Gsi {
         let len = pkt.emit(buf).ok()?;
         let src = SocketAddr::new(local.ip(), src_port);
         icrc::seal_socket_datagram(src, out.to, &mut buf[..len]);
+        // MADs leave with the socket's TTL (64) and TOS 0, as the CM's path record for a
+        // RoCE route gives them (cma.c: the route's hop limit, traffic class 0 without -t).
         Some(Transmit {
             len,
             dst: out.to,
             src_port,
+            hop_limit: 0,
+            traffic_class: 0,
         })
     }
 }

@@ -57,10 +57,33 @@ struct Held {
     /// Released right after the next packet in its direction (reordering).
     after_next: bool,
     outgoing: bool,
+    route: Route,
+    buf: Vec<u8>,
+}
+
+/// Where a held packet goes when released, and with which IP header fields.
+#[derive(Debug, Clone, Copy)]
+struct Route {
+    /// Source port of an outgoing packet (0 for incoming ones).
     src_port: u16,
+    /// The other end: destination of an outgoing packet, source of an incoming one.
     peer: SocketAddr,
     local: SocketAddr,
-    buf: Vec<u8>,
+    /// TTL and TOS of an outgoing packet.
+    hop_limit: u8,
+    traffic_class: u8,
+}
+
+impl Route {
+    fn incoming(d: InDatagram) -> Route {
+        Route {
+            src_port: 0,
+            peer: d.src,
+            local: d.dst,
+            hop_limit: 0,
+            traffic_class: 0,
+        }
+    }
 }
 
 /// The impairing wrapper.
@@ -119,16 +142,13 @@ impl<L: Link> ImpairLink<L> {
     }
 
     /// Holds a copy of a packet; false when the pool is full (the packet is then lost).
-    #[allow(clippy::too_many_arguments)]
     fn hold(
         &mut self,
         data: &[u8],
         release: Instant,
         after_next: bool,
         outgoing: bool,
-        src_port: u16,
-        peer: SocketAddr,
-        local: SocketAddr,
+        route: Route,
     ) -> bool {
         if self.held.len() >= MAX_HELD {
             Counters::inc(&self.counters.injected_drop);
@@ -141,9 +161,7 @@ impl<L: Link> ImpairLink<L> {
             release,
             after_next,
             outgoing,
-            src_port,
-            peer,
-            local,
+            route,
             buf,
         };
         // Keep the queue sorted by release time (stable for equal times).
@@ -174,8 +192,10 @@ impl<L: Link> ImpairLink<L> {
         {
             let h = self.held.remove(i).expect("index from position");
             let d = OutDatagram {
-                src_port: h.src_port,
-                dst: h.peer,
+                src_port: h.route.src_port,
+                dst: h.route.peer,
+                hop_limit: h.route.hop_limit,
+                traffic_class: h.route.traffic_class,
                 payload: &h.buf,
             };
             let r = self.inner.send(now, &d);
@@ -252,11 +272,18 @@ impl<L: Link> Link for ImpairLink<L> {
             self.corrupt(&mut copy);
             payload = &copy;
         }
+        let route = Route {
+            src_port: d.src_port,
+            peer: d.dst,
+            local,
+            hop_limit: d.hop_limit,
+            traffic_class: d.traffic_class,
+        };
         match f.hold_until {
             Some((at, after_next)) => {
-                self.hold(payload, at, after_next, true, d.src_port, d.dst, local);
+                self.hold(payload, at, after_next, true, route);
                 if f.dup {
-                    self.hold(payload, at, false, true, d.src_port, d.dst, local);
+                    self.hold(payload, at, false, true, route);
                 }
             }
             None => {
@@ -286,8 +313,8 @@ impl<L: Link> Link for ImpairLink<L> {
                 buf[..len].copy_from_slice(&h.buf[..len]);
                 let d = InDatagram {
                     len,
-                    src: h.peer,
-                    dst: h.local,
+                    src: h.route.peer,
+                    dst: h.route.local,
                 };
                 self.pool.push(h.buf);
                 return Ok(Some(d));
@@ -310,16 +337,16 @@ impl<L: Link> Link for ImpairLink<L> {
             match f.hold_until {
                 Some((at, after_next)) => {
                     let data = buf[..d.len].to_vec();
-                    self.hold(&data, at, after_next, false, 0, d.src, d.dst);
+                    self.hold(&data, at, after_next, false, Route::incoming(d));
                     if f.dup {
-                        self.hold(&data, at, false, false, 0, d.src, d.dst);
+                        self.hold(&data, at, false, false, Route::incoming(d));
                     }
                     continue;
                 }
                 None => {
                     if f.dup {
                         let data = buf[..d.len].to_vec();
-                        self.hold(&data, now, false, false, 0, d.src, d.dst);
+                        self.hold(&data, now, false, false, Route::incoming(d));
                     }
                     self.passed(false, now);
                     return Ok(Some(d));
@@ -401,6 +428,8 @@ mod tests {
                 &OutDatagram {
                     src_port: 0xC000,
                     dst,
+                    hop_limit: 0,
+                    traffic_class: 0,
                     payload: &p,
                 },
             )
@@ -412,6 +441,8 @@ mod tests {
             &OutDatagram {
                 src_port: 0xC000,
                 dst,
+                hop_limit: 0,
+                traffic_class: 0,
                 payload: &[0xFF; 4],
             },
         )
@@ -483,6 +514,8 @@ mod tests {
             &OutDatagram {
                 src_port: 1,
                 dst,
+                hop_limit: 0,
+                traffic_class: 0,
                 payload: &p,
             },
         )
@@ -526,6 +559,8 @@ mod tests {
                 &OutDatagram {
                     src_port: 1,
                     dst,
+                    hop_limit: 0,
+                    traffic_class: 0,
                     payload: &[0; 8],
                 },
             )

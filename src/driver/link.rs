@@ -13,6 +13,10 @@ pub struct OutDatagram<'a> {
     pub src_port: u16,
     /// Destination address and UDP port.
     pub dst: SocketAddr,
+    /// IPv4 TTL or IPv6 hop limit (0: the socket's default).
+    pub hop_limit: u8,
+    /// IPv4 TOS or IPv6 traffic class.
+    pub traffic_class: u8,
     /// The RoCE packet.
     pub payload: &'a [u8],
 }
@@ -226,28 +230,55 @@ impl<L: Link + ?Sized> Link for Box<L> {
 /// and UDP headers, with room for IPv6's larger header).
 pub const GSO_MAX_BYTES: usize = 65535 - 48 - 8;
 
+/// What the datagrams of one GSO send share, since the kernel sends its segments with one
+/// set of headers: source port, destination, the IP header's TTL and TOS, and a length (the
+/// last segment may be shorter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GsoKey {
+    /// UDP source port.
+    pub src_port: u16,
+    /// Destination address and UDP port.
+    pub dst: SocketAddr,
+    /// IPv4 TTL or IPv6 hop limit.
+    pub hop_limit: u8,
+    /// IPv4 TOS or IPv6 traffic class.
+    pub traffic_class: u8,
+    /// Datagram length in bytes.
+    pub len: usize,
+}
+
+impl OutDatagram<'_> {
+    /// This datagram's [`GsoKey`].
+    pub fn gso_key(&self) -> GsoKey {
+        GsoKey {
+            src_port: self.src_port,
+            dst: self.dst,
+            hop_limit: self.hop_limit,
+            traffic_class: self.traffic_class,
+            len: self.payload.len(),
+        }
+    }
+}
+
 /// How many datagrams at the start of a batch one GSO send carries: those after the first
-/// with its source port, destination and length (the last may be shorter), at most
-/// `max_segments` and [`GSO_MAX_BYTES`] in all. `key(i)` gives datagram i's source port,
-/// destination and length; `n` is the batch length (at least 1).
-pub fn gso_run(
-    n: usize,
-    max_segments: usize,
-    key: impl Fn(usize) -> (u16, SocketAddr, usize),
-) -> usize {
-    let (port, dst, len) = key(0);
+/// with its key but the length, and its length (the last may be shorter), at most
+/// `max_segments` and [`GSO_MAX_BYTES`] in all. `key(i)` gives datagram i's [`GsoKey`]; `n` is
+/// the batch length (at least 1).
+pub fn gso_run(n: usize, max_segments: usize, key: impl Fn(usize) -> GsoKey) -> usize {
+    let first = key(0);
+    let len = first.len;
     if max_segments <= 1 || len == 0 {
         return 1;
     }
     let limit = max_segments.min(GSO_MAX_BYTES / len).min(n);
     let mut run = 1;
     while run < limit {
-        let (p, d, l) = key(run);
-        if p != port || d != dst || l > len || l == 0 {
+        let k = key(run);
+        if (GsoKey { len, ..k }) != first || k.len > len || k.len == 0 {
             break;
         }
         run += 1;
-        if l < len {
+        if k.len < len {
             break;
         }
     }
@@ -262,23 +293,38 @@ mod tests {
     fn gso_runs_group_equal_sized_datagrams_to_one_peer() {
         let a: SocketAddr = "127.0.0.2:4791".parse().unwrap();
         let b: SocketAddr = "127.0.0.3:4791".parse().unwrap();
+        let k = |src_port, dst, hop_limit, len| GsoKey {
+            src_port,
+            dst,
+            hop_limit,
+            traffic_class: 0,
+            len,
+        };
         let ds = [
-            (1, a, 100),
-            (1, a, 100),
-            (1, a, 40), // a shorter last segment ends the run
-            (1, a, 100),
-            (2, a, 100), // another source port
-            (2, b, 100), // another peer
-            (2, b, 120), // longer: not a segment of the run before
+            k(1, a, 0, 100),
+            k(1, a, 0, 100),
+            k(1, a, 0, 40), // a shorter last segment ends the run
+            k(1, a, 0, 100),
+            k(2, a, 0, 100), // another source port
+            k(2, b, 0, 100), // another peer
+            k(2, b, 0, 120), // longer: not a segment of the run before
+            k(2, b, 0, 120),
+            k(2, b, 9, 120), // another TTL: the kernel gives a GSO send one IP header
+            GsoKey {
+                traffic_class: 0x28,
+                ..k(2, b, 9, 120)
+            },
         ];
         let run = |from: usize, max: usize| gso_run(ds.len() - from, max, |i| ds[from + i]);
         assert_eq!(run(0, 64), 3);
         assert_eq!(run(3, 64), 1);
         assert_eq!(run(4, 64), 1);
         assert_eq!(run(5, 64), 1);
+        assert_eq!(run(6, 64), 2);
+        assert_eq!(run(8, 64), 1);
         assert_eq!(run(0, 2), 2, "at most max_segments");
         assert_eq!(run(0, 1), 1, "no GSO");
-        let big = |_| (1, a, 5000);
+        let big = |_| k(1, a, 0, 5000);
         assert_eq!(gso_run(64, 64, big), GSO_MAX_BYTES / 5000, "at most 64 KiB");
     }
 

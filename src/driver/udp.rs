@@ -53,6 +53,9 @@ const GSO_MAX_SEGMENTS: usize = 64;
 /// Room for one control message carrying a u16, as CMSG_SPACE(2) computes it, in u64s so
 /// that it is aligned for a cmsghdr.
 const CMSG_WORDS: usize = 4;
+/// Room for the control messages of one send: UDP_SEGMENT, and the TTL and TOS (each an int,
+/// CMSG_SPACE(4) = 24 bytes on 64-bit Linux), in u64s for alignment.
+const TX_CMSG_WORDS: usize = 12;
 
 /// A link over UDP sockets.
 #[derive(Debug)]
@@ -206,26 +209,71 @@ fn gso_supported(sock: &UdpSocket) -> bool {
     set_int_opt(&s, libc::SOL_UDP, UDP_SEGMENT, 0).is_ok()
 }
 
-/// Points `h` at `buf` holding one UDP_SEGMENT control message with segment size `seg`.
-fn set_segment_cmsg(h: &mut libc::msghdr, buf: &mut [u64; CMSG_WORDS], seg: u16) {
-    // SAFETY: CMSG_SPACE and CMSG_LEN only compute sizes.
-    let (space, len) = unsafe {
-        (
-            libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32),
-            libc::CMSG_LEN(std::mem::size_of::<u16>() as u32),
-        )
-    };
-    debug_assert!(space as usize <= std::mem::size_of_val(buf));
+/// What one send's control messages say: the GSO segment size, and the IP header's TTL and
+/// TOS where they differ from the socket's defaults (hop limit 0 and traffic class 0 leave
+/// the kernel's 64 and 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SendControl {
+    segment: Option<u16>,
+    ipv4: bool,
+    hop_limit: u8,
+    traffic_class: u8,
+}
+
+impl SendControl {
+    /// The control messages as (level, type, int value): UDP_SEGMENT carries a u16, written
+    /// apart by [`set_send_cmsgs`].
+    fn ip_fields(&self) -> impl Iterator<Item = (libc::c_int, libc::c_int, libc::c_int)> {
+        let (level, ttl, tos) = if self.ipv4 {
+            (libc::IPPROTO_IP, libc::IP_TTL, libc::IP_TOS)
+        } else {
+            (libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT, libc::IPV6_TCLASS)
+        };
+        let ttl = (self.hop_limit != 0).then_some((level, ttl, self.hop_limit.into()));
+        let tos = (self.traffic_class != 0).then_some((level, tos, self.traffic_class.into()));
+        ttl.into_iter().chain(tos)
+    }
+}
+
+/// Points `h` at `buf` filled with the control messages `c` asks for (none: no control
+/// buffer).
+fn set_send_cmsgs(h: &mut libc::msghdr, buf: &mut [u64; TX_CMSG_WORDS], c: SendControl) {
+    let int = std::mem::size_of::<libc::c_int>() as u32;
+    let u16_len = std::mem::size_of::<u16>() as u32;
+    // SAFETY: CMSG_SPACE only computes sizes.
+    let space = unsafe {
+        c.segment.map_or(0, |_| libc::CMSG_SPACE(u16_len))
+            + c.ip_fields().count() as u32 * libc::CMSG_SPACE(int)
+    } as usize;
+    if space == 0 {
+        h.msg_control = std::ptr::null_mut();
+        h.msg_controllen = 0;
+        return;
+    }
+    debug_assert!(space <= std::mem::size_of_val(buf));
+    buf.fill(0);
     h.msg_control = buf.as_mut_ptr().cast();
-    h.msg_controllen = space as usize;
-    // SAFETY: `h` points at `buf`, which is aligned for a cmsghdr and at least CMSG_SPACE(2)
-    // bytes long, so CMSG_FIRSTHDR returns a header inside it and CMSG_DATA room for the u16.
+    h.msg_controllen = space;
+    // SAFETY: `h` points at `buf`, aligned for a cmsghdr and at least `space` bytes long, the
+    // sum of the CMSG_SPACE of the messages written, so CMSG_FIRSTHDR and each CMSG_NXTHDR
+    // after a message that is followed by another return a header inside it, with CMSG_DATA
+    // room for the value written.
     unsafe {
-        let c = libc::CMSG_FIRSTHDR(h);
-        (*c).cmsg_level = libc::SOL_UDP;
-        (*c).cmsg_type = UDP_SEGMENT;
-        (*c).cmsg_len = len as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
+        let mut cm = libc::CMSG_FIRSTHDR(h);
+        if let Some(seg) = c.segment {
+            (*cm).cmsg_level = libc::SOL_UDP;
+            (*cm).cmsg_type = UDP_SEGMENT;
+            (*cm).cmsg_len = libc::CMSG_LEN(u16_len) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cm).cast::<u16>(), seg);
+            cm = libc::CMSG_NXTHDR(h, cm);
+        }
+        for (level, kind, value) in c.ip_fields() {
+            (*cm).cmsg_level = level;
+            (*cm).cmsg_type = kind;
+            (*cm).cmsg_len = libc::CMSG_LEN(int) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cm).cast::<libc::c_int>(), value);
+            cm = libc::CMSG_NXTHDR(h, cm);
+        }
     }
 }
 
@@ -265,8 +313,7 @@ impl UdpLink {
             let (mut nm, mut nd) = (0, 0);
             while nd < rest.len() && nm < MMSG_BATCH {
                 let run = gso_run(rest.len() - nd, self.gso_segments, |i| {
-                    let d = &rest[nd + i];
-                    (d.src_port, d.dst, d.payload.len())
+                    rest[nd + i].gso_key()
                 });
                 if nd + run > MMSG_BATCH {
                     break;
@@ -283,7 +330,7 @@ impl UdpLink {
             let mut iovs: [libc::iovec; MMSG_BATCH] = unsafe { std::mem::zeroed() };
             // SAFETY: as above.
             let mut hdrs: [libc::mmsghdr; MMSG_BATCH] = unsafe { std::mem::zeroed() };
-            let mut cmsgs = [[0u64; CMSG_WORDS]; MMSG_BATCH];
+            let mut cmsgs = [[0u64; TX_CMSG_WORDS]; MMSG_BATCH];
             for (i, d) in rest[..nd].iter().enumerate() {
                 iovs[i] = libc::iovec {
                     iov_base: d.payload.as_ptr() as *mut libc::c_void,
@@ -296,15 +343,19 @@ impl UdpLink {
                 h.msg_namelen = self.names[m].len();
                 h.msg_iov = &mut iovs[first];
                 h.msg_iovlen = run;
-                if run > 1 {
-                    let seg = rest[first].payload.len() as u16;
-                    set_segment_cmsg(h, &mut cmsgs[m], seg);
-                }
+                let d = &rest[first];
+                let control = SendControl {
+                    segment: (run > 1).then_some(d.payload.len() as u16),
+                    ipv4: d.dst.is_ipv4(),
+                    hop_limit: d.hop_limit,
+                    traffic_class: d.traffic_class,
+                };
+                set_send_cmsgs(h, &mut cmsgs[m], control);
             }
             // SAFETY: `fd` is the open socket of `sock`; each of the `nm` headers points at
             // live iovecs (whose buffers are payloads borrowed for the call, which the kernel
-            // only reads), a live socket address of the length given and, for GSO, a live
-            // control buffer that `set_segment_cmsg` filled in.
+            // only reads), a live socket address of the length given and either no control
+            // buffer or a live one that `set_send_cmsgs` filled in.
             let rc = unsafe { libc::sendmmsg(fd, hdrs.as_mut_ptr(), nm as libc::c_uint, 0) };
             if rc < 0 {
                 let e = io::Error::last_os_error();
@@ -399,13 +450,11 @@ impl Link for UdpLink {
     }
 
     fn send(&mut self, _now: Instant, d: &OutDatagram) -> io::Result<()> {
-        let port = self.prepare_source_port(d.src_port)?;
-        let sock = self
-            .tx
-            .get(&port)
-            .ok_or_else(|| io::Error::other("source port not bound"))?;
-        sock.send_to(d.payload, d.dst)?;
-        Ok(())
+        // One sendmsg with the datagram's TTL and TOS, as a batch of one.
+        match self.send_run(std::slice::from_ref(d)) {
+            (_, Some(e)) => Err(e),
+            _ => Ok(()),
+        }
     }
 
     fn recv(&mut self, _now: Instant, buf: &mut [u8]) -> io::Result<Option<InDatagram>> {
@@ -552,6 +601,8 @@ mod tests {
             &OutDatagram {
                 src_port: sport,
                 dst: b.local_addr(),
+                hop_limit: 0,
+                traffic_class: 0,
                 payload: b"hello",
             },
         )
@@ -585,5 +636,101 @@ mod tests {
         }
         let p = a.prepare_source_port(0xD000).unwrap();
         assert_eq!(a.prepare_source_port(0xD000).unwrap(), p, "stable");
+    }
+
+    /// Receives one datagram on `sock` (IP_RECVTTL/IP_RECVTOS or their IPv6 twins on) and
+    /// returns its payload, TTL and TOS.
+    fn recv_with_ip_fields(sock: &UdpSocket) -> (Vec<u8>, Option<i32>, Option<i32>) {
+        let mut data = [0u8; 2048];
+        let mut control = [0u64; 16];
+        let mut iov = libc::iovec {
+            iov_base: data.as_mut_ptr().cast(),
+            iov_len: data.len(),
+        };
+        // SAFETY: plain C data; all-zero is an empty msghdr.
+        let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+        h.msg_iov = &mut iov;
+        h.msg_iovlen = 1;
+        h.msg_control = control.as_mut_ptr().cast();
+        h.msg_controllen = std::mem::size_of_val(&control);
+        // SAFETY: `h` points at live buffers of the lengths given.
+        let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut h, 0) };
+        assert!(n >= 0, "recvmsg: {}", io::Error::last_os_error());
+        let (mut ttl, mut tos) = (None, None);
+        // SAFETY: the kernel filled `h.msg_controllen` bytes of `control` with control
+        // messages, which CMSG_FIRSTHDR/CMSG_NXTHDR walk within that length.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&h);
+            while !c.is_null() {
+                let data = libc::CMSG_DATA(c);
+                let v = match (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize {
+                    1 => *data as i32,
+                    _ => std::ptr::read_unaligned(data.cast::<i32>()),
+                };
+                match ((*c).cmsg_level, (*c).cmsg_type) {
+                    (libc::IPPROTO_IP, libc::IP_TTL)
+                    | (libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT) => ttl = Some(v),
+                    (libc::IPPROTO_IP, libc::IP_TOS) | (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
+                        tos = Some(v)
+                    }
+                    _ => {}
+                }
+                c = libc::CMSG_NXTHDR(&h, c);
+            }
+        }
+        (data[..n as usize].to_vec(), ttl, tos)
+    }
+
+    /// The address vector's hop limit and traffic class reach the IP header, on single sends
+    /// and on every segment of a GSO send; 0 leaves the kernel's defaults (64, 0).
+    fn ip_fields_reach_the_wire(local: &str, peer: &str) {
+        let peer = UdpSocket::bind(peer).unwrap();
+        let s = socket2::SockRef::from(&peer);
+        if peer.local_addr().unwrap().is_ipv4() {
+            set_int_opt(&s, libc::IPPROTO_IP, libc::IP_RECVTTL, 1).unwrap();
+            set_int_opt(&s, libc::IPPROTO_IP, libc::IP_RECVTOS, 1).unwrap();
+        } else {
+            set_int_opt(&s, libc::IPPROTO_IPV6, libc::IPV6_RECVHOPLIMIT, 1).unwrap();
+            set_int_opt(&s, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1).unwrap();
+        }
+        peer.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let mut a = UdpLink::bind(local.parse().unwrap()).unwrap();
+        let sport = a.prepare_source_port(0xC321).unwrap();
+        let dst = peer.local_addr().unwrap();
+        let d = |hop_limit, traffic_class, payload| OutDatagram {
+            src_port: sport,
+            dst,
+            hop_limit,
+            traffic_class,
+            payload,
+        };
+        let seg = [7u8; 100];
+        let batch = [
+            d(9, 0x28, &seg),
+            d(9, 0x28, &seg),
+            d(9, 0x28, &seg[..50]),
+            d(0, 0, b"defaults"),
+            d(255, 0xB8, b"ef"),
+        ];
+        assert_eq!(a.send_batch(Instant::now(), &batch).0, batch.len());
+        a.send(Instant::now(), &d(1, 0x02, b"single")).unwrap();
+        let got: Vec<_> = (0..6).map(|_| recv_with_ip_fields(&peer)).collect();
+        assert_eq!(got[0], (seg.to_vec(), Some(9), Some(0x28)));
+        assert_eq!(got[1], (seg.to_vec(), Some(9), Some(0x28)));
+        assert_eq!(got[2], (seg[..50].to_vec(), Some(9), Some(0x28)));
+        assert_eq!(got[3], (b"defaults".to_vec(), Some(64), Some(0)));
+        assert_eq!(got[4], (b"ef".to_vec(), Some(255), Some(0xB8)));
+        assert_eq!(got[5], (b"single".to_vec(), Some(1), Some(0x02)));
+    }
+
+    #[test]
+    fn ipv4_ttl_and_tos_follow_each_datagram() {
+        ip_fields_reach_the_wire("127.0.0.4:0", "127.0.0.5:0");
+    }
+
+    #[test]
+    fn ipv6_hop_limit_and_traffic_class_follow_each_datagram() {
+        ip_fields_reach_the_wire("[::1]:0", "[::1]:0");
     }
 }

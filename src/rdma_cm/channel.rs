@@ -434,6 +434,8 @@ impl Shared {
             };
             let c = RcConnect {
                 path_mtu: Mtu::Mtu1024,
+                // The path the REQ described (ConnectParams::rc): hop limit 64, class 0.
+                hop_limit: 64,
                 max_dest_rd_atomic: st.param.responder_resources,
                 max_rd_atomic: st.param.initiator_depth.min(peer.responder_resources),
                 retry_cnt: st.param.retry_count,
@@ -675,6 +677,9 @@ impl CmId {
             timeout: peer.local_ack_timeout,
             retry_cnt: peer.retry_count,
             rnr_retry: peer.rnr_retry_count.min(7),
+            // The path as the REQ gave it (Linux: cm_format_paths_from_req).
+            hop_limit: peer.hop_limit,
+            traffic_class: peer.traffic_class,
             // Ours (in the REP) is our receive PSN; the REQ's is our send PSN.
             ..RcConnect::new(peer.qpn, st.psn, Gid(peer.gid), peer.starting_psn)
         };

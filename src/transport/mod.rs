@@ -22,7 +22,9 @@ mod tests;
 
 pub use counters::Counters;
 pub use mr::{Mr, MrFault, MrTable};
-pub use qp::{CqSide, NetHeader, QpConfig, QpCore, QueueDepths, Transmit, MAX_PACKET};
+pub use qp::{
+    wire_hop_limit, CqSide, NetHeader, QpConfig, QpCore, QueueDepths, Transmit, MAX_PACKET,
+};
 pub use requester::{ACKREQ_EVERY, MAX_UNACKED_PSNS};
 pub use responder::MAX_QUEUED_RESPONSES;
 pub use srq::Srq;

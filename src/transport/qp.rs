@@ -131,6 +131,24 @@ pub struct Transmit {
     pub dst: SocketAddr,
     /// UDP source port.
     pub src_port: u16,
+    /// IPv4 TTL or IPv6 hop limit to send with (0: the route's, which the kernel fills in;
+    /// see [`wire_hop_limit`]).
+    pub hop_limit: u8,
+    /// IPv4 TOS or IPv6 traffic class to send with: the address vector's traffic class (DSCP
+    /// and ECN bits), as rxe puts it in the IP header.
+    pub traffic_class: u8,
+}
+
+/// The TTL / hop limit a packet to `dst` leaves with, given its address vector's hop limit
+/// (0: the route's, which the kernel fills in). On RoCE the kernel replaces an address
+/// vector's hop limit with its route's (ib_resolve_eth_dmac at modify_qp and create_ah: 64 by
+/// default, ip_default_ttl), except towards IPv6 link-local and multicast GIDs, whose address
+/// vectors keep their own: rxe then writes that into the IP header.
+pub fn wire_hop_limit(dst: IpAddr, av_hop_limit: u8) -> u8 {
+    match dst {
+        IpAddr::V6(a) if a.is_multicast() || (a.segments()[0] & 0xffc0) == 0xfe80 => av_hop_limit,
+        _ => 0,
+    }
 }
 
 /// Size a transmit buffer must have: the largest packet (MTU 4096 plus headers).
@@ -740,16 +758,27 @@ impl QpCore {
     /// Writes the next packet to send into `buf` (at least [`MAX_PACKET`] bytes). Responses
     /// (ACKs, READ and atomic responses) go before new requests.
     pub fn poll_transmit(&mut self, now: Duration, buf: &mut [u8]) -> Option<Transmit> {
-        let dst = match self.cfg.qp_type {
+        let (dst, av_hop_limit, traffic_class) = match self.cfg.qp_type {
             QpType::Ud => {
                 if !self.sends() {
                     return None;
                 }
                 let ud = self.sq.get(self.req.next)?.ud?;
-                SocketAddr::new(ud.ip, self.cfg.remote_port)
+                (
+                    SocketAddr::new(ud.ip, self.cfg.remote_port),
+                    ud.hop_limit,
+                    ud.traffic_class,
+                )
             }
-            _ => self.peer()?,
+            // Requests and responses alike leave with the QP's primary address vector, as
+            // rxe's do (rxe_net.c prepare4/prepare6 take the TTL and TOS from the AV).
+            _ => (
+                self.peer()?,
+                self.attr.ah_attr.hop_limit,
+                self.attr.ah_attr.traffic_class,
+            ),
         };
+        let hop_limit = wire_hop_limit(dst.ip(), av_hop_limit);
         let len = match self.responder_poll(buf) {
             Some(n) => Some(n),
             None => self.requester_poll(now, buf),
@@ -764,6 +793,8 @@ impl QpCore {
             len,
             dst,
             src_port: self.src_port,
+            hop_limit,
+            traffic_class,
         })
     }
 

@@ -51,8 +51,10 @@ pub struct RcConnect {
     pub path_mtu: Mtu,
     /// Local GID index.
     pub sgid_index: u8,
-    /// Hop limit (TTL).
+    /// Hop limit: the IPv4 TTL or IPv6 hop limit of every packet the QP sends (0: 64).
     pub hop_limit: u8,
+    /// Traffic class: the IPv4 TOS or IPv6 traffic class of every packet the QP sends.
+    pub traffic_class: u8,
     /// Outstanding READ/atomic requests we may issue.
     pub max_rd_atomic: u8,
     /// READ/atomic requests we accept.
@@ -78,6 +80,7 @@ impl RcConnect {
             path_mtu: Mtu::Mtu1024,
             sgid_index: 1,
             hop_limit: 1,
+            traffic_class: 0,
             max_rd_atomic: 1,
             max_dest_rd_atomic: 1,
             min_rnr_timer: 12,
@@ -358,6 +361,7 @@ fn rtr_attr(c: &RcConnect) -> QpAttr {
             dgid: c.remote_gid,
             sgid_index: c.sgid_index,
             hop_limit: c.hop_limit,
+            traffic_class: c.traffic_class,
             ..Default::default()
         },
         ..Default::default()

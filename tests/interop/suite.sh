@@ -84,6 +84,22 @@ check_capture() { # pcap
     [[ "$summary" =~ ^[0-9]+\ frames,\ ([0-9]+)\ RoCEv2 ]] && [ "${BASH_REMATCH[1]}" -gt 0 ]
 }
 
+# Checks that every RoCEv2 packet of a wire capture, in both directions, carries the IP TOS and
+# TTL given (what --tclass and the address vector's hop limit put there, at rxe and softroce).
+# Prints what it found.
+#   check_ip_fields PCAP TOS TTL
+check_ip_fields() {
+    local fields
+    fields=$(tshark -r "$1" -Y 'udp.dstport == 4791' -T fields -e ip.src -e ip.dsfield -e ip.ttl \
+        2>/dev/null | sort | uniq -c | awk '{printf "%s%s x%s TOS %s TTL %s", sep, $2, $1, $3, $4; sep="; "}')
+    echo "${fields:-no RoCEv2 frames}"
+    local want bad
+    want=$(printf '0x%02x' "$2")
+    bad=$(tshark -r "$1" -Y "udp.dstport == 4791 && !(ip.dsfield == $want && ip.ttl == $3)" \
+        -T fields -e frame.number 2>/dev/null | wc -l)
+    [ -n "$fields" ] && [ "$bad" = 0 ] && [[ "$fields" == *"$HOST_IP"* ]] && [[ "$fields" == *"; "* ]]
+}
+
 # Where a case's capture is taken. softroce: softroce's own --pcap (which sends one packet per
 # datagram). wire: tshark on the guest's tap in the namespace, with softroce uncaptured, so that
 # softroce sends runs of packets with UDP GSO and the capture holds the segments the kernel made
@@ -274,6 +290,13 @@ perftest_case() {
     [ -n "$row" ] || [ "$passive_end" = softroce ] || detail+="no softroce result; "
     [ -n "$grow" ] || [ "$passive_end" = guest ] || detail+="no $prog result; "
     cap=$(check_capture "$pcap") || detail+="capture: $cap; "
+    if [ -n "${EXPECT_IP:-}" ]; then
+        local ipf
+        # shellcheck disable=SC2086 # "TOS TTL"
+        ipf=$(check_ip_fields "$pcap" $EXPECT_IP) || detail+="IP TOS/TTL: $ipf; "
+        # (record_case drops the decoder's "other frames skipped" tail: drop it here first.)
+        cap="${cap%, * other frames skipped*}; $ipf"
+    fi
     local mtu=1024 i shown=${row:-$grow} conn=RC
     for ((i = 0; i < ${#extra[@]} - 1; i++)); do
         [ "${extra[i]}" = -m ] && mtu=${extra[i+1]}
@@ -369,7 +392,7 @@ rping_case() {
         "$detail" pass "$cap" "$slog" "$glog"
 }
 
-ONLY=${SOFTROCE_INTEROP_ONLY:-all}   # all | pingpong | perftest | perftest_flags | datacheck | gso | rping | ucud | shim
+ONLY=${SOFTROCE_INTEROP_ONLY:-all}   # all | pingpong | perftest | perftest_flags | datacheck | gso | rping | ucud | perftest_ud | shim | tclass
 if [ "$ONLY" = all ] || [ "$ONLY" = pingpong ]; then
     for role in server client; do
         for sm in "1 1024" "4096 1024" "10000 1024" "3000 512" "4096 256"; do
@@ -433,6 +456,26 @@ if [ "$ONLY" = all ] || [ "$ONLY" = ucud ]; then
     done
 fi
 
+# perftest's -c UD (issue 13): ib_send_bw and ib_send_lat on UD QPs against `softroce perf send
+# [--lat] -c UD`, both roles. Messages of at most rxe's active MTU (1024 on the 1500-byte link),
+# -a sweeping 2 B .. 1024 B (the 1024 B row checked), no loss (UD recovers nothing: perftest's
+# server then waits 60 to 120 s and fails).
+perftest_ud_group() {
+    for role in server client; do
+        perftest_case ib_send_bw "$role" 1024 200 0 -c UD
+        perftest_case ib_send_bw "$role" 2 200 0 -c UD
+        perftest_case ib_send_bw "$role" 512 200 0 -c UD -q 2
+        perftest_case ib_send_bw "$role" 1024 20 0 -c UD -a
+        perftest_case ib_send_bw "$role" 512 200 0 -c UD -b
+        perftest_case ib_send_lat "$role" 2 300 0 -c UD
+        perftest_case ib_send_lat "$role" 1024 200 0 -c UD
+        perftest_case ib_send_lat "$role" 1024 20 0 -c UD -a
+    done
+}
+if [ "$ONLY" = all ] || [ "$ONLY" = perftest_ud ]; then
+    perftest_ud_group
+fi
+
 # perftest's sweep (-a, a few iterations per size), duration (-D) and bidirectional (-b)
 # modes against perftest 4.5 on rxe, both roles (issue #17). The row checked is the 8 MiB one
 # under -a (the passive perftest server prints the client's last report).
@@ -452,6 +495,17 @@ perftest_flags_group() {
 }
 if [ "$ONLY" = all ] || [ "$ONLY" = perftest_flags ]; then
     perftest_flags_group
+fi
+
+# perftest's --tclass at both ends (issue #17): every packet either way carries TOS 98 (DSCP
+# 24, ECT(0)) and TTL 64 (the kernel replaces perftest's hop limit 255 with the route's),
+# checked on the guest's link, where rxe's packets and softroce's GSO segments alike are seen
+# as sent.
+if [ "$ONLY" = all ] || [ "$ONLY" = tclass ]; then
+    for role in server client; do
+        CAPTURE_AT=wire EXPECT_IP="98 64" perftest_case ib_write_bw "$role" 65536 200 0 --tclass 98
+        CAPTURE_AT=wire EXPECT_IP="98 64" perftest_case ib_send_lat "$role" 2 300 0 --tclass 98
+    done
 fi
 
 # The same programs with softroce's datapath as users run it: runs of equal packets leave as one

@@ -261,7 +261,9 @@ impl Test<'_> {
             if done {
                 break;
             }
-            let k = self.poll(&mut wcs, &mut last)?;
+            let k = self
+                .poll(&mut wcs, &mut last)
+                .map_err(|e| self.stalled(e, got.iter().sum(), total as u64))?;
             let now = Instant::now();
             if k > 0 && run.posted.is_empty() {
                 run.posted.push(now);
@@ -270,18 +272,17 @@ impl Test<'_> {
                 let c = self.conn_of(wc)?;
                 let msg = wc.wr_id;
                 if self.p.check {
-                    let r = if wc.byte_len as u64 != self.p.size {
+                    // A UD completion counts the GRH room too.
+                    let want = self.p.size + self.p.grh_room();
+                    let r = if wc.byte_len as u64 != want {
                         Err(format!(
-                            "message {msg}: {} bytes received, expected {}",
-                            wc.byte_len, self.p.size
+                            "message {msg}: {} bytes received, expected {want}",
+                            wc.byte_len
                         ))
                     } else {
                         self.conns[c]
                             .mr
-                            .to_vec(
-                                self.layout.half + self.layout.offset(msg),
-                                self.p.size as usize,
-                            )
+                            .to_vec(self.payload_at(msg), self.p.size as usize)
                             .map_err(|e| e.to_string())
                             .and_then(|b| check_pattern(&b, msg))
                     };

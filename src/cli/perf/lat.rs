@@ -100,10 +100,7 @@ impl Test<'_> {
                     if self.p.check {
                         let r = self.conns[0]
                             .mr
-                            .to_vec(
-                                self.layout.half + self.layout.offset(msg),
-                                self.p.size as usize,
-                            )
+                            .to_vec(self.payload_at(msg), self.p.size as usize)
                             .map_err(|e| e.to_string())
                             .and_then(|b| check_pattern(&b, msg));
                         self.note(r);

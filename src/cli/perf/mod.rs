@@ -5,8 +5,8 @@
 //! Roles are perftest's: the client (given SERVER) is the requester for WRITE, READ and atomics
 //! and the sender for SEND bandwidth; the server is passive there (its QP only answers) and
 //! prints the report the client sends it. ib_send_lat and ib_write_lat are ping-pongs in which
-//! both ends measure. The flags are perftest's (-s -n -m -p -q -t -r -o -x -u -A, -F and -c RC
-//! accepted for habit's sake) and so is the memory layout each end advertises: a buffer of
+//! both ends measure. The flags are perftest's (-s -n -m -p -q -t -r -o -x -u -A -c RC|UC|UD,
+//! -F accepted for habit's sake) and so is the memory layout each end advertises: a buffer of
 //! max(size, page size) bytes, which the peer targets at offsets that step by the message size
 //! rounded to a cache line (`ctx_set_send_reg_wqes`, `increase_rem_addr`).
 //!
@@ -31,6 +31,7 @@ mod rdma_cm;
 mod refused;
 mod report;
 mod setup;
+mod ud;
 
 use super::device::DeviceArgs;
 use super::plot;
@@ -62,7 +63,7 @@ pub enum AtomicType {
     CmpAndSwap,
 }
 
-/// perftest's -c: RC or UC (UD is not implemented).
+/// perftest's -c: RC, UC or UD.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Connection {
     /// Reliable Connected.
@@ -71,6 +72,9 @@ pub enum Connection {
     /// Unreliable Connected: SEND and WRITE only, nothing acknowledged or retried.
     #[value(name = "UC")]
     Uc,
+    /// Unreliable Datagram: SEND only, one MTU at most per message (`ud`).
+    #[value(name = "UD")]
+    Ud,
 }
 
 /// perftest's options, with perftest's letters.
@@ -120,7 +124,7 @@ pub struct PerfArgs {
     /// Same as -A CMP_AND_SWAP.
     #[arg(long)]
     pub cas: bool,
-    /// Connection type (perftest's -c): RC.
+    /// Connection type (perftest's -c): RC, UC (SEND and WRITE) or UD (SEND).
     #[arg(short = 'c', long = "connection", value_enum, default_value_t = Connection::Rc)]
     pub connection: Connection,
     /// Device name (perftest's -d; accepted for habit: softroce has one device per --bind
@@ -205,12 +209,13 @@ pub struct PerfArgs {
     /// Accepted for perftest's habit: softroce always gives each QP its own memory region.
     #[arg(long = "mr_per_qp")]
     pub mr_per_qp: bool,
-    /// perftest's -L (GRH hop limit): not supported yet; softroce's UDP sockets send with the
-    /// kernel's TTL.
+    /// perftest's -L: as perftest's, only its default (64) is accepted here; other values are
+    /// for raw Ethernet QPs. The QPs' address vectors say 255, which the route's hop limit
+    /// replaces on the wire (64 by default), as on kernel rxe.
     #[arg(short = 'L', long = "hop_limit")]
     pub hop_limit: Option<u8>,
-    /// perftest's --tclass (GRH traffic class): not supported yet; softroce's UDP sockets send
-    /// with the kernel's TOS.
+    /// Traffic class of the QPs' address vectors: the IPv4 TOS (DSCP and ECN bits) or IPv6
+    /// traffic class of every packet (perftest's --tclass).
     #[arg(long = "tclass")]
     pub tclass: Option<u8>,
     /// Post tx_depth work requests and wait for them before measuring (perftest's
@@ -356,7 +361,8 @@ impl Params {
             flags: self.check as u8
                 | (self.reversed as u8) << 1
                 | ((self.num_qps.min(63) as u8) << 2),
-            size: self.size.min(u32::MAX as u64) as u32,
+            // Under -a the size is the buffer's; UD shrinks it to each end's MTU later.
+            size: if self.all { setup::MAX_SIZE } else { self.size }.min(u32::MAX as u64) as u32,
             iters: match self.duration {
                 Some(d) => d.as_secs().min(u32::MAX as u64) as u32,
                 None => self.iters.min(u32::MAX as u64) as u32,
@@ -405,10 +411,10 @@ impl Params {
 /// Runs `softroce perf`: checks the flags, agrees on the test with the peer, sets up the QPs,
 /// connects them in the program's order, runs the traffic and prints the report.
 pub fn run(args: &PerfArgs) -> Result<(), CliError> {
-    let p = Params::from_args(args)?;
+    let mut p = Params::from_args(args)?;
     let timeout = Duration::from_secs(args.timeout.max(1));
     let (mut x, dev, mut cm) = rdma_cm::open(args, timeout)?;
-    let agreed = setup::agree(&mut x, &p, args)?;
+    let agreed = setup::agree(&mut x, &mut p, args)?;
     let ctx = dev.open(args)?;
     let _report = args.device.counter_report(&ctx);
     let mut t = Test::new(&ctx, p, &agreed, x.role(), timeout, args)?;

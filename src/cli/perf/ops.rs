@@ -10,7 +10,7 @@ use softroce::verbs::*;
 use std::result::Result;
 
 use super::setup::Test;
-use super::PerfOp;
+use super::{Connection, PerfOp};
 use crate::cli::activity::PeerActivity;
 use crate::cli::pingpong::poll_or_wait;
 use crate::cli::CliError;
@@ -94,6 +94,9 @@ impl Test<'_> {
 
     /// Posts receive `msg` of QP `c` into its slot of the advertised half.
     pub(super) fn post_recv(&self, c: usize, msg: u64) -> Result<(), CliError> {
+        if self.p.conn == Connection::Ud {
+            return self.post_recv_ud(c, msg);
+        }
         let conn = &self.conns[c];
         let sge = [conn.mr.sge(
             self.layout.half + self.layout.offset(msg),
@@ -147,6 +150,9 @@ impl Test<'_> {
             f
         };
         let post = |wrs: &[SendWr]| {
+            if p.conn == Connection::Ud {
+                return self.post_send_ud(c, wrs);
+            }
             conn.qp
                 .post_send(wrs)
                 .map_err(|e| CliError::Failed(format!("post_send: {e}")))

@@ -73,9 +73,11 @@ pub(super) fn open(
         return Ok((x, Device::At(ip), None));
     }
     if args.rdma_cm && args.connection != Connection::Rc {
-        // perftest: "UC is not supported in librdmacm".
+        // perftest: "UC is not supported in librdmacm"; its UD variant (the address handle
+        // from the connection's events) is not implemented here.
         return Err(CliError::Usage(
-            "-R connects RC QPs (perftest: UC is not supported in librdmacm)".into(),
+            "-R connects RC QPs here (perftest: UC is not supported in librdmacm; its UD rdma_cm mode is not implemented); -z runs the exchange over rdma_cm with any -c"
+                .into(),
         ));
     }
     let server = match &args.server {

@@ -424,7 +424,7 @@ pub(super) fn perftest_json(p: &Params, o: &Output, r: JsonResult) -> String {
     t += "Test,\n";
     t += "Dual_port: OFF,\nDevice: \"softroce\",\n";
     t += &format!("Number_of_qps: {},\nTransport_type: IB,\n", p.num_qps);
-    t += "Connection_type: RC,\nUsing_SRQ: OFF,\n";
+    t += &format!("Connection_type: {},\nUsing_SRQ: OFF,\n", p.conn.name());
     t += " PCIe_relax_order: Unsupported,\n";
     t += "ibv_wr_API: ON,\n";
     if o.is_client || p.duplex {
@@ -621,10 +621,7 @@ pub(super) fn print_result(p: &Params, o: &Output, r: &Outcome) -> Result<(), Cl
         &mut out,
         format!(
             " Connection type : {}\t\tData check     : {}",
-            match p.conn {
-                super::Connection::Rc => "RC",
-                super::Connection::Uc => "UC",
-            },
+            p.conn.name(),
             if p.check { "ON" } else { "OFF" }
         ),
     )?;

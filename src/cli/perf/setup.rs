@@ -96,6 +96,7 @@ impl Params {
             ));
         }
         p.check_modes()?;
+        p.check_ud()?;
         match (args.output, p.prog.lat()) {
             (Some(OutputOnly::Latency), false) => {
                 return Err(CliError::Usage(
@@ -109,11 +110,11 @@ impl Params {
             }
             _ => {}
         }
-        // The engine sends through UDP sockets whose TTL and TOS are the kernel's; the address
-        // vector's hop limit and traffic class do not reach the wire yet.
-        if args.hop_limit.is_some() || args.tclass.is_some() {
+        // perftest 4.5 (perftest_parameters.c): -L other than its default is for raw Ethernet
+        // QPs only; its QPs' address vectors say 0xFF whatever -L says.
+        if args.hop_limit.is_some_and(|h| h != PERFTEST_HOP_LIMIT) {
             return Err(CliError::Usage(
-                "-L/--hop_limit and --tclass: not supported yet (softroce sends with the kernel's TTL and TOS)"
+                "-L/--hop_limit: hop limit only valid for RawEth QP (as perftest's: RC, UC and UD QPs send with the route's hop limit)"
                     .into(),
             ));
         }
@@ -173,12 +174,19 @@ impl Params {
     /// perftest's ib_atomic_bw), else -s.
     pub(super) fn sizes(&self) -> Vec<u64> {
         if self.all && self.op != PerfOp::Atomic {
-            (1..24).map(|i| 1u64 << i).collect()
+            // Under UD, `size` is the MTU by now: ib_send_bw -c UD -a runs 2 .. MTU.
+            (1..24)
+                .map(|i| 1u64 << i)
+                .filter(|s| self.conn != Connection::Ud || *s <= self.size)
+                .collect()
         } else {
             vec![self.size]
         }
     }
 }
+
+/// perftest's DEF_HOP_LIMIT: the only -L its RC, UC and UD tests accept.
+pub(super) const PERFTEST_HOP_LIMIT: u8 = 64;
 
 /// The largest -I: softroce's max_inline_data.
 pub(super) const MAX_INLINE: u32 = 400;
@@ -243,7 +251,7 @@ pub(super) struct Agreed {
 
 /// Versions (and, between softroce ends, the test signature), system data and MTU: every
 /// perftest program starts so.
-pub(super) fn agree(x: &mut Exchange, p: &Params, args: &PerfArgs) -> Result<Agreed, CliError> {
+pub(super) fn agree(x: &mut Exchange, p: &mut Params, args: &PerfArgs) -> Result<Agreed, CliError> {
     let peer = x.versions(Some(p.signature())).map_err(CliError::Oob)?;
     match peer.softroce {
         Some(theirs) if theirs != p.signature() => {
@@ -264,8 +272,10 @@ pub(super) fn agree(x: &mut Exchange, p: &Params, args: &PerfArgs) -> Result<Agr
     let (cycle, line) = x.sys_data(4096, 64).map_err(CliError::Oob)?;
     let mtu_bytes = x.mtu(args.mtu).map_err(CliError::Oob)?;
     let mtu = Mtu::from_bytes(mtu_bytes).expect("agreed MTUs are valid");
+    p.fit_ud_size(args, mtu_bytes)?;
     let layout = if p.check {
-        Layout::check(p.size, p.iters)?
+        // Under UD each receive also holds the GRH room.
+        Layout::check(p.size + p.grh_room(), p.iters)?
     } else {
         Layout::perftest(p.size, cycle as u64, line as u64)
     };
@@ -340,6 +350,8 @@ pub(super) struct Conn {
     pub(super) mine: KeyMsg,
     /// What the peer told this end.
     pub(super) remote: KeyMsg,
+    /// UD: the address handle of the peer, at an end that sends.
+    pub(super) ah: Option<AddressHandle>,
 }
 
 /// A test in progress: parameters, resources and the first data-check failure.
@@ -368,7 +380,9 @@ pub(super) struct Test<'a> {
     /// The cycle buffer and cache line agreed with the peer (for [`Test::set_size`]).
     cycle: u64,
     /// See `cycle`.
-    line: u64,
+    pub(super) line: u64,
+    /// The QPs' protection domain (UD makes its address handles in it).
+    pub(super) pd: ProtectionDomain,
 }
 
 impl<'a> Test<'a> {
@@ -392,7 +406,11 @@ impl<'a> Test<'a> {
         } else {
             args.tx_depth.clamp(1, 8192).min(p.iters.min(8192) as u32)
         };
-        let rx_depth = args.rx_depth.clamp(1, 8192).min(p.iters.min(8192) as u32);
+        let rx_depth = if matches!(p.conn, Connection::Ud | Connection::Uc) {
+            super::ud::rx_depth(args, &p, ctx.limits().max_cqe)
+        } else {
+            args.rx_depth.clamp(1, 8192).min(p.iters.min(8192) as u32)
+        };
         let outs = args.outs.unwrap_or(match args.op {
             PerfOp::Read | PerfOp::Atomic => 128,
             _ => 1,
@@ -415,8 +433,14 @@ impl<'a> Test<'a> {
         let mut seed = psn_seed();
         let mut conns = Vec::new();
         for _ in 0..p.num_qps {
+            // UD: the receives start 40 bytes before a cache line and end up to a line later.
+            let tail = if p.grh_room() > 0 {
+                agreed.line.max(p.grh_room())
+            } else {
+                0
+            };
             let mr = pd
-                .register_mr((2 * layout.half) as usize, access)
+                .register_mr((2 * layout.half + tail) as usize, access)
                 .map_err(CliError::Verbs)?;
             let qp = match p.conn {
                 Connection::Rc => create_rc_qp(
@@ -443,6 +467,15 @@ impl<'a> Test<'a> {
                         .map_err(CliError::Verbs)?;
                     qp
                 }
+                Connection::Ud => super::ud::create_ud_qp(
+                    &pd,
+                    &cq,
+                    Queues {
+                        send_wr: tx_depth,
+                        recv_wr: rx_depth,
+                        inline: args.inline_size,
+                    },
+                )?,
             };
             // lrand48() & 0xffffff, as perftest draws its PSNs.
             seed = seed.wrapping_mul(0x5_DEEC_E66D).wrapping_add(0xB) & ((1 << 48) - 1);
@@ -461,6 +494,7 @@ impl<'a> Test<'a> {
                 mr,
                 mine,
                 remote: mine,
+                ah: None,
             });
         }
         let t = Test {
@@ -485,6 +519,7 @@ impl<'a> Test<'a> {
             warm: args.perform_warm_up,
             cycle: agreed.cycle,
             line: agreed.line,
+            pd,
         };
         if p.check && !t.is_client && matches!(prog, Program::ReadBw | Program::ReadLat) {
             let mut buf = vec![0u8; p.size as usize];
@@ -530,8 +565,14 @@ impl<'a> Test<'a> {
             let mine = self.conns[i].mine;
             self.conns[i].remote = self.hs(x, &mine)?;
         }
-        for c in self.conns.iter().filter(|_| !by_cm) {
-            connect(c, mtu, args)?;
+        if by_cm {
+            // rdma_cm connected the QPs (Test::connect_rdma_cm).
+        } else if p.conn == Connection::Ud {
+            self.connect_ud(args)?;
+        } else {
+            for c in &self.conns {
+                connect(c, mtu, args)?;
+            }
         }
         let send_style = matches!(prog, Program::SendBw | Program::SendLat);
         if send_style {
@@ -601,12 +642,16 @@ fn psn_seed() -> u64 {
 
 fn connect(c: &Conn, mtu: Mtu, args: &PerfArgs) -> Result<(), CliError> {
     // perftest's ctx_connect: our max_dest_rd_atomic is what we told the peer, our
-    // max_rd_atomic what the peer told us; hop limit 0xFF. UC: the AV, MTU, QPN and PSNs only.
+    // max_rd_atomic what the peer told us; hop limit 0xFF (the route's replaces it on the wire)
+    // and --tclass (every packet's IP TOS) in the address vector. UC: the AV, MTU, QPN and
+    // PSNs only.
     let r = c.remote;
+    let traffic_class = args.tclass.unwrap_or(0);
     if args.connection == Connection::Uc {
         let uc = RcConnect {
             path_mtu: mtu,
             hop_limit: 0xFF,
+            traffic_class,
             ..RcConnect::new(r.qpn, r.psn, r.gid, c.mine.psn)
         };
         c.qp.ready_to_receive_uc(&uc)
@@ -619,6 +664,7 @@ fn connect(c: &Conn, mtu: Mtu, args: &PerfArgs) -> Result<(), CliError> {
     let rc = RcConnect {
         path_mtu: mtu,
         hop_limit: 0xFF,
+        traffic_class,
         max_rd_atomic: r.out_reads.clamp(1, 128) as u8,
         max_dest_rd_atomic: c.mine.out_reads.clamp(1, 128) as u8,
         timeout: args.qp_timeout,

@@ -36,6 +36,8 @@ pub(super) struct Seen {
     pub dest_qp: u32,
     pub deth: Option<crate::wire::DethRepr>,
     pub src_port: u16,
+    /// The IP header's TTL and TOS the packet asked for.
+    pub ip: (u8, u8),
     pub dropped: bool,
 }
 
@@ -290,12 +292,21 @@ pub(super) fn transfer(from: &mut Node, to: &mut Node, drop: &[usize]) -> Vec<Se
             dest_qp: pkt.bth.dest_qp,
             deth: pkt.ext.deth,
             src_port: t.src_port,
+            ip: (t.hop_limit, t.traffic_class),
             dropped,
         });
         if dropped || t.dst.ip() != to.addr.ip() {
             continue;
         }
-        let net = NetHeader::from_addrs(src.ip(), t.dst.ip(), (t.len + 8) as u16, 64, 0);
+        // The IP header as the kernel sends it: the packet's TTL (0: the socket's 64) and TOS.
+        let ttl = if t.hop_limit == 0 { 64 } else { t.hop_limit };
+        let net = NetHeader::from_addrs(
+            src.ip(),
+            t.dst.ip(),
+            (t.len + 8) as u16,
+            ttl,
+            t.traffic_class,
+        );
         to.qp
             .handle_datagram(Duration::ZERO, &pkt, Some(&net), &to.mrs);
     }

@@ -200,8 +200,12 @@ fn rc_and_uc_qps_take_receive_wqes_from_the_srq() {
     connect_rc(&mut b, &a, Mtu::Mtu256);
     post(&s, &b, 7, 0, 1024).unwrap();
     a.post(1, WrOpcode::Send, 0, 600).unwrap();
-    transfer(&mut a, &mut b, &[]);
-    transfer(&mut b, &mut a, &[]);
+    let requests = transfer(&mut a, &mut b, &[]);
+    let acks = transfer(&mut b, &mut a, &[]);
+    // Requests and ACKs leave with the QP's address vector's traffic class (0) and, to an
+    // IPv4 peer, the route's TTL (0: the kernel's), not the AV's hop limit 1.
+    assert!(requests.iter().chain(&acks).all(|s| s.ip == (0, 0)));
+    assert!(!acks.is_empty());
     assert_eq!(b.recv_wcs.len(), 1);
     assert_eq!((b.recv_wcs[0].wr_id, b.recv_wcs[0].byte_len), (7, 600));
     assert_eq!(a.send_wcs.len(), 1, "ACKed");

@@ -95,6 +95,51 @@ fn send_carries_deth_and_lands_after_the_ipv4_grh_area() {
 }
 
 #[test]
+fn each_send_leaves_with_its_address_handles_traffic_class_and_the_routes_hop_limit() {
+    let mut a = ud(0x31, "192.0.2.1");
+    let mut b = ud(0x32, "192.0.2.2");
+    b.post_recv(1, 0, 40 + 16);
+    b.post_recv(2, 1024, 40 + 16);
+    let mut marked = dest(&b, QKEY);
+    marked.ah.hop_limit = 3;
+    marked.ah.traffic_class = 0x62;
+    a.post_ud(10, WrOpcode::Send, 16, &marked).unwrap();
+    a.post_ud(11, WrOpcode::Send, 16, &dest(&b, QKEY)).unwrap();
+    let seen = transfer(&mut a, &mut b, &[]);
+    // The kernel's route gives an IPv4 packet its TTL whatever the AH says (0 here: the
+    // socket's 64); the class is the AH's.
+    let ip: Vec<(u8, u8)> = seen.iter().map(|s| s.ip).collect();
+    assert_eq!(ip, [(0, 0x62), (0, 0)]);
+    // The GRH area shows the IPv4 header as it arrived: TOS at byte 1, TTL at byte 8.
+    let first = b.recv_bytes(0, 40);
+    assert_eq!((first[20 + 8], first[20 + 1]), (64, 0x62));
+    let second = b.recv_bytes(1024, 40);
+    assert_eq!((second[20 + 8], second[20 + 1]), (64, 0));
+}
+
+#[test]
+fn ipv6_link_local_and_multicast_destinations_keep_the_address_handles_hop_limit() {
+    use crate::transport::wire_hop_limit;
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    assert_eq!(wire_hop_limit(ip("fe80::2"), 3), 3);
+    assert_eq!(wire_hop_limit(ip("febf::2"), 3), 3);
+    assert_eq!(wire_hop_limit(ip("ff02::1"), 9), 9);
+    assert_eq!(wire_hop_limit(ip("fec0::2"), 3), 0, "site-local is routed");
+    assert_eq!(wire_hop_limit(ip("2001:db8::2"), 3), 0);
+    assert_eq!(wire_hop_limit(ip("::ffff:192.0.2.2"), 3), 0);
+    assert_eq!(wire_hop_limit(ip("192.0.2.2"), 255), 0);
+    let mut a = ud(0x31, "fe80::1");
+    let mut b = ud(0x32, "fe80::2");
+    b.post_recv(1, 0, 40 + 16);
+    let mut d = dest(&b, QKEY);
+    d.ah.hop_limit = 3;
+    a.post_ud(10, WrOpcode::Send, 16, &d).unwrap();
+    let seen = transfer(&mut a, &mut b, &[]);
+    assert_eq!(seen[0].ip, (3, 0));
+    assert_eq!(b.recv_bytes(0, 40)[7], 3, "the IPv6 header's hop limit");
+}
+
+#[test]
 fn ipv6_grh_area_is_the_ipv6_header() {
     let mut a = ud(0x31, "2001:db8::1");
     let mut b = ud(0x32, "2001:db8::2");
