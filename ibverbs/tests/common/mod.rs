@@ -97,11 +97,38 @@ pub fn wait_for(mut child: Child, limit: Duration) -> (Output, bool) {
     }
 }
 
-/// Runs a server and, after it listens, a client; both must exit 0 within `limit`. Returns
-/// (server stdout+stderr, client stdout+stderr).
+/// Whether some socket listens on TCP `port` (IPv4 or IPv6), from /proc/net/tcp{,6}: a probe
+/// connection would be taken for the client by servers that accept one peer.
+fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines().skip(1).any(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                // local_address is cols[1] (ADDR:PORT in hex); st is cols[3], 0A = LISTEN.
+                cols.len() > 3 && cols[1].ends_with(&want) && cols[3] == "0A"
+            })
+        })
+    })
+}
+
+/// The TCP port a command's `-p PORT` names.
+fn port_arg(c: &Command) -> Option<u16> {
+    let args: Vec<_> = c.get_args().collect();
+    args.windows(2)
+        .find(|w| w[0] == "-p")
+        .and_then(|w| w[1].to_str()?.parse().ok())
+}
+
+/// Runs a server and, once it listens on its `-p` port, a client; both must exit 0 within
+/// `limit`. Returns (server stdout+stderr, client stdout+stderr).
 pub fn pair(mut server: Command, mut client: Command, limit: Duration) -> (String, String) {
-    let s = server.spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(400));
+    let mut s = server.spawn().unwrap();
+    let port = port_arg(&server).expect("the server's command has -p PORT");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !listening(port) && Instant::now() < deadline && s.try_wait().unwrap().is_none() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let c = client.spawn().unwrap();
     let (co, cok) = wait_for(c, limit);
     let (so, sok) = wait_for(s, limit);
