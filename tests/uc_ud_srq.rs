@@ -215,7 +215,14 @@ fn ud_datagrams_from_two_senders_with_grh_qkey_and_mtu_rules() {
         ..Default::default()
     };
     let ah1 = s1.pd.create_ah(&ah_attr).unwrap();
-    let ah2 = s2.pd.create_ah(&ah_attr).unwrap();
+    // The second sender marks its datagrams (DSCP 10): the class reaches the IP header.
+    let ah2 = s2
+        .pd
+        .create_ah(&AhAttr {
+            traffic_class: 0x28,
+            ..ah_attr
+        })
+        .unwrap();
     // The AH is checked: an IPv6 GID on an IPv4 device is refused.
     let v6 = AhAttr {
         dgid: Gid::from_ip("2001:db8::1".parse().unwrap()),
@@ -243,6 +250,11 @@ fn ud_datagrams_from_two_senders_with_grh_qkey_and_mtu_rules() {
     r.mr.read(0, &mut grh).unwrap();
     assert_eq!(&grh[..20], &[0u8; 20]);
     assert_eq!(grh[20], 0x45);
+    assert_eq!(
+        (grh[20 + 1], grh[20 + 8]),
+        (0, 64),
+        "TOS and TTL as they arrived"
+    );
     assert_eq!(&grh[32..36], &[127, 0, 0, 1], "source address");
     assert_eq!(&grh[36..40], &[127, 0, 0, 2], "destination address");
     let mut got = vec![0u8; 1000];
@@ -267,6 +279,13 @@ fn ud_datagrams_from_two_senders_with_grh_qkey_and_mtu_rules() {
     let mut src = [0u8; 4];
     r.mr.read(2048 + 32, &mut src).unwrap();
     assert_eq!(src, [127, 0, 0, 3]);
+    let mut tos_ttl = [0u8; 8];
+    r.mr.read(2048 + 21, &mut tos_ttl).unwrap();
+    assert_eq!(
+        (tos_ttl[0], tos_ttl[7]),
+        (0x28, 64),
+        "the AH's class, the route's TTL"
+    );
     // A wrong Q_Key is dropped and counted at the receiver.
     ud_send(&s1, &ah1, rq, 0x2222, 3, WrOpcode::Send, 10).unwrap();
     eventually("qkey_viol_cntr", || {

@@ -150,8 +150,8 @@ impl<L: Link, W: Write> CaptureLink<L, W> {
         self.pcap.flush()
     }
 
-    /// Writes one frame. `ip` is an outgoing datagram's TTL and TOS (a hop limit of 0 is the
-    /// socket's 64); received datagrams show 64 and 0, since the socket does not report theirs.
+    /// Writes one frame. `ip` is the datagram's TTL and TOS as sent or as received (a hop
+    /// limit of 0, not known or the socket's default, is shown as 64).
     fn record(
         &mut self,
         src: SocketAddr,
@@ -214,7 +214,13 @@ impl<L: Link, W: Write> Link for CaptureLink<L, W> {
     fn recv(&mut self, now: Instant, buf: &mut [u8]) -> io::Result<Option<InDatagram>> {
         let r = self.inner.recv(now, buf)?;
         if let Some(d) = r {
-            self.record(d.src, d.dst, &buf[..d.len], false, (0, 0));
+            self.record(
+                d.src,
+                d.dst,
+                &buf[..d.len],
+                false,
+                (d.hop_limit, d.traffic_class),
+            );
         }
         Ok(r)
     }
@@ -266,6 +272,8 @@ mod tests {
                 len: d.len(),
                 src: self.from,
                 dst: self.local,
+                hop_limit: 0,
+                traffic_class: 0,
             }))
         }
         fn register(&mut self, _r: &mio::Registry, _t: mio::Token) -> io::Result<()> {

@@ -436,14 +436,15 @@ impl Engine {
                 }
                 let mrs = self.dev.mrs.read().unwrap_or_else(|e| e.into_inner());
                 if core.qp_type() == QpType::Ud {
-                    // The GRH area of the receive buffer: the IP header as it arrived. The
-                    // socket does not report TTL or TOS here; the defaults stand in.
+                    // The GRH area of the receive buffer: the IP header as it arrived, with
+                    // the TTL and TOS the socket reported (64 if a link did not say).
+                    let ttl = if d.hop_limit == 0 { 64 } else { d.hop_limit };
                     let net = NetHeader::from_addrs(
                         d.src.ip(),
                         d.dst.ip(),
                         (payload.len() + 8) as u16,
-                        64,
-                        0,
+                        ttl,
+                        d.traffic_class,
                     );
                     core.handle_datagram(now, &pkt, Some(&net), &mrs);
                 } else {
@@ -798,6 +799,8 @@ mod tests {
                 len: 64 * 60,
                 src: at,
                 dst: at,
+                hop_limit: 0,
+                traffic_class: 0,
             };
             batch.push_split(d, 60);
         }

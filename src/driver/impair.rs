@@ -69,7 +69,7 @@ struct Route {
     /// The other end: destination of an outgoing packet, source of an incoming one.
     peer: SocketAddr,
     local: SocketAddr,
-    /// TTL and TOS of an outgoing packet.
+    /// TTL and TOS the packet is sent or was received with.
     hop_limit: u8,
     traffic_class: u8,
 }
@@ -80,8 +80,8 @@ impl Route {
             src_port: 0,
             peer: d.src,
             local: d.dst,
-            hop_limit: 0,
-            traffic_class: 0,
+            hop_limit: d.hop_limit,
+            traffic_class: d.traffic_class,
         }
     }
 }
@@ -315,6 +315,8 @@ impl<L: Link> Link for ImpairLink<L> {
                     len,
                     src: h.route.peer,
                     dst: h.route.local,
+                    hop_limit: h.route.hop_limit,
+                    traffic_class: h.route.traffic_class,
                 };
                 self.pool.push(h.buf);
                 return Ok(Some(d));
@@ -398,6 +400,8 @@ mod tests {
                     len: p.len(),
                     src: "127.0.0.2:49152".parse().unwrap(),
                     dst: "127.0.0.1:4791".parse().unwrap(),
+                    hop_limit: 0,
+                    traffic_class: 0,
                 }
             }))
         }

@@ -30,6 +30,10 @@ pub struct InDatagram {
     pub src: SocketAddr,
     /// Local address and UDP port it was received on.
     pub dst: SocketAddr,
+    /// The IPv4 TTL or IPv6 hop limit it arrived with (0: not known).
+    pub hop_limit: u8,
+    /// The IPv4 TOS or IPv6 traffic class it arrived with.
+    pub traffic_class: u8,
 }
 
 /// A datagram link.
@@ -335,6 +339,8 @@ mod tests {
             len: 250,
             src: "127.0.0.2:49152".parse().unwrap(),
             dst: "127.0.0.1:4791".parse().unwrap(),
+            hop_limit: 0,
+            traffic_class: 0,
         };
         b.next_slot()[..250].copy_from_slice(&[7u8; 250]);
         b.push_split(d, 100);

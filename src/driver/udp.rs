@@ -50,9 +50,10 @@ const UDP_GRO: libc::c_int = 104;
 const UDP_SEGMENT: libc::c_int = 103;
 /// Most segments of one GSO send (UDP_MAX_SEGMENTS was 64 before Linux 6.9).
 const GSO_MAX_SEGMENTS: usize = 64;
-/// Room for one control message carrying a u16, as CMSG_SPACE(2) computes it, in u64s so
-/// that it is aligned for a cmsghdr.
-const CMSG_WORDS: usize = 4;
+/// Room for the control messages of one received datagram, in u64s so that it is aligned for
+/// a cmsghdr: UDP_GRO's segment size, the TTL and the TOS (each CMSG_SPACE(4) = 24 bytes on
+/// 64-bit Linux, the TOS byte included).
+const CMSG_WORDS: usize = 12;
 /// Room for the control messages of one send: UDP_SEGMENT, and the TTL and TOS (each an int,
 /// CMSG_SPACE(4) = 24 bytes on 64-bit Linux), in u64s for alignment.
 const TX_CMSG_WORDS: usize = 12;
@@ -186,21 +187,52 @@ pub(crate) fn reseal_ipv4_id(buf: &mut [u8], len: usize, from: u16, to: u16) {
     buf[at..len].copy_from_slice(&icrc::to_wire(crc));
 }
 
-/// The segment size of a datagram the kernel coalesced (the UDP_GRO control message), if any.
-fn gro_segment(h: &mut libc::msghdr) -> Option<usize> {
+/// What the kernel said of a received datagram besides its bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct RecvControl {
+    /// The segment size of a datagram the kernel coalesced (UDP_GRO), if it did.
+    segment: Option<usize>,
+    /// The IPv4 TTL or IPv6 hop limit it arrived with (0: not reported).
+    hop_limit: u8,
+    /// The IPv4 TOS or IPv6 traffic class it arrived with.
+    traffic_class: u8,
+}
+
+/// Reads the control messages of a received datagram: UDP_GRO, and the TTL and TOS that
+/// IP_RECVTTL/IP_RECVTOS (IPV6_RECVHOPLIMIT/IPV6_RECVTCLASS) ask the kernel for.
+fn recv_control(h: &libc::msghdr) -> RecvControl {
+    let mut r = RecvControl::default();
     // SAFETY: `h` is a header the kernel filled in: msg_control/msg_controllen describe the
-    // control messages it wrote (or none), which the CMSG macros walk within those bounds.
+    // control messages it wrote (or none), which the CMSG macros walk within those bounds;
+    // each value is read with its own length (one byte for IPv4's TOS, an int otherwise).
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(h);
         while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == UDP_GRO {
-                let seg = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
-                return usize::try_from(seg).ok().filter(|&s| s > 0);
+            let data = libc::CMSG_DATA(c);
+            let one_byte = (*c).cmsg_len as usize == libc::CMSG_LEN(1) as usize;
+            let int = || {
+                if one_byte {
+                    libc::c_int::from(*data)
+                } else {
+                    std::ptr::read_unaligned(data.cast::<libc::c_int>())
+                }
+            };
+            match ((*c).cmsg_level, (*c).cmsg_type) {
+                (libc::SOL_UDP, UDP_GRO) => {
+                    r.segment = usize::try_from(int()).ok().filter(|&s| s > 0)
+                }
+                (libc::IPPROTO_IP, libc::IP_TTL) | (libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT) => {
+                    r.hop_limit = int() as u8
+                }
+                (libc::IPPROTO_IP, libc::IP_TOS) | (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
+                    r.traffic_class = int() as u8
+                }
+                _ => {}
             }
             c = libc::CMSG_NXTHDR(h, c);
         }
     }
-    None
+    r
 }
 
 /// Whether the kernel offers UDP GSO on this socket's family (Linux 4.18 and later).
@@ -281,6 +313,15 @@ impl UdpLink {
     /// Binds the receiving socket to `local` (an address of this machine and the RoCEv2 port).
     pub fn bind(local: SocketAddr) -> io::Result<UdpLink> {
         let s = roce_socket(local)?;
+        // The TTL and TOS each datagram arrived with, for the GRH area of UD receives and
+        // for captures (the kernel reports them as control messages).
+        if local.is_ipv4() {
+            set_int_opt(&s, libc::IPPROTO_IP, libc::IP_RECVTTL, 1)?;
+            set_int_opt(&s, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)?;
+        } else {
+            set_int_opt(&s, libc::IPPROTO_IPV6, libc::IPV6_RECVHOPLIMIT, 1)?;
+            set_int_opt(&s, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)?;
+        }
         let std_sock: UdpSocket = s.into();
         let gso = gso_supported(&std_sock);
         let local = std_sock.local_addr()?;
@@ -458,16 +499,48 @@ impl Link for UdpLink {
     }
 
     fn recv(&mut self, _now: Instant, buf: &mut [u8]) -> io::Result<Option<InDatagram>> {
-        match self.rx.recv_from(buf) {
-            Ok((len, src)) => Ok(Some(InDatagram {
-                len,
+        loop {
+            let mut name = std::mem::MaybeUninit::<libc::sockaddr_storage>::uninit();
+            let mut control = [0u64; CMSG_WORDS];
+            let mut iov = libc::iovec {
+                iov_base: buf.as_mut_ptr().cast(),
+                iov_len: buf.len(),
+            };
+            // SAFETY: all-zero bytes are a valid (empty) msghdr.
+            let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+            h.msg_name = name.as_mut_ptr().cast();
+            h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_iov = &mut iov;
+            h.msg_iovlen = 1;
+            h.msg_control = control.as_mut_ptr().cast();
+            h.msg_controllen = std::mem::size_of_val(&control);
+            // SAFETY: the receiving socket is open; `h` points at a live iovec over `buf`, a
+            // live sockaddr_storage and a live control buffer whose sizes are given;
+            // MSG_DONTWAIT keeps the call from blocking.
+            let rc = unsafe { libc::recvmsg(self.rx.as_raw_fd(), &mut h, libc::MSG_DONTWAIT) };
+            if rc < 0 {
+                let e = io::Error::last_os_error();
+                return match e.kind() {
+                    io::ErrorKind::WouldBlock => Ok(None),
+                    io::ErrorKind::Interrupted => continue,
+                    // ICMP errors reported on the socket (port unreachable): not a datagram.
+                    io::ErrorKind::ConnectionRefused => Ok(None),
+                    _ => Err(e),
+                };
+            }
+            // SAFETY: the kernel wrote msg_namelen bytes of the address into `name`.
+            let Some(src) = (unsafe { socket_addr(name.as_ptr(), h.msg_namelen) }) else {
+                // Not IPv4 or IPv6 (cannot happen on these sockets): skip it.
+                continue;
+            };
+            let c = recv_control(&h);
+            return Ok(Some(InDatagram {
+                len: rc as usize,
                 src,
                 dst: self.local,
-            })),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
-            // ICMP errors reported on the socket (port unreachable): not a datagram.
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Ok(None),
-            Err(e) => Err(e),
+                hop_limit: c.hop_limit,
+                traffic_class: c.traffic_class,
+            }));
         }
     }
 
@@ -571,8 +644,16 @@ impl Link for UdpLink {
                 },
                 src: src.unwrap_or(self.local),
                 dst: self.local,
+                hop_limit: 0,
+                traffic_class: 0,
             };
-            match gro_segment(&mut h.msg_hdr) {
+            let c = recv_control(&h.msg_hdr);
+            let d = InDatagram {
+                hop_limit: c.hop_limit,
+                traffic_class: c.traffic_class,
+                ..d
+            };
+            match c.segment {
                 Some(seg) => batch.push_split(d, seg),
                 None => batch.push(d),
             }
@@ -732,5 +813,57 @@ mod tests {
     #[test]
     fn ipv6_hop_limit_and_traffic_class_follow_each_datagram() {
         ip_fields_reach_the_wire("[::1]:0", "[::1]:0");
+    }
+
+    /// Datagrams received through `recv` and `recv_batch` report the TTL and TOS they
+    /// arrived with (for the UD GRH area and captures).
+    fn received_ip_fields_are_reported(local: &str, peer: &str) {
+        let mut b = UdpLink::bind(local.parse().unwrap()).unwrap();
+        let tx = UdpSocket::bind(peer).unwrap();
+        let s = socket2::SockRef::from(&tx);
+        if tx.local_addr().unwrap().is_ipv4() {
+            set_int_opt(&s, libc::IPPROTO_IP, libc::IP_TTL, 9).unwrap();
+            set_int_opt(&s, libc::IPPROTO_IP, libc::IP_TOS, 0x28).unwrap();
+        } else {
+            set_int_opt(&s, libc::IPPROTO_IPV6, libc::IPV6_UNICAST_HOPS, 9).unwrap();
+            set_int_opt(&s, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, 0x28).unwrap();
+        }
+        let deadline = Instant::now() + std::time::Duration::from_secs(5);
+        tx.send_to(b"one", b.local_addr()).unwrap();
+        let mut buf = [0u8; 64];
+        let one = loop {
+            if let Some(d) = b.recv(Instant::now(), &mut buf).unwrap() {
+                break d;
+            }
+            assert!(Instant::now() < deadline, "datagram not received");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        };
+        assert_eq!((one.len, one.hop_limit, one.traffic_class), (3, 9, 0x28));
+        assert_eq!(&buf[..3], b"one");
+        tx.send_to(b"two!", b.local_addr()).unwrap();
+        let mut batch = RxBatch::new(4, 2048, 8);
+        loop {
+            b.recv_batch(Instant::now(), &mut batch).unwrap();
+            if !batch.is_empty() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "datagram not received");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let (d, bytes) = batch.get(0);
+        assert_eq!(
+            (bytes, d.hop_limit, d.traffic_class),
+            (&b"two!"[..], 9, 0x28)
+        );
+    }
+
+    #[test]
+    fn ipv4_receives_report_ttl_and_tos() {
+        received_ip_fields_are_reported("127.0.0.6:0", "127.0.0.7:0");
+    }
+
+    #[test]
+    fn ipv6_receives_report_hop_limit_and_traffic_class() {
+        received_ip_fields_are_reported("[::1]:0", "[::1]:0");
     }
 }
