@@ -771,7 +771,8 @@ impl QpCore {
                 )
             }
             // Requests and responses alike leave with the QP's primary address vector, as
-            // rxe's do (rxe_net.c prepare4/prepare6 take the TTL and TOS from the AV).
+            // rxe's do (rxe_net.c prepare4/prepare6 take the TTL and TOS from the AV, whose hop
+            // limit the kernel set from the route: `wire_hop_limit`).
             _ => (
                 self.peer()?,
                 self.attr.ah_attr.hop_limit,
