@@ -146,31 +146,13 @@ fn connect_qp(s: &mut Side, peer: &Side, mtu: Mtu, timeout: u8, retry: u8, rnr: 
         QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
     )
     .unwrap();
+    // PSNs close to the wrap, so every test crosses it.
     let rtr = QpAttr {
-        qp_state: QpState::Rtr,
-        path_mtu: mtu,
-        dest_qp_num: peer.qp.qpn(),
-        rq_psn: 0xFF_FFF0, // close to the wrap, so every test crosses it
         max_dest_rd_atomic: 4,
         min_rnr_timer: 1,
-        ah_attr: AhAttr {
-            dgid: Gid::from_ip(peer.addr.ip()),
-            hop_limit: 1,
-            ..Default::default()
-        },
-        ..Default::default()
+        ..node::rtr_towards(peer.qp.qpn(), peer.addr.ip(), mtu, 0xFF_FFF0)
     };
-    s.qp.modify(
-        &rtr,
-        QpAttrMask::STATE
-            | QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN
-            | QpAttrMask::MAX_DEST_RD_ATOMIC
-            | QpAttrMask::MIN_RNR_TIMER,
-    )
-    .unwrap();
+    s.qp.modify(&rtr, node::RC_RTR_MASK).unwrap();
     let rts = QpAttr {
         qp_state: QpState::Rts,
         sq_psn: 0xFF_FFF0,
@@ -180,16 +162,7 @@ fn connect_qp(s: &mut Side, peer: &Side, mtu: Mtu, timeout: u8, retry: u8, rnr: 
         max_rd_atomic: 4,
         ..Default::default()
     };
-    s.qp.modify(
-        &rts,
-        QpAttrMask::STATE
-            | QpAttrMask::TIMEOUT
-            | QpAttrMask::RETRY_CNT
-            | QpAttrMask::RNR_RETRY
-            | QpAttrMask::SQ_PSN
-            | QpAttrMask::MAX_QP_RD_ATOMIC,
-    )
-    .unwrap();
+    s.qp.modify(&rts, node::RC_RTS_MASK).unwrap();
 }
 
 impl Pair {

@@ -101,30 +101,48 @@ pub(super) fn init(n: &mut Node, access: AccessFlags, qkey: Option<u32>) {
     n.qp.modify(&a, m).unwrap();
 }
 
-/// UC: RESET -> INIT -> RTR -> RTS with ibv_uc_pingpong's masks.
-pub(super) fn connect_uc(n: &mut Node, peer: &Node, mtu: Mtu, access: AccessFlags) {
-    init(n, access, None);
-    let rtr = QpAttr {
+/// ibv_uc_pingpong's INIT -> RTR mask.
+pub(super) const UC_RTR_MASK: QpAttrMask = QpAttrMask::STATE
+    .union(QpAttrMask::AV)
+    .union(QpAttrMask::PATH_MTU)
+    .union(QpAttrMask::DEST_QPN)
+    .union(QpAttrMask::RQ_PSN);
+/// ibv_rc_pingpong's INIT -> RTR mask: UC's and the READ/atomic and RNR ones.
+pub(super) const RC_RTR_MASK: QpAttrMask = UC_RTR_MASK
+    .union(QpAttrMask::MAX_DEST_RD_ATOMIC)
+    .union(QpAttrMask::MIN_RNR_TIMER);
+/// ibv_rc_pingpong's RTR -> RTS mask.
+pub(super) const RC_RTS_MASK: QpAttrMask = QpAttrMask::STATE
+    .union(QpAttrMask::TIMEOUT)
+    .union(QpAttrMask::RETRY_CNT)
+    .union(QpAttrMask::RNR_RETRY)
+    .union(QpAttrMask::SQ_PSN)
+    .union(QpAttrMask::MAX_QP_RD_ATOMIC);
+
+/// The RTR attributes towards a peer, as the pingpong programs give them: its QPN, the PSN
+/// to expect, the path MTU and an address vector with hop limit 1 (the RC-only fields are
+/// left for the caller).
+pub(super) fn rtr_towards(peer_qpn: u32, peer_ip: IpAddr, mtu: Mtu, rq_psn: u32) -> QpAttr {
+    QpAttr {
         qp_state: QpState::Rtr,
         path_mtu: mtu,
-        dest_qp_num: peer.qp.qpn(),
-        rq_psn: 0xFF_FFFE, // close to the wrap
+        dest_qp_num: peer_qpn,
+        rq_psn,
         ah_attr: AhAttr {
-            dgid: Gid::from_ip(peer.addr.ip()),
+            dgid: Gid::from_ip(peer_ip),
             hop_limit: 1,
             ..Default::default()
         },
         ..Default::default()
-    };
-    n.qp.modify(
-        &rtr,
-        QpAttrMask::STATE
-            | QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN,
-    )
-    .unwrap();
+    }
+}
+
+/// UC: RESET -> INIT -> RTR -> RTS with ibv_uc_pingpong's masks.
+pub(super) fn connect_uc(n: &mut Node, peer: &Node, mtu: Mtu, access: AccessFlags) {
+    init(n, access, None);
+    // PSNs close to the wrap.
+    let rtr = rtr_towards(peer.qp.qpn(), peer.addr.ip(), mtu, 0xFF_FFFE);
+    n.qp.modify(&rtr, UC_RTR_MASK).unwrap();
     let rts = QpAttr {
         qp_state: QpState::Rts,
         sq_psn: 0xFF_FFFE,
@@ -138,30 +156,11 @@ pub(super) fn connect_uc(n: &mut Node, peer: &Node, mtu: Mtu, access: AccessFlag
 pub(super) fn connect_rc(n: &mut Node, peer: &Node, mtu: Mtu) {
     init(n, AccessFlags::REMOTE_WRITE, None);
     let rtr = QpAttr {
-        qp_state: QpState::Rtr,
-        path_mtu: mtu,
-        dest_qp_num: peer.qp.qpn(),
-        rq_psn: 0xFF_FFFE,
         max_dest_rd_atomic: 1,
         min_rnr_timer: 12,
-        ah_attr: AhAttr {
-            dgid: Gid::from_ip(peer.addr.ip()),
-            hop_limit: 1,
-            ..Default::default()
-        },
-        ..Default::default()
+        ..rtr_towards(peer.qp.qpn(), peer.addr.ip(), mtu, 0xFF_FFFE)
     };
-    n.qp.modify(
-        &rtr,
-        QpAttrMask::STATE
-            | QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN
-            | QpAttrMask::MAX_DEST_RD_ATOMIC
-            | QpAttrMask::MIN_RNR_TIMER,
-    )
-    .unwrap();
+    n.qp.modify(&rtr, RC_RTR_MASK).unwrap();
     let rts = QpAttr {
         qp_state: QpState::Rts,
         sq_psn: 0xFF_FFFE,
@@ -171,16 +170,7 @@ pub(super) fn connect_rc(n: &mut Node, peer: &Node, mtu: Mtu) {
         max_rd_atomic: 1,
         ..Default::default()
     };
-    n.qp.modify(
-        &rts,
-        QpAttrMask::STATE
-            | QpAttrMask::TIMEOUT
-            | QpAttrMask::RETRY_CNT
-            | QpAttrMask::RNR_RETRY
-            | QpAttrMask::SQ_PSN
-            | QpAttrMask::MAX_QP_RD_ATOMIC,
-    )
-    .unwrap();
+    n.qp.modify(&rts, RC_RTS_MASK).unwrap();
 }
 
 /// UD: RESET -> INIT (Q_Key) -> RTR -> RTS with ibv_ud_pingpong's masks.
