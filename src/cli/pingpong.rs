@@ -516,21 +516,13 @@ pub fn run(args: &PingpongArgs) -> Result<(), CliError> {
                 }
             }
             if idle_since.elapsed() > io_timeout {
-                return Err(CliError::Failed(format!(
-                    "no completion for {} s (rcnt={rcnt}, scnt={scnt})",
-                    args.timeout
-                )));
+                return Err(silent_peer(args.timeout, rcnt, scnt));
             }
             continue;
         }
         idle_since = Instant::now();
         for wc in &wcs[..n] {
-            if wc.status != WcStatus::Success {
-                return Err(CliError::Failed(format!(
-                    "Failed status {} ({}) for wr_id {}",
-                    wc.status, wc.status as u32, wc.wr_id
-                )));
-            }
+            check_status(wc)?;
             match wc.wr_id {
                 SEND_WRID => scnt += 1,
                 RECV_WRID => {
@@ -685,4 +677,22 @@ pub fn poll_or_wait(
         Err(VerbsError::Timeout) => Ok(0),
         Err(e) => Err(e),
     }
+}
+
+/// rdma-core's "Failed status" error for a completion that did not succeed.
+pub(super) fn check_status(wc: &WorkCompletion) -> Result<(), CliError> {
+    if wc.status == WcStatus::Success {
+        return Ok(());
+    }
+    Err(CliError::Failed(format!(
+        "Failed status {} ({}) for wr_id {}",
+        wc.status, wc.status as u32, wc.wr_id
+    )))
+}
+
+/// The error of a run whose completions stopped for `--timeout` seconds.
+pub(super) fn silent_peer(timeout: u64, rcnt: u32, scnt: u32) -> CliError {
+    CliError::Failed(format!(
+        "no completion for {timeout} s (rcnt={rcnt}, scnt={scnt})"
+    ))
 }

@@ -18,8 +18,8 @@ use softroce::verbs::*;
 use std::result::Result;
 
 use super::{
-    linger, poll_or_wait, print_dest, print_rate, random_psn, resolve, PingpongArgs, PpTransport,
-    RECV_WRID, SEND_WRID,
+    check_status, linger, poll_or_wait, print_dest, print_rate, random_psn, resolve, silent_peer,
+    PingpongArgs, PpTransport, RECV_WRID, SEND_WRID,
 };
 use crate::cli::CliError;
 
@@ -226,21 +226,13 @@ pub(super) fn run_srq(args: &PingpongArgs, mtu: Mtu) -> Result<(), CliError> {
         let n = poll_or_wait(&pp.cq, &mut wcs, args.events).map_err(CliError::Verbs)?;
         if n == 0 {
             if idle_since.elapsed() > io_timeout {
-                return Err(CliError::Failed(format!(
-                    "no completion for {} s (rcnt={rcnt}, scnt={scnt})",
-                    args.timeout
-                )));
+                return Err(silent_peer(args.timeout, rcnt, scnt));
             }
             continue;
         }
         idle_since = Instant::now();
         for wc in &wcs[..n] {
-            if wc.status != WcStatus::Success {
-                return Err(CliError::Failed(format!(
-                    "Failed status {} ({}) for wr_id {}",
-                    wc.status, wc.status as u32, wc.wr_id
-                )));
-            }
+            check_status(wc)?;
             let Some(qi) = pp.qps.iter().position(|q| q.qp_num() == wc.qp_num) else {
                 return Err(CliError::Failed(format!(
                     "Couldn't find QPN {:06x}",
