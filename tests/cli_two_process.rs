@@ -5,7 +5,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{bin, finish, ok, ports, spawn};
+use common::{bin, counters, decode_json, finish, ok, ports, spawn};
 
 fn s(v: &[&str]) -> Vec<String> {
     v.iter().map(|x| x.to_string()).collect()
@@ -145,21 +145,7 @@ fn pingpong_runs_as_ibv_rc_pingpong_does_and_its_capture_verifies() {
     }
     // The capture decodes, every ICRC verifies, and it holds 200 three-packet SENDs each way
     // plus the ACKs.
-    let d = Command::new(bin())
-        .args([
-            "decode",
-            "--json",
-            "--port",
-            &udp.to_string(),
-            pcap.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    let text = ok(&d, "decode");
-    let pkts: Vec<serde_json::Value> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let pkts = decode_json(&pcap, udp);
     assert!(pkts.len() >= 1200, "{} packets", pkts.len());
     assert!(
         pkts.iter().all(|p| p["icrc_ok"] == true),
@@ -180,19 +166,6 @@ fn pingpong_runs_as_ibv_rc_pingpong_does_and_its_capture_verifies() {
 
 /// The counters an endpoint printed with `--counters` (the `counters:` line on stderr; a
 /// counter it does not list is zero).
-fn counters(o: &Output) -> std::collections::HashMap<String, u64> {
-    let err = String::from_utf8_lossy(&o.stderr);
-    let line = err
-        .lines()
-        .find_map(|l| l.strip_prefix("counters:"))
-        .unwrap_or_else(|| panic!("no counters line in:\n{err}"));
-    line.split_whitespace()
-        .map(|kv| {
-            let (k, v) = kv.split_once('=').expect("name=value");
-            (k.to_string(), v.parse().expect("a count"))
-        })
-        .collect()
-}
 
 #[test]
 fn perf_check_survives_loss_duplication_reordering_and_corruption() {

@@ -2,12 +2,11 @@
 //! loopback (a server on 127.0.0.1, a client on 127.0.0.2), perftest's exchange over TCP and UD
 //! datagrams over UDP. The rules are perftest 4.5's (spec-notes/uc-ud-srq.md "perftest UD").
 
-use std::collections::HashMap;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{bin, finish, ok, ports, spawn};
+use common::{bin, counters, finish, ok, ports, spawn};
 
 fn s(v: &[&str]) -> Vec<String> {
     v.iter().map(|x| x.to_string()).collect()
@@ -50,21 +49,6 @@ fn pair(both: &[&str], sv: &[&str], cv: &[&str]) -> (Output, Output) {
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).to_string()
-}
-
-/// The `--counters` line of a run's stderr.
-fn counters(o: &Output) -> HashMap<String, u64> {
-    let err = stderr(o);
-    let line = err
-        .lines()
-        .find_map(|l| l.strip_prefix("counters:"))
-        .unwrap_or_else(|| panic!("no counters line in:\n{err}"));
-    line.split_whitespace()
-        .map(|kv| {
-            let (k, v) = kv.split_once('=').expect("name=value");
-            (k.to_string(), v.parse().expect("a count"))
-        })
-        .collect()
 }
 
 /// The `--json` lines of a run's stdout.

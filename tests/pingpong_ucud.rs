@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{bin, finish, ok, ports, spawn};
+use common::{bin, decode_json, finish, ok, ports, spawn};
 
 /// Runs a pingpong pair with `extra` flags; the client writes a capture. Returns the server's
 /// and client's stdout and the capture's packets as decoded JSON.
@@ -52,21 +52,7 @@ fn run_sub(sub: &str, extra: &[&str]) -> (String, String, Vec<serde_json::Value>
     let sv = finish(server, "server", Duration::from_secs(30));
     let s = ok(&sv, "server");
     let c = ok(&client, "client");
-    let d = Command::new(bin())
-        .args([
-            "decode",
-            "--json",
-            "--port",
-            &udp.to_string(),
-            pcap.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    let text = ok(&d, "decode");
-    let pkts = text
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let pkts = decode_json(&pcap, udp);
     let _ = std::fs::remove_dir_all(&dir);
     (s, c, pkts)
 }

@@ -117,3 +117,31 @@ pub fn ok(o: &Output, what: &str) -> String {
     );
     out
 }
+
+/// The `--counters` line of a run's stderr, by counter name.
+pub fn counters(o: &Output) -> std::collections::HashMap<String, u64> {
+    let err = String::from_utf8_lossy(&o.stderr);
+    let line = err
+        .lines()
+        .find_map(|l| l.strip_prefix("counters:"))
+        .unwrap_or_else(|| panic!("no counters line in:\n{err}"));
+    line.split_whitespace()
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').expect("name=value");
+            (k.to_string(), v.parse().expect("a count"))
+        })
+        .collect()
+}
+
+/// `softroce decode --json --port PORT PCAP`: one JSON value per packet (the run must succeed).
+pub fn decode_json(pcap: &std::path::Path, port: u16) -> Vec<serde_json::Value> {
+    let d = Command::new(bin())
+        .args(["decode", "--json", "--port", &port.to_string()])
+        .arg(pcap)
+        .output()
+        .unwrap();
+    ok(&d, "decode")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
