@@ -719,66 +719,29 @@ mod tests {
         assert_eq!(a.prepare_source_port(0xD000).unwrap(), p, "stable");
     }
 
-    /// Receives one datagram on `sock` (IP_RECVTTL/IP_RECVTOS or their IPv6 twins on) and
-    /// returns its payload, TTL and TOS.
-    fn recv_with_ip_fields(sock: &UdpSocket) -> (Vec<u8>, Option<i32>, Option<i32>) {
-        let mut data = [0u8; 2048];
-        let mut control = [0u64; 16];
-        let mut iov = libc::iovec {
-            iov_base: data.as_mut_ptr().cast(),
-            iov_len: data.len(),
-        };
-        // SAFETY: plain C data; all-zero is an empty msghdr.
-        let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
-        h.msg_iov = &mut iov;
-        h.msg_iovlen = 1;
-        h.msg_control = control.as_mut_ptr().cast();
-        h.msg_controllen = std::mem::size_of_val(&control);
-        // SAFETY: `h` points at live buffers of the lengths given.
-        let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut h, 0) };
-        assert!(n >= 0, "recvmsg: {}", io::Error::last_os_error());
-        let (mut ttl, mut tos) = (None, None);
-        // SAFETY: the kernel filled `h.msg_controllen` bytes of `control` with control
-        // messages, which CMSG_FIRSTHDR/CMSG_NXTHDR walk within that length.
-        unsafe {
-            let mut c = libc::CMSG_FIRSTHDR(&h);
-            while !c.is_null() {
-                let data = libc::CMSG_DATA(c);
-                let v = match (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize {
-                    1 => *data as i32,
-                    _ => std::ptr::read_unaligned(data.cast::<i32>()),
-                };
-                match ((*c).cmsg_level, (*c).cmsg_type) {
-                    (libc::IPPROTO_IP, libc::IP_TTL)
-                    | (libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT) => ttl = Some(v),
-                    (libc::IPPROTO_IP, libc::IP_TOS) | (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
-                        tos = Some(v)
-                    }
-                    _ => {}
-                }
-                c = libc::CMSG_NXTHDR(&h, c);
+    /// Receives one datagram on `link` (waiting at most 5 s) and returns its payload, TTL and
+    /// TOS as the link reports them.
+    fn recv_with_ip_fields(link: &mut UdpLink) -> (Vec<u8>, u8, u8) {
+        let deadline = Instant::now() + std::time::Duration::from_secs(5);
+        let mut buf = [0u8; 2048];
+        loop {
+            if let Some(d) = link.recv(Instant::now(), &mut buf).unwrap() {
+                return (buf[..d.len].to_vec(), d.hop_limit, d.traffic_class);
             }
+            assert!(Instant::now() < deadline, "datagram not received");
+            std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        (data[..n as usize].to_vec(), ttl, tos)
     }
 
     /// The address vector's hop limit and traffic class reach the IP header, on single sends
     /// and on every segment of a GSO send; 0 leaves the kernel's defaults (64, 0).
     fn ip_fields_reach_the_wire(local: &str, peer: &str) {
-        let peer = UdpSocket::bind(peer).unwrap();
-        let s = socket2::SockRef::from(&peer);
-        if peer.local_addr().unwrap().is_ipv4() {
-            set_int_opt(&s, libc::IPPROTO_IP, libc::IP_RECVTTL, 1).unwrap();
-            set_int_opt(&s, libc::IPPROTO_IP, libc::IP_RECVTOS, 1).unwrap();
-        } else {
-            set_int_opt(&s, libc::IPPROTO_IPV6, libc::IPV6_RECVHOPLIMIT, 1).unwrap();
-            set_int_opt(&s, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1).unwrap();
-        }
-        peer.set_read_timeout(Some(std::time::Duration::from_secs(5)))
-            .unwrap();
+        // The receiving link reports each datagram's TTL and TOS (checked on its own against
+        // a plain socket's setsockopt values in `received_ip_fields_are_reported`).
+        let mut peer = UdpLink::bind(peer.parse().unwrap()).unwrap();
         let mut a = UdpLink::bind(local.parse().unwrap()).unwrap();
         let sport = a.prepare_source_port(0xC321).unwrap();
-        let dst = peer.local_addr().unwrap();
+        let dst = peer.local_addr();
         let d = |hop_limit, traffic_class, payload| OutDatagram {
             src_port: sport,
             dst,
@@ -796,13 +759,13 @@ mod tests {
         ];
         assert_eq!(a.send_batch(Instant::now(), &batch).0, batch.len());
         a.send(Instant::now(), &d(1, 0x02, b"single")).unwrap();
-        let got: Vec<_> = (0..6).map(|_| recv_with_ip_fields(&peer)).collect();
-        assert_eq!(got[0], (seg.to_vec(), Some(9), Some(0x28)));
-        assert_eq!(got[1], (seg.to_vec(), Some(9), Some(0x28)));
-        assert_eq!(got[2], (seg[..50].to_vec(), Some(9), Some(0x28)));
-        assert_eq!(got[3], (b"defaults".to_vec(), Some(64), Some(0)));
-        assert_eq!(got[4], (b"ef".to_vec(), Some(255), Some(0xB8)));
-        assert_eq!(got[5], (b"single".to_vec(), Some(1), Some(0x02)));
+        let got: Vec<_> = (0..6).map(|_| recv_with_ip_fields(&mut peer)).collect();
+        assert_eq!(got[0], (seg.to_vec(), 9, 0x28));
+        assert_eq!(got[1], (seg.to_vec(), 9, 0x28));
+        assert_eq!(got[2], (seg[..50].to_vec(), 9, 0x28));
+        assert_eq!(got[3], (b"defaults".to_vec(), 64, 0));
+        assert_eq!(got[4], (b"ef".to_vec(), 255, 0xB8));
+        assert_eq!(got[5], (b"single".to_vec(), 1, 0x02));
     }
 
     #[test]
@@ -828,19 +791,10 @@ mod tests {
             set_int_opt(&s, libc::IPPROTO_IPV6, libc::IPV6_UNICAST_HOPS, 9).unwrap();
             set_int_opt(&s, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, 0x28).unwrap();
         }
-        let deadline = Instant::now() + std::time::Duration::from_secs(5);
         tx.send_to(b"one", b.local_addr()).unwrap();
-        let mut buf = [0u8; 64];
-        let one = loop {
-            if let Some(d) = b.recv(Instant::now(), &mut buf).unwrap() {
-                break d;
-            }
-            assert!(Instant::now() < deadline, "datagram not received");
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        };
-        assert_eq!((one.len, one.hop_limit, one.traffic_class), (3, 9, 0x28));
-        assert_eq!(&buf[..3], b"one");
+        assert_eq!(recv_with_ip_fields(&mut b), (b"one".to_vec(), 9, 0x28));
         tx.send_to(b"two!", b.local_addr()).unwrap();
+        let deadline = Instant::now() + std::time::Duration::from_secs(5);
         let mut batch = RxBatch::new(4, 2048, 8);
         loop {
             b.recv_batch(Instant::now(), &mut batch).unwrap();
