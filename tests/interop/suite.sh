@@ -89,14 +89,14 @@ check_capture() { # pcap
 # Prints what it found.
 #   check_ip_fields PCAP TOS TTL
 check_ip_fields() {
-    local fields
-    fields=$(tshark -r "$1" -Y 'udp.dstport == 4791' -T fields -e ip.src -e ip.dsfield -e ip.ttl \
-        2>/dev/null | sort | uniq -c | awk '{printf "%s%s x%s TOS %s TTL %s", sep, $2, $1, $3, $4; sep="; "}')
+    local rows fields want bad
+    # One line per (source, TOS, TTL) seen, with its count.
+    rows=$(tshark -r "$1" -Y 'udp.dstport == 4791' -T fields -e ip.src -e ip.dsfield -e ip.ttl \
+        2>/dev/null | sort | uniq -c)
+    fields=$(awk '{printf "%s%s x%s TOS %s TTL %s", sep, $2, $1, $3, $4; sep="; "}' <<<"$rows")
     echo "${fields:-no RoCEv2 frames}"
-    local want bad
     want=$(printf '0x%02x' "$2")
-    bad=$(tshark -r "$1" -Y "udp.dstport == 4791 && !(ip.dsfield == $want && ip.ttl == $3)" \
-        -T fields -e frame.number 2>/dev/null | wc -l)
+    bad=$(awk -v tos="$want" -v ttl="$3" 'NF && ($3 != tos || $4 != ttl)' <<<"$rows" | wc -l)
     [ -n "$fields" ] && [ "$bad" = 0 ] && [[ "$fields" == *"$HOST_IP"* ]] && [[ "$fields" == *"; "* ]]
 }
 
