@@ -299,6 +299,23 @@ impl Endpoint {
         self.conns.get(&conn.0).map(|c| c.state)
     }
 
+    /// The communication ID the peer gave a connection, once known (after the REQ on the
+    /// passive side, the REP on the active side).
+    pub fn peer_comm_id(&self, conn: ConnId) -> Option<u32> {
+        self.conns
+            .get(&conn.0)
+            .map(|c| c.remote_comm_id)
+            .filter(|&id| id != 0)
+    }
+
+    /// How long a REQ goes unanswered before the endpoint gives up and reports
+    /// [`CmEvent::Unreachable`]: its retransmissions and their timeouts (with rdma_cm's
+    /// defaults, 16 REQs 4.8 s apart: 77 s).
+    pub fn connect_patience(&self) -> Duration {
+        self.wait_for_peer(iba_time(self.cfg.cm_response_timeout))
+            * (u32::from(self.cfg.max_cm_retries) + 1)
+    }
+
     /// Every connection held and its state, in no particular order.
     pub fn connection_states(&self) -> Vec<(ConnId, ConnState)> {
         self.conns
