@@ -343,16 +343,7 @@ impl Ping {
 
     /// Waits for a CM event of `kind`, reporting others as rping does.
     fn wait_event(&mut self, kind: EventKind) -> Result<RdmaCmEvent, CliError> {
-        self.wait_event_for(kind, STEP_TIMEOUT)
-    }
-
-    /// [`Ping::wait_event`] for at most `limit`.
-    fn wait_event_for(
-        &mut self,
-        kind: EventKind,
-        limit: Duration,
-    ) -> Result<RdmaCmEvent, CliError> {
-        let end = Instant::now() + limit;
+        let end = Instant::now() + STEP_TIMEOUT;
         loop {
             let left = end.saturating_duration_since(Instant::now());
             let e = self.ch.get_event(left).map_err(cm)?;

@@ -57,8 +57,9 @@ pub struct EndpointConfig {
     /// Connections this endpoint holds at once (each costs a few hundred bytes).
     pub max_connections: usize,
     /// Undecided connect requests (REQ received, not yet accepted or rejected) one source
-    /// address may hold at once, over all listeners; past it a REQ from that address is
-    /// rejected with "no resources", so that one host cannot fill every listener's backlog.
+    /// address may hold at once, over all listeners (or the backlog of the listener a REQ is
+    /// for, if larger); past it a REQ from that address is rejected with "no resources", so
+    /// that one host cannot fill every listener's backlog.
     pub max_half_open_per_source: usize,
     /// The longest an undecided connect request is kept, whatever the requester's REQ says
     /// about its own patience (its timeouts are the sender's to choose, up to days).
@@ -745,9 +746,10 @@ impl Endpoint {
             .get(&from.ip())
             .copied()
             .unwrap_or(0);
-        if listener.half_open >= listener.backlog
-            || from_source >= self.cfg.max_half_open_per_source
-        {
+        // A listener that asked for a larger backlog may take that many from one source
+        // (perftest connects all its QPs from one address at once).
+        let source_limit = self.cfg.max_half_open_per_source.max(listener.backlog);
+        if listener.half_open >= listener.backlog || from_source >= source_limit {
             self.counters.rej_no_resources += 1;
             self.reject_req(from, tid, r, rej_reason::NO_RESOURCES);
             return;

@@ -207,27 +207,31 @@ fn a_repeated_req_from_another_address_is_not_a_duplicate() {
 
 #[test]
 fn one_source_cannot_fill_every_listeners_backlog() {
-    let other = rdma_tcp_service_id(7175);
+    let services = [
+        SERVICE,
+        rdma_tcp_service_id(7175),
+        rdma_tcp_service_id(7176),
+    ];
     let mut b = Endpoint::new(EndpointConfig {
         max_half_open_per_source: 6,
         ..cfg(2)
     });
-    b.listen(SERVICE, 100).unwrap();
-    b.listen(other, 100).unwrap();
+    // Three listeners with room for 12 undecided requests in all.
+    for s in services {
+        b.listen(s, 4).unwrap();
+    }
     let now = Duration::from_secs(1);
     for i in 0..20 {
         let mut m = flood_req(i);
-        if i % 2 == 1 {
-            // Half of them to the second listener.
-            let (hdr, msg) = CmMessage::parse(&m).unwrap();
-            let CmMessage::Req(r) = msg else { panic!() };
-            CmMessage::Req(CmReq {
-                service_id: other,
-                ..r
-            })
-            .emit(hdr.tid, &mut m)
-            .unwrap();
-        }
+        // Spread over the three listeners.
+        let (hdr, msg) = CmMessage::parse(&m).unwrap();
+        let CmMessage::Req(r) = msg else { panic!() };
+        CmMessage::Req(CmReq {
+            service_id: services[i as usize % 3],
+            ..r
+        })
+        .emit(hdr.tid, &mut m)
+        .unwrap();
         b.handle_mad(now, addr(9), &m);
     }
     let mut requests = Vec::new();
@@ -284,4 +288,20 @@ fn a_req_cannot_hold_a_backlog_slot_longer_than_the_bound() {
     assert_eq!(b.poll_timeout(), Some(now + bound));
     b.handle_timeout(now + bound);
     assert_eq!(b.connections(), 0);
+}
+
+#[test]
+fn a_listener_with_a_larger_backlog_takes_that_many_from_one_source() {
+    // perftest -R connects all its QPs from one address at once, to a backlog it sized.
+    let mut b = Endpoint::new(EndpointConfig {
+        max_half_open_per_source: 2,
+        ..cfg(2)
+    });
+    b.listen(SERVICE, 5).unwrap();
+    for i in 0..6 {
+        b.handle_mad(Duration::ZERO, addr(9), &flood_req(i));
+    }
+    let requests = std::iter::from_fn(|| b.poll_event()).count();
+    assert_eq!(requests, 5);
+    assert_eq!(b.counters().rej_no_resources, 1);
 }
