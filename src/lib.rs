@@ -24,6 +24,7 @@ pub mod fuzzing;
 pub mod ib;
 pub mod memory;
 pub mod oob;
+pub mod random;
 pub mod rdma_cm;
 pub mod transport;
 pub mod verbs;

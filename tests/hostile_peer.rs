@@ -6,9 +6,16 @@
 //! moves the QP to the state the spec requires, packets failing a header check are dropped
 //! without a reply and counted, forged responses cannot rewind or stall a requester, floods
 //! leave other QPs working, the responder answers in rxe's order, and `--pcap` records every
-//! datagram that arrived. Every wait is bounded (at most 2 s).
+//! datagram that arrived. Every wait is bounded (at most 2 s, the rping runs' 30 s).
+//!
+//! The connection manager faces the same peer (issues 21, 26): two `softroce rping` processes
+//! connect, and CM messages naming their connection with the right communication IDs are sent
+//! from a third address (which must change nothing) and from the peer's (which must end it).
+//! librdmacm's rping on the libibverbs shim cannot be driven here yet (the shim has no
+//! librdmacm), so softroce's own rping stands for it.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use softroce::driver::DeviceConfig;
@@ -940,4 +947,429 @@ fn a_capture_shows_every_datagram_that_arrived_short_ones_included() {
     }
     assert_eq!(got, sent, "every datagram, in order, byte for byte");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+mod common;
+
+/// A UDP port free on 127.0.`net`.1 and 127.0.`net`.2.
+fn free_pair_port(net: u8) -> u16 {
+    for _ in 0..100 {
+        let u = UdpSocket::bind(SocketAddr::new(ip(net, 1), 0)).unwrap();
+        let port = u.local_addr().unwrap().port();
+        if UdpSocket::bind(SocketAddr::new(ip(net, 2), port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no UDP port free on both addresses");
+}
+
+/// Sends the CM message `msg` to QP1 at `to` from `from_ip` (any UDP port: RoCE's source port
+/// is entropy, so the receiver knows its peer by the IP address), as a UD SEND ONLY with the
+/// GSI Q_Key and a valid ICRC.
+fn send_mad(from_ip: IpAddr, to: SocketAddr, msg: &softroce::wire::cm::CmMessage) {
+    let mut mad = [0u8; softroce::wire::mad::LEN];
+    msg.emit(0x1234, &mut mad).unwrap();
+    let pkt = PacketRepr {
+        bth: BthRepr {
+            opcode: Opcode::UD_SEND_ONLY,
+            pkey: 0xffff,
+            dest_qp: 1,
+            psn: 0,
+            ..BthRepr::default()
+        },
+        ext: ExtHeaders {
+            deth: Some(DethRepr {
+                qkey: softroce::wire::deth::GSI_QKEY,
+                src_qp: 1,
+            }),
+            ..ExtHeaders::default()
+        },
+        payload: &mad,
+    };
+    let sock = UdpSocket::bind(SocketAddr::new(from_ip, 0)).unwrap();
+    let mut buf = vec![0u8; pkt.buffer_len()];
+    let n = pkt.emit(&mut buf).unwrap();
+    buf.truncate(n);
+    assert!(icrc::seal_socket_datagram(
+        sock.local_addr().unwrap(),
+        to,
+        &mut buf
+    ));
+    sock.send_to(&buf, to).unwrap();
+}
+
+/// `cm_id local comm ID 0x.. remote comm ID 0x.. qpn 0x..` (rping -d): (local, remote, qpn).
+fn parse_ids(line: &str) -> (u32, u32, u32) {
+    let w: Vec<&str> = line.split_whitespace().collect();
+    let hex = |s: &str| u32::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
+    (hex(w[4]), hex(w[8]), hex(w[10]))
+}
+
+/// Pings the client has reported so far (it prints one line per ping with -v).
+fn pings_seen(out: &mut common::Lines, at_least: usize, limit: Duration) -> usize {
+    let mut n = out
+        .seen
+        .iter()
+        .filter(|l| l.starts_with("ping data"))
+        .count();
+    let end = Instant::now() + limit;
+    while n < at_least {
+        let left = end.saturating_duration_since(Instant::now());
+        if out.wait_for(left, |l| l.starts_with("ping data")).is_none() {
+            break;
+        }
+        n += 1;
+    }
+    n
+}
+
+#[test]
+fn a_dreq_or_rej_from_a_third_address_leaves_rping_running_and_the_peers_dreq_ends_it() {
+    use softroce::wire::cm::{message_ref, rej_reason, CmDreq, CmMessage, CmRej};
+    let net = 40;
+    let port = free_pair_port(net);
+    let (client_ip, server_ip, stranger_ip) = (ip(net, 1), ip(net, 2), ip(net, 5));
+    let server_addr = SocketAddr::new(server_ip, port);
+    let rping = |args: &[String]| {
+        Command::new(common::bin())
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let roce = ["--roce-port".to_string(), port.to_string()];
+    let mut server = rping(
+        &[
+            vec![
+                "rping",
+                "-s",
+                "-d",
+                "-a",
+                &server_ip.to_string(),
+                "--counters",
+            ]
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>(),
+            roce.to_vec(),
+        ]
+        .concat(),
+    );
+    let mut sout = common::Lines::new(server.stdout.take().unwrap());
+    assert!(
+        sout.wait_for(Duration::from_secs(10), |l| l == "rdma_listen")
+            .is_some(),
+        "{:?}",
+        sout.seen
+    );
+    // Pings without end: only a disconnection stops them.
+    let mut client = rping(
+        &[
+            vec![
+                "rping".to_string(),
+                "-c".into(),
+                "-v".into(),
+                "-d".into(),
+                "-C".into(),
+                "0".into(),
+                "-a".into(),
+                server_ip.to_string(),
+                "-I".into(),
+                client_ip.to_string(),
+            ],
+            roce.to_vec(),
+        ]
+        .concat(),
+    );
+    let mut cout = common::Lines::new(client.stdout.take().unwrap());
+    let ids = |out: &mut common::Lines| {
+        let line = out
+            .wait_for(Duration::from_secs(10), |l| l.starts_with("cm_id "))
+            .unwrap_or_else(|| panic!("no comm IDs in {:?}", out.seen));
+        parse_ids(&line)
+    };
+    let (server_id, client_id, server_qpn) = ids(&mut sout);
+    let (client_id2, server_id2, _) = ids(&mut cout);
+    assert_eq!((client_id, server_id), (client_id2, server_id2));
+    assert!(pings_seen(&mut cout, 10, Duration::from_secs(10)) >= 10);
+
+    // A third host that learned both IDs (and the QPN) sends what would end the connection.
+    let dreq = CmMessage::Dreq(CmDreq {
+        local_comm_id: client_id,
+        remote_comm_id: server_id,
+        remote_qpn: server_qpn,
+        private_data: [0; softroce::wire::cm::DREQ_PRIVATE_DATA_LEN],
+    });
+    let rej = |from: u32, to: u32| {
+        CmMessage::Rej(CmRej {
+            local_comm_id: from,
+            remote_comm_id: to,
+            message_rejected: message_ref::REP,
+            rejected_info_length: 0,
+            reason: rej_reason::CONSUMER_DEFINED,
+            ari: [0; softroce::wire::cm::REJ_ARI_LEN],
+            private_data: [0; softroce::wire::cm::REJ_PRIVATE_DATA_LEN],
+        })
+    };
+    send_mad(stranger_ip, server_addr, &dreq);
+    send_mad(stranger_ip, server_addr, &rej(client_id, server_id));
+    send_mad(
+        stranger_ip,
+        SocketAddr::new(client_ip, port),
+        &rej(server_id, client_id),
+    );
+    // Pings sent after the forgeries reached each engine after them (one socket, in order);
+    // 300 more round trips, each of which reads the CM's events, show they changed nothing.
+    let before = pings_seen(&mut cout, 0, Duration::ZERO);
+    let after = pings_seen(&mut cout, before + 300, Duration::from_secs(20));
+    assert!(
+        after >= before + 300,
+        "{before} -> {after}: {:?}",
+        cout.seen.last()
+    );
+    assert!(server.try_wait().unwrap().is_none(), "the server stopped");
+    assert!(client.try_wait().unwrap().is_none(), "the client stopped");
+
+    // The same DREQ from the peer's address: the server stops at once, as librdmacm's does.
+    send_mad(client_ip, server_addr, &dreq);
+    let t = Instant::now();
+    let s = common::finish(server, "rping server", Duration::from_secs(10));
+    let stopped_in = t.elapsed();
+    let serr = String::from_utf8_lossy(&s.stderr).into_owned();
+    assert!(serr.contains("server DISCONNECT EVENT..."), "{serr}");
+    // Its exit includes its time-wait (1 s) after answering with the DREP.
+    assert!(stopped_in < Duration::from_secs(5), "{stopped_in:?}");
+    let counters = serr
+        .lines()
+        .find(|l| l.starts_with("cm counters:"))
+        .unwrap_or_else(|| panic!("{serr}"));
+    assert!(counters.contains(" cm_wrong_peer=2"), "{counters}");
+    // The client's pings now go unanswered; it fails with the transport's retries, or is
+    // ended here.
+    let _ = client.kill();
+    let _ = client.wait();
+}
+
+/// Waits (at most 2 s) until the CM behind `ch` has received `n` MADs in all.
+fn cm_received(ch: &softroce::rdma_cm::EventChannel, n: u64) {
+    let end = Instant::now() + Duration::from_secs(2);
+    while ch.cm_counters().mads_received < n {
+        assert!(
+            Instant::now() < end,
+            "the CM received {:?}",
+            ch.cm_counters()
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// One SEND each way over an rdma_cm connection.
+fn exchange(
+    a: (&QueuePair, &CompletionQueue, &MemoryRegion),
+    b: (&QueuePair, &CompletionQueue, &MemoryRegion),
+) {
+    for (from, to) in [(a, b), (b, a)] {
+        let rsge = [to.2.sge(0, 64)];
+        to.0.post_recv(&[RecvWr {
+            wr_id: 2,
+            sg_list: &rsge,
+        }])
+        .unwrap();
+        let sge = [from.2.sge(0, 16)];
+        from.0
+            .post_send(&[SendWr {
+                wr_id: 1,
+                sg_list: &sge,
+                opcode: WrOpcode::Send,
+                send_flags: SendFlags::SIGNALED,
+            }])
+            .unwrap();
+        assert_eq!(wait(from.1).status, WcStatus::Success);
+        let wc = wait(to.1);
+        assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, 16));
+    }
+}
+
+#[test]
+fn forged_replayed_and_flooded_cm_messages_from_a_third_address_leave_connections_alone() {
+    use softroce::cm::{ConnectParams, Endpoint, EndpointConfig};
+    use softroce::rdma_cm::{ConnParam, EventChannel, EventKind};
+    use softroce::wire::cm::{
+        message_ref, rdma_tcp_service_id, rej_reason, CmDreq, CmIds, CmMessage, CmRej,
+    };
+    const PORT: u16 = 7174;
+    const BACKLOG: usize = 4;
+    let l = lab(41);
+    let (chv, chh) = (
+        EventChannel::new(&l.victim).unwrap(),
+        EventChannel::new(&l.honest).unwrap(),
+    );
+    let get = |ch: &EventChannel, kind: EventKind| {
+        let e = ch.get_event(Duration::from_secs(2)).unwrap();
+        assert_eq!(e.kind, kind);
+        e
+    };
+    let listener = chv.create_id();
+    listener.bind_addr(PORT).unwrap();
+    listener.listen(BACKLOG).unwrap();
+    let side = |ctx: &Context| {
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(16).unwrap();
+        let mr = pd.register_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
+        (pd, cq, mr)
+    };
+    let (vpd, vcq, vmr) = side(&l.victim);
+    let (hpd, hcq, hmr) = side(&l.honest);
+    let qp_init = |cq| QpInitAttr {
+        send_cq: cq,
+        recv_cq: cq,
+        cap: cap(),
+        qp_type: QpType::Rc,
+        sq_sig_all: false,
+    };
+    // The honest peer connects.
+    let hid = chh.create_id();
+    hid.resolve_addr(l.victim.local_addr().ip(), PORT).unwrap();
+    get(&chh, EventKind::AddrResolved);
+    hid.resolve_route().unwrap();
+    get(&chh, EventKind::RouteResolved);
+    let hqp = hid.create_qp(&hpd, &qp_init(&hcq)).unwrap();
+    hid.connect(&ConnParam::default()).unwrap();
+    let vid = get(&chv, EventKind::ConnectRequest).id;
+    let vqp = vid.create_qp(&vpd, &qp_init(&vcq)).unwrap();
+    vid.accept(&ConnParam::default()).unwrap();
+    get(&chh, EventKind::Established);
+    get(&chv, EventKind::Established);
+    exchange((&hqp, &hcq, &hmr), (&vqp, &vcq, &vmr));
+    let (v_id, h_id) = vid.comm_ids().unwrap();
+    assert_eq!(hid.comm_ids(), Some((h_id, v_id)));
+
+    let to = l.hostile.target;
+    let stranger = l.hostile.addr.ip();
+    let received = chv.cm_counters().mads_received;
+    // Forged with both IDs right: a DREQ, a REJ, an RTU and a DREP.
+    let ids = CmIds {
+        local_comm_id: h_id,
+        remote_comm_id: v_id,
+        private_data: [0; softroce::wire::cm::RTU_PRIVATE_DATA_LEN],
+    };
+    let forged = [
+        CmMessage::Dreq(CmDreq {
+            local_comm_id: h_id,
+            remote_comm_id: v_id,
+            remote_qpn: vqp.qp_num(),
+            private_data: [0; softroce::wire::cm::DREQ_PRIVATE_DATA_LEN],
+        }),
+        CmMessage::Rej(CmRej {
+            local_comm_id: h_id,
+            remote_comm_id: v_id,
+            message_rejected: message_ref::REP,
+            rejected_info_length: 0,
+            reason: rej_reason::CONSUMER_DEFINED,
+            ari: [0; softroce::wire::cm::REJ_ARI_LEN],
+            private_data: [0; softroce::wire::cm::REJ_PRIVATE_DATA_LEN],
+        }),
+        CmMessage::Rtu(ids),
+        CmMessage::Drep(ids),
+    ];
+    for m in &forged {
+        send_mad(stranger, to, m);
+    }
+    // A replay of the honest peer's REQ (its comm ID and CA GUID, the EUI-64 of 02:00 and its
+    // IPv4 address) from the stranger: not a duplicate to answer, not a new connection.
+    let mut factory = Endpoint::new(EndpointConfig {
+        comm_id_seed: Some(41),
+        max_connections: 2000,
+        ..EndpointConfig::default()
+    });
+    let IpAddr::V4(honest_v4) = l.honest.local_addr().ip() else {
+        unreachable!()
+    };
+    let o = honest_v4.octets();
+    let honest_guid = u64::from_be_bytes([0, 0, o[0], 0xff, 0xfe, o[1], o[2], o[3]]);
+    let p = ConnectParams::rc(rdma_tcp_service_id(PORT), 0x99, 0, [0; 16], [0; 16]);
+    factory.connect(Duration::ZERO, to, &p).unwrap();
+    let (_, m) = CmMessage::parse(&factory.poll_transmit().unwrap().mad).unwrap();
+    let CmMessage::Req(req) = m else { panic!() };
+    let replay = CmMessage::Req(softroce::wire::cm::CmReq {
+        local_comm_id: h_id,
+        local_ca_guid: honest_guid,
+        ..req
+    });
+    send_mad(stranger, to, &replay);
+    cm_received(&chv, received + 5);
+    assert_eq!(chv.cm_counters().wrong_peer, 5, "{:?}", chv.cm_counters());
+    // A REQ flood from the same host: the backlog bounds what it leaves behind.
+    let flood = 1000u64;
+    for i in 0..flood {
+        let p = ConnectParams::rc(
+            rdma_tcp_service_id(PORT),
+            0x100 + i as u32,
+            0,
+            Gid::from_ip(stranger).0,
+            Gid::from_ip(to.ip()).0,
+        );
+        factory.connect(Duration::ZERO, to, &p).unwrap();
+        let out = factory.poll_transmit().unwrap();
+        let (_, m) = CmMessage::parse(&out.mad).unwrap();
+        send_mad(stranger, to, &m);
+    }
+    // Malformed MADs: a MAD's length of bytes that are no MAD (base version 0x5a).
+    let garbage = [0x5au8; softroce::wire::mad::LEN];
+    for _ in 0..50 {
+        let pkt = PacketRepr {
+            bth: BthRepr {
+                opcode: Opcode::UD_SEND_ONLY,
+                pkey: 0xffff,
+                dest_qp: 1,
+                ..BthRepr::default()
+            },
+            ext: ExtHeaders {
+                deth: Some(DethRepr {
+                    qkey: softroce::wire::deth::GSI_QKEY,
+                    src_qp: 1,
+                }),
+                ..ExtHeaders::default()
+            },
+            payload: &garbage,
+        };
+        l.hostile.send(&pkt);
+    }
+    cm_received(&chv, received + 5 + flood + 50);
+    let c = chv.cm_counters();
+    assert_eq!(c.rej_no_resources, flood - BACKLOG as u64, "{c:?}");
+    assert_eq!(c.bad_mads, 50, "{c:?}");
+    // The application sees the backlog's worth of requests and turns them down.
+    for _ in 0..BACKLOG {
+        let e = get(&chv, EventKind::ConnectRequest);
+        assert_eq!(e.id.remote_addr().unwrap().ip(), stranger);
+        e.id.reject(b"no").unwrap();
+    }
+    assert!(chv.get_event(Duration::from_millis(50)).is_err());
+    // The honest connection is untouched: still RTS both ways, still carrying data.
+    assert_eq!(vqp.query().qp_state, QpState::Rts);
+    assert_eq!(hqp.query().qp_state, QpState::Rts);
+    exchange((&hqp, &hcq, &hmr), (&vqp, &vcq, &vmr));
+    assert!(
+        chh.get_event(Duration::ZERO).is_err(),
+        "the honest side heard nothing"
+    );
+    // With the backlog free again, the honest peer opens a second connection.
+    let hid2 = chh.create_id();
+    hid2.resolve_addr(l.victim.local_addr().ip(), PORT).unwrap();
+    get(&chh, EventKind::AddrResolved);
+    hid2.resolve_route().unwrap();
+    get(&chh, EventKind::RouteResolved);
+    hid2.create_qp(&hpd, &qp_init(&hcq)).unwrap();
+    hid2.connect(&ConnParam::default()).unwrap();
+    let vid2 = get(&chv, EventKind::ConnectRequest).id;
+    vid2.create_qp(&vpd, &qp_init(&vcq)).unwrap();
+    vid2.accept(&ConnParam::default()).unwrap();
+    get(&chh, EventKind::Established);
+    get(&chv, EventKind::Established);
+    // And the honest peer's own DREQ still ends the first.
+    hid.disconnect().unwrap();
+    get(&chv, EventKind::Disconnected);
+    assert_eq!(vqp.query().qp_state, QpState::Err);
 }

@@ -3,7 +3,7 @@
 //! pings carry rping's data, and both ends end as rping's do.
 
 use std::process::{Child, Command, Output, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 mod common;
 
@@ -15,15 +15,31 @@ fn free_port() -> u16 {
     common::ports().1
 }
 
-fn server(roce_port: u16, extra: &[&str]) -> Child {
-    bin()
-        .args(["rping", "-s", "-a", "127.0.0.2", "--roce-port"])
+/// A server (with `-d`) that listens: its stdout has said "rdma_listen", which it prints once
+/// the listen took effect.
+fn server(roce_port: u16, extra: &[&str]) -> (Child, common::Lines) {
+    let mut c = bin()
+        .args(["rping", "-s", "-d", "-a", "127.0.0.2", "--roce-port"])
         .arg(roce_port.to_string())
         .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap()
+        .unwrap();
+    let mut out = common::Lines::new(c.stdout.take().unwrap());
+    if out
+        .wait_for(Duration::from_secs(10), |l| l == "rdma_listen")
+        .is_none()
+    {
+        let _ = c.kill();
+        let o = c.wait_with_output().unwrap();
+        panic!(
+            "the rping server did not listen: {:?}{}",
+            out.seen,
+            text(&o.stderr)
+        );
+    }
+    (c, out)
 }
 
 fn client(roce_port: u16, extra: &[&str]) -> Output {
@@ -53,20 +69,16 @@ fn text(b: &[u8]) -> String {
 #[test]
 fn five_pings_with_data_shown_and_validated_at_both_ends() {
     let port = free_port();
-    let s = server(port, &["-v", "-S", "100"]);
-    // A REQ that arrives before the server listens is rejected (as by rping's server), so
-    // the client tries again then, as a script would.
-    std::thread::sleep(Duration::from_millis(300));
-    let mut c = client(port, &["-v", "-V", "-C", "5", "-S", "100"]);
-    for _ in 0..20 {
-        if c.status.success() || !text(&c.stderr).contains("REJECTED, error 8") {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-        c = client(port, &["-v", "-V", "-C", "5", "-S", "100"]);
-    }
+    let (s, mut sout) = server(port, &["-v", "-S", "100"]);
+    let c = client(port, &["-v", "-V", "-C", "5", "-S", "100"]);
     let s = common::finish(s, "rping server", Duration::from_secs(30));
-    let (cout, sout) = (text(&c.stdout), text(&s.stdout));
+    let sout: String = sout
+        .rest(Duration::from_secs(5))
+        .iter()
+        .filter(|l| l.starts_with("server ping data"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let cout = text(&c.stdout);
     assert!(c.status.success(), "client: {cout}{}", text(&c.stderr));
     assert!(s.status.success(), "server: {sout}{}", text(&s.stderr));
     let pings: Vec<&str> = cout.lines().collect();
@@ -91,15 +103,27 @@ fn five_pings_with_data_shown_and_validated_at_both_ends() {
 }
 
 #[test]
-fn a_port_nobody_listens_on_is_rejected() {
+fn a_port_nobody_listens_on_is_rejected_at_once_naming_the_address() {
     let port = free_port();
-    let s = server(port, &["-p", "7174"]);
-    std::thread::sleep(Duration::from_millis(300));
+    // The server listens on 7174 (it said so), so the REJ for 7175 is about that port, not
+    // about a server that was not listening yet.
+    let (s, _out) = server(port, &["-p", "7174"]);
+    let t = Instant::now();
     let c = client(port, &["-p", "7175", "-C", "1"]);
+    // The server's CM answers the REQ with a REJ (invalid service ID, as Linux's cm.c does
+    // for a REQ nobody listens for): no retries, no timeout.
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     assert!(!c.status.success());
     let err = text(&c.stderr);
     assert!(
         err.contains("cma event RDMA_CM_EVENT_REJECTED, error 8"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "connect error: 127.0.0.2 port 7175 (RoCE UDP port {port}) rejected the \
+             connection: reason 8 (nobody listens on that port)"
+        )),
         "{err}"
     );
     // The server still waits for its own client.

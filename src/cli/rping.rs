@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use softroce::rdma_cm::{CmId, ConnParam, EventChannel, EventKind, RdmaCmError, RdmaCmEvent};
 use softroce::verbs::*;
+use softroce::wire::cm::rej_reason;
 use std::result::Result;
 
 use super::device::DeviceArgs;
@@ -25,8 +26,11 @@ const MIN_BUFSIZE: usize = 26;
 /// RPING_SQ_DEPTH.
 const SQ_DEPTH: u32 = 16;
 /// How long a step may wait for the peer before rping gives up (rping itself waits forever;
-/// a bound keeps scripts and tests from hanging on a vanished peer).
+/// a bound keeps scripts and tests from hanging on a vanished peer). Connecting waits for the
+/// CM instead, which reports a silent server as unreachable after its REQ retries.
 const STEP_TIMEOUT: Duration = Duration::from_secs(30);
+/// Beyond the CM's own patience, how long a connect waits for the CM's verdict.
+const CM_VERDICT_MARGIN: Duration = Duration::from_secs(5);
 
 /// `softroce rping` flags: rping's.
 #[derive(Debug, Args)]
@@ -280,6 +284,18 @@ impl Ping {
         let start = Instant::now();
         let mut wc = [WorkCompletion::default(); 1];
         loop {
+            // The CM first, at every turn: a disconnection ends the wait at once, whatever the
+            // CQ still holds (librdmacm's rping handles CM events on their own thread and
+            // wakes the pinging one on DISCONNECTED).
+            match self.ch.get_event(Duration::ZERO) {
+                Ok(e) => {
+                    if self.on_event(&e) {
+                        return Ok(Step::Disconnected);
+                    }
+                }
+                Err(RdmaCmError::Timeout) => {}
+                Err(e) => return Err(cm(e)),
+            }
             let n = match self.cq.wait(&mut wc, Duration::from_millis(5)) {
                 Ok(n) => n,
                 Err(VerbsError::Timeout) => 0,
@@ -316,15 +332,6 @@ impl Ping {
                     w.opcode
                 )));
             }
-            match self.ch.get_event(Duration::ZERO) {
-                Ok(e) => {
-                    if self.on_event(&e) {
-                        return Ok(Step::Disconnected);
-                    }
-                }
-                Err(RdmaCmError::Timeout) => {}
-                Err(e) => return Err(cm(e)),
-            }
             if start.elapsed() > STEP_TIMEOUT {
                 return Err(CliError::Failed(format!(
                     "no {want:?} completion from the peer in {} s",
@@ -353,6 +360,17 @@ impl Ping {
                     event_name(&e.kind)
                 )));
             }
+        }
+    }
+
+    /// With `-d`: the connection's communication IDs and QPN, which any CM message about it
+    /// must name (and which a third host would have to learn: spec-notes/security.md).
+    fn debug_ids(&self) {
+        if let (true, Some((local, remote))) = (self.debug, self.id.comm_ids()) {
+            println!(
+                "cm_id local comm ID 0x{local:08x} remote comm ID 0x{remote:08x} qpn 0x{:06x}",
+                self.qp.qp_num()
+            );
         }
     }
 
@@ -426,6 +444,11 @@ fn server(args: &RpingArgs) -> Result<(), CliError> {
     let listener = ch.create_id();
     listener.bind_addr(args.port).map_err(cm)?;
     listener.listen(3).map_err(cm)?;
+    if args.debug {
+        // rping's debug line, printed once the listen took effect (rping prints it just
+        // before), so that a script may start its client on seeing it.
+        println!("rdma_listen");
+    }
     // Wait for a connect request (as rping, without a bound: a server waits for its client).
     let req = loop {
         match ch.get_event(Duration::from_secs(3600)) {
@@ -437,6 +460,7 @@ fn server(args: &RpingArgs) -> Result<(), CliError> {
     let mut p = Ping::setup(&ctx, ch, req.id.clone(), args.size, "server", args.debug)?;
     p.id.accept(&ConnParam::default()).map_err(cm)?;
     p.wait_event(EventKind::Established)?;
+    p.debug_ids();
     let result = serve(&mut p, args);
     if !p.disconnected {
         if let Err(e) = &result {
@@ -517,9 +541,8 @@ fn client(args: &RpingArgs) -> Result<(), CliError> {
     p.id.resolve_route().map_err(cm)?;
     p.wait_event(EventKind::RouteResolved)?;
     p.id.connect(&ConnParam::default()).map_err(cm)?;
-    if let Err(e) = p.wait_event(EventKind::Established) {
-        return Err(CliError::Failed(format!("connect error: {e}")));
-    }
+    connected(&mut p, server_ip, args)?;
+    p.debug_ids();
     let result = pings(&mut p, args);
     if let Err(e) = &result {
         eprintln!("rping client failed: {e}");
@@ -529,6 +552,57 @@ fn client(args: &RpingArgs) -> Result<(), CliError> {
         eprintln!("{}", p.cm_counter_line());
     }
     result
+}
+
+/// Waits for the connection to come up, or for the CM's verdict on it: a REJ from the server
+/// (at once), or no answer to any of the CM's REQ retransmissions (unreachable, as Linux's CM
+/// reports it). The error names the address tried and what the CM heard.
+fn connected(p: &mut Ping, server: IpAddr, args: &RpingArgs) -> Result<(), CliError> {
+    let patience = p.id.connect_patience();
+    let whom = format!(
+        "{server} port {} (RoCE UDP port {})",
+        args.port, args.device.roce_port
+    );
+    let end = Instant::now() + patience + CM_VERDICT_MARGIN;
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        let e = match p.ch.get_event(left) {
+            Ok(e) => e,
+            Err(RdmaCmError::Timeout) => {
+                return Err(CliError::Failed(format!(
+                    "connect error: no answer from {whom} and no verdict from the CM in {} s",
+                    (patience + CM_VERDICT_MARGIN).as_secs()
+                )))
+            }
+            Err(e) => return Err(CliError::Failed(format!("connect error: {whom}: {e}"))),
+        };
+        if p.debug {
+            println!("cma_event type {}", event_name(&e.kind));
+        }
+        match e.kind {
+            EventKind::Established => return Ok(()),
+            EventKind::Rejected { reason } => {
+                eprintln!("cma event {}, error {reason}", event_name(&e.kind));
+                let why = if reason == rej_reason::INVALID_SERVICE_ID {
+                    "nobody listens on that port"
+                } else {
+                    rej_reason::name(reason)
+                };
+                return Err(CliError::Failed(format!(
+                    "connect error: {whom} rejected the connection: reason {reason} ({why})"
+                )));
+            }
+            EventKind::Unreachable => {
+                eprintln!("cma event {}, error -110", event_name(&e.kind));
+                return Err(CliError::Failed(format!(
+                    "connect error: {whom} is unreachable: no answer to the CM's connect \
+                     request in {} s of retries",
+                    patience.as_secs()
+                )));
+            }
+            _ => {}
+        }
+    }
 }
 
 fn pings(p: &mut Ping, args: &RpingArgs) -> Result<(), CliError> {

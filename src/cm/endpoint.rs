@@ -2,7 +2,7 @@
 //! the answers to duplicates and strangers.
 
 use std::collections::{HashMap, VecDeque};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use super::iba_time;
@@ -56,9 +56,19 @@ pub struct EndpointConfig {
     pub timewait: Duration,
     /// Connections this endpoint holds at once (each costs a few hundred bytes).
     pub max_connections: usize,
-    /// Mixed into communication IDs so that two endpoints' IDs differ and a restarted endpoint
-    /// does not reuse its predecessor's.
-    pub comm_id_seed: u32,
+    /// Undecided connect requests (REQ received, not yet accepted or rejected) one source
+    /// address may hold at once, over all listeners (or the backlog of the listener a REQ is
+    /// for, if larger); past it a REQ from that address is rejected with "no resources", so
+    /// that one host cannot fill every listener's backlog.
+    pub max_half_open_per_source: usize,
+    /// The longest an undecided connect request is kept, whatever the requester's REQ says
+    /// about its own patience (its timeouts are the sender's to choose, up to days).
+    pub max_half_open_time: Duration,
+    /// Where communication and transaction IDs come from. `None` (the default): the
+    /// kernel's random generator, so that nobody can derive one ID from another. `Some(seed)`:
+    /// a fixed pseudo-random sequence, for tests and fuzzing that must replay exactly; never
+    /// for an endpoint on a network.
+    pub comm_id_seed: Option<u64>,
 }
 
 impl Default for EndpointConfig {
@@ -69,7 +79,9 @@ impl Default for EndpointConfig {
             packet_life_time: 16,
             timewait: Duration::from_secs(1),
             max_connections: 4096,
-            comm_id_seed: 0x5eed_c0de,
+            max_half_open_per_source: 64,
+            max_half_open_time: Duration::from_secs(120),
+            comm_id_seed: None,
         }
     }
 }
@@ -148,11 +160,15 @@ pub struct CmCounters {
     pub rej_invalid: u64,
     /// Connections given up after every retry, or half-open ones whose requester went away.
     pub timeouts: u64,
+    /// Messages naming one of our connections with both its communication IDs but sent from
+    /// another address than the connection's peer (dropped unanswered: a third host does not
+    /// steer a connection it is not part of).
+    pub wrong_peer: u64,
 }
 
 impl CmCounters {
     /// Every counter with its name.
-    pub fn snapshot(&self) -> [(&'static str, u64); 9] {
+    pub fn snapshot(&self) -> [(&'static str, u64); 10] {
         [
             ("cm_mads_received", self.mads_received),
             ("cm_bad_mads", self.bad_mads),
@@ -163,6 +179,7 @@ impl CmCounters {
             ("cm_rej_no_resources", self.rej_no_resources),
             ("cm_rej_invalid", self.rej_invalid),
             ("cm_timeouts", self.timeouts),
+            ("cm_wrong_peer", self.wrong_peer),
         ]
     }
 }
@@ -213,6 +230,30 @@ struct Listener {
     half_open: usize,
 }
 
+/// Where the endpoint's communication and transaction IDs come from.
+#[derive(Debug, Clone)]
+enum IdSource {
+    /// The kernel's random generator ([`crate::random`]).
+    Os,
+    /// SplitMix64 from a seed (tests and fuzzing).
+    Seeded(u64),
+}
+
+impl IdSource {
+    fn next_u64(&mut self) -> u64 {
+        match self {
+            IdSource::Os => crate::random::u64(),
+            IdSource::Seeded(state) => {
+                *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                let mut x = *state;
+                x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                x ^ (x >> 31)
+            }
+        }
+    }
+}
+
 /// The communication manager of one device.
 #[derive(Debug)]
 pub struct Endpoint {
@@ -222,9 +263,11 @@ pub struct Endpoint {
     /// REQ.
     by_remote: HashMap<(u32, u64), u32>,
     listeners: HashMap<u64, Listener>,
+    /// Undecided connect requests per source address (those with a `listener`).
+    half_open_by_source: HashMap<IpAddr, usize>,
     out: VecDeque<Outgoing>,
     events: VecDeque<CmEvent>,
-    next_id: u32,
+    ids: IdSource,
     counters: CmCounters,
 }
 
@@ -232,11 +275,15 @@ impl Endpoint {
     /// An endpoint with no connections and no listeners.
     pub fn new(cfg: EndpointConfig) -> Self {
         Endpoint {
-            next_id: cfg.comm_id_seed,
+            ids: match cfg.comm_id_seed {
+                None => IdSource::Os,
+                Some(seed) => IdSource::Seeded(seed),
+            },
             cfg,
             conns: HashMap::new(),
             by_remote: HashMap::new(),
             listeners: HashMap::new(),
+            half_open_by_source: HashMap::new(),
             out: VecDeque::new(),
             events: VecDeque::new(),
             counters: CmCounters::default(),
@@ -251,6 +298,23 @@ impl Endpoint {
     /// A connection's state, `None` once it is gone.
     pub fn state(&self, conn: ConnId) -> Option<ConnState> {
         self.conns.get(&conn.0).map(|c| c.state)
+    }
+
+    /// The communication ID the peer gave a connection, once known (after the REQ on the
+    /// passive side, the REP on the active side).
+    pub fn peer_comm_id(&self, conn: ConnId) -> Option<u32> {
+        self.conns
+            .get(&conn.0)
+            .map(|c| c.remote_comm_id)
+            .filter(|&id| id != 0)
+    }
+
+    /// How long a REQ goes unanswered before the endpoint gives up and reports
+    /// [`CmEvent::Unreachable`]: its retransmissions and their timeouts (with rdma_cm's
+    /// defaults, 16 REQs 4.8 s apart: 77 s).
+    pub fn connect_patience(&self) -> Duration {
+        self.wait_for_peer(iba_time(self.cfg.cm_response_timeout))
+            * (u32::from(self.cfg.max_cm_retries) + 1)
     }
 
     /// Every connection held and its state, in no particular order.
@@ -305,13 +369,13 @@ impl Endpoint {
         if self.conns.len() >= self.cfg.max_connections {
             return Err(CmError::TooManyConnections);
         }
+        // Every ID is drawn afresh, so that one observed ID tells nothing of the next (Linux
+        // XORs a cyclic index with one random operand, which leaves neighbours related). An
+        // ID held by a connection, time-wait included, is never handed out again; 0 means
+        // "not yet known" in REJs and is skipped. At most 4096 of 2^32 values are held, so
+        // the loop ends at once but for a vanishing chance.
         loop {
-            // An odd multiplier makes the sequence visit every value before repeating.
-            self.next_id = self
-                .next_id
-                .wrapping_mul(0x9E37_79B1)
-                .wrapping_add(0x7F4A_7C15);
-            let id = self.next_id;
+            let id = self.ids.next_u64() as u32;
             if id != 0 && !self.conns.contains_key(&id) {
                 return Ok(id);
             }
@@ -404,9 +468,10 @@ impl Endpoint {
             sap_supported: false,
             private_data,
         };
-        // The transaction ID names this endpoint's transaction; Linux's CM forms it from the
-        // communication ID too.
-        let tid = u64::from(id) | (2u64 << 32);
+        // The transaction ID names this endpoint's transaction. Linux forms it from the MAD
+        // agent's counter and the (random) communication ID; here it is drawn whole, so that
+        // it says nothing of the endpoint's other transactions either.
+        let tid = self.ids.next_u64();
         self.conns.insert(
             id,
             Conn {
@@ -448,7 +513,8 @@ impl Endpoint {
         let remote_comm_id = c.remote_comm_id;
         let peer_response = c.peer_response;
         let listener = c.listener.take();
-        self.release_backlog(listener);
+        let peer_ip = c.peer.ip();
+        self.release_backlog(listener, peer_ip);
         let rep = CmRep {
             local_comm_id: conn.0,
             remote_comm_id,
@@ -568,17 +634,47 @@ impl Endpoint {
         }
     }
 
-    fn release_backlog(&mut self, listener: Option<u64>) {
-        if let Some(l) = listener.and_then(|s| self.listeners.get_mut(&s)) {
+    /// An undecided connect request from `peer` on `listener` was decided or dropped.
+    fn release_backlog(&mut self, listener: Option<u64>, peer: IpAddr) {
+        let Some(service) = listener else { return };
+        if let Some(l) = self.listeners.get_mut(&service) {
             l.half_open = l.half_open.saturating_sub(1);
+        }
+        if let Some(n) = self.half_open_by_source.get_mut(&peer) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.half_open_by_source.remove(&peer);
+            }
         }
     }
 
     fn remove(&mut self, id: u32) {
         if let Some(c) = self.conns.remove(&id) {
             self.by_remote.remove(&(c.remote_comm_id, c.remote_ca_guid));
-            self.release_backlog(c.listener);
+            self.release_backlog(c.listener, c.peer.ip());
         }
+    }
+
+    /// The connection a message from `from` names by our communication ID `ours` and the
+    /// sender's `theirs`. It is ours to act on only when both IDs are the connection's (the
+    /// sender's is unknown to us until its REP, and then any goes) and it comes from the
+    /// connection's peer: Linux's cm.c checks the IDs alone, but on RoCE the source address is
+    /// what a third host cannot choose without also spoofing it, and a connection has one
+    /// peer (spec-notes/security.md).
+    fn lookup(&mut self, from: SocketAddr, ours: u32, theirs: u32) -> Lookup {
+        let Some(c) = self.conns.get(&ours) else {
+            self.counters.unmatched += 1;
+            return Lookup::Unknown;
+        };
+        if c.remote_comm_id != 0 && c.remote_comm_id != theirs {
+            self.counters.unmatched += 1;
+            return Lookup::Unknown;
+        }
+        if c.peer != from {
+            self.counters.wrong_peer += 1;
+            return Lookup::WrongPeer;
+        }
+        Lookup::Ours
     }
 
     /// Handles the payload of a SEND that QP1 received from `from`.
@@ -590,12 +686,12 @@ impl Endpoint {
         };
         match msg {
             CmMessage::Req(r) => self.on_req(now, from, hdr.tid, &r),
-            CmMessage::Mra(m) => self.on_mra(now, &m),
-            CmMessage::Rej(r) => self.on_rej(now, &r),
+            CmMessage::Mra(m) => self.on_mra(now, from, &m),
+            CmMessage::Rej(r) => self.on_rej(now, from, &r),
             CmMessage::Rep(r) => self.on_rep(from, &r),
-            CmMessage::Rtu(r) => self.on_rtu(&r),
+            CmMessage::Rtu(r) => self.on_rtu(from, &r),
             CmMessage::Dreq(d) => self.on_dreq(now, from, hdr.tid, &d),
-            CmMessage::Drep(d) => self.on_drep(now, &d),
+            CmMessage::Drep(d) => self.on_drep(now, from, &d),
             // UD service resolution is not offered: a SIDR_REQ gets no answer, as from a CM
             // without UD services.
             CmMessage::SidrReq(_) | CmMessage::SidrRep(_) => self.counters.unmatched += 1,
@@ -617,6 +713,12 @@ impl Endpoint {
 
     fn on_req(&mut self, now: Duration, from: SocketAddr, tid: u64, r: &CmReq) {
         if let Some(&id) = self.by_remote.get(&(r.local_comm_id, r.local_ca_guid)) {
+            if self.conns.get(&id).is_some_and(|c| c.peer != from) {
+                // Another host names a requester's connection: not a duplicate, and not
+                // something to answer.
+                self.counters.wrong_peer += 1;
+                return;
+            }
             self.counters.duplicates += 1;
             self.on_duplicate_req(id, from, tid, r);
             return;
@@ -639,7 +741,15 @@ impl Endpoint {
             self.reject_req(from, tid, r, rej_reason::INVALID_MTU);
             return;
         }
-        if listener.half_open >= listener.backlog {
+        let from_source = self
+            .half_open_by_source
+            .get(&from.ip())
+            .copied()
+            .unwrap_or(0);
+        // A listener that asked for a larger backlog may take that many from one source
+        // (perftest connects all its QPs from one address at once).
+        let source_limit = self.cfg.max_half_open_per_source.max(listener.backlog);
+        if listener.half_open >= listener.backlog || from_source >= source_limit {
             self.counters.rej_no_resources += 1;
             self.reject_req(from, tid, r, rej_reason::NO_RESOURCES);
             return;
@@ -652,11 +762,15 @@ impl Endpoint {
         if let Some(l) = self.listeners.get_mut(&r.service_id) {
             l.half_open += 1;
         }
+        *self.half_open_by_source.entry(from.ip()).or_insert(0) += 1;
         // The requester repeats its REQ for this long before it gives up; a connection the
         // application has not answered by then is one nobody waits for.
         let peer_response = iba_time(r.local_cm_response_timeout);
-        let requester_patience = (self.wait_for_peer(iba_time(r.remote_cm_response_timeout)))
-            * (u32::from(r.max_cm_retries) + 1);
+        // The REQ's own figures are the sender's to choose: a bound keeps a hostile one from
+        // holding a backlog slot for days.
+        let requester_patience = ((self.wait_for_peer(iba_time(r.remote_cm_response_timeout)))
+            * (u32::from(r.max_cm_retries) + 1))
+            .min(self.cfg.max_half_open_time);
         self.conns.insert(
             id,
             Conn {
@@ -696,10 +810,12 @@ impl Endpoint {
         }
     }
 
-    fn on_mra(&mut self, now: Duration, m: &CmMra) {
+    fn on_mra(&mut self, now: Duration, from: SocketAddr, m: &CmMra) {
         let wait = self.wait_for_peer(iba_time(m.service_timeout));
+        if self.lookup(from, m.remote_comm_id, m.local_comm_id) != Lookup::Ours {
+            return;
+        }
         let Some(c) = self.conns.get_mut(&m.remote_comm_id) else {
-            self.counters.unmatched += 1;
             return;
         };
         let next = match (c.state, m.message_mraed) {
@@ -721,10 +837,12 @@ impl Endpoint {
         }
     }
 
-    fn on_rej(&mut self, now: Duration, r: &CmRej) {
+    fn on_rej(&mut self, now: Duration, from: SocketAddr, r: &CmRej) {
         let timewait = self.cfg.timewait;
+        if self.lookup(from, r.remote_comm_id, r.local_comm_id) != Lookup::Ours {
+            return;
+        }
         let Some(c) = self.conns.get_mut(&r.remote_comm_id) else {
-            self.counters.unmatched += 1;
             return;
         };
         let conn = ConnId(r.remote_comm_id);
@@ -753,8 +871,10 @@ impl Endpoint {
     }
 
     fn on_rep(&mut self, from: SocketAddr, r: &CmRep) {
+        if self.lookup(from, r.remote_comm_id, r.local_comm_id) != Lookup::Ours {
+            return;
+        }
         let Some(c) = self.conns.get_mut(&r.remote_comm_id) else {
-            self.counters.unmatched += 1;
             return;
         };
         let conn = ConnId(r.remote_comm_id);
@@ -783,9 +903,11 @@ impl Endpoint {
         }
     }
 
-    fn on_rtu(&mut self, r: &CmIds) {
+    fn on_rtu(&mut self, from: SocketAddr, r: &CmIds) {
+        if self.lookup(from, r.remote_comm_id, r.local_comm_id) != Lookup::Ours {
+            return;
+        }
         let Some(c) = self.conns.get_mut(&r.remote_comm_id) else {
-            self.counters.unmatched += 1;
             return;
         };
         match c.state {
@@ -803,11 +925,18 @@ impl Endpoint {
 
     fn on_dreq(&mut self, now: Duration, from: SocketAddr, tid: u64, d: &CmDreq) {
         let timewait = self.cfg.timewait;
+        match self.lookup(from, d.remote_comm_id, d.local_comm_id) {
+            Lookup::Ours => {}
+            // Linux answers a DREQ for a connection it no longer has (or whose IDs do not
+            // match) with a DREP, so that the peer need not retry until it gives up.
+            Lookup::Unknown => {
+                self.send(from, tid, &drep(d.remote_comm_id, d.local_comm_id));
+                return;
+            }
+            // Both IDs right, the address wrong: no answer, which would confirm a guess.
+            Lookup::WrongPeer => return,
+        }
         let Some(c) = self.conns.get_mut(&d.remote_comm_id) else {
-            // Linux answers a DREQ for a connection it no longer has with a DREP, so that the
-            // peer need not retry until it gives up.
-            self.counters.unmatched += 1;
-            self.send(from, tid, &drep(d.remote_comm_id, d.local_comm_id));
             return;
         };
         if c.local_qpn != d.remote_qpn {
@@ -846,10 +975,12 @@ impl Endpoint {
         }
     }
 
-    fn on_drep(&mut self, now: Duration, d: &CmIds) {
+    fn on_drep(&mut self, now: Duration, from: SocketAddr, d: &CmIds) {
         let timewait = self.cfg.timewait;
+        if self.lookup(from, d.remote_comm_id, d.local_comm_id) != Lookup::Ours {
+            return;
+        }
         let Some(c) = self.conns.get_mut(&d.remote_comm_id) else {
-            self.counters.unmatched += 1;
             return;
         };
         match c.state {
@@ -920,6 +1051,17 @@ impl Endpoint {
             self.remove(id);
         }
     }
+}
+
+/// What [`Endpoint::lookup`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lookup {
+    /// A connection of ours, both IDs matching, from its peer.
+    Ours,
+    /// No connection with both IDs.
+    Unknown,
+    /// The IDs match, the sender is not the connection's peer.
+    WrongPeer,
 }
 
 fn drep(local_comm_id: u32, remote_comm_id: u32) -> CmMessage {

@@ -7,6 +7,8 @@ use super::*;
 use crate::wire::cm::{attr, rdma_tcp_service_id, rej_reason, CmMessage, CmReq};
 use crate::wire::mad::{self, MadRepr};
 
+mod security;
+
 const SERVICE: u64 = rdma_tcp_service_id(7174);
 
 fn addr(last: u8) -> SocketAddr {
@@ -41,7 +43,7 @@ struct Pair {
 
 fn cfg(seed: u32) -> EndpointConfig {
     EndpointConfig {
-        comm_id_seed: seed,
+        comm_id_seed: Some(seed.into()),
         ..EndpointConfig::default()
     }
 }

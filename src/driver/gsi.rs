@@ -44,23 +44,12 @@ pub(crate) struct GsiShared {
 }
 
 impl GsiShared {
-    pub(crate) fn new(local: SocketAddr) -> GsiShared {
-        // Different devices (and runs) should not hand out the same communication IDs.
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos() ^ (d.as_secs() as u32))
-            .unwrap_or(0)
-            ^ u32::from(local.port()).rotate_left(16)
-            ^ match local.ip() {
-                std::net::IpAddr::V4(v4) => u32::from(v4),
-                std::net::IpAddr::V6(v6) => v6.octets().iter().fold(0, |a, &b| a * 31 + b as u32),
-            };
+    pub(crate) fn new(_local: SocketAddr) -> GsiShared {
         GsiShared {
             state: Mutex::new(Gsi {
-                cm: Endpoint::new(EndpointConfig {
-                    comm_id_seed: seed,
-                    ..EndpointConfig::default()
-                }),
+                // Communication and transaction IDs from the kernel's random generator (the
+                // default), so that no device's IDs follow from another's or from the clock.
+                cm: Endpoint::new(EndpointConfig::default()),
                 channel_open: false,
                 psn: 0,
                 origin: Instant::now(),

@@ -75,7 +75,7 @@ impl Side {
     fn new(seed: u32, last: u8) -> Side {
         Side {
             ep: Endpoint::new(EndpointConfig {
-                comm_id_seed: seed,
+                comm_id_seed: Some(seed.into()),
                 max_connections: MAX_CONNECTIONS,
                 ..EndpointConfig::default()
             }),

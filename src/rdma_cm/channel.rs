@@ -505,6 +505,20 @@ impl CmId {
         SocketAddr::new(self.shared.dev.local.ip(), self.state().port)
     }
 
+    /// The connection's communication IDs, this side's and the peer's, once both are known
+    /// (an established connection has them): what a CM message about it must name.
+    pub fn comm_ids(&self) -> Option<(u32, u32)> {
+        let conn = self.state().conn?;
+        let peer = self.shared.dev.gsi.lock().cm.peer_comm_id(conn)?;
+        Some((conn.0, peer))
+    }
+
+    /// How long [`CmId::connect`] may go unanswered before [`EventKind::Unreachable`]: the
+    /// CM's REQ retransmissions and their timeouts.
+    pub fn connect_patience(&self) -> Duration {
+        self.shared.dev.gsi.lock().cm.connect_patience()
+    }
+
     /// The identifier's QP, once created.
     pub fn qp(&self) -> Option<Arc<QueuePair>> {
         self.state().qp.clone()

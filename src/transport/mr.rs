@@ -1,9 +1,11 @@
 //! Registered memory regions and their keys, as the transport sees them.
 //!
 //! Keys follow rxe (rxe_mr.c): `key = index << 8 | variant`, where `index` names the table slot
-//! and the low byte changes every time a slot is (re)used, so a stale key from a deregistered
-//! region never matches a new one. The rkey equals the lkey when the region grants any remote
-//! access, and is 0 otherwise.
+//! and the low byte is drawn from the kernel's random generator each time a slot is (re)used,
+//! differing from the slot's previous one (rxe_get_next_key), so a stale key from a
+//! deregistered region never matches the slot's next one and a peer that learned one key
+//! cannot derive another. The rkey equals the lkey when the region grants any remote access,
+//! and is 0 otherwise.
 
 use std::sync::Arc;
 
@@ -75,8 +77,8 @@ pub struct MrTable {
 #[derive(Debug, Default)]
 struct Slot {
     mr: Option<Arc<Mr>>,
-    /// Low byte of the key last issued from this slot.
-    variant: u8,
+    /// Low byte of the key last issued from this slot (none before the first).
+    variant: Option<u8>,
 }
 
 /// Largest number of live regions (the index must fit in the top 24 bits of a key).
@@ -112,8 +114,9 @@ impl MrTable {
             }
         };
         let slot = &mut self.slots[index as usize];
-        slot.variant = slot.variant.wrapping_add(1);
-        let lkey = (index << 8) | slot.variant as u32;
+        let variant = next_variant(slot.variant);
+        slot.variant = Some(variant);
+        let lkey = (index << 8) | u32::from(variant);
         let remote =
             AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
         let mr = Arc::new(Mr {
@@ -183,6 +186,17 @@ impl MrTable {
     /// Whether no region is registered.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// A random key byte, other than `last` (rxe_get_next_key: `do get_random_bytes(&key, 1)
+/// while (key == last_key)`).
+fn next_variant(last: Option<u8>) -> u8 {
+    loop {
+        let v = crate::random::u8();
+        if Some(v) != last {
+            return v;
+        }
     }
 }
 
@@ -260,5 +274,53 @@ mod tests {
             e(t.resolve_remote(1, k ^ 1, 0x10_0000, 1, AccessFlags::REMOTE_READ)),
             Some(MrFault::UnknownKey)
         );
+    }
+
+    #[test]
+    fn key_bytes_are_random_and_never_repeat_the_slots_last() {
+        let mut t = MrTable::new();
+        let mut keys = Vec::new();
+        for _ in 0..100_000 {
+            let mr = t
+                .register(
+                    1,
+                    Arc::new(SharedBytes::new(8)),
+                    0,
+                    AccessFlags::REMOTE_READ,
+                )
+                .unwrap();
+            keys.push(mr.rkey);
+            t.deregister(mr.lkey).unwrap();
+        }
+        // One slot throughout: only the key byte changes.
+        assert!(keys.iter().all(|k| k >> 8 == keys[0] >> 8));
+        let bytes: Vec<u64> = keys.iter().map(|k| u64::from(k & 0xff)).collect();
+        assert!(
+            bytes.windows(2).all(|w| w[0] != w[1]),
+            "a key repeats its slot's last"
+        );
+        assert!(
+            !crate::random::tests::affine(&bytes, 8),
+            "keys follow x' = a x + c"
+        );
+        // Uniform over the 255 values that differ from the last: every byte appears about
+        // 392 times; a chi-squared statistic over 256 cells beyond 400 (p < 1e-7 for a
+        // uniform source) means a biased or patterned source.
+        let mut count = [0f64; 256];
+        for &b in &bytes {
+            count[b as usize] += 1.0;
+        }
+        let e = bytes.len() as f64 / 256.0;
+        let chi2: f64 = count.iter().map(|c| (c - e) * (c - e) / e).sum();
+        assert!(chi2 < 400.0, "chi2 {chi2}");
+        // The byte that follows a given one is not predictable either: over the pairs
+        // starting at the most common byte, followers spread over many values.
+        let lead = (0..256).max_by_key(|&i| count[i] as u64).unwrap() as u64;
+        let followers: std::collections::HashSet<u64> = bytes
+            .windows(2)
+            .filter(|w| w[0] == lead)
+            .map(|w| w[1])
+            .collect();
+        assert!(followers.len() > 150, "{} followers", followers.len());
     }
 }

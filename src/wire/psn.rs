@@ -99,18 +99,14 @@ pub const fn packets_for(len: u64, mtu: u32) -> u64 {
     }
 }
 
-/// A starting PSN that differs between runs and processes (as ibv_rc_pingpong's `lrand48()`
-/// and rdma_cm's random PSNs do), so that a stale packet from an earlier connection is unlikely
-/// to fall in a new one's window: the clock and process ID, mixed by a 64-bit finaliser.
+/// A starting PSN drawn from the kernel's random generator, as rdma_cm's (the kernel's
+/// `get_random_u32() & 0xffffff` in cma.c) and rxe's are: a PSN inside a connection's window is
+/// one of the few things a forged packet must name, so an off-path sender must not be able to
+/// derive it from the clock or an earlier connection's PSN, and a stale packet from an earlier
+/// connection is unlikely to fall in a new one's window. Applications that choose their own
+/// starting PSN keep that choice; this is only the library's default.
 pub fn random_start() -> Psn {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let mut x = t.as_nanos() as u64 ^ ((std::process::id() as u64) << 32);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    x ^= x >> 33;
-    Psn::new(x as u32)
+    Psn::new(crate::random::u32())
 }
 
 #[cfg(test)]
@@ -154,5 +150,27 @@ mod tests {
         assert_eq!(packets_for(1024, 1024), 1);
         assert_eq!(packets_for(1025, 1024), 2);
         assert_eq!(packets_for(1 << 30, 256), 1 << 22);
+    }
+
+    #[test]
+    fn random_starts_are_unpredictable() {
+        let n = 100_000;
+        let xs: Vec<u64> = (0..n).map(|_| u64::from(random_start().value())).collect();
+        assert!(xs.iter().all(|&x| x <= u64::from(PSN_MASK)));
+        assert!(
+            !crate::random::tests::affine(&xs, 24),
+            "PSNs follow x' = a x + c"
+        );
+        // Repeats among 10^5 uniform 24-bit draws: n(n-1)/2 / 2^24 = 298 expected (a Poisson
+        // count, standard deviation 17). A clock-derived sequence has none, a narrow or
+        // patterned one many more.
+        let distinct = xs.iter().collect::<std::collections::HashSet<_>>().len();
+        let repeats = n - distinct;
+        assert!((200..=400).contains(&repeats), "{repeats} repeats");
+        // Every bit is set in about half the draws (10^5 / 2, standard deviation 158).
+        for bit in 0..24 {
+            let ones = xs.iter().filter(|&&x| x >> bit & 1 == 1).count();
+            assert!((48_500..=51_500).contains(&ones), "bit {bit}: {ones}");
+        }
     }
 }

@@ -145,3 +145,57 @@ pub fn decode_json(pcap: &std::path::Path, port: u16) -> Vec<serde_json::Value> 
         .map(|l| serde_json::from_str(l).expect("a JSON line"))
         .collect()
 }
+
+/// A child's output read line by line as it comes, so that a test can wait for a line that
+/// announces a state (a server's "listening") instead of sleeping.
+pub struct Lines {
+    rx: std::sync::mpsc::Receiver<String>,
+    /// Every line received so far.
+    pub seen: Vec<String>,
+}
+
+impl Lines {
+    /// Reads `out` (a child's piped stdout or stderr) on a thread of its own.
+    pub fn new(out: impl std::io::Read + Send + 'static) -> Lines {
+        use std::io::BufRead;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines {
+            rx,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits up to `limit` for a line for which `want` holds; returns it.
+    pub fn wait_for(&mut self, limit: Duration, want: impl Fn(&str) -> bool) -> Option<String> {
+        let end = Instant::now() + limit;
+        loop {
+            let left = end.checked_duration_since(Instant::now())?;
+            let line = self.rx.recv_timeout(left).ok()?;
+            self.seen.push(line.clone());
+            if want(&line) {
+                return Some(line);
+            }
+        }
+    }
+
+    /// Every line up to the end of the output (the child must have exited or be exiting),
+    /// waiting at most `limit`.
+    pub fn rest(&mut self, limit: Duration) -> &[String] {
+        let end = Instant::now() + limit;
+        while let Some(left) = end.checked_duration_since(Instant::now()) {
+            match self.rx.recv_timeout(left) {
+                Ok(line) => self.seen.push(line),
+                Err(_) => break,
+            }
+        }
+        &self.seen
+    }
+}
