@@ -17,8 +17,10 @@
 
 pub mod capture;
 pub mod cm;
+#[cfg(feature = "decode")]
 pub mod decode;
 pub mod driver;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod ib;
