@@ -187,18 +187,9 @@ pub unsafe extern "C" fn ibv_get_device_name(dev: *mut ibv_device) -> *const c_c
     unsafe { (*dev).name.as_ptr() }
 }
 
-/// The node GUID (big-endian bytes, as `__be64`): the modified EUI-64 of the locally
-/// administered MAC 02:00:a:b:c:d made from the bound address's last four bytes.
+/// The node GUID as `__be64` (big-endian bytes): softroce's, of the bound address.
 fn node_guid() -> u64 {
-    let ip = config().bind.ip();
-    let o: [u8; 4] = match ip {
-        IpAddr::V4(v4) => v4.octets(),
-        IpAddr::V6(v6) => {
-            let b = v6.octets();
-            [b[12], b[13], b[14], b[15]]
-        }
-    };
-    u64::from_ne_bytes([0x00, 0x00, o[0], 0xff, 0xfe, o[1], o[2], o[3]])
+    softroce::driver::node_guid(config().bind.ip()).to_be()
 }
 
 /// `ibv_get_device_guid`: the node GUID, `__be64`.
