@@ -12,6 +12,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use softroce::driver::DeviceConfig;
+use softroce::ib::*;
 use softroce::verbs::*;
 use softroce::wire::{
     icrc, AckSyndrome, AethRepr, AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, NakCode, Opcode,

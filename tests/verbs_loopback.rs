@@ -7,6 +7,7 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::Duration;
 
 use softroce::driver::DeviceConfig;
+use softroce::ib::*;
 use softroce::verbs::*;
 
 const FULL: AccessFlags = AccessFlags(

@@ -9,11 +9,13 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use libc::{c_char, c_int, c_uint, c_void, EBUSY, EINVAL, ENOMEM, EOPNOTSUPP};
 use softroce::driver::DeviceConfig;
+use softroce::ib::{
+    AccessFlags, AhAttr, Gid, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, SendFlags,
+    SendWr, Sge, SrqAttr, SrqAttrMask, VerbsError, WcStatus, WorkCompletion, WrOpcode,
+};
 use softroce::verbs::{
-    AccessFlags, AddressHandle, AhAttr, CompletionQueue, Context, Gid, MemoryRegion, Mtu,
-    ProtectionDomain, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, QueuePair, RecvWr,
-    SendFlags, SendWr, Sge, SharedReceiveQueue, SrqAttr, SrqAttrMask, UdSendWr, VerbsError,
-    WcStatus, WorkCompletion, WrOpcode,
+    AddressHandle, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpInitAttr, QueuePair,
+    SharedReceiveQueue, UdSendWr,
 };
 
 use crate::ffi::*;
@@ -350,7 +352,7 @@ pub unsafe extern "C" fn ibv_close_device(c: *mut ibv_context) -> c_int {
 }
 
 fn device_attr(cfg: &Config) -> ibv_device_attr {
-    let l = softroce::verbs::DeviceLimits::default();
+    let l = softroce::ib::DeviceLimits::default();
     let _ = cfg;
     ibv_device_attr {
         fw_ver: [0; 64],
@@ -416,7 +418,7 @@ pub unsafe extern "C" fn ibv_query_device(
 }
 
 fn port_attr(cfg: &Config) -> ibv_port_attr {
-    let l = softroce::verbs::DeviceLimits::default();
+    let l = softroce::ib::DeviceLimits::default();
     ibv_port_attr {
         state: 4, // IBV_PORT_ACTIVE
         max_mtu: l.max_mtu as c_uint,
@@ -479,7 +481,7 @@ pub unsafe extern "C" fn ibv_query_port(
 }
 
 fn gid_at(cfg: &Config, index: c_int) -> Option<[u8; 16]> {
-    let len = softroce::verbs::DeviceLimits::default().gid_table_len as c_int;
+    let len = softroce::ib::DeviceLimits::default().gid_table_len as c_int;
     (0..len)
         .contains(&index)
         .then(|| Gid::from_ip(cfg.bind.ip()).0)
@@ -580,7 +582,7 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
     if flags != 0 || entry_size < 32 || (entries.is_null() && max_entries > 0) {
         return -(EINVAL as isize);
     }
-    let len = softroce::verbs::DeviceLimits::default().gid_table_len as usize;
+    let len = softroce::ib::DeviceLimits::default().gid_table_len as usize;
     if max_entries < len {
         return -(EINVAL as isize);
     }

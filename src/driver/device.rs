@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use super::cq::CqInner;
 use super::gsi::GsiShared;
-use crate::ib::qp_attr::DeviceLimits;
+use crate::ib::DeviceLimits;
 use crate::ib::VerbsError;
 use crate::transport::{Counters, MrTable, QpCore};
 

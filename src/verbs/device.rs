@@ -13,10 +13,10 @@ use super::ah::{AddressHandle, SharedReceiveQueue};
 use super::cq::CompletionQueue;
 use super::mr::MemoryRegion;
 use super::qp::{QpInitAttr, QueuePair};
-use super::qp_attr::{check_cap, DeviceLimits};
-use super::{AccessFlags, AhAttr, Gid, Result, SrqAttr, VerbsError};
 use crate::driver::device::{Device, QpEntry};
 use crate::driver::{CqInner, DeviceConfig};
+use crate::ib::{check_cap, DeviceLimits};
+use crate::ib::{AccessFlags, AhAttr, Gid, Result, SrqAttr, VerbsError};
 use crate::transport::{Counters, QpConfig, QpCore, Srq};
 
 /// A device context: the entry point of the verbs API.
