@@ -9,7 +9,7 @@
 //! through them. Reserved bits are sent as zero and ignored on receipt. Private data has no
 //! length on the wire: the whole area travels, zero-filled after what the consumer gave.
 
-use super::mad::{self, BitField, ByteField, MadRepr};
+use super::mad::{self, BitField, Field, MadRepr};
 use super::{check_emit_len, Error, Result};
 
 /// CM attribute IDs (IBTA Table 105).
@@ -194,101 +194,6 @@ const fn bits(data_byte: usize, bit: u8, width: u8) -> BitField {
 /// message. Its length or layout comes from its type.
 const fn at(data_byte: usize) -> usize {
     data_byte
-}
-
-/// A type a CM field holds, with how it is read from and written to its place in a MAD.
-/// `base` is the data offset of the layout the place is relative to (a REQ path's start;
-/// 0 for a whole message).
-trait Field: Sized {
-    /// A [`BitField`] for numbers and flags; a data offset (see [`at`]) for the rest.
-    type Place: Copy;
-    /// Reads the field from a whole MAD.
-    fn read(at: Self::Place, mad: &[u8], base: usize) -> Self;
-    /// Writes the field into a whole MAD, leaving the bits around it alone.
-    fn write(&self, at: Self::Place, mad: &mut [u8], base: usize);
-    /// The bits the field takes, for the layout test: (first bit counted from the start of
-    /// the message data, width, bits the type holds), one entry per field of a nested layout.
-    #[cfg(test)]
-    fn occupies(at: Self::Place, base: usize, out: &mut Vec<(usize, usize, usize)>);
-}
-
-/// [`Field::occupies`] of a bit field whose type holds `holds` bits.
-#[cfg(test)]
-fn bits_taken(at: BitField, base: usize, holds: u32) -> (usize, usize, usize) {
-    let at = moved(at, base);
-    let first = (at.byte - mad::HEADER_LEN) * 8 + at.bit as usize;
-    (first, at.width.into(), holds as usize)
-}
-
-/// `at` moved `base` bytes further into the message.
-const fn moved(at: BitField, base: usize) -> BitField {
-    BitField {
-        byte: at.byte + base,
-        ..at
-    }
-}
-
-/// Numbers narrower than 64 bits: the field's bits, which are at most as wide as the type
-/// (the layout test checks every field's width), so the cast drops nothing.
-macro_rules! narrow_field {
-    ($($t:ty),*) => {$(
-        impl Field for $t {
-            type Place = BitField;
-            fn read(at: BitField, mad: &[u8], base: usize) -> Self {
-                moved(at, base).get(mad) as $t
-            }
-            fn write(&self, at: BitField, mad: &mut [u8], base: usize) {
-                moved(at, base).put(mad, u64::from(*self));
-            }
-            #[cfg(test)]
-            fn occupies(at: BitField, base: usize, out: &mut Vec<(usize, usize, usize)>) {
-                out.push(bits_taken(at, base, <$t>::BITS));
-            }
-        }
-    )*};
-}
-narrow_field!(u8, u16, u32);
-
-impl Field for u64 {
-    type Place = BitField;
-    fn read(at: BitField, mad: &[u8], base: usize) -> Self {
-        moved(at, base).get(mad)
-    }
-    fn write(&self, at: BitField, mad: &mut [u8], base: usize) {
-        moved(at, base).put(mad, *self);
-    }
-    #[cfg(test)]
-    fn occupies(at: BitField, base: usize, out: &mut Vec<(usize, usize, usize)>) {
-        out.push(bits_taken(at, base, u64::BITS));
-    }
-}
-
-impl Field for bool {
-    type Place = BitField;
-    fn read(at: BitField, mad: &[u8], base: usize) -> Self {
-        moved(at, base).get(mad) != 0
-    }
-    fn write(&self, at: BitField, mad: &mut [u8], base: usize) {
-        moved(at, base).put(mad, u64::from(*self));
-    }
-    #[cfg(test)]
-    fn occupies(at: BitField, base: usize, out: &mut Vec<(usize, usize, usize)>) {
-        out.push(bits_taken(at, base, 1));
-    }
-}
-
-impl<const N: usize> Field for [u8; N] {
-    type Place = usize;
-    fn read(at: usize, mad: &[u8], base: usize) -> Self {
-        ByteField::data(base + at, N).get_array(mad)
-    }
-    fn write(&self, at: usize, mad: &mut [u8], base: usize) {
-        ByteField::data(base + at, N).put(mad, self);
-    }
-    #[cfg(test)]
-    fn occupies(at: usize, base: usize, out: &mut Vec<(usize, usize, usize)>) {
-        out.push(((base + at) * 8, N * 8, N * 8));
-    }
 }
 
 impl Field for CmPath {
