@@ -19,6 +19,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use softroce::driver::DeviceConfig;
+use softroce::ib::*;
 use softroce::verbs::*;
 use softroce::wire::{
     icrc, AckSyndrome, AethRepr, AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, NakCode, Opcode,

@@ -5,6 +5,7 @@
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
 
+use softroce::ib::*;
 use softroce::rdma_cm::*;
 use softroce::verbs::*;
 use softroce::wire::cm::rej_reason;

@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use softroce::ib::*;
 use softroce::verbs::*;
 
 const QKEY: u32 = 0x1111_1111;

@@ -4,9 +4,10 @@
 //! error paths of the API.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use softroce::driver::DeviceConfig;
+use softroce::ib::*;
 use softroce::verbs::*;
 
 const FULL: AccessFlags = AccessFlags(
@@ -575,13 +576,25 @@ fn busy_poll_send_write_and_read() {
     );
 }
 
+/// Waits (at most 5 s) until both ends' engine threads have nothing to do and wait in poll.
+fn wait_engines_idle(a: &End, b: &End) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !(a.ctx.engine_waiting() && b.ctx.engine_waiting()) {
+        assert!(
+            Instant::now() < deadline,
+            "the engines did not go idle within 5 s"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Issue 11: a post whose WR k > 0 is refused used to return before ringing the engine, so
 /// WRs 0..k-1 sat queued until an unrelated event. Here nothing else happens: the engines are
-/// idle (asleep) when the post comes, and the first WR must still complete.
+/// idle (waiting in poll) when the post comes, and the first WR must still complete.
 #[test]
 fn a_partly_failed_post_sends_the_wrs_before_the_bad_one() {
     let (a, b) = connected(Mtu::Mtu1024, 4096);
-    std::thread::sleep(Duration::from_millis(20));
+    wait_engines_idle(&a, &b);
     let good = [a.mr.sge(0, 64)];
     let too_many = [a.mr.sge(0, 8), a.mr.sge(8, 8), a.mr.sge(16, 8)];
     let write = |wr_id, sg_list| SendWr {
@@ -617,7 +630,7 @@ fn a_partly_failed_post_sends_the_wrs_before_the_bad_one() {
     )
     .unwrap();
     while a.cq.wait(&mut wc, Duration::from_millis(200)).is_ok() {}
-    std::thread::sleep(Duration::from_millis(20));
+    wait_engines_idle(&a, &b);
     let rsge = [a.mr.sge(0, 8)];
     let rsge_bad = [a.mr.sge(0, 8), a.mr.sge(8, 8), a.mr.sge(16, 8)];
     let e =

@@ -9,11 +9,13 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use libc::{c_char, c_int, c_uint, c_void, EBUSY, EINVAL, ENOMEM, EOPNOTSUPP};
 use softroce::driver::DeviceConfig;
+use softroce::ib::{
+    AccessFlags, AhAttr, Gid, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, SendFlags,
+    SendWr, Sge, SrqAttr, SrqAttrMask, VerbsError, WcStatus, WorkCompletion, WrOpcode,
+};
 use softroce::verbs::{
-    AccessFlags, AddressHandle, AhAttr, CompletionQueue, Context, Gid, MemoryRegion, Mtu,
-    ProtectionDomain, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, QueuePair, RecvWr,
-    SendFlags, SendWr, Sge, SharedReceiveQueue, SrqAttr, SrqAttrMask, UdSendWr, VerbsError,
-    WcStatus, WorkCompletion, WrOpcode,
+    AddressHandle, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpInitAttr, QueuePair,
+    SharedReceiveQueue, UdSendWr,
 };
 
 use crate::ffi::*;
@@ -187,18 +189,9 @@ pub unsafe extern "C" fn ibv_get_device_name(dev: *mut ibv_device) -> *const c_c
     unsafe { (*dev).name.as_ptr() }
 }
 
-/// The node GUID (big-endian bytes, as `__be64`): the modified EUI-64 of the locally
-/// administered MAC 02:00:a:b:c:d made from the bound address's last four bytes.
+/// The node GUID as `__be64` (big-endian bytes): softroce's, of the bound address.
 fn node_guid() -> u64 {
-    let ip = config().bind.ip();
-    let o: [u8; 4] = match ip {
-        IpAddr::V4(v4) => v4.octets(),
-        IpAddr::V6(v6) => {
-            let b = v6.octets();
-            [b[12], b[13], b[14], b[15]]
-        }
-    };
-    u64::from_ne_bytes([0x00, 0x00, o[0], 0xff, 0xfe, o[1], o[2], o[3]])
+    softroce::driver::node_guid(config().bind.ip()).to_be()
 }
 
 /// `ibv_get_device_guid`: the node GUID, `__be64`.
@@ -359,7 +352,7 @@ pub unsafe extern "C" fn ibv_close_device(c: *mut ibv_context) -> c_int {
 }
 
 fn device_attr(cfg: &Config) -> ibv_device_attr {
-    let l = softroce::verbs::DeviceLimits::default();
+    let l = softroce::ib::DeviceLimits::default();
     let _ = cfg;
     ibv_device_attr {
         fw_ver: [0; 64],
@@ -425,7 +418,7 @@ pub unsafe extern "C" fn ibv_query_device(
 }
 
 fn port_attr(cfg: &Config) -> ibv_port_attr {
-    let l = softroce::verbs::DeviceLimits::default();
+    let l = softroce::ib::DeviceLimits::default();
     ibv_port_attr {
         state: 4, // IBV_PORT_ACTIVE
         max_mtu: l.max_mtu as c_uint,
@@ -488,7 +481,7 @@ pub unsafe extern "C" fn ibv_query_port(
 }
 
 fn gid_at(cfg: &Config, index: c_int) -> Option<[u8; 16]> {
-    let len = softroce::verbs::DeviceLimits::default().gid_table_len as c_int;
+    let len = softroce::ib::DeviceLimits::default().gid_table_len as c_int;
     (0..len)
         .contains(&index)
         .then(|| Gid::from_ip(cfg.bind.ip()).0)
@@ -589,7 +582,7 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
     if flags != 0 || entry_size < 32 || (entries.is_null() && max_entries > 0) {
         return -(EINVAL as isize);
     }
-    let len = softroce::verbs::DeviceLimits::default().gid_table_len as usize;
+    let len = softroce::ib::DeviceLimits::default().gid_table_len as usize;
     if max_entries < len {
         return -(EINVAL as isize);
     }

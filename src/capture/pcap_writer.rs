@@ -6,10 +6,9 @@
 use std::io::{self, Write};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::PCAP_MAGIC_MICROS;
 use crate::wire::LinkType;
 
-/// Magic number of a microsecond-resolution classic pcap file.
-pub const MAGIC_MICROS: u32 = 0xA1B2_C3D4;
 /// Largest frame a record may hold (the snap length written in the file header).
 pub const SNAPLEN: u32 = 262_144;
 
@@ -24,7 +23,7 @@ impl<W: Write> PcapWriter<W> {
     /// Writes the file header for `link` and returns the writer.
     pub fn new(mut out: W, link: LinkType) -> io::Result<Self> {
         let mut h = [0u8; 24];
-        h[0..4].copy_from_slice(&MAGIC_MICROS.to_le_bytes());
+        h[0..4].copy_from_slice(&PCAP_MAGIC_MICROS.to_le_bytes());
         h[4..6].copy_from_slice(&2u16.to_le_bytes());
         h[6..8].copy_from_slice(&4u16.to_le_bytes());
         // bytes 8..16: thiszone and sigfigs, both zero

@@ -24,15 +24,13 @@ use std::fmt;
 use std::io::{self, Read};
 use std::time::Duration;
 
+use super::{PCAP_MAGIC_MICROS, PCAP_MAGIC_MODIFIED, PCAP_MAGIC_NANOS};
 use crate::wire::LinkType;
 
 /// Largest record or block body this reader accepts (64 MiB). Real frames are at most a few
 /// hundred KiB; a larger length means the file is corrupt.
 pub const MAX_RECORD_LEN: usize = 64 << 20;
 
-const PCAP_MAGIC_MICROS: u32 = 0xA1B2_C3D4;
-const PCAP_MAGIC_NANOS: u32 = 0xA1B2_3C4D;
-const PCAP_MAGIC_MODIFIED: u32 = 0xA1B2_CD34;
 const PCAPNG_SHB: u32 = 0x0A0D_0D0A;
 const PCAPNG_BOM: u32 = 0x1A2B_3C4D;
 

@@ -67,7 +67,7 @@ pub enum CliError {
     /// An operating-system error.
     Io(io::Error),
     /// A verbs call failed.
-    Verbs(softroce::verbs::VerbsError),
+    Verbs(softroce::ib::VerbsError),
     /// The out-of-band exchange with the peer failed.
     Oob(softroce::oob::OobError),
     /// The test itself failed (a completion error, a data mismatch, a timeout).

@@ -19,6 +19,7 @@ use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use clap::Args;
+use softroce::ib::*;
 use softroce::oob::pingpong::{client_exchange, server_exchange, PingpongDest};
 use softroce::verbs::*;
 use std::result::Result;

@@ -13,6 +13,7 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
+use softroce::ib::*;
 use softroce::oob::pingpong::{client_exchange_srq, server_exchange_srq, PingpongDest, SRQ_MAX_QP};
 use softroce::verbs::*;
 use std::result::Result;

@@ -2,6 +2,7 @@
 //! and `softroce pingpong` share (perftest's `ctx_create_qp` / `ctx_connect`, rdma-core's
 //! pingpong programs' `pp_init_ctx` / `pp_connect_ctx`).
 
+use softroce::ib::*;
 use softroce::verbs::*;
 use std::result::Result;
 

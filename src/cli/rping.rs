@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
+use softroce::ib::*;
 use softroce::rdma_cm::{CmId, ConnParam, EventChannel, EventKind, RdmaCmError, RdmaCmEvent};
 use softroce::verbs::*;
 use softroce::wire::cm::rej_reason;

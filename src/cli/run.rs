@@ -10,7 +10,7 @@ use std::process::Command;
 use clap::Args;
 
 use super::CliError;
-use softroce::verbs::Mtu;
+use softroce::ib::Mtu;
 
 /// Flags of `softroce run`.
 #[derive(Debug, Args)]

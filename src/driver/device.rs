@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use super::cq::CqInner;
 use super::gsi::GsiShared;
-use crate::ib::qp_attr::DeviceLimits;
+use crate::ib::DeviceLimits;
 use crate::ib::VerbsError;
 use crate::transport::{Counters, MrTable, QpCore};
 
@@ -179,5 +179,51 @@ impl Device {
     /// A new PD handle.
     pub(crate) fn alloc_handle(&self) -> u32 {
         self.next_handle.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// The device's node GUID: the EUI-64 of a locally administered MAC address 02:00:a:b:c:d
+/// made from the device's IPv4 address (the last four bytes of an IPv6 one), with the
+/// universal/local bit inverted as EUI-64 does (rxe derives its GUID the same way from the
+/// netdev's MAC). CM messages carry it as the CA GUID; the shim's `ibv_get_device_guid` and
+/// `ibv_query_device` report it.
+pub fn node_guid(ip: std::net::IpAddr) -> u64 {
+    let o = match ip {
+        std::net::IpAddr::V4(v4) => v4.octets(),
+        std::net::IpAddr::V6(v6) => {
+            let b = v6.octets();
+            [b[12], b[13], b[14], b[15]]
+        }
+    };
+    const MAC_FIRST: u8 = 0x02;
+    const UNIVERSAL_LOCAL: u8 = 0x02;
+    u64::from_be_bytes([
+        MAC_FIRST ^ UNIVERSAL_LOCAL,
+        0x00,
+        o[0],
+        0xff,
+        0xfe,
+        o[1],
+        o[2],
+        o[3],
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::node_guid;
+
+    #[test]
+    fn node_guid_is_the_eui64_of_the_address_mac() {
+        // MAC 02:00:0a:00:00:01 -> EUI-64 00:00:0a:ff:fe:00:00:01 (U/L bit flipped, ff:fe in
+        // the middle), as rxe derives it for a netdev with that MAC.
+        assert_eq!(
+            node_guid("10.0.0.1".parse().unwrap()),
+            0x0000_0aff_fe00_0001
+        );
+        assert_eq!(
+            node_guid("fd00::c0a8:102".parse().unwrap()),
+            0x0000_c0ff_fea8_0102
+        );
     }
 }

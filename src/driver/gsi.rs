@@ -83,32 +83,6 @@ impl GsiShared {
     }
 }
 
-/// The device's node GUID, which its CM messages carry as the CA GUID: the EUI-64 of a
-/// locally administered MAC address 02:00:a:b:c:d made from the device's IPv4 address (the
-/// last four bytes of an IPv6 one), with the universal/local bit inverted as EUI-64 does
-/// (rxe derives its GUID the same way from the netdev's MAC).
-pub(crate) fn node_guid(ip: std::net::IpAddr) -> u64 {
-    let o = match ip {
-        std::net::IpAddr::V4(v4) => v4.octets(),
-        std::net::IpAddr::V6(v6) => {
-            let b = v6.octets();
-            [b[12], b[13], b[14], b[15]]
-        }
-    };
-    const MAC_FIRST: u8 = 0x02;
-    const UNIVERSAL_LOCAL: u8 = 0x02;
-    u64::from_be_bytes([
-        MAC_FIRST ^ UNIVERSAL_LOCAL,
-        0x00,
-        o[0],
-        0xff,
-        0xfe,
-        o[1],
-        o[2],
-        o[3],
-    ])
-}
-
 impl Gsi {
     /// The endpoint's clock: time since this QP1 was made.
     pub(crate) fn now(&self) -> Duration {

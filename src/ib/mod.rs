@@ -4,13 +4,13 @@
 //!
 //! It sits below the transport core as `ib_verbs.h` and the IB core's QP state table sit below
 //! the drivers in the kernel: the transport, the driver and the verbs API all speak these
-//! types, so they live beneath all three and import none of them. The verbs API re-exports
-//! them under `softroce::verbs`.
+//! types, so they live beneath all three and import none of them. They have this one path
+//! (`softroce::ib::QpState`); `softroce::verbs` holds only the verbs' objects and calls.
 
-pub mod error;
-pub mod qp_attr;
-pub mod types;
+mod error;
+mod qp_attr;
+mod types;
 
 pub use error::{QueueKind, Result, SgeFault, VerbsError};
-pub use qp_attr::DeviceLimits;
+pub use qp_attr::{apply_modify, check_cap, check_modify, check_sqd_exit, DeviceLimits};
 pub use types::*;

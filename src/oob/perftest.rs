@@ -25,7 +25,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use super::OobError;
-use crate::verbs::Gid;
+use crate::ib::Gid;
 
 /// The version we announce: perftest 4.5+0.17's.
 pub const VERSION: &str = "6.06";

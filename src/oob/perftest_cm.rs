@@ -17,11 +17,13 @@ use std::time::{Duration, Instant};
 
 use super::perftest::{Transport, DEST_LEN};
 use super::OobError;
+use crate::ib::{
+    AccessFlags, QpCap, QpType, RecvWr, SendFlags, SendWr, VerbsError, WcOpcode, WcStatus,
+    WorkCompletion, WrOpcode,
+};
 use crate::rdma_cm::{CmId, ConnParam, EventChannel, EventKind, RdmaCmError, RdmaCmEvent};
 use crate::verbs::{
-    AccessFlags, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpCap, QpInitAttr,
-    QpType, QueuePair, RecvWr, SendFlags, SendWr, VerbsError, WcOpcode, WcStatus, WorkCompletion,
-    WrOpcode,
+    CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpInitAttr, QueuePair,
 };
 
 /// perftest's retries of an rdma_cm connection (`rdma_cm_client_connection`: 10 tries,

@@ -12,7 +12,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use super::OobError;
-use crate::verbs::Gid;
+use crate::ib::Gid;
 
 /// Length of an address message, NUL included.
 pub const MSG_LEN: usize = 52;

@@ -9,7 +9,8 @@ use crate::cm::{
     AcceptParams, CmCounters, CmError, CmEvent, ConnId, ConnectParams, PeerParams, RejectInfo,
 };
 use crate::driver::device::Device;
-use crate::driver::gsi::{node_guid, GSI_QPN};
+use crate::driver::gsi::GSI_QPN;
+use crate::driver::node_guid;
 use crate::ib::{AccessFlags, Gid, Mtu, QpAttr, QpAttrMask, QpState, VerbsError};
 use crate::verbs::{Context, ProtectionDomain, QpInitAttr, QueuePair, RcConnect};
 use crate::wire::cm::{rdma_tcp_service_id, rej_reason, REQ_PRIVATE_DATA_LEN};

@@ -6,6 +6,7 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use softroce::driver::DeviceConfig;
+//! use softroce::ib::*;
 //! use softroce::rdma_cm::*;
 //! use softroce::verbs::*;
 //!

@@ -22,7 +22,7 @@ use super::requester::ReqState;
 use super::responder::RespState;
 use super::srq::Srq;
 use super::wqe::{LocalData, RecvWqe, SendState, SendWqe, UdTarget};
-use crate::ib::qp_attr::{apply_modify, check_modify, check_sqd_exit, DeviceLimits};
+use crate::ib::{apply_modify, check_modify, check_sqd_exit, DeviceLimits};
 use crate::ib::{
     AccessFlags, QpAttr, QpAttrMask, QpCap, QpState, QpType, QueueKind, RecvWr, SendFlags, SendWr,
     SgeFault, UdDest, VerbsError, WcOpcode, WcStatus, WorkCompletion, WrOpcode,

@@ -7,8 +7,8 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use super::{AhAttr, RecvWr, Result, SrqAttr, SrqAttrMask, VerbsError};
 use crate::driver::device::Device;
+use crate::ib::{AhAttr, RecvWr, Result, SrqAttr, SrqAttrMask, VerbsError};
 use crate::transport::Srq;
 
 /// An address handle (`ibv_create_ah`).

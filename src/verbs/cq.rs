@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{VerbsError, WorkCompletion};
 use crate::driver::CqInner;
+use crate::ib::{VerbsError, WorkCompletion};
 
 /// A completion queue.
 #[derive(Debug, Clone)]

@@ -6,6 +6,7 @@
 //! each other over loopback as two RDMA devices would over a wire.
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -13,10 +14,10 @@ use super::ah::{AddressHandle, SharedReceiveQueue};
 use super::cq::CompletionQueue;
 use super::mr::MemoryRegion;
 use super::qp::{QpInitAttr, QueuePair};
-use super::qp_attr::{check_cap, DeviceLimits};
-use super::{AccessFlags, AhAttr, Gid, Result, SrqAttr, VerbsError};
 use crate::driver::device::{Device, QpEntry};
 use crate::driver::{CqInner, DeviceConfig};
+use crate::ib::{check_cap, DeviceLimits};
+use crate::ib::{AccessFlags, AhAttr, Gid, Result, SrqAttr, VerbsError};
 use crate::transport::{Counters, QpConfig, QpCore, Srq};
 
 /// A device context: the entry point of the verbs API.
@@ -91,6 +92,13 @@ impl Context {
     /// One counter by name.
     pub fn counter(&self, name: &str) -> Option<u64> {
         self.dev.counters.get(name)
+    }
+
+    /// Whether the engine thread has done all it had to and waits in poll for a packet, a
+    /// doorbell or its next deadline (tests use it to post to an idle engine). Always false in
+    /// busy-poll mode, where it never waits.
+    pub fn engine_waiting(&self) -> bool {
+        self.dev.engine_sleeping.load(Ordering::SeqCst)
     }
 }
 

@@ -8,7 +8,8 @@
 
 use std::sync::Arc;
 
-use super::{AccessFlags, CompletionQueue, MemoryRegion, ProtectionDomain, Result, VerbsError};
+use super::{CompletionQueue, MemoryRegion, ProtectionDomain};
+use crate::ib::{AccessFlags, Result, VerbsError};
 use crate::memory::SharedBytes;
 
 impl ProtectionDomain {

@@ -1,9 +1,11 @@
 //! The verbs API: the objects and calls of libibverbs (device context, protection domain,
 //! memory region, completion queue, queue pair), with the same names and semantics, Rust
-//! ownership, and typed errors.
+//! ownership, and typed errors. The values they take and return (attributes, work requests,
+//! completions, errors) are [`crate::ib`]'s.
 //!
 //! ```no_run
 //! use softroce::driver::DeviceConfig;
+//! use softroce::ib::*;
 //! use softroce::verbs::*;
 //!
 //! # fn main() -> Result<()> {
@@ -32,13 +34,6 @@ pub mod foreign_mr;
 pub mod mr;
 pub mod qp;
 
-// The verbs' types, errors and modify-QP rules live in `crate::ib`, below the transport core;
-// they keep their paths here.
-pub use crate::ib::{error, qp_attr, types};
-
-pub use crate::ib::error::{QueueKind, Result, SgeFault, VerbsError};
-pub use crate::ib::qp_attr::DeviceLimits;
-pub use crate::ib::types::*;
 pub use ah::{AddressHandle, SharedReceiveQueue};
 pub use cq::CompletionQueue;
 pub use device::{Context, ProtectionDomain};

@@ -10,8 +10,8 @@
 
 use std::sync::Arc;
 
-use super::{AccessFlags, Result, VerbsError};
 use crate::driver::device::Device;
+use crate::ib::{AccessFlags, Result, VerbsError};
 use crate::memory::SharedBytes;
 use crate::transport::Mr;
 
@@ -99,8 +99,8 @@ impl MemoryRegion {
     }
 
     /// An SGE covering `len` bytes at `offset` of this region.
-    pub fn sge(&self, offset: u64, len: u32) -> super::Sge {
-        super::Sge {
+    pub fn sge(&self, offset: u64, len: u32) -> crate::ib::Sge {
+        crate::ib::Sge {
             addr: self.mr.iova + offset,
             length: len,
             lkey: self.mr.lkey,

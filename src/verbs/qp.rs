@@ -10,12 +10,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::ah::AddressHandle;
 use super::cq::CompletionQueue;
-use super::UdDest;
-use super::{
+use crate::driver::device::Device;
+use crate::ib::UdDest;
+use crate::ib::{
     AccessFlags, AhAttr, Gid, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, Result,
     SendWr, VerbsError,
 };
-use crate::driver::device::Device;
 use crate::transport::{MrTable, QpCore, Srq};
 
 /// Creation attributes (`struct ibv_qp_init_attr`).

@@ -4,11 +4,12 @@
 //!
 //! Offsets and widths are IBTA's (the same as Linux's `include/rdma/ibta_vol1_c12.h`): a byte
 //! offset into the message data, a bit offset from that byte's most significant bit and a
-//! width. Each is written once, as a [`BitField`] or [`ByteField`], and both `parse` and `emit`
-//! go through it. Reserved bits are sent as zero and ignored on receipt. Private data has no
+//! width. Each message is declared once with `message!`, one line per field (doc, name, type,
+//! place), from which come its struct, its layout constants and the parse and emit that go
+//! through them. Reserved bits are sent as zero and ignored on receipt. Private data has no
 //! length on the wire: the whole area travels, zero-filled after what the consumer gave.
 
-use super::mad::{self, BitField, ByteField, MadRepr};
+use super::mad::{self, BitField, Field, MadRepr};
 use super::{check_emit_len, Error, Result};
 
 /// CM attribute IDs (IBTA Table 105).
@@ -183,11 +184,81 @@ pub mod rej_reason {
     }
 }
 
-const fn f(byte: usize, bit: u8, width: u8) -> BitField {
-    BitField::data(byte, bit, width)
+/// A field `width` bits wide at `bit` bits below the most significant bit of byte
+/// `data_byte` of the message (IBTA's offsets, which count from the end of the MAD header).
+const fn bits(data_byte: usize, bit: u8, width: u8) -> BitField {
+    BitField::data(data_byte, bit, width)
 }
-const fn b(byte: usize, len: usize) -> ByteField {
-    ByteField::data(byte, len)
+
+/// Where a byte array or a nested layout (a REQ's path) starts: its byte offset in the
+/// message. Its length or layout comes from its type.
+const fn at(data_byte: usize) -> usize {
+    data_byte
+}
+
+impl Field for CmPath {
+    type Place = usize;
+    fn read(at: usize, mad: &[u8], base: usize) -> Self {
+        CmPath::parse_at(mad, base + at)
+    }
+    fn write(&self, at: usize, mad: &mut [u8], base: usize) {
+        self.emit_at(mad, base + at);
+    }
+    #[cfg(test)]
+    fn occupies(at: usize, base: usize, out: &mut Vec<(usize, usize, usize)>) {
+        CmPath::occupied(base + at, out);
+    }
+}
+
+/// Declares a CM message (or a part of one) once, as IBTA's table gives it: per field its
+/// doc, name, type and place (`bits(byte, bit, width)` or `at(byte)`). From that one list
+/// come the struct, a layout module with one constant per field (named as the field), and
+/// `parse_at`/`emit_at`, which read and write every field through its constant.
+macro_rules! message {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident in $layout:ident {
+            $(
+                $(#[$doc:meta])*
+                $field:ident: $ty:ty = $place:expr,
+            )*
+        }
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            $(
+                $(#[$doc])*
+                pub $field: $ty,
+            )*
+        }
+
+        /// Where each field lies, relative to the start of the layout.
+        #[allow(non_upper_case_globals)]
+        mod $layout {
+            use super::*;
+            $(pub(super) const $field: <$ty as Field>::Place = $place;)*
+        }
+
+        impl $name {
+            /// Reads the layout starting `base` bytes into the message data of a whole MAD.
+            fn parse_at(mad: &[u8], base: usize) -> Self {
+                $name {
+                    $($field: Field::read($layout::$field, mad, base),)*
+                }
+            }
+
+            /// Writes the layout starting `base` bytes into the message data of a whole MAD.
+            fn emit_at(&self, mad: &mut [u8], base: usize) {
+                $(self.$field.write($layout::$field, mad, base);)*
+            }
+
+            /// The bits each field takes ([`Field::occupies`]), for the layout test.
+            #[cfg(test)]
+            fn occupied(base: usize, out: &mut Vec<(usize, usize, usize)>) {
+                $(<$ty as Field>::occupies($layout::$field, base, out);)*
+            }
+        }
+    };
 }
 
 /// Zeroes the message data of a MAD (so that reserved bits go out as zero) and writes its
@@ -198,294 +269,115 @@ fn start(mad: &mut [u8], tid: u64, attr_id: u16) -> Result<()> {
     MadRepr::cm_send(tid, attr_id).emit(mad)
 }
 
-/// One path of a REQ (the primary or the alternate): on RoCE the GIDs carry the IP addresses
-/// and the LIDs are the permissive 0xFFFF.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct CmPath {
-    /// The requester's port LID.
-    pub local_lid: u16,
-    /// The responder's port LID.
-    pub remote_lid: u16,
-    /// The requester's port GID.
-    pub local_gid: [u8; 16],
-    /// The responder's port GID.
-    pub remote_gid: [u8; 16],
-    /// Flow label (20 bits).
-    pub flow_label: u32,
-    /// Packet rate (6 bits, IBTA encoding).
-    pub packet_rate: u8,
-    /// Traffic class.
-    pub traffic_class: u8,
-    /// Hop limit.
-    pub hop_limit: u8,
-    /// Service level (4 bits).
-    pub sl: u8,
-    /// Whether the path stays in the local subnet.
-    pub subnet_local: bool,
-    /// Local ACK timeout exponent (5 bits: 4.096 us * 2^n).
-    pub local_ack_timeout: u8,
-}
-
-/// The bit fields of one REQ path, at the path's base offset (52 primary, 96 alternate, each
-/// laid out the same way from there; the GIDs and the byte fields are relative to it).
-struct PathLayout {
-    local_lid: BitField,
-    remote_lid: BitField,
-    local_gid: ByteField,
-    remote_gid: ByteField,
-    flow_label: BitField,
-    packet_rate: BitField,
-    traffic_class: BitField,
-    hop_limit: BitField,
-    sl: BitField,
-    subnet_local: BitField,
-    local_ack_timeout: BitField,
-}
-
-impl PathLayout {
-    const fn at(base: usize) -> Self {
-        PathLayout {
-            local_lid: f(base, 0, 16),
-            remote_lid: f(base + 2, 0, 16),
-            local_gid: b(base + 4, 16),
-            remote_gid: b(base + 20, 16),
-            flow_label: f(base + 36, 0, 20),
-            packet_rate: f(base + 39, 2, 6),
-            traffic_class: f(base + 40, 0, 8),
-            hop_limit: f(base + 41, 0, 8),
-            sl: f(base + 42, 0, 4),
-            subnet_local: f(base + 42, 4, 1),
-            local_ack_timeout: f(base + 43, 0, 5),
-        }
-    }
-
-    fn parse(&self, m: &[u8]) -> CmPath {
-        CmPath {
-            local_lid: self.local_lid.get(m) as u16,
-            remote_lid: self.remote_lid.get(m) as u16,
-            local_gid: self.local_gid.get_array(m),
-            remote_gid: self.remote_gid.get_array(m),
-            flow_label: self.flow_label.get(m) as u32,
-            packet_rate: self.packet_rate.get(m) as u8,
-            traffic_class: self.traffic_class.get(m) as u8,
-            hop_limit: self.hop_limit.get(m) as u8,
-            sl: self.sl.get(m) as u8,
-            subnet_local: self.subnet_local.get(m) != 0,
-            local_ack_timeout: self.local_ack_timeout.get(m) as u8,
-        }
-    }
-
-    fn emit(&self, p: &CmPath, m: &mut [u8]) {
-        self.local_lid.put(m, p.local_lid.into());
-        self.remote_lid.put(m, p.remote_lid.into());
-        self.local_gid.put(m, &p.local_gid);
-        self.remote_gid.put(m, &p.remote_gid);
-        self.flow_label.put(m, p.flow_label.into());
-        self.packet_rate.put(m, p.packet_rate.into());
-        self.traffic_class.put(m, p.traffic_class.into());
-        self.hop_limit.put(m, p.hop_limit.into());
-        self.sl.put(m, p.sl.into());
-        self.subnet_local.put(m, p.subnet_local.into());
-        self.local_ack_timeout.put(m, p.local_ack_timeout.into());
+message! {
+    /// One path of a REQ (the primary or the alternate): on RoCE the GIDs carry the IP addresses
+    /// and the LIDs are the permissive 0xFFFF.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct CmPath in path {
+        /// The requester's port LID.
+        local_lid: u16 = bits(0, 0, 16),
+        /// The responder's port LID.
+        remote_lid: u16 = bits(2, 0, 16),
+        /// The requester's port GID.
+        local_gid: [u8; 16] = at(4),
+        /// The responder's port GID.
+        remote_gid: [u8; 16] = at(20),
+        /// Flow label (20 bits).
+        flow_label: u32 = bits(36, 0, 20),
+        /// Packet rate (6 bits, IBTA encoding).
+        packet_rate: u8 = bits(39, 2, 6),
+        /// Traffic class.
+        traffic_class: u8 = bits(40, 0, 8),
+        /// Hop limit.
+        hop_limit: u8 = bits(41, 0, 8),
+        /// Service level (4 bits).
+        sl: u8 = bits(42, 0, 4),
+        /// Whether the path stays in the local subnet.
+        subnet_local: bool = bits(42, 4, 1),
+        /// Local ACK timeout exponent (5 bits: 4.096 us * 2^n).
+        local_ack_timeout: u8 = bits(43, 0, 5),
     }
 }
 
 /// Bytes of private data a REQ carries.
 pub const REQ_PRIVATE_DATA_LEN: usize = 92;
 
-/// A connection request (IBTA Table 106).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CmReq {
-    /// The requester's communication ID.
-    pub local_comm_id: u32,
-    /// The service the requester connects to (rdma_cm: port space and port).
-    pub service_id: u64,
-    /// The requester's channel adapter GUID.
-    pub local_ca_guid: u64,
-    /// The requester QP's Q_Key (UD/RD only; 0 for RC).
-    pub local_qkey: u32,
-    /// The requester's QP number (24 bits).
-    pub local_qpn: u32,
-    /// RDMA READ / atomic operations the requester accepts at once as responder.
-    pub responder_resources: u8,
-    /// The requester's EE context (RD only; 24 bits).
-    pub local_eecn: u32,
-    /// RDMA READ / atomic operations the requester will have outstanding as initiator.
-    pub initiator_depth: u8,
-    /// The responder's EE context (RD only; 24 bits).
-    pub remote_eecn: u32,
-    /// How long the responder's CM may take to answer (5 bits: 4.096 us * 2^n).
-    pub remote_cm_response_timeout: u8,
-    /// Transport service type (2 bits: [`transport_type`]).
-    pub transport_service_type: u8,
-    /// End-to-end flow control.
-    pub end_to_end_flow_control: bool,
-    /// The requester's first PSN (24 bits).
-    pub starting_psn: u32,
-    /// How long the requester's CM may take to answer (5 bits).
-    pub local_cm_response_timeout: u8,
-    /// Transport retry count (3 bits).
-    pub retry_count: u8,
-    /// Partition key.
-    pub partition_key: u16,
-    /// Path MTU (4 bits, IBTA encoding: 1 = 256 ... 5 = 4096).
-    pub path_mtu: u8,
-    /// RDC exists (RD only).
-    pub rdc_exists: bool,
-    /// RNR retry count (3 bits; 7 = forever).
-    pub rnr_retry_count: u8,
-    /// How many times the CM retransmits a message (4 bits).
-    pub max_cm_retries: u8,
-    /// Whether the requester's QP uses a shared receive queue.
-    pub srq: bool,
-    /// Extended transport type (3 bits; XRC = 1).
-    pub extended_transport_type: u8,
-    /// The primary path.
-    pub primary: CmPath,
-    /// The alternate path (all zero when there is none).
-    pub alternate: CmPath,
-    /// Whether the requester supports the SAP.
-    pub sap_supported: bool,
-    /// Private data (rdma_cm puts its [`super::cma::CmaHeader`] first).
-    pub private_data: [u8; REQ_PRIVATE_DATA_LEN],
-}
-
-mod req {
-    use super::{b, f, BitField, ByteField, PathLayout};
-    pub const LOCAL_COMM_ID: BitField = f(0, 0, 32);
-    pub const SERVICE_ID: BitField = f(8, 0, 64);
-    pub const LOCAL_CA_GUID: BitField = f(16, 0, 64);
-    pub const LOCAL_Q_KEY: BitField = f(28, 0, 32);
-    pub const LOCAL_QPN: BitField = f(32, 0, 24);
-    pub const RESPONDER_RESOURCES: BitField = f(35, 0, 8);
-    pub const LOCAL_EECN: BitField = f(36, 0, 24);
-    pub const INITIATOR_DEPTH: BitField = f(39, 0, 8);
-    pub const REMOTE_EECN: BitField = f(40, 0, 24);
-    pub const REMOTE_CM_RESPONSE_TIMEOUT: BitField = f(43, 0, 5);
-    pub const TRANSPORT_SERVICE_TYPE: BitField = f(43, 5, 2);
-    pub const END_TO_END_FLOW_CONTROL: BitField = f(43, 7, 1);
-    pub const STARTING_PSN: BitField = f(44, 0, 24);
-    pub const LOCAL_CM_RESPONSE_TIMEOUT: BitField = f(47, 0, 5);
-    pub const RETRY_COUNT: BitField = f(47, 5, 3);
-    pub const PARTITION_KEY: BitField = f(48, 0, 16);
-    pub const PATH_MTU: BitField = f(50, 0, 4);
-    pub const RDC_EXISTS: BitField = f(50, 4, 1);
-    pub const RNR_RETRY_COUNT: BitField = f(50, 5, 3);
-    pub const MAX_CM_RETRIES: BitField = f(51, 0, 4);
-    pub const SRQ: BitField = f(51, 4, 1);
-    pub const EXTENDED_TRANSPORT_TYPE: BitField = f(51, 5, 3);
-    pub const PRIMARY: PathLayout = PathLayout::at(52);
-    pub const ALTERNATE: PathLayout = PathLayout::at(96);
-    pub const SAP_SUPPORTED: BitField = f(139, 5, 1);
-    pub const PRIVATE_DATA: ByteField = b(140, super::REQ_PRIVATE_DATA_LEN);
-}
-
-impl CmReq {
-    fn parse(m: &[u8]) -> Self {
-        CmReq {
-            local_comm_id: req::LOCAL_COMM_ID.get(m) as u32,
-            service_id: req::SERVICE_ID.get(m),
-            local_ca_guid: req::LOCAL_CA_GUID.get(m),
-            local_qkey: req::LOCAL_Q_KEY.get(m) as u32,
-            local_qpn: req::LOCAL_QPN.get(m) as u32,
-            responder_resources: req::RESPONDER_RESOURCES.get(m) as u8,
-            local_eecn: req::LOCAL_EECN.get(m) as u32,
-            initiator_depth: req::INITIATOR_DEPTH.get(m) as u8,
-            remote_eecn: req::REMOTE_EECN.get(m) as u32,
-            remote_cm_response_timeout: req::REMOTE_CM_RESPONSE_TIMEOUT.get(m) as u8,
-            transport_service_type: req::TRANSPORT_SERVICE_TYPE.get(m) as u8,
-            end_to_end_flow_control: req::END_TO_END_FLOW_CONTROL.get(m) != 0,
-            starting_psn: req::STARTING_PSN.get(m) as u32,
-            local_cm_response_timeout: req::LOCAL_CM_RESPONSE_TIMEOUT.get(m) as u8,
-            retry_count: req::RETRY_COUNT.get(m) as u8,
-            partition_key: req::PARTITION_KEY.get(m) as u16,
-            path_mtu: req::PATH_MTU.get(m) as u8,
-            rdc_exists: req::RDC_EXISTS.get(m) != 0,
-            rnr_retry_count: req::RNR_RETRY_COUNT.get(m) as u8,
-            max_cm_retries: req::MAX_CM_RETRIES.get(m) as u8,
-            srq: req::SRQ.get(m) != 0,
-            extended_transport_type: req::EXTENDED_TRANSPORT_TYPE.get(m) as u8,
-            primary: req::PRIMARY.parse(m),
-            alternate: req::ALTERNATE.parse(m),
-            sap_supported: req::SAP_SUPPORTED.get(m) != 0,
-            private_data: req::PRIVATE_DATA.get_array(m),
-        }
-    }
-
-    fn emit(&self, m: &mut [u8]) {
-        req::LOCAL_COMM_ID.put(m, self.local_comm_id.into());
-        req::SERVICE_ID.put(m, self.service_id);
-        req::LOCAL_CA_GUID.put(m, self.local_ca_guid);
-        req::LOCAL_Q_KEY.put(m, self.local_qkey.into());
-        req::LOCAL_QPN.put(m, self.local_qpn.into());
-        req::RESPONDER_RESOURCES.put(m, self.responder_resources.into());
-        req::LOCAL_EECN.put(m, self.local_eecn.into());
-        req::INITIATOR_DEPTH.put(m, self.initiator_depth.into());
-        req::REMOTE_EECN.put(m, self.remote_eecn.into());
-        req::REMOTE_CM_RESPONSE_TIMEOUT.put(m, self.remote_cm_response_timeout.into());
-        req::TRANSPORT_SERVICE_TYPE.put(m, self.transport_service_type.into());
-        req::END_TO_END_FLOW_CONTROL.put(m, self.end_to_end_flow_control.into());
-        req::STARTING_PSN.put(m, self.starting_psn.into());
-        req::LOCAL_CM_RESPONSE_TIMEOUT.put(m, self.local_cm_response_timeout.into());
-        req::RETRY_COUNT.put(m, self.retry_count.into());
-        req::PARTITION_KEY.put(m, self.partition_key.into());
-        req::PATH_MTU.put(m, self.path_mtu.into());
-        req::RDC_EXISTS.put(m, self.rdc_exists.into());
-        req::RNR_RETRY_COUNT.put(m, self.rnr_retry_count.into());
-        req::MAX_CM_RETRIES.put(m, self.max_cm_retries.into());
-        req::SRQ.put(m, self.srq.into());
-        req::EXTENDED_TRANSPORT_TYPE.put(m, self.extended_transport_type.into());
-        req::PRIMARY.emit(&self.primary, m);
-        req::ALTERNATE.emit(&self.alternate, m);
-        req::SAP_SUPPORTED.put(m, self.sap_supported.into());
-        req::PRIVATE_DATA.put(m, &self.private_data);
+message! {
+    /// A connection request (IBTA Table 106).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct CmReq in req {
+        /// The requester's communication ID.
+        local_comm_id: u32 = bits(0, 0, 32),
+        /// The service the requester connects to (rdma_cm: port space and port).
+        service_id: u64 = bits(8, 0, 64),
+        /// The requester's channel adapter GUID.
+        local_ca_guid: u64 = bits(16, 0, 64),
+        /// The requester QP's Q_Key (UD/RD only; 0 for RC).
+        local_qkey: u32 = bits(28, 0, 32),
+        /// The requester's QP number (24 bits).
+        local_qpn: u32 = bits(32, 0, 24),
+        /// RDMA READ / atomic operations the requester accepts at once as responder.
+        responder_resources: u8 = bits(35, 0, 8),
+        /// The requester's EE context (RD only; 24 bits).
+        local_eecn: u32 = bits(36, 0, 24),
+        /// RDMA READ / atomic operations the requester will have outstanding as initiator.
+        initiator_depth: u8 = bits(39, 0, 8),
+        /// The responder's EE context (RD only; 24 bits).
+        remote_eecn: u32 = bits(40, 0, 24),
+        /// How long the responder's CM may take to answer (5 bits: 4.096 us * 2^n).
+        remote_cm_response_timeout: u8 = bits(43, 0, 5),
+        /// Transport service type (2 bits: [`transport_type`]).
+        transport_service_type: u8 = bits(43, 5, 2),
+        /// End-to-end flow control.
+        end_to_end_flow_control: bool = bits(43, 7, 1),
+        /// The requester's first PSN (24 bits).
+        starting_psn: u32 = bits(44, 0, 24),
+        /// How long the requester's CM may take to answer (5 bits).
+        local_cm_response_timeout: u8 = bits(47, 0, 5),
+        /// Transport retry count (3 bits).
+        retry_count: u8 = bits(47, 5, 3),
+        /// Partition key.
+        partition_key: u16 = bits(48, 0, 16),
+        /// Path MTU (4 bits, IBTA encoding: 1 = 256 ... 5 = 4096).
+        path_mtu: u8 = bits(50, 0, 4),
+        /// RDC exists (RD only).
+        rdc_exists: bool = bits(50, 4, 1),
+        /// RNR retry count (3 bits; 7 = forever).
+        rnr_retry_count: u8 = bits(50, 5, 3),
+        /// How many times the CM retransmits a message (4 bits).
+        max_cm_retries: u8 = bits(51, 0, 4),
+        /// Whether the requester's QP uses a shared receive queue.
+        srq: bool = bits(51, 4, 1),
+        /// Extended transport type (3 bits; XRC = 1).
+        extended_transport_type: u8 = bits(51, 5, 3),
+        /// The primary path.
+        primary: CmPath = at(52),
+        /// The alternate path (all zero when there is none).
+        alternate: CmPath = at(96),
+        /// Whether the requester supports the SAP.
+        sap_supported: bool = bits(139, 5, 1),
+        /// Private data (rdma_cm puts its [`super::cma::CmaHeader`] first).
+        private_data: [u8; REQ_PRIVATE_DATA_LEN] = at(140),
     }
 }
 
 /// Bytes of private data an MRA carries.
 pub const MRA_PRIVATE_DATA_LEN: usize = 222;
 
-/// Message receipt acknowledgement (IBTA Table 107): "I have your message; give me longer".
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CmMra {
-    /// The sender's communication ID.
-    pub local_comm_id: u32,
-    /// The receiver's communication ID (0 when MRAing a REQ whose sender's ID is all we know).
-    pub remote_comm_id: u32,
-    /// Which message is acknowledged (2 bits: [`message_ref`]).
-    pub message_mraed: u8,
-    /// How much longer the sender needs (5 bits: 4.096 us * 2^n).
-    pub service_timeout: u8,
-    /// Private data.
-    pub private_data: [u8; MRA_PRIVATE_DATA_LEN],
-}
-
-mod mra {
-    use super::{b, f, BitField, ByteField};
-    pub const LOCAL_COMM_ID: BitField = f(0, 0, 32);
-    pub const REMOTE_COMM_ID: BitField = f(4, 0, 32);
-    pub const MESSAGE_MRAED: BitField = f(8, 0, 2);
-    pub const SERVICE_TIMEOUT: BitField = f(9, 0, 5);
-    pub const PRIVATE_DATA: ByteField = b(10, super::MRA_PRIVATE_DATA_LEN);
-}
-
-impl CmMra {
-    fn parse(m: &[u8]) -> Self {
-        CmMra {
-            local_comm_id: mra::LOCAL_COMM_ID.get(m) as u32,
-            remote_comm_id: mra::REMOTE_COMM_ID.get(m) as u32,
-            message_mraed: mra::MESSAGE_MRAED.get(m) as u8,
-            service_timeout: mra::SERVICE_TIMEOUT.get(m) as u8,
-            private_data: mra::PRIVATE_DATA.get_array(m),
-        }
-    }
-
-    fn emit(&self, m: &mut [u8]) {
-        mra::LOCAL_COMM_ID.put(m, self.local_comm_id.into());
-        mra::REMOTE_COMM_ID.put(m, self.remote_comm_id.into());
-        mra::MESSAGE_MRAED.put(m, self.message_mraed.into());
-        mra::SERVICE_TIMEOUT.put(m, self.service_timeout.into());
-        mra::PRIVATE_DATA.put(m, &self.private_data);
+message! {
+    /// Message receipt acknowledgement (IBTA Table 107): "I have your message; give me longer".
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct CmMra in mra {
+        /// The sender's communication ID.
+        local_comm_id: u32 = bits(0, 0, 32),
+        /// The receiver's communication ID (0 when MRAing a REQ whose sender's ID is all we know).
+        remote_comm_id: u32 = bits(4, 0, 32),
+        /// Which message is acknowledged (2 bits: [`message_ref`]).
+        message_mraed: u8 = bits(8, 0, 2),
+        /// How much longer the sender needs (5 bits: 4.096 us * 2^n).
+        service_timeout: u8 = bits(9, 0, 5),
+        /// Private data.
+        private_data: [u8; MRA_PRIVATE_DATA_LEN] = at(10),
     }
 }
 
@@ -494,276 +386,117 @@ pub const REJ_ARI_LEN: usize = 72;
 /// Bytes of private data a REJ carries.
 pub const REJ_PRIVATE_DATA_LEN: usize = 148;
 
-/// Reject (IBTA Table 108).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CmRej {
-    /// The sender's communication ID.
-    pub local_comm_id: u32,
-    /// The receiver's communication ID (0 if unknown).
-    pub remote_comm_id: u32,
-    /// Which message is rejected (2 bits: [`message_ref`]).
-    pub message_rejected: u8,
-    /// Bytes of `ari` that are meaningful (7 bits).
-    pub rejected_info_length: u8,
-    /// Why ([`rej_reason`]).
-    pub reason: u16,
-    /// Additional rejection information.
-    pub ari: [u8; REJ_ARI_LEN],
-    /// Private data.
-    pub private_data: [u8; REJ_PRIVATE_DATA_LEN],
-}
-
-mod rej {
-    use super::{b, f, BitField, ByteField};
-    pub const LOCAL_COMM_ID: BitField = f(0, 0, 32);
-    pub const REMOTE_COMM_ID: BitField = f(4, 0, 32);
-    pub const MESSAGE_REJECTED: BitField = f(8, 0, 2);
-    pub const REJECTED_INFO_LENGTH: BitField = f(9, 0, 7);
-    pub const REASON: BitField = f(10, 0, 16);
-    pub const ARI: ByteField = b(12, super::REJ_ARI_LEN);
-    pub const PRIVATE_DATA: ByteField = b(84, super::REJ_PRIVATE_DATA_LEN);
-}
-
-impl CmRej {
-    fn parse(m: &[u8]) -> Self {
-        CmRej {
-            local_comm_id: rej::LOCAL_COMM_ID.get(m) as u32,
-            remote_comm_id: rej::REMOTE_COMM_ID.get(m) as u32,
-            message_rejected: rej::MESSAGE_REJECTED.get(m) as u8,
-            rejected_info_length: rej::REJECTED_INFO_LENGTH.get(m) as u8,
-            reason: rej::REASON.get(m) as u16,
-            ari: rej::ARI.get_array(m),
-            private_data: rej::PRIVATE_DATA.get_array(m),
-        }
-    }
-
-    fn emit(&self, m: &mut [u8]) {
-        rej::LOCAL_COMM_ID.put(m, self.local_comm_id.into());
-        rej::REMOTE_COMM_ID.put(m, self.remote_comm_id.into());
-        rej::MESSAGE_REJECTED.put(m, self.message_rejected.into());
-        rej::REJECTED_INFO_LENGTH.put(m, self.rejected_info_length.into());
-        rej::REASON.put(m, self.reason.into());
-        rej::ARI.put(m, &self.ari);
-        rej::PRIVATE_DATA.put(m, &self.private_data);
+message! {
+    /// Reject (IBTA Table 108).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct CmRej in rej {
+        /// The sender's communication ID.
+        local_comm_id: u32 = bits(0, 0, 32),
+        /// The receiver's communication ID (0 if unknown).
+        remote_comm_id: u32 = bits(4, 0, 32),
+        /// Which message is rejected (2 bits: [`message_ref`]).
+        message_rejected: u8 = bits(8, 0, 2),
+        /// Bytes of `ari` that are meaningful (7 bits).
+        rejected_info_length: u8 = bits(9, 0, 7),
+        /// Why ([`rej_reason`]).
+        reason: u16 = bits(10, 0, 16),
+        /// Additional rejection information.
+        ari: [u8; REJ_ARI_LEN] = at(12),
+        /// Private data.
+        private_data: [u8; REJ_PRIVATE_DATA_LEN] = at(84),
     }
 }
 
 /// Bytes of private data a REP carries.
 pub const REP_PRIVATE_DATA_LEN: usize = 196;
 
-/// Reply to a request (IBTA Table 110).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CmRep {
-    /// The responder's communication ID.
-    pub local_comm_id: u32,
-    /// The requester's communication ID.
-    pub remote_comm_id: u32,
-    /// The responder QP's Q_Key (UD/RD only).
-    pub local_qkey: u32,
-    /// The responder's QP number (24 bits).
-    pub local_qpn: u32,
-    /// The responder's EE context (RD only; 24 bits).
-    pub local_eecn: u32,
-    /// The responder's first PSN (24 bits).
-    pub starting_psn: u32,
-    /// RDMA READ / atomic operations the responder accepts at once.
-    pub responder_resources: u8,
-    /// RDMA READ / atomic operations the responder will have outstanding.
-    pub initiator_depth: u8,
-    /// The responder's target ACK delay (5 bits).
-    pub target_ack_delay: u8,
-    /// Failover accepted (2 bits).
-    pub failover_accepted: u8,
-    /// End-to-end flow control.
-    pub end_to_end_flow_control: bool,
-    /// RNR retry count (3 bits).
-    pub rnr_retry_count: u8,
-    /// Whether the responder's QP uses a shared receive queue.
-    pub srq: bool,
-    /// The responder's channel adapter GUID.
-    pub local_ca_guid: u64,
-    /// Private data.
-    pub private_data: [u8; REP_PRIVATE_DATA_LEN],
-}
-
-mod rep {
-    use super::{b, f, BitField, ByteField};
-    pub const LOCAL_COMM_ID: BitField = f(0, 0, 32);
-    pub const REMOTE_COMM_ID: BitField = f(4, 0, 32);
-    pub const LOCAL_Q_KEY: BitField = f(8, 0, 32);
-    pub const LOCAL_QPN: BitField = f(12, 0, 24);
-    pub const LOCAL_EECN: BitField = f(16, 0, 24);
-    pub const STARTING_PSN: BitField = f(20, 0, 24);
-    pub const RESPONDER_RESOURCES: BitField = f(24, 0, 8);
-    pub const INITIATOR_DEPTH: BitField = f(25, 0, 8);
-    pub const TARGET_ACK_DELAY: BitField = f(26, 0, 5);
-    pub const FAILOVER_ACCEPTED: BitField = f(26, 5, 2);
-    pub const END_TO_END_FLOW_CONTROL: BitField = f(26, 7, 1);
-    pub const RNR_RETRY_COUNT: BitField = f(27, 0, 3);
-    pub const SRQ: BitField = f(27, 3, 1);
-    pub const LOCAL_CA_GUID: BitField = f(28, 0, 64);
-    pub const PRIVATE_DATA: ByteField = b(36, super::REP_PRIVATE_DATA_LEN);
-}
-
-impl CmRep {
-    fn parse(m: &[u8]) -> Self {
-        CmRep {
-            local_comm_id: rep::LOCAL_COMM_ID.get(m) as u32,
-            remote_comm_id: rep::REMOTE_COMM_ID.get(m) as u32,
-            local_qkey: rep::LOCAL_Q_KEY.get(m) as u32,
-            local_qpn: rep::LOCAL_QPN.get(m) as u32,
-            local_eecn: rep::LOCAL_EECN.get(m) as u32,
-            starting_psn: rep::STARTING_PSN.get(m) as u32,
-            responder_resources: rep::RESPONDER_RESOURCES.get(m) as u8,
-            initiator_depth: rep::INITIATOR_DEPTH.get(m) as u8,
-            target_ack_delay: rep::TARGET_ACK_DELAY.get(m) as u8,
-            failover_accepted: rep::FAILOVER_ACCEPTED.get(m) as u8,
-            end_to_end_flow_control: rep::END_TO_END_FLOW_CONTROL.get(m) != 0,
-            rnr_retry_count: rep::RNR_RETRY_COUNT.get(m) as u8,
-            srq: rep::SRQ.get(m) != 0,
-            local_ca_guid: rep::LOCAL_CA_GUID.get(m),
-            private_data: rep::PRIVATE_DATA.get_array(m),
-        }
-    }
-
-    fn emit(&self, m: &mut [u8]) {
-        rep::LOCAL_COMM_ID.put(m, self.local_comm_id.into());
-        rep::REMOTE_COMM_ID.put(m, self.remote_comm_id.into());
-        rep::LOCAL_Q_KEY.put(m, self.local_qkey.into());
-        rep::LOCAL_QPN.put(m, self.local_qpn.into());
-        rep::LOCAL_EECN.put(m, self.local_eecn.into());
-        rep::STARTING_PSN.put(m, self.starting_psn.into());
-        rep::RESPONDER_RESOURCES.put(m, self.responder_resources.into());
-        rep::INITIATOR_DEPTH.put(m, self.initiator_depth.into());
-        rep::TARGET_ACK_DELAY.put(m, self.target_ack_delay.into());
-        rep::FAILOVER_ACCEPTED.put(m, self.failover_accepted.into());
-        rep::END_TO_END_FLOW_CONTROL.put(m, self.end_to_end_flow_control.into());
-        rep::RNR_RETRY_COUNT.put(m, self.rnr_retry_count.into());
-        rep::SRQ.put(m, self.srq.into());
-        rep::LOCAL_CA_GUID.put(m, self.local_ca_guid);
-        rep::PRIVATE_DATA.put(m, &self.private_data);
+message! {
+    /// Reply to a request (IBTA Table 110).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct CmRep in rep {
+        /// The responder's communication ID.
+        local_comm_id: u32 = bits(0, 0, 32),
+        /// The requester's communication ID.
+        remote_comm_id: u32 = bits(4, 0, 32),
+        /// The responder QP's Q_Key (UD/RD only).
+        local_qkey: u32 = bits(8, 0, 32),
+        /// The responder's QP number (24 bits).
+        local_qpn: u32 = bits(12, 0, 24),
+        /// The responder's EE context (RD only; 24 bits).
+        local_eecn: u32 = bits(16, 0, 24),
+        /// The responder's first PSN (24 bits).
+        starting_psn: u32 = bits(20, 0, 24),
+        /// RDMA READ / atomic operations the responder accepts at once.
+        responder_resources: u8 = bits(24, 0, 8),
+        /// RDMA READ / atomic operations the responder will have outstanding.
+        initiator_depth: u8 = bits(25, 0, 8),
+        /// The responder's target ACK delay (5 bits).
+        target_ack_delay: u8 = bits(26, 0, 5),
+        /// Failover accepted (2 bits).
+        failover_accepted: u8 = bits(26, 5, 2),
+        /// End-to-end flow control.
+        end_to_end_flow_control: bool = bits(26, 7, 1),
+        /// RNR retry count (3 bits).
+        rnr_retry_count: u8 = bits(27, 0, 3),
+        /// Whether the responder's QP uses a shared receive queue.
+        srq: bool = bits(27, 3, 1),
+        /// The responder's channel adapter GUID.
+        local_ca_guid: u64 = bits(28, 0, 64),
+        /// Private data.
+        private_data: [u8; REP_PRIVATE_DATA_LEN] = at(36),
     }
 }
 
 /// Bytes of private data an RTU or a DREP carries.
 pub const RTU_PRIVATE_DATA_LEN: usize = 224;
 
-/// Ready to use (IBTA Table 111) and disconnect reply (Table 113), which share one layout: the
-/// two communication IDs and private data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CmIds {
-    /// The sender's communication ID.
-    pub local_comm_id: u32,
-    /// The receiver's communication ID.
-    pub remote_comm_id: u32,
-    /// Private data.
-    pub private_data: [u8; RTU_PRIVATE_DATA_LEN],
-}
-
-mod ids {
-    use super::{b, f, BitField, ByteField};
-    pub const LOCAL_COMM_ID: BitField = f(0, 0, 32);
-    pub const REMOTE_COMM_ID: BitField = f(4, 0, 32);
-    pub const PRIVATE_DATA: ByteField = b(8, super::RTU_PRIVATE_DATA_LEN);
-}
-
-impl CmIds {
-    fn parse(m: &[u8]) -> Self {
-        CmIds {
-            local_comm_id: ids::LOCAL_COMM_ID.get(m) as u32,
-            remote_comm_id: ids::REMOTE_COMM_ID.get(m) as u32,
-            private_data: ids::PRIVATE_DATA.get_array(m),
-        }
-    }
-
-    fn emit(&self, m: &mut [u8]) {
-        ids::LOCAL_COMM_ID.put(m, self.local_comm_id.into());
-        ids::REMOTE_COMM_ID.put(m, self.remote_comm_id.into());
-        ids::PRIVATE_DATA.put(m, &self.private_data);
+message! {
+    /// Ready to use (IBTA Table 111) and disconnect reply (Table 113), which share one layout: the
+    /// two communication IDs and private data.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct CmIds in ids {
+        /// The sender's communication ID.
+        local_comm_id: u32 = bits(0, 0, 32),
+        /// The receiver's communication ID.
+        remote_comm_id: u32 = bits(4, 0, 32),
+        /// Private data.
+        private_data: [u8; RTU_PRIVATE_DATA_LEN] = at(8),
     }
 }
 
 /// Bytes of private data a DREQ carries.
 pub const DREQ_PRIVATE_DATA_LEN: usize = 220;
 
-/// Disconnect request (IBTA Table 112).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CmDreq {
-    /// The sender's communication ID.
-    pub local_comm_id: u32,
-    /// The receiver's communication ID.
-    pub remote_comm_id: u32,
-    /// The receiver's QP number (24 bits), which it checks against the connection.
-    pub remote_qpn: u32,
-    /// Private data.
-    pub private_data: [u8; DREQ_PRIVATE_DATA_LEN],
-}
-
-mod dreq {
-    use super::{b, f, BitField, ByteField};
-    pub const LOCAL_COMM_ID: BitField = f(0, 0, 32);
-    pub const REMOTE_COMM_ID: BitField = f(4, 0, 32);
-    pub const REMOTE_QPN: BitField = f(8, 0, 24);
-    pub const PRIVATE_DATA: ByteField = b(12, super::DREQ_PRIVATE_DATA_LEN);
-}
-
-impl CmDreq {
-    fn parse(m: &[u8]) -> Self {
-        CmDreq {
-            local_comm_id: dreq::LOCAL_COMM_ID.get(m) as u32,
-            remote_comm_id: dreq::REMOTE_COMM_ID.get(m) as u32,
-            remote_qpn: dreq::REMOTE_QPN.get(m) as u32,
-            private_data: dreq::PRIVATE_DATA.get_array(m),
-        }
-    }
-
-    fn emit(&self, m: &mut [u8]) {
-        dreq::LOCAL_COMM_ID.put(m, self.local_comm_id.into());
-        dreq::REMOTE_COMM_ID.put(m, self.remote_comm_id.into());
-        dreq::REMOTE_QPN.put(m, self.remote_qpn.into());
-        dreq::PRIVATE_DATA.put(m, &self.private_data);
+message! {
+    /// Disconnect request (IBTA Table 112).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct CmDreq in dreq {
+        /// The sender's communication ID.
+        local_comm_id: u32 = bits(0, 0, 32),
+        /// The receiver's communication ID.
+        remote_comm_id: u32 = bits(4, 0, 32),
+        /// The receiver's QP number (24 bits), which it checks against the connection.
+        remote_qpn: u32 = bits(8, 0, 24),
+        /// Private data.
+        private_data: [u8; DREQ_PRIVATE_DATA_LEN] = at(12),
     }
 }
 
 /// Bytes of private data a SIDR_REQ carries.
 pub const SIDR_REQ_PRIVATE_DATA_LEN: usize = 216;
 
-/// Service ID resolution request (IBTA Table 119): which UD QP serves this service?
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CmSidrReq {
-    /// The requester's ID for this resolution.
-    pub request_id: u32,
-    /// Partition key.
-    pub partition_key: u16,
-    /// The service asked for.
-    pub service_id: u64,
-    /// Private data.
-    pub private_data: [u8; SIDR_REQ_PRIVATE_DATA_LEN],
-}
-
-mod sidr_req {
-    use super::{b, f, BitField, ByteField};
-    pub const REQUEST_ID: BitField = f(0, 0, 32);
-    pub const PARTITION_KEY: BitField = f(4, 0, 16);
-    pub const SERVICE_ID: BitField = f(8, 0, 64);
-    pub const PRIVATE_DATA: ByteField = b(16, super::SIDR_REQ_PRIVATE_DATA_LEN);
-}
-
-impl CmSidrReq {
-    fn parse(m: &[u8]) -> Self {
-        CmSidrReq {
-            request_id: sidr_req::REQUEST_ID.get(m) as u32,
-            partition_key: sidr_req::PARTITION_KEY.get(m) as u16,
-            service_id: sidr_req::SERVICE_ID.get(m),
-            private_data: sidr_req::PRIVATE_DATA.get_array(m),
-        }
-    }
-
-    fn emit(&self, m: &mut [u8]) {
-        sidr_req::REQUEST_ID.put(m, self.request_id.into());
-        sidr_req::PARTITION_KEY.put(m, self.partition_key.into());
-        sidr_req::SERVICE_ID.put(m, self.service_id);
-        sidr_req::PRIVATE_DATA.put(m, &self.private_data);
+message! {
+    /// Service ID resolution request (IBTA Table 119): which UD QP serves this service?
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct CmSidrReq in sidr_req {
+        /// The requester's ID for this resolution.
+        request_id: u32 = bits(0, 0, 32),
+        /// Partition key.
+        partition_key: u16 = bits(4, 0, 16),
+        /// The service asked for.
+        service_id: u64 = bits(8, 0, 64),
+        /// Private data.
+        private_data: [u8; SIDR_REQ_PRIVATE_DATA_LEN] = at(16),
     }
 }
 
@@ -772,62 +505,26 @@ pub const SIDR_REP_INFO_LEN: usize = 72;
 /// Bytes of private data a SIDR_REP carries.
 pub const SIDR_REP_PRIVATE_DATA_LEN: usize = 136;
 
-/// Service ID resolution reply (IBTA Table 120).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CmSidrRep {
-    /// The request's ID, echoed.
-    pub request_id: u32,
-    /// 0 = the QP is valid; otherwise why not (IBTA Table 121).
-    pub status: u8,
-    /// Bytes of `additional_information` that are meaningful.
-    pub additional_information_length: u8,
-    /// The UD QP that serves the service (24 bits).
-    pub qpn: u32,
-    /// The service, echoed.
-    pub service_id: u64,
-    /// The Q_Key of that QP.
-    pub qkey: u32,
-    /// Additional information.
-    pub additional_information: [u8; SIDR_REP_INFO_LEN],
-    /// Private data.
-    pub private_data: [u8; SIDR_REP_PRIVATE_DATA_LEN],
-}
-
-mod sidr_rep {
-    use super::{b, f, BitField, ByteField};
-    pub const REQUEST_ID: BitField = f(0, 0, 32);
-    pub const STATUS: BitField = f(4, 0, 8);
-    pub const ADDITIONAL_INFORMATION_LENGTH: BitField = f(5, 0, 8);
-    pub const QPN: BitField = f(8, 0, 24);
-    pub const SERVICE_ID: BitField = f(12, 0, 64);
-    pub const Q_KEY: BitField = f(20, 0, 32);
-    pub const ADDITIONAL_INFORMATION: ByteField = b(24, super::SIDR_REP_INFO_LEN);
-    pub const PRIVATE_DATA: ByteField = b(96, super::SIDR_REP_PRIVATE_DATA_LEN);
-}
-
-impl CmSidrRep {
-    fn parse(m: &[u8]) -> Self {
-        CmSidrRep {
-            request_id: sidr_rep::REQUEST_ID.get(m) as u32,
-            status: sidr_rep::STATUS.get(m) as u8,
-            additional_information_length: sidr_rep::ADDITIONAL_INFORMATION_LENGTH.get(m) as u8,
-            qpn: sidr_rep::QPN.get(m) as u32,
-            service_id: sidr_rep::SERVICE_ID.get(m),
-            qkey: sidr_rep::Q_KEY.get(m) as u32,
-            additional_information: sidr_rep::ADDITIONAL_INFORMATION.get_array(m),
-            private_data: sidr_rep::PRIVATE_DATA.get_array(m),
-        }
-    }
-
-    fn emit(&self, m: &mut [u8]) {
-        sidr_rep::REQUEST_ID.put(m, self.request_id.into());
-        sidr_rep::STATUS.put(m, self.status.into());
-        sidr_rep::ADDITIONAL_INFORMATION_LENGTH.put(m, self.additional_information_length.into());
-        sidr_rep::QPN.put(m, self.qpn.into());
-        sidr_rep::SERVICE_ID.put(m, self.service_id);
-        sidr_rep::Q_KEY.put(m, self.qkey.into());
-        sidr_rep::ADDITIONAL_INFORMATION.put(m, &self.additional_information);
-        sidr_rep::PRIVATE_DATA.put(m, &self.private_data);
+message! {
+    /// Service ID resolution reply (IBTA Table 120).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct CmSidrRep in sidr_rep {
+        /// The request's ID, echoed.
+        request_id: u32 = bits(0, 0, 32),
+        /// 0 = the QP is valid; otherwise why not (IBTA Table 121).
+        status: u8 = bits(4, 0, 8),
+        /// Bytes of `additional_information` that are meaningful.
+        additional_information_length: u8 = bits(5, 0, 8),
+        /// The UD QP that serves the service (24 bits).
+        qpn: u32 = bits(8, 0, 24),
+        /// The service, echoed.
+        service_id: u64 = bits(12, 0, 64),
+        /// The Q_Key of that QP.
+        qkey: u32 = bits(20, 0, 32),
+        /// Additional information.
+        additional_information: [u8; SIDR_REP_INFO_LEN] = at(24),
+        /// Private data.
+        private_data: [u8; SIDR_REP_PRIVATE_DATA_LEN] = at(96),
     }
 }
 
@@ -908,15 +605,15 @@ impl CmMessage {
         }
         let m = &mad[..mad::LEN];
         let msg = match hdr.attr_id {
-            attr::REQ => CmMessage::Req(CmReq::parse(m)),
-            attr::MRA => CmMessage::Mra(CmMra::parse(m)),
-            attr::REJ => CmMessage::Rej(CmRej::parse(m)),
-            attr::REP => CmMessage::Rep(CmRep::parse(m)),
-            attr::RTU => CmMessage::Rtu(CmIds::parse(m)),
-            attr::DREQ => CmMessage::Dreq(CmDreq::parse(m)),
-            attr::DREP => CmMessage::Drep(CmIds::parse(m)),
-            attr::SIDR_REQ => CmMessage::SidrReq(CmSidrReq::parse(m)),
-            attr::SIDR_REP => CmMessage::SidrRep(CmSidrRep::parse(m)),
+            attr::REQ => CmMessage::Req(CmReq::parse_at(m, 0)),
+            attr::MRA => CmMessage::Mra(CmMra::parse_at(m, 0)),
+            attr::REJ => CmMessage::Rej(CmRej::parse_at(m, 0)),
+            attr::REP => CmMessage::Rep(CmRep::parse_at(m, 0)),
+            attr::RTU => CmMessage::Rtu(CmIds::parse_at(m, 0)),
+            attr::DREQ => CmMessage::Dreq(CmDreq::parse_at(m, 0)),
+            attr::DREP => CmMessage::Drep(CmIds::parse_at(m, 0)),
+            attr::SIDR_REQ => CmMessage::SidrReq(CmSidrReq::parse_at(m, 0)),
+            attr::SIDR_REP => CmMessage::SidrRep(CmSidrRep::parse_at(m, 0)),
             _ => return Err(unsupported),
         };
         Ok((hdr, msg))
@@ -928,14 +625,14 @@ impl CmMessage {
         start(mad, tid, self.attr_id())?;
         let m = &mut mad[..mad::LEN];
         match self {
-            CmMessage::Req(x) => x.emit(m),
-            CmMessage::Mra(x) => x.emit(m),
-            CmMessage::Rej(x) => x.emit(m),
-            CmMessage::Rep(x) => x.emit(m),
-            CmMessage::Rtu(x) | CmMessage::Drep(x) => x.emit(m),
-            CmMessage::Dreq(x) => x.emit(m),
-            CmMessage::SidrReq(x) => x.emit(m),
-            CmMessage::SidrRep(x) => x.emit(m),
+            CmMessage::Req(x) => x.emit_at(m, 0),
+            CmMessage::Mra(x) => x.emit_at(m, 0),
+            CmMessage::Rej(x) => x.emit_at(m, 0),
+            CmMessage::Rep(x) => x.emit_at(m, 0),
+            CmMessage::Rtu(x) | CmMessage::Drep(x) => x.emit_at(m, 0),
+            CmMessage::Dreq(x) => x.emit_at(m, 0),
+            CmMessage::SidrReq(x) => x.emit_at(m, 0),
+            CmMessage::SidrRep(x) => x.emit_at(m, 0),
         }
         Ok(())
     }
@@ -1141,5 +838,54 @@ mod tests {
         m[2] = 1; // class version 1
         assert!(CmMessage::parse(&m).is_err());
         assert!(CmMessage::parse(&m[..200]).is_err());
+    }
+
+    /// Every message's layout, as declared once: fields within the 232 bytes of message data,
+    /// none overlapping another, each at most as wide as its type (and within the 64 bits a
+    /// `BitField` reads), and the private data running to the end of the message.
+    #[test]
+    fn layouts_fit_their_types_and_the_message_without_overlap() {
+        type Occupied = fn(usize, &mut Vec<(usize, usize, usize)>);
+        let layouts: [(&str, Occupied); 8] = [
+            ("REQ", CmReq::occupied),
+            ("MRA", CmMra::occupied),
+            ("REJ", CmRej::occupied),
+            ("REP", CmRep::occupied),
+            ("RTU/DREP", CmIds::occupied),
+            ("DREQ", CmDreq::occupied),
+            ("SIDR_REQ", CmSidrReq::occupied),
+            ("SIDR_REP", CmSidrRep::occupied),
+        ];
+        for (name, occupied) in layouts {
+            let mut fields = Vec::new();
+            occupied(0, &mut fields);
+            fields.sort_unstable();
+            for &(first, width, holds) in &fields {
+                assert!(
+                    (1..=holds).contains(&width),
+                    "{name}: the field at bit {first} is {width} bits wide in a type of {holds}"
+                );
+                // Byte arrays (wider than any number) are copied, not read as one word.
+                assert!(
+                    holds > 64 || first % 8 + width <= 64,
+                    "{name}: the bit field at bit {first} spans more than 8 bytes"
+                );
+            }
+            for pair in fields.windows(2) {
+                let (a, b) = (pair[0], pair[1]);
+                assert!(
+                    a.0 + a.1 <= b.0,
+                    "{name}: fields at bits {} and {} overlap",
+                    a.0,
+                    b.0
+                );
+            }
+            let (first, width, _) = *fields.last().unwrap();
+            assert_eq!(
+                first + width,
+                mad::DATA_LEN * 8,
+                "{name}: does not end the message"
+            );
+        }
     }
 }

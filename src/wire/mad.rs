@@ -13,8 +13,10 @@
 //!
 //! The class layouts (CM messages in [`super::cm`]) are written as [`BitField`]s and
 //! [`ByteField`]s: a byte offset into the MAD, a bit offset from that byte's most significant bit
-//! and a width, the way IBTA's tables and Linux's `ibta_vol1_c12.h` state them. Parsing and
-//! emitting both go through the same descriptor, so each layout is written once.
+//! and a width, the way IBTA's tables and Linux's `ibta_vol1_c12.h` state them. Each field is
+//! declared once, in one list per layout (`header!` here, `message!` in [`super::cm`]), and
+//! a `Field` trait reads and writes it by its type, so the struct, the layout, the view and
+//! parse/emit cannot disagree.
 
 use super::{check_emit_len, check_len, Header, Result};
 
@@ -148,59 +150,179 @@ impl ByteField {
     }
 }
 
-mod field {
-    use super::BitField;
-    pub const BASE_VERSION: BitField = BitField {
-        byte: 0,
-        bit: 0,
-        width: 8,
-    };
-    pub const MGMT_CLASS: BitField = BitField {
-        byte: 1,
-        bit: 0,
-        width: 8,
-    };
-    pub const CLASS_VERSION: BitField = BitField {
-        byte: 2,
-        bit: 0,
-        width: 8,
-    };
-    pub const METHOD: BitField = BitField {
-        byte: 3,
-        bit: 0,
-        width: 8,
-    };
-    pub const STATUS: BitField = BitField {
-        byte: 4,
-        bit: 0,
-        width: 16,
-    };
-    pub const CLASS_SPECIFIC: BitField = BitField {
-        byte: 6,
-        bit: 0,
-        width: 16,
-    };
-    pub const TID: BitField = BitField {
-        byte: 8,
-        bit: 0,
-        width: 64,
-    };
-    pub const ATTR_ID: BitField = BitField {
-        byte: 16,
-        bit: 0,
-        width: 16,
-    };
-    pub const RESERVED: BitField = BitField {
-        byte: 18,
-        bit: 0,
-        width: 16,
-    };
-    pub const ATTR_MOD: BitField = BitField {
-        byte: 20,
-        bit: 0,
-        width: 32,
+/// A type a MAD field holds, with how it is read from and written to its place in a MAD.
+/// `base` is the data offset of the layout the place is relative to (a REQ path's start;
+/// 0 for a whole message or the header).
+pub(super) trait Field: Sized {
+    /// A [`BitField`] for numbers and flags; a data offset (from the end of the header)
+    /// for byte arrays and nested layouts.
+    type Place: Copy;
+    /// Reads the field from a whole MAD.
+    fn read(at: Self::Place, mad: &[u8], base: usize) -> Self;
+    /// Writes the field into a whole MAD, leaving the bits around it alone.
+    fn write(&self, at: Self::Place, mad: &mut [u8], base: usize);
+    /// The bits the field takes, for the layout test: (first bit counted from the start of
+    /// the message data, width, bits the type holds), one entry per field of a nested layout.
+    #[cfg(test)]
+    fn occupies(at: Self::Place, base: usize, out: &mut Vec<(usize, usize, usize)>);
+}
+
+/// [`Field::occupies`] of a bit field whose type holds `holds` bits.
+#[cfg(test)]
+pub(super) fn bits_taken(at: BitField, base: usize, holds: u32) -> (usize, usize, usize) {
+    let at = moved(at, base);
+    let first = (at.byte - HEADER_LEN) * 8 + at.bit as usize;
+    (first, at.width.into(), holds as usize)
+}
+
+/// `at` moved `base` bytes further into the message.
+pub(super) const fn moved(at: BitField, base: usize) -> BitField {
+    BitField {
+        byte: at.byte + base,
+        ..at
+    }
+}
+
+/// Numbers narrower than 64 bits: the field's bits, which are at most as wide as the type
+/// (the CM layout test checks every message field's width; the header's are whole bytes),
+/// so the cast drops nothing.
+macro_rules! narrow_field {
+    ($($t:ty),*) => {$(
+        impl Field for $t {
+            type Place = BitField;
+            fn read(at: BitField, mad: &[u8], base: usize) -> Self {
+                moved(at, base).get(mad) as $t
+            }
+            fn write(&self, at: BitField, mad: &mut [u8], base: usize) {
+                moved(at, base).put(mad, u64::from(*self));
+            }
+            #[cfg(test)]
+            fn occupies(at: BitField, base: usize, out: &mut Vec<(usize, usize, usize)>) {
+                out.push(bits_taken(at, base, <$t>::BITS));
+            }
+        }
+    )*};
+}
+narrow_field!(u8, u16, u32);
+
+impl Field for u64 {
+    type Place = BitField;
+    fn read(at: BitField, mad: &[u8], base: usize) -> Self {
+        moved(at, base).get(mad)
+    }
+    fn write(&self, at: BitField, mad: &mut [u8], base: usize) {
+        moved(at, base).put(mad, *self);
+    }
+    #[cfg(test)]
+    fn occupies(at: BitField, base: usize, out: &mut Vec<(usize, usize, usize)>) {
+        out.push(bits_taken(at, base, u64::BITS));
+    }
+}
+
+impl Field for bool {
+    type Place = BitField;
+    fn read(at: BitField, mad: &[u8], base: usize) -> Self {
+        moved(at, base).get(mad) != 0
+    }
+    fn write(&self, at: BitField, mad: &mut [u8], base: usize) {
+        moved(at, base).put(mad, u64::from(*self));
+    }
+    #[cfg(test)]
+    fn occupies(at: BitField, base: usize, out: &mut Vec<(usize, usize, usize)>) {
+        out.push(bits_taken(at, base, 1));
+    }
+}
+
+impl<const N: usize> Field for [u8; N] {
+    type Place = usize;
+    fn read(at: usize, mad: &[u8], base: usize) -> Self {
+        ByteField::data(base + at, N).get_array(mad)
+    }
+    fn write(&self, at: usize, mad: &mut [u8], base: usize) {
+        ByteField::data(base + at, N).put(mad, self);
+    }
+    #[cfg(test)]
+    fn occupies(at: usize, base: usize, out: &mut Vec<(usize, usize, usize)>) {
+        out.push(((base + at) * 8, N * 8, N * 8));
+    }
+}
+
+/// Declares the header's fields once (doc, name, type, byte offset, width; each starts on a
+/// byte): from that list come [`MadRepr`], the layout constants, the [`Mad`] view's getters,
+/// and [`MadRepr`]'s parse and emit, which go through the constants.
+macro_rules! header {
+    ($(
+        $(#[$doc:meta])*
+        $field:ident: $ty:ty = bits($byte:expr, $width:expr),
+    )*) => {
+        /// The common header of a MAD.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+        pub struct MadRepr {
+            $(
+                $(#[$doc])*
+                pub $field: $ty,
+            )*
+        }
+
+        /// Where each header field lies.
+        #[allow(non_upper_case_globals)]
+        mod field {
+            use super::BitField;
+            $(pub const $field: BitField = BitField { byte: $byte, bit: 0, width: $width };)*
+        }
+
+        impl<T: AsRef<[u8]>> Mad<T> {
+            $(
+                $(#[$doc])*
+                pub fn $field(&self) -> $ty {
+                    Field::read(field::$field, self.bytes(), 0)
+                }
+            )*
+        }
+
+        impl MadRepr {
+            /// Reads every field from a checked view.
+            fn read<T: AsRef<[u8]>>(v: &Mad<T>) -> Self {
+                MadRepr {
+                    $($field: v.$field(),)*
+                }
+            }
+
+            /// Writes every field into a whole MAD.
+            fn write(&self, mad: &mut [u8]) {
+                $(self.$field.write(field::$field, mad, 0);)*
+            }
+        }
     };
 }
+
+header! {
+    /// BaseVersion (1 for every IBTA class).
+    base_version: u8 = bits(0, 8),
+    /// Management class (0x07: CM).
+    mgmt_class: u8 = bits(1, 8),
+    /// Version of the class's layouts.
+    class_version: u8 = bits(2, 8),
+    /// Method, with the response bit.
+    method: u8 = bits(3, 8),
+    /// Status of a response (0 in requests).
+    status: u16 = bits(4, 16),
+    /// Class-specific header word.
+    class_specific: u16 = bits(6, 16),
+    /// Transaction ID: a response echoes its request's.
+    tid: u64 = bits(8, 64),
+    /// Attribute ID: for the CM class, which message this is.
+    attr_id: u16 = bits(16, 16),
+    /// Attribute modifier.
+    attr_mod: u32 = bits(20, 32),
+}
+
+/// The 16 reserved bits between the attribute ID and modifier, sent as zero.
+const RESERVED: BitField = BitField {
+    byte: 18,
+    bit: 0,
+    width: 16,
+};
 
 /// A checked view of a whole MAD (all [`LEN`] bytes) at the front of a buffer.
 #[derive(Debug, Clone, Copy)]
@@ -230,43 +352,6 @@ impl<T: AsRef<[u8]>> Mad<T> {
     pub fn get(&self, f: BitField) -> u64 {
         f.get(self.bytes())
     }
-
-    /// BaseVersion (1 for every IBTA class).
-    pub fn base_version(&self) -> u8 {
-        self.get(field::BASE_VERSION) as u8
-    }
-    /// Management class (0x07: CM).
-    pub fn mgmt_class(&self) -> u8 {
-        self.get(field::MGMT_CLASS) as u8
-    }
-    /// Version of the class's layouts.
-    pub fn class_version(&self) -> u8 {
-        self.get(field::CLASS_VERSION) as u8
-    }
-    /// Method, with the response bit.
-    pub fn method(&self) -> u8 {
-        self.get(field::METHOD) as u8
-    }
-    /// Status of a response (0 in requests).
-    pub fn status(&self) -> u16 {
-        self.get(field::STATUS) as u16
-    }
-    /// Class-specific header word.
-    pub fn class_specific(&self) -> u16 {
-        self.get(field::CLASS_SPECIFIC) as u16
-    }
-    /// Transaction ID: a response echoes its request's.
-    pub fn tid(&self) -> u64 {
-        self.get(field::TID)
-    }
-    /// Attribute ID: for the CM class, which message this is.
-    pub fn attr_id(&self) -> u16 {
-        self.get(field::ATTR_ID) as u16
-    }
-    /// Attribute modifier.
-    pub fn attr_mod(&self) -> u32 {
-        self.get(field::ATTR_MOD) as u32
-    }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Mad<T> {
@@ -274,29 +359,6 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Mad<T> {
     pub fn set(&mut self, f: BitField, value: u64) {
         f.put(&mut self.buffer.as_mut()[..LEN], value);
     }
-}
-
-/// The common header of a MAD.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct MadRepr {
-    /// BaseVersion (1).
-    pub base_version: u8,
-    /// Management class.
-    pub mgmt_class: u8,
-    /// Class version.
-    pub class_version: u8,
-    /// Method, with the response bit.
-    pub method: u8,
-    /// Status of a response.
-    pub status: u16,
-    /// Class-specific header word.
-    pub class_specific: u16,
-    /// Transaction ID.
-    pub tid: u64,
-    /// Attribute ID.
-    pub attr_id: u16,
-    /// Attribute modifier.
-    pub attr_mod: u32,
 }
 
 impl MadRepr {
@@ -321,35 +383,16 @@ impl MadRepr {
     /// Parses the header of the whole MAD at the front of `buf` (at least [`LEN`] bytes: a
     /// shorter datagram is not a MAD).
     pub fn parse(buf: &[u8]) -> Result<Self> {
-        let v = Mad::new_checked(buf)?;
-        Ok(MadRepr {
-            base_version: v.base_version(),
-            mgmt_class: v.mgmt_class(),
-            class_version: v.class_version(),
-            method: v.method(),
-            status: v.status(),
-            class_specific: v.class_specific(),
-            tid: v.tid(),
-            attr_id: v.attr_id(),
-            attr_mod: v.attr_mod(),
-        })
+        Ok(MadRepr::read(&Mad::new_checked(buf)?))
     }
 
     /// Writes the header into the front of `buf` (at least [`LEN`] bytes), reserved bits zero;
     /// the class data after it is left as it is.
     pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
         check_emit_len(buf, LEN)?;
-        let mut v = Mad { buffer: buf };
-        v.set(field::BASE_VERSION, self.base_version.into());
-        v.set(field::MGMT_CLASS, self.mgmt_class.into());
-        v.set(field::CLASS_VERSION, self.class_version.into());
-        v.set(field::METHOD, self.method.into());
-        v.set(field::STATUS, self.status.into());
-        v.set(field::CLASS_SPECIFIC, self.class_specific.into());
-        v.set(field::TID, self.tid);
-        v.set(field::ATTR_ID, self.attr_id.into());
-        v.set(field::RESERVED, 0);
-        v.set(field::ATTR_MOD, self.attr_mod.into());
+        let mad = &mut buf[..LEN];
+        self.write(mad);
+        RESERVED.put(mad, 0);
         Ok(())
     }
 

@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
+use softroce::ib::*;
 use softroce::oob::perftest::{Exchange, KeyMsg};
-use softroce::verbs::*;
 use std::result::Result;
 
 use super::ops::check_pattern;

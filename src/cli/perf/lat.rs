@@ -3,8 +3,8 @@
 
 use std::time::Instant;
 
+use softroce::ib::*;
 use softroce::oob::perftest::{Exchange, KeyMsg};
-use softroce::verbs::*;
 use std::result::Result;
 
 use super::ops::{check_pattern, fill_pattern};

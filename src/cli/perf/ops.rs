@@ -4,9 +4,9 @@
 
 use std::time::{Duration, Instant};
 
+use softroce::ib::*;
 use softroce::oob::perftest::{Exchange, KeyMsg, Transport};
 use softroce::oob::OobError;
-use softroce::verbs::*;
 use std::result::Result;
 
 use super::setup::Test;

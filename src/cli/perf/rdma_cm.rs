@@ -10,6 +10,7 @@ use std::net::{IpAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use softroce::ib::*;
 use softroce::oob::perftest::{Exchange, KeyMsg, Role};
 use softroce::oob::perftest_cm::{connect_id, CmEvents, CmLink};
 use softroce::rdma_cm::{CmId, ConnParam, EventKind, RdmaCmError};

@@ -7,6 +7,7 @@ use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
 
+use softroce::ib::*;
 use softroce::oob::perftest::{Exchange, KeyMsg, Role};
 use softroce::verbs::*;
 use std::result::Result;

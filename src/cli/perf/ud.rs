@@ -11,6 +11,7 @@
 //! includes them. Nothing recovers a lost datagram: a receiver that stops hearing from the
 //! sender fails with the count it received, as perftest's server does after its timeout.
 
+use softroce::ib::*;
 use softroce::verbs::*;
 use std::result::Result;
 

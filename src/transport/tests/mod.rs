@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::ib::qp_attr::DeviceLimits;
+use crate::ib::DeviceLimits;
 use crate::ib::*;
 use crate::memory::SharedBytes;
 use crate::wire::{icrc, PacketRepr, Psn};
