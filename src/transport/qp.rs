@@ -542,7 +542,9 @@ impl QpCore {
             // the bytes (softroce has no raw pointers), but no access right is needed.
             let resolved = LocalData::resolve(wr.sg_list, mrs, self.cfg.pd, AccessFlags::EMPTY)?;
             let mut v = vec![0u8; total as usize];
-            resolved.read(0, &mut v);
+            resolved.read(0, &mut v).map_err(|_| {
+                VerbsError::InvalidWr("an inline SGE's memory was deregistered during the post")
+            })?;
             LocalData::Inline(v)
         } else {
             LocalData::resolve(wr.sg_list, mrs, self.cfg.pd, need)?

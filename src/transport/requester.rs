@@ -266,7 +266,19 @@ impl QpCore {
         };
         let at = repr.emit_headers(buf, payload_len).ok()?;
         let wqe = &self.sq[idx];
-        wqe.data.read(offset, &mut buf[at..at + payload_len]);
+        if wqe
+            .data
+            .read(offset, &mut buf[at..at + payload_len])
+            .is_err()
+        {
+            // The send buffer's memory was taken back while the WR was outstanding: nothing is
+            // sent from it; the WR completes with a local protection error and the QP goes to
+            // ERROR (rxe_req.c: copy_data fails, IB_WC_LOC_PROT_ERR, req_error).
+            Counters::inc(&self.counters.mem_access_err);
+            self.sq[idx].state = SendState::Done(crate::ib::WcStatus::LocProtErr);
+            self.enter_error();
+            return None;
+        }
         let len = finish_payload(buf, at, payload_len);
         // Advance.
         if bth.ack_req {

@@ -85,6 +85,8 @@ struct ReadJob {
     mr: Option<Arc<Mr>>,
     offset: u64,
     remaining: u64,
+    /// The PSN of the READ request (or of its retried tail): a NAK for the READ names it.
+    req_psn: Psn,
     psn: Psn,
     first: bool,
 }
@@ -244,6 +246,23 @@ impl QpCore {
             aeth_syndrome: AethRepr::rnr_nak(timer, 0).syndrome,
             then_error: false,
         });
+    }
+
+    /// The receive buffer's memory failed under a SEND (the application took it back,
+    /// `ibv_dereg_mr`, while the WQE was posted): the data did not land. As rxe send_data_in
+    /// -> RESPST_ERR_MALFORMED_WQE (class A, every transport): the receive WQE completes with
+    /// a local QP operation error, RC NAKs "remote operational error", and the QP goes to
+    /// ERROR.
+    fn recv_buffer_fault(&mut self, psn: Psn) {
+        Counters::inc(&self.counters.mem_access_err);
+        if let Some(r) = self.resp.recv.take() {
+            let wc = self.recv_wc(r.wqe.wr_id, WcStatus::LocQpOpErr, WcOpcode::Recv, 0);
+            self.complete_recv(wc);
+        }
+        match self.cfg.qp_type {
+            QpType::Rc => self.nak_fatal(psn, NakCode::RemoteOperationalError),
+            _ => self.enter_error(),
+        }
     }
 
     fn complete_recv(&mut self, wc: WorkCompletion) {
@@ -503,7 +522,9 @@ impl QpCore {
             self.complete_recv(wc);
             return self.nak_fatal(psn, NakCode::InvalidRequest);
         }
-        r.wqe.data.write(r.offset, pkt.payload);
+        if r.wqe.data.write(r.offset, pkt.payload).is_err() {
+            return self.recv_buffer_fault(psn);
+        }
         r.offset += n;
         self.resp.psn = psn.next();
         if info.position.ends_message() {
@@ -543,7 +564,17 @@ impl QpCore {
         // check_rkey bounded the payload by what the RETH announced.
         let n = (pkt.payload.len() as u64).min(w.remaining);
         if let Some(mr) = &w.mr {
-            let _ = mr.storage.write(w.offset, &pkt.payload[..n as usize]);
+            if mr
+                .storage
+                .write(w.offset, &pkt.payload[..n as usize])
+                .is_err()
+            {
+                // The region failed after check_rkey passed (its memory was taken back):
+                // nothing landed, so nothing is acknowledged (rxe write_data_in ->
+                // RESPST_ERR_RKEY_VIOLATION, class C).
+                Counters::inc(&self.counters.mem_access_err);
+                return self.nak_fatal(psn, NakCode::RemoteAccessError);
+            }
         }
         w.offset += n;
         w.remaining -= n;
@@ -604,6 +635,7 @@ impl QpCore {
             mr,
             offset,
             remaining: len,
+            req_psn: psn,
             psn,
             first: true,
         }));
@@ -685,6 +717,7 @@ impl QpCore {
                     mr,
                     offset,
                     remaining: reth.len as u64,
+                    req_psn: psn,
                     psn,
                     first: true,
                 }));
@@ -721,6 +754,7 @@ impl QpCore {
         };
         let mut ext = ExtHeaders::default();
         let mut payload: Option<(Option<Arc<Mr>>, u64, usize)> = None;
+        let mut read_req_psn = Psn::default();
         let mut pop = true;
         let mut then_err = false;
         match front {
@@ -757,6 +791,7 @@ impl QpCore {
                     ext.aeth = Some(AethRepr::ack(msn));
                 }
                 payload = Some((job.mr.clone(), job.offset, n as usize));
+                read_req_psn = job.req_psn;
                 job.offset += n;
                 job.remaining -= n;
                 job.psn = job.psn.next();
@@ -772,7 +807,16 @@ impl QpCore {
         let n = payload.as_ref().map_or(0, |p| p.2);
         let at = repr.emit_headers(buf, n).ok()?;
         if let Some((Some(mr), off, n)) = &payload {
-            let _ = mr.storage.read(*off, &mut buf[at..at + n]);
+            if mr.storage.read(*off, &mut buf[at..at + n]).is_err() {
+                // The region failed after check_rkey passed: no response carries bytes that
+                // were never read. rxe read_reply -> RESPST_ERR_RKEY_VIOLATION: a remote
+                // access error NAK for the READ, then ERROR; what was queued behind the READ
+                // is superseded (an ACK past it would acknowledge the READ).
+                Counters::inc(&self.counters.mem_access_err);
+                self.resp.out.clear();
+                self.nak_fatal(read_req_psn, NakCode::RemoteAccessError);
+                return self.responder_poll(buf);
+            }
         }
         let len = finish_payload(buf, at, n);
         if pop {
@@ -912,14 +956,23 @@ impl QpCore {
                     self.abandon_msg(WcStatus::RemInvReqErr);
                     return self.drop_msg();
                 }
-                r.wqe.data.write(r.offset, pkt.payload);
+                if r.wqe.data.write(r.offset, pkt.payload).is_err() {
+                    return self.recv_buffer_fault(psn);
+                }
                 r.offset += n;
                 self.resp.in_msg = Some(InMsg::Send);
             }
             _ => {
                 if let Some(w) = self.resp.write.as_mut() {
                     if let Some(mr) = &w.mr {
-                        let _ = mr.storage.write(w.offset, pkt.payload);
+                        if mr.storage.write(w.offset, pkt.payload).is_err() {
+                            // The region failed after check_rkey passed: the message is
+                            // dropped, never completed (rxe: RESPST_ERR_RKEY_VIOLATION on
+                            // UC sets drop_msg).
+                            Counters::inc(&self.counters.mem_access_err);
+                            self.abandon_msg(WcStatus::RemAccessErr);
+                            return self.drop_msg();
+                        }
                     }
                     w.offset += n;
                     w.remaining -= n;
@@ -971,12 +1024,18 @@ impl QpCore {
             self.abandon_msg(WcStatus::RemInvReqErr);
             return self.drop_msg();
         }
-        let Some(r) = self.resp.recv.take() else {
+        let Some(r) = self.resp.recv.as_ref() else {
             return;
         };
         let grh = net.map_or([0u8; GRH_AREA as usize], |h| h.grh_area());
-        r.wqe.data.write(0, &grh);
-        r.wqe.data.write(GRH_AREA, pkt.payload);
+        let landed =
+            r.wqe.data.write(0, &grh).is_ok() && r.wqe.data.write(GRH_AREA, pkt.payload).is_ok();
+        if !landed {
+            return self.recv_buffer_fault(Psn::new(pkt.bth.psn));
+        }
+        let Some(r) = self.resp.recv.take() else {
+            return;
+        };
         self.resp.psn = Psn::new(pkt.bth.psn).next();
         self.resp.msn = (self.resp.msn + 1) & 0xFF_FFFF;
         let mut wc = self.recv_wc(r.wqe.wr_id, WcStatus::Success, WcOpcode::Recv, GRH_AREA + n);

@@ -9,6 +9,7 @@
 
 mod hostile;
 mod node;
+mod revoked;
 mod scenarios;
 mod simulation;
 mod srq;
