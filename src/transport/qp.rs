@@ -734,10 +734,8 @@ impl QpCore {
             }
         }
         match self.cfg.qp_type {
-            QpType::Rc if info.is_request() => self.responder_handle(now, pkt, info, mrs),
+            _ if info.is_request() => self.responder_handle(pkt, info, mrs, net),
             QpType::Rc if info.is_response() => self.completer_handle(now, pkt, info),
-            QpType::Uc if info.is_request() => self.uc_responder(pkt, info, mrs),
-            QpType::Ud if info.is_request() => self.ud_responder(pkt, info, net),
             _ => {}
         }
         self.generate_send_completions();
