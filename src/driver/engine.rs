@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use mio::{Events, Interest, Poll, Token};
 
 use super::device::{Device, QpEntry};
-use super::gsi::{Gsi, GSI_QPN};
+use super::gsi::GSI_QPN;
 use super::link::{gso_run, GsoKey, Link, OutDatagram, RxBatch};
 use super::timer::Timer;
 use crate::ib::WorkCompletion;
@@ -223,7 +223,7 @@ impl Engine {
         let mut timer = Timer::new()?;
         poll.registry()
             .register(&mut timer, TIMER, Interest::READABLE)?;
-        let endpoint = Endpoint::new(dev.remote_port, Arc::clone(&dev.counters));
+        let endpoint = Endpoint::new(dev.local, dev.remote_port, Arc::clone(&dev.counters));
         Ok(Engine {
             dev,
             poll,
@@ -442,11 +442,8 @@ impl Engine {
                 .handle(now, d.src, d.dst, ip, payload, &mut qps)
             {
                 Some(DatagramEvent::Qp(qpn)) => Self::enqueue(qps.qps, &mut self.work, qpn),
-                Some(DatagramEvent::Gsi { from, pkt }) => {
-                    self.dev
-                        .gsi
-                        .lock()
-                        .handle_packet(from, &pkt, &self.dev.counters);
+                Some(DatagramEvent::Mad { from, mad }) => {
+                    self.dev.gsi.lock().handle_mad(from, mad);
                     self.gsi_due = true;
                 }
                 None => {}
@@ -528,7 +525,7 @@ impl Engine {
                             full = true;
                             break;
                         };
-                        let Some(t) = core.poll_transmit(now, slot) else {
+                        let Some(t) = self.endpoint.poll_transmit(now, &mut core, slot) else {
                             break;
                         };
                         self.tx.meta.push(t);
@@ -582,11 +579,11 @@ impl Engine {
         self.gsi_due = false;
         let port = match self.gsi_port {
             Some(p) => p,
-            None => match self.link.prepare_source_port(Gsi::src_port()) {
+            None => match self.link.prepare_source_port(Endpoint::gsi_src_port()) {
                 Ok(p) => *self.gsi_port.insert(p),
                 Err(_) => {
                     Counters::inc(&self.dev.counters.send_err);
-                    Gsi::src_port()
+                    Endpoint::gsi_src_port()
                 }
             },
         };
@@ -597,8 +594,11 @@ impl Engine {
                 self.gsi_due = true;
                 break;
             };
-            let Some(t) = g.poll_transmit(self.dev.local, port, slot) else {
+            let Some(out) = g.cm.poll_transmit() else {
                 break;
+            };
+            let Some(t) = self.endpoint.transmit_mad(out.to, &out.mad, port, slot) else {
+                continue;
             };
             self.tx.meta.push(t);
             self.tx.ids.push(0);
@@ -691,7 +691,7 @@ impl Engine {
                 let t = tx.meta[k];
                 if tx.ids[k] != id && t.dst.is_ipv4() {
                     let slot = &mut tx.buf[k * MAX_PACKET..(k + 1) * MAX_PACKET];
-                    super::udp::reseal_ipv4_id(slot, t.len, tx.ids[k], id);
+                    crate::wire::icrc::reseal_ipv4_id(&mut slot[..t.len], tx.ids[k], id);
                 }
                 tx.ids[k] = id;
             }

@@ -174,19 +174,6 @@ unsafe fn socket_addr(
     }
 }
 
-/// Adjusts the ICRC of an IPv4 RoCE packet (`buf[..len]`, BTH .. ICRC) sealed for IPv4
-/// identification `from` to the header a DF socket gives segment `to` of a GSO send: the
-/// identification is covered by the ICRC. (The transport seals every packet for
-/// identification 0, what a plain send gets.)
-pub(crate) fn reseal_ipv4_id(buf: &mut [u8], len: usize, from: u16, to: u16) {
-    use crate::wire::{icrc, ICRC_LEN};
-    let at = len - ICRC_LEN;
-    let mut crc = [0u8; 4];
-    crc.copy_from_slice(&buf[at..len]);
-    let crc = u32::from_le_bytes(crc) ^ icrc::ipv4_id_delta(from ^ to, at);
-    buf[at..len].copy_from_slice(&icrc::to_wire(crc));
-}
-
 /// What the kernel said of a received datagram besides its bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct RecvControl {

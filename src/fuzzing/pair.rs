@@ -26,7 +26,7 @@ use super::harness::{
 };
 use crate::ib::{QpState, RecvWr, SendFlags, SendWr, Sge, WcOpcode, WcStatus, WrOpcode};
 use crate::memory::SharedBytes;
-use crate::transport::{CqSide, Mr, MrTable, QpCore, MAX_PACKET};
+use crate::transport::{Counters, CqSide, Endpoint, Mr, MrTable, QpCore, MAX_PACKET};
 use crate::wire::{PacketRepr, ROCE_V2_UDP_PORT};
 
 const KI: u64 = 1024;
@@ -162,6 +162,8 @@ struct PostedSend {
 
 struct End {
     qp: QpCore,
+    /// Seals the QP's packets, as the engine's does.
+    endpoint: Endpoint,
     mrs: MrTable,
     mr: Arc<Mr>,
     addr: SocketAddr,
@@ -189,6 +191,11 @@ impl End {
             .expect("the table has room");
         End {
             qp: new_qp(qpn, IpAddr::V4(ip)),
+            endpoint: Endpoint::new(
+                SocketAddr::new(IpAddr::V4(ip), ROCE_V2_UDP_PORT),
+                ROCE_V2_UDP_PORT,
+                Arc::new(Counters::default()),
+            ),
             mrs,
             mr,
             addr: SocketAddr::new(IpAddr::V4(ip), ROCE_V2_UDP_PORT),
@@ -362,7 +369,7 @@ impl Net {
             } else {
                 (&mut self.a, &self.b)
             };
-            let Some(t) = e.qp.poll_transmit(now, &mut self.buf) else {
+            let Some(t) = e.endpoint.poll_transmit(now, &mut e.qp, &mut self.buf) else {
                 break;
             };
             assert_eq!(t.dst, peer.addr);

@@ -2,11 +2,12 @@
 //! what it drops it counts, what it takes reaches the right QP or QP1.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::node::*;
 use crate::ib::*;
-use crate::transport::{DatagramEvent, IpFields, OneQp};
+use crate::transport::{Counters, DatagramEvent, Endpoint, IpFields, OneQp, MAX_PACKET};
 use crate::wire::icrc::seal_socket_datagram;
 use crate::wire::{BthRepr, ExtHeaders, Opcode, PacketRepr};
 
@@ -33,8 +34,7 @@ fn deliver<'a>(to: &mut Node, src: SocketAddr, bytes: &'a [u8]) -> Option<Datagr
         qp: &mut to.qp,
         mrs: &to.mrs,
     };
-    let ep = to.endpoint.clone();
-    ep.handle(
+    to.endpoint.handle(
         Duration::ZERO,
         src,
         to.addr,
@@ -77,12 +77,23 @@ fn the_endpoint_counts_what_it_drops_and_routes_the_rest() {
     assert_eq!(count(&b, "unknown_qp_pkts"), 2);
     assert_eq!(count(&b, "rcvd_pkts"), 0, "no QP saw any of them");
 
-    // QP1's packets go back to the caller, addressed for the CM's answer on the RoCE port.
-    let mad = datagram(1, 0, other, b.addr, &[0u8; 256]);
-    match deliver(&mut b, other, &mad) {
-        Some(DatagramEvent::Gsi { from, pkt }) => {
+    // QP1 takes MADs only: a UC SEND is dropped and counted.
+    let not_mad = datagram(1, 0, other, b.addr, &[0u8; 256]);
+    assert!(deliver(&mut b, other, &not_mad).is_none());
+    assert_eq!(count(&b, "gsi_dropped_pkts"), 1);
+    // A MAD as QP1 sends it goes back to the caller, addressed for the CM's answer on the
+    // RoCE port.
+    let mut sender = Endpoint::new(other, 4791, Arc::new(Counters::default()));
+    let mut buf = vec![0u8; MAX_PACKET];
+    let mad: Vec<u8> = (0..=255).collect();
+    let t = sender
+        .transmit_mad(b.addr, &mad, Endpoint::gsi_src_port(), &mut buf)
+        .unwrap();
+    let from_cm = SocketAddr::new(other.ip(), t.src_port);
+    match deliver(&mut b, from_cm, &buf[..t.len]) {
+        Some(DatagramEvent::Mad { from, mad: got }) => {
             assert_eq!(from, SocketAddr::new(other.ip(), 4791));
-            assert_eq!(pkt.payload.len(), 256);
+            assert_eq!(got, &mad[..]);
         }
         e => panic!("QP1's packet: {e:?}"),
     }

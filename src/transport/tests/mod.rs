@@ -273,7 +273,8 @@ impl Pair {
             let mut moved = false;
             for to_b in [true, false] {
                 let s = if to_b { &mut self.a } else { &mut self.b };
-                let Some(t) = s.qp.poll_transmit(self.now, &mut buf) else {
+                let endpoint = Endpoint::new(s.addr, 4791, Arc::clone(&s.qp.counters));
+                let Some(t) = endpoint.poll_transmit(self.now, &mut s.qp, &mut buf) else {
                     continue;
                 };
                 moved = true;
@@ -386,7 +387,7 @@ impl Pair {
         // The receiver's endpoint, as the engine runs it: the ICRC over the headers the
         // kernel would have built, the parse, the QP lookup and the sender check.
         let src = SocketAddr::new(from.addr.ip(), p.src_port);
-        let endpoint = Endpoint::new(4791, Arc::clone(&to.qp.counters));
+        let endpoint = Endpoint::new(to.addr, 4791, Arc::clone(&to.qp.counters));
         let mut qps = OneQp {
             qp: &mut to.qp,
             mrs: &to.mrs,

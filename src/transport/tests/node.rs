@@ -75,7 +75,7 @@ pub(super) fn node(qpn: u32, ip: &str, qp_type: QpType, srq: Option<Arc<Srq>>) -
         mrs,
         mr,
         addr,
-        endpoint: Endpoint::new(4791, Arc::clone(&counters)),
+        endpoint: Endpoint::new(addr, 4791, Arc::clone(&counters)),
         counters,
         recv_wcs: Vec::new(),
         send_wcs: Vec::new(),
@@ -267,7 +267,10 @@ pub(super) fn transfer(from: &mut Node, to: &mut Node, drop: &[usize]) -> Vec<Se
     let mut seen = Vec::new();
     let mut buf = vec![0u8; MAX_PACKET];
     for i in 0..10_000 {
-        let Some(t) = from.qp.poll_transmit(Duration::ZERO, &mut buf) else {
+        let Some(t) = from
+            .endpoint
+            .poll_transmit(Duration::ZERO, &mut from.qp, &mut buf)
+        else {
             break;
         };
         let bytes = &buf[..t.len];
