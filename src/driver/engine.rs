@@ -3,8 +3,9 @@
 //!
 //! One pass of the loop: wait (mio) until a datagram arrives, send space frees up, the
 //! application rings the doorbell, or the earliest deadline passes (in busy-poll mode: no
-//! wait, the loop spins on the socket); then receive a batch of datagrams (verify ICRC, parse,
-//! hand each to the QP its destination QP names, if the sender is that QP's peer), take the
+//! wait, the loop spins on the socket); then receive a batch of datagrams and hand each to the
+//! transport's endpoint (which checks it and feeds it to its QP, or gives back QP1's MADs for
+//! the CM), take the
 //! doorbell list, pop due deadlines, and visit only the QPs so marked: each one's packets are
 //! taken out into the transmit batch and its completions delivered to its CQs, and the batch
 //! is sent after the QP lock is released.

@@ -21,13 +21,14 @@ use std::time::Duration;
 use arbitrary::{Arbitrary, Unstructured};
 
 use super::harness::{
-    check_bounds, connect, icrc_ok, new_qp, next_step, pattern, read_head, Link, Step, ALL_ACCESS,
-    IOVA,
+    check_bounds, connect, new_qp, next_step, pattern, read_head, Link, Step, ALL_ACCESS, IOVA,
 };
 use crate::ib::{QpState, RecvWr, SendFlags, SendWr, Sge, WcOpcode, WcStatus, WrOpcode};
 use crate::memory::SharedBytes;
-use crate::transport::{Counters, CqSide, Endpoint, Mr, MrTable, QpCore, MAX_PACKET};
-use crate::wire::{PacketRepr, ROCE_V2_UDP_PORT};
+use crate::transport::{
+    Counters, CqSide, Endpoint, IpFields, Mr, MrTable, OneQp, QpCore, MAX_PACKET,
+};
+use crate::wire::ROCE_V2_UDP_PORT;
 
 const KI: u64 = 1024;
 /// Region layout (each end): sources, targets of the peer's WRITEs, sources of the peer's
@@ -394,16 +395,13 @@ impl Net {
             (&mut self.a, &self.b)
         };
         let src = SocketAddr::new(from.addr.ip(), d.src_port);
-        if !icrc_ok(src, to.addr, &d.bytes) {
-            return; // the engine counts it and drops it
-        }
-        let Ok(pkt) = PacketRepr::parse(&d.bytes) else {
-            return;
+        // The receiver's endpoint, as the engine runs it: ICRC, parse, QP lookup, sender.
+        let mut qps = OneQp {
+            qp: &mut to.qp,
+            mrs: &to.mrs,
         };
-        if pkt.bth.dest_qp != to.qp.qpn() {
-            return;
-        }
-        to.qp.handle_packet(now, &pkt, &to.mrs);
+        to.endpoint
+            .handle(now, src, to.addr, IpFields::default(), &d.bytes, &mut qps);
     }
 
     fn timers(&mut self, to: Duration) {

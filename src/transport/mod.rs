@@ -5,7 +5,10 @@
 //!
 //! Split as Linux rxe splits it: [`requester`](self) (WQE -> request packets), responder
 //! (request packets -> memory, ACKs, READ/atomic responses) and completer (responses ->
-//! completions, retransmission decisions), all operating on one [`QpCore`] per QP.
+//! completions, retransmission decisions), all operating on one [`QpCore`] per QP. The
+//! device's [`Endpoint`] stands between the QPs and the datagrams: it demultiplexes what
+//! arrives (ICRC, parse, QP1, QP lookup, sender check, UD GRH area) and seals what leaves, for
+//! the driver and the simulations alike.
 
 mod completer;
 pub mod counters;
