@@ -5,10 +5,9 @@
 //! application rings the doorbell, or the earliest deadline passes (in busy-poll mode: no
 //! wait, the loop spins on the socket); then receive a batch of datagrams and hand each to the
 //! transport's endpoint (which checks it and feeds it to its QP, or gives back QP1's MADs for
-//! the CM), take the
-//! doorbell list, pop due deadlines, and visit only the QPs so marked: each one's packets are
-//! taken out into the transmit batch and its completions delivered to its CQs, and the batch
-//! is sent after the QP lock is released.
+//! the CM), take the doorbell list, pop due deadlines, and visit only the QPs so marked: each
+//! one's packets are taken out (sealed by the endpoint) into the transmit batch and its
+//! completions delivered to its CQs, and the batch is sent after the QP lock is released.
 //!
 //! Locks: a QP's mutex is shared with the application thread, which takes it to post and
 //! query. The engine holds it only to feed one received packet or to copy at most one batch
