@@ -127,7 +127,7 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
     let mut a = ibv_ah_attr::default();
     // SAFETY: forwarded with the PD's (live) context; `a` is a local.
     if unsafe { ibv_init_ah_from_wc(pdr.context(), port, wc, grh, &mut a) } != 0 {
-        return null_mut();
+        return null_mut(); // errno set by ibv_init_ah_from_wc
     }
     // SAFETY: `a` is a local.
     unsafe { ibv_create_ah(pd, &mut a) }

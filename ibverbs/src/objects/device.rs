@@ -101,10 +101,11 @@ pub unsafe extern "C" fn ibv_get_device_guid(dev: *mut ibv_device) -> u64 {
     node_guid()
 }
 
-/// `ibv_get_device_index`: 0 for softroce0, -1 for anything else.
+/// `ibv_get_device_index`: 0 for softroce0, -1 (errno EINVAL) for anything else.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_device_index(dev: *mut ibv_device) -> c_int {
     if dev != device() {
+        set_errno(EINVAL);
         return -1;
     }
     0
