@@ -22,6 +22,12 @@ impl Object for Mr {
     type Handle = ibv_mr;
 }
 
+/// Registers `len` bytes at `addr` in the PD `pd`; NULL and errno on failure.
+///
+/// # Safety
+///
+/// The verbs contract for `ibv_reg_mr`: `addr .. addr + len` is memory the application owns
+/// and keeps mapped until `ibv_dereg_mr` of the region returns.
 unsafe fn reg_mr(
     pd: *mut ibv_pd,
     addr: *mut c_void,
@@ -81,7 +87,7 @@ pub unsafe extern "C" fn ibv_reg_mr(
     len: usize,
     access: c_int,
 ) -> *mut ibv_mr {
-    // SAFETY: forwarded.
+    // SAFETY: the caller's contract is reg_mr's (the verbs contract for registered memory).
     unsafe { reg_mr(pd, addr, len, addr as u64, access as c_uint) }
 }
 
@@ -94,7 +100,7 @@ pub unsafe extern "C" fn ibv_reg_mr_iova(
     iova: u64,
     access: c_int,
 ) -> *mut ibv_mr {
-    // SAFETY: forwarded.
+    // SAFETY: the caller's contract is reg_mr's (the verbs contract for registered memory).
     unsafe { reg_mr(pd, addr, len, iova, access as c_uint) }
 }
 
@@ -107,7 +113,7 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
     iova: u64,
     access: c_uint,
 ) -> *mut ibv_mr {
-    // SAFETY: forwarded.
+    // SAFETY: the caller's contract is reg_mr's (the verbs contract for registered memory).
     unsafe { reg_mr(pd, addr, len, iova, access) }
 }
 
