@@ -6,7 +6,7 @@ use std::sync::Arc;
 use libc::{c_int, EINVAL};
 use softroce::verbs::{AddressHandle, AhAttr, Gid};
 
-use super::common::{errno_of, fail, fail_neg, fail_null};
+use super::common::{errno_of, fail, fail_neg, fail_null, PORT};
 use super::context::ctx_of;
 use super::handle::{self, Obj, Object};
 use super::pd::{pd_of, Pd};
@@ -35,7 +35,7 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
     }
     // SAFETY: non-null, and the caller passes a readable ibv_ah_attr.
     let a = unsafe { *attr };
-    if a.is_global == 0 || (a.port_num != 1 && a.port_num != 0) {
+    if a.is_global == 0 || (a.port_num != PORT && a.port_num != 0) {
         return fail_null(EINVAL);
     }
     let ah = match pdr.pd.create_ah(&AhAttr {
@@ -83,7 +83,7 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
     grh: *mut ibv_grh,
     attr: *mut ibv_ah_attr,
 ) -> c_int {
-    if ctx_of(c).is_none() || port != 1 || wc.is_null() || grh.is_null() || attr.is_null() {
+    if ctx_of(c).is_none() || port != PORT || wc.is_null() || grh.is_null() || attr.is_null() {
         return fail_neg(EINVAL);
     }
     // SAFETY: non-null (checked above); the caller passes a completion and its receive

@@ -2,7 +2,7 @@
 
 use libc::{c_int, c_void, EINVAL, ENODEV};
 
-use super::common::{fail_neg, set_errno};
+use super::common::{fail_neg, set_errno, EVENTFD_COUNT};
 use super::context::ctx_of;
 use crate::ffi::*;
 
@@ -20,8 +20,14 @@ pub unsafe extern "C" fn ibv_get_async_event(
     };
     let mut v: u64 = 0;
     // SAFETY: reading 8 bytes into a local, from the fd the referenced context keeps open.
-    let n = unsafe { libc::read(ctx.async_fd(), &mut v as *mut u64 as *mut c_void, 8) };
-    if n == 8 {
+    let n = unsafe {
+        libc::read(
+            ctx.async_fd(),
+            &mut v as *mut u64 as *mut c_void,
+            EVENTFD_COUNT,
+        )
+    };
+    if n == EVENTFD_COUNT as isize {
         // Only ibv_close_device writes the eventfd.
         set_errno(ENODEV);
     }

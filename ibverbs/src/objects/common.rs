@@ -13,6 +13,15 @@ pub(super) struct Config {
     pub(super) mtu: Mtu,
 }
 
+/// The device's one port (ports are numbered from 1).
+pub(super) const PORT: u8 = 1;
+
+/// The default P_Key, the only entry of the P_Key table (as `__be16`; all ones either way).
+pub(super) const DEFAULT_PKEY: u16 = 0xffff;
+
+/// Bytes an eventfd read or write moves.
+pub(super) const EVENTFD_COUNT: usize = core::mem::size_of::<u64>();
+
 /// Where the device binds when `SOFTROCE_BIND` does not say.
 const DEFAULT_BIND: &str = "127.0.0.1:4791";
 

@@ -8,7 +8,9 @@ use libc::{c_int, c_void, EINVAL};
 use softroce::driver::DeviceConfig;
 use softroce::verbs::Context;
 
-use super::common::{config, errno_of, fail, fail_neg, fail_null, mutex_init, Config};
+use super::common::{
+    config, errno_of, fail, fail_neg, fail_null, mutex_init, Config, EVENTFD_COUNT,
+};
 use super::cq::{op_poll_cq, op_req_notify_cq};
 use super::device::{device, node_guid};
 use super::handle::{self, Obj, Object};
@@ -160,7 +162,13 @@ pub unsafe extern "C" fn ibv_close_device(c: *mut ibv_context) -> c_int {
     // Wake a thread blocked in ibv_get_async_event on this context (it fails ENODEV).
     let one: u64 = 1;
     // SAFETY: writing 8 bytes from a local to the eventfd, which `ctx` keeps open.
-    unsafe { libc::write(ctx.async_fd, &one as *const u64 as *const c_void, 8) };
+    unsafe {
+        libc::write(
+            ctx.async_fd,
+            &one as *const u64 as *const c_void,
+            EVENTFD_COUNT,
+        )
+    };
     0
 }
 

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, Weak};
 use libc::{c_int, c_uint, c_void, EINVAL, ENODEV, EOPNOTSUPP};
 use softroce::verbs::{CompletionQueue, WorkCompletion};
 
-use super::common::{cond_init, errno_of, fail, fail_neg, fail_null, mutex_init};
+use super::common::{cond_init, errno_of, fail, fail_neg, fail_null, mutex_init, EVENTFD_COUNT};
 use super::context::{ctx_of, Ctx};
 use super::handle::{self, CMutexGuard, Obj, Object};
 use crate::ffi::*;
@@ -188,7 +188,9 @@ pub unsafe extern "C" fn ibv_create_cq(
                     .push_back(me.clone());
                 let one: u64 = 1;
                 // SAFETY: writing 8 bytes from a local to our eventfd (kept open by `inner`).
-                unsafe { libc::write(inner.fd, &one as *const u64 as *const c_void, 8) };
+                unsafe {
+                    libc::write(inner.fd, &one as *const u64 as *const c_void, EVENTFD_COUNT)
+                };
             }
         }));
     }
@@ -258,8 +260,14 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     loop {
         let mut v: u64 = 0;
         // SAFETY: reading 8 bytes into a local.
-        let n = unsafe { libc::read(chan.inner.fd, &mut v as *mut u64 as *mut c_void, 8) };
-        if n != 8 {
+        let n = unsafe {
+            libc::read(
+                chan.inner.fd,
+                &mut v as *mut u64 as *mut c_void,
+                EVENTFD_COUNT,
+            )
+        };
+        if n != EVENTFD_COUNT as isize {
             return -1; // errno from read (EAGAIN on a non-blocking fd)
         }
         let next = chan

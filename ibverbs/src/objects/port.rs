@@ -5,7 +5,7 @@ use std::ptr;
 use libc::{c_char, c_int, c_uint, EINVAL};
 use softroce::verbs::Gid;
 
-use super::common::{fail, fail_neg, set_errno, Config};
+use super::common::{fail, fail_neg, set_errno, Config, DEFAULT_PKEY, PORT};
 use super::context::ctx_of;
 use crate::ffi::*;
 
@@ -49,7 +49,7 @@ pub(super) unsafe extern "C" fn ext_query_port(
     let Some(ctx) = ctx_of(c) else {
         return fail(EINVAL);
     };
-    if port != 1 || attr.is_null() {
+    if port != PORT || attr.is_null() {
         return fail(EINVAL);
     }
     let a = port_attr(&ctx.cfg);
@@ -90,7 +90,7 @@ pub unsafe extern "C" fn ibv_query_gid(
         return fail_neg(EINVAL);
     };
     match gid_at(&ctx.cfg, index) {
-        Some(g) if port == 1 && !gid.is_null() => {
+        Some(g) if port == PORT && !gid.is_null() => {
             // SAFETY: the caller passes a writable union ibv_gid.
             unsafe { gid.write(g) };
             0
@@ -138,7 +138,11 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
     let Some(ctx) = ctx_of(c) else {
         return fail(EINVAL);
     };
-    if port != 1 || flags != 0 || entry.is_null() || entry_size < 32 {
+    if port != PORT as u32
+        || flags != 0
+        || entry.is_null()
+        || entry_size < core::mem::size_of::<ibv_gid_entry>()
+    {
         return fail(EINVAL);
     }
     match gid_entry(&ctx.cfg, index as c_int) {
@@ -163,7 +167,10 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
     let Some(ctx) = ctx_of(c) else {
         return -(fail(EINVAL) as isize);
     };
-    if flags != 0 || entry_size < 32 || (entries.is_null() && max_entries > 0) {
+    if flags != 0
+        || entry_size < core::mem::size_of::<ibv_gid_entry>()
+        || (entries.is_null() && max_entries > 0)
+    {
         return -(fail(EINVAL) as isize);
     }
     let len = softroce::verbs::DeviceLimits::default().gid_table_len as usize;
@@ -191,7 +198,7 @@ pub unsafe extern "C" fn ibv_query_gid_type(
     let Some(ctx) = ctx_of(c) else {
         return fail_neg(EINVAL);
     };
-    if port != 1 || ty.is_null() || gid_at(&ctx.cfg, index as c_int).is_none() {
+    if port != PORT || ty.is_null() || gid_at(&ctx.cfg, index as c_int).is_none() {
         return fail_neg(EINVAL);
     }
     // SAFETY: the caller passes a writable enum.
@@ -207,18 +214,18 @@ pub unsafe extern "C" fn ibv_query_pkey(
     index: c_int,
     pkey: *mut u16,
 ) -> c_int {
-    if ctx_of(c).is_none() || port != 1 || index != 0 || pkey.is_null() {
+    if ctx_of(c).is_none() || port != PORT || index != 0 || pkey.is_null() {
         return fail_neg(EINVAL);
     }
     // SAFETY: the caller passes a writable __be16.
-    unsafe { pkey.write(0xffff) };
+    unsafe { pkey.write(DEFAULT_PKEY) };
     0
 }
 
 /// `ibv_get_pkey_index`: the index of `pkey` (big-endian) in the table, or -1.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_pkey_index(c: *mut ibv_context, port: u8, pkey: u16) -> c_int {
-    if ctx_of(c).is_none() || port != 1 || pkey != 0xffff {
+    if ctx_of(c).is_none() || port != PORT || pkey != DEFAULT_PKEY {
         return fail_neg(EINVAL);
     }
     0

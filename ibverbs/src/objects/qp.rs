@@ -9,7 +9,7 @@ use softroce::verbs::{
     QpInitAttr, QpState, QpType, QueuePair, Sge, VerbsError,
 };
 
-use super::common::{cond_init, errno_of, fail, fail_null, mutex_init};
+use super::common::{cond_init, errno_of, fail, fail_null, mutex_init, PORT};
 use super::cq::{cq_of, Cq};
 use super::handle::{self, CMutexGuard, Obj, Object};
 use super::pd::{pd_of, Pd};
@@ -256,7 +256,7 @@ fn attr_from_c(a: &ibv_qp_attr, mask: QpAttrMask) -> Result<QpAttr, c_int> {
         if a.ah_attr.is_global == 0 {
             return Err(EINVAL);
         }
-        if mask.contains(QpAttrMask::PORT) && a.port_num != 1 {
+        if mask.contains(QpAttrMask::PORT) && a.port_num != PORT {
             return Err(EINVAL);
         }
         out.ah_attr = AhAttr {
@@ -268,7 +268,7 @@ fn attr_from_c(a: &ibv_qp_attr, mask: QpAttrMask) -> Result<QpAttr, c_int> {
             sl: a.ah_attr.sl,
         };
     }
-    if mask.contains(QpAttrMask::PORT) && a.port_num != 1 {
+    if mask.contains(QpAttrMask::PORT) && a.port_num != PORT {
         return Err(EINVAL);
     }
     out.qkey = a.qkey;
@@ -377,7 +377,7 @@ pub unsafe extern "C" fn ibv_query_qp(
             src_path_bits: 0,
             static_rate: 0,
             is_global: 1,
-            port_num: 1,
+            port_num: PORT,
         },
         alt_ah_attr: ibv_ah_attr::default(),
         pkey_index: a.pkey_index,
@@ -387,7 +387,7 @@ pub unsafe extern "C" fn ibv_query_qp(
         max_rd_atomic: a.max_rd_atomic,
         max_dest_rd_atomic: a.max_dest_rd_atomic,
         min_rnr_timer: a.min_rnr_timer,
-        port_num: 1,
+        port_num: PORT,
         timeout: a.timeout,
         retry_cnt: a.retry_cnt,
         rnr_retry: a.rnr_retry,
