@@ -32,8 +32,8 @@ impl Drop for ChanInner {
 /// live); it holds its context.
 pub(super) struct Channel {
     inner: Arc<ChanInner>,
-    /// Kept so that the context outlives its channels.
-    _ctx: Arc<Obj<Ctx>>,
+    /// Its context, whose mutex guards `refcnt` (and which must outlive the channel).
+    ctx: Arc<Obj<Ctx>>,
 }
 
 impl Object for Channel {
@@ -64,7 +64,7 @@ pub unsafe extern "C" fn ibv_create_comp_channel(c: *mut ibv_context) -> *mut ib
                 fd,
                 fired: Mutex::new(VecDeque::new()),
             }),
-            _ctx: ctx,
+            ctx,
         },
     );
     handle::publish(&obj)
@@ -89,7 +89,8 @@ pub(super) struct Cq {
     pub(super) cq: CompletionQueue,
     armed: Arc<AtomicBool>,
     channel: Option<Arc<Obj<Channel>>>,
-    ctx: Arc<Obj<Ctx>>,
+    /// Kept so that the context outlives its CQs.
+    _ctx: Arc<Obj<Ctx>>,
 }
 
 impl Object for Cq {
@@ -100,9 +101,9 @@ impl Object for Cq {
 impl Drop for Cq {
     fn drop(&mut self) {
         if let Some(ch) = &self.channel {
-            // SAFETY: the context's mutex (rdma-core takes it around `refcnt`), in the live
-            // context this CQ holds; `refcnt` is written only under it.
-            let _g = unsafe { CMutexGuard::lock(self.ctx.mutex()) };
+            // SAFETY: the channel's context's mutex (rdma-core takes it around `refcnt`), in
+            // the live context the channel holds; `refcnt` is written only under it.
+            let _g = unsafe { CMutexGuard::lock(ch.ctx.mutex()) };
             // SAFETY: a raw write to the live channel's C struct, under the lock above.
             unsafe { (*ch.c()).refcnt -= 1 };
         }
@@ -149,10 +150,10 @@ pub unsafe extern "C" fn ibv_create_cq(
     };
     drop(g);
     if let Some(ch) = &chan {
-        // As rdma-core's verbs_init_cq: the channel's refcnt under the context's mutex.
-        // SAFETY: the live context's mutex; `refcnt` of the live channel is written only under
-        // it (here and in Cq's Drop).
-        let _g = unsafe { CMutexGuard::lock(ctx.mutex()) };
+        // As rdma-core's verbs_init_cq: the channel's refcnt under its context's mutex.
+        // SAFETY: the live channel's context's mutex; `refcnt` of the live channel is written
+        // only under it (here and in Cq's Drop).
+        let _g = unsafe { CMutexGuard::lock(ch.ctx.mutex()) };
         // SAFETY: a raw write to the live channel's C struct, under the lock above.
         unsafe { (*ch.c()).refcnt += 1 };
     }
@@ -173,7 +174,7 @@ pub unsafe extern "C" fn ibv_create_cq(
             cq,
             armed: Arc::clone(&armed),
             channel: chan,
-            ctx,
+            _ctx: ctx,
         },
     );
     if let Some(ch) = &obj.channel {
