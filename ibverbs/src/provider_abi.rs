@@ -1,43 +1,84 @@
 //! Symbols that other rdma-core libraries need from libibverbs.so.1 to load at all.
 //!
 //! Debian links its libraries with BIND_NOW, so every symbol they import must exist when a
-//! program starts, even one never called: perftest links libmlx5 (an mlx5 provider, whose
+//! program starts, even one never called: perftest links libmlx5 and libefa (providers, whose
 //! imports are libibverbs' provider interface, IBVERBS_PRIVATE_34) and librdmacm (kernel RDMA
-//! CM helpers). softroce's shim has no providers and no kernel CM, so the provider interface
-//! is never reached: those functions abort with a message naming themselves, rather than
-//! return a value of the wrong type. The public ones among them get real behaviour here.
+//! CM helpers). softroce's shim has no providers and no kernel CM: a provider registers itself
+//! (`verbs_register_driver_34`) but is never matched to a device, so the provider interface is
+//! not reached in the normal course. Should a library call it all the same, each function
+//! returns as its C declaration lets it fail, never aborting the host process: the kernel
+//! commands return EOPNOTSUPP (and set errno), the constructors return NULL with errno
+//! EOPNOTSUPP, and the `void` ones do nothing. `__verbs_log`, which libefa does call, is a
+//! provider's debug log: libibverbs prints it only when `VERBS_LOG_LEVEL` asks, to a file or
+//! stderr; the shim never prints, so it drops it. The public ones among these get real
+//! behaviour here.
 
+use std::ptr::null_mut;
 use std::sync::atomic::AtomicBool;
 
-use libc::{c_char, c_int, c_void};
+use libc::{c_char, c_int, c_void, EOPNOTSUPP};
 
 /// Read by providers when the kernel disassociates a device; softroce never does.
 #[no_mangle]
 pub static verbs_allow_disassociate_destroy: AtomicBool = AtomicBool::new(false);
 
-fn provider_only(name: &str) -> ! {
-    eprintln!(
-        "softroce libibverbs shim: {name} is part of libibverbs' provider or kernel interface, \
-         which softroce does not have; it cannot be called here"
-    );
-    std::process::abort()
+fn unsupported() -> c_int {
+    // SAFETY: __errno_location returns this thread's errno slot, valid for the thread's life.
+    unsafe { *libc::__errno_location() = EOPNOTSUPP };
+    EOPNOTSUPP
 }
 
-macro_rules! provider_only {
+/// Kernel commands and helpers returning `int` (0 or an errno value): EOPNOTSUPP.
+macro_rules! unsupported_int {
     ($($name:ident),* $(,)?) => {
         $(
-            #[doc = concat!("`", stringify!($name), "`: provider or kernel interface; aborts (see the module doc).")]
+            #[doc = concat!("`", stringify!($name), "`: provider or kernel interface; EOPNOTSUPP, errno set (see the module doc).")]
             #[no_mangle]
-            pub extern "C" fn $name() -> ! {
-                provider_only(stringify!($name))
+            pub extern "C" fn $name() -> c_int {
+                unsupported()
             }
         )*
     };
 }
 
-provider_only!(
+/// Constructors returning a pointer: NULL, errno EOPNOTSUPP.
+macro_rules! unsupported_ptr {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[doc = concat!("`", stringify!($name), "`: provider interface; NULL, errno EOPNOTSUPP (see the module doc).")]
+            #[no_mangle]
+            pub extern "C" fn $name() -> *mut c_void {
+                unsupported();
+                null_mut()
+            }
+        )*
+    };
+}
+
+/// Functions returning nothing: nothing to do (see the module doc).
+macro_rules! unsupported_void {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[doc = concat!("`", stringify!($name), "`: provider interface returning void; does nothing (see the module doc).")]
+            #[no_mangle]
+            pub extern "C" fn $name() {}
+        )*
+    };
+}
+
+unsupported_void!(
     __verbs_log,
-    _verbs_init_and_alloc_context,
+    ibv_copy_ah_attr_from_kern,
+    ibv_copy_path_rec_from_kern,
+    ibv_copy_qp_attr_from_kern,
+    verbs_init_cq,
+    verbs_set_ops,
+    verbs_uninit_context,
+);
+
+unsupported_ptr!(_verbs_init_and_alloc_context, verbs_open_device);
+
+unsupported_int!(
     execute_ioctl,
     ibv_cmd_advise_mr,
     ibv_cmd_alloc_dm,
@@ -91,39 +132,32 @@ provider_only!(
     ibv_cmd_reg_mr,
     ibv_cmd_rereg_mr,
     ibv_cmd_resize_cq,
-    ibv_copy_ah_attr_from_kern,
-    ibv_copy_path_rec_from_kern,
-    ibv_copy_qp_attr_from_kern,
     ibv_resolve_eth_l2_from_gid,
-    verbs_init_cq,
-    verbs_open_device,
-    verbs_set_ops,
-    verbs_uninit_context,
 );
 
 /// `ibv_attach_mcast`: multicast (UD) is not implemented; EOPNOTSUPP.
 #[no_mangle]
 pub extern "C" fn ibv_attach_mcast(_qp: *mut c_void, _gid: *const c_void, _lid: u16) -> c_int {
-    libc::EOPNOTSUPP
+    unsupported()
 }
 
 /// `ibv_detach_mcast`: multicast (UD) is not implemented; EOPNOTSUPP.
 #[no_mangle]
 pub extern "C" fn ibv_detach_mcast(_qp: *mut c_void, _gid: *const c_void, _lid: u16) -> c_int {
-    libc::EOPNOTSUPP
+    unsupported()
 }
 
 /// `ibv_set_ece`: no enhanced connection establishment options; EOPNOTSUPP (libibverbs' answer
 /// for a provider without them).
 #[no_mangle]
 pub extern "C" fn ibv_set_ece(_qp: *mut c_void, _ece: *mut c_void) -> c_int {
-    libc::EOPNOTSUPP
+    unsupported()
 }
 
 /// `ibv_query_ece`: as `ibv_set_ece`, EOPNOTSUPP.
 #[no_mangle]
 pub extern "C" fn ibv_query_ece(_qp: *mut c_void, _ece: *mut c_void) -> c_int {
-    libc::EOPNOTSUPP
+    unsupported()
 }
 
 /// `ibv_get_sysfs_path`: where sysfs is mounted.
