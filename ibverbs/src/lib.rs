@@ -18,8 +18,13 @@
 #![deny(missing_docs)]
 #![allow(clippy::missing_safety_doc)]
 
+mod absent;
+mod compat;
 pub mod ffi;
 mod objects;
 pub mod provider_abi;
+mod query_device_ex;
 
+pub use absent::*;
+pub use compat::*;
 pub use objects::*;

@@ -288,6 +288,8 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
     }
     let mut ops: [*mut c_void; VERBS_CONTEXT_SLOTS] = [null_mut(); VERBS_CONTEXT_SLOTS];
     ops[VCTX_QUERY_PORT] = ext_query_port as QueryPortFn as *mut c_void;
+    ops[VCTX_QUERY_DEVICE_EX] = crate::query_device_ex::query_device_ex
+        as crate::query_device_ex::QueryDeviceExFn as *mut c_void;
     let ctx = Box::new(Ctx {
         vctx: verbs_context {
             ops,
@@ -388,18 +390,21 @@ fn device_attr(cfg: &Config) -> ibv_device_attr {
         atomic_cap: 1, // IBV_ATOMIC_HCA
         max_ee: 0,
         max_rdd: 0,
+        // No memory windows (yet).
         max_mw: 0,
         max_raw_ipv6_qp: 0,
         max_raw_ethy_qp: 0,
         max_mcast_grp: 0,
         max_mcast_qp_attach: 0,
         max_total_mcast_qp_attach: 0,
-        max_ah: 0,
+        // Address handles and SRQs: no count limit of softroce's own, so rxe's (Linux 6.1,
+        // RXE_MAX_AH and RXE_MAX_SRQ); an SRQ's WRs and SGEs: the limits it enforces.
+        max_ah: 0x7fff,
         max_fmr: 0,
         max_map_per_fmr: 0,
-        max_srq: 0,
-        max_srq_wr: 0,
-        max_srq_sge: 0,
+        max_srq: 0xd_ffff,
+        max_srq_wr: l.max_qp_wr as c_int,
+        max_srq_sge: l.max_sge as c_int,
         max_pkeys: l.pkey_table_len,
         local_ca_ack_delay: 15,
         phys_port_cnt: 1,
@@ -433,7 +438,9 @@ fn port_attr(cfg: &Config) -> ibv_port_attr {
         gid_tbl_len: l.gid_table_len as c_int,
         // IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS, as rxe.
         port_cap_flags: (1 << 16) | (1 << 26),
-        max_msg_sz: 0x80_0000,
+        // The largest message softroce sends and accepts (IBTA's 2^31); rxe says 0x800000 but
+        // carries larger ones as well.
+        max_msg_sz: softroce::transport::qp::MAX_MESSAGE as u32,
         bad_pkey_cntr: 0,
         qkey_viol_cntr: 0,
         pkey_tbl_len: l.pkey_table_len,
@@ -676,6 +683,11 @@ struct Pd {
     ctx: &'static Ctx,
     /// MRs and QPs in it.
     users: AtomicUsize,
+}
+
+/// Whether `m` is a live MR of the shim (for `ibv_rereg_mr` in absent.rs).
+pub(crate) fn mr_is_live(m: *const ibv_mr) -> bool {
+    live(Kind::Mr, m)
 }
 
 fn pd_of(p: *mut ibv_pd) -> Option<&'static Pd> {
@@ -967,13 +979,18 @@ pub unsafe extern "C" fn ibv_create_cq(
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
-    _comp_vector: c_int,
+    comp_vector: c_int,
 ) -> *mut ibv_cq {
     // SAFETY: checked through the registry.
     let Some(ctx) = (unsafe { ctx_of(c) }) else {
         set_errno(EINVAL);
         return null_mut();
     };
+    // The kernel's create_cq: EINVAL unless comp_vector < num_comp_vectors (unsigned).
+    if comp_vector as c_uint >= ctx.vctx.context.num_comp_vectors as c_uint {
+        set_errno(EINVAL);
+        return null_mut();
+    }
     let chan = if channel.is_null() {
         None
     } else if live(Kind::Channel, channel) {

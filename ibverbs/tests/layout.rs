@@ -11,7 +11,7 @@ use std::process::Command;
 fn every_size_and_offset_matches_verbs_h() {
     let table = ibverbs::ffi::layout_table();
     let mut src = String::from(
-        "#include <stddef.h>\n#include <stdio.h>\n#include <infiniband/verbs.h>\nint main(void) {\n",
+        "#include <stddef.h>\n#include <stdio.h>\n#include <infiniband/verbs.h>\n#include <infiniband/sa.h>\n#include <rdma/ib_user_sa.h>\n#include <rdma/ib_user_verbs.h>\nint main(void) {\n",
     );
     for (name, _) in &table {
         let expr = match name.strip_prefix("sizeof ") {
