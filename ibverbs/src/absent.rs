@@ -106,8 +106,8 @@ pub extern "C" fn ibv_rereg_mr(
     REREG_ERR_INPUT
 }
 
-/// `ibv_query_qp_data_in_order`: whether data of operation `op` lands in memory in order
-/// (flags: `IBV_QUERY_QP_DATA_IN_ORDER_RETURN_CAPS` asks for the capability bits). rxe's
+/// `ibv_query_qp_data_in_order`: 1 if the data of operation `op` lands in memory in order
+/// (`flags` must be 0 in rdma-core 44). rxe's
 /// provider does not answer, so libibverbs returns 0 ("not guaranteed"), and so does the
 /// shim: the engine copies a packet's payload with no ordering promise across packets that a
 /// poller could rely on before the completion.

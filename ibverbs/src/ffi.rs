@@ -706,7 +706,10 @@ pub fn layout_table() -> Vec<(String, usize)> {
     // verbs_context.ops is one array here; the C side names the members.
     let slot = size_of::<*mut c_void>();
     v.push(("verbs_context.query_port".into(), VCTX_QUERY_PORT * slot));
-    v.push(("verbs_context.query_device_ex".into(), VCTX_QUERY_DEVICE_EX * slot));
+    v.push((
+        "verbs_context.query_device_ex".into(),
+        VCTX_QUERY_DEVICE_EX * slot,
+    ));
     off!(ibv_query_device_ex_input: comp_mask);
     off!(ibv_odp_caps: general_caps, per_transport_caps);
     off!(ibv_tso_caps: max_tso, supported_qpts);

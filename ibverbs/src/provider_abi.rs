@@ -130,7 +130,12 @@ command_unsupported!(
 
 constructor_unsupported!(_verbs_init_and_alloc_context, verbs_open_device);
 
-void_unsupported!(__verbs_log, verbs_init_cq, verbs_set_ops, verbs_uninit_context);
+void_unsupported!(
+    __verbs_log,
+    verbs_init_cq,
+    verbs_set_ops,
+    verbs_uninit_context
+);
 
 /// `__ioctl_final_num_attrs(num_attrs, link)`: the attribute count of a chain of ioctl
 /// command buffers, which only providers build; the count given, as for a chain of one.
