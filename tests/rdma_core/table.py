@@ -100,7 +100,7 @@ def main():
             got = by.get(mod, {"ok": 0})["ok"]
             if got < want:
                 problems.append(f"{mod}: {got} ok, the committed table has {want}")
-    print(f"rdma-core tests: {tot[1]} passed, {tot[3]} failed, {tot[2]} skipped")
+    print(f"rdma-core: {tot[1]} passed, {tot[3]} failed, {tot[2]} skipped")
     for p in problems:
         print("rdma-core tests: " + p, file=sys.stderr)
     sys.exit(1 if problems else 0)
