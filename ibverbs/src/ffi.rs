@@ -625,13 +625,16 @@ pub struct ib_uverbs_qp_attr {
     pub reserved: [u8; 5],
 }
 
-/// The layouts this file asserts, as (name, size) and (struct.field, offset), for the C
-/// comparison test.
+/// The layouts this file asserts, as (`sizeof T`, size), (`alignof T`, alignment) and
+/// (`T.field`, offset), for the C comparison test.
 pub fn layout_table() -> Vec<(String, usize)> {
-    use core::mem::{offset_of, size_of};
+    use core::mem::{align_of, offset_of, size_of};
     let mut v: Vec<(String, usize)> = Vec::new();
     macro_rules! size {
-        ($($t:ident),*) => { $( v.push((format!("sizeof {}", stringify!($t)), size_of::<$t>())); )* };
+        ($($t:ident),*) => { $(
+            v.push((format!("sizeof {}", stringify!($t)), size_of::<$t>()));
+            v.push((format!("alignof {}", stringify!($t)), align_of::<$t>()));
+        )* };
     }
     macro_rules! off {
         ($t:ident: $($f:ident),*) => { $( v.push((format!("{}.{}", stringify!($t), stringify!($f)), offset_of!($t, $f))); )* };
@@ -710,6 +713,10 @@ pub fn layout_table() -> Vec<(String, usize)> {
         "verbs_context.query_device_ex".into(),
         VCTX_QUERY_DEVICE_EX * slot,
     ));
+    // Declared with the GID queries (objects.rs), checked here with the others.
+    use crate::ibv_gid_entry;
+    size!(ibv_gid_entry);
+    off!(ibv_gid_entry: gid, gid_index, port_num, gid_type, ndev_ifindex);
     off!(ibv_query_device_ex_input: comp_mask);
     off!(ibv_odp_caps: general_caps, per_transport_caps);
     off!(ibv_tso_caps: max_tso, supported_qpts);
