@@ -374,8 +374,9 @@ fn device_attr(cfg: &Config) -> ibv_device_attr {
         hw_ver: 0,
         max_qp: 0x10000,
         max_qp_wr: l.max_qp_wr as c_int,
-        // IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_RC_RNR_NAK_GEN
-        device_cap_flags: (1 << 11) | (1 << 12),
+        // IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE (an
+        // SRQ's max_wr changes through ibv_modify_srq).
+        device_cap_flags: (1 << 11) | (1 << 12) | (1 << 13),
         max_sge: l.max_sge as c_int,
         max_sge_rd: l.max_sge as c_int,
         max_cq: 0x4000,
@@ -384,7 +385,7 @@ fn device_attr(cfg: &Config) -> ibv_device_attr {
         max_pd: 0x10000,
         max_qp_rd_atom: l.max_qp_rd_atom as c_int,
         max_ee_rd_atom: 0,
-        max_res_rd_atom: 0x3f80,
+        max_res_rd_atom: 0x3f000, // RXE_MAX_RES_RD_ATOM
         max_qp_init_rd_atom: l.max_qp_init_rd_atom as c_int,
         max_ee_init_rd_atom: 0,
         atomic_cap: 1, // IBV_ATOMIC_HCA

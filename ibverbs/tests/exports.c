@@ -76,6 +76,7 @@ static void device_attrs(struct ibv_context *ctx, struct ibv_pd *pd)
 	CHECK(a.max_srq > 0 && a.max_ah > 0);
 	CHECK(a.max_srq_wr == a.max_qp_wr && a.max_srq_sge == a.max_sge);
 	CHECK(a.max_mw == 0); /* no memory windows */
+	CHECK(a.max_res_rd_atom == 0x3f000);
 	struct ibv_port_attr p;
 	CHECK(ibv_query_port(ctx, 1, &p) == 0);
 	CHECK(p.max_msg_sz == 1u << 31);
@@ -84,6 +85,13 @@ static void device_attrs(struct ibv_context *ctx, struct ibv_pd *pd)
 	struct ibv_srq_init_attr si = {.attr = {.max_wr = a.max_srq_wr, .max_sge = a.max_srq_sge}};
 	struct ibv_srq *srq = ibv_create_srq(pd, &si);
 	CHECK(srq != NULL);
+	/* IBV_DEVICE_SRQ_RESIZE: max_wr changes, within the limit. */
+	CHECK(a.device_cap_flags & IBV_DEVICE_SRQ_RESIZE);
+	struct ibv_srq_attr sa = {.max_wr = 16};
+	CHECK(ibv_modify_srq(srq, &sa, IBV_SRQ_MAX_WR) == 0);
+	CHECK(ibv_query_srq(srq, &sa) == 0 && sa.max_wr >= 16 && sa.max_wr < a.max_srq_wr);
+	sa.max_wr = a.max_srq_wr + 1;
+	CHECK(ibv_modify_srq(srq, &sa, IBV_SRQ_MAX_WR) == EINVAL);
 	CHECK(ibv_destroy_srq(srq) == 0);
 	si.attr.max_wr = a.max_srq_wr + 1;
 	FAILS_NULL(ibv_create_srq(pd, &si), EINVAL);
