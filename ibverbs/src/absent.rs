@@ -18,8 +18,10 @@ fn set_errno(e: c_int) {
 /// the list owns it: softroce0 has no kernel device file); NULL.
 #[no_mangle]
 pub extern "C" fn ibv_import_device(cmd_fd: c_int) -> *mut ibv_context {
-    // SAFETY: fstat writes a `stat` we own; any fd value is allowed (a bad one is EBADF).
+    // SAFETY: `stat` is plain integers, for which all zeroes is a valid value.
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: fstat writes the `stat` we own and pass; any fd value is allowed (a closed or
+    // negative one is EBADF).
     let r = unsafe { libc::fstat(cmd_fd, &mut st) };
     set_errno(if r != 0 || st.st_mode & libc::S_IFMT != libc::S_IFCHR {
         EINVAL
