@@ -35,7 +35,10 @@ prev = None
 for i, n in enumerate(nodes):
     body = "".join(f"\t\t{s};\n" for s in by[n])
     glob_ = f"\tglobal:\n{body}" if body else ""
-    local = "\tlocal: *;\n" if i == 0 else ""
+    # Everything else is local. Not in IBVERBS_1.0: a symbol given a version with .symver
+    # (compat_1_0.rs's name@IBVERBS_1.0) is matched against its own node's patterns, so a
+    # `local: *` there would hide the compatibility layer.
+    local = "\tlocal: *;\n" if n == nodes[-1] else ""
     dep = f" {prev}" if prev and not n.startswith("IBVERBS_PRIVATE") else ""
     out.append(f"{n} {{\n{glob_}{local}}}{dep};")
     prev = n

@@ -20,6 +20,7 @@
 
 mod absent;
 mod compat;
+mod compat_1_0;
 pub mod ffi;
 mod objects;
 pub mod provider_abi;
