@@ -192,14 +192,16 @@ fn registry() -> MutexGuard<'static, HashSet<usize>> {
 
 /// `p` as a reference if it is a live 1.0 object of type `T`. Addresses are unique across
 /// types (each is its own allocation), so the type is the caller's claim that the C program
-/// passed the right kind of handle, as the C prototype says.
-fn live<'a, T>(p: *mut T) -> Option<&'a mut T> {
+/// passed the right kind of handle, as the C prototype says. Shared: the program may read
+/// the object at any time, so the two fields the layer updates (a CQ's event count, a QP's
+/// state) are written through the raw pointer, as libibverbs writes its own.
+fn live<'a, T>(p: *mut T) -> Option<&'a T> {
     if p.is_null() || !registry().contains(&(p as usize)) {
         return None;
     }
     // SAFETY: registered pointers come from Box::into_raw in `track` and are removed before
     // they are freed.
-    Some(unsafe { &mut *p })
+    Some(unsafe { &*p })
 }
 
 fn track<T>(v: T) -> *mut T {
@@ -769,7 +771,8 @@ unsafe extern "C" fn ack_cq_events_1_0(p: *mut ibv_cq_1_0, n: c_uint) {
     let cq = handle_or!(p, void);
     // SAFETY: forwarded.
     unsafe { crate::ibv_ack_cq_events(cq.real_cq, n) };
-    cq.comp_events_completed = cq.comp_events_completed.wrapping_add(n);
+    // SAFETY: `p` is live (checked); a plain field of the 1.0 CQ that the program owns.
+    unsafe { (*p).comp_events_completed = cq.comp_events_completed.wrapping_add(n) };
 }
 
 unsafe extern "C" fn create_srq_1_0(
@@ -920,8 +923,9 @@ unsafe extern "C" fn modify_qp_1_0(
     // SAFETY: forwarded.
     let r = unsafe { crate::ibv_modify_qp(qp.real_qp, attr, mask) };
     if r == 0 {
-        // SAFETY: the live current QP.
-        qp.state = unsafe { (*qp.real_qp).state };
+        // SAFETY: `p` and its current QP are live (checked); the state field as rdma-core's
+        // ibv_modify_qp sets the current QP's.
+        unsafe { (*p).state = (*qp.real_qp).state };
     }
     r
 }
