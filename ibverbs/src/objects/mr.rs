@@ -22,6 +22,11 @@ impl Object for Mr {
     type Handle = ibv_mr;
 }
 
+/// Whether `m` is a live MR of the shim (for `ibv_rereg_mr` in absent.rs).
+pub(crate) fn mr_is_live(m: *const ibv_mr) -> bool {
+    handle::get::<Mr>(m as *mut ibv_mr).is_some()
+}
+
 unsafe fn reg_mr(
     pd: *mut ibv_pd,
     addr: *mut c_void,
