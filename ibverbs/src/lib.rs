@@ -21,8 +21,14 @@
 #![deny(missing_docs)]
 #![allow(clippy::missing_safety_doc)]
 
+mod absent;
+mod compat;
+mod compat_1_0;
 pub mod ffi;
 mod objects;
 pub mod provider_abi;
+mod query_device_ex;
 
+pub use absent::*;
+pub use compat::*;
 pub use objects::*;

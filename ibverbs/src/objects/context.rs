@@ -108,6 +108,8 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
     }
     let mut ops: [*mut c_void; VERBS_CONTEXT_SLOTS] = [null_mut(); VERBS_CONTEXT_SLOTS];
     ops[VCTX_QUERY_PORT] = ext_query_port as QueryPortFn as *mut c_void;
+    ops[VCTX_QUERY_DEVICE_EX] = crate::query_device_ex::query_device_ex
+        as crate::query_device_ex::QueryDeviceExFn as *mut c_void;
     let vctx = verbs_context {
         ops,
         sz: core::mem::size_of::<verbs_context>(),
@@ -130,7 +132,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
             },
             cmd_fd: -1,
             async_fd,
-            num_comp_vectors: 1,
+            num_comp_vectors: NUM_COMP_VECTORS,
             mutex: mutex_init(),
             abi_compat: VERBS_ABI_IS_EXTENDED as *mut c_void,
         },
@@ -172,6 +174,9 @@ pub unsafe extern "C" fn ibv_close_device(c: *mut ibv_context) -> c_int {
     0
 }
 
+/// Completion vectors a context offers (`ibv_context::num_comp_vectors`): one, as rxe.
+pub(super) const NUM_COMP_VECTORS: c_int = 1;
+
 fn device_attr(cfg: &Config) -> ibv_device_attr {
     let l = softroce::ib::DeviceLimits::default();
     let _ = cfg;
@@ -186,7 +191,10 @@ fn device_attr(cfg: &Config) -> ibv_device_attr {
         hw_ver: 0,
         max_qp: 0x10000,
         max_qp_wr: l.max_qp_wr as c_int,
-        device_cap_flags: IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_RC_RNR_NAK_GEN,
+        // An SRQ's max_wr changes through ibv_modify_srq (IBV_DEVICE_SRQ_RESIZE), as on rxe.
+        device_cap_flags: IBV_DEVICE_SYS_IMAGE_GUID
+            | IBV_DEVICE_RC_RNR_NAK_GEN
+            | IBV_DEVICE_SRQ_RESIZE,
         max_sge: l.max_sge as c_int,
         max_sge_rd: l.max_sge as c_int,
         max_cq: 0x4000,
@@ -195,24 +203,27 @@ fn device_attr(cfg: &Config) -> ibv_device_attr {
         max_pd: 0x10000,
         max_qp_rd_atom: l.max_qp_rd_atom as c_int,
         max_ee_rd_atom: 0,
-        max_res_rd_atom: 0x3f80,
+        max_res_rd_atom: 0x3f000, // RXE_MAX_RES_RD_ATOM
         max_qp_init_rd_atom: l.max_qp_init_rd_atom as c_int,
         max_ee_init_rd_atom: 0,
         atomic_cap: IBV_ATOMIC_HCA,
         max_ee: 0,
         max_rdd: 0,
+        // No memory windows in the shim (yet).
         max_mw: 0,
         max_raw_ipv6_qp: 0,
         max_raw_ethy_qp: 0,
         max_mcast_grp: 0,
         max_mcast_qp_attach: 0,
         max_total_mcast_qp_attach: 0,
-        max_ah: 0,
+        // Address handles and SRQs: no count limit of softroce's own, so rxe's (Linux 6.1,
+        // RXE_MAX_AH and RXE_MAX_SRQ); an SRQ's WRs and SGEs: the limits it enforces.
+        max_ah: 0x7fff,
         max_fmr: 0,
         max_map_per_fmr: 0,
-        max_srq: 0,
-        max_srq_wr: 0,
-        max_srq_sge: 0,
+        max_srq: 0xd_ffff,
+        max_srq_wr: l.max_qp_wr as c_int,
+        max_srq_sge: l.max_sge as c_int,
         max_pkeys: l.pkey_table_len,
         local_ca_ack_delay: 15,
         phys_port_cnt: 1,

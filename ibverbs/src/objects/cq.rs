@@ -124,11 +124,15 @@ pub unsafe extern "C" fn ibv_create_cq(
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
-    _comp_vector: c_int,
+    comp_vector: c_int,
 ) -> *mut ibv_cq {
     let Some(ctx) = ctx_of(c) else {
         return fail_null(EINVAL);
     };
+    // The kernel's create_cq: EINVAL unless comp_vector < num_comp_vectors (unsigned).
+    if comp_vector as c_uint >= super::context::NUM_COMP_VECTORS as c_uint {
+        return fail_null(EINVAL);
+    }
     let chan = if channel.is_null() {
         None
     } else {

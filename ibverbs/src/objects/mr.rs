@@ -23,6 +23,11 @@ impl Object for Mr {
     type Handle = ibv_mr;
 }
 
+/// Whether `m` is a live MR of the shim (for `ibv_rereg_mr` in absent.rs).
+pub(crate) fn mr_is_live(m: *const ibv_mr) -> bool {
+    handle::get::<Mr>(m as *mut ibv_mr).is_some()
+}
+
 /// Registers `len` bytes at `addr` in the PD `pd`; NULL and errno on failure.
 ///
 /// # Safety
