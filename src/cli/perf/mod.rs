@@ -412,6 +412,9 @@ impl Params {
 /// connects them in the program's order, runs the traffic and prints the report.
 pub fn run(args: &PerfArgs) -> Result<(), CliError> {
     let mut p = Params::from_args(args)?;
+    if let Some(path) = &args.plot {
+        plot::check_output(std::path::Path::new(path))?;
+    }
     let timeout = Duration::from_secs(args.timeout.max(1));
     let (mut x, dev, mut cm) = rdma_cm::open(args, timeout)?;
     let agreed = setup::agree(&mut x, &mut p, args)?;

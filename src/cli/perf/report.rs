@@ -392,8 +392,44 @@ fn json_line(p: &Params, o: &Output, size: u64) -> serde_json::Value {
     })
 }
 
+/// One JSON object's members in perftest's order, each value already JSON text.
+struct JsonObject(Vec<(&'static str, String)>);
+
+impl JsonObject {
+    fn str(&mut self, key: &'static str, v: &str) {
+        self.0.push((key, serde_json::Value::from(v).to_string()));
+    }
+
+    fn int(&mut self, key: &'static str, v: u64) {
+        self.0.push((key, v.to_string()));
+    }
+
+    /// A figure with `decimals` places, as perftest's "%.2lf"; JSON has no NaN or infinity,
+    /// so a figure that is not finite is null.
+    fn fixed(&mut self, key: &'static str, v: f64, decimals: usize) {
+        let text = if v.is_finite() {
+            format!("{v:.decimals$}")
+        } else {
+            "null".into()
+        };
+        self.0.push((key, text));
+    }
+
+    /// The object, one member per line as perftest writes it.
+    fn render(&self) -> String {
+        let members: Vec<String> = self
+            .0
+            .iter()
+            .map(|(k, v)| format!("{}: {v}", serde_json::Value::from(*k)))
+            .collect();
+        format!("{{\n{}\n}}", members.join(",\n"))
+    }
+}
+
 /// perftest's --out_json report (write_test_info_to_file and write_bw_report_to_file): the
-/// same keys and the same unquoted, trailing-comma layout perftest writes.
+/// keys and layout perftest writes, as standard JSON (quoted keys and strings, no trailing
+/// commas), as perftest itself writes it since linux-rdma/perftest PR #239 (4.5's file was not
+/// JSON: `json.load` failed on it).
 pub(super) fn perftest_json(p: &Params, o: &Output, r: JsonResult) -> String {
     let verb = match p.op {
         PerfOp::Send => "Send",
@@ -401,58 +437,64 @@ pub(super) fn perftest_json(p: &Params, o: &Output, r: JsonResult) -> String {
         PerfOp::Read => "RDMA_Read",
         PerfOp::Atomic => "Atomic",
     };
-    let mut t = String::from("{\ntest_info: {\n");
-    t += &format!("test: {verb}_");
+    let mut test = format!("{verb}_");
     if p.op == PerfOp::Atomic {
-        t += if p.cas {
+        test += if p.cas {
             "CMP_AND_SWAP_"
         } else {
             "FETCH_AND_ADD_"
         };
     }
     if p.prog.lat() {
-        t += "Latency_";
+        test += "Latency_";
     } else {
         if p.duplex {
-            t += "Bidirectional_";
+            test += "Bidirectional_";
         }
         if o.post_list > 1 {
-            t += "Post_List_";
+            test += "Post_List_";
         }
-        t += "BW_";
+        test += "BW_";
     }
-    t += "Test,\n";
-    t += "Dual_port: OFF,\nDevice: \"softroce\",\n";
-    t += &format!("Number_of_qps: {},\nTransport_type: IB,\n", p.num_qps);
-    t += &format!("Connection_type: {},\nUsing_SRQ: OFF,\n", p.conn.name());
-    t += " PCIe_relax_order: Unsupported,\n";
-    t += "ibv_wr_API: ON,\n";
+    test += "Test";
+    let mut t = JsonObject(Vec::new());
+    t.str("test", &test);
+    t.str("Dual_port", "OFF");
+    t.str("Device", "softroce");
+    t.int("Number_of_qps", p.num_qps as u64);
+    t.str("Transport_type", "IB");
+    t.str("Connection_type", p.conn.name());
+    t.str("Using_SRQ", "OFF");
+    t.str("PCIe_relax_order", "Unsupported");
+    t.str("ibv_wr_API", "ON");
     if o.is_client || p.duplex {
-        t += &format!("TX_depth : {},\n", o.tx_depth);
+        t.int("TX_depth", o.tx_depth as u64);
     }
     if o.post_list > 1 {
-        t += &format!("Post_List: {},\n", o.post_list);
+        t.int("Post_List", o.post_list as u64);
     }
     if p.op == PerfOp::Send && (!o.is_client || p.duplex) {
-        t += &format!("RX_depth: {},\n", o.rx_depth);
+        t.int("RX_depth", o.rx_depth as u64);
     }
     if !p.prog.lat() {
-        t += &format!("CQ_Moderation: {},\n", o.cq_mod);
+        t.int("CQ_Moderation", o.cq_mod as u64);
     }
-    t += &format!("Mtu: {},\nLink_type: Ethernet,\n", o.mtu);
+    t.int("Mtu", o.mtu as u64);
+    t.str("Link_type", "Ethernet");
     if matches!(p.op, PerfOp::Read | PerfOp::Atomic) {
-        t += &format!("Outstand_reads: {},\n", o.outs);
+        t.int("Outstand_reads", o.outs as u64);
     } else {
-        t += &format!("Max_inline_data: {},\n", o.inline);
+        t.int("Max_inline_data", o.inline as u64);
     }
-    t += "rdma_cm_QPs: OFF,\nData_ex_method: Ethernet,\n},\n";
-    t += "results: {\n";
+    t.str("rdma_cm_QPs", "OFF");
+    t.str("Data_ex_method", "Ethernet");
+    let mut res = JsonObject(Vec::new());
     match (r, o.only) {
         (JsonResult::Bw(f), Some(OutputOnly::Bandwidth)) => {
-            t += &format!("bw_avg: {:.6},\n", to_unit(f.bw_avg_mib, p.gbits));
+            res.fixed("bw_avg", to_unit(f.bw_avg_mib, p.gbits), 6);
         }
         (JsonResult::Bw(f), Some(OutputOnly::MessageRate)) => {
-            t += &format!("msgRate_avg: {:.6},\n", f.msg_rate_mpps);
+            res.fixed("msgRate_avg", f.msg_rate_mpps, 6);
         }
         (JsonResult::Bw(f), _) => {
             let (peak, avg) = (
@@ -461,26 +503,39 @@ pub(super) fn perftest_json(p: &Params, o: &Output, r: JsonResult) -> String {
             );
             // REPORT_FMT_EXT_JSON (six decimals) for a Gb/s average below 0.1.
             let d = if p.gbits && avg < 0.1 { 6 } else { 2 };
-            t += &format!(
-                "MsgSize: {},\nn_iterations: {},\nBW_peak: {peak:.d$},\nBW_average: {avg:.d$},\nMsgRate: {:.6},\n",
-                f.size, f.messages, f.msg_rate_mpps
-            );
+            res.int("MsgSize", f.size);
+            res.int("n_iterations", f.messages);
+            res.fixed("BW_peak", peak, d);
+            res.fixed("BW_average", avg, d);
+            res.fixed("MsgRate", f.msg_rate_mpps, 6);
             if let Some(c) = f.cpu {
-                t += &format!("CPU_util: {c:.2},\n");
+                res.fixed("CPU_util", c, 2);
             }
         }
         (JsonResult::Lat(_, l), Some(OutputOnly::Latency)) => {
-            t += &format!("avg_lat: {:.6},\n", l.avg);
+            res.fixed("avg_lat", l.avg, 6);
         }
         (JsonResult::Lat(size, l), _) => {
-            t += &format!(
-                "MsgSize: {size},\nn_iterations: {},\nt_min: {:.2},\nt_max: {:.2},\nt_typical: {:.2},\nt_avg: {:.2},\nt_stdev: {:.2},\npercentile_99: {:.2},\npercentile_99.9: {:.2},\n",
-                p.iters, l.min, l.max, l.typical, l.avg, l.stdev, l.p99, l.p999
-            );
+            res.int("MsgSize", size);
+            res.int("n_iterations", p.iters);
+            for (k, v) in [
+                ("t_min", l.min),
+                ("t_max", l.max),
+                ("t_typical", l.typical),
+                ("t_avg", l.avg),
+                ("t_stdev", l.stdev),
+                ("percentile_99", l.p99),
+                ("percentile_99.9", l.p999),
+            ] {
+                res.fixed(k, v, 2);
+            }
         }
     }
-    t += "},\n}\n";
-    t
+    format!(
+        "{{\n\"test_info\": {},\n\"results\": {}\n}}\n",
+        t.render(),
+        res.render()
+    )
 }
 
 /// What one --out_json report describes.

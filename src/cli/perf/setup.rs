@@ -22,7 +22,10 @@ impl Params {
         args.refused.check()?;
         args.device.validate()?;
         Mtu::from_bytes(args.mtu).ok_or_else(|| {
-            CliError::Usage(format!("-m {}: the MTU must be 256..4096", args.mtu))
+            CliError::Usage(format!(
+                "-m {}: the MTU must be 256, 512, 1024, 2048 or 4096",
+                args.mtu
+            ))
         })?;
         if args.ib_port != 1 {
             return Err(CliError::Usage(format!(
@@ -71,8 +74,17 @@ impl Params {
                 "-c UC: READ and atomics need an RC QP (UC carries SEND and WRITE)".into(),
             ));
         }
-        if p.size == 0 || p.size > (1 << 31) || p.num_qps == 0 || p.num_qps > 4096 {
-            return Err(CliError::Usage("-s must be 1..2^31 and -q 1..4096".into()));
+        if p.size == 0 || p.size > (1 << 31) {
+            return Err(CliError::Usage(format!(
+                "-s {}: the message size must be 1..2147483648 (2^31) bytes",
+                p.size
+            )));
+        }
+        if p.num_qps == 0 || p.num_qps > 4096 {
+            return Err(CliError::Usage(format!(
+                "-q {}: the number of QPs must be 1..4096",
+                p.num_qps
+            )));
         }
         if p.iters < if p.prog.lat() { 5 } else { 1 } {
             return Err(CliError::Usage(
