@@ -409,6 +409,44 @@ fn perf_latency_check_every_operation() {
         let v: serde_json::Value = serde_json::from_str(c.trim()).unwrap();
         assert_eq!(v["check"], true);
         assert!(v["lat_us"]["p50"].as_f64().unwrap() > 0.0, "{v}");
+        // The client verifies every answer (ping-pongs, READs and atomics alike).
+        assert_eq!(v["check_verified_messages"], 60, "{v}");
+    }
+}
+
+#[test]
+fn perf_check_prints_what_it_verified() {
+    // The verifying end names the messages and bytes it checked; the other end says the
+    // peer's check passed. WRITE and SEND land at the server, READ and atomics at the client.
+    for (op, size, verifier_is_server, bytes) in [
+        ("write", "4000", true, 100 * 4000),
+        ("send", "4000", true, 100 * 4000),
+        ("read", "4000", false, 100 * 4000),
+        ("atomic", "8", false, 100 * 8),
+    ] {
+        let (sv, cl, _) = run_pair(
+            &["perf", op],
+            &["--check", "-n", "100", "-s", size],
+            &[],
+            &[],
+        );
+        let (s_out, c_out) = (ok(&sv, "server"), ok(&cl, "client"));
+        let (verifier, other) = if verifier_is_server {
+            (&s_out, &c_out)
+        } else {
+            (&c_out, &s_out)
+        };
+        let want = format!(
+            " Data check      : passed: 100 messages ({bytes} bytes) verified here, and the peer's check passed"
+        );
+        assert!(verifier.contains(&want), "{op}: {verifier}");
+        if op != "atomic" {
+            // (The atomic server checks the final value too.)
+            assert!(
+                other.contains(" Data check      : passed: the peer verified every message"),
+                "{op}: {other}"
+            );
+        }
     }
 }
 

@@ -285,6 +285,7 @@ impl Test<'_> {
                             .to_vec(self.payload_at(msg), self.p.size as usize)
                             .map_err(|e| e.to_string())
                             .and_then(|b| check_pattern(&b, msg))
+                            .map(|()| (1, self.p.size))
                     };
                     self.note(r);
                 }
@@ -326,19 +327,20 @@ impl Test<'_> {
                 PerfOp::Write => loop {
                     let r = write_ok();
                     if r.is_ok() || start.elapsed() >= settle {
-                        break r;
+                        break r.map(|()| (p.iters, p.iters * p.size));
                     }
                     std::thread::sleep(std::time::Duration::from_millis(5));
                 },
+                // The final value accounts for every operation.
                 PerfOp::Atomic => match mr.load_u64(self.layout.half) {
-                    Ok(v) if v == p.iters => Ok(()),
+                    Ok(v) if v == p.iters => Ok((p.iters, 8)),
                     Ok(v) => Err(format!(
                         "atomic check failed: the target holds {v} after {} operations",
                         p.iters
                     )),
                     Err(e) => Err(e.to_string()),
                 },
-                _ => Ok(()),
+                _ => Ok((0, 0)),
             };
             self.note(r);
         }

@@ -450,6 +450,7 @@ pub fn run(args: &PerfArgs) -> Result<(), CliError> {
         inline: args.inline_size,
         post_list: t.post_list,
         cq_mod: t.cq_mod,
+        verified: (p.check && t.failure.is_none()).then_some(t.verified),
     };
     print_result(&p, &output, &result)?;
     if let Some(path) = &args.plot {

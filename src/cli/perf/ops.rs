@@ -85,10 +85,16 @@ impl Test<'_> {
         Ok(())
     }
 
-    /// Keeps the first --check failure.
-    pub(super) fn note(&mut self, r: Result<(), String>) {
-        if let Err(e) = r {
-            self.failure.get_or_insert(e);
+    /// Counts what a --check verified (messages, bytes) or keeps its first failure.
+    pub(super) fn note(&mut self, r: Result<(u64, u64), String>) {
+        match r {
+            Ok((messages, bytes)) => {
+                self.verified.0 += messages;
+                self.verified.1 += bytes;
+            }
+            Err(e) => {
+                self.failure.get_or_insert(e);
+            }
         }
     }
 
@@ -219,10 +225,11 @@ impl Test<'_> {
         })
     }
 
-    /// Under --check, what a completed READ or atomic brought back.
-    pub(super) fn check_completion(&self, c: usize, iter: u64) -> Result<(), String> {
+    /// Under --check, what a completed READ or atomic brought back: the messages and bytes
+    /// verified (none for the other operations, checked where they land).
+    pub(super) fn check_completion(&self, c: usize, iter: u64) -> Result<(u64, u64), String> {
         if !self.p.check {
-            return Ok(());
+            return Ok((0, 0));
         }
         let conn = &self.conns[c];
         let off = self.layout.offset(iter);
@@ -232,7 +239,7 @@ impl Test<'_> {
                     .mr
                     .to_vec(off, self.p.size as usize)
                     .map_err(|e| e.to_string())?;
-                check_pattern(&got, iter)
+                check_pattern(&got, iter).map(|()| (1, self.p.size))
             }
             PerfOp::Atomic => {
                 let got = conn.mr.load_u64(off).map_err(|e| e.to_string())?;
@@ -241,9 +248,9 @@ impl Test<'_> {
                         "atomic check failed: operation {iter} returned {got}, expected {iter}"
                     ));
                 }
-                Ok(())
+                Ok((1, 8))
             }
-            _ => Ok(()),
+            _ => Ok((0, 0)),
         }
     }
 

@@ -290,6 +290,21 @@ pub(super) struct Output<'a> {
     pub(super) post_list: u32,
     /// -Q as applied.
     pub(super) cq_mod: u32,
+    /// --check passed at both ends: the messages and bytes this end verified.
+    pub(super) verified: Option<(u64, u64)>,
+}
+
+/// The --check verdict line, printed after the report when both ends' checks passed.
+fn verdict_line(o: &Output) -> Option<String> {
+    let (messages, bytes) = o.verified?;
+    Some(if messages > 0 {
+        format!(
+            " Data check      : passed: {messages} messages ({bytes} bytes) verified here, and the peer's check passed"
+        )
+    } else {
+        " Data check      : passed: the peer verified every message (its check passed; this end has nothing to verify in this test)"
+            .to_string()
+    })
 }
 
 /// perftest's RESULT_FMT, or RESULT_FMT_G under --report_gbits.
@@ -389,6 +404,8 @@ fn json_line(p: &Params, o: &Output, size: u64) -> serde_json::Value {
         "all": p.all,
         "bidirectional": p.duplex,
         "duration_s": p.duration.map(|d| d.as_secs()),
+        "check_verified_messages": o.verified.map(|v| v.0),
+        "check_verified_bytes": o.verified.map(|v| v.1),
     })
 }
 
@@ -737,7 +754,11 @@ pub(super) fn print_result(p: &Params, o: &Output, r: &Outcome) -> Result<(), Cl
                 .into(),
         )?,
     }
-    w(&mut out, line)
+    w(&mut out, line)?;
+    match verdict_line(o) {
+        Some(v) => w(&mut out, v),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]

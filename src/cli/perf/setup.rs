@@ -381,6 +381,8 @@ pub(super) struct Test<'a> {
     /// The first --check mismatch; the test runs to its end so that the peer is not left
     /// waiting, then both ends fail.
     pub(super) failure: Option<String>,
+    /// --check: the messages and bytes this end verified.
+    pub(super) verified: (u64, u64),
     /// -Q: a completion every this many WRs.
     pub(super) cq_mod: u32,
     /// -l: WRs per post_send.
@@ -521,6 +523,7 @@ impl<'a> Test<'a> {
             tx_depth,
             rx_depth,
             failure: None,
+            verified: (0, 0),
             // perftest: with a post list, the list's last WR is the signaled one.
             cq_mod: args
                 .cq_mod
