@@ -251,6 +251,14 @@ pub struct PerfArgs {
     pub server: Option<String>,
 }
 
+impl PerfArgs {
+    /// perftest's full report (its FULL_VERBOSITY): the banners, address lines and tables on
+    /// stdout; not under --json (JSON lines only) or --output (one figure per row).
+    fn full_report(&self) -> bool {
+        !self.json && self.output.is_none()
+    }
+}
+
 /// perftest's --output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OutputOnly {

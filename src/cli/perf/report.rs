@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::time::Instant;
 
-use softroce::oob::perftest::BwReport;
+use softroce::oob::perftest::{BwReport, KeyMsg};
 
 use super::{OutputOnly, Params, PerfOp};
 use crate::cli::plot::Series;
@@ -555,6 +555,119 @@ pub(super) fn perftest_json(p: &Params, o: &Output, r: JsonResult) -> String {
     )
 }
 
+/// The head of perftest's report (its ctx_print_test_info, in softroce's words): printed once
+/// the QPs are connected, before the address lines and the traffic, as perftest prints it.
+pub(super) fn print_banner(p: &Params, mtu: u32) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    let w =
+        |out: &mut std::io::StdoutLock, s: String| writeln!(out, "{s}").map_err(CliError::Output);
+    let line = "-".repeat(87);
+    let name = match p.op {
+        PerfOp::Send => "Send",
+        PerfOp::Write => "RDMA_Write",
+        PerfOp::Read => "RDMA_Read",
+        PerfOp::Atomic if p.cas => "Atomic CMP_AND_SWAP",
+        PerfOp::Atomic => "Atomic FETCH_AND_ADD",
+    };
+    w(&mut out, line.clone())?;
+    w(
+        &mut out,
+        format!(
+            "                    {name} {}{} Test",
+            if p.duplex { "Bidirectional " } else { "" },
+            if p.prog.lat() { "Latency" } else { "BW" }
+        ),
+    )?;
+    w(
+        &mut out,
+        format!(
+            " Number of qps   : {}\t\tTransport type : IB (RoCEv2, softroce)",
+            p.num_qps
+        ),
+    )?;
+    w(
+        &mut out,
+        format!(
+            " Connection type : {}\t\tData check     : {}",
+            p.conn.name(),
+            if p.check { "ON" } else { "OFF" }
+        ),
+    )?;
+    w(&mut out, format!(" Mtu             : {mtu}[B]"))?;
+    if let Some(d) = p.duration {
+        w(
+            &mut out,
+            format!(
+                " Duration        : {} sec, margin {} sec",
+                d.as_secs(),
+                p.margin.as_secs()
+            ),
+        )?;
+    }
+    w(&mut out, line)?;
+    out.flush().map_err(CliError::Output)
+}
+
+/// C's "%#0Nx": `0x` and zero padding to `width` characters in all, but no `0x` for zero.
+fn c_alt_hex(v: u64, width: usize) -> String {
+    if v == 0 {
+        format!("{:0width$}", 0)
+    } else {
+        format!("{v:#0width$x}")
+    }
+}
+
+/// perftest's ctx_print_pingpong_data: " local address: LID ... QPN ... PSN ..." (OUT for
+/// READ; RKey and VAddr for READ and WRITE), then the GID line, its bytes in decimal as
+/// perftest's PERF_GID_FMT prints them.
+pub(super) fn address_lines(side: &str, op: PerfOp, k: &KeyMsg) -> String {
+    let mut s = format!(
+        " {side} address: LID {} QPN {} PSN {}",
+        c_alt_hex(k.lid as u64, 4),
+        c_alt_hex(k.qpn as u64, 6),
+        c_alt_hex(k.psn as u64, 6)
+    );
+    // perftest's switch falls through from READ to WRITE.
+    if op == PerfOp::Read {
+        s += &format!(" OUT {}", c_alt_hex(k.out_reads as u64, 4));
+    }
+    if matches!(op, PerfOp::Read | PerfOp::Write) {
+        s += &format!(
+            " RKey {} VAddr {}",
+            c_alt_hex(k.rkey as u64, 8),
+            c_alt_hex(k.vaddr, 16)
+        );
+    }
+    let gid: Vec<String> = k.gid.0.iter().map(|b| format!("{b:02}")).collect();
+    s + "\n GID: " + &gid.join(":")
+}
+
+/// Prints this end's address lines, then the peer's, as perftest does after connecting.
+pub(super) fn print_addresses(
+    op: PerfOp,
+    mine: &[KeyMsg],
+    theirs: &[KeyMsg],
+) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    for (side, keys) in [("local", mine), ("remote", theirs)] {
+        for k in keys {
+            writeln!(out, "{}", address_lines(side, op, k)).map_err(CliError::Output)?;
+        }
+    }
+    out.flush().map_err(CliError::Output)
+}
+
+/// perftest's server banner while it waits for its client.
+pub(super) fn print_waiting() -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "\n************************************\n* Waiting for client to connect... *\n************************************"
+    )
+    .and_then(|()| out.flush())
+    .map_err(CliError::Output)
+}
+
 /// What one --out_json report describes.
 #[derive(Clone, Copy)]
 pub(super) enum JsonResult<'a> {
@@ -666,48 +779,6 @@ pub(super) fn print_result(p: &Params, o: &Output, r: &Outcome) -> Result<(), Cl
         return Ok(());
     }
     let line = "-".repeat(87);
-    let name = match p.op {
-        PerfOp::Send => "Send",
-        PerfOp::Write => "RDMA_Write",
-        PerfOp::Read => "RDMA_Read",
-        PerfOp::Atomic if p.cas => "Atomic CMP_AND_SWAP",
-        PerfOp::Atomic => "Atomic FETCH_AND_ADD",
-    };
-    w(&mut out, line.clone())?;
-    w(
-        &mut out,
-        format!(
-            "                    {name} {}{} Test",
-            if p.duplex { "Bidirectional " } else { "" },
-            if p.prog.lat() { "Latency" } else { "BW" }
-        ),
-    )?;
-    w(
-        &mut out,
-        format!(
-            " Number of qps   : {}\t\tTransport type : IB (RoCEv2, softroce)",
-            p.num_qps
-        ),
-    )?;
-    w(
-        &mut out,
-        format!(
-            " Connection type : {}\t\tData check     : {}",
-            p.conn.name(),
-            if p.check { "ON" } else { "OFF" }
-        ),
-    )?;
-    w(&mut out, format!(" Mtu             : {}[B]", o.mtu))?;
-    if let Some(d) = p.duration {
-        w(
-            &mut out,
-            format!(
-                " Duration        : {} sec, margin {} sec",
-                d.as_secs(),
-                p.margin.as_secs()
-            ),
-        )?;
-    }
     w(&mut out, line.clone())?;
     match r {
         Outcome::Bw { rows, both } => {

@@ -12,6 +12,7 @@ use softroce::verbs::*;
 use std::result::Result;
 
 use super::ops::fill_pattern;
+use super::report::{print_addresses, print_banner, print_waiting};
 use super::{AtomicType, Connection, OutputOnly, Params, PerfArgs, PerfOp, Program};
 use crate::cli::qp_setup::{connect_rc, create_qp, create_rc_qp, Queues};
 use crate::cli::CliError;
@@ -236,6 +237,9 @@ pub(super) fn open_exchange(
             let l = TcpListener::bind(SocketAddr::new(ip, args.port)).map_err(|e| {
                 CliError::Failed(format!("couldn't listen on port {}: {e}", args.port))
             })?;
+            if args.full_report() {
+                print_waiting()?;
+            }
             (l.accept().map_err(CliError::Io)?.0, Role::Server)
         }
     };
@@ -588,6 +592,18 @@ impl<'a> Test<'a> {
             for c in &self.conns {
                 connect(c, mtu, args)?;
             }
+        }
+        if args.full_report() {
+            // Under -R the QPs' MTU is the one rdma_cm set, not the exchanged -m.
+            let mtu_bytes = if by_cm {
+                self.conns[0].qp.query().path_mtu.bytes()
+            } else {
+                mtu.bytes()
+            };
+            print_banner(&p, mtu_bytes)?;
+            let mine: Vec<KeyMsg> = self.conns.iter().map(|c| c.mine).collect();
+            let theirs: Vec<KeyMsg> = self.conns.iter().map(|c| c.remote).collect();
+            print_addresses(p.op, &mine, &theirs)?;
         }
         let send_style = matches!(prog, Program::SendBw | Program::SendLat);
         if send_style {
