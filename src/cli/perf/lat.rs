@@ -146,6 +146,7 @@ impl Test<'_> {
                     spins += 1;
                     if spins % 64 == 0 {
                         std::thread::yield_now();
+                        self.progress.tick(self.ctx);
                         if peer.silent_for(self.ctx) > self.timeout {
                             return Err(CliError::Failed(format!(
                                 "write {rcnt} of the peer did not arrive in {:?}",

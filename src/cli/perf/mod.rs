@@ -27,6 +27,7 @@ use std::result::Result;
 mod bw;
 mod lat;
 mod ops;
+mod progress;
 mod rdma_cm;
 mod refused;
 mod report;

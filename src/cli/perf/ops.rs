@@ -63,6 +63,8 @@ impl Test<'_> {
     pub(super) fn await_peer(&self, link: &mut dyn Transport) -> Result<(), OobError> {
         let mut peer = PeerActivity::new(self.ctx);
         while !link.ready(Duration::from_millis(200))? {
+            // A passive end waits here for the whole of the peer's test.
+            self.progress.tick(self.ctx);
             if peer.silent_for(self.ctx) > self.timeout {
                 return Err(OobError::Timeout);
             }
@@ -261,6 +263,8 @@ impl Test<'_> {
         last: &mut Instant,
     ) -> Result<usize, CliError> {
         let n = poll_or_wait(&self.cq, wcs, false).map_err(CliError::Verbs)?;
+        self.progress.completed(n);
+        self.progress.tick(self.ctx);
         if n == 0 {
             if last.elapsed() > self.timeout {
                 return Err(CliError::Failed(format!(

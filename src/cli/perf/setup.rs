@@ -12,6 +12,7 @@ use softroce::verbs::*;
 use std::result::Result;
 
 use super::ops::fill_pattern;
+use super::progress::Progress;
 use super::report::{print_addresses, print_banner, print_waiting};
 use super::{AtomicType, Connection, OutputOnly, Params, PerfArgs, PerfOp, Program};
 use crate::cli::qp_setup::{connect_rc, create_qp, create_rc_qp, Queues};
@@ -401,6 +402,8 @@ pub(super) struct Test<'a> {
     pub(super) line: u64,
     /// The QPs' protection domain (UD makes its address handles in it).
     pub(super) pd: ProtectionDomain,
+    /// The progress line of a run that lasts.
+    pub(super) progress: Progress,
 }
 
 impl<'a> Test<'a> {
@@ -539,6 +542,7 @@ impl<'a> Test<'a> {
             cycle: agreed.cycle,
             line: agreed.line,
             pd,
+            progress: Progress::new(args.qp_timeout),
         };
         if p.check && !t.is_client && matches!(prog, Program::ReadBw | Program::ReadLat) {
             let mut buf = vec![0u8; p.size as usize];
