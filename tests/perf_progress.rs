@@ -75,8 +75,11 @@ fn a_run_of_more_than_three_seconds_reports_progress_at_both_ends() {
         .unwrap_or_else(|| panic!("no server progress: {server:?}"));
     assert!(passive.contains(" received"), "{passive}");
     assert!(!passive.contains("work completions"), "{passive}");
-    // Nothing was lost: no retransmission clause.
-    assert!(!first.contains("retransmitted"), "{first}");
+    // Loopback may drop datagrams under load; when the transport retransmitted, the line
+    // names the ACK timeout behind it.
+    if first.contains("retransmitted") {
+        assert!(first.contains("(67.1 ms each, -u 14)"), "{first}");
+    }
 }
 
 #[test]

@@ -92,7 +92,7 @@ impl Test<'_> {
                         let m = if self.is_client {
                             self.bandwidth_client()?
                         } else {
-                            self.bandwidth_server()?
+                            self.bandwidth_server(&mut x)?
                         };
                         rows.push(self.figures(&m, size));
                     }
@@ -243,7 +243,7 @@ impl Test<'_> {
     /// from the first arrival to the last, as perftest's run_iter_bw_server; under -D it
     /// counts the arrivals between the margins of its own clock, reposting every receive so
     /// that the sender's last messages still find one.
-    pub(super) fn bandwidth_server(&mut self) -> Result<BwRun, CliError> {
+    pub(super) fn bandwidth_server(&mut self, x: &mut Exchange) -> Result<BwRun, CliError> {
         let n = self.conns.len();
         let mut meter = Meter::new(&self.p);
         let total = self.p.iters as usize * n;
@@ -252,7 +252,14 @@ impl Test<'_> {
         let mut wcs = vec![WorkCompletion::default(); 64];
         let mut got = vec![0u64; n];
         let mut last = Instant::now();
+        let mut look = Instant::now();
         loop {
+            if got.iter().sum::<u64>() == 0 && look.elapsed() > Duration::from_millis(200) {
+                look = Instant::now();
+                if let Some(e) = self.sender_gone(x) {
+                    return Err(e);
+                }
+            }
             let done = if meter.endless() {
                 meter.ended(Instant::now())
             } else {

@@ -9,6 +9,7 @@ use softroce::oob::OobError;
 use softroce::verbs::*;
 use std::result::Result;
 
+use super::progress::ack_timeout_text;
 use super::setup::Test;
 use super::{Connection, PerfOp};
 use crate::cli::activity::PeerActivity;
@@ -266,10 +267,14 @@ impl Test<'_> {
         self.progress.completed(n);
         self.progress.tick(self.ctx);
         if n == 0 {
+            if let Some(e) = self.never_answered() {
+                return Err(e);
+            }
             if last.elapsed() > self.timeout {
                 return Err(CliError::Failed(format!(
-                    "no completion for {:?}",
-                    self.timeout
+                    "no completion for {} s (--timeout); {}",
+                    self.timeout.as_secs(),
+                    self.link_story()
                 )));
             }
             return Ok(0);
@@ -277,13 +282,97 @@ impl Test<'_> {
         *last = Instant::now();
         for wc in &wcs[..n] {
             if wc.status != WcStatus::Success {
+                // perftest: " Completion with error at client" / " Failed status 12: wr_id 0".
                 return Err(CliError::Failed(format!(
-                    "completion with error: {} ({:?}, wr_id {})",
-                    wc.status, wc.opcode, wc.wr_id
+                    "Completion with error at {}: Failed status {} ({}): wr_id {} ({:?}); {}",
+                    self.role_name(),
+                    wc.status as u32,
+                    wc.status,
+                    wc.wr_id,
+                    wc.opcode,
+                    self.link_story()
                 )));
             }
         }
         Ok(n)
+    }
+
+    /// A receiver that has heard nothing from its sender since the QPs connected, and whose
+    /// sender has closed the exchange, will hear nothing more: the sender failed (its own
+    /// error says why). A sender that is still there, or has sent anything, is waited for.
+    pub(super) fn sender_gone(&self, x: &mut Exchange) -> Option<CliError> {
+        let rcvd = self.ctx.counter("rcvd_pkts").unwrap_or(0);
+        if rcvd != self.heard.0 || !x.peer_closed() {
+            return None;
+        }
+        Some(CliError::Failed(format!(
+            "the peer closed the exchange before any of its messages arrived (its error says why); {}",
+            self.link_story()
+        )))
+    }
+
+    /// "client" or "server", as perftest names the end in its errors.
+    fn role_name(&self) -> &'static str {
+        if self.is_client != self.p.reversed {
+            "client"
+        } else {
+            "server"
+        }
+    }
+
+    /// Where this end's packets go and what came back: the counters that tell a dead or
+    /// misaddressed peer from a lossy one.
+    pub(super) fn link_story(&self) -> String {
+        let c = |name: &str| self.ctx.counter(name).unwrap_or(0);
+        let to = self
+            .conns
+            .first()
+            .map(|c| std::net::SocketAddr::new(c.remote.gid.to_ip(), self.roce_port));
+        let mut s = match to {
+            Some(to) => format!("the QPs send to {to} (RoCEv2 over UDP)"),
+            None => "no QP".to_string(),
+        };
+        s += &format!(
+            ": {} packets sent, {} received",
+            c("sent_pkts"),
+            c("rcvd_pkts").saturating_sub(self.heard.0)
+        );
+        let (resent, timeouts) = (c("retransmit_pkts"), c("timeouts"));
+        if resent + timeouts > 0 {
+            s += &format!(
+                ", {resent} retransmitted after {timeouts} ACK timeouts ({} each, -u {})",
+                ack_timeout_text(self.qp_timeout),
+                self.qp_timeout
+            );
+        }
+        s
+    }
+
+    /// The retry count's verdict on a peer that never answered: every request timed out
+    /// `retry_cnt` + 1 times over and not one RoCE packet arrived since the QPs connected (a
+    /// peer that is not there, or listens on another RoCE port). IBTA's retry count ends such
+    /// a QP with "transport retry counter exceeded" after retry_cnt retries; rxe retries
+    /// forever at retry_cnt 7 (perftest's), so this end applies the count itself, only to a
+    /// peer never heard from (one that has answered once keeps rxe's patience).
+    fn never_answered(&self) -> Option<CliError> {
+        let (rcvd0, timeouts0) = self.heard;
+        let rcvd = self.ctx.counter("rcvd_pkts").unwrap_or(0);
+        let timeouts = self
+            .ctx
+            .counter("timeouts")
+            .unwrap_or(0)
+            .saturating_sub(timeouts0);
+        if self.p.conn != Connection::Rc || rcvd != rcvd0 || timeouts <= self.retry_cnt as u64 {
+            return None;
+        }
+        Some(CliError::Failed(format!(
+            "Completion with error at {}: Failed status {} ({}): not one RoCE packet back since the QPs connected; {}: is the peer running, and is its RoCE port {} (--roce-port)?",
+            self.role_name(),
+            WcStatus::RetryExcErr as u32,
+            WcStatus::RetryExcErr,
+            self.link_story(),
+            self.roce_port
+        )))
     }
 
     /// The index of the QP a completion belongs to.

@@ -404,6 +404,15 @@ pub(super) struct Test<'a> {
     pub(super) pd: ProtectionDomain,
     /// The progress line of a run that lasts.
     pub(super) progress: Progress,
+    /// The device's `rcvd_pkts` and `timeouts` once the QPs were connected: whether the peer
+    /// has answered since ([`Test::poll`]'s dead-peer rule).
+    pub(super) heard: (u64, u64),
+    /// The RoCE UDP port the QPs send to (the peer's, the same as this end's).
+    pub(super) roce_port: u16,
+    /// -u and --retry-cnt, for the failure messages.
+    pub(super) qp_timeout: u8,
+    /// See `qp_timeout`.
+    pub(super) retry_cnt: u8,
 }
 
 impl<'a> Test<'a> {
@@ -543,6 +552,10 @@ impl<'a> Test<'a> {
             line: agreed.line,
             pd,
             progress: Progress::new(args.qp_timeout),
+            heard: (0, 0),
+            roce_port: args.device.roce_port,
+            qp_timeout: args.qp_timeout,
+            retry_cnt: args.retry_cnt,
         };
         if p.check && !t.is_client && matches!(prog, Program::ReadBw | Program::ReadLat) {
             let mut buf = vec![0u8; p.size as usize];
@@ -609,6 +622,8 @@ impl<'a> Test<'a> {
             let theirs: Vec<KeyMsg> = self.conns.iter().map(|c| c.remote).collect();
             print_addresses(p.op, &mine, &theirs)?;
         }
+        let c = |name: &str| self.ctx.counter(name).unwrap_or(0);
+        self.heard = (c("rcvd_pkts"), c("timeouts"));
         let send_style = matches!(prog, Program::SendBw | Program::SendLat);
         if send_style {
             self.hs(x, &k0)?;
