@@ -20,8 +20,10 @@
 //! - Responses: counted by kind; NAKs by NAK code and RNR NAKs by timer code, with example
 //!   PSNs. ACKs may be coalesced, so only READ responses, which must be contiguous within a
 //!   message, are checked for gaps and repeats.
-//! - Packets with a bad ICRC, which a receiver drops, are counted but take no part in the PSN
-//!   accounting (their fields cannot be trusted).
+//! - A packet with a bad ICRC, which a receiver drops, belongs to no connection: any of its
+//!   fields may be what was corrupted (a flipped bit in the destination QPN would otherwise
+//!   make a connection of its own), so it is only counted and listed by frame for the whole
+//!   capture.
 //!
 //! Memory is bounded: every list keeps at most [`MAX_EXAMPLES`] examples next to its full
 //! count, and at most [`MAX_CONNECTIONS`] connections are tracked (packets of further ones are
@@ -184,8 +186,6 @@ pub struct ConnectionStats {
     pub payload_bytes: u64,
     /// Decoded packets by opcode.
     pub opcodes: BTreeMap<u8, OpcodeStats>,
-    /// Packets with a bad ICRC, with example frame numbers.
-    pub bad_icrc: Examples<u64>,
     /// Packets that could not be decoded past their BTH, with example frame numbers.
     pub malformed: Examples<u64>,
     /// Packets with the BTH FECN bit.
@@ -249,6 +249,8 @@ fn is_ib_mtu(n: usize) -> bool {
 #[derive(Debug, Clone, Default)]
 pub struct Analyzer {
     counters: Counters,
+    /// Frames whose ICRC is wrong (in no connection).
+    bad_icrc: Examples<u64>,
     conns: Vec<ConnectionStats>,
     index: HashMap<ConnKey, usize>,
     pair_mtu: HashMap<(IpAddr, IpAddr), u32>,
@@ -267,7 +269,6 @@ impl ConnectionStats {
             packets: 0,
             payload_bytes: 0,
             opcodes: BTreeMap::new(),
-            bad_icrc: Examples::default(),
             malformed: Examples::default(),
             fecn: 0,
             becn: 0,
@@ -463,17 +464,19 @@ impl Analyzer {
     ) {
         self.counters.frames += 1;
         self.counters.roce_packets += 1;
-        if icrc_ok == Some(false) {
-            self.counters.bad_icrc += 1;
+        if packet.is_err() {
+            self.counters.malformed += 1;
         }
-        let icrc_bad = icrc_ok == Some(false);
+        if icrc_ok == Some(false) {
+            // No field of it can be trusted, the connection's key included.
+            self.counters.bad_icrc += 1;
+            self.bad_icrc.push(frame_no);
+            return;
+        }
         let icrc_ok = icrc_ok == Some(true);
         let bth = match &packet {
             Ok(p) => Some(p.bth),
-            Err(_) => {
-                self.counters.malformed += 1;
-                BthRepr::parse(frame.udp_payload).ok()
-            }
+            Err(_) => BthRepr::parse(frame.udp_payload).ok(),
         };
         let Some(bth) = bth else { return };
         let src_qp = match &packet {
@@ -514,9 +517,6 @@ impl Analyzer {
         }
         if bth.becn {
             c.becn += 1;
-        }
-        if icrc_bad {
-            c.bad_icrc.push(frame_no);
         }
         let p = match packet {
             Ok(p) => p,
@@ -559,6 +559,7 @@ impl Analyzer {
         AnalysisReport {
             counters: self.counters,
             connections,
+            bad_icrc: self.bad_icrc.clone(),
         }
     }
 }
