@@ -6,8 +6,9 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Map, Value};
 
-use super::analyze::{ConnectionStats, Counters, Examples, Gap, MAX_CONNECTIONS};
+use super::analyze::{Counters, MAX_CONNECTIONS};
 use super::report::{nak_text, rnr_timer_text};
+use super::stats::{ConnectionStats, Examples, Gap};
 use crate::wire::aeth::rnr_timer_ns;
 use crate::wire::{NakCode, Opcode};
 
