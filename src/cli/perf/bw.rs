@@ -8,10 +8,11 @@ use softroce::oob::perftest::{Exchange, KeyMsg};
 use softroce::verbs::*;
 use std::result::Result;
 
-use super::ops::check_pattern;
+use super::params::{Params, Program};
+use super::pattern::check_pattern;
 use super::report::{cpu_stat, cpu_util, print_forever_row, BwFigures, BwRun, Outcome};
-use super::setup::{Test, PREALLOCATED_TIMESTAMPS};
-use super::{Params, PerfOp, Program};
+use super::resources::{Test, PREALLOCATED_TIMESTAMPS};
+use super::PerfOp;
 use crate::cli::CliError;
 
 impl Test<'_> {

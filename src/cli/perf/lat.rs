@@ -7,10 +7,10 @@ use softroce::oob::perftest::{Exchange, KeyMsg};
 use softroce::verbs::*;
 use std::result::Result;
 
-use super::ops::{check_pattern, fill_pattern};
+use super::params::Program;
+use super::pattern::{check_pattern, fill_pattern};
 use super::report::{LatStats, Outcome};
-use super::setup::{Test, PREALLOCATED_TIMESTAMPS};
-use super::Program;
+use super::resources::{Test, PREALLOCATED_TIMESTAMPS};
 use crate::cli::activity::PeerActivity;
 use crate::cli::CliError;
 

@@ -16,7 +16,8 @@ use softroce::rdma_cm::{CmId, ConnParam, EventKind, RdmaCmError};
 use softroce::verbs::*;
 use std::result::Result;
 
-use super::setup::{self, Test};
+use super::exchange;
+use super::resources::Test;
 use super::{Connection, PerfArgs, PerfOp};
 use crate::cli::CliError;
 
@@ -69,7 +70,7 @@ pub(super) fn open(
     timeout: Duration,
 ) -> Result<(Exchange, Device, Option<Session>), CliError> {
     if !args.rdma_cm && !args.comm_rdma_cm {
-        let (x, ip) = setup::open_exchange(args, timeout)?;
+        let (x, ip) = exchange::open_tcp(args, timeout)?;
         return Ok((x, Device::At(ip), None));
     }
     if args.rdma_cm && args.connection != Connection::Rc {

@@ -7,7 +7,8 @@ use std::time::Instant;
 
 use softroce::oob::perftest::{BwReport, KeyMsg};
 
-use super::{OutputOnly, Params, PerfOp};
+use super::params::Params;
+use super::{OutputOnly, PerfOp};
 use crate::cli::plot::Series;
 use crate::cli::CliError;
 
