@@ -165,8 +165,8 @@ impl Test<'_> {
         iters: u64,
         mut timed: Option<&mut BwRun>,
     ) -> Result<(), CliError> {
-        let depth = self.tx_depth as u64;
-        let list = self.post_list as u64;
+        let depth = self.p.tx_depth as u64;
+        let list = self.p.post_list as u64;
         for c in 0..posted.len() {
             while posted[c] < iters && posted[c] - done[c] + list.min(iters - posted[c]) <= depth {
                 let k = list.min(iters - posted[c]);
@@ -203,7 +203,7 @@ impl Test<'_> {
                 if wc.opcode == WcOpcode::Recv {
                     got[c] += 1;
                     may_send = true;
-                    let next = wc.wr_id + self.rx_depth as u64;
+                    let next = wc.wr_id + self.p.rx_depth as u64;
                     if next < iters {
                         self.post_recv(c, next)?;
                     }
@@ -225,7 +225,7 @@ impl Test<'_> {
     /// perftest's perform_warm_up: tx_depth WRs per QP (at most -n), waited for, before the
     /// measured run.
     pub(super) fn warm_up(&mut self) -> Result<(), CliError> {
-        let k = (self.tx_depth as u64).min(self.p.iters).max(1);
+        let k = (self.p.tx_depth as u64).min(self.p.iters).max(1);
         for c in 0..self.conns.len() {
             for iter in 0..k {
                 self.post_op(c, iter)?;
@@ -299,7 +299,7 @@ impl Test<'_> {
                 }
                 got[c] += 1;
                 meter.count(&mut run, 1, now);
-                let next = msg + self.rx_depth as u64;
+                let next = msg + self.p.rx_depth as u64;
                 if next < self.p.iters || meter.endless() {
                     self.post_recv(c, next)?;
                 }

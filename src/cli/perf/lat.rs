@@ -87,7 +87,7 @@ impl Test<'_> {
                 } else {
                     received > sent
                 });
-            if my_turn && sent - send_done < self.tx_depth as u64 {
+            if my_turn && sent - send_done < self.p.tx_depth as u64 {
                 posted.push(Instant::now());
                 self.post_op(0, sent)?;
                 sent += 1;
@@ -107,8 +107,8 @@ impl Test<'_> {
                         self.note(r);
                     }
                     received += 1;
-                    if msg + (self.rx_depth as u64) < iters {
-                        self.post_recv(0, msg + self.rx_depth as u64)?;
+                    if msg + (self.p.rx_depth as u64) < iters {
+                        self.post_recv(0, msg + self.p.rx_depth as u64)?;
                     }
                 } else {
                     send_done += 1;
@@ -202,7 +202,7 @@ impl Test<'_> {
             // Reap send completions: wait for one only when the send queue is full, or at
             // the end for the last ones.
             loop {
-                let must_wait = scnt - ccnt >= self.tx_depth as u64
+                let must_wait = scnt - ccnt >= self.p.tx_depth as u64
                     || (scnt == iters && rcnt == iters && ccnt < scnt);
                 let k = if must_wait {
                     self.poll(&mut wcs, &mut last)?

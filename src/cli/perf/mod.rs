@@ -315,15 +315,9 @@ pub fn run(args: &PerfArgs) -> Result<(), CliError> {
             agreed.mtu_bytes
         },
         is_client: t.is_client,
-        tx_depth: t.tx_depth,
-        rx_depth: t.rx_depth,
-        outs: t.conns[0].mine.out_reads.min(255) as u8,
         only: args.output,
         unsorted: args.unsorted,
         histogram: args.histogram,
-        inline: args.inline_size,
-        post_list: t.post_list,
-        cq_mod: t.cq_mod,
         verified: (p.check && t.failure.is_none()).then_some(t.verified),
     };
     print_result(&p, &output, &result)?;

@@ -113,12 +113,13 @@ impl Test<'_> {
         } else {
             p.iters - 1
         };
-        let inline = self.inline >= p.size && matches!(p.op, PerfOp::Send | PerfOp::Write);
+        let inline =
+            (self.p.inline as u64) >= p.size && matches!(p.op, PerfOp::Send | PerfOp::Write);
         let flags = |iter: u64| {
             let signaled = !moderated
-                || (iter + 1) % self.cq_mod as u64 == 0
+                || (iter + 1) % self.p.cq_mod as u64 == 0
                 || iter == last_of_run
-                || iter + 1 == first + count && self.post_list > 1;
+                || iter + 1 == first + count && self.p.post_list > 1;
             let mut f = if signaled {
                 SendFlags::SIGNALED
             } else {

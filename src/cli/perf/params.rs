@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use softroce::oob::perftest::TestSignature;
-use softroce::verbs::Mtu;
+use softroce::verbs::{DeviceLimits, Mtu};
 use std::result::Result;
 
 use super::{AtomicType, Connection, OutputOnly, PerfArgs, PerfOp};
@@ -94,6 +94,18 @@ pub(super) struct Params {
     pub(super) forever: bool,
     /// --cpu_util.
     pub(super) cpu_util: bool,
+    /// Send work requests in flight per QP (-t; 4 for the latency tests), at most -n.
+    pub(super) tx_depth: u32,
+    /// Receives posted per QP (-r; under UC and UD perftest's larger default: [`rx_depth`]).
+    pub(super) rx_depth: u32,
+    /// READ/atomic requests this end accepts per QP, told to the peer (-o).
+    pub(super) outs: u8,
+    /// A completion every this many WRs (-Q; the post list's length by default).
+    pub(super) cq_mod: u32,
+    /// WRs per post_send (-l).
+    pub(super) post_list: u32,
+    /// Messages of at most this many bytes go inline (-I).
+    pub(super) inline: u32,
 }
 
 impl Params {
@@ -179,7 +191,14 @@ impl Params {
             .map(Duration::from_secs);
         // perftest: the margin defaults to a quarter of the duration.
         let margin = Duration::from_secs(args.margin.unwrap_or(args.duration.unwrap_or(0) / 4));
-        let p = Params {
+        let mut p = Params {
+            // Resolved last (resolve_queues), from the rest.
+            tx_depth: 0,
+            rx_depth: 0,
+            outs: 0,
+            cq_mod: 0,
+            post_list: 0,
+            inline: 0,
             all: args.all,
             duration,
             margin,
@@ -283,7 +302,37 @@ impl Params {
                 "-l and -Q apply to the bandwidth tests".into(),
             ));
         }
+        p.resolve_queues(args);
         Ok(p)
+    }
+
+    /// The queue depths, -o, -Q, -l and -I as this end uses them (resolved here only).
+    fn resolve_queues(&mut self, args: &PerfArgs) {
+        self.tx_depth = if self.prog.lat() {
+            4
+        } else {
+            args.tx_depth
+                .clamp(1, 8192)
+                .min(self.iters.min(8192) as u32)
+        };
+        self.rx_depth = if matches!(self.conn, Connection::Ud | Connection::Uc) {
+            rx_depth(args, self, DeviceLimits::default().max_cqe)
+        } else {
+            args.rx_depth
+                .clamp(1, 8192)
+                .min(self.iters.min(8192) as u32)
+        };
+        self.outs = args.outs.unwrap_or(match args.op {
+            PerfOp::Read | PerfOp::Atomic => 128,
+            _ => 1,
+        });
+        // perftest: with a post list, the list's last WR is the signaled one.
+        self.cq_mod = args
+            .cq_mod
+            .unwrap_or(args.post_list)
+            .clamp(1, self.tx_depth.max(1));
+        self.post_list = args.post_list.min(self.tx_depth.max(1));
+        self.inline = args.inline_size;
     }
 
     /// Refuses -a, -D and -b where perftest refuses them or softroce does not run them.
@@ -429,10 +478,10 @@ impl Params {
 /// has receiver-not-ready flow control); an explicit -r stays. Unlike perftest, whose separate
 /// receive CQ of -n x -q entries then fails to be created past the device's `max_cqe`, the
 /// default stops where the one CQ a softroce test shares between sends and receives fits.
-pub(super) fn rx_depth(args: &PerfArgs, p: &Params, max_cqe: u32) -> u32 {
+fn rx_depth(args: &PerfArgs, p: &Params, max_cqe: u32) -> u32 {
     if args.rx_depth == DEF_RX_SEND && p.duration.is_none() {
         let room = (max_cqe / p.num_qps.max(1))
-            .saturating_sub(args.tx_depth.clamp(1, 8192) + 2)
+            .saturating_sub(p.tx_depth + 2)
             .max(1);
         p.iters.clamp(1, MAX_RX.min(room) as u64) as u32
     } else {
@@ -464,6 +513,12 @@ mod tests {
             reversed: false,
             forever: false,
             cpu_util: false,
+            tx_depth: 128,
+            rx_depth: 512,
+            outs: 1,
+            cq_mod: 1,
+            post_list: 1,
+            inline: 0,
         };
         let q = Params {
             prog: Program::ReadBw,
@@ -490,5 +545,37 @@ mod tests {
         assert_ne!(p.signature(), rev.signature());
         assert!(Params::describe(&rev.signature()).contains("--reversed, --check"));
         assert!(Params::describe(&rev.signature()).contains("-q 2"));
+    }
+
+    /// The flags as `softroce perf ...` parses them.
+    fn args(words: &[&str]) -> PerfArgs {
+        use clap::Parser;
+        let mut all = vec!["softroce", "perf"];
+        all.extend_from_slice(words);
+        match crate::cli::Cli::try_parse_from(all).unwrap().command {
+            crate::cli::Command::Perf(a) => *a,
+            _ => unreachable!("a perf command line"),
+        }
+    }
+
+    #[test]
+    fn queues_are_resolved_once_with_perftests_rules() {
+        let p = Params::from_args(&args(&["write", "-t", "300", "-n", "100"])).unwrap();
+        // -t, at most -n; -Q defaults to the post list (1), -o to 1 outside READ and atomics.
+        assert_eq!((p.tx_depth, p.cq_mod, p.post_list, p.outs), (100, 1, 1, 1));
+        let p = Params::from_args(&args(&["read", "-l", "8"])).unwrap();
+        assert_eq!(
+            (p.tx_depth, p.cq_mod, p.post_list, p.outs),
+            (128, 8, 8, 128)
+        );
+        let p = Params::from_args(&args(&["send", "--lat", "-I", "64"])).unwrap();
+        assert_eq!((p.tx_depth, p.inline), (4, 64));
+        // UD and UC: the default -r becomes -n (at most 16000 and what the CQ fits).
+        let p = Params::from_args(&args(&["send", "-c", "UD", "-n", "3000"])).unwrap();
+        assert_eq!(p.rx_depth, 3000);
+        let p = Params::from_args(&args(&["send", "-c", "UC", "-q", "8", "-n", "5000"])).unwrap();
+        assert_eq!(p.rx_depth, 0x7FFF / 8 - (128 + 2));
+        let p = Params::from_args(&args(&["send", "-n", "100"])).unwrap();
+        assert_eq!(p.rx_depth, 100);
     }
 }

@@ -273,24 +273,12 @@ pub(super) struct Output<'a> {
     pub(super) mtu: u32,
     /// This end connected to the server.
     pub(super) is_client: bool,
-    /// Send work requests in flight per QP.
-    pub(super) tx_depth: u32,
-    /// Receives posted per QP.
-    pub(super) rx_depth: u32,
-    /// READ/atomic requests accepted per QP.
-    pub(super) outs: u8,
     /// --output: one figure per row instead of the table.
     pub(super) only: Option<OutputOnly>,
     /// -U: latency samples in the order taken.
     pub(super) unsorted: bool,
     /// -H: the sorted latency samples.
     pub(super) histogram: bool,
-    /// -I.
-    pub(super) inline: u32,
-    /// -l.
-    pub(super) post_list: u32,
-    /// -Q as applied.
-    pub(super) cq_mod: u32,
     /// --check passed at both ends: the messages and bytes this end verified.
     pub(super) verified: Option<(u64, u64)>,
 }
@@ -469,7 +457,7 @@ pub(super) fn perftest_json(p: &Params, o: &Output, r: JsonResult) -> String {
         if p.duplex {
             test += "Bidirectional_";
         }
-        if o.post_list > 1 {
+        if p.post_list > 1 {
             test += "Post_List_";
         }
         test += "BW_";
@@ -486,23 +474,23 @@ pub(super) fn perftest_json(p: &Params, o: &Output, r: JsonResult) -> String {
     t.str("PCIe_relax_order", "Unsupported");
     t.str("ibv_wr_API", "ON");
     if o.is_client || p.duplex {
-        t.int("TX_depth", o.tx_depth as u64);
+        t.int("TX_depth", p.tx_depth as u64);
     }
-    if o.post_list > 1 {
-        t.int("Post_List", o.post_list as u64);
+    if p.post_list > 1 {
+        t.int("Post_List", p.post_list as u64);
     }
     if p.op == PerfOp::Send && (!o.is_client || p.duplex) {
-        t.int("RX_depth", o.rx_depth as u64);
+        t.int("RX_depth", p.rx_depth as u64);
     }
     if !p.prog.lat() {
-        t.int("CQ_Moderation", o.cq_mod as u64);
+        t.int("CQ_Moderation", p.cq_mod as u64);
     }
     t.int("Mtu", o.mtu as u64);
     t.str("Link_type", "Ethernet");
     if matches!(p.op, PerfOp::Read | PerfOp::Atomic) {
-        t.int("Outstand_reads", o.outs as u64);
+        t.int("Outstand_reads", p.outs as u64);
     } else {
-        t.int("Max_inline_data", o.inline as u64);
+        t.int("Max_inline_data", p.inline as u64);
     }
     t.str("rdma_cm_QPs", "OFF");
     t.str("Data_ex_method", "Ethernet");

@@ -104,19 +104,11 @@ pub(super) struct Test<'a> {
     pub(super) is_client: bool,
     /// How long the peer and the network may both be silent.
     pub(super) timeout: Duration,
-    pub(super) tx_depth: u32,
-    pub(super) rx_depth: u32,
     /// The first --check mismatch; the test runs to its end so that the peer is not left
     /// waiting, then both ends fail.
     pub(super) failure: Option<String>,
     /// --check: the messages and bytes this end verified.
     pub(super) verified: (u64, u64),
-    /// -Q: a completion every this many WRs.
-    pub(super) cq_mod: u32,
-    /// -l: WRs per post_send.
-    pub(super) post_list: u32,
-    /// -I: messages of at most this many bytes go inline.
-    pub(super) inline: u64,
     /// --perform_warm_up.
     pub(super) warm: bool,
     /// The cycle buffer and cache line agreed with the peer (for [`Test::set_size`]).

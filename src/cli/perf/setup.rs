@@ -13,7 +13,7 @@ use super::pattern::fill_pattern;
 use super::progress::Progress;
 use super::report::{print_addresses, print_banner};
 use super::resources::{Agreed, Conn, Layout, Test};
-use super::{Connection, PerfArgs, PerfOp};
+use super::{Connection, PerfArgs};
 use crate::cli::qp_setup::{connect_rc, create_qp, create_rc_qp, Queues};
 use crate::cli::CliError;
 
@@ -33,20 +33,7 @@ impl<'a> Test<'a> {
         let gid = ctx
             .gid(args.gid_index)
             .ok_or_else(|| CliError::Usage(format!("-x {}: no such GID index", args.gid_index)))?;
-        let tx_depth = if prog.lat() {
-            4
-        } else {
-            args.tx_depth.clamp(1, 8192).min(p.iters.min(8192) as u32)
-        };
-        let rx_depth = if matches!(p.conn, Connection::Ud | Connection::Uc) {
-            super::params::rx_depth(args, &p, ctx.limits().max_cqe)
-        } else {
-            args.rx_depth.clamp(1, 8192).min(p.iters.min(8192) as u32)
-        };
-        let outs = args.outs.unwrap_or(match args.op {
-            PerfOp::Read | PerfOp::Atomic => 128,
-            _ => 1,
-        });
+        let (tx_depth, rx_depth, outs) = (p.tx_depth, p.rx_depth, p.outs);
         let pd = ctx.alloc_pd().map_err(CliError::Verbs)?;
         // As perftest sizes its CQs: tx_depth entries per QP, and rx_depth more only for the SEND
         // programs, the only ones that post receives (ib_write_bw -q 64 fits in rxe's 32767 CQEs).
@@ -81,7 +68,7 @@ impl<'a> Test<'a> {
                     Queues {
                         send_wr: tx_depth,
                         recv_wr: rx_depth,
-                        inline: args.inline_size,
+                        inline: p.inline,
                     },
                     AccessFlags::REMOTE_WRITE
                         | AccessFlags::REMOTE_READ
@@ -105,7 +92,7 @@ impl<'a> Test<'a> {
                     Queues {
                         send_wr: tx_depth,
                         recv_wr: rx_depth,
-                        inline: args.inline_size,
+                        inline: p.inline,
                     },
                 )?,
             };
@@ -138,17 +125,8 @@ impl<'a> Test<'a> {
             // --reversed swaps who generates the traffic, not who listens.
             is_client: (role == Role::Client) != p.reversed,
             timeout,
-            tx_depth,
-            rx_depth,
             failure: None,
             verified: (0, 0),
-            // perftest: with a post list, the list's last WR is the signaled one.
-            cq_mod: args
-                .cq_mod
-                .unwrap_or(args.post_list)
-                .clamp(1, tx_depth.max(1)),
-            post_list: args.post_list.min(tx_depth.max(1)),
-            inline: args.inline_size as u64,
             warm: args.perform_warm_up,
             cycle: agreed.cycle,
             line: agreed.line,
@@ -249,7 +227,7 @@ impl<'a> Test<'a> {
     /// receiving server of ib_send_bw and at both ends of ib_send_lat and ib_send_bw -b.
     pub(super) fn post_receives(&self) -> Result<(), CliError> {
         if self.p.prog == Program::SendLat || !self.is_client || self.p.duplex {
-            let first = (self.rx_depth as u64).min(if self.p.duration.is_some() {
+            let first = (self.p.rx_depth as u64).min(if self.p.duration.is_some() {
                 u64::MAX
             } else {
                 self.p.iters
