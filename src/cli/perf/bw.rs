@@ -10,7 +10,8 @@ use std::result::Result;
 
 use super::params::{Params, Program};
 use super::pattern::check_pattern;
-use super::report::{cpu_stat, cpu_util, print_forever_row, BwFigures, BwRun, Outcome};
+use super::render::print_forever_row;
+use super::report::{cpu_stat, cpu_util, BwFigures, BwRun, Outcome};
 use super::resources::{Test, PREALLOCATED_TIMESTAMPS};
 use super::PerfOp;
 use crate::cli::CliError;

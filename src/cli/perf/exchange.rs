@@ -10,7 +10,7 @@ use softroce::verbs::Mtu;
 use std::result::Result;
 
 use super::params::Params;
-use super::report::print_waiting;
+use super::render::print_waiting;
 use super::resources::{Agreed, Layout};
 use super::PerfArgs;
 use crate::cli::CliError;

@@ -36,6 +36,7 @@ mod pattern;
 mod progress;
 mod rdma_cm;
 mod refused;
+mod render;
 mod report;
 mod resources;
 mod setup;
@@ -45,7 +46,7 @@ use super::device::DeviceArgs;
 use super::plot;
 use super::CliError;
 use params::Params;
-use report::{print_result, Output};
+use render::{print_result, Output};
 use resources::Test;
 
 /// The operation under test.

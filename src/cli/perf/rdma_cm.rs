@@ -107,7 +107,7 @@ pub(super) fn open(
             l.bind_addr(args.port).map_err(cm)?;
             l.listen(args.num_qps as usize + 1).map_err(cm)?;
             if args.full_report() {
-                super::report::print_waiting()?;
+                super::render::print_waiting()?;
             }
             let link =
                 CmLink::accept(&ctx, Arc::clone(&events), &l, timeout).map_err(CliError::Oob)?;

@@ -11,7 +11,7 @@ use std::result::Result;
 use super::params::{Params, Program};
 use super::pattern::fill_pattern;
 use super::progress::Progress;
-use super::report::{print_addresses, print_banner};
+use super::render::{print_addresses, print_banner};
 use super::resources::{Agreed, Conn, Layout, Test};
 use super::{Connection, PerfArgs};
 use crate::cli::qp_setup::{connect_rc, create_qp, create_rc_qp, Queues};
