@@ -33,7 +33,7 @@ impl<'a> Test<'a> {
         let gid = ctx
             .gid(args.gid_index)
             .ok_or_else(|| CliError::Usage(format!("-x {}: no such GID index", args.gid_index)))?;
-        let (tx_depth, rx_depth, outs) = (p.tx_depth, p.rx_depth, p.outs);
+        let (tx_depth, rx_depth) = (p.tx_depth, p.rx_depth);
         let pd = ctx.alloc_pd().map_err(CliError::Verbs)?;
         // As perftest sizes its CQs: tx_depth entries per QP, and rx_depth more only for the SEND
         // programs, the only ones that post receives (ib_write_bw -q 64 fits in rxe's 32767 CQEs).
@@ -45,76 +45,13 @@ impl<'a> Test<'a> {
         let cq = ctx
             .create_cq((tx_depth + recv_cqes + 2) as usize * p.num_qps as usize)
             .map_err(CliError::Verbs)?;
-        let access = AccessFlags::LOCAL_WRITE
-            | AccessFlags::REMOTE_WRITE
-            | AccessFlags::REMOTE_READ
-            | AccessFlags::REMOTE_ATOMIC;
         let mut seed = psn_seed();
         let mut conns = Vec::new();
         for _ in 0..p.num_qps {
-            // UD: the receives start 40 bytes before a cache line and end up to a line later.
-            let tail = if p.grh_room() > 0 {
-                agreed.line.max(p.grh_room())
-            } else {
-                0
-            };
-            let mr = pd
-                .register_mr((2 * layout.half + tail) as usize, access)
-                .map_err(CliError::Verbs)?;
-            let qp = match p.conn {
-                Connection::Rc => create_rc_qp(
-                    &pd,
-                    &cq,
-                    Queues {
-                        send_wr: tx_depth,
-                        recv_wr: rx_depth,
-                        inline: p.inline,
-                    },
-                    AccessFlags::REMOTE_WRITE
-                        | AccessFlags::REMOTE_READ
-                        | AccessFlags::REMOTE_ATOMIC,
-                )?,
-                Connection::Uc => {
-                    // perftest's UC QP: REMOTE_WRITE only, no inline.
-                    let q = Queues {
-                        send_wr: tx_depth,
-                        recv_wr: rx_depth,
-                        inline: 0,
-                    };
-                    let qp = create_qp(&pd, &cq, QpType::Uc, q).map_err(CliError::Verbs)?;
-                    qp.init(AccessFlags::REMOTE_WRITE)
-                        .map_err(CliError::Verbs)?;
-                    qp
-                }
-                Connection::Ud => super::ud::create_ud_qp(
-                    &pd,
-                    &cq,
-                    Queues {
-                        send_wr: tx_depth,
-                        recv_wr: rx_depth,
-                        inline: p.inline,
-                    },
-                )?,
-            };
             // lrand48() & 0xffffff, as perftest draws its PSNs.
             seed = seed.wrapping_mul(0x5_DEEC_E66D).wrapping_add(0xB) & ((1 << 48) - 1);
-            let mine = KeyMsg {
-                lid: 0,
-                out_reads: outs as u16,
-                qpn: qp.qp_num(),
-                psn: ((seed >> 17) & 0xFF_FFFF) as u32,
-                rkey: mr.rkey(),
-                vaddr: mr.addr() + layout.half,
-                gid,
-                srqn: 0,
-            };
-            conns.push(Conn {
-                qp: Arc::new(qp),
-                mr,
-                mine,
-                remote: mine,
-                ah: None,
-            });
+            let psn = ((seed >> 17) & 0xFF_FFFF) as u32;
+            conns.push(new_conn(&pd, &cq, &p, agreed, gid, psn)?);
         }
         let t = Test {
             p,
@@ -138,16 +75,23 @@ impl<'a> Test<'a> {
             retry_cnt: args.retry_cnt,
         };
         if p.check && !t.is_client && matches!(prog, Program::ReadBw | Program::ReadLat) {
-            let mut buf = vec![0u8; p.size as usize];
-            for c in &t.conns {
-                for it in 0..p.iters {
-                    fill_pattern(&mut buf, it);
-                    c.mr.write(layout.half + layout.offset(it), &buf)
-                        .map_err(CliError::Verbs)?;
-                }
-            }
+            t.fill_read_sources()?;
         }
         Ok(t)
+    }
+
+    /// --check of READ: the server writes every message's pattern where the client will read
+    /// it.
+    fn fill_read_sources(&self) -> Result<(), CliError> {
+        let mut buf = vec![0u8; self.p.size as usize];
+        for c in &self.conns {
+            for it in 0..self.p.iters {
+                fill_pattern(&mut buf, it);
+                c.mr.write(self.layout.half + self.layout.offset(it), &buf)
+                    .map_err(CliError::Verbs)?;
+            }
+        }
+        Ok(())
     }
 
     /// Exchanges the keys and connects every QP, with the barriers in the program's order
@@ -254,6 +198,74 @@ impl<'a> Test<'a> {
             ..l
         };
     }
+}
+
+/// One QP of the run: its memory region (both halves, and under UD room for the GRH), the QP
+/// in INIT as perftest creates it for the connection type, and the keys this end advertises.
+fn new_conn(
+    pd: &ProtectionDomain,
+    cq: &CompletionQueue,
+    p: &Params,
+    agreed: &Agreed,
+    gid: Gid,
+    psn: u32,
+) -> Result<Conn, CliError> {
+    let layout = agreed.layout;
+    let access = AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC;
+    // UD: the receives start 40 bytes before a cache line and end up to a line later.
+    let tail = if p.grh_room() > 0 {
+        agreed.line.max(p.grh_room())
+    } else {
+        0
+    };
+    let mr = pd
+        .register_mr((2 * layout.half + tail) as usize, access)
+        .map_err(CliError::Verbs)?;
+    let queues = Queues {
+        send_wr: p.tx_depth,
+        recv_wr: p.rx_depth,
+        inline: p.inline,
+    };
+    let qp = match p.conn {
+        Connection::Rc => create_rc_qp(
+            pd,
+            cq,
+            queues,
+            AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
+        )?,
+        Connection::Uc => {
+            // perftest's UC QP: REMOTE_WRITE only, no inline.
+            let q = Queues {
+                inline: 0,
+                ..queues
+            };
+            let qp = create_qp(pd, cq, QpType::Uc, q).map_err(CliError::Verbs)?;
+            qp.init(AccessFlags::REMOTE_WRITE)
+                .map_err(CliError::Verbs)?;
+            qp
+        }
+        Connection::Ud => super::ud::create_ud_qp(pd, cq, queues)?,
+    };
+    let mine = KeyMsg {
+        lid: 0,
+        out_reads: p.outs as u16,
+        qpn: qp.qp_num(),
+        psn,
+        rkey: mr.rkey(),
+        vaddr: mr.addr() + layout.half,
+        gid,
+        srqn: 0,
+    };
+    Ok(Conn {
+        qp: Arc::new(qp),
+        mr,
+        mine,
+        remote: mine,
+        ah: None,
+    })
 }
 
 /// A random 48-bit seed for the PSNs.
