@@ -324,8 +324,9 @@ impl Test<'_> {
     /// `retry_cnt` + 1 times over and not one RoCE packet arrived since the QPs connected (a
     /// peer that is not there, or listens on another RoCE port). IBTA's retry count ends such
     /// a QP with "transport retry counter exceeded" after retry_cnt retries; rxe retries
-    /// forever at retry_cnt 7 (perftest's), so this end applies the count itself, only to a
-    /// peer never heard from (one that has answered once keeps rxe's patience).
+    /// forever at retry_cnt 7 (perftest's), so this end applies the count itself there, only
+    /// to a peer never heard from (one that has answered once keeps rxe's patience). Below 7
+    /// the transport ends the QP itself.
     fn never_answered(&self) -> Option<CliError> {
         let (rcvd0, timeouts0) = self.heard;
         let rcvd = self.ctx.counter("rcvd_pkts").unwrap_or(0);
@@ -334,7 +335,11 @@ impl Test<'_> {
             .counter("timeouts")
             .unwrap_or(0)
             .saturating_sub(timeouts0);
-        if self.p.conn != Connection::Rc || rcvd != rcvd0 || timeouts <= self.retry_cnt as u64 {
+        if self.p.conn != Connection::Rc
+            || self.retry_cnt != 7
+            || rcvd != rcvd0
+            || timeouts <= self.retry_cnt as u64
+        {
             return None;
         }
         Some(CliError::Failed(format!(
