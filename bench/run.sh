@@ -21,6 +21,9 @@
 #   - softroce perf --json: 64 KiB WRITE/SEND/READ, 2-byte SEND latency (and with
 #     --busy-poll when the binary has it), 64-byte WRITE message rate on 1..64 QPs, 1024 QPs
 #     (aggregate 64 KiB WRITE, and peak RSS with 1 vs 1024 QPs for the memory per QP);
+#   - README's "impair the link" example, word for word at both ends (README_IMPAIR below), and
+#     `softroce decode --analyze` of its client's capture: the wall-clock seconds of the pair
+#     (check-rows.sh holds it to README's promise of seconds, not minutes);
 #   - the sweep: `softroce perf write -a` and `send -a` (every size 2 B..8 MiB, one run each) and,
 #     without --quick, iperf3 TCP with the same write sizes up to 1 MiB (-l SIZE, a fixed block count),
 #     drawn by `softroce plot` as bandwidth and message rate by size: target/bench-sweep.svg,
@@ -217,6 +220,22 @@ for q in $RATE_QPS; do
     measure "rate_q$q" softroce .msg_rate_mpps write -s 64 -n "$n" -q "$q"
 done
 measure write_q1024 softroce .bw_avg_mbps write -s 65536 -n "$Q1024_ITERS" -q 1024
+# README's impairment example: these flags at both ends, the client with --pcap, then
+# `softroce decode --analyze` of the capture. Keep them word for word as README prints them.
+README_IMPAIR=(--check -u 8 -n 1000 -s 16384 --drop 0.05 --dup 0.01 --reorder 0.01 --corrupt 0.01 --seed 7 --counters)
+readme_impair() {
+    next_port
+    local t0 t1
+    t0=$(date +%s.%N)
+    pair "$TMP/impair.out" :: "$BIN" perf write "${README_IMPAIR[@]}" -p "$PORT" --roce-port "$PORT" \
+        :: "$BIN" perf write "${README_IMPAIR[@]}" -p "$PORT" --roce-port "$PORT" \
+        --pcap "$TMP/impair.pcap" 127.0.0.1 || return 1
+    t1=$(date +%s.%N)
+    grep -q "Data check      : passed" "$TMP/impair.out" || { fail "impair: no passed verdict"; return 1; }
+    "$BIN" decode --analyze --port "$PORT" "$TMP/impair.pcap" >"$TMP/impair.analysis" || return 1
+    awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f\n", b - a}'
+}
+measure readme_impair readme_impair
 # Memory: peak RSS (ru_maxrss, i.e. VmHWM) of each process of a small WRITE run with 1 QP and
 # with 1024 QPs; the difference over 1023 is what one more QP costs.
 rss_run() { # QPS
@@ -326,6 +345,7 @@ done
 r=$(ratio "${VAL[write_q1024]}" "${VAL[write]}")
 row write-64k-q1024 "64 KiB WRITE, 1024 QPs (aggregate) vs 1 QP" "$(mbs "${VAL[write_q1024]}")" "$(mbs "${VAL[write]}")" "$r" ">= 0.8x" "$(met "$r" '>=' 0.8)"
 row sweep-write "WRITE sweep (-a, 2 B..8 MiB, ${VAL[sweep_rows]} sizes): best size's bandwidth (picture: $SWEEP_SVG)" "$(mbs "${VAL[sweep_peak]}")" "-" "-" "-" "-"
+row readme-impair "README's impairment example (1000 x 16 KiB WRITEs, 5% drop, 1% dup/reorder/corrupt, --check, -u 8), both ends, wall clock" "$(fmt "${VAL[readme_impair]}" '%.2f s')" "-" "-" "<= 30 s" "$(met "${VAL[readme_impair]}x" '<=' 30)"
 row mem-per-qp-client "memory per QP, requester process (peak RSS, 1024 QPs vs 1)" "$(fmt "${VAL[mem_client]}" '%.0f B')" "-" "-" "-" "-"
 row mem-per-qp-server "memory per QP, responder process (peak RSS, 1024 QPs vs 1)" "$(fmt "${VAL[mem_server]}" '%.0f B')" "-" "-" "-" "-"
 
@@ -344,7 +364,7 @@ rss_note() { # client|server
     echo
     echo "Each figure is the median of $RUNS run(s); the runs, in order:"
     echo
-    for k in tcp udp_plain udp_gso write send read pp_block lat pp_busy lat_busy $(for q in $RATE_QPS; do echo "rate_q$q"; done) write_q1024 mem_client mem_server; do
+    for k in tcp udp_plain udp_gso write send read pp_block lat pp_busy lat_busy $(for q in $RATE_QPS; do echo "rate_q$q"; done) write_q1024 readme_impair mem_client mem_server; do
         echo "- $k: ${SAMPLES[$k]:-${VAL[$k]}}"
     done
     echo "- peak RSS with 1 -> 1024 QPs: requester $(rss_note client); responder $(rss_note server)"

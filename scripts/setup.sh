@@ -29,5 +29,9 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 command -v cargo >/dev/null 2>&1 || { echo "setup: cargo (Rust) is required" >&2; exit 1; }
+# Every crate the build and the tests need (dev-dependencies too), so that `cargo test
+# --locked` after setup needs no network; building the tests offline proves it.
+cargo fetch --locked
 cargo build --release --locked
-echo "setup: done; the binary is target/release/softroce"
+cargo test --locked --offline --no-run -q
+echo "setup: done; the binary is target/release/softroce; the tests are built (cargo test --locked runs them offline)"

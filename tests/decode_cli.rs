@@ -574,20 +574,69 @@ fn corrupted_icrc_is_reported_and_counted() {
     assert_eq!(objs[0]["icrc_ok"], true);
     let conn = &objs[3];
     assert_eq!(conn["connection"]["dqpn"], 0x11);
-    assert_eq!(conn["bad_icrc"]["count"], 1);
-    assert_eq!(conn["bad_icrc"]["frames"], serde_json::json!([2]));
-    // The bad packet takes no part in the PSN accounting: 100 and 102 leave a gap of one.
+    // The bad packet belongs to no connection: it is not among the connection's packets and
+    // takes no part in the PSN accounting (100 and 102 leave a gap of one).
+    assert!(conn.get("bad_icrc").is_none(), "{conn}");
+    assert_eq!(conn["packets"], 2);
     assert_eq!(conn["requests"]["packets"], 2);
     assert_eq!(conn["requests"]["gaps"]["count"], 1);
     assert_eq!(conn["requests"]["gaps"]["missing"], 1);
     assert_eq!(objs[4]["summary"]["bad_icrc"], 1);
+    assert_eq!(
+        objs[4]["summary"]["bad_icrc_frames"],
+        serde_json::json!([2])
+    );
     assert_eq!(objs[4]["summary"]["roce_packets"], 3);
 
     let o = softroce(&["decode", "--analyze", path.to_str().unwrap()]);
     assert_ok(&o);
-    assert!(stdout(&o).contains("bad ICRC 1"), "{}", stdout(&o));
     assert!(
-        stdout(&o).contains("bad ICRC in frames 2"),
+        stdout(&o).contains("bad ICRC: 1 packets, in no connection")
+            && stdout(&o).contains(": frames 2\n"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn a_bit_flipped_in_the_destination_qpn_makes_no_connection() {
+    // perf --corrupt flips bits anywhere: a flipped QPN bit once made a "connection" of one
+    // packet per corrupted QPN (22 connections in a capture with two).
+    let dir = temp_dir("qpnflip");
+    let payload = [7u8; 64];
+    let mut frames = Vec::new();
+    for i in 0..6u32 {
+        let mut p = packet_for(Opcode::RC_SEND_ONLY, 0, &payload);
+        p.bth.psn = 100 + i;
+        p.bth.dest_qp = 0x11;
+        frames.push(frame(&builder(A, B), &p));
+    }
+    // The BTH's destination QP is bytes 5..8 of the UDP payload; the UDP payload ends the
+    // frame, ICRC included. Flip a different QPN bit in three packets.
+    for (i, bit) in [(1usize, 0x10u8), (3, 0x01), (4, 0x80)] {
+        let n = frames[i].len();
+        let bth_at = n - 4 - payload.len() - 12;
+        frames[i][bth_at + 5] ^= bit;
+    }
+    let path = dir.join("qpnflip.pcap");
+    write_pcap(&path, LinkType::Ethernet, &frames);
+    let o = softroce(&["decode", "--json", "--analyze", path.to_str().unwrap()]);
+    assert_ok(&o);
+    let objs = json_lines(&o);
+    let conns: Vec<&serde_json::Value> = objs
+        .iter()
+        .filter(|v| v.get("connection").is_some())
+        .collect();
+    assert_eq!(conns.len(), 1, "{objs:?}");
+    assert_eq!(conns[0]["connection"]["dqpn"], 0x11);
+    assert_eq!(conns[0]["packets"], 3);
+    let summary = &objs.last().unwrap()["summary"];
+    assert_eq!(summary["bad_icrc"], 3, "{summary}");
+    assert_eq!(summary["bad_icrc_frames"], serde_json::json!([2, 4, 5]));
+    let o = softroce(&["decode", "--analyze", path.to_str().unwrap()]);
+    assert_ok(&o);
+    assert!(
+        stdout(&o).contains("analysis: 1 connections"),
         "{}",
         stdout(&o)
     );

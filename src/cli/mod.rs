@@ -13,7 +13,8 @@ pub mod run;
 use std::fmt;
 use std::io;
 
-use clap::{Parser, Subcommand};
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// A user-space RoCEv2 (SoftRoCE) engine and tools.
 #[derive(Debug, Parser)]
@@ -112,6 +113,95 @@ impl CliError {
     }
 }
 
+/// Parses the process's command line, exiting with clap's message on an error. An unknown
+/// flag is only given a suggestion that is close to it (clap's own similarity measure offers
+/// `--no-gso` for `--bogus`, and puts the suggestion into the usage line it prints).
+pub fn parse() -> Cli {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) => without_far_suggestion(e, &args).exit(),
+    }
+}
+
+/// `e` itself, or, for an unknown flag whose suggestion is not close to it, the same error
+/// with neither the suggestion nor the suggestion in the usage line.
+fn without_far_suggestion(e: clap::Error, args: &[std::ffi::OsString]) -> clap::Error {
+    if e.kind() != ErrorKind::UnknownArgument {
+        return e;
+    }
+    let (Some(ContextValue::String(bad)), Some(suggested)) = (
+        e.get(ContextKind::InvalidArg),
+        e.get(ContextKind::SuggestedArg),
+    ) else {
+        return e;
+    };
+    let suggested = match suggested {
+        ContextValue::String(s) => s.clone(),
+        ContextValue::Strings(v) if v.len() == 1 => v[0].clone(),
+        _ => return e,
+    };
+    if close_flags(bad, &suggested) {
+        return e;
+    }
+    let mut cmd = Cli::command();
+    cmd.build();
+    // The subcommand the error is about: the first argument naming one.
+    let sub = args
+        .iter()
+        .skip(1)
+        .filter_map(|a| a.to_str())
+        .find(|a| cmd.find_subcommand(a).is_some())
+        .map(str::to_string);
+    let target = match &sub {
+        Some(name) => match cmd.find_subcommand_mut(name) {
+            Some(s) => s,
+            None => return e,
+        },
+        None => &mut cmd,
+    };
+    let usage = target.render_usage();
+    let mut plain = clap::Error::new(ErrorKind::UnknownArgument).with_cmd(target);
+    plain.insert(ContextKind::InvalidArg, ContextValue::String(bad.clone()));
+    plain.insert(ContextKind::Usage, ContextValue::StyledStr(usage));
+    plain
+}
+
+/// Whether `suggested` is a likely meaning of the unknown flag `bad`: the same words but for
+/// case and `-`/`_`, or at most two edits apart and less than half of the flag changed.
+fn close_flags(bad: &str, suggested: &str) -> bool {
+    let norm = |s: &str| -> Vec<char> {
+        s.trim_start_matches('-')
+            .chars()
+            .map(|c| {
+                if c == '_' {
+                    '-'
+                } else {
+                    c.to_ascii_lowercase()
+                }
+            })
+            .collect()
+    };
+    let (a, b) = (norm(bad), norm(suggested));
+    let d = edit_distance(&a, &b);
+    d == 0 || (d <= 2 && 2 * d < a.len().max(b.len()))
+}
+
+/// Levenshtein distance.
+fn edit_distance(a: &[char], b: &[char]) -> usize {
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + (ca != cb) as usize).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
@@ -128,5 +218,20 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
         Command::Plot(args) => plot::run(&args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_close_flags_are_suggested() {
+        assert!(!close_flags("--bogus", "--no-gso"));
+        assert!(close_flags("--tx_depth", "--tx-depth"));
+        assert!(close_flags("--chek", "--check"));
+        assert!(close_flags("--jsn", "--json"));
+        assert!(!close_flags("--x", "--json"));
+        assert_eq!(edit_distance(&['a', 'b'], &['b']), 1);
     }
 }

@@ -385,6 +385,42 @@ fn print_dest(
 
 /// Runs `softroce pingpong`.
 pub fn run(args: &PingpongArgs) -> Result<(), CliError> {
+    let mtu = validate(args)?;
+    if args.srq {
+        return srq::run_srq(args, mtu);
+    }
+    let server_addr = match &args.server {
+        Some(h) => Some(resolve(h, args.port)?),
+        None => None,
+    };
+    let ip = args.device.local_ip(server_addr.map(|a| a.ip()))?;
+    let pp = Pp::new(args, ip)?;
+    let _report = args.device.counter_report(&pp.ctx);
+    let routs = pp.post_recv(pp.rx_depth)?;
+    if routs < pp.rx_depth {
+        return Err(CliError::Failed(format!("Couldn't post receive ({routs})")));
+    }
+    let mut out = std::io::stdout().lock();
+    exchange_and_connect(args, &pp, ip, server_addr, mtu, &mut out)?;
+    let (took, unconfirmed) = ping_pong(args, &pp, server_addr.is_some(), routs)?;
+    print_rate(&mut out, args, took)?;
+    if args.chk {
+        check_buffer(&pp, args.size, &mut out)?;
+    }
+    if unconfirmed {
+        return Err(CliError::Unconfirmed(
+            "our last SEND was never acknowledged and the client went silent: ibv_rc_pingpong \
+             exits once it has received it, so a lost final ACK leaves its delivery \
+             unconfirmed (the client's own report says whether it arrived)"
+                .into(),
+        ));
+    }
+    linger(&pp.ctx);
+    Ok(())
+}
+
+/// The flags ibv_rc_pingpong (and its UC/UD siblings) would refuse; the path MTU.
+fn validate(args: &PingpongArgs) -> Result<Mtu, CliError> {
     args.device.validate()?;
     let mtu = Mtu::from_bytes(args.mtu).ok_or_else(|| {
         CliError::Usage(format!(
@@ -406,7 +442,7 @@ pub fn run(args: &PingpongArgs) -> Result<(), CliError> {
         )));
     }
     if args.srq {
-        return srq::run_srq(args, mtu);
+        return Ok(mtu);
     }
     if args.chk && args.transport != PpTransport::Rc {
         return Err(CliError::Usage(
@@ -419,17 +455,20 @@ pub fn run(args: &PingpongArgs) -> Result<(), CliError> {
             "rx-depth and iters must be positive".into(),
         ));
     }
-    let server_addr = match &args.server {
-        Some(h) => Some(resolve(h, args.port)?),
-        None => None,
-    };
-    let ip = args.device.local_ip(server_addr.map(|a| a.ip()))?;
-    let pp = Pp::new(args, ip)?;
-    let _report = args.device.counter_report(&pp.ctx);
-    let mut routs = pp.post_recv(pp.rx_depth)?;
-    if routs < pp.rx_depth {
-        return Err(CliError::Failed(format!("Couldn't post receive ({routs})")));
-    }
+    Ok(mtu)
+}
+
+/// Prints this end's address, exchanges addresses with the peer over TCP (connecting to
+/// `server_addr`, or listening), connects the QP and prints the peer's address, as
+/// ibv_rc_pingpong does.
+fn exchange_and_connect(
+    args: &PingpongArgs,
+    pp: &Pp,
+    ip: IpAddr,
+    server_addr: Option<SocketAddr>,
+    mtu: Mtu,
+    out: &mut impl Write,
+) -> Result<(), CliError> {
     let gid = pp.ctx.gid(args.gid_idx).ok_or_else(|| {
         CliError::Usage(format!("-g {}: no such GID index (0 or 1)", args.gid_idx))
     })?;
@@ -439,8 +478,7 @@ pub fn run(args: &PingpongArgs) -> Result<(), CliError> {
         psn: random_psn(),
         gid,
     };
-    let mut out = std::io::stdout().lock();
-    print_dest(&mut out, "local", &my, args.transport)?;
+    print_dest(out, "local", &my, args.transport)?;
     let io_timeout = Duration::from_secs(args.timeout.max(1));
     let rem = match server_addr {
         Some(addr) => {
@@ -466,11 +504,23 @@ pub fn run(args: &PingpongArgs) -> Result<(), CliError> {
             .map_err(|e| connect_err.take().unwrap_or(CliError::Oob(e)))?
         }
     };
-    print_dest(&mut out, "remote", &rem, args.transport)?;
-    out.flush().map_err(CliError::Output)?;
+    print_dest(out, "remote", &rem, args.transport)?;
+    out.flush().map_err(CliError::Output)
+}
 
+/// The ping-pong itself: the client sends first; each end sends once its previous SEND and
+/// the peer's next message have both completed, -n times, reposting receives as they run low.
+/// `routs` receives are posted. Returns how long it took (from the first SEND, as
+/// ibv_rc_pingpong times it) and whether our last SEND stayed unconfirmed (the server's case
+/// of [`FinalAckWait`]).
+fn ping_pong(
+    args: &PingpongArgs,
+    pp: &Pp,
+    is_client: bool,
+    mut routs: u32,
+) -> Result<(Duration, bool), CliError> {
     let mut pending = RECV_WRID;
-    if server_addr.is_some() {
+    if is_client {
         if args.chk {
             // As ibv_rc_pingpong -c: the client zeroes the first byte of every page before
             // the first send; the buffer then travels back and forth unchanged.
@@ -484,10 +534,10 @@ pub fn run(args: &PingpongArgs) -> Result<(), CliError> {
         pending |= SEND_WRID;
     }
     let start = Instant::now();
+    let io_timeout = Duration::from_secs(args.timeout.max(1));
     let (mut rcnt, mut scnt) = (0u32, 0u32);
     let mut wcs = [WorkCompletion::default(); 2];
     let mut idle_since = Instant::now();
-    let is_client = server_addr.is_some();
     // Once every message has arrived, only our last SEND may be outstanding (see
     // `final_ack_lost`).
     let mut last_ack: Option<FinalAckWait> = None;
@@ -551,20 +601,7 @@ pub fn run(args: &PingpongArgs) -> Result<(), CliError> {
             }
         }
     }
-    print_rate(&mut out, args, start.elapsed())?;
-    if args.chk {
-        check_buffer(&pp, args.size, &mut out)?;
-    }
-    if unconfirmed {
-        return Err(CliError::Unconfirmed(
-            "our last SEND was never acknowledged and the client went silent: ibv_rc_pingpong \
-             exits once it has received it, so a lost final ACK leaves its delivery \
-             unconfirmed (the client's own report says whether it arrived)"
-                .into(),
-        ));
-    }
-    linger(&pp.ctx);
-    Ok(())
+    Ok((start.elapsed(), unconfirmed))
 }
 
 /// How the wait for the ACK of our last SEND ended.

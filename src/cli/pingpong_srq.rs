@@ -10,7 +10,7 @@
 //! receives are replenished when at most NUM_QP remain posted.
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use softroce::ib::*;
@@ -86,6 +86,31 @@ impl SrqPp {
 
 /// Runs `softroce pingpong --srq`.
 pub(super) fn run_srq(args: &PingpongArgs, mtu: Mtu) -> Result<(), CliError> {
+    validate(args)?;
+    let server_addr = match &args.server {
+        Some(h) => Some(resolve(h, args.port)?),
+        None => None,
+    };
+    let ip = args.device.local_ip(server_addr.map(|a| a.ip()))?;
+    let pp = SrqPp::new(args, ip)?;
+    let _report = args.device.counter_report(&pp.ctx);
+    let routs = pp.post_recv(args.rx_depth);
+    if routs < args.rx_depth {
+        return Err(CliError::Failed(format!("Couldn't post receive ({routs})")));
+    }
+    let mut out = std::io::stdout().lock();
+    let (my, rem) = exchange(args, &pp, ip, server_addr, mtu, &mut out)?;
+    if server_addr.is_some() {
+        pp.connect(args, mtu, &my, &rem)?;
+    }
+    let took = ping_pong(args, &pp, server_addr.is_some(), routs)?;
+    print_rate(&mut out, args, took)?;
+    linger(&pp.ctx);
+    Ok(())
+}
+
+/// What ibv_srq_pingpong refuses.
+fn validate(args: &PingpongArgs) -> Result<(), CliError> {
     if args.transport != PpTransport::Rc {
         return Err(CliError::Usage(
             "--srq is ibv_srq_pingpong, which runs RC QPs only".into(),
@@ -111,67 +136,79 @@ pub(super) fn run_srq(args: &PingpongArgs, mtu: Mtu) -> Result<(), CliError> {
             args.rx_depth
         )));
     }
-    let server_addr = match &args.server {
-        Some(h) => Some(resolve(h, args.port)?),
-        None => None,
-    };
-    let ip = args.device.local_ip(server_addr.map(|a| a.ip()))?;
-    let ctx = args.device.open(ip)?;
-    let pd = ctx.alloc_pd().map_err(CliError::Verbs)?;
-    let mr = pd
-        .register_mr(args.size as usize, AccessFlags::LOCAL_WRITE)
-        .map_err(CliError::Verbs)?;
-    let cq = ctx
-        .create_cq((args.rx_depth + num_qp) as usize)
-        .map_err(|_| CliError::Failed("Couldn't create CQ".into()))?;
-    let srq = pd
-        .create_srq(&SrqAttr {
-            max_wr: args.rx_depth,
-            max_sge: 1,
-            srq_limit: 0,
-        })
-        .map_err(|e| CliError::Failed(format!("Couldn't create SRQ: {e}")))?;
-    let mut qps = Vec::with_capacity(num_qp as usize);
-    for i in 0..num_qp {
-        let qp = pd
-            .create_qp_with_srq(
-                &QpInitAttr {
-                    send_cq: &cq,
-                    recv_cq: &cq,
-                    cap: QpCap {
-                        max_send_wr: 1,
-                        max_recv_wr: 0,
-                        max_send_sge: 1,
-                        max_recv_sge: 0,
-                        max_inline_data: 0,
+    Ok(())
+}
+
+impl SrqPp {
+    /// The device, CQ, SRQ and -q RC QPs in INIT sharing it, as ibv_srq_pingpong's pp_init_ctx.
+    fn new(args: &PingpongArgs, ip: IpAddr) -> Result<SrqPp, CliError> {
+        let num_qp = args.num_qp;
+        let ctx = args.device.open(ip)?;
+        let pd = ctx.alloc_pd().map_err(CliError::Verbs)?;
+        let mr = pd
+            .register_mr(args.size as usize, AccessFlags::LOCAL_WRITE)
+            .map_err(CliError::Verbs)?;
+        let cq = ctx
+            .create_cq((args.rx_depth + num_qp) as usize)
+            .map_err(|_| CliError::Failed("Couldn't create CQ".into()))?;
+        let srq = pd
+            .create_srq(&SrqAttr {
+                max_wr: args.rx_depth,
+                max_sge: 1,
+                srq_limit: 0,
+            })
+            .map_err(|e| CliError::Failed(format!("Couldn't create SRQ: {e}")))?;
+        let mut qps = Vec::with_capacity(num_qp as usize);
+        for i in 0..num_qp {
+            let qp = pd
+                .create_qp_with_srq(
+                    &QpInitAttr {
+                        send_cq: &cq,
+                        recv_cq: &cq,
+                        cap: QpCap {
+                            max_send_wr: 1,
+                            max_recv_wr: 0,
+                            max_send_sge: 1,
+                            max_recv_sge: 0,
+                            max_inline_data: 0,
+                        },
+                        qp_type: QpType::Rc,
+                        sq_sig_all: false,
                     },
-                    qp_type: QpType::Rc,
-                    sq_sig_all: false,
-                },
-                &srq,
-            )
-            .map_err(|e| CliError::Failed(format!("Couldn't create QP[{i}]: {e}")))?;
-        qp.init(AccessFlags::EMPTY)
-            .map_err(|e| CliError::Failed(format!("Failed to modify QP[{i}] to INIT: {e}")))?;
-        qps.push(qp);
+                    &srq,
+                )
+                .map_err(|e| CliError::Failed(format!("Couldn't create QP[{i}]: {e}")))?;
+            qp.init(AccessFlags::EMPTY)
+                .map_err(|e| CliError::Failed(format!("Failed to modify QP[{i}] to INIT: {e}")))?;
+            qps.push(qp);
+        }
+        let pp = SrqPp {
+            ctx,
+            mr,
+            cq,
+            srq,
+            qps,
+            size: args.size,
+        };
+        Ok(pp)
     }
-    let pp = SrqPp {
-        ctx,
-        mr,
-        cq,
-        srq,
-        qps,
-        size: args.size,
-    };
-    let _report = args.device.counter_report(&pp.ctx);
-    let mut routs = pp.post_recv(args.rx_depth);
-    if routs < args.rx_depth {
-        return Err(CliError::Failed(format!("Couldn't post receive ({routs})")));
-    }
+}
+
+/// Prints this end's addresses (one per QP), exchanges them with the peer over TCP and prints
+/// the peer's; the server connects its QPs inside the exchange, as ibv_srq_pingpong's does.
+/// Returns both ends' addresses.
+fn exchange(
+    args: &PingpongArgs,
+    pp: &SrqPp,
+    ip: IpAddr,
+    server_addr: Option<SocketAddr>,
+    mtu: Mtu,
+    out: &mut impl Write,
+) -> Result<(Vec<PingpongDest>, Vec<PingpongDest>), CliError> {
+    let num_qp = args.num_qp;
     let gid = pp.ctx.gid(args.gid_idx).ok_or_else(|| {
         CliError::Usage(format!("-g {}: no such GID index (0 or 1)", args.gid_idx))
     })?;
-    let mut out = std::io::stdout().lock();
     let mut my = Vec::with_capacity(num_qp as usize);
     for (i, qp) in pp.qps.iter().enumerate() {
         let d = PingpongDest {
@@ -180,7 +217,7 @@ pub(super) fn run_srq(args: &PingpongArgs, mtu: Mtu) -> Result<(), CliError> {
             psn: random_psn() ^ (i as u32).wrapping_mul(0x9E37_79B1) & 0xFF_FFFF,
             gid,
         };
-        print_dest(&mut out, "local", &d, PpTransport::Rc)?;
+        print_dest(out, "local", &d, PpTransport::Rc)?;
         my.push(d);
     }
     out.flush().map_err(CliError::Output)?;
@@ -208,12 +245,25 @@ pub(super) fn run_srq(args: &PingpongArgs, mtu: Mtu) -> Result<(), CliError> {
         }
     };
     for d in &rem[..num_qp as usize] {
-        print_dest(&mut out, "remote", d, PpTransport::Rc)?;
+        print_dest(out, "remote", d, PpTransport::Rc)?;
     }
     out.flush().map_err(CliError::Output)?;
+    Ok((my, rem))
+}
+
+/// The ping-pong over every QP: each QP sends once its previous SEND and its peer's next
+/// message have both completed; receives come from the shared queue, reposted as they run
+/// low. Returns how long it took from the first SENDs.
+fn ping_pong(
+    args: &PingpongArgs,
+    pp: &SrqPp,
+    is_client: bool,
+    mut routs: u32,
+) -> Result<Duration, CliError> {
+    let num_qp = args.num_qp;
+    let io_timeout = Duration::from_secs(args.timeout.max(1));
     let mut pending = vec![RECV_WRID; num_qp as usize];
-    if server_addr.is_some() {
-        pp.connect(args, mtu, &my, &rem)?;
+    if is_client {
         for (i, p) in pending.iter_mut().enumerate() {
             pp.post_send(i)?;
             *p = SEND_WRID | RECV_WRID;
@@ -267,7 +317,5 @@ pub(super) fn run_srq(args: &PingpongArgs, mtu: Mtu) -> Result<(), CliError> {
             }
         }
     }
-    print_rate(&mut out, args, start.elapsed())?;
-    linger(&pp.ctx);
-    Ok(())
+    Ok(start.elapsed())
 }

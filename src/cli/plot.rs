@@ -33,15 +33,19 @@ pub struct Series {
 
 impl Series {
     /// Reads the rows of `--json` output: lines with `bytes`, `bw_avg_mibps` and
-    /// `msg_rate_mpps`; other lines are skipped.
-    pub fn from_json_lines(label: &str, text: &str) -> Result<Series, CliError> {
+    /// `msg_rate_mpps`; other JSON lines are skipped. `origin` names the input in errors.
+    pub fn from_json_lines(label: &str, origin: &str, text: &str) -> Result<Series, CliError> {
         let mut points = Vec::new();
         for (n, line) in text.lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
             }
-            let v: serde_json::Value = serde_json::from_str(line)
-                .map_err(|e| CliError::Usage(format!("{label}: line {}: not JSON: {e}", n + 1)))?;
+            let v: serde_json::Value = serde_json::from_str(line).map_err(|e| {
+                CliError::Usage(format!(
+                    "{origin}: not a JSON-lines file of `softroce perf --json` results (line {}: {e})",
+                    n + 1
+                ))
+            })?;
             if let (Some(size), Some(bw), Some(rate)) = (
                 v["bytes"].as_u64(),
                 v["bw_avg_mibps"].as_f64(),
@@ -54,7 +58,7 @@ impl Series {
         }
         if points.is_empty() {
             return Err(CliError::Usage(format!(
-                "{label}: no bandwidth rows (run `softroce perf ... --json`)"
+                "{origin}: no bandwidth rows (lines with bytes, bw_avg_mibps and msg_rate_mpps, as `softroce perf ... --json` prints)"
             )));
         }
         points.sort_by_key(|p| p.0);
@@ -75,12 +79,34 @@ fn size_label(log2: f64) -> String {
     }
 }
 
-fn draw_err<E: std::fmt::Debug>(e: E) -> CliError {
-    CliError::Failed(format!("drawing the plot: {e:?}"))
+/// Checks, before any work, that `out` can be created: its directory exists and is a
+/// directory (so that a run is not lost to a typo in the path at its very end).
+pub fn check_output(out: &Path) -> Result<(), CliError> {
+    let dir = match out.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(CliError::Usage(format!(
+            "cannot write the plot to {}: the directory {} does not exist",
+            out.display(),
+            dir.display()
+        )));
+    }
+    if out.is_dir() {
+        return Err(CliError::Usage(format!(
+            "cannot write the plot to {}: it is a directory",
+            out.display()
+        )));
+    }
+    Ok(())
 }
 
 /// Draws bandwidth (top) and message rate (bottom) against message size to `out`.
 pub fn draw(out: &Path, series: &[Series]) -> Result<(), CliError> {
+    let draw_err = |e: DrawingAreaErrorKind<std::io::Error>| {
+        CliError::Failed(format!("cannot write the plot to {}: {e}", out.display()))
+    };
     let root = SVGBackend::new(out, (960, 900)).into_drawing_area();
     root.fill(&WHITE).map_err(draw_err)?;
     let panels = root.split_evenly((2, 1));
@@ -161,6 +187,7 @@ pub fn draw(out: &Path, series: &[Series]) -> Result<(), CliError> {
 
 /// Runs `softroce plot`.
 pub fn run(args: &PlotArgs) -> Result<(), CliError> {
+    check_output(Path::new(&args.out))?;
     let mut series = Vec::new();
     for r in &args.runs {
         let (path, label) = match r.split_once('=') {
@@ -172,11 +199,16 @@ pub fn run(args: &PlotArgs) -> Result<(), CliError> {
                     .map_or(r.clone(), |s| s.to_string_lossy().into_owned()),
             ),
         };
-        let text = std::fs::read_to_string(path).map_err(|err| CliError::Open {
+        let bytes = std::fs::read(path).map_err(|err| CliError::Open {
             path: path.to_string(),
             err,
         })?;
-        series.push(Series::from_json_lines(&label, &text)?);
+        let text = String::from_utf8(bytes).map_err(|_| {
+            CliError::Usage(format!(
+                "{path}: not a JSON-lines file of `softroce perf --json` results (it is not text)"
+            ))
+        })?;
+        series.push(Series::from_json_lines(&label, path, &text)?);
     }
     draw(Path::new(&args.out), &series)
 }
@@ -190,10 +222,11 @@ mod tests {
         let text = "{\"bytes\":4,\"bw_avg_mibps\":2.0,\"msg_rate_mpps\":0.5}\n\
                     {\"lat\":true}\n\
                     {\"bytes\":2,\"bw_avg_mibps\":1.0,\"msg_rate_mpps\":0.5}\n";
-        let s = Series::from_json_lines("run", text).unwrap();
+        let s = Series::from_json_lines("run", "f", text).unwrap();
         assert_eq!(s.points, vec![(2, 1.0, 0.5), (4, 2.0, 0.5)]);
-        assert!(Series::from_json_lines("x", "{\"lat\":true}").is_err());
-        assert!(Series::from_json_lines("x", "not json").is_err());
+        assert!(Series::from_json_lines("x", "f", "{\"lat\":true}").is_err());
+        let e = Series::from_json_lines("x", "f", "not json").unwrap_err();
+        assert!(e.to_string().starts_with("f: not a JSON-lines file"), "{e}");
         assert_eq!(size_label(10.0), "1K");
         assert_eq!(size_label(23.0), "8M");
         assert_eq!(size_label(1.0), "2");

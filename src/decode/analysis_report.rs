@@ -6,8 +6,9 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Map, Value};
 
-use super::analyze::{ConnectionStats, Counters, Examples, Gap, MAX_CONNECTIONS};
+use super::analyze::{Counters, MAX_CONNECTIONS};
 use super::report::{nak_text, rnr_timer_text};
+use super::stats::{ConnectionStats, Examples, Gap};
 use crate::wire::aeth::rnr_timer_ns;
 use crate::wire::{NakCode, Opcode};
 
@@ -64,6 +65,8 @@ pub struct AnalysisReport {
     pub counters: Counters,
     /// Connections, in order of their first packet.
     pub connections: Vec<ConnectionStats>,
+    /// Frames whose ICRC is wrong: in no connection, since any field may be the corrupted one.
+    pub bad_icrc: Examples<u64>,
 }
 
 fn psn_list(items: &[u32]) -> String {
@@ -136,18 +139,9 @@ impl ConnectionStats {
         );
         let _ = writeln!(
             s,
-            "  packets {}, payload {} bytes, bad ICRC {}, malformed {}",
-            self.packets, self.payload_bytes, self.bad_icrc.count, self.malformed.count
+            "  packets {}, payload {} bytes, malformed {}",
+            self.packets, self.payload_bytes, self.malformed.count
         );
-        if self.bad_icrc.count > 0 {
-            let frames: Vec<String> = self.bad_icrc.items.iter().map(u64::to_string).collect();
-            let _ = writeln!(
-                s,
-                "  bad ICRC in frames {}{}",
-                frames.join(" "),
-                more(&self.bad_icrc)
-            );
-        }
         for (op, st) in &self.opcodes {
             let _ = writeln!(
                 s,
@@ -302,7 +296,6 @@ impl ConnectionStats {
             "packets": self.packets,
             "payload_bytes": self.payload_bytes,
             "opcodes": opcodes,
-            "bad_icrc": examples_json(&self.bad_icrc, "frames"),
             "malformed": examples_json(&self.malformed, "frames"),
             "fecn": self.fecn,
             "becn": self.becn,
@@ -337,6 +330,16 @@ impl AnalysisReport {
         for c in &self.connections {
             s.push_str(&c.text());
         }
+        if self.bad_icrc.count > 0 {
+            let frames: Vec<String> = self.bad_icrc.items.iter().map(u64::to_string).collect();
+            let _ = writeln!(
+                s,
+                "bad ICRC: {} packets, in no connection (a receiver drops them; any field, the QPN included, may be the corrupted one): frames {}{}",
+                self.bad_icrc.count,
+                frames.join(" "),
+                more(&self.bad_icrc)
+            );
+        }
         if self.counters.untracked > 0 {
             let _ = writeln!(
                 s,
@@ -351,7 +354,9 @@ impl AnalysisReport {
     /// `{"summary": {...counters}}`.
     pub fn to_json(&self) -> Vec<Value> {
         let mut v: Vec<Value> = self.connections.iter().map(|c| c.to_json()).collect();
-        v.push(json!({"summary": self.counters.to_json()}));
+        let mut summary = self.counters.to_json();
+        summary["bad_icrc_frames"] = examples_json(&self.bad_icrc, "frames")["frames"].clone();
+        v.push(json!({ "summary": summary }));
         v
     }
 }

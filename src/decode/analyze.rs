@@ -1,5 +1,6 @@
-//! Per-connection analysis of a RoCEv2 capture: what `softroce decode --analyze` counts (how it
-//! is shown is in `analysis_report.rs`).
+//! Per-connection analysis of a RoCEv2 capture: what `softroce decode --analyze` counts and
+//! why (what it keeps per connection is in `stats.rs`, how it is shown in
+//! `analysis_report.rs`).
 //!
 //! A *connection* here is one direction of traffic to one queue pair: (source IP, destination
 //! IP, destination QP, and for UD the source QP from the DETH). The UDP source port is not part
@@ -20,186 +21,25 @@
 //! - Responses: counted by kind; NAKs by NAK code and RNR NAKs by timer code, with example
 //!   PSNs. ACKs may be coalesced, so only READ responses, which must be contiguous within a
 //!   message, are checked for gaps and repeats.
-//! - Packets with a bad ICRC, which a receiver drops, are counted but take no part in the PSN
-//!   accounting (their fields cannot be trusted).
+//! - A packet with a bad ICRC, which a receiver drops, belongs to no connection: any of its
+//!   fields may be what was corrupted (a flipped bit in the destination QPN would otherwise
+//!   make a connection of its own), so it is only counted and listed by frame for the whole
+//!   capture.
 //!
-//! Memory is bounded: every list keeps at most [`MAX_EXAMPLES`] examples next to its full
+//! Memory is bounded: every list keeps at most [`MAX_EXAMPLES`](super::stats::MAX_EXAMPLES) examples next to its full
 //! count, and at most [`MAX_CONNECTIONS`] connections are tracked (packets of further ones are
 //! only counted).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::net::IpAddr;
 
 use super::analysis_report::AnalysisReport;
-use crate::wire::psn::packets_for;
-use crate::wire::{AckSyndrome, BthRepr, Frame, OpKind, PacketRepr, Position, Psn, Result};
+use super::stats::MAX_PORTS;
+use super::stats::{ConnectionStats, Examples};
+use crate::wire::{BthRepr, Frame, OpKind, PacketRepr, Position, Psn, Result};
 
-/// Most examples kept per list (retransmitted PSNs, gaps, NAK PSNs, ...).
-pub const MAX_EXAMPLES: usize = 32;
 /// Most connections tracked individually.
 pub const MAX_CONNECTIONS: usize = 65_536;
-/// Most distinct UDP source ports listed per connection.
-const MAX_PORTS: usize = 8;
-
-/// A count with the first few examples.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Examples<T> {
-    /// How many there were.
-    pub count: u64,
-    /// The first [`MAX_EXAMPLES`] of them.
-    pub items: Vec<T>,
-}
-
-impl<T> Default for Examples<T> {
-    fn default() -> Self {
-        Examples {
-            count: 0,
-            items: Vec::new(),
-        }
-    }
-}
-
-impl<T> Examples<T> {
-    fn push(&mut self, item: T) {
-        self.count += 1;
-        if self.items.len() < MAX_EXAMPLES {
-            self.items.push(item);
-        }
-    }
-}
-
-/// A jump in a PSN sequence.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Gap {
-    /// The PSN that was expected next; `None` when a READ response continued a message whose
-    /// FIRST packet was not seen.
-    pub expected: Option<u32>,
-    /// The PSN that arrived.
-    pub got: u32,
-}
-
-/// What the next request PSN should be.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Expected {
-    Unknown,
-    Known(Psn),
-    /// After a READ request whose PSN count depends on a path MTU not known at the time.
-    AfterRead {
-        psn: Psn,
-        len: u32,
-    },
-}
-
-/// Packet and payload byte counts of one opcode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct OpcodeStats {
-    /// Packets with this opcode, bad ICRC ones excluded.
-    pub packets: u64,
-    /// Payload bytes (without headers, pad and ICRC).
-    pub bytes: u64,
-}
-
-/// The request PSN sequence of a connection.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequestStats {
-    /// Request packets with a good ICRC.
-    pub packets: u64,
-    /// First request PSN seen.
-    pub first_psn: Option<u32>,
-    /// Highest request PSN in use (for a READ request, the last PSN it reserves, when known).
-    pub highest_psn: Option<u32>,
-    /// Retransmitted or duplicate request PSNs.
-    pub retransmitted: Examples<u32>,
-    /// Forward jumps of the request PSN.
-    pub gaps: Examples<Gap>,
-    /// PSNs skipped over by those jumps.
-    pub missing_psns: u64,
-    expected: Expected,
-}
-
-impl Default for RequestStats {
-    fn default() -> Self {
-        RequestStats {
-            packets: 0,
-            first_psn: None,
-            highest_psn: None,
-            retransmitted: Examples::default(),
-            gaps: Examples::default(),
-            missing_psns: 0,
-            expected: Expected::Unknown,
-        }
-    }
-}
-
-/// The responses (ACK, NAK, READ response, ATOMIC ACK) a connection carries.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ResponseStats {
-    /// Response packets with a good ICRC.
-    pub packets: u64,
-    /// First response PSN seen.
-    pub first_psn: Option<u32>,
-    /// Highest response PSN seen.
-    pub highest_psn: Option<u32>,
-    /// Positive ACKs (RC_ACKNOWLEDGE with an ACK syndrome).
-    pub acks: u64,
-    /// ATOMIC ACKNOWLEDGE packets.
-    pub atomic_acks: u64,
-    /// READ response packets.
-    pub read_responses: u64,
-    /// NAKs by NAK code, with example PSNs.
-    pub naks: BTreeMap<u8, Examples<u32>>,
-    /// RNR NAKs by timer code, with example PSNs.
-    pub rnr_naks: BTreeMap<u8, Examples<u32>>,
-    /// Jumps within a multi-packet READ response.
-    pub read_gaps: Examples<Gap>,
-    /// READ response PSNs lost in those jumps (when known).
-    pub read_missing_psns: u64,
-    /// READ response packets repeating a PSN already seen.
-    pub read_retransmitted: Examples<u32>,
-    /// PSN of the last packet of the READ response message in progress.
-    read_in_progress: Option<Psn>,
-    read_highest: Option<Psn>,
-}
-
-/// Everything known about one connection.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConnectionStats {
-    /// Sender's IP address (with `dst` and `dqpn`, the connection's key).
-    pub src: IpAddr,
-    /// Receiver's IP address.
-    pub dst: IpAddr,
-    /// The BTH destination QP: the receiver's QP, 24 bits.
-    pub dqpn: u32,
-    /// Source QP, for UD (from the DETH).
-    pub src_qp: Option<u32>,
-    /// UDP source ports seen (at most 8).
-    pub src_ports: Vec<u16>,
-    /// First frame of the connection.
-    pub first_frame: u64,
-    /// Last frame of the connection.
-    pub last_frame: u64,
-    /// RoCE packets, all included.
-    pub packets: u64,
-    /// Payload bytes of decoded packets.
-    pub payload_bytes: u64,
-    /// Decoded packets by opcode.
-    pub opcodes: BTreeMap<u8, OpcodeStats>,
-    /// Packets with a bad ICRC, with example frame numbers.
-    pub bad_icrc: Examples<u64>,
-    /// Packets that could not be decoded past their BTH, with example frame numbers.
-    pub malformed: Examples<u64>,
-    /// Packets with the BTH FECN bit.
-    pub fecn: u64,
-    /// Packets with the BTH BECN bit.
-    pub becn: u64,
-    /// The request PSN sequence.
-    pub requests: RequestStats,
-    /// Responses this direction returns for the other direction's requests (their PSNs are
-    /// those requests').
-    pub responses: ResponseStats,
-    /// Path MTU inferred from this connection's own FIRST/MIDDLE packets.
-    pub path_mtu: Option<u32>,
-}
 
 /// Frame counts over the whole capture.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -249,151 +89,11 @@ fn is_ib_mtu(n: usize) -> bool {
 #[derive(Debug, Clone, Default)]
 pub struct Analyzer {
     counters: Counters,
+    /// Frames whose ICRC is wrong (in no connection).
+    bad_icrc: Examples<u64>,
     conns: Vec<ConnectionStats>,
     index: HashMap<ConnKey, usize>,
     pair_mtu: HashMap<(IpAddr, IpAddr), u32>,
-}
-
-impl ConnectionStats {
-    fn new(key: ConnKey, frame: u64) -> Self {
-        ConnectionStats {
-            src: key.src,
-            dst: key.dst,
-            dqpn: key.dqpn,
-            src_qp: key.src_qp,
-            src_ports: Vec::new(),
-            first_frame: frame,
-            last_frame: frame,
-            packets: 0,
-            payload_bytes: 0,
-            opcodes: BTreeMap::new(),
-            bad_icrc: Examples::default(),
-            malformed: Examples::default(),
-            fecn: 0,
-            becn: 0,
-            requests: RequestStats::default(),
-            responses: ResponseStats::default(),
-            path_mtu: None,
-        }
-    }
-}
-
-impl RequestStats {
-    fn observe(&mut self, psn: Psn, read_len: Option<u32>, pmtu: Option<u32>) {
-        self.packets += 1;
-        // PSNs the request uses: one, or for a READ the number of response packets.
-        let consumed = match read_len {
-            None => Some(1u32),
-            Some(len) => pmtu.map(|m| packets_for(u64::from(len), m).min(1 << 23) as u32),
-        };
-        if let Some(h) = self.highest_psn.map(Psn::new) {
-            if !psn.is_after(h) {
-                self.retransmitted.push(psn.value());
-                return;
-            }
-            let expected = match self.expected {
-                Expected::Known(e) => Some(e),
-                Expected::AfterRead { psn, len } => {
-                    pmtu.map(|m| psn.add(packets_for(u64::from(len), m).min(1 << 23) as u32))
-                }
-                Expected::Unknown => None,
-            };
-            if let Some(e) = expected {
-                if psn.is_after(e) {
-                    self.gaps.push(Gap {
-                        expected: Some(e.value()),
-                        got: psn.value(),
-                    });
-                    self.missing_psns += u64::from(psn.distance_from(e));
-                }
-            }
-        } else {
-            self.first_psn = Some(psn.value());
-        }
-        match (consumed, read_len) {
-            (Some(n), _) => {
-                self.highest_psn = Some(psn.add(n.max(1) - 1).value());
-                self.expected = Expected::Known(psn.add(n.max(1)));
-            }
-            (None, Some(len)) => {
-                self.highest_psn = Some(psn.value());
-                self.expected = Expected::AfterRead { psn, len };
-            }
-            (None, None) => {
-                self.highest_psn = Some(psn.value());
-                self.expected = Expected::Unknown;
-            }
-        }
-    }
-}
-
-impl ResponseStats {
-    fn observe(&mut self, psn: Psn, kind: OpKind, position: Position, aeth: Option<AckSyndrome>) {
-        self.packets += 1;
-        if self.first_psn.is_none() {
-            self.first_psn = Some(psn.value());
-        }
-        match self.highest_psn.map(Psn::new) {
-            Some(h) if !psn.is_after(h) => {}
-            _ => self.highest_psn = Some(psn.value()),
-        }
-        match aeth {
-            Some(AckSyndrome::Nak(code)) => {
-                self.naks.entry(code.to_u8()).or_default().push(psn.value());
-            }
-            Some(AckSyndrome::RnrNak { timer }) => {
-                self.rnr_naks.entry(timer).or_default().push(psn.value());
-            }
-            Some(AckSyndrome::Ack { .. }) if kind == OpKind::Ack => self.acks += 1,
-            _ => {}
-        }
-        match kind {
-            OpKind::AtomicAck => self.atomic_acks += 1,
-            OpKind::ReadResponse => self.observe_read(psn, position),
-            _ => {}
-        }
-    }
-
-    fn observe_read(&mut self, psn: Psn, position: Position) {
-        let seen_before = self.read_responses > 0;
-        self.read_responses += 1;
-        if let Some(h) = self.read_highest {
-            if !psn.is_after(h) {
-                // A repeat: the READ was retried (by the requester, after a loss or a timeout).
-                self.read_retransmitted.push(psn.value());
-                if position.starts_message() {
-                    self.read_in_progress = (position == Position::First).then_some(psn);
-                }
-                return;
-            }
-        }
-        self.read_highest = Some(psn);
-        match position {
-            Position::First | Position::Only => {
-                self.read_in_progress = (position == Position::First).then_some(psn);
-            }
-            Position::Middle | Position::Last => {
-                match self.read_in_progress {
-                    Some(prev) => {
-                        let e = prev.next();
-                        if psn.is_after(e) {
-                            self.read_gaps.push(Gap {
-                                expected: Some(e.value()),
-                                got: psn.value(),
-                            });
-                            self.read_missing_psns += u64::from(psn.distance_from(e));
-                        }
-                    }
-                    None if seen_before => self.read_gaps.push(Gap {
-                        expected: None,
-                        got: psn.value(),
-                    }),
-                    None => {}
-                }
-                self.read_in_progress = (position == Position::Middle).then_some(psn);
-            }
-        }
-    }
 }
 
 impl Analyzer {
@@ -444,7 +144,9 @@ impl Analyzer {
                     self.counters.untracked += 1;
                     return None;
                 }
-                self.conns.push(ConnectionStats::new(key, frame_no));
+                self.conns.push(ConnectionStats::new(
+                    key.src, key.dst, key.dqpn, key.src_qp, frame_no,
+                ));
                 self.index.insert(key, self.conns.len() - 1);
                 self.conns.len() - 1
             }
@@ -463,17 +165,19 @@ impl Analyzer {
     ) {
         self.counters.frames += 1;
         self.counters.roce_packets += 1;
-        if icrc_ok == Some(false) {
-            self.counters.bad_icrc += 1;
+        if packet.is_err() {
+            self.counters.malformed += 1;
         }
-        let icrc_bad = icrc_ok == Some(false);
+        if icrc_ok == Some(false) {
+            // No field of it can be trusted, the connection's key included.
+            self.counters.bad_icrc += 1;
+            self.bad_icrc.push(frame_no);
+            return;
+        }
         let icrc_ok = icrc_ok == Some(true);
         let bth = match &packet {
             Ok(p) => Some(p.bth),
-            Err(_) => {
-                self.counters.malformed += 1;
-                BthRepr::parse(frame.udp_payload).ok()
-            }
+            Err(_) => BthRepr::parse(frame.udp_payload).ok(),
         };
         let Some(bth) = bth else { return };
         let src_qp = match &packet {
@@ -514,9 +218,6 @@ impl Analyzer {
         }
         if bth.becn {
             c.becn += 1;
-        }
-        if icrc_bad {
-            c.bad_icrc.push(frame_no);
         }
         let p = match packet {
             Ok(p) => p,
@@ -559,6 +260,7 @@ impl Analyzer {
         AnalysisReport {
             counters: self.counters,
             connections,
+            bad_icrc: self.bad_icrc.clone(),
         }
     }
 }
@@ -566,6 +268,7 @@ impl Analyzer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decode::stats::{Gap, MAX_EXAMPLES};
     use crate::wire::{DethRepr, ExtHeaders, FrameBuilder, LinkType, Opcode, RethRepr};
 
     const A: &str = "192.0.2.1:1000";

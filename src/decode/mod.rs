@@ -10,17 +10,17 @@ pub mod analysis_report;
 pub mod analyze;
 pub mod mad_report;
 pub mod report;
+pub mod stats;
 
 use std::net::{IpAddr, SocketAddr};
 
 use etherparse::{IpNumber, LaxNetSlice, LaxSlicedPacket};
 
 pub use analysis_report::AnalysisReport;
-pub use analyze::{
-    Analyzer, ConnectionStats, Counters, Examples, Gap, OpcodeStats, RequestStats, ResponseStats,
-};
+pub use analyze::{Analyzer, Counters};
 pub use mad_report::MadDecode;
 pub use report::PacketReport;
+pub use stats::{ConnectionStats, Examples, Gap, OpcodeStats, RequestStats, ResponseStats};
 
 use crate::capture::CapturedFrame;
 use crate::wire::{bth, BthRepr, Error, Frame, LinkType, ICRC_LEN, ROCE_V2_UDP_PORT};

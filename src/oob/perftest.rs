@@ -415,6 +415,12 @@ impl Exchange {
         self.role
     }
 
+    /// Whether the peer has closed the exchange, looking without waiting (and without
+    /// consuming a message that may have arrived).
+    pub fn peer_closed(&mut self) -> bool {
+        matches!(self.link.ready(Duration::ZERO), Err(OobError::PeerClosed))
+    }
+
     /// One lock-step exchange of equal-size messages: the client writes then reads, the
     /// server reads then writes (`ctx_xchg_data_ethernet`, `ctx_xchg_data_rdma`).
     pub fn xchg<const N: usize>(&mut self, mine: &[u8; N]) -> Result<[u8; N], OobError> {

@@ -277,23 +277,62 @@ pub fn connect_id(
     param: &ConnParam,
     deadline: Instant,
 ) -> Result<(), OobError> {
+    // What the attempts met, for the error that ends them: a peer that rejects has a
+    // device but nothing listening on the port; one that never answers has no device there.
+    let (mut attempts, mut rejected, mut unreachable) = (0u32, 0u32, 0u32);
+    let started = Instant::now();
+    let told = |attempts: u32, rejected: u32, unreachable: u32, last: String| {
+        let mut s = format!(
+            "rdma_cm: no connection to {server} port {port} after {} s: {attempts} connection request(s) (REQ, over RoCEv2 to {server})",
+            started.elapsed().as_secs()
+        );
+        if rejected > 0 {
+            s += &format!(", {rejected} rejected (a RoCE device answers there, but nothing listened on rdma_cm port {port} yet)");
+        }
+        if unreachable > 0 {
+            s += &format!(", {unreachable} unanswered after the CM's retries");
+        }
+        s + &format!("; the last {last}: is a server with -R (or -z) running at {server} -p {port}, on the same --roce-port?")
+    };
     loop {
+        attempts += 1;
+        let explain = |e: OobError, what: &str| match e {
+            OobError::Timeout => OobError::Local(told(
+                attempts,
+                rejected,
+                unreachable,
+                format!("got no answer while {what}"),
+            )),
+            e => e,
+        };
         id.resolve_addr(server, port).map_err(cm_err)?;
-        expect(events, id, EventKind::AddrResolved, deadline)?;
+        expect(events, id, EventKind::AddrResolved, deadline)
+            .map_err(|e| explain(e, "resolving the address"))?;
         id.resolve_route().map_err(cm_err)?;
-        expect(events, id, EventKind::RouteResolved, deadline)?;
+        expect(events, id, EventKind::RouteResolved, deadline)
+            .map_err(|e| explain(e, "resolving the route"))?;
         id.connect(param).map_err(cm_err)?;
-        let e = events.next_for(id, deadline)?;
+        let e = events
+            .next_for(id, deadline)
+            .map_err(|e| explain(e, "waiting for the reply (REP) to its REQ"))?;
         match e.kind {
             EventKind::Established => return Ok(()),
             EventKind::Rejected { .. } | EventKind::Unreachable
                 if Instant::now() + RETRY_DELAY < deadline =>
             {
+                if e.kind == EventKind::Unreachable {
+                    unreachable += 1;
+                } else {
+                    rejected += 1;
+                }
                 std::thread::sleep(RETRY_DELAY);
             }
             other => {
-                return Err(OobError::Local(format!(
-                    "rdma_cm connection to {server} port {port}: {other:?}"
+                return Err(OobError::Local(told(
+                    attempts,
+                    rejected,
+                    unreachable,
+                    format!("ended in {other:?}"),
                 )))
             }
         }

@@ -8,10 +8,12 @@ use softroce::ib::*;
 use softroce::oob::perftest::{Exchange, KeyMsg};
 use std::result::Result;
 
-use super::ops::check_pattern;
-use super::report::{cpu_stat, cpu_util, print_forever_row, BwFigures, BwRun, Outcome};
-use super::setup::{Test, PREALLOCATED_TIMESTAMPS};
-use super::{Params, PerfOp, Program};
+use super::params::{Params, Program};
+use super::pattern::check_pattern;
+use super::render::print_forever_row;
+use super::report::{cpu_stat, cpu_util, BwFigures, BwRun, Outcome};
+use super::resources::{Test, PREALLOCATED_TIMESTAMPS};
+use super::PerfOp;
 use crate::cli::CliError;
 
 impl Test<'_> {
@@ -92,7 +94,7 @@ impl Test<'_> {
                         let m = if self.is_client {
                             self.bandwidth_client()?
                         } else {
-                            self.bandwidth_server()?
+                            self.bandwidth_server(&mut x)?
                         };
                         rows.push(self.figures(&m, size));
                     }
@@ -164,8 +166,8 @@ impl Test<'_> {
         iters: u64,
         mut timed: Option<&mut BwRun>,
     ) -> Result<(), CliError> {
-        let depth = self.tx_depth as u64;
-        let list = self.post_list as u64;
+        let depth = self.p.tx_depth as u64;
+        let list = self.p.post_list as u64;
         for c in 0..posted.len() {
             while posted[c] < iters && posted[c] - done[c] + list.min(iters - posted[c]) <= depth {
                 let k = list.min(iters - posted[c]);
@@ -202,7 +204,7 @@ impl Test<'_> {
                 if wc.opcode == WcOpcode::Recv {
                     got[c] += 1;
                     may_send = true;
-                    let next = wc.wr_id + self.rx_depth as u64;
+                    let next = wc.wr_id + self.p.rx_depth as u64;
                     if next < iters {
                         self.post_recv(c, next)?;
                     }
@@ -224,7 +226,7 @@ impl Test<'_> {
     /// perftest's perform_warm_up: tx_depth WRs per QP (at most -n), waited for, before the
     /// measured run.
     pub(super) fn warm_up(&mut self) -> Result<(), CliError> {
-        let k = (self.tx_depth as u64).min(self.p.iters).max(1);
+        let k = (self.p.tx_depth as u64).min(self.p.iters).max(1);
         for c in 0..self.conns.len() {
             for iter in 0..k {
                 self.post_op(c, iter)?;
@@ -243,7 +245,7 @@ impl Test<'_> {
     /// from the first arrival to the last, as perftest's run_iter_bw_server; under -D it
     /// counts the arrivals between the margins of its own clock, reposting every receive so
     /// that the sender's last messages still find one.
-    pub(super) fn bandwidth_server(&mut self) -> Result<BwRun, CliError> {
+    pub(super) fn bandwidth_server(&mut self, x: &mut Exchange) -> Result<BwRun, CliError> {
         let n = self.conns.len();
         let mut meter = Meter::new(&self.p);
         let total = self.p.iters as usize * n;
@@ -252,7 +254,14 @@ impl Test<'_> {
         let mut wcs = vec![WorkCompletion::default(); 64];
         let mut got = vec![0u64; n];
         let mut last = Instant::now();
+        let mut look = Instant::now();
         loop {
+            if got.iter().sum::<u64>() == 0 && look.elapsed() > Duration::from_millis(200) {
+                look = Instant::now();
+                if let Some(e) = self.sender_gone(x) {
+                    return Err(e);
+                }
+            }
             let done = if meter.endless() {
                 meter.ended(Instant::now())
             } else {
@@ -285,12 +294,13 @@ impl Test<'_> {
                             .to_vec(self.payload_at(msg), self.p.size as usize)
                             .map_err(|e| e.to_string())
                             .and_then(|b| check_pattern(&b, msg))
+                            .map(|()| (1, self.p.size))
                     };
                     self.note(r);
                 }
                 got[c] += 1;
                 meter.count(&mut run, 1, now);
-                let next = msg + self.rx_depth as u64;
+                let next = msg + self.p.rx_depth as u64;
                 if next < self.p.iters || meter.endless() {
                     self.post_recv(c, next)?;
                 }
@@ -326,19 +336,20 @@ impl Test<'_> {
                 PerfOp::Write => loop {
                     let r = write_ok();
                     if r.is_ok() || start.elapsed() >= settle {
-                        break r;
+                        break r.map(|()| (p.iters, p.iters * p.size));
                     }
                     std::thread::sleep(std::time::Duration::from_millis(5));
                 },
+                // The final value accounts for every operation.
                 PerfOp::Atomic => match mr.load_u64(self.layout.half) {
-                    Ok(v) if v == p.iters => Ok(()),
+                    Ok(v) if v == p.iters => Ok((p.iters, 8)),
                     Ok(v) => Err(format!(
                         "atomic check failed: the target holds {v} after {} operations",
                         p.iters
                     )),
                     Err(e) => Err(e.to_string()),
                 },
-                _ => Ok(()),
+                _ => Ok((0, 0)),
             };
             self.note(r);
         }

@@ -7,10 +7,10 @@ use softroce::ib::*;
 use softroce::oob::perftest::{Exchange, KeyMsg};
 use std::result::Result;
 
-use super::ops::{check_pattern, fill_pattern};
+use super::params::Program;
+use super::pattern::{check_pattern, fill_pattern};
 use super::report::{LatStats, Outcome};
-use super::setup::{Test, PREALLOCATED_TIMESTAMPS};
-use super::Program;
+use super::resources::{Test, PREALLOCATED_TIMESTAMPS};
 use crate::cli::activity::PeerActivity;
 use crate::cli::CliError;
 
@@ -87,7 +87,7 @@ impl Test<'_> {
                 } else {
                     received > sent
                 });
-            if my_turn && sent - send_done < self.tx_depth as u64 {
+            if my_turn && sent - send_done < self.p.tx_depth as u64 {
                 posted.push(Instant::now());
                 self.post_op(0, sent)?;
                 sent += 1;
@@ -102,12 +102,13 @@ impl Test<'_> {
                             .mr
                             .to_vec(self.payload_at(msg), self.p.size as usize)
                             .map_err(|e| e.to_string())
-                            .and_then(|b| check_pattern(&b, msg));
+                            .and_then(|b| check_pattern(&b, msg))
+                            .map(|()| (1, self.p.size));
                         self.note(r);
                     }
                     received += 1;
-                    if msg + (self.rx_depth as u64) < iters {
-                        self.post_recv(0, msg + self.rx_depth as u64)?;
+                    if msg + (self.p.rx_depth as u64) < iters {
+                        self.post_recv(0, msg + self.p.rx_depth as u64)?;
                     }
                 } else {
                     send_done += 1;
@@ -145,6 +146,7 @@ impl Test<'_> {
                     spins += 1;
                     if spins % 64 == 0 {
                         std::thread::yield_now();
+                        self.progress.tick(self.ctx);
                         if peer.silent_for(self.ctx) > self.timeout {
                             return Err(CliError::Failed(format!(
                                 "write {rcnt} of the peer did not arrive in {:?}",
@@ -157,8 +159,17 @@ impl Test<'_> {
                     let got = conn_mr
                         .to_vec(self.layout.half, size as usize - 1)
                         .map_err(CliError::Verbs)?;
-                    let r = check_pattern(&got, rcnt - 1);
-                    self.failure = self.failure.take().or(r.err());
+                    // The pattern, and the counter byte that ended the wait: `size` bytes.
+                    // (Test::note's bookkeeping, on the fields: conn_mr borrows the QPs.)
+                    match check_pattern(&got, rcnt - 1) {
+                        Ok(()) => {
+                            self.verified.0 += 1;
+                            self.verified.1 += size;
+                        }
+                        Err(e) => {
+                            self.failure.get_or_insert(e);
+                        }
+                    }
                 }
             }
             if scnt < iters {
@@ -191,7 +202,7 @@ impl Test<'_> {
             // Reap send completions: wait for one only when the send queue is full, or at
             // the end for the last ones.
             loop {
-                let must_wait = scnt - ccnt >= self.tx_depth as u64
+                let must_wait = scnt - ccnt >= self.p.tx_depth as u64
                     || (scnt == iters && rcnt == iters && ccnt < scnt);
                 let k = if must_wait {
                     self.poll(&mut wcs, &mut last)?

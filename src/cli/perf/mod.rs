@@ -21,23 +21,33 @@
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use softroce::oob::perftest::TestSignature;
 use std::result::Result;
 
+// From the bottom up: params (the flags resolved), pattern (--check's bytes), progress,
+// resources (a run's QPs and memory), report, exchange (the out-of-band connection and the
+// agreement), ud, ops (what a run does per message), rdma_cm, setup (building and connecting
+// a run), and the programs: bw, lat.
 mod bw;
+mod exchange;
 mod lat;
 mod ops;
+mod params;
+mod pattern;
+mod progress;
 mod rdma_cm;
 mod refused;
+mod render;
 mod report;
+mod resources;
 mod setup;
 mod ud;
 
 use super::device::DeviceArgs;
 use super::plot;
 use super::CliError;
-use report::{print_result, Output};
-use setup::Test;
+use params::Params;
+use render::{print_result, Output};
+use resources::Test;
 
 /// The operation under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -251,6 +261,14 @@ pub struct PerfArgs {
     pub server: Option<String>,
 }
 
+impl PerfArgs {
+    /// perftest's full report (its FULL_VERBOSITY): the banners, address lines and tables on
+    /// stdout; not under --json (JSON lines only) or --output (one figure per row).
+    fn full_report(&self) -> bool {
+        !self.json && self.output.is_none()
+    }
+}
+
 /// perftest's --output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OutputOnly {
@@ -265,156 +283,16 @@ pub enum OutputOnly {
     Latency,
 }
 
-/// The eight perftest programs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Program {
-    SendBw,
-    WriteBw,
-    ReadBw,
-    AtomicBw,
-    SendLat,
-    WriteLat,
-    ReadLat,
-    AtomicLat,
-}
-
-impl Program {
-    fn of(op: PerfOp, lat: bool) -> Program {
-        match (op, lat) {
-            (PerfOp::Send, false) => Program::SendBw,
-            (PerfOp::Write, false) => Program::WriteBw,
-            (PerfOp::Read, false) => Program::ReadBw,
-            (PerfOp::Atomic, false) => Program::AtomicBw,
-            (PerfOp::Send, true) => Program::SendLat,
-            (PerfOp::Write, true) => Program::WriteLat,
-            (PerfOp::Read, true) => Program::ReadLat,
-            (PerfOp::Atomic, true) => Program::AtomicLat,
-        }
-    }
-
-    fn lat(self) -> bool {
-        matches!(
-            self,
-            Program::SendLat | Program::WriteLat | Program::ReadLat | Program::AtomicLat
-        )
-    }
-
-    /// The perftest program this one pairs with.
-    fn perftest_name(self) -> &'static str {
-        match self {
-            Program::SendBw => "ib_send_bw",
-            Program::WriteBw => "ib_write_bw",
-            Program::ReadBw => "ib_read_bw",
-            Program::AtomicBw => "ib_atomic_bw",
-            Program::SendLat => "ib_send_lat",
-            Program::WriteLat => "ib_write_lat",
-            Program::ReadLat => "ib_read_lat",
-            Program::AtomicLat => "ib_atomic_lat",
-        }
-    }
-
-    fn code(self) -> u8 {
-        self as u8 + 1
-    }
-}
-
-/// Everything both ends must agree on, resolved from the flags.
-#[derive(Debug, Clone, Copy)]
-struct Params {
-    prog: Program,
-    op: PerfOp,
-    cas: bool,
-    check: bool,
-    size: u64,
-    iters: u64,
-    num_qps: u32,
-    conn: Connection,
-    /// -a: every size from 2 to 2^23 (`size` is then the buffer's, 2^23).
-    all: bool,
-    /// -D: seconds to run, and the margin at each end.
-    duration: Option<Duration>,
-    /// -f, resolved.
-    margin: Duration,
-    /// -b.
-    duplex: bool,
-    /// -N (or more than 20000 iterations): no peak.
-    no_peak: bool,
-    /// --report_gbits.
-    gbits: bool,
-    /// --reversed: the server generates the traffic.
-    reversed: bool,
-    /// --run_infinitely: report every -D seconds, forever.
-    forever: bool,
-    /// --cpu_util.
-    cpu_util: bool,
-}
-
-impl Params {
-    /// What a softroce peer must also be running (the version message extension).
-    fn signature(&self) -> TestSignature {
-        TestSignature {
-            test: self.prog.code()
-                | if self.all { 0x10 } else { 0 }
-                | if self.duration.is_some() { 0x20 } else { 0 }
-                | if self.duplex { 0x40 } else { 0 }
-                | if self.cas { 0x80 } else { 0 },
-            flags: self.check as u8
-                | (self.reversed as u8) << 1
-                | ((self.num_qps.min(63) as u8) << 2),
-            // Under -a the size is the buffer's; UD shrinks it to each end's MTU later.
-            size: if self.all { setup::MAX_SIZE } else { self.size }.min(u32::MAX as u64) as u32,
-            iters: match self.duration {
-                Some(d) => d.as_secs().min(u32::MAX as u64) as u32,
-                None => self.iters.min(u32::MAX as u64) as u32,
-            },
-        }
-    }
-
-    fn describe(sig: &TestSignature) -> String {
-        let name = [
-            "?",
-            "send bw",
-            "write bw",
-            "read bw",
-            "atomic bw",
-            "send lat",
-            "write lat",
-            "read lat",
-            "atomic lat",
-        ]
-        .get((sig.test & 0x0f) as usize)
-        .copied()
-        .unwrap_or("?");
-        let bit = |b: u8, s: &'static str| if sig.test & b != 0 { s } else { "" };
-        format!(
-            "{name}{}, {}, {} {}, -q {}{}{}{}",
-            bit(0x80, " (CAS)"),
-            if sig.test & 0x10 != 0 {
-                "-a".to_string()
-            } else {
-                format!("-s {}", sig.size)
-            },
-            if sig.test & 0x20 != 0 { "-D" } else { "-n" },
-            sig.iters,
-            sig.flags >> 2,
-            bit(0x40, ", -b"),
-            if sig.flags & 2 != 0 {
-                ", --reversed"
-            } else {
-                ""
-            },
-            if sig.flags & 1 != 0 { ", --check" } else { "" }
-        )
-    }
-}
-
 /// Runs `softroce perf`: checks the flags, agrees on the test with the peer, sets up the QPs,
 /// connects them in the program's order, runs the traffic and prints the report.
 pub fn run(args: &PerfArgs) -> Result<(), CliError> {
     let mut p = Params::from_args(args)?;
+    if let Some(path) = &args.plot {
+        plot::check_output(std::path::Path::new(path))?;
+    }
     let timeout = Duration::from_secs(args.timeout.max(1));
     let (mut x, dev, mut cm) = rdma_cm::open(args, timeout)?;
-    let agreed = setup::agree(&mut x, &mut p, args)?;
+    let agreed = exchange::agree(&mut x, &mut p, args)?;
     let ctx = dev.open(args)?;
     let _report = args.device.counter_report(&ctx);
     let mut t = Test::new(&ctx, p, &agreed, x.role(), timeout, args)?;
@@ -438,15 +316,10 @@ pub fn run(args: &PerfArgs) -> Result<(), CliError> {
             agreed.mtu_bytes
         },
         is_client: t.is_client,
-        tx_depth: t.tx_depth,
-        rx_depth: t.rx_depth,
-        outs: t.conns[0].mine.out_reads.min(255) as u8,
         only: args.output,
         unsorted: args.unsorted,
         histogram: args.histogram,
-        inline: args.inline_size,
-        post_list: t.post_list,
-        cq_mod: t.cq_mod,
+        verified: (p.check && t.failure.is_none()).then_some(t.verified),
     };
     print_result(&p, &output, &result)?;
     if let Some(path) = &args.plot {
@@ -460,57 +333,4 @@ pub fn run(args: &PerfArgs) -> Result<(), CliError> {
         return Err(CliError::Failed(f));
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn signatures_differ_for_different_tests() {
-        let p = Params {
-            prog: Program::WriteBw,
-            op: PerfOp::Write,
-            cas: false,
-            check: true,
-            size: 65536,
-            iters: 100,
-            num_qps: 2,
-            conn: Connection::Rc,
-            all: false,
-            duration: None,
-            margin: Duration::ZERO,
-            duplex: false,
-            no_peak: false,
-            gbits: false,
-            reversed: false,
-            forever: false,
-            cpu_util: false,
-        };
-        let q = Params {
-            prog: Program::ReadBw,
-            ..p
-        };
-        assert_ne!(p.signature(), q.signature());
-        assert_ne!(p.signature(), Params { num_qps: 3, ..p }.signature());
-        assert!(Params::describe(&p.signature()).contains("write bw"));
-        assert!(Params::describe(&p.signature()).contains("--check"));
-        let all = Params { all: true, ..p };
-        assert_ne!(p.signature(), all.signature());
-        assert!(Params::describe(&all.signature()).contains("-a"));
-        let dur = Params {
-            duration: Some(Duration::from_secs(2)),
-            ..p
-        };
-        assert_ne!(p.signature(), dur.signature());
-        assert!(Params::describe(&dur.signature()).contains("-D 2"));
-        assert_ne!(p.signature(), Params { duplex: true, ..p }.signature());
-        let rev = Params {
-            reversed: true,
-            ..p
-        };
-        assert_ne!(p.signature(), rev.signature());
-        assert!(Params::describe(&rev.signature()).contains("--reversed, --check"));
-        assert!(Params::describe(&rev.signature()).contains("-q 2"));
-    }
 }

@@ -9,41 +9,13 @@ use softroce::oob::perftest::{Exchange, KeyMsg, Transport};
 use softroce::oob::OobError;
 use std::result::Result;
 
-use super::setup::Test;
+use super::pattern::{check_pattern, fill_pattern};
+use super::progress::ack_timeout_text;
+use super::resources::Test;
 use super::{Connection, PerfOp};
 use crate::cli::activity::PeerActivity;
 use crate::cli::pingpong::poll_or_wait;
 use crate::cli::CliError;
-
-/// The byte at `offset` of message `iter` under --check.
-fn pattern_byte(iter: u64, offset: u64) -> u8 {
-    (iter
-        .wrapping_mul(0x9E37_79B9)
-        .wrapping_add(offset.wrapping_mul(31))
-        >> 3) as u8
-}
-
-/// Fills `buf` with message `iter`'s --check pattern.
-pub(super) fn fill_pattern(buf: &mut [u8], iter: u64) {
-    for (i, b) in buf.iter_mut().enumerate() {
-        *b = pattern_byte(iter, i as u64);
-    }
-}
-
-/// Compares `buf` with message `iter`'s --check pattern; names the first differing byte.
-pub(super) fn check_pattern(buf: &[u8], iter: u64) -> Result<(), String> {
-    match buf
-        .iter()
-        .enumerate()
-        .find(|(i, b)| **b != pattern_byte(iter, *i as u64))
-    {
-        None => Ok(()),
-        Some((i, b)) => Err(format!(
-            "data check failed: message {iter}, byte {i}: got 0x{b:02x}, expected 0x{:02x}",
-            pattern_byte(iter, i as u64)
-        )),
-    }
-}
 
 impl Test<'_> {
     /// One key handshake, watching the network while waiting for the peer.
@@ -63,6 +35,8 @@ impl Test<'_> {
     pub(super) fn await_peer(&self, link: &mut dyn Transport) -> Result<(), OobError> {
         let mut peer = PeerActivity::new(self.ctx);
         while !link.ready(Duration::from_millis(200))? {
+            // A passive end waits here for the whole of the peer's test.
+            self.progress.tick(self.ctx);
             if peer.silent_for(self.ctx) > self.timeout {
                 return Err(OobError::Timeout);
             }
@@ -85,10 +59,16 @@ impl Test<'_> {
         Ok(())
     }
 
-    /// Keeps the first --check failure.
-    pub(super) fn note(&mut self, r: Result<(), String>) {
-        if let Err(e) = r {
-            self.failure.get_or_insert(e);
+    /// Counts what a --check verified (messages, bytes) or keeps its first failure.
+    pub(super) fn note(&mut self, r: Result<(u64, u64), String>) {
+        match r {
+            Ok((messages, bytes)) => {
+                self.verified.0 += messages;
+                self.verified.1 += bytes;
+            }
+            Err(e) => {
+                self.failure.get_or_insert(e);
+            }
         }
     }
 
@@ -133,12 +113,13 @@ impl Test<'_> {
         } else {
             p.iters - 1
         };
-        let inline = self.inline >= p.size && matches!(p.op, PerfOp::Send | PerfOp::Write);
+        let inline =
+            (self.p.inline as u64) >= p.size && matches!(p.op, PerfOp::Send | PerfOp::Write);
         let flags = |iter: u64| {
             let signaled = !moderated
-                || (iter + 1) % self.cq_mod as u64 == 0
+                || (iter + 1) % self.p.cq_mod as u64 == 0
                 || iter == last_of_run
-                || iter + 1 == first + count && self.post_list > 1;
+                || iter + 1 == first + count && self.p.post_list > 1;
             let mut f = if signaled {
                 SendFlags::SIGNALED
             } else {
@@ -219,10 +200,11 @@ impl Test<'_> {
         })
     }
 
-    /// Under --check, what a completed READ or atomic brought back.
-    pub(super) fn check_completion(&self, c: usize, iter: u64) -> Result<(), String> {
+    /// Under --check, what a completed READ or atomic brought back: the messages and bytes
+    /// verified (none for the other operations, checked where they land).
+    pub(super) fn check_completion(&self, c: usize, iter: u64) -> Result<(u64, u64), String> {
         if !self.p.check {
-            return Ok(());
+            return Ok((0, 0));
         }
         let conn = &self.conns[c];
         let off = self.layout.offset(iter);
@@ -232,7 +214,7 @@ impl Test<'_> {
                     .mr
                     .to_vec(off, self.p.size as usize)
                     .map_err(|e| e.to_string())?;
-                check_pattern(&got, iter)
+                check_pattern(&got, iter).map(|()| (1, self.p.size))
             }
             PerfOp::Atomic => {
                 let got = conn.mr.load_u64(off).map_err(|e| e.to_string())?;
@@ -241,9 +223,9 @@ impl Test<'_> {
                         "atomic check failed: operation {iter} returned {got}, expected {iter}"
                     ));
                 }
-                Ok(())
+                Ok((1, 8))
             }
-            _ => Ok(()),
+            _ => Ok((0, 0)),
         }
     }
 
@@ -254,11 +236,17 @@ impl Test<'_> {
         last: &mut Instant,
     ) -> Result<usize, CliError> {
         let n = poll_or_wait(&self.cq, wcs, false).map_err(CliError::Verbs)?;
+        self.progress.completed(n);
+        self.progress.tick(self.ctx);
         if n == 0 {
+            if let Some(e) = self.never_answered() {
+                return Err(e);
+            }
             if last.elapsed() > self.timeout {
                 return Err(CliError::Failed(format!(
-                    "no completion for {:?}",
-                    self.timeout
+                    "no completion for {} s (--timeout); {}",
+                    self.timeout.as_secs(),
+                    self.link_story()
                 )));
             }
             return Ok(0);
@@ -266,13 +254,102 @@ impl Test<'_> {
         *last = Instant::now();
         for wc in &wcs[..n] {
             if wc.status != WcStatus::Success {
+                // perftest: " Completion with error at client" / " Failed status 12: wr_id 0".
                 return Err(CliError::Failed(format!(
-                    "completion with error: {} ({:?}, wr_id {})",
-                    wc.status, wc.opcode, wc.wr_id
+                    "Completion with error at {}: Failed status {} ({}): wr_id {} ({:?}); {}",
+                    self.role_name(),
+                    wc.status as u32,
+                    wc.status,
+                    wc.wr_id,
+                    wc.opcode,
+                    self.link_story()
                 )));
             }
         }
         Ok(n)
+    }
+
+    /// A receiver that has heard nothing from its sender since the QPs connected, and whose
+    /// sender has closed the exchange, will hear nothing more: the sender failed (its own
+    /// error says why). A sender that is still there, or has sent anything, is waited for.
+    pub(super) fn sender_gone(&self, x: &mut Exchange) -> Option<CliError> {
+        let rcvd = self.ctx.counter("rcvd_pkts").unwrap_or(0);
+        if rcvd != self.heard.0 || !x.peer_closed() {
+            return None;
+        }
+        Some(CliError::Failed(format!(
+            "the peer closed the exchange before any of its messages arrived (its error says why); {}",
+            self.link_story()
+        )))
+    }
+
+    /// "client" or "server", as perftest names the end in its errors.
+    fn role_name(&self) -> &'static str {
+        if self.is_client != self.p.reversed {
+            "client"
+        } else {
+            "server"
+        }
+    }
+
+    /// Where this end's packets go and what came back: the counters that tell a dead or
+    /// misaddressed peer from a lossy one.
+    pub(super) fn link_story(&self) -> String {
+        let c = |name: &str| self.ctx.counter(name).unwrap_or(0);
+        let to = self
+            .conns
+            .first()
+            .map(|c| std::net::SocketAddr::new(c.remote.gid.to_ip(), self.roce_port));
+        let mut s = match to {
+            Some(to) => format!("the QPs send to {to} (RoCEv2 over UDP)"),
+            None => "no QP".to_string(),
+        };
+        s += &format!(
+            ": {} packets sent, {} received",
+            c("sent_pkts"),
+            c("rcvd_pkts").saturating_sub(self.heard.0)
+        );
+        let (resent, timeouts) = (c("retransmit_pkts"), c("timeouts"));
+        if resent + timeouts > 0 {
+            s += &format!(
+                ", {resent} retransmitted after {timeouts} ACK timeouts ({} each, -u {})",
+                ack_timeout_text(self.qp_timeout),
+                self.qp_timeout
+            );
+        }
+        s
+    }
+
+    /// The retry count's verdict on a peer that never answered: every request timed out
+    /// `retry_cnt` + 1 times over and not one RoCE packet arrived since the QPs connected (a
+    /// peer that is not there, or listens on another RoCE port). IBTA's retry count ends such
+    /// a QP with "transport retry counter exceeded" after retry_cnt retries; rxe retries
+    /// forever at retry_cnt 7 (perftest's), so this end applies the count itself there, only
+    /// to a peer never heard from (one that has answered once keeps rxe's patience). Below 7
+    /// the transport ends the QP itself.
+    fn never_answered(&self) -> Option<CliError> {
+        let (rcvd0, timeouts0) = self.heard;
+        let rcvd = self.ctx.counter("rcvd_pkts").unwrap_or(0);
+        let timeouts = self
+            .ctx
+            .counter("timeouts")
+            .unwrap_or(0)
+            .saturating_sub(timeouts0);
+        if self.p.conn != Connection::Rc
+            || self.retry_cnt != 7
+            || rcvd != rcvd0
+            || timeouts <= self.retry_cnt as u64
+        {
+            return None;
+        }
+        Some(CliError::Failed(format!(
+            "Completion with error at {}: Failed status {} ({}): not one RoCE packet back since the QPs connected; {}: is the peer running, and is its RoCE port {} (--roce-port)?",
+            self.role_name(),
+            WcStatus::RetryExcErr as u32,
+            WcStatus::RetryExcErr,
+            self.link_story(),
+            self.roce_port
+        )))
     }
 
     /// The index of the QP a completion belongs to.
@@ -281,21 +358,5 @@ impl Test<'_> {
             .iter()
             .position(|c| c.qp.qp_num() == wc.qp_num)
             .ok_or_else(|| CliError::Failed("completion for an unknown QP".into()))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pattern_depends_on_iteration_and_offset() {
-        let mut a = vec![0u8; 64];
-        let mut b = vec![0u8; 64];
-        fill_pattern(&mut a, 1);
-        fill_pattern(&mut b, 2);
-        assert_ne!(a, b);
-        assert!(check_pattern(&a, 1).is_ok());
-        assert!(check_pattern(&a, 2).is_err());
     }
 }

@@ -17,7 +17,8 @@ use softroce::rdma_cm::{CmId, ConnParam, EventKind, RdmaCmError};
 use softroce::verbs::*;
 use std::result::Result;
 
-use super::setup::{self, Test};
+use super::exchange;
+use super::resources::Test;
 use super::{Connection, PerfArgs, PerfOp};
 use crate::cli::CliError;
 
@@ -70,7 +71,7 @@ pub(super) fn open(
     timeout: Duration,
 ) -> Result<(Exchange, Device, Option<Session>), CliError> {
     if !args.rdma_cm && !args.comm_rdma_cm {
-        let (x, ip) = setup::open_exchange(args, timeout)?;
+        let (x, ip) = exchange::open_tcp(args, timeout)?;
         return Ok((x, Device::At(ip), None));
     }
     if args.rdma_cm && args.connection != Connection::Rc {
@@ -106,6 +107,9 @@ pub(super) fn open(
             let l = events.channel().create_id();
             l.bind_addr(args.port).map_err(cm)?;
             l.listen(args.num_qps as usize + 1).map_err(cm)?;
+            if args.full_report() {
+                super::render::print_waiting()?;
+            }
             let link =
                 CmLink::accept(&ctx, Arc::clone(&events), &l, timeout).map_err(CliError::Oob)?;
             (link, Some(l), Role::Server)

@@ -1,13 +1,11 @@
-//! What `softroce perf` measures and prints: bandwidth and latency figures computed as
-//! perftest's print_report_bw and print_report_lat, and perftest's result tables (or one JSON
-//! line).
+//! What `softroce perf` measures: bandwidth and latency figures computed as perftest's
+//! print_report_bw and print_report_lat, and the CPU utilisation of --cpu_util. How they are
+//! printed is `render.rs`.
 
-use std::io::Write;
 use std::time::Instant;
 
 use softroce::oob::perftest::BwReport;
 
-use super::{OutputOnly, Params, PerfOp};
 use crate::cli::plot::Series;
 use crate::cli::CliError;
 
@@ -28,12 +26,12 @@ pub(super) struct BwRun {
 /// Bandwidth figures in perftest's units (MB = 2^20 bytes).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct BwFigures {
-    size: u64,
-    messages: u64,
-    seconds: f64,
-    bw_peak_mib: f64,
-    bw_avg_mib: f64,
-    msg_rate_mpps: f64,
+    pub(super) size: u64,
+    pub(super) messages: u64,
+    pub(super) seconds: f64,
+    pub(super) bw_peak_mib: f64,
+    pub(super) bw_avg_mib: f64,
+    pub(super) msg_rate_mpps: f64,
     /// --cpu_util: the sampled window's CPU utilisation, percent.
     pub(super) cpu: Option<f64>,
 }
@@ -96,10 +94,10 @@ impl BwFigures {
 
 pub(super) const MIB: f64 = (1u64 << 20) as f64;
 /// --report_gbits: perftest's format_factor for Gb/s, bytes per unit.
-const GBIT: f64 = 125_000_000.0;
+pub(super) const GBIT: f64 = 125_000_000.0;
 
 /// MB/s (2^20) to the report's unit.
-fn to_unit(mib: f64, gbits: bool) -> f64 {
+pub(super) fn to_unit(mib: f64, gbits: bool) -> f64 {
     if gbits {
         mib * MIB / GBIT
     } else {
@@ -178,16 +176,16 @@ impl BwRun {
 #[derive(Debug, Clone)]
 pub(super) struct LatStats {
     /// Every sample in the order taken (-U).
-    unsorted: Vec<f64>,
+    pub(super) unsorted: Vec<f64>,
     /// The sorted samples the statistics use, the two largest left out (-H).
-    sorted: Vec<f64>,
-    min: f64,
-    max: f64,
-    typical: f64,
-    avg: f64,
-    stdev: f64,
-    p99: f64,
-    p999: f64,
+    pub(super) sorted: Vec<f64>,
+    pub(super) min: f64,
+    pub(super) max: f64,
+    pub(super) typical: f64,
+    pub(super) avg: f64,
+    pub(super) stdev: f64,
+    pub(super) p99: f64,
+    pub(super) p999: f64,
 }
 
 impl LatStats {
@@ -260,78 +258,6 @@ impl Outcome {
     }
 }
 
-/// How the report is printed, from the flags.
-pub(super) struct Output<'a> {
-    /// --json: one JSON line per row.
-    pub(super) json: bool,
-    /// --report-both.
-    pub(super) report_both: bool,
-    /// --out_json: perftest's JSON report written to this file.
-    pub(super) out_json: Option<&'a str>,
-    /// The agreed MTU in bytes.
-    pub(super) mtu: u32,
-    /// This end connected to the server.
-    pub(super) is_client: bool,
-    /// Send work requests in flight per QP.
-    pub(super) tx_depth: u32,
-    /// Receives posted per QP.
-    pub(super) rx_depth: u32,
-    /// READ/atomic requests accepted per QP.
-    pub(super) outs: u8,
-    /// --output: one figure per row instead of the table.
-    pub(super) only: Option<OutputOnly>,
-    /// -U: latency samples in the order taken.
-    pub(super) unsorted: bool,
-    /// -H: the sorted latency samples.
-    pub(super) histogram: bool,
-    /// -I.
-    pub(super) inline: u32,
-    /// -l.
-    pub(super) post_list: u32,
-    /// -Q as applied.
-    pub(super) cq_mod: u32,
-}
-
-/// perftest's RESULT_FMT, or RESULT_FMT_G under --report_gbits.
-fn bw_header(gbits: bool) -> String {
-    let u = if gbits { "Gb" } else { "MB" };
-    format!(" #bytes     #iterations    BW peak[{u}/sec]    BW average[{u}/sec]   MsgRate[Mpps]")
-}
-
-/// perftest's REPORT_FMT row (REPORT_FMT_EXT, six decimals, for a Gb/s average below 0.1),
-/// or the one figure --output asks for ("%lf").
-fn bw_row(f: &BwFigures, gbits: bool, only: Option<OutputOnly>) -> String {
-    let (peak, avg) = (to_unit(f.bw_peak_mib, gbits), to_unit(f.bw_avg_mib, gbits));
-    match only {
-        Some(OutputOnly::Bandwidth) => return format!("{avg:.6}"),
-        Some(OutputOnly::MessageRate) => return format!("{:.6}", f.msg_rate_mpps),
-        _ => {}
-    }
-    let cpu = f.cpu.map_or(String::new(), |c| format!("\t    {c:<3.2}"));
-    let row = if gbits && avg < 0.1 {
-        format!(
-            " {:<7}    {}           {:<7.6}            {:<7.6}            {:<7.6}",
-            f.size, f.messages, peak, avg, f.msg_rate_mpps
-        )
-    } else {
-        format!(
-            " {:<7}    {:<10}       {:<7.2}            {:<7.2}\t\t   {:<7.6}",
-            f.size, f.messages, peak, avg, f.msg_rate_mpps
-        )
-    };
-    row + &cpu
-}
-
-/// --run_infinitely: the table's head, then a row every interval as it ends.
-pub(super) fn print_forever_row(f: &BwFigures, gbits: bool, first: bool) -> Result<(), CliError> {
-    let mut out = std::io::stdout().lock();
-    if first {
-        writeln!(out, "{}", bw_header(gbits)).map_err(CliError::Output)?;
-    }
-    writeln!(out, "{}", bw_row(f, gbits, None)).map_err(CliError::Output)?;
-    out.flush().map_err(CliError::Output)
-}
-
 /// /proc/stat's "cpu" line: (user, idle) jiffies, the two fields perftest's get_cpu_stats
 /// reads.
 pub(super) fn cpu_stat() -> Option<(u64, u64)> {
@@ -351,338 +277,6 @@ pub(super) fn cpu_util(start: Option<(u64, u64)>, end: Option<(u64, u64)>) -> Op
     } else {
         du as f64 / (du + di) as f64 * 100.0
     })
-}
-
-/// C's "%g": six significant digits, trailing zeros dropped (perftest's -U/-H lines).
-fn g6(v: f64) -> String {
-    if v == 0.0 || !v.is_finite() {
-        return format!("{v}");
-    }
-    let exp = v.abs().log10().floor() as i32;
-    if !(-5..6).contains(&exp) {
-        let s = format!("{:.5e}", v);
-        let (m, e) = s.split_once('e').unwrap_or((&s, "0"));
-        let m = m.trim_end_matches('0').trim_end_matches('.');
-        let e: i32 = e.parse().unwrap_or(0);
-        return format!("{m}e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs());
-    }
-    let s = format!("{:.*}", (5 - exp).max(0) as usize, v);
-    if s.contains('.') {
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    } else {
-        s
-    }
-}
-
-/// The softroce --json line of one bandwidth row or latency result.
-fn json_line(p: &Params, o: &Output, size: u64) -> serde_json::Value {
-    serde_json::json!({
-        "test": format!("{:?}", p.op).to_lowercase(),
-        "program": p.prog.perftest_name(),
-        "role": if o.is_client { "client" } else { "server" },
-        "lat": p.prog.lat(),
-        "bytes": size,
-        "iters": p.iters,
-        "qps": p.num_qps,
-        "mtu": o.mtu,
-        "check": p.check,
-        "all": p.all,
-        "bidirectional": p.duplex,
-        "duration_s": p.duration.map(|d| d.as_secs()),
-    })
-}
-
-/// perftest's --out_json report (write_test_info_to_file and write_bw_report_to_file): the
-/// same keys and the same unquoted, trailing-comma layout perftest writes.
-pub(super) fn perftest_json(p: &Params, o: &Output, r: JsonResult) -> String {
-    let verb = match p.op {
-        PerfOp::Send => "Send",
-        PerfOp::Write => "RDMA_Write",
-        PerfOp::Read => "RDMA_Read",
-        PerfOp::Atomic => "Atomic",
-    };
-    let mut t = String::from("{\ntest_info: {\n");
-    t += &format!("test: {verb}_");
-    if p.op == PerfOp::Atomic {
-        t += if p.cas {
-            "CMP_AND_SWAP_"
-        } else {
-            "FETCH_AND_ADD_"
-        };
-    }
-    if p.prog.lat() {
-        t += "Latency_";
-    } else {
-        if p.duplex {
-            t += "Bidirectional_";
-        }
-        if o.post_list > 1 {
-            t += "Post_List_";
-        }
-        t += "BW_";
-    }
-    t += "Test,\n";
-    t += "Dual_port: OFF,\nDevice: \"softroce\",\n";
-    t += &format!("Number_of_qps: {},\nTransport_type: IB,\n", p.num_qps);
-    t += &format!("Connection_type: {},\nUsing_SRQ: OFF,\n", p.conn.name());
-    t += " PCIe_relax_order: Unsupported,\n";
-    t += "ibv_wr_API: ON,\n";
-    if o.is_client || p.duplex {
-        t += &format!("TX_depth : {},\n", o.tx_depth);
-    }
-    if o.post_list > 1 {
-        t += &format!("Post_List: {},\n", o.post_list);
-    }
-    if p.op == PerfOp::Send && (!o.is_client || p.duplex) {
-        t += &format!("RX_depth: {},\n", o.rx_depth);
-    }
-    if !p.prog.lat() {
-        t += &format!("CQ_Moderation: {},\n", o.cq_mod);
-    }
-    t += &format!("Mtu: {},\nLink_type: Ethernet,\n", o.mtu);
-    if matches!(p.op, PerfOp::Read | PerfOp::Atomic) {
-        t += &format!("Outstand_reads: {},\n", o.outs);
-    } else {
-        t += &format!("Max_inline_data: {},\n", o.inline);
-    }
-    t += "rdma_cm_QPs: OFF,\nData_ex_method: Ethernet,\n},\n";
-    t += "results: {\n";
-    match (r, o.only) {
-        (JsonResult::Bw(f), Some(OutputOnly::Bandwidth)) => {
-            t += &format!("bw_avg: {:.6},\n", to_unit(f.bw_avg_mib, p.gbits));
-        }
-        (JsonResult::Bw(f), Some(OutputOnly::MessageRate)) => {
-            t += &format!("msgRate_avg: {:.6},\n", f.msg_rate_mpps);
-        }
-        (JsonResult::Bw(f), _) => {
-            let (peak, avg) = (
-                to_unit(f.bw_peak_mib, p.gbits),
-                to_unit(f.bw_avg_mib, p.gbits),
-            );
-            // REPORT_FMT_EXT_JSON (six decimals) for a Gb/s average below 0.1.
-            let d = if p.gbits && avg < 0.1 { 6 } else { 2 };
-            t += &format!(
-                "MsgSize: {},\nn_iterations: {},\nBW_peak: {peak:.d$},\nBW_average: {avg:.d$},\nMsgRate: {:.6},\n",
-                f.size, f.messages, f.msg_rate_mpps
-            );
-            if let Some(c) = f.cpu {
-                t += &format!("CPU_util: {c:.2},\n");
-            }
-        }
-        (JsonResult::Lat(_, l), Some(OutputOnly::Latency)) => {
-            t += &format!("avg_lat: {:.6},\n", l.avg);
-        }
-        (JsonResult::Lat(size, l), _) => {
-            t += &format!(
-                "MsgSize: {size},\nn_iterations: {},\nt_min: {:.2},\nt_max: {:.2},\nt_typical: {:.2},\nt_avg: {:.2},\nt_stdev: {:.2},\npercentile_99: {:.2},\npercentile_99.9: {:.2},\n",
-                p.iters, l.min, l.max, l.typical, l.avg, l.stdev, l.p99, l.p999
-            );
-        }
-    }
-    t += "},\n}\n";
-    t
-}
-
-/// What one --out_json report describes.
-#[derive(Clone, Copy)]
-pub(super) enum JsonResult<'a> {
-    /// A bandwidth row.
-    Bw(&'a BwFigures),
-    /// A latency row: size and statistics.
-    Lat(u64, &'a LatStats),
-}
-
-const LAT_HEADER: &str = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ";
-
-/// -U (every sample in order) and -H (the sorted samples kept), as print_report_lat: a
-/// "#, usec" line, then "N, VALUE" lines.
-fn lat_samples(out: &mut impl Write, o: &Output, l: &LatStats) -> Result<(), CliError> {
-    for (on, samples) in [(o.unsorted, &l.unsorted), (o.histogram, &l.sorted)] {
-        if on {
-            writeln!(out, "#, usec").map_err(CliError::Output)?;
-            for (i, v) in samples.iter().enumerate() {
-                writeln!(out, "{}, {}", i + 1, g6(*v)).map_err(CliError::Output)?;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Prints the report: perftest's table, one figure per row (--output) or JSON lines (--json);
-/// writes perftest's --out_json file.
-pub(super) fn print_result(p: &Params, o: &Output, r: &Outcome) -> Result<(), CliError> {
-    let mut out = std::io::stdout().lock();
-    let w =
-        |out: &mut std::io::StdoutLock, s: String| writeln!(out, "{s}").map_err(CliError::Output);
-    // perftest rewrites the file at every report: after -a it holds the last size.
-    let last = match r {
-        Outcome::Bw { rows, .. } => rows.last().map(JsonResult::Bw),
-        Outcome::Lat(rows) => rows
-            .iter()
-            .rev()
-            .find_map(|(size, l)| l.as_ref().map(|l| JsonResult::Lat(*size, l))),
-        Outcome::Passive => None,
-    };
-    if let (Some(path), Some(last)) = (o.out_json, last) {
-        std::fs::write(path, perftest_json(p, o, last)).map_err(|err| CliError::Open {
-            path: path.to_string(),
-            err,
-        })?;
-    }
-    if o.json {
-        match r {
-            Outcome::Bw { rows, both } => {
-                for (i, f) in rows.iter().enumerate() {
-                    let mut v = json_line(p, o, f.size);
-                    // perftest's -n is per QP; under -D the count is what the window saw.
-                    v["messages"] = serde_json::json!(f.messages);
-                    if p.duration.is_some() {
-                        v["iters"] = serde_json::json!(f.messages);
-                    }
-                    // -b: the last row's two directions apart (the row is their sum).
-                    if let (Some((mine, theirs)), true) = (both, i + 1 == rows.len()) {
-                        v["local_bw_avg_mibps"] = serde_json::json!(mine.bw_avg_mib);
-                        v["remote_bw_avg_mibps"] = serde_json::json!(theirs.bw_avg_mib);
-                        v["local_msg_rate_mpps"] = serde_json::json!(mine.msg_rate_mpps);
-                        v["remote_msg_rate_mpps"] = serde_json::json!(theirs.msg_rate_mpps);
-                    }
-                    v["seconds"] = serde_json::json!(f.seconds);
-                    v["bw_peak_mibps"] = serde_json::json!(f.bw_peak_mib);
-                    v["bw_avg_mibps"] = serde_json::json!(f.bw_avg_mib);
-                    v["bw_avg_mbps"] = serde_json::json!(f.bw_avg_mib * MIB / 1e6);
-                    v["msg_rate_mpps"] = serde_json::json!(f.msg_rate_mpps);
-                    w(&mut out, v.to_string())?;
-                }
-                return Ok(());
-            }
-            Outcome::Lat(rows) => {
-                for (size, l) in rows {
-                    let mut v = json_line(p, o, *size);
-                    if let Some(l) = l {
-                        v["lat_us"] = serde_json::json!({
-                            "min": l.min,
-                            "p50": l.typical,
-                            "p99": l.p99,
-                            "p999": l.p999,
-                            "max": l.max,
-                            "avg": l.avg,
-                            "stdev": l.stdev,
-                        });
-                    }
-                    w(&mut out, v.to_string())?;
-                }
-                return Ok(());
-            }
-            Outcome::Passive => return w(&mut out, json_line(p, o, p.size).to_string()),
-        }
-    }
-    if let Some(only) = o.only {
-        match r {
-            Outcome::Bw { rows, .. } => {
-                for f in rows {
-                    w(&mut out, bw_row(f, p.gbits, Some(only)))?;
-                }
-            }
-            Outcome::Lat(rows) => {
-                for l in rows.iter().filter_map(|(_, l)| l.as_ref()) {
-                    lat_samples(&mut out, o, l)?;
-                    w(&mut out, format!("{:.6}", l.avg))?;
-                }
-            }
-            Outcome::Passive => {}
-        }
-        return Ok(());
-    }
-    let line = "-".repeat(87);
-    let name = match p.op {
-        PerfOp::Send => "Send",
-        PerfOp::Write => "RDMA_Write",
-        PerfOp::Read => "RDMA_Read",
-        PerfOp::Atomic if p.cas => "Atomic CMP_AND_SWAP",
-        PerfOp::Atomic => "Atomic FETCH_AND_ADD",
-    };
-    w(&mut out, line.clone())?;
-    w(
-        &mut out,
-        format!(
-            "                    {name} {}{} Test",
-            if p.duplex { "Bidirectional " } else { "" },
-            if p.prog.lat() { "Latency" } else { "BW" }
-        ),
-    )?;
-    w(
-        &mut out,
-        format!(
-            " Number of qps   : {}\t\tTransport type : IB (RoCEv2, softroce)",
-            p.num_qps
-        ),
-    )?;
-    w(
-        &mut out,
-        format!(
-            " Connection type : {}\t\tData check     : {}",
-            p.conn.name(),
-            if p.check { "ON" } else { "OFF" }
-        ),
-    )?;
-    w(&mut out, format!(" Mtu             : {}[B]", o.mtu))?;
-    if let Some(d) = p.duration {
-        w(
-            &mut out,
-            format!(
-                " Duration        : {} sec, margin {} sec",
-                d.as_secs(),
-                p.margin.as_secs()
-            ),
-        )?;
-    }
-    w(&mut out, line.clone())?;
-    match r {
-        Outcome::Bw { rows, both } => {
-            let cpu_head = if p.cpu_util { "    CPU_Util[%]" } else { "" };
-            w(&mut out, bw_header(p.gbits) + cpu_head)?;
-            for f in rows {
-                w(&mut out, bw_row(f, p.gbits, None))?;
-            }
-            if let (true, Some((mine, theirs))) = (o.report_both, both) {
-                for (title, f) in [(" Local results: ", mine), (" Remote results: ", theirs)] {
-                    w(&mut out, line.clone())?;
-                    w(&mut out, format!("\n{title}"))?;
-                    w(&mut out, line.clone())?;
-                    w(&mut out, bw_header(p.gbits))?;
-                    w(&mut out, bw_row(f, p.gbits, None))?;
-                }
-            }
-        }
-        Outcome::Lat(rows) => {
-            w(&mut out, LAT_HEADER.into())?;
-            for (size, l) in rows {
-                let Some(l) = l else {
-                    w(&mut out, " (too few samples for a latency report)".into())?;
-                    continue;
-                };
-                if o.unsorted || o.histogram {
-                    // perftest prints the samples, then the table's head again.
-                    lat_samples(&mut out, o, l)?;
-                    w(&mut out, line.clone())?;
-                    w(&mut out, LAT_HEADER.into())?;
-                }
-                w(
-                    &mut out,
-                    format!(
-                        " {:<7} {:<10} {:<14.2} {:<12.2} {:<16.2} {:<14.2} {:<15.2} {:<22.2} {:.2}",
-                        size, p.iters, l.min, l.max, l.typical, l.avg, l.stdev, l.p99, l.p999
-                    ),
-                )?;
-            }
-        }
-        Outcome::Passive => w(
-            &mut out,
-            " This end is passive: the client measures (as perftest's server prints nothing)."
-                .into(),
-        )?,
-    }
-    w(&mut out, line)
 }
 
 #[cfg(test)]
@@ -726,39 +320,5 @@ mod tests {
         assert_eq!(cpu_util(None, Some((1, 1))), None);
         let (u, i) = cpu_stat().expect("/proc/stat");
         assert!(u + i > 0);
-    }
-
-    #[test]
-    fn g6_prints_as_cs_percent_g() {
-        assert_eq!(g6(1.5), "1.5");
-        assert_eq!(g6(12.345678), "12.3457");
-        assert_eq!(g6(100.0), "100");
-        assert_eq!(g6(0.000123456), "0.000123456");
-        assert_eq!(g6(1234567.0), "1.23457e+06");
-    }
-
-    #[test]
-    fn gbits_rows_use_perftests_units_and_output_prints_one_figure() {
-        let f = BwFigures {
-            size: 65536,
-            messages: 10,
-            seconds: 1.0,
-            bw_peak_mib: 1000.0,
-            bw_avg_mib: 1000.0,
-            msg_rate_mpps: 0.016,
-            cpu: None,
-        };
-        // 1000 MiB/s = 8.388608 Gb/s.
-        assert!(bw_row(&f, true, None).contains("8.39"));
-        assert!(bw_header(true).contains("BW average[Gb/sec]"));
-        assert_eq!(
-            bw_row(&f, false, Some(OutputOnly::Bandwidth)),
-            "1000.000000"
-        );
-        assert_eq!(bw_row(&f, true, Some(OutputOnly::Bandwidth)), "8.388608");
-        assert_eq!(bw_row(&f, false, Some(OutputOnly::MessageRate)), "0.016000");
-        let r = f.report(true);
-        assert!((r.bw_avg - 8.388608).abs() < 1e-9);
-        assert!((BwFigures::from_report(&r, true).bw_avg_mib - 1000.0).abs() < 1e-9);
     }
 }

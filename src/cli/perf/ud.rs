@@ -15,102 +15,11 @@ use softroce::ib::*;
 use softroce::verbs::*;
 use std::result::Result;
 
-use super::setup::Test;
-use super::{Connection, Params, PerfArgs, PerfOp};
+use super::params::{GRH_ROOM, QKEY};
+use super::resources::Test;
+use super::{Connection, PerfArgs};
 use crate::cli::qp_setup::{create_qp, Queues};
 use crate::cli::CliError;
-
-/// perftest's DEF_QKEY: the Q_Key of every UD QP and of every datagram it sends.
-pub(super) const QKEY: u32 = 0x1111_1111;
-
-/// perftest's UD_ADDITION: the GRH room in front of every UD receive.
-pub(super) const GRH_ROOM: u64 = 40;
-
-/// perftest's UC_MAX_RX: the most receives -c UD/UC posts when -r is left at its default.
-const MAX_RX: u32 = 16000;
-
-/// perftest's DEF_RX_SEND: -r's default.
-const DEF_RX_SEND: u32 = 512;
-
-impl Connection {
-    /// perftest's name for the connection type, as its report prints it.
-    pub(super) fn name(self) -> &'static str {
-        match self {
-            Connection::Rc => "RC",
-            Connection::Uc => "UC",
-            Connection::Ud => "UD",
-        }
-    }
-}
-
-impl Params {
-    /// Refuses what perftest refuses with -c UD: every operation but SEND.
-    pub(super) fn check_ud(&self) -> Result<(), CliError> {
-        if self.conn == Connection::Ud && self.op != PerfOp::Send {
-            // perftest_parameters.c: " UD connection only possible in SEND verb".
-            return Err(CliError::Usage(
-                "-c UD: only SEND runs on UD (ib_send_bw, ib_send_lat); WRITE, READ and atomics need RC (or UC for WRITE)"
-                    .into(),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Fits a UD message into the MTU as perftest does: first into this end's (-m; perftest's
-    /// check_link), then into the MTU both ends agreed on (check_mtu), where an explicit -s
-    /// without -a is refused instead. The notices are perftest's.
-    pub(super) fn fit_ud_size(&mut self, args: &PerfArgs, agreed_mtu: u32) -> Result<(), CliError> {
-        if self.conn != Connection::Ud {
-            return Ok(());
-        }
-        let notice =
-            |mtu: u32| eprintln!(" Max msg size in UD is MTU {mtu}\n Changing to this MTU");
-        let local = args.mtu as u64;
-        if self.size > local {
-            if self.all {
-                notice(args.mtu);
-            }
-            self.size = local;
-        }
-        if self.size > agreed_mtu as u64 {
-            if self.all || args.size.is_none() {
-                notice(agreed_mtu);
-                self.size = agreed_mtu as u64;
-            } else {
-                return Err(CliError::Usage(format!(
-                    "-s {}: Max message size in UD cannot be greater than MTU ({agreed_mtu}, the smaller of the two ends')",
-                    self.size
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    /// Bytes of GRH room in front of each receive: 40 under UD, else none.
-    pub(super) fn grh_room(&self) -> u64 {
-        if self.conn == Connection::Ud {
-            GRH_ROOM
-        } else {
-            0
-        }
-    }
-}
-
-/// -r under -c UD and -c UC: perftest's default of 512 becomes -n (at most 16000), so that a
-/// sender faster than the receiver still finds a receive for each message (neither transport
-/// has receiver-not-ready flow control); an explicit -r stays. Unlike perftest, whose separate
-/// receive CQ of -n x -q entries then fails to be created past the device's `max_cqe`, the
-/// default stops where the one CQ a softroce test shares between sends and receives fits.
-pub(super) fn rx_depth(args: &PerfArgs, p: &Params, max_cqe: u32) -> u32 {
-    if args.rx_depth == DEF_RX_SEND && p.duration.is_none() {
-        let room = (max_cqe / p.num_qps.max(1))
-            .saturating_sub(args.tx_depth.clamp(1, 8192) + 2)
-            .max(1);
-        p.iters.clamp(1, MAX_RX.min(room) as u64) as u32
-    } else {
-        args.rx_depth.clamp(1, 8192).min(p.iters.min(8192) as u32)
-    }
-}
 
 /// Creates a UD QP and moves it to INIT with perftest's P_Key index 0, port 1 and Q_Key.
 pub(super) fn create_ud_qp(

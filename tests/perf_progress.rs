@@ -1,0 +1,119 @@
+//! A `softroce perf` run that lasts more than a few seconds says how it is going on stderr,
+//! at both ends (the passive server included), so that a slow run does not look hung.
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+
+fn s(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+/// The "perf: N s: ..." lines of a run's stderr.
+fn progress_lines(o: &std::process::Output) -> Vec<String> {
+    String::from_utf8_lossy(&o.stderr)
+        .lines()
+        .filter(|l| l.starts_with("perf: "))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_run_of_more_than_three_seconds_reports_progress_at_both_ends() {
+    // -D 5 lasts five seconds whatever the machine's speed: a line comes at 3 s.
+    let (tcp, udp) = ports();
+    let common = |ip: &str| {
+        s(&[
+            "perf",
+            "write",
+            "-D",
+            "5",
+            "-f",
+            "1",
+            "-s",
+            "4096",
+            "-p",
+            &tcp.to_string(),
+            "--roce-port",
+            &udp.to_string(),
+            "--bind",
+            ip,
+        ])
+    };
+    let server = spawn(&common("127.0.0.1"));
+    let mut cv = common("127.0.0.2");
+    cv.push("127.0.0.1".into());
+    // The client may start before the server listens: retry while refused (bounded).
+    let t = std::time::Instant::now();
+    let client = loop {
+        let c = finish(spawn(&cv), "client", Duration::from_secs(60));
+        let refused = String::from_utf8_lossy(&c.stderr).contains("connect to");
+        if c.status.success() || !refused || t.elapsed() > Duration::from_secs(10) {
+            break c;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let server = finish(server, "server", Duration::from_secs(60));
+    ok(&client, "client");
+    ok(&server, "server");
+    let (c, sv) = (progress_lines(&client), progress_lines(&server));
+    // The requester counts its completions; both ends count packets.
+    let first = c
+        .first()
+        .unwrap_or_else(|| panic!("no progress line: {client:?}"));
+    assert!(first.starts_with("perf: 3 s: "), "{first}");
+    let completions: u64 = first
+        .strip_prefix("perf: 3 s: ")
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{first}"));
+    assert!(completions > 0, "{first}");
+    assert!(first.contains("packets sent"), "{first}");
+    let passive = sv
+        .first()
+        .unwrap_or_else(|| panic!("no server progress: {server:?}"));
+    assert!(passive.contains(" received"), "{passive}");
+    assert!(!passive.contains("work completions"), "{passive}");
+    // Loopback may drop datagrams under load; when the transport retransmitted, the line
+    // names the ACK timeout behind it.
+    if first.contains("retransmitted") {
+        assert!(first.contains("(67.1 ms each, -u 14)"), "{first}");
+    }
+}
+
+#[test]
+fn a_short_run_prints_no_progress() {
+    let (tcp, udp) = ports();
+    let common = |ip: &str| {
+        s(&[
+            "perf",
+            "write",
+            "-n",
+            "50",
+            "-p",
+            &tcp.to_string(),
+            "--roce-port",
+            &udp.to_string(),
+            "--bind",
+            ip,
+        ])
+    };
+    let server = spawn(&common("127.0.0.1"));
+    let mut cv = common("127.0.0.2");
+    cv.push("127.0.0.1".into());
+    let t = std::time::Instant::now();
+    let client = loop {
+        let c = finish(spawn(&cv), "client", Duration::from_secs(60));
+        let refused = String::from_utf8_lossy(&c.stderr).contains("connect to");
+        if c.status.success() || !refused || t.elapsed() > Duration::from_secs(10) {
+            break c;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let server = finish(server, "server", Duration::from_secs(60));
+    ok(&client, "client");
+    ok(&server, "server");
+    assert!(progress_lines(&client).is_empty(), "{client:?}");
+    assert!(progress_lines(&server).is_empty(), "{server:?}");
+}
