@@ -5,8 +5,8 @@
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
+use softroce::ib::Mtu;
 use softroce::oob::perftest::{Exchange, Role};
-use softroce::verbs::Mtu;
 use std::result::Result;
 
 use super::params::Params;

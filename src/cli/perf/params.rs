@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
+use softroce::ib::{DeviceLimits, Mtu};
 use softroce::oob::perftest::TestSignature;
-use softroce::verbs::{DeviceLimits, Mtu};
 use std::result::Result;
 
 use super::{AtomicType, Connection, OutputOnly, PerfArgs, PerfOp};

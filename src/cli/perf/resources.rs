@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use softroce::ib::Mtu;
 use softroce::oob::perftest::KeyMsg;
 use softroce::verbs::*;
 use std::result::Result;
