@@ -19,8 +19,8 @@ use crate::transport::Transmit;
 use crate::wire::deth::GSI_QKEY;
 use crate::wire::{icrc, mad, BthRepr, DethRepr, ExtHeaders, Opcode, PacketRepr};
 
-/// QP1's number.
-pub const GSI_QPN: u32 = 1;
+/// QP1's number (the transport's endpoint hands its packets back to the driver).
+pub use crate::transport::GSI_QPN;
 /// The P_Key of the default partition, which every MAD here is sent on.
 const DEFAULT_PKEY: u16 = 0xffff;
 

@@ -9,6 +9,7 @@
 
 mod completer;
 pub mod counters;
+pub mod endpoint;
 pub mod mr;
 pub mod qp;
 mod requester;
@@ -21,6 +22,7 @@ pub mod wqe;
 mod tests;
 
 pub use counters::Counters;
+pub use endpoint::{DatagramEvent, Endpoint, IpFields, OneQp, QpSet, GSI_QPN};
 pub use mr::{Mr, MrFault, MrTable};
 pub use qp::{
     wire_hop_limit, CqSide, NetHeader, QpConfig, QpCore, QueueDepths, Transmit, MAX_PACKET,

@@ -542,7 +542,9 @@ impl QpCore {
             // the bytes (softroce has no raw pointers), but no access right is needed.
             let resolved = LocalData::resolve(wr.sg_list, mrs, self.cfg.pd, AccessFlags::EMPTY)?;
             let mut v = vec![0u8; total as usize];
-            resolved.read(0, &mut v);
+            resolved.read(0, &mut v).map_err(|_| {
+                VerbsError::InvalidWr("an inline SGE's memory was deregistered during the post")
+            })?;
             LocalData::Inline(v)
         } else {
             LocalData::resolve(wr.sg_list, mrs, self.cfg.pd, need)?
@@ -732,10 +734,8 @@ impl QpCore {
             }
         }
         match self.cfg.qp_type {
-            QpType::Rc if info.is_request() => self.responder_handle(now, pkt, info, mrs),
+            _ if info.is_request() => self.responder_handle(pkt, info, mrs, net),
             QpType::Rc if info.is_response() => self.completer_handle(now, pkt, info),
-            QpType::Uc if info.is_request() => self.uc_responder(pkt, info, mrs),
-            QpType::Ud if info.is_request() => self.ud_responder(pkt, info, net),
             _ => {}
         }
         self.generate_send_completions();
