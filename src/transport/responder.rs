@@ -29,6 +29,7 @@ use std::sync::Arc;
 
 use super::counters::Counters;
 use super::mr::{Mr, MrFault, MrTable};
+use super::mw::{key_is_mw, Mw, MwFault};
 use super::qp::{CqSide, NetHeader, QpCore, MAX_MESSAGE};
 use super::wqe::RecvWqe;
 use crate::ib::{AccessFlags, QpState, QpType, WcOpcode, WcStatus, WorkCompletion};
@@ -132,7 +133,8 @@ struct WriteStart {
 /// What step 6 (check_rkey) resolved a request to.
 #[derive(Debug)]
 enum Target {
-    Send,
+    /// With the R_Key a SEND with invalidate names, and the window it names if any.
+    Send(Option<(u32, Option<Arc<Mw>>)>),
     /// `Some` on the packet that starts the WRITE.
     Write(Option<WriteStart>),
     Read {
@@ -205,9 +207,12 @@ impl RespState {
 /// Every refusal of the memory-region table is a remote access error (rxe check_rkey).
 fn rkey_fault(f: MrFault) -> Fault {
     match f {
-        MrFault::UnknownKey | MrFault::WrongPd | MrFault::AccessDenied | MrFault::OutOfRange => {
-            Fault::RkeyViolation
-        }
+        MrFault::UnknownKey
+        | MrFault::WrongPd
+        | MrFault::WrongQp
+        | MrFault::Invalidated
+        | MrFault::AccessDenied
+        | MrFault::OutOfRange => Fault::RkeyViolation,
     }
 }
 
@@ -301,6 +306,7 @@ impl QpCore {
             src_qp: self.attr.dest_qp_num,
             solicited: false,
             grh: status == WcStatus::Success,
+            invalidated_rkey: None,
         }
     }
 
@@ -365,7 +371,7 @@ impl QpCore {
         net: Option<&NetHeader>,
     ) -> Result<(), Fault> {
         match target {
-            Target::Send => self.execute_send(pkt, info, psn, net),
+            Target::Send(inv) => self.execute_send(pkt, info, psn, net, inv),
             Target::Write(start) => self.execute_write(pkt, info, psn, start),
             Target::Read { mr, offset, len } => {
                 self.execute_read(pkt, psn, mr, offset, len);
@@ -590,7 +596,14 @@ impl QpCore {
     ) -> Result<Target, Fault> {
         let n = pkt.payload.len() as u64;
         match info.kind {
-            OpKind::Send => Ok(Target::Send),
+            // The key of a SEND with invalidate is looked up here and acted on once the
+            // message has landed (rxe execute -> invalidate_rkey).
+            OpKind::Send => Ok(Target::Send(pkt.ext.ieth.map(|i| {
+                let mw = key_is_mw(i.rkey)
+                    .then(|| mrs.mw_by_index(i.rkey).cloned())
+                    .flatten();
+                (i.rkey, mw)
+            }))),
             OpKind::Write => {
                 let (start, remaining) = if info.position.starts_message() {
                     let (mr, offset, len) =
@@ -612,12 +625,16 @@ impl QpCore {
             OpKind::CompareSwap | OpKind::FetchAdd => {
                 let a = pkt.ext.atomic.ok_or(Fault::InvalidRequest)?;
                 let (mr, offset) = mrs
-                    .resolve_remote(self.cfg.pd, a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC)
+                    .resolve_remote_qp(
+                        self.cfg.pd,
+                        self.cfg.qpn,
+                        a.rkey,
+                        a.va,
+                        8,
+                        AccessFlags::REMOTE_ATOMIC,
+                    )
                     .map_err(rkey_fault)?;
-                Ok(Target::Atomic {
-                    mr: Arc::clone(mr),
-                    offset,
-                })
+                Ok(Target::Atomic { mr, offset })
             }
             _ => Err(Fault::InvalidRequest),
         }
@@ -638,9 +655,9 @@ impl QpCore {
             return Ok((None, 0, 0));
         }
         let (mr, off) = mrs
-            .resolve_remote(self.cfg.pd, reth.rkey, reth.va, len, need)
+            .resolve_remote_qp(self.cfg.pd, self.cfg.qpn, reth.rkey, reth.va, len, need)
             .map_err(rkey_fault)?;
-        Ok((Some(Arc::clone(mr)), off, len))
+        Ok((Some(mr), off, len))
     }
 
     /// A SEND packet into the receive WQE (RC takes it at the message's first packet; UC and
@@ -653,6 +670,7 @@ impl QpCore {
         info: &OpcodeInfo,
         psn: Psn,
         net: Option<&NetHeader>,
+        inv: Option<(u32, Option<Arc<Mw>>)>,
     ) -> Result<(), Fault> {
         let starts = info.position.starts_message();
         if starts && self.resp.recv.is_none() {
@@ -689,6 +707,18 @@ impl QpCore {
             if ud {
                 wc.src_qp = pkt.ext.deth.map_or(0, |d| d.src_qp);
             }
+            if let Some((rkey, mw)) = inv {
+                if self.invalidate_remote(rkey, mw.as_deref()).is_err() {
+                    // rxe RESPST_ERR_INVALIDATE_RKEY (class J): the receive WQE completes
+                    // with a remote invalid request error and the QP goes to ERROR; softroce
+                    // also NAKs "invalid request", so the sender learns it too.
+                    wc = self.recv_wc(r.wqe.wr_id, WcStatus::RemInvReqErr, WcOpcode::Recv, 0);
+                    self.complete_recv(wc);
+                    self.resp.in_msg = None;
+                    return Err(Fault::InvalidRequest);
+                }
+                wc.invalidated_rkey = Some(rkey);
+            }
             self.complete_recv(wc);
             self.resp.in_msg = None;
             self.resp.msn = (self.resp.msn + 1) & 0xFF_FFFF;
@@ -696,6 +726,17 @@ impl QpCore {
         }
         self.ack_if_asked(pkt, psn);
         Ok(())
+    }
+
+    /// A SEND with invalidate's R_Key, after its message landed: a type 2 window bound to
+    /// this QP (mw.rs `invalidate`); a region key is refused, as rxe_invalidate_mr refuses
+    /// every region that is not fast-register.
+    fn invalidate_remote(&self, rkey: u32, mw: Option<&Mw>) -> Result<(), MwFault> {
+        match mw {
+            Some(mw) => mw.invalidate(self.cfg.pd, self.cfg.qpn, rkey),
+            None if key_is_mw(rkey) => Err(MwFault::UnknownKey),
+            None => Err(MwFault::RegionKey),
+        }
     }
 
     /// RC only: an ACK for a request that asks for one (UC and UD acknowledge nothing,

@@ -30,6 +30,7 @@ pub mod cq;
 pub(crate) mod device;
 pub mod foreign_mr;
 pub mod mr;
+pub mod mw;
 pub mod qp;
 
 // The verbs' types, errors and modify-QP rules live in `crate::ib`, below the transport core;
@@ -39,8 +40,10 @@ pub use crate::ib::{error, qp_attr, types};
 pub use crate::ib::error::{QueueKind, Result, SgeFault, VerbsError};
 pub use crate::ib::qp_attr::DeviceLimits;
 pub use crate::ib::types::*;
+pub use crate::transport::{MwState, MwType};
 pub use ah::{AddressHandle, SharedReceiveQueue};
 pub use cq::CompletionQueue;
 pub use device::{Context, ProtectionDomain};
 pub use mr::MemoryRegion;
+pub use mw::{inc_rkey, MemoryWindow, MwBind};
 pub use qp::{PostError, QpInitAttr, QueuePair, RcConnect, UdSendWr};
