@@ -471,3 +471,99 @@ fn local_operations_execute_in_order_and_complete_in_order() {
         ]
     );
 }
+
+/// A posts a receive at B and a SEND with invalidate of `len` bytes naming `rkey`.
+fn send_with_inv(p: &mut Pair, wr_id: u64, rkey: u32, len: u32) {
+    post_recv(p, 50 + wr_id, 0, 8192);
+    post_send(p, wr_id, WrOpcode::SendWithInv { rkey }, 0, len);
+    p.drive();
+}
+
+#[test]
+fn send_with_invalidate_invalidates_the_receivers_window_and_reports_it() {
+    let mut p = Pair::new(Mtu::Mtu1024);
+    let mr = bindable(&mut p, AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND);
+    let mw = bound_type2(&mut p, &mr, 0, 4096, rw());
+    let key = mw.rkey();
+    // Three packets: the IETH rides on the last only.
+    send_with_inv(&mut p, 1, key, 3000);
+    let ops: Vec<Opcode> = p.log.iter().filter(|s| s.to_b).map(|s| s.opcode).collect();
+    assert_eq!(
+        ops,
+        vec![
+            Opcode::RC_SEND_FIRST,
+            Opcode::RC_SEND_MIDDLE,
+            Opcode::RC_SEND_LAST_WITH_INVALIDATE
+        ]
+    );
+    assert_eq!(p.a.send_wcs[0].status, WcStatus::Success);
+    assert_eq!(p.a.send_wcs[0].opcode, WcOpcode::Send);
+    let wc = p.b.recv_wcs[0];
+    assert_eq!(
+        (wc.status, wc.opcode, wc.byte_len),
+        (WcStatus::Success, WcOpcode::Recv, 3000)
+    );
+    assert_eq!(wc.invalidated_rkey, Some(key), "IBV_WC_WITH_INV");
+    assert_eq!(mw.binding().state, MwState::Free);
+    assert_eq!(mr.bound_windows(), 0);
+    // The old key is refused; a fresh bind works again.
+    assert_eq!(write_via(&mut p, 2, W_IOVA, key, 8), WcStatus::RemAccessErr);
+}
+
+#[test]
+fn a_single_packet_send_with_invalidate_is_send_only_with_invalidate() {
+    let mut p = Pair::new(Mtu::Mtu1024);
+    let mr = bindable(&mut p, AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND);
+    let mw = bound_type2(&mut p, &mr, 0, 4096, rw());
+    send_with_inv(&mut p, 1, mw.rkey(), 16);
+    let ops: Vec<Opcode> = p.log.iter().filter(|s| s.to_b).map(|s| s.opcode).collect();
+    assert_eq!(ops, vec![Opcode::RC_SEND_ONLY_WITH_INVALIDATE]);
+    assert_eq!(p.b.recv_wcs[0].invalidated_rkey, Some(mw.rkey()));
+    assert_eq!(p.b.recv_wcs[0].byte_len, 16);
+    assert_eq!(mw.binding().state, MwState::Free);
+}
+
+#[test]
+fn send_with_invalidate_of_a_key_the_qp_may_not_invalidate_fails_both_ends() {
+    for case in ["type 1", "region key", "stale key", "another QP's window"] {
+        let mut p = Pair::new(Mtu::Mtu1024);
+        let mr = bindable(&mut p, AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND);
+        let (rkey, victim) = match case {
+            "type 1" => {
+                let mw = p.b.mrs.alloc_mw(1, MwType::Type1).unwrap();
+                let op = bind_op(&mw, 3, &mr, W_IOVA, 64, rw());
+                post_b(&mut p, 9, op);
+                p.drive();
+                (mw.rkey(), Some(mw))
+            }
+            "region key" => (p.b.mr.rkey, None),
+            "stale key" => (bound_type2(&mut p, &mr, 0, 64, rw()).rkey() ^ 0x80, None),
+            _ => {
+                // A window bound by a QP of B's PD other than the one the SEND reaches.
+                let mw = p.b.mrs.alloc_mw(1, MwType::Type2).unwrap();
+                let mut c = third_qp(&p);
+                let op = bind_op(&mw, 0x31, &mr, W_IOVA, 64, rw());
+                let wr = SendWr {
+                    wr_id: 1,
+                    sg_list: &[],
+                    opcode: op,
+                    send_flags: SendFlags::SIGNALED,
+                };
+                c.qp.post_send(&wr, &p.b.mrs).unwrap();
+                let mut buf = vec![0u8; MAX_PACKET];
+                assert!(c.qp.poll_transmit(p.now, &mut buf).is_none());
+                assert_eq!(mw.binding().qpn, Some(0x13));
+                (mw.rkey(), Some(mw))
+            }
+        };
+        send_with_inv(&mut p, 1, rkey, 16);
+        let wc = p.b.recv_wcs[0];
+        assert_eq!(wc.status, WcStatus::RemInvReqErr, "{case}");
+        assert_eq!(wc.invalidated_rkey, None, "{case}");
+        assert_eq!(p.a.send_wcs[0].status, WcStatus::RemInvReqErr, "{case}");
+        assert_eq!(p.b.qp.state(), QpState::Err, "{case}");
+        if let Some(mw) = victim {
+            assert_eq!(mw.binding().state, MwState::Valid, "{case}: untouched");
+        }
+    }
+}
