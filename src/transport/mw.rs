@@ -298,6 +298,16 @@ impl Mw {
         b.state = state;
     }
 
+    /// Whether the window still serves `rkey`: the key is current and the window bound to a
+    /// live region (rxe_recheck_mr, before each READ response packet).
+    pub fn serves(&self, rkey: u32) -> bool {
+        let b = self.lock();
+        b.rkey == rkey
+            && b.state == MwState::Valid
+            && b.length > 0
+            && b.mr.as_ref().is_some_and(|m| m.is_live())
+    }
+
     /// The responder's key check for an access through the window (rxe check_rkey with
     /// rxe_lookup_mw): the key, the PD, for type 2 the QP, a length, the rights and the state,
     /// then the range. The range is checked against the window (`va .. va + len` inside it;

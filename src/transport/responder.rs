@@ -74,6 +74,8 @@ enum Resource {
         mr: Option<Arc<Mr>>,
         va: u64,
         len: u64,
+        /// The window and key the READ went through, rechecked on replay.
+        window: Option<(Arc<Mw>, u32)>,
     },
     Atomic {
         psn: Psn,
@@ -91,6 +93,10 @@ struct ReadJob {
     req_psn: Psn,
     psn: Psn,
     first: bool,
+    /// The window and key the READ went through: every response packet rechecks that the
+    /// window still serves the key (rxe read_reply -> rxe_recheck_mr), so that an
+    /// invalidation stops a READ in progress or a replay.
+    window: Option<(Arc<Mw>, u32)>,
 }
 
 /// Why a request was not executed: the error states of rxe_resp.c that softroce has, which
@@ -141,6 +147,7 @@ enum Target {
         mr: Option<Arc<Mr>>,
         offset: u64,
         len: u64,
+        window: Option<(Arc<Mw>, u32)>,
     },
     Atomic {
         mr: Arc<Mr>,
@@ -373,8 +380,13 @@ impl QpCore {
         match target {
             Target::Send(inv) => self.execute_send(pkt, info, psn, net, inv),
             Target::Write(start) => self.execute_write(pkt, info, psn, start),
-            Target::Read { mr, offset, len } => {
-                self.execute_read(pkt, psn, mr, offset, len);
+            Target::Read {
+                mr,
+                offset,
+                len,
+                window,
+            } => {
+                self.execute_read(pkt, psn, mr, offset, len, window);
                 Ok(())
             }
             Target::Atomic { mr, offset } => self.execute_atomic(pkt, info, psn, mr, offset),
@@ -620,7 +632,17 @@ impl QpCore {
             }
             OpKind::ReadRequest => {
                 let (mr, offset, len) = self.resolve_reth(pkt, mrs, AccessFlags::REMOTE_READ)?;
-                Ok(Target::Read { mr, offset, len })
+                // A READ through a window keeps it, for rechecks (see ReadJob).
+                let window = pkt.ext.reth.and_then(|r| {
+                    let mw = key_is_mw(r.rkey).then(|| mrs.mw_by_index(r.rkey))??;
+                    Some((Arc::clone(mw), r.rkey))
+                });
+                Ok(Target::Read {
+                    mr,
+                    offset,
+                    len,
+                    window: window.filter(|_| len > 0),
+                })
             }
             OpKind::CompareSwap | OpKind::FetchAdd => {
                 let a = pkt.ext.atomic.ok_or(Fault::InvalidRequest)?;
@@ -820,6 +842,7 @@ impl QpCore {
         mr: Option<Arc<Mr>>,
         offset: u64,
         len: u64,
+        window: Option<(Arc<Mw>, u32)>,
     ) {
         let Some(reth) = pkt.ext.reth else { return };
         let pkts = packets_for(len, self.mtu()) as u32;
@@ -829,6 +852,7 @@ impl QpCore {
             mr: mr.clone(),
             va: reth.va,
             len,
+            window: window.clone(),
         });
         self.queue_response(Response::Read(ReadJob {
             mr,
@@ -837,6 +861,7 @@ impl QpCore {
             req_psn: psn,
             psn,
             first: true,
+            window,
         }));
         self.resp.psn = psn.add(pkts);
         self.resp.msn = (self.resp.msn + 1) & 0xFF_FFFF;
@@ -883,12 +908,13 @@ impl QpCore {
                         mr,
                         va,
                         len,
+                        window,
                     } if !psn.is_before(*first) && !psn.is_after(*last) => {
-                        Some((*first, mr.clone(), *va, *len))
+                        Some((*first, mr.clone(), *va, *len, window.clone()))
                     }
                     _ => None,
                 });
-                let Some((first, mr, va, len)) = found else {
+                let Some((first, mr, va, len, window)) = found else {
                     return; // resources recycled: drop (rxe: class D, silently)
                 };
                 // The retried request must ask for the tail of the original, starting at the
@@ -916,6 +942,7 @@ impl QpCore {
                     req_psn: psn,
                     psn,
                     first: true,
+                    window,
                 }));
             }
             OpKind::CompareSwap | OpKind::FetchAdd => {
@@ -951,6 +978,7 @@ impl QpCore {
         let mut ext = ExtHeaders::default();
         let mut payload: Option<(Option<Arc<Mr>>, u64, usize)> = None;
         let mut read_req_psn = Psn::default();
+        let mut window_gone = false;
         let mut pop = true;
         let mut then_err = false;
         match front {
@@ -988,6 +1016,10 @@ impl QpCore {
                 }
                 payload = Some((job.mr.clone(), job.offset, n as usize));
                 read_req_psn = job.req_psn;
+                window_gone = job
+                    .window
+                    .as_ref()
+                    .is_some_and(|(mw, rkey)| !mw.serves(*rkey));
                 job.offset += n;
                 job.remaining -= n;
                 job.psn = job.psn.next();
@@ -1003,9 +1035,11 @@ impl QpCore {
         let n = payload.as_ref().map_or(0, |p| p.2);
         let at = repr.emit_headers(buf, n).ok()?;
         if let Some((Some(mr), off, n)) = &payload {
-            if mr.storage.read(*off, &mut buf[at..at + n]).is_err() {
-                // The region failed after check_rkey passed: no response carries bytes that
-                // were never read. rxe read_reply -> RESPST_ERR_RKEY_VIOLATION: a remote
+            if window_gone || mr.storage.read(*off, &mut buf[at..at + n]).is_err() {
+                // The region failed after check_rkey passed, or the window the READ went
+                // through no longer serves its key (invalidated, rebound, deallocated): no
+                // response carries bytes that were never read or are no longer granted.
+                // rxe read_reply (rxe_recheck_mr) -> RESPST_ERR_RKEY_VIOLATION: a remote
                 // access error NAK for the READ, then ERROR; what was queued behind the READ
                 // is superseded (an ACK past it would acknowledge the READ).
                 Counters::inc(&self.counters.mem_access_err);

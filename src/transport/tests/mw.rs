@@ -567,3 +567,64 @@ fn send_with_invalidate_of_a_key_the_qp_may_not_invalidate_fails_both_ends() {
         }
     }
 }
+
+#[test]
+fn a_duplicate_read_through_an_invalidated_window_is_nakked_not_replayed() {
+    let mut p = Pair::new(Mtu::Mtu1024);
+    let mr = bindable(&mut p, AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND);
+    mr.storage.write(0, &pattern(5, 64)).unwrap();
+    let mw = bound_type2(&mut p, &mr, 0, 4096, rw());
+    let key = mw.rkey();
+    let op = WrOpcode::RdmaRead {
+        remote_addr: W_IOVA,
+        rkey: key,
+    };
+    post_send(&mut p, 1, op, 0, 64);
+    p.drive();
+    assert_eq!(p.a.send_wcs[0].status, WcStatus::Success);
+    let req = p
+        .log
+        .iter()
+        .find(|s| s.to_b && s.opcode == Opcode::RC_RDMA_READ_REQUEST)
+        .unwrap()
+        .psn;
+    // The same READ again (a duplicate, as after a lost response): B answers it from its
+    // saved resource while the window serves the key, and not once it is invalidated.
+    let replay = |p: &mut Pair| {
+        let pkt = PacketRepr {
+            bth: crate::wire::BthRepr {
+                opcode: Opcode::RC_RDMA_READ_REQUEST,
+                psn: req.value(),
+                dest_qp: p.b.qp.qpn(),
+                ack_req: true,
+                ..Default::default()
+            },
+            ext: ExtHeaders {
+                reth: Some(RethRepr {
+                    va: W_IOVA,
+                    rkey: key,
+                    len: 64,
+                }),
+                ..ExtHeaders::default()
+            },
+            payload: &[],
+        };
+        p.b.qp.handle_packet(p.now, &pkt, &p.b.mrs);
+        let mut buf = vec![0u8; MAX_PACKET];
+        let t = p.b.qp.poll_transmit(p.now, &mut buf).expect("an answer");
+        let r = PacketRepr::parse(&buf[..t.len]).unwrap();
+        (r.bth.opcode, r.ext.aeth.map(|a| a.kind()))
+    };
+    assert_eq!(replay(&mut p).0, Opcode::RC_RDMA_READ_RESPONSE_ONLY);
+    mr.storage.write(0, &pattern(6, 64)).unwrap();
+    post_b(&mut p, 2, WrOpcode::LocalInv { rkey: key });
+    p.drive();
+    assert_eq!(b_done(&p)[1].2, WcStatus::Success);
+    assert_eq!(
+        replay(&mut p),
+        (
+            Opcode::RC_ACK,
+            Some(AckSyndrome::Nak(NakCode::RemoteAccessError))
+        )
+    );
+}
