@@ -252,6 +252,14 @@ impl MrTable {
         true
     }
 
+    /// QP `qpn` is destroyed: the type 2 windows bound to it serve no QP from now on (see
+    /// `Mw::forget_qp`).
+    pub fn forget_qp(&self, qpn: u32) {
+        for mw in self.mw_slots.iter().filter_map(|s| s.mw.as_ref()) {
+            mw.forget_qp(qpn);
+        }
+    }
+
     fn mw_slot(key: u32) -> Option<usize> {
         (key >> 8).checked_sub(MW_INDEX_BASE).map(|i| i as usize)
     }

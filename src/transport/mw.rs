@@ -282,6 +282,17 @@ impl Mw {
         Ok(())
     }
 
+    /// QP `qpn` is destroyed: a type 2 window bound to it stays bound, to no QP, so that it
+    /// serves nothing and cannot be invalidated, only deallocated (rxe keeps the destroyed QP
+    /// referenced from the window, with the same effect); a later QP given the same number
+    /// gains nothing.
+    pub(super) fn forget_qp(&self, qpn: u32) {
+        let mut b = self.lock();
+        if b.qpn == Some(qpn) {
+            b.qpn = None;
+        }
+    }
+
     /// Deallocation: the window stops serving and lets go of its region.
     pub(super) fn dealloc(&self) {
         Self::unbind(&mut self.lock(), MwState::Invalid);

@@ -628,3 +628,29 @@ fn a_duplicate_read_through_an_invalidated_window_is_nakked_not_replayed() {
         )
     );
 }
+
+#[test]
+fn a_type_2_window_of_a_destroyed_qp_serves_no_qp_with_its_number() {
+    let mut p = Pair::new(Mtu::Mtu1024);
+    let mr = bindable(&mut p, AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND);
+    let mw = bound_type2(&mut p, &mr, 0, 64, rw());
+    assert_eq!(
+        write_via(&mut p, 1, W_IOVA, mw.rkey(), 8),
+        WcStatus::Success
+    );
+    // B's QP 0x12 is destroyed; a new QP gets the number 0x12 again.
+    p.b.mrs.forget_qp(0x12);
+    assert_eq!(mw.binding().state, MwState::Valid, "still bound, to no QP");
+    assert_eq!(
+        write_via(&mut p, 2, W_IOVA, mw.rkey(), 8),
+        WcStatus::RemAccessErr
+    );
+    assert_eq!(
+        mw.invalidate(1, 0x12, mw.rkey()),
+        Err(MwFault::WrongQp),
+        "nor invalidated by the number's next QP"
+    );
+    assert_eq!(mr.bound_windows(), 1);
+    assert!(p.b.mrs.dealloc_mw(&mw));
+    assert_eq!(mr.bound_windows(), 0);
+}
