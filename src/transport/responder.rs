@@ -23,6 +23,10 @@
 //!   receive WQE. After such a NAK the QP moves to ERROR (rxe: do_class_ac_error sets
 //!   goto_error).
 //! - MSN counts completed messages; a READ counts when accepted.
+//! - A key naming a memory window is checked against the window (state, PD, type 2 QP,
+//!   rights, range), a READ through one rechecks it for every response packet, and a SEND
+//!   with invalidate invalidates its IETH key once the message has landed
+//!   (spec-notes/memory-windows.md).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
