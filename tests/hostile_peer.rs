@@ -1374,3 +1374,306 @@ fn forged_replayed_and_flooded_cm_messages_from_a_third_address_leave_connection
     get(&chv, EventKind::Disconnected);
     assert_eq!(vqp.query().qp_state, QpState::Err);
 }
+
+// Memory windows (issue 22, spec-notes/memory-windows.md): a hostile peer holding a window's
+// key may use it only while the window is bound, only through the QP a type 2 window is bound
+// to, and only inside the window with the window's rights.
+
+/// A victim region that windows can be bound to (no remote rights of its own), filled with
+/// 0x22.
+fn bindable(pd: &ProtectionDomain) -> MemoryRegion {
+    let win = pd
+        .register_mr(MR_LEN, AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND)
+        .unwrap();
+    win.fill(0, MR_LEN as u64, 0x22).unwrap();
+    assert_eq!(win.rkey(), 0);
+    win
+}
+
+/// Binds a type 2 window over `len` bytes at `off` of `win` on `q` (a local operation: the
+/// peer sees no packet).
+fn bind_type2(
+    pd: &ProtectionDomain,
+    q: &Qp,
+    win: &MemoryRegion,
+    off: u64,
+    len: u64,
+) -> MemoryWindow {
+    let mw = pd.alloc_mw(MwType::Type2).unwrap();
+    let op = mw.bind_wr(
+        0x77,
+        Some(win),
+        win.addr() + off,
+        len,
+        AccessFlags::REMOTE_WRITE,
+    );
+    q.qp.post_send(&[SendWr {
+        wr_id: 0xB1,
+        sg_list: &[],
+        opcode: op,
+        send_flags: SendFlags::SIGNALED,
+    }])
+    .unwrap();
+    let wc = wait(&q.cq);
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode),
+        (0xB1, WcStatus::Success, WcOpcode::BindMw)
+    );
+    mw
+}
+
+/// The hostile peer's reply to one request, as an AETH syndrome.
+fn answer_to(l: &Lab, pkt: &PacketRepr, what: &str) -> AckSyndrome {
+    l.hostile.send(pkt);
+    let r = l
+        .hostile
+        .recv(Duration::from_secs(2))
+        .unwrap_or_else(|| panic!("{what}: an answer"));
+    assert_eq!(r.opcode, Opcode::RC_ACK, "{what}");
+    r.aeth.unwrap()
+}
+
+fn wait_error(q: &Qp, what: &str) {
+    let end = Instant::now() + Duration::from_secs(10);
+    while q.qp.query().qp_state != QpState::Err && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(q.qp.query().qp_state, QpState::Err, "{what}");
+}
+
+fn send_inv(qpn: u32, psn: u32, rkey: u32, payload: &[u8]) -> PacketRepr<'_> {
+    request(
+        qpn,
+        psn,
+        Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
+        ExtHeaders {
+            ieth: Some(softroce::wire::IethRepr { rkey }),
+            ..ExtHeaders::default()
+        },
+        payload,
+    )
+}
+
+#[test]
+fn a_windows_key_is_refused_once_the_window_is_invalidated() {
+    let l = lab(45);
+    let pd = l.victim.alloc_pd().unwrap();
+    let win = bindable(&pd);
+    let data = [0xEEu8; 64];
+    let wr = |qpn, psn, rkey| {
+        request(
+            qpn,
+            psn,
+            Opcode::RC_RDMA_WRITE_ONLY,
+            reth(win.addr(), rkey, 64),
+            &data,
+        )
+    };
+
+    // By the victim's LOCAL_INV.
+    let q = connect(&pd, &l.victim, 0x400, hostile_gid(&l));
+    let qpn = q.qp.qp_num();
+    let mw = bind_type2(&pd, &q, &win, 0, 4096);
+    let key = mw.rkey();
+    assert!(matches!(
+        answer_to(&l, &wr(qpn, HOSTILE_PSN, key), "bound"),
+        AckSyndrome::Ack { .. }
+    ));
+    assert_eq!(win.to_vec(0, 64).unwrap(), data.to_vec());
+    win.fill(0, 64, 0x22).unwrap();
+    q.qp.post_send(&[SendWr {
+        wr_id: 0xB2,
+        sg_list: &[],
+        opcode: WrOpcode::LocalInv { rkey: key },
+        send_flags: SendFlags::SIGNALED,
+    }])
+    .unwrap();
+    assert_eq!(wait(&q.cq).status, WcStatus::Success);
+    let before = snapshot(&[&win]);
+    assert_eq!(
+        answer_to(&l, &wr(qpn, HOSTILE_PSN + 1, key), "after LOCAL_INV"),
+        AckSyndrome::Nak(NakCode::RemoteAccessError)
+    );
+    wait_error(&q, "after LOCAL_INV");
+    assert_eq!(snapshot(&[&win]), before, "nothing landed");
+
+    // By the peer's own SEND with invalidate: the key it gave up stays given up.
+    let q = connect(&pd, &l.victim, 0x401, hostile_gid(&l));
+    let qpn = q.qp.qp_num();
+    let mw = bind_type2(&pd, &q, &win, 0, 4096);
+    let key = mw.rkey();
+    let rbuf = pd.register_mr(4096, FULL).unwrap();
+    q.qp.post_recv(&[RecvWr {
+        wr_id: 0xC1,
+        sg_list: &[rbuf.sge(0, 4096)],
+    }])
+    .unwrap();
+    assert!(matches!(
+        answer_to(
+            &l,
+            &send_inv(qpn, HOSTILE_PSN, key, &data[..16]),
+            "SEND_INV"
+        ),
+        AckSyndrome::Ack { .. }
+    ));
+    let wc = wait(&q.cq);
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.invalidated_rkey),
+        (0xC1, WcStatus::Success, Some(key))
+    );
+    assert!(!mw.is_bound());
+    assert_eq!(
+        answer_to(&l, &wr(qpn, HOSTILE_PSN + 1, key), "after SEND_INV"),
+        AckSyndrome::Nak(NakCode::RemoteAccessError)
+    );
+    assert_eq!(snapshot(&[&win]), before, "nothing landed");
+    honest_pair_works(&l, 7);
+}
+
+#[test]
+fn a_type_2_window_is_refused_on_every_qp_but_its_own() {
+    let l = lab(46);
+    let pd = l.victim.alloc_pd().unwrap();
+    let win = bindable(&pd);
+    let data = [0xEEu8; 64];
+    let owner = connect(&pd, &l.victim, 0x410, hostile_gid(&l));
+    let mw = bind_type2(&pd, &owner, &win, 0, 4096);
+    let key = mw.rkey();
+    let before = snapshot(&[&win]);
+    // The hostile peer's other connection to the same PD: no WRITE through the window...
+    let other = connect(&pd, &l.victim, 0x411, hostile_gid(&l));
+    let pkt = request(
+        other.qp.qp_num(),
+        HOSTILE_PSN,
+        Opcode::RC_RDMA_WRITE_ONLY,
+        reth(win.addr(), key, 64),
+        &data,
+    );
+    assert_eq!(
+        answer_to(&l, &pkt, "WRITE from another QP"),
+        AckSyndrome::Nak(NakCode::RemoteAccessError)
+    );
+    wait_error(&other, "WRITE from another QP");
+    assert_eq!(snapshot(&[&win]), before, "nothing landed");
+    // ...and no invalidating it either.
+    let third = connect(&pd, &l.victim, 0x412, hostile_gid(&l));
+    let rbuf = pd.register_mr(4096, FULL).unwrap();
+    third
+        .qp
+        .post_recv(&[RecvWr {
+            wr_id: 0xC2,
+            sg_list: &[rbuf.sge(0, 4096)],
+        }])
+        .unwrap();
+    let pkt = send_inv(third.qp.qp_num(), HOSTILE_PSN, key, &data[..16]);
+    assert_eq!(
+        answer_to(&l, &pkt, "SEND_INV from another QP"),
+        AckSyndrome::Nak(NakCode::InvalidRequest)
+    );
+    let wc = wait(&third.cq);
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.invalidated_rkey),
+        (0xC2, WcStatus::RemInvReqErr, None)
+    );
+    assert!(mw.is_bound(), "still bound");
+    // Its own QP still serves it.
+    let pkt = request(
+        owner.qp.qp_num(),
+        HOSTILE_PSN,
+        Opcode::RC_RDMA_WRITE_ONLY,
+        reth(win.addr(), key, 64),
+        &data,
+    );
+    assert!(matches!(
+        answer_to(&l, &pkt, "WRITE on the owner"),
+        AckSyndrome::Ack { .. }
+    ));
+    assert_eq!(win.to_vec(0, 64).unwrap(), data.to_vec());
+    honest_pair_works(&l, 8);
+}
+
+#[test]
+fn access_outside_a_window_or_beyond_its_rights_is_nakked_and_touches_nothing() {
+    let l = lab(47);
+    let pd = l.victim.alloc_pd().unwrap();
+    let win = bindable(&pd);
+    // A type 1 window over [4096, 12288) with the WRITE right only: it serves every QP of
+    // the PD, so each case gets a fresh QP (the NAK moves it to ERROR).
+    let binder = connect(&pd, &l.victim, 0x420, hostile_gid(&l));
+    let mw = pd.alloc_mw(MwType::Type1).unwrap();
+    let key = binder
+        .qp
+        .bind_mw(
+            &mw,
+            &MwBind {
+                wr_id: 0xB3,
+                send_flags: SendFlags::SIGNALED,
+                mr: Some(&win),
+                addr: win.addr() + 4096,
+                length: 8192,
+                access: AccessFlags::REMOTE_WRITE,
+            },
+        )
+        .unwrap();
+    assert_eq!(wait(&binder.cq).status, WcStatus::Success);
+    let before = snapshot(&[&win]);
+    let data = [0xEEu8; 64];
+    let lo = win.addr() + 4096;
+    let hi = lo + 8192;
+    let write = |va, len: u32| {
+        (
+            Opcode::RC_RDMA_WRITE_ONLY,
+            reth(va, key, len),
+            len.min(64) as usize,
+        )
+    };
+    let cases: Vec<(&str, (Opcode, ExtHeaders, usize))> = vec![
+        ("WRITE one byte before the window", write(lo - 1, 2)),
+        ("WRITE across the window's end", write(hi - 32, 64)),
+        ("WRITE just past the window", write(hi, 8)),
+        ("WRITE at the region's start", write(win.addr(), 64)),
+        (
+            "READ without the window's READ right",
+            (Opcode::RC_RDMA_READ_REQUEST, reth(lo, key, 64), 0),
+        ),
+        (
+            "atomic without the window's atomic right",
+            (Opcode::RC_COMPARE_SWAP, atomic(lo, key), 0),
+        ),
+        ("WRITE whose va + len wraps", write(u64::MAX - 31, 64)),
+        (
+            "WRITE with the window's key byte flipped",
+            (
+                Opcode::RC_RDMA_WRITE_ONLY,
+                reth(lo, key ^ 0x01, 64),
+                64usize,
+            ),
+        ),
+    ];
+    for (i, (what, (op, ext, n))) in cases.into_iter().enumerate() {
+        let q = connect(&pd, &l.victim, 0x430 + i as u32, hostile_gid(&l));
+        let pkt = request(q.qp.qp_num(), HOSTILE_PSN, op, ext, &data[..n]);
+        assert_eq!(
+            answer_to(&l, &pkt, what),
+            AckSyndrome::Nak(NakCode::RemoteAccessError),
+            "{what}"
+        );
+        wait_error(&q, what);
+        assert_eq!(snapshot(&[&win]), before, "{what}: memory unchanged");
+    }
+    // Inside the window, with its right, from yet another QP: it lands.
+    let q = connect(&pd, &l.victim, 0x440, hostile_gid(&l));
+    let pkt = request(
+        q.qp.qp_num(),
+        HOSTILE_PSN,
+        Opcode::RC_RDMA_WRITE_ONLY,
+        reth(hi - 64, key, 64),
+        &data,
+    );
+    assert!(matches!(
+        answer_to(&l, &pkt, "inside"),
+        AckSyndrome::Ack { .. }
+    ));
+    assert_eq!(win.to_vec(4096 + 8192 - 64, 64).unwrap(), data.to_vec());
+    honest_pair_works(&l, 9);
+}

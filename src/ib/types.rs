@@ -52,6 +52,11 @@ bitflags::bitflags! {
         const REMOTE_READ = 1 << 2;
         /// The remote peer may perform atomics.
         const REMOTE_ATOMIC = 1 << 3;
+        /// Memory windows may be bound to the region (`IBV_ACCESS_MW_BIND`).
+        const MW_BIND = 1 << 4;
+        /// A memory window bound with it is addressed from 0, not by virtual address
+        /// (`IBV_ACCESS_ZERO_BASED`; type 2 windows only, as rxe).
+        const ZERO_BASED = 1 << 5;
     }
 }
 
@@ -405,13 +410,55 @@ pub enum WrOpcode {
         /// Value to add.
         add: u64,
     },
+    /// SEND with invalidate (`IBV_WR_SEND_WITH_INV`, RC only): after the message has landed
+    /// the receiver invalidates `rkey`, a type 2 memory window of its QP.
+    SendWithInv {
+        /// The receiver's R_Key to invalidate (carried in the IETH).
+        rkey: u32,
+    },
+    /// Local invalidate (`IBV_WR_LOCAL_INV`): invalidates the type 2 memory window `rkey`
+    /// names, in order with the other WRs of the send queue; no packet is sent.
+    LocalInv {
+        /// The R_Key to invalidate.
+        rkey: u32,
+    },
+    /// Bind a memory window (`IBV_WR_BIND_MW`; what `ibv_bind_mw` posts for a type 1
+    /// window), in order with the other WRs of the send queue; no packet is sent.
+    BindMw {
+        /// The window's current R_Key (`wr.bind_mw.mw->rkey`).
+        mw_rkey: u32,
+        /// The R_Key after the bind: its index bits must be the window's, its low byte is the
+        /// consumer's (`wr.bind_mw.rkey`).
+        new_rkey: u32,
+        /// What to bind (`wr.bind_mw.bind_info`).
+        bind: MwBindInfo,
+    },
+}
+
+/// What a memory window is bound to (`struct ibv_mw_bind_info`, the region named by its
+/// lkey): `length` bytes at `addr` of the region, with the window's access rights. A length
+/// of 0 unbinds a type 1 window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct MwBindInfo {
+    /// Local key of the memory region (which needs `MW_BIND` access).
+    pub mr_lkey: u32,
+    /// Virtual address of the window's first byte, inside the region.
+    pub addr: u64,
+    /// Length in bytes.
+    pub length: u64,
+    /// The window's rights: REMOTE_READ, REMOTE_WRITE, REMOTE_ATOMIC, ZERO_BASED.
+    pub access: AccessFlags,
 }
 
 impl WrOpcode {
     /// The completion opcode a successful WR of this kind reports.
     pub fn wc_opcode(self) -> WcOpcode {
         match self {
-            WrOpcode::Send | WrOpcode::SendWithImm { .. } => WcOpcode::Send,
+            WrOpcode::Send | WrOpcode::SendWithImm { .. } | WrOpcode::SendWithInv { .. } => {
+                WcOpcode::Send
+            }
+            WrOpcode::LocalInv { .. } => WcOpcode::LocalInv,
+            WrOpcode::BindMw { .. } => WcOpcode::BindMw,
             WrOpcode::RdmaWrite { .. } | WrOpcode::RdmaWriteWithImm { .. } => WcOpcode::RdmaWrite,
             WrOpcode::RdmaRead { .. } => WcOpcode::RdmaRead,
             WrOpcode::AtomicCmpSwap { .. } => WcOpcode::CompSwap,
@@ -426,6 +473,11 @@ impl WrOpcode {
                 | WrOpcode::AtomicCmpSwap { .. }
                 | WrOpcode::AtomicFetchAdd { .. }
         )
+    }
+    /// Whether the WR is executed locally, without a packet: BIND_MW and LOCAL_INV (rxe's
+    /// `WR_LOCAL_OP_MASK`).
+    pub fn is_local(self) -> bool {
+        matches!(self, WrOpcode::BindMw { .. } | WrOpcode::LocalInv { .. })
     }
     /// Whether the WR is an atomic.
     pub fn is_atomic(self) -> bool {
@@ -528,6 +580,8 @@ pub enum WcStatus {
     LocProtErr = 4,
     /// Flushed: the QP went to the error state before this WR completed.
     WrFlushErr = 5,
+    /// A memory window bind failed (`IBV_WC_MW_BIND_ERR`).
+    MwBindErr = 6,
     /// Bad response: an unexpected opcode from the responder.
     BadRespErr = 7,
     /// Local access error.
@@ -555,6 +609,7 @@ impl WcStatus {
             WcStatus::LocQpOpErr => "local QP operation error",
             WcStatus::LocProtErr => "local protection error",
             WcStatus::WrFlushErr => "Work Request Flushed Error",
+            WcStatus::MwBindErr => "memory management operation error",
             WcStatus::BadRespErr => "bad response error",
             WcStatus::LocAccessErr => "local access error",
             WcStatus::RemInvReqErr => "remote invalid request error",
@@ -586,6 +641,10 @@ pub enum WcOpcode {
     CompSwap = 3,
     /// A fetch-and-add completed.
     FetchAdd = 4,
+    /// A memory window bind completed.
+    BindMw = 5,
+    /// A local invalidate completed.
+    LocalInv = 6,
     /// A SEND was received.
     Recv = 128,
     /// An RDMA WRITE with immediate was received.
@@ -616,6 +675,9 @@ pub struct WorkCompletion {
     /// `IBV_WC_GRH`: the first 40 bytes of the receive buffer hold the GRH area (rxe sets
     /// it on every successful receive completion, whatever the QP type).
     pub grh: bool,
+    /// `IBV_WC_WITH_INV` and `ex.invalidate_rkey`: the incoming SEND with invalidate
+    /// invalidated this R_Key.
+    pub invalidated_rkey: Option<u32>,
 }
 
 /// An empty slot for [`CompletionQueue::poll`](crate::verbs::CompletionQueue::poll) to fill: wr_id 0,
@@ -632,6 +694,7 @@ impl Default for WorkCompletion {
             src_qp: 0,
             solicited: false,
             grh: false,
+            invalidated_rkey: None,
         }
     }
 }
@@ -648,6 +711,11 @@ mod tests {
         assert_eq!(QpAttrMask::MAX_DEST_RD_ATOMIC.0, 1 << 17);
         assert_eq!(WcStatus::RnrRetryExcErr as u32, 13);
         assert_eq!(WcOpcode::RecvRdmaWithImm as u32, 129);
+        assert_eq!(AccessFlags::MW_BIND.0, 16);
+        assert_eq!(AccessFlags::ZERO_BASED.0, 32);
+        assert_eq!(WcOpcode::BindMw as u32, 5);
+        assert_eq!(WcOpcode::LocalInv as u32, 6);
+        assert_eq!(WcStatus::MwBindErr as u32, 6);
         assert_eq!(Mtu::Mtu4096 as u32, 5);
     }
 

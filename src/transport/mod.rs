@@ -13,7 +13,9 @@
 mod completer;
 pub mod counters;
 pub mod endpoint;
+mod local_ops;
 pub mod mr;
+pub mod mw;
 pub mod qp;
 mod requester;
 mod responder;
@@ -26,7 +28,8 @@ mod tests;
 
 pub use counters::Counters;
 pub use endpoint::{DatagramEvent, Endpoint, IpFields, OneQp, QpSet, GSI_QPN};
-pub use mr::{Mr, MrFault, MrTable};
+pub use mr::{DeregFault, Mr, MrFault, MrTable};
+pub use mw::{Mw, MwFault, MwState, MwType};
 pub use qp::{
     wire_hop_limit, CqSide, NetHeader, QpConfig, QpCore, QueueDepths, Transmit, MAX_PACKET,
 };

@@ -6,8 +6,14 @@
 //! deregistered region never matches the slot's next one and a peer that learned one key
 //! cannot derive another. The rkey equals the lkey when the region grants any remote access,
 //! and is 0 otherwise.
+//!
+//! Memory windows (mw.rs) live in the same table, in their own index range: a key with the
+//! top bit set names a window.
 
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
+
+use super::mw::{key_is_mw, Mw, MwType, MW_INDEX_BASE};
 
 use crate::ib::AccessFlags;
 use crate::memory::SharedBytes;
@@ -27,6 +33,12 @@ pub struct Mr {
     pub access: AccessFlags,
     /// Protection domain handle.
     pub pd: u32,
+    /// Memory windows bound to the region (rxe `mr->num_mw`): while any is, the region
+    /// cannot be deregistered ([`MrTable::try_deregister`]).
+    pub num_mw: AtomicU32,
+    /// False once deregistered: a window still holding the region serves nothing (rxe's
+    /// `mr->state` check in rxe_recheck_mr).
+    live: AtomicBool,
 }
 
 /// Why an access to a memory region was refused.
@@ -40,6 +52,11 @@ pub enum MrFault {
     AccessDenied,
     /// The range is not inside the region (or wraps around).
     OutOfRange,
+    /// A type 2 memory window bound to another QP.
+    WrongQp,
+    /// A memory window that is not bound (invalidated, FREE, or bound with length 0), or
+    /// whose region is gone.
+    Invalidated,
 }
 
 impl Mr {
@@ -51,6 +68,16 @@ impl Mr {
     /// Whether the region is empty.
     pub fn is_empty(&self) -> bool {
         self.storage.is_empty()
+    }
+
+    /// Whether the region is still registered.
+    pub fn is_live(&self) -> bool {
+        self.live.load(Ordering::Acquire)
+    }
+
+    /// Memory windows bound to the region now.
+    pub fn bound_windows(&self) -> u32 {
+        self.num_mw.load(Ordering::Acquire)
     }
 
     /// Checks that `va .. va + len` lies within the region and that it grants `need`; returns
@@ -72,7 +99,29 @@ impl Mr {
 pub struct MrTable {
     slots: Vec<Slot>,
     free: Vec<u32>,
+    /// Memory windows: slot `i` holds index `MW_INDEX_BASE + i`.
+    mw_slots: Vec<MwSlot>,
+    mw_free: Vec<u32>,
 }
+
+#[derive(Debug, Default)]
+struct MwSlot {
+    mw: Option<Arc<Mw>>,
+    variant: Option<u8>,
+}
+
+/// Why a region could not be deregistered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeregFault {
+    /// No live region has the key.
+    UnknownKey,
+    /// Memory windows are bound to it (IBTA 10.6.7.2.6; rxe_dereg_mr answers EINVAL).
+    WindowsBound,
+}
+
+/// Largest number of live memory windows (their indexes run from [`MW_INDEX_BASE`] to the top
+/// of the 24-bit index).
+pub const MAX_MW: usize = (1 << 24) - MW_INDEX_BASE as usize;
 
 #[derive(Debug, Default)]
 struct Slot {
@@ -81,8 +130,8 @@ struct Slot {
     variant: Option<u8>,
 }
 
-/// Largest number of live regions (the index must fit in the top 24 bits of a key).
-pub const MAX_MR: usize = 1 << 24;
+/// Largest number of live regions (the index must fit in the 23 bits below the windows').
+pub const MAX_MR: usize = MW_INDEX_BASE as usize;
 
 impl MrTable {
     /// An empty table.
@@ -126,34 +175,134 @@ impl MrTable {
             rkey: if access.intersects(remote) { lkey } else { 0 },
             access,
             pd,
+            num_mw: AtomicU32::new(0),
+            live: AtomicBool::new(true),
         });
         slot.mr = Some(Arc::clone(&mr));
         Some(mr)
     }
 
-    /// Removes the region with local key `lkey`. In-flight operations holding it finish
-    /// normally; new lookups fail.
+    /// Removes the region with local key `lkey`, windows bound or not (an application that
+    /// drops its handle). In-flight operations holding it finish normally; new lookups fail,
+    /// and so do accesses through windows still bound to it.
     pub fn deregister(&mut self, lkey: u32) -> Option<Arc<Mr>> {
+        if key_is_mw(lkey) {
+            return None;
+        }
         let index = (lkey >> 8) as usize;
         let slot = self.slots.get_mut(index)?;
         match &slot.mr {
             Some(mr) if mr.lkey == lkey => {
                 self.free.push(index as u32);
-                slot.mr.take()
+                let mr = slot.mr.take()?;
+                mr.live.store(false, Ordering::Release);
+                Some(mr)
             }
             _ => None,
         }
     }
 
+    /// `ibv_dereg_mr` as rxe answers it: refused while memory windows are bound to the region
+    /// (IBTA 10.6.7.2.6).
+    pub fn try_deregister(&mut self, lkey: u32) -> Result<Arc<Mr>, DeregFault> {
+        let mr = self.by_lkey(lkey).ok_or(DeregFault::UnknownKey)?;
+        if mr.bound_windows() > 0 {
+            return Err(DeregFault::WindowsBound);
+        }
+        self.deregister(lkey).ok_or(DeregFault::UnknownKey)
+    }
+
+    /// `ibv_alloc_mw`: a new window of `mw_type` in protection domain `pd`, with a key byte
+    /// drawn as for regions. Returns `None` when the table is full.
+    pub fn alloc_mw(&mut self, pd: u32, mw_type: MwType) -> Option<Arc<Mw>> {
+        let i = match self.mw_free.pop() {
+            Some(i) => i,
+            None => {
+                if self.mw_slots.len() >= MAX_MW {
+                    return None;
+                }
+                self.mw_slots.push(MwSlot::default());
+                (self.mw_slots.len() - 1) as u32
+            }
+        };
+        let slot = &mut self.mw_slots[i as usize];
+        let variant = next_variant(slot.variant);
+        slot.variant = Some(variant);
+        let rkey = ((MW_INDEX_BASE + i) << 8) | u32::from(variant);
+        let mw = Arc::new(Mw::new(mw_type, pd, rkey));
+        slot.mw = Some(Arc::clone(&mw));
+        Some(mw)
+    }
+
+    /// `ibv_dealloc_mw`: the window stops serving (and lets go of its region) and its slot is
+    /// freed; returns false if `mw` is not in the table.
+    pub fn dealloc_mw(&mut self, mw: &Arc<Mw>) -> bool {
+        let Some(i) = Self::mw_slot(mw.rkey()) else {
+            return false;
+        };
+        let Some(slot) = self.mw_slots.get_mut(i) else {
+            return false;
+        };
+        if !slot.mw.as_ref().is_some_and(|m| Arc::ptr_eq(m, mw)) {
+            return false;
+        }
+        slot.mw = None;
+        mw.dealloc();
+        self.mw_free.push(i as u32);
+        true
+    }
+
+    /// QP `qpn` is destroyed: the type 2 windows bound to it serve no QP from now on (see
+    /// `Mw::forget_qp`).
+    pub fn forget_qp(&self, qpn: u32) {
+        for mw in self.mw_slots.iter().filter_map(|s| s.mw.as_ref()) {
+            mw.forget_qp(qpn);
+        }
+    }
+
+    fn mw_slot(key: u32) -> Option<usize> {
+        (key >> 8).checked_sub(MW_INDEX_BASE).map(|i| i as usize)
+    }
+
+    /// The window whose table index `key` carries (whatever its key byte: a bind or an
+    /// invalidation checks the whole key under the window's lock).
+    pub fn mw_by_index(&self, key: u32) -> Option<&Arc<Mw>> {
+        let i = Self::mw_slot(key)?;
+        self.mw_slots.get(i)?.mw.as_ref()
+    }
+
+    /// Resolves a remote access by QP `qpn` of protection domain `pd`: the region or window of
+    /// `rkey`, with rights `need` over `va .. va + len` (rxe check_rkey: a window key goes to
+    /// the window, any other to the regions). Returns the region and the offset.
+    pub fn resolve_remote_qp(
+        &self,
+        pd: u32,
+        qpn: u32,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        need: AccessFlags,
+    ) -> Result<(Arc<Mr>, u64), MrFault> {
+        if key_is_mw(rkey) {
+            let mw = self.mw_by_index(rkey).ok_or(MrFault::UnknownKey)?;
+            return mw.resolve(pd, qpn, rkey, va, len, need);
+        }
+        let (mr, off) = self.resolve_remote(pd, rkey, va, len, need)?;
+        Ok((Arc::clone(mr), off))
+    }
+
     /// Finds a live region by its local key.
     pub fn by_lkey(&self, lkey: u32) -> Option<&Arc<Mr>> {
+        if key_is_mw(lkey) {
+            return None;
+        }
         let slot = self.slots.get((lkey >> 8) as usize)?;
         slot.mr.as_ref().filter(|mr| mr.lkey == lkey)
     }
 
     /// Finds a live region by its remote key (rkey 0 never matches).
     pub fn by_rkey(&self, rkey: u32) -> Option<&Arc<Mr>> {
-        if rkey == 0 {
+        if rkey == 0 || key_is_mw(rkey) {
             return None;
         }
         let slot = self.slots.get((rkey >> 8) as usize)?;

@@ -21,7 +21,7 @@ use super::mr::MrTable;
 use super::requester::ReqState;
 use super::responder::RespState;
 use super::srq::Srq;
-use super::wqe::{LocalData, RecvWqe, SendState, SendWqe, UdTarget};
+use super::wqe::{LocalData, LocalOp, RecvWqe, SendState, SendWqe, UdTarget};
 use crate::ib::{apply_modify, check_modify, check_sqd_exit, DeviceLimits};
 use crate::ib::{
     AccessFlags, QpAttr, QpAttrMask, QpCap, QpState, QpType, QueueKind, RecvWr, SendFlags, SendWr,
@@ -391,6 +391,7 @@ impl QpCore {
                 src_qp: 0,
                 solicited: false,
                 grh: false,
+                invalidated_rkey: None,
             },
         ));
     }
@@ -422,6 +423,7 @@ impl QpCore {
                     src_qp: self.attr.dest_qp_num,
                     solicited: false,
                     grh: false,
+                    invalidated_rkey: None,
                 },
             ));
         }
@@ -479,13 +481,15 @@ impl QpCore {
                     | WrOpcode::SendWithImm { .. }
                     | WrOpcode::RdmaWrite { .. }
                     | WrOpcode::RdmaWriteWithImm { .. }
+                    | WrOpcode::BindMw { .. }
+                    | WrOpcode::LocalInv { .. }
             ),
             QpType::Ud => matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm { .. }),
         };
         if !allowed {
             return Err(VerbsError::InvalidWr(match self.cfg.qp_type {
                 QpType::Ud => "UD carries SEND and SEND with immediate only",
-                _ => "UC carries SEND and RDMA WRITE only",
+                _ => "UC carries SEND, RDMA WRITE and the local BIND_MW and LOCAL_INV only",
             }));
         }
         if !matches!(state, QpState::Rts | QpState::Sqd | QpState::Err) {
@@ -530,7 +534,10 @@ impl QpCore {
                 "READ or atomic on a QP whose max_rd_atomic is 0",
             ));
         }
-        let data = if inline {
+        let data = if wr.opcode.is_local() {
+            // BIND_MW and LOCAL_INV move no data: their SGEs are not looked at (as rxe).
+            LocalData::Sges(Vec::new())
+        } else if inline {
             let total: u64 = wr.sg_list.iter().map(|s| s.length as u64).sum();
             if total > self.cfg.cap.max_inline_data as u64 {
                 return Err(VerbsError::InlineTooLarge {
@@ -582,6 +589,7 @@ impl QpCore {
             read_req_psn: self.req.psn,
             started: false,
             ud,
+            local: LocalOp::resolve(wr.opcode, mrs, self.cfg.pd),
         };
         if state == QpState::Err {
             wqe.state = SendState::Done(WcStatus::WrFlushErr);

@@ -28,7 +28,8 @@ use crate::ib::{QpState, QpType, WcStatus, WrOpcode};
 use crate::wire::packet::finish_payload;
 use crate::wire::psn::packets_for;
 use crate::wire::{
-    AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, ImmDtRepr, Opcode, PacketRepr, Psn, RethRepr,
+    AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, IethRepr, ImmDtRepr, Opcode, PacketRepr, Psn,
+    RethRepr,
 };
 
 /// Most PSNs the requester lets be unacknowledged (rxe_param.h RXE_MAX_UNACKED_PSNS).
@@ -118,7 +119,14 @@ impl QpCore {
     /// (`init_req_packet`, the opcode chosen by `data_opcode` as rxe's next_opcode), its
     /// payload (`finish_packet`) and the state update (`update_state`).
     pub(super) fn requester_poll(&mut self, now: Duration, buf: &mut [u8]) -> Option<usize> {
-        let idx = self.next_wqe()?;
+        // BIND_MW and LOCAL_INV execute here, in order, without a packet (rxe_do_local_ops).
+        let idx = loop {
+            let idx = self.next_wqe()?;
+            if !self.sq[idx].opcode.is_local() {
+                break idx;
+            }
+            self.execute_local(idx);
+        };
         if !self.window_open(idx) || !self.check_init_depth(idx) {
             return None;
         }
@@ -281,9 +289,19 @@ impl QpCore {
                         rkey,
                         imm,
                     } => (Some((remote_addr, rkey)), Some(imm)),
-                    _ => unreachable!("READ and atomics handled above"),
+                    // The IETH goes on the last packet, below.
+                    WrOpcode::SendWithInv { .. } => (None, None),
+                    _ => unreachable!("READ, atomics handled above; local WRs send nothing"),
                 };
                 bth.opcode = data_opcode(write.is_some(), first, last, imm.is_some());
+                if let (WrOpcode::SendWithInv { rkey }, true) = (op, last) {
+                    bth.opcode = if first {
+                        Opcode::RC_SEND_ONLY_WITH_INVALIDATE
+                    } else {
+                        Opcode::RC_SEND_LAST_WITH_INVALIDATE
+                    };
+                    ext.ieth = Some(IethRepr { rkey });
+                }
                 bth.opcode = Opcode(bth.opcode.0 | transport_bits);
                 if let Some(ud) = wqe.ud {
                     bth.dest_qp = ud.remote_qpn;
@@ -379,7 +397,10 @@ impl QpCore {
         }
         let wqe = &mut self.sq[idx];
         if pkt.done {
-            if matches!(wqe.opcode, WrOpcode::Send | WrOpcode::SendWithImm { .. }) {
+            if matches!(
+                wqe.opcode,
+                WrOpcode::Send | WrOpcode::SendWithImm { .. } | WrOpcode::SendWithInv { .. }
+            ) {
                 Counters::inc(&self.counters.rdma_sends);
             }
             if !reliable {

@@ -23,12 +23,17 @@
 //!   receive WQE. After such a NAK the QP moves to ERROR (rxe: do_class_ac_error sets
 //!   goto_error).
 //! - MSN counts completed messages; a READ counts when accepted.
+//! - A key naming a memory window is checked against the window (state, PD, type 2 QP,
+//!   rights, range), a READ through one rechecks it for every response packet, and a SEND
+//!   with invalidate invalidates its IETH key once the message has landed
+//!   (spec-notes/memory-windows.md).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::counters::Counters;
 use super::mr::{Mr, MrFault, MrTable};
+use super::mw::{key_is_mw, Mw, MwFault};
 use super::qp::{CqSide, NetHeader, QpCore, MAX_MESSAGE};
 use super::wqe::RecvWqe;
 use crate::ib::{AccessFlags, QpState, QpType, WcOpcode, WcStatus, WorkCompletion};
@@ -73,6 +78,8 @@ enum Resource {
         mr: Option<Arc<Mr>>,
         va: u64,
         len: u64,
+        /// The window and key the READ went through, rechecked on replay.
+        window: Option<(Arc<Mw>, u32)>,
     },
     Atomic {
         psn: Psn,
@@ -90,6 +97,10 @@ struct ReadJob {
     req_psn: Psn,
     psn: Psn,
     first: bool,
+    /// The window and key the READ went through: every response packet rechecks that the
+    /// window still serves the key (rxe read_reply -> rxe_recheck_mr), so that an
+    /// invalidation stops a READ in progress or a replay.
+    window: Option<(Arc<Mw>, u32)>,
 }
 
 /// Why a request was not executed: the error states of rxe_resp.c that softroce has, which
@@ -132,13 +143,15 @@ struct WriteStart {
 /// What step 6 (check_rkey) resolved a request to.
 #[derive(Debug)]
 enum Target {
-    Send,
+    /// With the R_Key a SEND with invalidate names, and the window it names if any.
+    Send(Option<(u32, Option<Arc<Mw>>)>),
     /// `Some` on the packet that starts the WRITE.
     Write(Option<WriteStart>),
     Read {
         mr: Option<Arc<Mr>>,
         offset: u64,
         len: u64,
+        window: Option<(Arc<Mw>, u32)>,
     },
     Atomic {
         mr: Arc<Mr>,
@@ -205,9 +218,12 @@ impl RespState {
 /// Every refusal of the memory-region table is a remote access error (rxe check_rkey).
 fn rkey_fault(f: MrFault) -> Fault {
     match f {
-        MrFault::UnknownKey | MrFault::WrongPd | MrFault::AccessDenied | MrFault::OutOfRange => {
-            Fault::RkeyViolation
-        }
+        MrFault::UnknownKey
+        | MrFault::WrongPd
+        | MrFault::WrongQp
+        | MrFault::Invalidated
+        | MrFault::AccessDenied
+        | MrFault::OutOfRange => Fault::RkeyViolation,
     }
 }
 
@@ -301,6 +317,7 @@ impl QpCore {
             src_qp: self.attr.dest_qp_num,
             solicited: false,
             grh: status == WcStatus::Success,
+            invalidated_rkey: None,
         }
     }
 
@@ -365,10 +382,15 @@ impl QpCore {
         net: Option<&NetHeader>,
     ) -> Result<(), Fault> {
         match target {
-            Target::Send => self.execute_send(pkt, info, psn, net),
+            Target::Send(inv) => self.execute_send(pkt, info, psn, net, inv),
             Target::Write(start) => self.execute_write(pkt, info, psn, start),
-            Target::Read { mr, offset, len } => {
-                self.execute_read(pkt, psn, mr, offset, len);
+            Target::Read {
+                mr,
+                offset,
+                len,
+                window,
+            } => {
+                self.execute_read(pkt, psn, mr, offset, len, window);
                 Ok(())
             }
             Target::Atomic { mr, offset } => self.execute_atomic(pkt, info, psn, mr, offset),
@@ -590,7 +612,14 @@ impl QpCore {
     ) -> Result<Target, Fault> {
         let n = pkt.payload.len() as u64;
         match info.kind {
-            OpKind::Send => Ok(Target::Send),
+            // The key of a SEND with invalidate is looked up here and acted on once the
+            // message has landed (rxe execute -> invalidate_rkey).
+            OpKind::Send => Ok(Target::Send(pkt.ext.ieth.map(|i| {
+                let mw = key_is_mw(i.rkey)
+                    .then(|| mrs.mw_by_index(i.rkey).cloned())
+                    .flatten();
+                (i.rkey, mw)
+            }))),
             OpKind::Write => {
                 let (start, remaining) = if info.position.starts_message() {
                     let (mr, offset, len) =
@@ -607,17 +636,31 @@ impl QpCore {
             }
             OpKind::ReadRequest => {
                 let (mr, offset, len) = self.resolve_reth(pkt, mrs, AccessFlags::REMOTE_READ)?;
-                Ok(Target::Read { mr, offset, len })
+                // A READ through a window keeps it, for rechecks (see ReadJob).
+                let window = pkt.ext.reth.and_then(|r| {
+                    let mw = key_is_mw(r.rkey).then(|| mrs.mw_by_index(r.rkey))??;
+                    Some((Arc::clone(mw), r.rkey))
+                });
+                Ok(Target::Read {
+                    mr,
+                    offset,
+                    len,
+                    window: window.filter(|_| len > 0),
+                })
             }
             OpKind::CompareSwap | OpKind::FetchAdd => {
                 let a = pkt.ext.atomic.ok_or(Fault::InvalidRequest)?;
                 let (mr, offset) = mrs
-                    .resolve_remote(self.cfg.pd, a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC)
+                    .resolve_remote_qp(
+                        self.cfg.pd,
+                        self.cfg.qpn,
+                        a.rkey,
+                        a.va,
+                        8,
+                        AccessFlags::REMOTE_ATOMIC,
+                    )
                     .map_err(rkey_fault)?;
-                Ok(Target::Atomic {
-                    mr: Arc::clone(mr),
-                    offset,
-                })
+                Ok(Target::Atomic { mr, offset })
             }
             _ => Err(Fault::InvalidRequest),
         }
@@ -638,9 +681,9 @@ impl QpCore {
             return Ok((None, 0, 0));
         }
         let (mr, off) = mrs
-            .resolve_remote(self.cfg.pd, reth.rkey, reth.va, len, need)
+            .resolve_remote_qp(self.cfg.pd, self.cfg.qpn, reth.rkey, reth.va, len, need)
             .map_err(rkey_fault)?;
-        Ok((Some(Arc::clone(mr)), off, len))
+        Ok((Some(mr), off, len))
     }
 
     /// A SEND packet into the receive WQE (RC takes it at the message's first packet; UC and
@@ -653,6 +696,7 @@ impl QpCore {
         info: &OpcodeInfo,
         psn: Psn,
         net: Option<&NetHeader>,
+        inv: Option<(u32, Option<Arc<Mw>>)>,
     ) -> Result<(), Fault> {
         let starts = info.position.starts_message();
         if starts && self.resp.recv.is_none() {
@@ -689,6 +733,18 @@ impl QpCore {
             if ud {
                 wc.src_qp = pkt.ext.deth.map_or(0, |d| d.src_qp);
             }
+            if let Some((rkey, mw)) = inv {
+                if self.invalidate_remote(rkey, mw.as_deref()).is_err() {
+                    // rxe RESPST_ERR_INVALIDATE_RKEY (class J): the receive WQE completes
+                    // with a remote invalid request error and the QP goes to ERROR; softroce
+                    // also NAKs "invalid request", so the sender learns it too.
+                    wc = self.recv_wc(r.wqe.wr_id, WcStatus::RemInvReqErr, WcOpcode::Recv, 0);
+                    self.complete_recv(wc);
+                    self.resp.in_msg = None;
+                    return Err(Fault::InvalidRequest);
+                }
+                wc.invalidated_rkey = Some(rkey);
+            }
             self.complete_recv(wc);
             self.resp.in_msg = None;
             self.resp.msn = (self.resp.msn + 1) & 0xFF_FFFF;
@@ -696,6 +752,17 @@ impl QpCore {
         }
         self.ack_if_asked(pkt, psn);
         Ok(())
+    }
+
+    /// A SEND with invalidate's R_Key, after its message landed: a type 2 window bound to
+    /// this QP (mw.rs `invalidate`); a region key is refused, as rxe_invalidate_mr refuses
+    /// every region that is not fast-register.
+    fn invalidate_remote(&self, rkey: u32, mw: Option<&Mw>) -> Result<(), MwFault> {
+        match mw {
+            Some(mw) => mw.invalidate(self.cfg.pd, self.cfg.qpn, rkey),
+            None if key_is_mw(rkey) => Err(MwFault::UnknownKey),
+            None => Err(MwFault::RegionKey),
+        }
     }
 
     /// RC only: an ACK for a request that asks for one (UC and UD acknowledge nothing,
@@ -779,6 +846,7 @@ impl QpCore {
         mr: Option<Arc<Mr>>,
         offset: u64,
         len: u64,
+        window: Option<(Arc<Mw>, u32)>,
     ) {
         let Some(reth) = pkt.ext.reth else { return };
         let pkts = packets_for(len, self.mtu()) as u32;
@@ -788,6 +856,7 @@ impl QpCore {
             mr: mr.clone(),
             va: reth.va,
             len,
+            window: window.clone(),
         });
         self.queue_response(Response::Read(ReadJob {
             mr,
@@ -796,6 +865,7 @@ impl QpCore {
             req_psn: psn,
             psn,
             first: true,
+            window,
         }));
         self.resp.psn = psn.add(pkts);
         self.resp.msn = (self.resp.msn + 1) & 0xFF_FFFF;
@@ -842,12 +912,13 @@ impl QpCore {
                         mr,
                         va,
                         len,
+                        window,
                     } if !psn.is_before(*first) && !psn.is_after(*last) => {
-                        Some((*first, mr.clone(), *va, *len))
+                        Some((*first, mr.clone(), *va, *len, window.clone()))
                     }
                     _ => None,
                 });
-                let Some((first, mr, va, len)) = found else {
+                let Some((first, mr, va, len, window)) = found else {
                     return; // resources recycled: drop (rxe: class D, silently)
                 };
                 // The retried request must ask for the tail of the original, starting at the
@@ -875,6 +946,7 @@ impl QpCore {
                     req_psn: psn,
                     psn,
                     first: true,
+                    window,
                 }));
             }
             OpKind::CompareSwap | OpKind::FetchAdd => {
@@ -910,6 +982,7 @@ impl QpCore {
         let mut ext = ExtHeaders::default();
         let mut payload: Option<(Option<Arc<Mr>>, u64, usize)> = None;
         let mut read_req_psn = Psn::default();
+        let mut window_gone = false;
         let mut pop = true;
         let mut then_err = false;
         match front {
@@ -947,6 +1020,10 @@ impl QpCore {
                 }
                 payload = Some((job.mr.clone(), job.offset, n as usize));
                 read_req_psn = job.req_psn;
+                window_gone = job
+                    .window
+                    .as_ref()
+                    .is_some_and(|(mw, rkey)| !mw.serves(*rkey));
                 job.offset += n;
                 job.remaining -= n;
                 job.psn = job.psn.next();
@@ -962,9 +1039,11 @@ impl QpCore {
         let n = payload.as_ref().map_or(0, |p| p.2);
         let at = repr.emit_headers(buf, n).ok()?;
         if let Some((Some(mr), off, n)) = &payload {
-            if mr.storage.read(*off, &mut buf[at..at + n]).is_err() {
-                // The region failed after check_rkey passed: no response carries bytes that
-                // were never read. rxe read_reply -> RESPST_ERR_RKEY_VIOLATION: a remote
+            if window_gone || mr.storage.read(*off, &mut buf[at..at + n]).is_err() {
+                // The region failed after check_rkey passed, or the window the READ went
+                // through no longer serves its key (invalidated, rebound, deallocated): no
+                // response carries bytes that were never read or are no longer granted.
+                // rxe read_reply (rxe_recheck_mr) -> RESPST_ERR_RKEY_VIOLATION: a remote
                 // access error NAK for the READ, then ERROR; what was queued behind the READ
                 // is superseded (an ACK past it would acknowledge the READ).
                 Counters::inc(&self.counters.mem_access_err);

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::mr::{Mr, MrTable};
+use super::mw::{key_is_mw, Mw};
 use crate::ib::{AccessFlags, Sge, SgeFault, VerbsError, WcStatus, WrOpcode};
 use crate::memory::AccessError;
 use crate::wire::Psn;
@@ -172,6 +173,41 @@ pub struct SendWqe {
     pub started: bool,
     /// UD: where the datagram goes.
     pub ud: Option<UdTarget>,
+    /// BIND_MW and LOCAL_INV: the objects the WR names, looked up at post time (the checks
+    /// run when the requester reaches the WR).
+    pub local: Option<LocalOp>,
+}
+
+/// The objects a local operation (BIND_MW, LOCAL_INV) names, found by their keys when it is
+/// posted: none where a key names nothing, which fails the WR when it executes (as rxe's
+/// lookups in rxe_bind_mw and rxe_invalidate_mw/_mr fail then).
+#[derive(Debug, Clone)]
+pub struct LocalOp {
+    /// The window (BIND_MW: `mw_rkey`'s; LOCAL_INV: the key's, if it names a window).
+    pub mw: Option<Arc<Mw>>,
+    /// BIND_MW: the region `mr_lkey` names in the QP's PD.
+    pub mr: Option<Arc<Mr>>,
+}
+
+impl LocalOp {
+    /// Looks up what `opcode` names; `None` for other opcodes.
+    pub fn resolve(opcode: WrOpcode, mrs: &MrTable, pd: u32) -> Option<LocalOp> {
+        match opcode {
+            WrOpcode::BindMw { mw_rkey, bind, .. } => Some(LocalOp {
+                mw: mrs.mw_by_index(mw_rkey).cloned(),
+                mr: mrs.by_lkey(bind.mr_lkey).filter(|m| m.pd == pd).cloned(),
+            }),
+            WrOpcode::LocalInv { rkey } => Some(LocalOp {
+                mw: if key_is_mw(rkey) {
+                    mrs.mw_by_index(rkey).cloned()
+                } else {
+                    None
+                },
+                mr: None,
+            }),
+            _ => None,
+        }
+    }
 }
 
 /// The destination of a UD send WQE, resolved at post time.

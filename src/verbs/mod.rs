@@ -32,10 +32,14 @@ pub mod cq;
 pub(crate) mod device;
 pub mod foreign_mr;
 pub mod mr;
+pub mod mw;
 pub mod qp;
 
+// Window types and states are the transport's (it keeps the windows); the verbs name them here.
+pub use crate::transport::{MwState, MwType};
 pub use ah::{AddressHandle, SharedReceiveQueue};
 pub use cq::CompletionQueue;
 pub use device::{Context, ProtectionDomain};
 pub use mr::MemoryRegion;
+pub use mw::{inc_rkey, MemoryWindow, MwBind};
 pub use qp::{PostError, QpInitAttr, QueuePair, RcConnect, UdSendWr};

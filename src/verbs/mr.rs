@@ -143,9 +143,29 @@ impl MemoryRegion {
             .map_err(access_error)
     }
 
+    /// `ibv_dereg_mr` with its answer: refused while memory windows are bound to the region
+    /// (IBTA 10.6.7.2.6; rxe answers EINVAL), and then the region is handed back unchanged.
+    /// (Dropping the handle deregisters in any case; windows still bound to it then serve
+    /// nothing.)
+    pub fn deregister(self) -> core::result::Result<(), (MemoryRegion, VerbsError)> {
+        if self.mr.bound_windows() > 0 {
+            return Err((self, windows_bound()));
+        }
+        drop(self);
+        Ok(())
+    }
+
+    /// Memory windows bound to the region now.
+    pub fn bound_windows(&self) -> u32 {
+        self.mr.bound_windows()
+    }
+
     /// `ibv_rereg_mr` with new access rights: the same memory under new keys (the low byte of
     /// the key changes, so the old keys stop working).
     pub fn reregister(&mut self, access: AccessFlags) -> Result<()> {
+        if self.mr.bound_windows() > 0 {
+            return Err(windows_bound());
+        }
         let storage = Arc::clone(&self.mr.storage);
         let mut mrs = self.dev.mrs.write().unwrap_or_else(|e| e.into_inner());
         mrs.deregister(self.mr.lkey);
@@ -157,6 +177,13 @@ impl MemoryRegion {
                 limit: crate::transport::mr::MAX_MR as u64 - 1,
             })?;
         Ok(())
+    }
+}
+
+fn windows_bound() -> VerbsError {
+    VerbsError::InvalidAttribute {
+        attr: "memory region",
+        reason: "memory windows are bound to it",
     }
 }
 

@@ -331,6 +331,12 @@ impl QueuePair {
 impl Drop for QueuePair {
     fn drop(&mut self) {
         self.dev.remove_qp(self.qpn);
+        // Type 2 memory windows bound to this QP serve no later QP with its number.
+        self.dev
+            .mrs
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .forget_qp(self.qpn);
         if let Some(s) = &self.srq {
             s.detach();
         }

@@ -9,6 +9,7 @@
 
 mod endpoint;
 mod hostile;
+mod mw;
 mod node;
 mod revoked;
 mod scenarios;
