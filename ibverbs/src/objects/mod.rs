@@ -7,6 +7,8 @@ mod async_event;
 mod common;
 mod context;
 mod cq;
+mod cq_ex;
+mod cq_resize;
 mod device;
 pub(crate) mod handle;
 mod mr;
