@@ -16,6 +16,7 @@ mod pd;
 mod port;
 mod post;
 mod qp;
+mod qp_ex;
 mod srq;
 mod strings;
 

@@ -315,6 +315,286 @@ static void resize(void)
 
 /* ---------------------------------------------------------------------------------------- */
 
+static struct ibv_qp *ex_qp(struct ibv_cq *cq, enum ibv_qp_type t, uint64_t ops, uint32_t inl)
+{
+	struct ibv_qp_init_attr_ex ia = {
+		.send_cq = cq,
+		.recv_cq = cq,
+		.cap = {.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 2, .max_recv_sge = 2,
+			.max_inline_data = inl},
+		.qp_type = t,
+		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+		.pd = pd,
+		.send_ops_flags = ops,
+	};
+	return ibv_create_qp_ex(ctx, &ia);
+}
+
+enum {
+	RC_OPS = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+		 IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
+		 IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD,
+};
+
+static void qp_ex_creation(struct ibv_cq *cq)
+{
+	/* comp_mask PD alone is ibv_create_qp (verbs.h): a plain QP, no ibv_qp_ex. */
+	struct ibv_qp_init_attr_ex ia = {
+		.send_cq = cq,
+		.recv_cq = cq,
+		.cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1},
+		.qp_type = IBV_QPT_RC,
+		.comp_mask = IBV_QP_INIT_ATTR_PD,
+		.pd = pd,
+	};
+	struct ibv_qp *qp = ibv_create_qp_ex(ctx, &ia);
+	CHECK(qp != NULL && ibv_qp_to_qp_ex(qp) == NULL);
+	CHECK(ibv_destroy_qp(qp) == 0);
+	/* Creation flags: 0 is what rxe takes (test_qp draws exactly that on a non-Mellanox
+	 * device); an ibv_qp_ex with the setters but no operation. */
+	ia.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+	qp = ibv_create_qp_ex(ctx, &ia);
+	CHECK(qp != NULL);
+	struct ibv_qp_ex *x = ibv_qp_to_qp_ex(qp);
+	CHECK(x != NULL && (void *)x == (void *)qp && x->qp_base.qp_num == qp->qp_num);
+	CHECK(x->wr_start && x->wr_complete && x->wr_abort && x->wr_set_sge && !x->wr_send);
+	CHECK(ibv_destroy_qp(qp) == 0);
+	ia.create_flags = IBV_QP_CREATE_BLOCK_SELF_MCAST_LB;
+	CHECK(ibv_create_qp_ex(ctx, &ia) == NULL && errno == EOPNOTSUPP);
+	ia.create_flags = 0;
+	/* comp_mask bits rxe does not take; no PD. */
+	ia.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_MAX_TSO_HEADER;
+	CHECK(ibv_create_qp_ex(ctx, &ia) == NULL && errno == EOPNOTSUPP);
+	ia.comp_mask = IBV_QP_INIT_ATTR_CREATE_FLAGS;
+	CHECK(ibv_create_qp_ex(ctx, &ia) == NULL && errno == EINVAL);
+
+	/* Every operation softroce posts, on RC: each builder set, the four it lacks NULL. */
+	qp = ex_qp(cq, IBV_QPT_RC, RC_OPS, 0);
+	CHECK(qp != NULL);
+	x = ibv_qp_to_qp_ex(qp);
+	CHECK(x && x->wr_send && x->wr_send_imm && x->wr_rdma_write && x->wr_rdma_write_imm &&
+	      x->wr_rdma_read && x->wr_atomic_cmp_swp && x->wr_atomic_fetch_add &&
+	      x->wr_set_ud_addr && x->wr_set_inline_data && x->wr_set_inline_data_list &&
+	      x->wr_set_sge_list);
+	CHECK(!x->wr_bind_mw && !x->wr_local_inv && !x->wr_send_inv && !x->wr_atomic_write &&
+	      !x->wr_send_tso && !x->wr_set_xrc_srqn);
+	CHECK(ibv_destroy_qp(qp) == 0);
+	/* Only the operations asked for: the others stay NULL (as rdma-core leaves them). */
+	qp = ex_qp(cq, IBV_QPT_RC, IBV_QP_EX_WITH_SEND, 0);
+	x = ibv_qp_to_qp_ex(qp);
+	CHECK(x && x->wr_send && !x->wr_send_imm && !x->wr_rdma_write && !x->wr_rdma_read &&
+	      !x->wr_atomic_cmp_swp);
+	CHECK(ibv_destroy_qp(qp) == 0);
+	/* What softroce lacks (memory windows, invalidation, ATOMIC WRITE, TSO), and what the
+	 * QP type cannot do: EOPNOTSUPP, as rxe for bits it does not support. */
+	uint64_t refused[] = {IBV_QP_EX_WITH_LOCAL_INV, IBV_QP_EX_WITH_BIND_MW,
+			      IBV_QP_EX_WITH_SEND_WITH_INV, IBV_QP_EX_WITH_ATOMIC_WRITE,
+			      IBV_QP_EX_WITH_TSO};
+	for (unsigned i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+		CHECK(ex_qp(cq, IBV_QPT_RC, IBV_QP_EX_WITH_SEND | refused[i], 0) == NULL &&
+		      errno == EOPNOTSUPP);
+	CHECK(ex_qp(cq, IBV_QPT_UD, IBV_QP_EX_WITH_RDMA_WRITE, 0) == NULL && errno == EOPNOTSUPP);
+	CHECK(ex_qp(cq, IBV_QPT_UC, IBV_QP_EX_WITH_RDMA_READ, 0) == NULL && errno == EOPNOTSUPP);
+	qp = ex_qp(cq, IBV_QPT_UC, IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND, 0);
+	CHECK(qp != NULL && ibv_destroy_qp(qp) == 0);
+	CHECK(ex_qp(cq, IBV_QPT_XRC_SEND, IBV_QP_EX_WITH_SEND, 0) == NULL && errno == EOPNOTSUPP);
+}
+
+static void qp_ex_rc(struct ibv_cq *scq, struct ibv_cq *rcq)
+{
+	struct ibv_qp *qa = ex_qp(scq, IBV_QPT_RC, RC_OPS, 64);
+	struct ibv_qp *qb = plain_qp(rcq, rcq);
+	CHECK(qa && qb);
+	to_rts(qa, qb->qp_num);
+	to_rts(qb, qa->qp_num);
+	struct ibv_qp_ex *x = ibv_qp_to_qp_ex(qa);
+	char *src = buf, *dst = buf + 4096;
+	uint64_t rdst = (uintptr_t)dst;
+	memset(buf, 0, 8192);
+	for (int i = 0; i < 4; i++)
+		post_recv(qb, 500 + i, rdst + 256 * i, 256);
+
+	/* One batch: SEND (one SGE), SEND with immediate (an SGE list), RDMA WRITE (inline
+	 * data), RDMA WRITE with immediate (an inline list, which takes a receive WR). */
+	memcpy(src, "hello", 5);
+	memcpy(src + 64, "wor", 3);
+	memcpy(src + 128, "ld", 2);
+	char inl[16] = "inline!", p1[4] = "abc", p2[4] = "defg";
+	ibv_wr_start(x);
+	x->wr_id = 1;
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_send(x);
+	ibv_wr_set_sge(x, mr->lkey, (uintptr_t)src, 5);
+	x->wr_id = 2;
+	ibv_wr_send_imm(x, htobe32(0xabcd));
+	struct ibv_sge list[2] = {{(uintptr_t)(src + 64), 3, mr->lkey},
+				  {(uintptr_t)(src + 128), 2, mr->lkey}};
+	ibv_wr_set_sge_list(x, 2, list);
+	x->wr_id = 3;
+	ibv_wr_rdma_write(x, mr->rkey, rdst + 2048);
+	ibv_wr_set_inline_data(x, inl, 7);
+	/* The inline bytes are copied at the call: changing them now changes nothing. */
+	inl[0] = 'X';
+	x->wr_id = 4;
+	ibv_wr_rdma_write_imm(x, mr->rkey, rdst + 2100, htobe32(77));
+	struct ibv_data_buf bl[2] = {{p1, 3}, {p2, 4}};
+	ibv_wr_set_inline_data_list(x, 2, bl);
+	CHECK(ibv_wr_complete(x) == 0);
+	for (int i = 0; i < 4; i++) {
+		struct ibv_wc wc = poll1(scq);
+		CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 1 + (uint64_t)i);
+		CHECK(wc.opcode == (i < 2 ? IBV_WC_SEND : IBV_WC_RDMA_WRITE));
+	}
+	struct ibv_wc r = poll1(rcq);
+	CHECK(r.wr_id == 500 && r.opcode == IBV_WC_RECV && r.byte_len == 5);
+	CHECK(memcmp(dst, "hello", 5) == 0);
+	r = poll1(rcq);
+	CHECK(r.wr_id == 501 && r.byte_len == 5 && (r.wc_flags & IBV_WC_WITH_IMM) &&
+	      r.imm_data == htobe32(0xabcd));
+	CHECK(memcmp(dst + 256, "world", 5) == 0);
+	r = poll1(rcq);
+	CHECK(r.wr_id == 502 && r.opcode == IBV_WC_RECV_RDMA_WITH_IMM &&
+	      r.imm_data == htobe32(77) && r.byte_len == 7);
+	CHECK(memcmp(dst + 2048, "inline!", 7) == 0);
+	CHECK(memcmp(dst + 2100, "abcdefg", 7) == 0);
+
+	/* READ and both atomics, unsignaled except the last (sq_sig_all is 0). */
+	memcpy(dst + 3000, "remote", 6);
+	uint64_t *word = (uint64_t *)(dst + 3072), *old = (uint64_t *)(src + 1024);
+	*word = 10;
+	ibv_wr_start(x);
+	x->wr_flags = 0;
+	x->wr_id = 10;
+	ibv_wr_rdma_read(x, mr->rkey, rdst + 3000);
+	ibv_wr_set_sge(x, mr->lkey, (uintptr_t)(src + 512), 6);
+	x->wr_id = 11;
+	ibv_wr_atomic_cmp_swp(x, mr->rkey, rdst + 3072, 10, 25);
+	ibv_wr_set_sge(x, mr->lkey, (uintptr_t)old, 8);
+	x->wr_id = 12;
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_atomic_fetch_add(x, mr->rkey, rdst + 3072, 5);
+	ibv_wr_set_sge(x, mr->lkey, (uintptr_t)(old + 1), 8);
+	CHECK(ibv_wr_complete(x) == 0);
+	struct ibv_wc wc = poll1(scq);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 12 && wc.opcode == IBV_WC_FETCH_ADD);
+	CHECK(memcmp(src + 512, "remote", 6) == 0);
+	CHECK(old[0] == 10 && old[1] == 25 && *word == 30);
+
+	/* wr_abort: nothing of the batch goes out; the next batch does. */
+	ibv_wr_start(x);
+	x->wr_id = 20;
+	ibv_wr_send(x);
+	ibv_wr_set_sge(x, mr->lkey, (uintptr_t)src, 5);
+	ibv_wr_abort(x);
+	memcpy(src, "after", 5);
+	ibv_wr_start(x);
+	x->wr_id = 21;
+	ibv_wr_send(x);
+	ibv_wr_set_sge(x, mr->lkey, (uintptr_t)src, 5);
+	CHECK(ibv_wr_complete(x) == 0);
+	wc = poll1(scq);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 21);
+	r = poll1(rcq);
+	CHECK(r.wr_id == 503 && memcmp(dst + 768, "after", 5) == 0);
+
+	/* Errors kept until wr_complete, which then posts nothing of the batch: too many SGEs,
+	 * too much inline data (both ENOSPC, as rxe), more WRs than the queue holds (ENOSPC), a
+	 * setter before any operation (EINVAL). */
+	struct ibv_sge three[3] = {list[0], list[1], list[0]};
+	ibv_wr_start(x);
+	x->wr_id = 30;
+	ibv_wr_send(x);
+	ibv_wr_set_sge_list(x, 3, three);
+	CHECK(ibv_wr_complete(x) == ENOSPC);
+	char big[65] = {0};
+	ibv_wr_start(x);
+	ibv_wr_send(x);
+	ibv_wr_set_inline_data(x, big, 65);
+	CHECK(ibv_wr_complete(x) == ENOSPC);
+	ibv_wr_start(x);
+	for (int i = 0; i < 17; i++) {
+		ibv_wr_rdma_write(x, mr->rkey, rdst);
+		ibv_wr_set_sge(x, mr->lkey, (uintptr_t)src, 1);
+	}
+	CHECK(ibv_wr_complete(x) == ENOSPC);
+	ibv_wr_start(x);
+	ibv_wr_set_sge(x, mr->lkey, (uintptr_t)src, 1);
+	CHECK(ibv_wr_complete(x) == EINVAL);
+	/* None of them went out: the next signaled WR is the next completion. */
+	post_recv(qb, 504, rdst, 64);
+	ibv_wr_start(x);
+	x->wr_id = 40;
+	ibv_wr_send(x);
+	ibv_wr_set_inline_data(x, "last", 4);
+	CHECK(ibv_wr_complete(x) == 0);
+	wc = poll1(scq);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 40 && wc.opcode == IBV_WC_SEND);
+	r = poll1(rcq);
+	CHECK(r.wr_id == 504 && r.byte_len == 4 && memcmp(dst, "last", 4) == 0);
+	struct ibv_wc none;
+	CHECK(ibv_poll_cq(scq, 1, &none) == 0 && ibv_poll_cq(rcq, 1, &none) == 0);
+	CHECK(ibv_destroy_qp(qa) == 0 && ibv_destroy_qp(qb) == 0);
+}
+
+static void qp_ex_ud(struct ibv_cq *scq, struct ibv_cq *rcq)
+{
+	struct ibv_qp *qa = ex_qp(scq, IBV_QPT_UD, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM,
+				  0);
+	struct ibv_qp *qb = ex_qp(rcq, IBV_QPT_UD, IBV_QP_EX_WITH_SEND, 0);
+	CHECK(qa && qb);
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = 0x11};
+	for (int i = 0; i < 2; i++) {
+		struct ibv_qp *q = i ? qb : qa;
+		a.qp_state = IBV_QPS_INIT;
+		CHECK(ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+						 IBV_QP_QKEY) == 0);
+		a.qp_state = IBV_QPS_RTR;
+		CHECK(ibv_modify_qp(q, &a, IBV_QP_STATE) == 0);
+		a.qp_state = IBV_QPS_RTS;
+		CHECK(ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0);
+	}
+	struct ibv_ah_attr aa = {.is_global = 1, .port_num = 1,
+				 .grh = {.dgid = gid, .sgid_index = 1, .hop_limit = 1}};
+	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+	CHECK(ah != NULL);
+	char *src = buf, *dst = buf + 4096;
+	memcpy(src, "datagram", 8);
+	post_recv(qb, 600, (uintptr_t)dst, 40 + 64);
+	struct ibv_qp_ex *x = ibv_qp_to_qp_ex(qa);
+	/* No address: EINVAL at wr_complete. */
+	ibv_wr_start(x);
+	x->wr_id = 60;
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_send(x);
+	ibv_wr_set_sge(x, mr->lkey, (uintptr_t)src, 8);
+	CHECK(ibv_wr_complete(x) == EINVAL);
+	ibv_wr_start(x);
+	x->wr_id = 61;
+	ibv_wr_send_imm(x, htobe32(9));
+	ibv_wr_set_ud_addr(x, ah, qb->qp_num, 0x11);
+	ibv_wr_set_sge(x, mr->lkey, (uintptr_t)src, 8);
+	CHECK(ibv_wr_complete(x) == 0);
+	struct ibv_wc wc = poll1(scq);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 61);
+	struct ibv_wc r = poll1(rcq);
+	CHECK(r.status == IBV_WC_SUCCESS && r.wr_id == 600 && r.byte_len == 40 + 8);
+	CHECK(r.src_qp == qa->qp_num && (r.wc_flags & IBV_WC_WITH_IMM) && r.imm_data == htobe32(9));
+	CHECK(memcmp(dst + 40, "datagram", 8) == 0);
+	CHECK(ibv_destroy_ah(ah) == 0);
+	CHECK(ibv_destroy_qp(qa) == 0 && ibv_destroy_qp(qb) == 0);
+}
+
+static void qp_ex(void)
+{
+	struct ibv_cq *scq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	struct ibv_cq *rcq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	CHECK(scq && rcq);
+	qp_ex_creation(scq);
+	qp_ex_rc(scq, rcq);
+	qp_ex_ud(scq, rcq);
+	CHECK(ibv_destroy_cq(scq) == 0 && ibv_destroy_cq(rcq) == 0);
+}
+
 int main(void)
 {
 	struct ibv_device **list = ibv_get_device_list(NULL);
@@ -336,6 +616,7 @@ int main(void)
 	cq_ex_creation();
 	cq_ex_traffic();
 	resize();
+	qp_ex();
 
 	CHECK(ibv_dereg_mr(mr) == 0);
 	CHECK(ibv_dealloc_pd(pd) == 0);
