@@ -101,12 +101,8 @@ impl CqInner {
     /// rxe (`rxe_cq_chk_attr`): refused when it is 0, above the device's `max_cqe`, or below
     /// the number of completions waiting.
     pub(crate) fn resize(&self, capacity: usize) -> Result<(), VerbsError> {
-        let max = self
-            .device
-            .upgrade()
-            .ok_or(VerbsError::DeviceClosed)?
-            .limits
-            .max_cqe as usize;
+        let dev = self.device.upgrade().ok_or(VerbsError::DeviceClosed)?;
+        let max = dev.limits.max_cqe as usize;
         if capacity == 0 || capacity > max {
             return Err(VerbsError::ExceedsDeviceLimit {
                 what: "CQ entries",
@@ -114,6 +110,9 @@ impl CqInner {
                 limit: max as u64,
             });
         }
+        // rxe counts the completions of the work posted before the resize, which its
+        // post_send served inline; softroce's engine serves it asynchronously, so let it.
+        dev.settle(std::time::Duration::from_secs(1));
         let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if capacity < st.queue.len() {
             return Err(VerbsError::InvalidAttribute {
