@@ -28,7 +28,16 @@ pub(super) struct Ctx {
     /// The `async_fd` of the C struct, closed when the last object referring to the context
     /// is gone.
     async_fd: c_int,
+    /// The `cmd_fd` of the C struct (see `CMD_DEVICE`), closed with `async_fd`; -1 if it
+    /// could not be opened.
+    cmd_fd: c_int,
 }
+
+/// What a context's `cmd_fd` is open on. rdma-core's is the device's uverbs character device,
+/// which programs only dup and hand to `ibv_import_device` (pyverbs' shared-PD test); softroce0
+/// has no kernel device, so its command fd is this character device that takes no command,
+/// whose device number `ibv_import_device` recognises as softroce0's.
+pub(crate) const CMD_DEVICE: &std::ffi::CStr = c"/dev/zero";
 
 impl Object for Ctx {
     type C = verbs_context;
@@ -42,8 +51,14 @@ impl Object for Ctx {
 
 impl Drop for Ctx {
     fn drop(&mut self) {
-        // SAFETY: the fd was opened by ibv_open_device for this context and is closed only here.
-        unsafe { libc::close(self.async_fd) };
+        // SAFETY: the fds were opened by ibv_open_device for this context and are closed only
+        // here.
+        unsafe {
+            libc::close(self.async_fd);
+            if self.cmd_fd >= 0 {
+                libc::close(self.cmd_fd);
+            }
+        }
     }
 }
 
@@ -104,6 +119,8 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
     if async_fd < 0 {
         return null_mut(); // errno from eventfd
     }
+    // SAFETY: a NUL-terminated path; no other preconditions.
+    let cmd_fd = unsafe { libc::open(CMD_DEVICE.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
     let mut ops: [*mut c_void; VERBS_CONTEXT_SLOTS] = [null_mut(); VERBS_CONTEXT_SLOTS];
     ops[VCTX_QUERY_PORT] = ext_query_port as QueryPortFn as *mut c_void;
     ops[VCTX_QUERY_DEVICE_EX] = crate::query_device_ex::query_device_ex
@@ -130,7 +147,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
                 post_recv: Some(op_post_recv),
                 _compat4: [null_mut(); 5],
             },
-            cmd_fd: -1,
+            cmd_fd,
             async_fd,
             num_comp_vectors: NUM_COMP_VECTORS,
             mutex: mutex_init(),
@@ -143,6 +160,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
             cfg: config(),
             inner: Mutex::new(None),
             async_fd,
+            cmd_fd,
         },
     );
     handle::publish(&ctx)
