@@ -14,8 +14,9 @@ fn set_errno(e: c_int) {
 }
 
 /// `ibv_import_device`: a context shared from another process through its uverbs command fd.
-/// As libibverbs: EINVAL unless `cmd_fd` is a character device, else ENODEV (no device of
-/// the list owns it: softroce0 has no kernel device file); NULL.
+/// As libibverbs: EINVAL unless `cmd_fd` is a character device; ENODEV unless it is
+/// softroce0's (a context's `cmd_fd`, open on `CMD_DEVICE`); then EOPNOTSUPP, as for rxe,
+/// whose provider has no `import_context`; NULL.
 #[no_mangle]
 pub extern "C" fn ibv_import_device(cmd_fd: c_int) -> *mut ibv_context {
     // SAFETY: `stat` is plain integers, for which all zeroes is a valid value.
@@ -23,8 +24,16 @@ pub extern "C" fn ibv_import_device(cmd_fd: c_int) -> *mut ibv_context {
     // SAFETY: fstat writes the `stat` we own and pass; any fd value is allowed (a closed or
     // negative one is EBADF).
     let r = unsafe { libc::fstat(cmd_fd, &mut st) };
-    set_errno(if r != 0 || st.st_mode & libc::S_IFMT != libc::S_IFCHR {
-        EINVAL
+    if r != 0 || st.st_mode & libc::S_IFMT != libc::S_IFCHR {
+        set_errno(EINVAL);
+        return null_mut();
+    }
+    // SAFETY: as above, plain integers.
+    let mut own: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and the `stat` we own.
+    let r = unsafe { libc::stat(crate::objects::CMD_DEVICE.as_ptr(), &mut own) };
+    set_errno(if r == 0 && own.st_rdev == st.st_rdev {
+        EOPNOTSUPP
     } else {
         ENODEV
     });

@@ -146,6 +146,11 @@ pub const VCTX_QUERY_PORT: usize = 0;
 /// The `query_device_ex` slot of `verbs_context.ops`.
 pub const VCTX_QUERY_DEVICE_EX: usize = 27;
 
+/// The `create_cq_ex` slot of `verbs_context.ops` (what the inline `ibv_create_cq_ex` calls).
+pub const VCTX_CREATE_CQ_EX: usize = 25;
+/// The `create_qp_ex` slot of `verbs_context.ops` (what the inline `ibv_create_qp_ex` calls).
+pub const VCTX_CREATE_QP_EX: usize = 33;
+
 /// `struct verbs_context`: extended ops, in memory just before the `ibv_context` (its last
 /// member), found through `abi_compat == __VERBS_ABI_IS_EXTENDED`.
 #[repr(C)]
@@ -702,6 +707,147 @@ pub struct ib_uverbs_qp_attr {
     pub reserved: [u8; 5],
 }
 
+/// `struct ibv_cq_init_attr_ex`: what `ibv_create_cq_ex` is given.
+#[repr(C)]
+pub struct ibv_cq_init_attr_ex {
+    pub cqe: u32,
+    pub cq_context: *mut c_void,
+    pub channel: *mut ibv_comp_channel,
+    pub comp_vector: u32,
+    pub wc_flags: u64,
+    pub comp_mask: u32,
+    pub flags: u32,
+    pub parent_domain: *mut ibv_pd,
+}
+
+/// The `create_cq_ex` op.
+pub type CreateCqExFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex;
+/// The `create_qp_ex` op.
+pub type CreateQpExFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp;
+
+/// `struct ibv_poll_cq_attr`.
+#[repr(C)]
+pub struct ibv_poll_cq_attr {
+    pub comp_mask: u32,
+}
+
+/// `start_poll` of `struct ibv_cq_ex`.
+pub type StartPollFn = unsafe extern "C" fn(*mut ibv_cq_ex, *mut ibv_poll_cq_attr) -> c_int;
+/// `next_poll`.
+pub type NextPollFn = unsafe extern "C" fn(*mut ibv_cq_ex) -> c_int;
+/// `end_poll`.
+pub type EndPollFn = unsafe extern "C" fn(*mut ibv_cq_ex);
+/// The `read_*` members returning 32 bits.
+pub type ReadU32Fn = unsafe extern "C" fn(*mut ibv_cq_ex) -> u32;
+/// The `read_*` members returning 8 bits.
+pub type ReadU8Fn = unsafe extern "C" fn(*mut ibv_cq_ex) -> u8;
+/// The `read_*` members returning 64 bits.
+pub type ReadU64Fn = unsafe extern "C" fn(*mut ibv_cq_ex) -> u64;
+/// `read_opcode` (an `enum ibv_wc_opcode`) and `read_wc_flags` (`unsigned int`).
+pub type ReadUintFn = unsafe extern "C" fn(*mut ibv_cq_ex) -> c_uint;
+
+/// `struct ibv_cq_ex`: an `ibv_cq` (C spells its fields out; the same layout) followed by the
+/// polling state and functions the inline `ibv_start_poll`, `ibv_wc_read_*` call directly.
+/// Every CQ of the shim is allocated as one, as rdma-core's `verbs_cq` is a union of both.
+#[repr(C)]
+pub struct ibv_cq_ex {
+    pub cq: ibv_cq,
+    pub comp_mask: u32,
+    pub status: c_uint,
+    pub wr_id: u64,
+    pub start_poll: Option<StartPollFn>,
+    pub next_poll: Option<NextPollFn>,
+    pub end_poll: Option<EndPollFn>,
+    pub read_opcode: Option<ReadUintFn>,
+    pub read_vendor_err: Option<ReadU32Fn>,
+    pub read_byte_len: Option<ReadU32Fn>,
+    pub read_imm_data: Option<ReadU32Fn>,
+    pub read_qp_num: Option<ReadU32Fn>,
+    pub read_src_qp: Option<ReadU32Fn>,
+    pub read_wc_flags: Option<ReadUintFn>,
+    pub read_slid: Option<ReadU32Fn>,
+    pub read_sl: Option<ReadU8Fn>,
+    pub read_dlid_path_bits: Option<ReadU8Fn>,
+    pub read_completion_ts: Option<ReadU64Fn>,
+    pub read_cvlan: *mut c_void,
+    pub read_flow_tag: *mut c_void,
+    pub read_tm_info: *mut c_void,
+    pub read_completion_wallclock_ns: Option<ReadU64Fn>,
+}
+
+/// `struct ibv_rx_hash_conf` (inside `ibv_qp_init_attr_ex`; RSS, which softroce lacks).
+#[repr(C)]
+pub struct ibv_rx_hash_conf {
+    pub rx_hash_function: u8,
+    pub rx_hash_key_len: u8,
+    pub rx_hash_key: *mut u8,
+    pub rx_hash_fields_mask: u64,
+}
+
+/// `struct ibv_qp_init_attr_ex`: an `ibv_qp_init_attr` (the same first members) and the
+/// extended ones.
+#[repr(C)]
+pub struct ibv_qp_init_attr_ex {
+    pub qp_context: *mut c_void,
+    pub send_cq: *mut ibv_cq,
+    pub recv_cq: *mut ibv_cq,
+    pub srq: *mut c_void,
+    pub cap: ibv_qp_cap,
+    pub qp_type: c_uint,
+    pub sq_sig_all: c_int,
+    pub comp_mask: u32,
+    pub pd: *mut ibv_pd,
+    pub xrcd: *mut c_void,
+    pub create_flags: u32,
+    pub max_tso_header: u16,
+    pub rwq_ind_tbl: *mut c_void,
+    pub rx_hash_conf: ibv_rx_hash_conf,
+    pub source_qpn: u32,
+    pub send_ops_flags: u64,
+}
+
+/// `struct ibv_data_buf`: one buffer of `ibv_wr_set_inline_data_list`.
+#[repr(C)]
+pub struct ibv_data_buf {
+    pub addr: *mut c_void,
+    pub length: usize,
+}
+
+/// `struct ibv_qp_ex`: an `ibv_qp` followed by the work-request builder the inline
+/// `ibv_wr_*` functions call directly. Every QP of the shim is allocated as one, as
+/// rdma-core's `verbs_qp` is a union of both.
+#[repr(C)]
+pub struct ibv_qp_ex {
+    pub qp_base: ibv_qp,
+    pub comp_mask: u64,
+    pub wr_id: u64,
+    pub wr_flags: c_uint,
+    pub wr_atomic_cmp_swp: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64, u64)>,
+    pub wr_atomic_fetch_add: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64)>,
+    pub wr_bind_mw: *mut c_void,
+    pub wr_local_inv: *mut c_void,
+    pub wr_rdma_read: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64)>,
+    pub wr_rdma_write: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64)>,
+    pub wr_rdma_write_imm: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32)>,
+    pub wr_send: Option<unsafe extern "C" fn(*mut ibv_qp_ex)>,
+    pub wr_send_imm: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
+    pub wr_send_inv: *mut c_void,
+    pub wr_send_tso: *mut c_void,
+    pub wr_set_ud_addr: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut ibv_ah, u32, u32)>,
+    pub wr_set_xrc_srqn: *mut c_void,
+    pub wr_set_inline_data: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut c_void, usize)>,
+    pub wr_set_inline_data_list:
+        Option<unsafe extern "C" fn(*mut ibv_qp_ex, usize, *const ibv_data_buf)>,
+    pub wr_set_sge: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32)>,
+    pub wr_set_sge_list: Option<unsafe extern "C" fn(*mut ibv_qp_ex, usize, *const ibv_sge)>,
+    pub wr_start: Option<unsafe extern "C" fn(*mut ibv_qp_ex)>,
+    pub wr_complete: Option<unsafe extern "C" fn(*mut ibv_qp_ex) -> c_int>,
+    pub wr_abort: Option<unsafe extern "C" fn(*mut ibv_qp_ex)>,
+    pub wr_atomic_write: *mut c_void,
+}
+
 /// The layouts this file asserts, as (`sizeof T`, size), (`alignof T`, alignment) and
 /// (`T.field`, offset), for the C comparison test.
 pub fn layout_table() -> Vec<(String, usize)> {
@@ -756,7 +902,14 @@ pub fn layout_table() -> Vec<(String, usize)> {
         ib_user_path_rec,
         ib_uverbs_global_route,
         ib_uverbs_ah_attr,
-        ib_uverbs_qp_attr
+        ib_uverbs_qp_attr,
+        ibv_cq_init_attr_ex,
+        ibv_poll_cq_attr,
+        ibv_cq_ex,
+        ibv_rx_hash_conf,
+        ibv_qp_init_attr_ex,
+        ibv_data_buf,
+        ibv_qp_ex
     );
     off!(ibv_device: node_type, transport_type, name, dev_name, dev_path, ibdev_path);
     off!(ibv_context_ops: poll_cq, req_notify_cq, post_srq_recv, post_send, post_recv);
@@ -789,6 +942,27 @@ pub fn layout_table() -> Vec<(String, usize)> {
     v.push((
         "verbs_context.query_device_ex".into(),
         VCTX_QUERY_DEVICE_EX * slot,
+    ));
+    v.push((
+        "verbs_context.create_cq_ex".into(),
+        VCTX_CREATE_CQ_EX * slot,
+    ));
+    v.push((
+        "verbs_context.create_qp_ex".into(),
+        VCTX_CREATE_QP_EX * slot,
+    ));
+    // `cq` and `qp_base` hold the base struct's fields, which C spells out (ibv_cq_ex) or
+    // names qp_base (ibv_qp_ex): the members after them are checked by name.
+    off!(ibv_cq_init_attr_ex: cqe, cq_context, channel, comp_vector, wc_flags, comp_mask, flags, parent_domain);
+    off!(ibv_poll_cq_attr: comp_mask);
+    off!(ibv_cq_ex: comp_mask, status, wr_id, start_poll, next_poll, end_poll, read_opcode, read_vendor_err, read_byte_len, read_imm_data, read_qp_num, read_src_qp, read_wc_flags, read_slid, read_sl, read_dlid_path_bits, read_completion_ts, read_cvlan, read_flow_tag, read_tm_info, read_completion_wallclock_ns);
+    off!(ibv_rx_hash_conf: rx_hash_function, rx_hash_key_len, rx_hash_key, rx_hash_fields_mask);
+    off!(ibv_qp_init_attr_ex: qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all, comp_mask, pd, xrcd, create_flags, max_tso_header, rwq_ind_tbl, rx_hash_conf, source_qpn, send_ops_flags);
+    off!(ibv_data_buf: addr, length);
+    off!(ibv_qp_ex: qp_base, comp_mask, wr_id, wr_flags, wr_atomic_cmp_swp, wr_atomic_fetch_add, wr_bind_mw, wr_local_inv, wr_rdma_read, wr_rdma_write, wr_rdma_write_imm, wr_send, wr_send_imm, wr_send_inv, wr_send_tso, wr_set_ud_addr, wr_set_xrc_srqn, wr_set_inline_data, wr_set_inline_data_list, wr_set_sge, wr_set_sge_list, wr_start, wr_complete, wr_abort, wr_atomic_write);
+    v.push((
+        "ibv_cq_ex.async_events_completed".into(),
+        offset_of!(ibv_cq_ex, cq) + offset_of!(ibv_cq, async_events_completed),
     ));
     // Declared with the GID queries (objects.rs), checked here with the others.
     use crate::ibv_gid_entry;

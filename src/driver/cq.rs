@@ -8,6 +8,7 @@
 //! pass on the polling thread, and a wait spins on that instead of sleeping.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,7 +17,9 @@ use crate::ib::{VerbsError, WorkCompletion};
 /// A completion queue.
 #[derive(Debug)]
 pub(crate) struct CqInner {
-    capacity: usize,
+    /// Changed only by `resize`, under the state lock (so a push sees the old or the new
+    /// capacity for a whole batch).
+    capacity: AtomicUsize,
     busy_poll: bool,
     /// The device whose engine a busy-polling CQ drives (weak: the device's QP table holds
     /// the CQ).
@@ -48,7 +51,7 @@ impl CqInner {
     /// A queue of `capacity` completions; in busy-poll mode waits spin.
     pub(crate) fn new(capacity: usize, device: &std::sync::Arc<super::device::Device>) -> CqInner {
         CqInner {
-            capacity,
+            capacity: AtomicUsize::new(capacity),
             busy_poll: device.busy_poll,
             device: std::sync::Arc::downgrade(device),
             state: Mutex::new(CqState::default()),
@@ -62,8 +65,9 @@ impl CqInner {
     pub(crate) fn push_all(&self, wcs: impl IntoIterator<Item = WorkCompletion>) {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let before = st.queue.len();
+        let capacity = self.capacity.load(Ordering::Relaxed);
         for wc in wcs {
-            if st.queue.len() >= self.capacity {
+            if st.queue.len() >= capacity {
                 st.overflowed = true;
                 continue;
             }
@@ -90,7 +94,34 @@ impl CqInner {
 impl CqInner {
     /// Capacity given at creation.
     pub(crate) fn capacity(&self) -> usize {
-        self.capacity
+        self.capacity.load(Ordering::Relaxed)
+    }
+
+    /// `ibv_resize_cq`: the capacity becomes `capacity`, the completions waiting stay. As
+    /// rxe (`rxe_cq_chk_attr`): refused when it is 0, above the device's `max_cqe`, or below
+    /// the number of completions waiting.
+    pub(crate) fn resize(&self, capacity: usize) -> Result<(), VerbsError> {
+        let dev = self.device.upgrade().ok_or(VerbsError::DeviceClosed)?;
+        let max = dev.limits.max_cqe as usize;
+        if capacity == 0 || capacity > max {
+            return Err(VerbsError::ExceedsDeviceLimit {
+                what: "CQ entries",
+                requested: capacity as u64,
+                limit: max as u64,
+            });
+        }
+        // rxe counts the completions of the work posted before the resize, which its
+        // post_send served inline; softroce's engine serves it asynchronously, so let it.
+        dev.settle(std::time::Duration::from_secs(1));
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if capacity < st.queue.len() {
+            return Err(VerbsError::InvalidAttribute {
+                attr: "cqe",
+                reason: "fewer than the completions waiting in the CQ",
+            });
+        }
+        self.capacity.store(capacity, Ordering::Relaxed);
+        Ok(())
     }
 
     /// `ibv_poll_cq`: moves up to `out.len()` completions into `out`, oldest first; returns how
@@ -115,7 +146,7 @@ impl CqInner {
         if st.overflowed {
             return Err(VerbsError::QueueFull {
                 queue: crate::ib::QueueKind::Completion,
-                depth: self.capacity as u32,
+                depth: self.capacity.load(Ordering::Relaxed) as u32,
             });
         }
         let n = out.len().min(st.queue.len());
@@ -136,7 +167,7 @@ impl CqInner {
         if st.overflowed {
             return Err(VerbsError::QueueFull {
                 queue: crate::ib::QueueKind::Completion,
-                depth: self.capacity as u32,
+                depth: self.capacity.load(Ordering::Relaxed) as u32,
             });
         }
         Ok(st.queue.pop_front())

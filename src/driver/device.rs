@@ -49,6 +49,8 @@ pub(crate) struct Device {
     pub(crate) engine: Mutex<Option<Box<super::engine::Engine>>>,
     /// QP1: the connection manager's MADs.
     pub(crate) gsi: GsiShared,
+    /// Engine passes completed (see `settle`).
+    pub(crate) passes: AtomicU64,
     next_qpn: AtomicU32,
     next_handle: AtomicU32,
 }
@@ -73,6 +75,7 @@ impl Device {
             waker,
             closed: AtomicBool::new(false),
             busy_poll,
+            passes: AtomicU64::new(0),
             engine: Mutex::new(None),
             gsi: GsiShared::new(local),
             // rxe hands out QPNs from 17 (0x11) upwards; 0 and 1 are the special QPs.
@@ -126,6 +129,35 @@ impl Device {
             if let Some(e) = e.as_mut() {
                 pass(e);
             }
+        }
+    }
+
+    /// Returns once the engine has run a whole pass begun after the call, or after `limit`:
+    /// the work posted before the call has then been taken in and served as rxe's
+    /// `post_send` serves it inline (a UD send is sent and completed). The pass in progress
+    /// at the call may have taken the doorbell before that work was rung, hence two.
+    pub(crate) fn settle(&self, limit: std::time::Duration) {
+        let start = self.passes.load(Ordering::Acquire);
+        let deadline = std::time::Instant::now() + limit;
+        let mut seen = u64::MAX;
+        loop {
+            let now_at = self.passes.load(Ordering::Acquire);
+            if now_at.wrapping_sub(start) >= 2
+                || self.closed.load(Ordering::Acquire)
+                || std::time::Instant::now() >= deadline
+            {
+                return;
+            }
+            if now_at != seen {
+                // Once per pass seen: the engine may be asleep until a doorbell.
+                seen = now_at;
+                if self.busy_poll {
+                    self.drive();
+                } else {
+                    let _ = self.waker.wake();
+                }
+            }
+            std::thread::yield_now();
         }
     }
 

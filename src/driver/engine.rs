@@ -311,6 +311,7 @@ impl Engine {
         if !(defer_after_completion && self.delivered) {
             self.flush();
         }
+        self.dev.passes.fetch_add(1, Ordering::Release);
     }
 
     /// Waits in poll until there is something to do; returns false if the poll set broke.

@@ -37,6 +37,13 @@ impl CompletionQueue {
         self.inner.wait(out, timeout)
     }
 
+    /// `ibv_resize_cq`: room for `capacity` completions from now on, those waiting kept.
+    /// Fails (the CQ unchanged) for 0, more than the device's `max_cqe`, or fewer than the
+    /// completions waiting (as rxe).
+    pub fn resize(&self, capacity: usize) -> Result<(), VerbsError> {
+        self.inner.resize(capacity)
+    }
+
     /// Completions waiting to be polled.
     pub fn len(&self) -> usize {
         self.inner.len()

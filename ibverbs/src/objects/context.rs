@@ -30,7 +30,16 @@ pub(super) struct Ctx {
     /// The `async_fd` of the C struct, closed when the last object referring to the context
     /// is gone.
     async_fd: c_int,
+    /// The `cmd_fd` of the C struct (see `CMD_DEVICE`), closed with `async_fd`; -1 if it
+    /// could not be opened.
+    cmd_fd: c_int,
 }
+
+/// What a context's `cmd_fd` is open on. rdma-core's is the device's uverbs character device,
+/// which programs only dup and hand to `ibv_import_device` (pyverbs' shared-PD test); softroce0
+/// has no kernel device, so its command fd is this character device that takes no command,
+/// whose device number `ibv_import_device` recognises as softroce0's.
+pub(crate) const CMD_DEVICE: &std::ffi::CStr = c"/dev/zero";
 
 impl Object for Ctx {
     type C = verbs_context;
@@ -44,8 +53,14 @@ impl Object for Ctx {
 
 impl Drop for Ctx {
     fn drop(&mut self) {
-        // SAFETY: the fd was opened by ibv_open_device for this context and is closed only here.
-        unsafe { libc::close(self.async_fd) };
+        // SAFETY: the fds were opened by ibv_open_device for this context and are closed only
+        // here.
+        unsafe {
+            libc::close(self.async_fd);
+            if self.cmd_fd >= 0 {
+                libc::close(self.cmd_fd);
+            }
+        }
     }
 }
 
@@ -106,10 +121,14 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
     if async_fd < 0 {
         return null_mut(); // errno from eventfd
     }
+    // SAFETY: a NUL-terminated path; no other preconditions.
+    let cmd_fd = unsafe { libc::open(CMD_DEVICE.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
     let mut ops: [*mut c_void; VERBS_CONTEXT_SLOTS] = [null_mut(); VERBS_CONTEXT_SLOTS];
     ops[VCTX_QUERY_PORT] = ext_query_port as QueryPortFn as *mut c_void;
     ops[VCTX_QUERY_DEVICE_EX] = crate::query_device_ex::query_device_ex
         as crate::query_device_ex::QueryDeviceExFn as *mut c_void;
+    ops[VCTX_CREATE_CQ_EX] = super::cq_ex::op_create_cq_ex as CreateCqExFn as *mut c_void;
+    ops[VCTX_CREATE_QP_EX] = super::qp_ex::op_create_qp_ex as CreateQpExFn as *mut c_void;
     let vctx = verbs_context {
         ops,
         sz: core::mem::size_of::<verbs_context>(),
@@ -130,7 +149,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
                 post_recv: Some(op_post_recv),
                 _compat4: [null_mut(); 5],
             },
-            cmd_fd: -1,
+            cmd_fd,
             async_fd,
             num_comp_vectors: NUM_COMP_VECTORS,
             mutex: mutex_init(),
@@ -143,6 +162,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
             cfg: config(),
             inner: Mutex::new(None),
             async_fd,
+            cmd_fd,
         },
     );
     handle::publish(&ctx)

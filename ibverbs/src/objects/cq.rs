@@ -5,7 +5,7 @@ use std::ptr::{self, null_mut};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use libc::{c_int, c_uint, c_void, EINVAL, ENODEV, EOPNOTSUPP};
+use libc::{c_int, c_uint, c_void, EINVAL, ENODEV};
 use softroce::ib::WorkCompletion;
 use softroce::verbs::CompletionQueue;
 
@@ -92,11 +92,23 @@ pub(super) struct Cq {
     channel: Option<Arc<Obj<Channel>>>,
     /// Kept so that the context outlives its CQs.
     _ctx: Arc<Obj<Ctx>>,
+    /// The extended polling state (`ibv_create_cq_ex`'s CQs use it; see `cq_ex`).
+    pub(super) ex: super::cq_ex::ExPoll,
 }
 
 impl Object for Cq {
-    type C = ibv_cq;
+    /// Every CQ is allocated as an `ibv_cq_ex` (whose start is the `ibv_cq`), as rdma-core's
+    /// `verbs_cq`; only `ibv_create_cq_ex` fills in the extension.
+    type C = ibv_cq_ex;
     type Handle = ibv_cq;
+}
+
+impl Obj<Cq> {
+    /// The `ibv_cq` at the start of the C struct (raw: C may write its fields).
+    pub(super) fn cq_c(&self) -> *mut ibv_cq {
+        // SAFETY: a raw projection into this live object's C struct.
+        unsafe { ptr::addr_of_mut!((*self.c()).cq) }
+    }
 }
 
 impl Drop for Cq {
@@ -164,7 +176,7 @@ pub unsafe extern "C" fn ibv_create_cq(
     }
     let armed = Arc::new(AtomicBool::new(false));
     let obj = Obj::new(
-        ibv_cq {
+        super::cq_ex::with_base(ibv_cq {
             context: c,
             channel,
             cq_context,
@@ -174,12 +186,13 @@ pub unsafe extern "C" fn ibv_create_cq(
             cond: cond_init(),
             comp_events_completed: 0,
             async_events_completed: 0,
-        },
+        }),
         Cq {
             cq,
             armed: Arc::clone(&armed),
             channel: chan,
             _ctx: ctx,
+            ex: Default::default(),
         },
     );
     if let Some(ch) = &obj.channel {
@@ -224,13 +237,10 @@ pub unsafe extern "C" fn ibv_destroy_cq(p: *mut ibv_cq) -> c_int {
     0
 }
 
-/// `ibv_resize_cq`: not implemented (EOPNOTSUPP); the CQ is unchanged.
+/// `ibv_resize_cq`: see `cq_resize`.
 #[no_mangle]
-pub unsafe extern "C" fn ibv_resize_cq(p: *mut ibv_cq, _cqe: c_int) -> c_int {
-    if cq_of(p).is_none() {
-        return fail(EINVAL);
-    }
-    fail(EOPNOTSUPP)
+pub unsafe extern "C" fn ibv_resize_cq(p: *mut ibv_cq, cqe: c_int) -> c_int {
+    super::cq_resize::resize_cq(p, cqe)
 }
 
 /// The `req_notify_cq` op: arms the CQ; its next completion fires the channel, if any. Solicited-only
@@ -289,7 +299,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
             // The caller's out-pointers were checked non-null and are writable (the API's
             // contract).
             unsafe {
-                *ctx_out = ptr::addr_of!((*cq.c()).cq_context).read();
+                *ctx_out = ptr::addr_of!((*cq.cq_c()).cq_context).read();
                 *cq_out = Obj::handle(&cq);
             }
             return 0;
@@ -306,7 +316,7 @@ pub unsafe extern "C" fn ibv_ack_cq_events(p: *mut ibv_cq, nevents: c_uint) {
         fail(EINVAL);
         return;
     };
-    let c = cq.c();
+    let c = cq.cq_c();
     // SAFETY: the mutex and condition variable of the live, referenced CQ's C struct, which
     // rdma-core and the shim only touch under that mutex.
     unsafe {
@@ -317,7 +327,7 @@ pub unsafe extern "C" fn ibv_ack_cq_events(p: *mut ibv_cq, nevents: c_uint) {
     }
 }
 
-fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
+pub(super) fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
     let mut flags = 0;
     if w.grh {
         flags |= IBV_WC_GRH;

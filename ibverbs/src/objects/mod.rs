@@ -7,6 +7,8 @@ mod async_event;
 mod common;
 mod context;
 mod cq;
+mod cq_ex;
+mod cq_resize;
 mod device;
 pub(crate) mod handle;
 mod mr;
@@ -14,6 +16,7 @@ mod pd;
 mod port;
 mod post;
 mod qp;
+mod qp_ex;
 mod srq;
 mod strings;
 

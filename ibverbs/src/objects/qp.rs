@@ -30,11 +30,23 @@ pub(super) struct Qp {
     sq_sig_all: c_int,
     /// Where inline data is gathered (None without `max_inline_data`).
     pub(super) inline: Option<Mutex<InlineScratch>>,
+    /// The `ibv_wr_*` builder, set up by `ibv_create_qp_ex` (see `qp_ex`).
+    pub(super) ex: super::qp_ex::WrBuilder,
 }
 
 impl Object for Qp {
-    type C = ibv_qp;
+    /// Every QP is allocated as an `ibv_qp_ex` (whose start is the `ibv_qp`), as rdma-core's
+    /// `verbs_qp`; only `ibv_create_qp_ex` fills in the extension.
+    type C = ibv_qp_ex;
     type Handle = ibv_qp;
+}
+
+impl Obj<Qp> {
+    /// The `ibv_qp` at the start of the C struct (raw: C may write its fields).
+    fn qp_c(&self) -> *mut ibv_qp {
+        // SAFETY: a raw projection into this live object's C struct.
+        unsafe { ptr::addr_of_mut!((*self.c()).qp_base) }
+    }
 }
 
 /// A registered buffer of the shim's own into which a post gathers inline data: inline SGEs
@@ -198,7 +210,7 @@ pub unsafe extern "C" fn ibv_create_qp(
         None
     };
     let obj = Obj::new(
-        ibv_qp {
+        super::qp_ex::with_base(ibv_qp {
             context: pdr.context(),
             qp_context: ia.qp_context,
             pd,
@@ -212,7 +224,7 @@ pub unsafe extern "C" fn ibv_create_qp(
             mutex: mutex_init(),
             cond: cond_init(),
             events_completed: 0,
-        },
+        }),
         Qp {
             qp,
             _pd: pdr,
@@ -223,6 +235,7 @@ pub unsafe extern "C" fn ibv_create_qp(
             cap: ia.cap,
             sq_sig_all: ia.sq_sig_all,
             inline,
+            ex: Default::default(),
         },
     );
     handle::publish(&obj)
@@ -319,7 +332,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
     if let Err(e) = q.qp.modify(&a, mask) {
         return fail(errno_of(&e));
     }
-    let c = q.c();
+    let c = q.qp_c();
     // `state` mirrors the QP's state for the application to read. rdma-core writes it with no
     // lock; the shim takes the QP's mutex so that two threads modifying one QP never race on
     // it, and the state is queried under the lock so the last writer writes the latest state.
@@ -395,7 +408,7 @@ pub unsafe extern "C" fn ibv_query_qp(
         alt_timeout: 0,
         rate_limit: 0,
     };
-    let c = q.c();
+    let c = q.qp_c();
     // SAFETY: the caller passes writable, non-null structs (checked above); the QP's C struct
     // is live (referenced) and read field by field through the raw pointer.
     unsafe {
@@ -412,8 +425,12 @@ pub unsafe extern "C" fn ibv_query_qp(
     0
 }
 
-/// `ibv_qp_to_qp_ex`: NULL, as for any QP not created with `ibv_create_qp_ex`.
+/// `ibv_qp_to_qp_ex`: the QP's `ibv_qp_ex` if `ibv_create_qp_ex` made it, else NULL (as
+/// rdma-core's `VERBS_QP_EX` check).
 #[no_mangle]
-pub unsafe extern "C" fn ibv_qp_to_qp_ex(_qp: *mut ibv_qp) -> *mut c_void {
-    null_mut()
+pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut c_void {
+    match qp_of(qp) {
+        Some(q) if q.ex.enabled() => qp.cast(),
+        _ => null_mut(),
+    }
 }

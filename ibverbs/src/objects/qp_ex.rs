@@ -1,0 +1,606 @@
+//! Extended QPs: the `create_qp_ex` op behind the inline `ibv_create_qp_ex`, and the
+//! `ibv_qp_ex` work-request builder (`ibv_wr_start`, the `ibv_wr_*` operations and setters,
+//! `ibv_wr_complete`, `ibv_wr_abort`) the program calls through the struct's function
+//! pointers, as rxe's provider offers them (rdma-core 44 providers/rxe/rxe.c:
+//! `rxe_create_qp_ex`, `check_qp_init_attr`, `set_qp_send_ops`, `wr_*`).
+//!
+//! rxe builds each WR into its send queue and rings the doorbell at `wr_complete`. The shim
+//! builds into a staging list of the QP's own (reused from one batch to the next, so a WR
+//! allocates nothing once the lists have grown to the batch size), with the inline data
+//! copied out of the program's buffers as `wr_set_inline_data` is called, and posts the list
+//! at `wr_complete` through the engine's post path, one WR after the other. As with rxe, an
+//! error met while building (a full queue, too many SGEs, too much inline data) is kept and
+//! returned by `wr_complete`, which then posts nothing of the batch.
+//!
+//! Memory windows, local invalidation and ATOMIC WRITE are not in softroce's post path: their
+//! `send_ops_flags` bits (and TSO's) are refused with EOPNOTSUPP, as rxe refuses the bits it
+//! lacks, and their builders stay NULL.
+
+use std::cell::UnsafeCell;
+use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+
+use libc::{c_int, c_void, EINVAL, ENOMEM, ENOSPC, EOPNOTSUPP};
+use softroce::ib::{SendFlags, SendWr, Sge, VerbsError, WrOpcode};
+use softroce::verbs::UdSendWr;
+
+use super::ah::Ah;
+use super::common::{errno_of, fail_null};
+use super::handle::{self, Obj};
+use super::qp::{ibv_create_qp, Qp};
+use crate::ffi::*;
+
+/// `IBV_QP_INIT_ATTR_PD`, `_CREATE_FLAGS`, `_SEND_OPS_FLAGS`: the comp_mask bits rxe takes
+/// (`RXE_QP_COMP_MASK_SUP`).
+const INIT_ATTR_PD: u32 = 1 << 0;
+const INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
+const INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
+const INIT_ATTR_SUPPORTED: u32 = INIT_ATTR_PD | INIT_ATTR_CREATE_FLAGS | INIT_ATTR_SEND_OPS_FLAGS;
+
+/// `IBV_QP_EX_WITH_*`.
+const WITH_RDMA_WRITE: u64 = 1 << 0;
+const WITH_RDMA_WRITE_WITH_IMM: u64 = 1 << 1;
+const WITH_SEND: u64 = 1 << 2;
+const WITH_SEND_WITH_IMM: u64 = 1 << 3;
+const WITH_RDMA_READ: u64 = 1 << 4;
+const WITH_ATOMIC_CMP_AND_SWP: u64 = 1 << 5;
+const WITH_ATOMIC_FETCH_AND_ADD: u64 = 1 << 6;
+
+/// The operations an RC QP builds: rxe's `RXE_SUP_RC_QP_SEND_OPS_FLAGS` less LOCAL_INV,
+/// BIND_MW, SEND_WITH_INV and ATOMIC_WRITE, which softroce does not post.
+const RC_OPS: u64 = WITH_RDMA_WRITE
+    | WITH_RDMA_WRITE_WITH_IMM
+    | WITH_SEND
+    | WITH_SEND_WITH_IMM
+    | WITH_RDMA_READ
+    | WITH_ATOMIC_CMP_AND_SWP
+    | WITH_ATOMIC_FETCH_AND_ADD;
+/// UC: rxe's `RXE_SUP_UC_QP_SEND_OPS_FLAGS` less BIND_MW and SEND_WITH_INV.
+const UC_OPS: u64 = WITH_RDMA_WRITE | WITH_RDMA_WRITE_WITH_IMM | WITH_SEND | WITH_SEND_WITH_IMM;
+/// UD: rxe's `RXE_SUP_UD_QP_SEND_OPS_FLAGS`.
+const UD_OPS: u64 = WITH_SEND | WITH_SEND_WITH_IMM;
+
+/// `IBV_SEND_INLINE`.
+const SEND_INLINE: u32 = 1 << 3;
+
+/// What a builder needs of its QP, fixed when `ibv_create_qp_ex` makes it.
+struct Limits {
+    max_send_wr: usize,
+    max_send_sge: usize,
+    max_inline: usize,
+}
+
+/// One WR being built.
+#[derive(Clone, Copy)]
+struct Staged {
+    wr_id: u64,
+    flags: u32,
+    opcode: WrOpcode,
+    /// Its SGEs: `sges[sge_at..sge_at + sge_n]` (always the list's last ones).
+    sge_at: usize,
+    sge_n: usize,
+    /// Its inline data: `inline[at..at + len]` of the staging bytes (the last ones).
+    inline: Option<(usize, usize)>,
+    /// UD: the address handle (as an address: the data path trusts it at post), remote QPN
+    /// and Q_Key.
+    ud: Option<(usize, u32, u32)>,
+}
+
+/// The batch between `wr_start` and `wr_complete`/`wr_abort`.
+#[derive(Default)]
+struct Staging {
+    wrs: Vec<Staged>,
+    sges: Vec<Sge>,
+    inline: Vec<u8>,
+    /// The first error met while building (rxe's `qp->err`), 0 if none.
+    err: c_int,
+    /// Send WRs outstanding when the batch started.
+    outstanding: usize,
+}
+
+/// A QP's work-request builder: set up by `ibv_create_qp_ex`, unused by plain QPs.
+#[derive(Default)]
+pub(super) struct WrBuilder {
+    limits: OnceLock<Limits>,
+    /// Held from `wr_start` to `wr_complete` or `wr_abort` (rxe's send-queue spinlock).
+    busy: AtomicBool,
+    /// Touched only by the thread holding `busy`.
+    st: UnsafeCell<Staging>,
+}
+
+// SAFETY: `st` is read and written only by the thread holding `busy` (taken with Acquire,
+// released with Release: the API's contract is that the ibv_wr_* calls come between
+// wr_start and wr_complete/wr_abort on the thread that started); `limits` is a OnceLock.
+unsafe impl Sync for WrBuilder {}
+
+impl WrBuilder {
+    /// Whether the QP was made by `ibv_create_qp_ex` (rdma-core's `VERBS_QP_EX`).
+    pub(super) fn enabled(&self) -> bool {
+        self.limits.get().is_some()
+    }
+}
+
+/// The QP behind an `ibv_qp_ex` and its staging list.
+///
+/// # Safety
+///
+/// `p` is an extended QP of the shim the program has not destroyed (the data path's trust
+/// rule, handle module), alive for the call, and the calling thread holds its builder
+/// (`wr_start` was called) unless the caller is `wr_start`, which takes it.
+unsafe fn parts<'a>(p: *mut ibv_qp_ex) -> (&'a Obj<Qp>, &'a mut Staging) {
+    // SAFETY: by the caller's promise the QP is live (its handle is its C struct's address);
+    // this thread holds `busy`, so it alone touches `st` until it lets go.
+    unsafe {
+        let q = Obj::<Qp>::trusted(p.cast::<ibv_qp>());
+        (q, &mut *q.ex.st.get())
+    }
+}
+
+fn limits(q: &Obj<Qp>) -> &Limits {
+    // Set before the QP's handle reached the program (`op_create_qp_ex`); the builders are
+    // only reachable through it.
+    q.ex.limits.get().unwrap_or(&Limits {
+        max_send_wr: 0,
+        max_send_sge: 0,
+        max_inline: 0,
+    })
+}
+
+/// Starts a WR of `opcode` with the `wr_id` and `wr_flags` the program set in the struct.
+///
+/// # Safety
+///
+/// As [`parts`].
+unsafe fn build(p: *mut ibv_qp_ex, opcode: WrOpcode) {
+    // SAFETY: the caller's promise.
+    let (q, st) = unsafe { parts(p) };
+    if st.err != 0 {
+        return;
+    }
+    if st.outstanding + st.wrs.len() >= limits(q).max_send_wr {
+        st.err = ENOSPC;
+        return;
+    }
+    // SAFETY: the live QP's C struct; the program's fields read raw.
+    let (wr_id, flags) = unsafe {
+        (
+            ptr::addr_of!((*p).wr_id).read(),
+            ptr::addr_of!((*p).wr_flags).read(),
+        )
+    };
+    st.wrs.push(Staged {
+        wr_id,
+        flags,
+        opcode,
+        sge_at: st.sges.len(),
+        sge_n: 0,
+        inline: None,
+        ud: None,
+    });
+}
+
+/// The WR a setter adjusts (the last one built); None, with EINVAL kept, if none was built
+/// or an error is already kept.
+fn last(st: &mut Staging) -> Option<&mut Staged> {
+    if st.err != 0 {
+        return None;
+    }
+    if st.wrs.is_empty() {
+        st.err = EINVAL;
+        return None;
+    }
+    st.wrs.last_mut()
+}
+
+/// Drops the last WR's SGEs and inline data (a setter replaces them).
+fn clear_data(st: &mut Staging) {
+    if let Some(w) = st.wrs.last_mut() {
+        st.sges.truncate(w.sge_at);
+        w.sge_n = 0;
+        if let Some((at, _)) = w.inline.take() {
+            st.inline.truncate(at);
+        }
+    }
+}
+
+unsafe extern "C" fn wr_atomic_cmp_swp(
+    p: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    compare: u64,
+    swap: u64,
+) {
+    let op = WrOpcode::AtomicCmpSwap {
+        remote_addr,
+        rkey,
+        compare,
+        swap,
+    };
+    // SAFETY: the builder's contract (see `parts`).
+    unsafe { build(p, op) }
+}
+
+unsafe extern "C" fn wr_atomic_fetch_add(p: *mut ibv_qp_ex, rkey: u32, remote_addr: u64, add: u64) {
+    let op = WrOpcode::AtomicFetchAdd {
+        remote_addr,
+        rkey,
+        add,
+    };
+    // SAFETY: the builder's contract (see `parts`).
+    unsafe { build(p, op) }
+}
+
+unsafe extern "C" fn wr_rdma_read(p: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
+    // SAFETY: the builder's contract (see `parts`).
+    unsafe { build(p, WrOpcode::RdmaRead { remote_addr, rkey }) }
+}
+
+unsafe extern "C" fn wr_rdma_write(p: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
+    // SAFETY: the builder's contract (see `parts`).
+    unsafe { build(p, WrOpcode::RdmaWrite { remote_addr, rkey }) }
+}
+
+unsafe extern "C" fn wr_rdma_write_imm(p: *mut ibv_qp_ex, rkey: u32, remote_addr: u64, imm: u32) {
+    let op = WrOpcode::RdmaWriteWithImm {
+        remote_addr,
+        rkey,
+        imm: u32::from_be(imm),
+    };
+    // SAFETY: the builder's contract (see `parts`).
+    unsafe { build(p, op) }
+}
+
+unsafe extern "C" fn wr_send(p: *mut ibv_qp_ex) {
+    // SAFETY: the builder's contract (see `parts`).
+    unsafe { build(p, WrOpcode::Send) }
+}
+
+unsafe extern "C" fn wr_send_imm(p: *mut ibv_qp_ex, imm: u32) {
+    let op = WrOpcode::SendWithImm {
+        imm: u32::from_be(imm),
+    };
+    // SAFETY: the builder's contract (see `parts`).
+    unsafe { build(p, op) }
+}
+
+unsafe extern "C" fn wr_set_ud_addr(p: *mut ibv_qp_ex, ah: *mut ibv_ah, qpn: u32, qkey: u32) {
+    // SAFETY: the builder's contract (see `parts`).
+    let (_, st) = unsafe { parts(p) };
+    if let Some(w) = last(st) {
+        w.ud = Some((ah as usize, qpn, qkey));
+    }
+}
+
+unsafe extern "C" fn wr_set_inline_data(p: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
+    let one = ibv_data_buf { addr, length };
+    // SAFETY: the builder's contract; `one` is a list of one buffer.
+    unsafe { wr_set_inline_data_list(p, 1, &one) }
+}
+
+unsafe extern "C" fn wr_set_inline_data_list(
+    p: *mut ibv_qp_ex,
+    num_buf: usize,
+    bufs: *const ibv_data_buf,
+) {
+    // SAFETY: the builder's contract (see `parts`).
+    let (q, st) = unsafe { parts(p) };
+    if last(st).is_none() {
+        return;
+    }
+    if num_buf > 0 && bufs.is_null() {
+        st.err = EINVAL;
+        return;
+    }
+    let max = limits(q).max_inline;
+    let mut total = 0usize;
+    for i in 0..num_buf {
+        // SAFETY: the program's list holds `num_buf` entries (the API's contract).
+        total = total.saturating_add(unsafe { (*bufs.add(i)).length });
+    }
+    if total > max {
+        st.err = ENOSPC;
+        return;
+    }
+    clear_data(st);
+    let at = st.inline.len();
+    for i in 0..num_buf {
+        // SAFETY: as above; each buffer names `length` readable bytes at `addr` (the API's
+        // contract for inline data), copied now, as rxe copies them into its WQE.
+        unsafe {
+            let b = &*bufs.add(i);
+            if b.length > 0 {
+                let src = std::slice::from_raw_parts(b.addr as *const u8, b.length);
+                st.inline.extend_from_slice(src);
+            }
+        }
+    }
+    if let Some(w) = st.wrs.last_mut() {
+        w.inline = Some((at, total));
+    }
+}
+
+unsafe extern "C" fn wr_set_sge(p: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+    let one = ibv_sge { addr, length, lkey };
+    // As rxe, a zero length means no SGE.
+    let n = usize::from(length != 0);
+    // SAFETY: the builder's contract; `one` is a list of one SGE.
+    unsafe { wr_set_sge_list(p, n, &one) }
+}
+
+unsafe extern "C" fn wr_set_sge_list(p: *mut ibv_qp_ex, num_sge: usize, list: *const ibv_sge) {
+    // SAFETY: the builder's contract (see `parts`).
+    let (q, st) = unsafe { parts(p) };
+    if last(st).is_none() {
+        return;
+    }
+    if num_sge > limits(q).max_send_sge {
+        st.err = ENOSPC;
+        return;
+    }
+    if num_sge > 0 && list.is_null() {
+        st.err = EINVAL;
+        return;
+    }
+    clear_data(st);
+    for i in 0..num_sge {
+        // SAFETY: the program's list holds `num_sge` SGEs (the API's contract).
+        let s = unsafe { list.add(i).read() };
+        st.sges.push(Sge {
+            addr: s.addr,
+            length: s.length,
+            lkey: s.lkey,
+        });
+    }
+    if let Some(w) = st.wrs.last_mut() {
+        w.sge_n = num_sge;
+    }
+}
+
+unsafe extern "C" fn wr_start(p: *mut ibv_qp_ex) {
+    // SAFETY: the QP is live (the data path's trust rule); `busy` is taken before `st` is
+    // touched.
+    let q = unsafe { Obj::<Qp>::trusted(p.cast::<ibv_qp>()) };
+    while q
+        .ex
+        .busy
+        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        std::hint::spin_loop();
+        std::thread::yield_now();
+    }
+    // SAFETY: this thread now holds the builder.
+    let (q, st) = unsafe { parts(p) };
+    st.wrs.clear();
+    st.sges.clear();
+    st.inline.clear();
+    st.err = 0;
+    st.outstanding = q.qp.send_queue_len();
+}
+
+/// Posts one staged WR through the engine's post path.
+fn post_one(q: &Obj<Qp>, st: &Staging, w: &Staged) -> Result<(), c_int> {
+    let mut flags = SendFlags::from_bits_truncate(w.flags);
+    let mut list = &st.sges[w.sge_at..w.sge_at + w.sge_n];
+    let arena;
+    if let Some((at, len)) = w.inline {
+        // The data copied at wr_set_inline_data, sent inline.
+        arena = [Sge {
+            addr: st.inline[at..].as_ptr() as u64,
+            length: len as u32,
+            lkey: 0,
+        }];
+        list = if len > 0 { &arena[..] } else { &[] };
+        flags |= SendFlags::from_bits_truncate(SEND_INLINE);
+    }
+    let data_op = matches!(
+        w.opcode,
+        WrOpcode::Send
+            | WrOpcode::SendWithImm { .. }
+            | WrOpcode::RdmaWrite { .. }
+            | WrOpcode::RdmaWriteWithImm { .. }
+    );
+    // Inline data (from the staging bytes, or SGEs of plain memory with IBV_SEND_INLINE) is
+    // gathered into the QP's registered scratch, as `post_send` does; the transport copies it
+    // at the post, under the scratch's lock.
+    let mut gathered = [Sge::default(); 1];
+    let mut guard = None;
+    if flags.contains(SendFlags::INLINE) && data_op && !list.is_empty() {
+        let mut g = q
+            .inline
+            .as_ref()
+            .ok_or(EINVAL)?
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        // SAFETY: the SGEs name readable process memory: the staging bytes (alive in `st`),
+        // or the program's inline buffers (the verbs contract for IBV_SEND_INLINE).
+        gathered[0] = unsafe { g.gather(list)? };
+        guard = Some(g);
+        list = &gathered[..];
+    }
+    let one = SendWr {
+        wr_id: w.wr_id,
+        sg_list: list,
+        opcode: w.opcode,
+        send_flags: flags,
+    };
+    let _inline = guard;
+    let posted = if q.ud {
+        let (ah, qpn, qkey) = w.ud.ok_or(EINVAL)?;
+        if ah == 0 {
+            return Err(EINVAL);
+        }
+        // SAFETY: the data path trusts the address handle as providers do (handle module):
+        // an AH the program has not destroyed, alive for this call.
+        let ah = unsafe { Obj::<Ah>::trusted(ah as *mut ibv_ah) };
+        let ud = UdSendWr {
+            wr: one,
+            ah: &ah.ah,
+            remote_qpn: qpn,
+            remote_qkey: qkey,
+        };
+        q.qp.post_send_ud(std::slice::from_ref(&ud))
+    } else {
+        q.qp.post_send(std::slice::from_ref(&one))
+    };
+    posted.map_err(|e| match e.error {
+        // A full send queue is ENOSPC on the builder path, as rxe's check_qp_queue_full.
+        VerbsError::QueueFull { .. } => ENOSPC,
+        ref other => match errno_of(other) {
+            ENOMEM => ENOSPC,
+            x => x,
+        },
+    })
+}
+
+unsafe extern "C" fn wr_complete(p: *mut ibv_qp_ex) -> c_int {
+    // SAFETY: the builder's contract (see `parts`).
+    let (q, st) = unsafe { parts(p) };
+    let mut r = st.err;
+    if r == 0 {
+        for w in &st.wrs {
+            if let Err(e) = post_one(q, st, w) {
+                // The WRs before it are posted (they complete as usual); the rest are not.
+                r = e;
+                break;
+            }
+        }
+    }
+    q.ex.busy.store(false, Ordering::Release);
+    r
+}
+
+unsafe extern "C" fn wr_abort(p: *mut ibv_qp_ex) {
+    // SAFETY: the data path's trust rule; the batch is dropped at the next wr_start.
+    let q = unsafe { Obj::<Qp>::trusted(p.cast::<ibv_qp>()) };
+    q.ex.busy.store(false, Ordering::Release);
+}
+
+/// An `ibv_qp_ex` whose `ibv_qp` part is `qp`, with no builder set (a QP of `ibv_create_qp`,
+/// which `ibv_create_qp_ex` completes).
+pub(super) fn with_base(qp: ibv_qp) -> ibv_qp_ex {
+    ibv_qp_ex {
+        qp_base: qp,
+        comp_mask: 0,
+        wr_id: 0,
+        wr_flags: 0,
+        wr_atomic_cmp_swp: None,
+        wr_atomic_fetch_add: None,
+        wr_bind_mw: ptr::null_mut(),
+        wr_local_inv: ptr::null_mut(),
+        wr_rdma_read: None,
+        wr_rdma_write: None,
+        wr_rdma_write_imm: None,
+        wr_send: None,
+        wr_send_imm: None,
+        wr_send_inv: ptr::null_mut(),
+        wr_send_tso: ptr::null_mut(),
+        wr_set_ud_addr: None,
+        wr_set_xrc_srqn: ptr::null_mut(),
+        wr_set_inline_data: None,
+        wr_set_inline_data_list: None,
+        wr_set_sge: None,
+        wr_set_sge_list: None,
+        wr_start: None,
+        wr_complete: None,
+        wr_abort: None,
+        wr_atomic_write: ptr::null_mut(),
+    }
+}
+
+/// The `create_qp_ex` op: NULL and errno on failure (EOPNOTSUPP for a comp_mask bit, creation
+/// flag or `send_ops_flags` operation rxe or softroce lacks, as `check_qp_init_attr`; EINVAL
+/// without a PD; then as `ibv_create_qp`).
+pub(super) unsafe extern "C" fn op_create_qp_ex(
+    _c: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    if attr.is_null() {
+        return fail_null(EINVAL);
+    }
+    // SAFETY: non-null; the caller passes an ibv_qp_init_attr_ex, read here and its `cap`
+    // written back as ibv_create_qp writes the base struct's.
+    let a = unsafe { &mut *attr };
+    if a.comp_mask & !INIT_ATTR_SUPPORTED != 0 {
+        return fail_null(EOPNOTSUPP);
+    }
+    // rxe takes no creation flag (RXE_QP_CREATE_FLAGS_SUP is 0); 0 with the bit set is fine.
+    if a.comp_mask & INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0 {
+        return fail_null(EOPNOTSUPP);
+    }
+    let ops = if a.comp_mask & INIT_ATTR_SEND_OPS_FLAGS != 0 {
+        let supported = match a.qp_type {
+            IBV_QPT_RC => RC_OPS,
+            IBV_QPT_UC => UC_OPS,
+            IBV_QPT_UD => UD_OPS,
+            _ => return fail_null(EOPNOTSUPP),
+        };
+        if a.send_ops_flags & !supported != 0 {
+            return fail_null(EOPNOTSUPP);
+        }
+        a.send_ops_flags
+    } else {
+        0
+    };
+    if a.comp_mask & INIT_ATTR_PD == 0 {
+        return fail_null(EINVAL);
+    }
+    let mut base = ibv_qp_init_attr {
+        qp_context: a.qp_context,
+        send_cq: a.send_cq,
+        recv_cq: a.recv_cq,
+        srq: a.srq,
+        cap: a.cap,
+        qp_type: a.qp_type,
+        sq_sig_all: a.sq_sig_all,
+    };
+    // SAFETY: the program's PD is passed on (ibv_create_qp checks it) with a local init attr.
+    let h = unsafe { ibv_create_qp(a.pd, &mut base) };
+    let Some(q) = handle::get::<Qp>(h) else {
+        return ptr::null_mut(); // errno from ibv_create_qp
+    };
+    a.cap = base.cap;
+    let _ = q.ex.limits.set(Limits {
+        max_send_wr: base.cap.max_send_wr as usize,
+        max_send_sge: base.cap.max_send_sge as usize,
+        max_inline: base.cap.max_inline_data as usize,
+    });
+    let x = h.cast::<ibv_qp_ex>();
+    let on = |bit: u64| ops & bit != 0;
+    // SAFETY: `x` is the live QP's C struct (the registry holds it; its handle is made from
+    // the allocation), not yet returned to the program; written field by field, raw.
+    unsafe {
+        if on(WITH_ATOMIC_CMP_AND_SWP) {
+            ptr::addr_of_mut!((*x).wr_atomic_cmp_swp).write(Some(wr_atomic_cmp_swp));
+        }
+        if on(WITH_ATOMIC_FETCH_AND_ADD) {
+            ptr::addr_of_mut!((*x).wr_atomic_fetch_add).write(Some(wr_atomic_fetch_add));
+        }
+        if on(WITH_RDMA_READ) {
+            ptr::addr_of_mut!((*x).wr_rdma_read).write(Some(wr_rdma_read));
+        }
+        if on(WITH_RDMA_WRITE) {
+            ptr::addr_of_mut!((*x).wr_rdma_write).write(Some(wr_rdma_write));
+        }
+        if on(WITH_RDMA_WRITE_WITH_IMM) {
+            ptr::addr_of_mut!((*x).wr_rdma_write_imm).write(Some(wr_rdma_write_imm));
+        }
+        if on(WITH_SEND) {
+            ptr::addr_of_mut!((*x).wr_send).write(Some(wr_send));
+        }
+        if on(WITH_SEND_WITH_IMM) {
+            ptr::addr_of_mut!((*x).wr_send_imm).write(Some(wr_send_imm));
+        }
+        // As rxe, the setters and the batch calls are set whatever the operations.
+        ptr::addr_of_mut!((*x).wr_set_ud_addr).write(Some(wr_set_ud_addr));
+        ptr::addr_of_mut!((*x).wr_set_inline_data).write(Some(wr_set_inline_data));
+        ptr::addr_of_mut!((*x).wr_set_inline_data_list).write(Some(wr_set_inline_data_list));
+        ptr::addr_of_mut!((*x).wr_set_sge).write(Some(wr_set_sge));
+        ptr::addr_of_mut!((*x).wr_set_sge_list).write(Some(wr_set_sge_list));
+        ptr::addr_of_mut!((*x).wr_start).write(Some(wr_start));
+        ptr::addr_of_mut!((*x).wr_complete).write(Some(wr_complete));
+        ptr::addr_of_mut!((*x).wr_abort).write(Some(wr_abort));
+    }
+    h
+}
