@@ -1,6 +1,7 @@
 //! `softroce run [--bind ADDR] [--mtu MTU] -- PROGRAM [ARGS...]`: runs an unmodified verbs
 //! program on softroce, with the libibverbs shim (`libibverbs.so.1`, built from `ibverbs/`)
-//! found first through `LD_LIBRARY_PATH` and its device `softroce0` bound to ADDR.
+//! found first through `LD_LIBRARY_PATH` and its device `softroce0` bound to ADDR; the
+//! program also finds the device's /dev/infiniband node and sysfs entries ([`super::run_ns`]).
 
 use std::ffi::OsString;
 use std::net::{IpAddr, SocketAddr};
@@ -27,6 +28,10 @@ pub struct RunArgs {
     /// executable, where cargo builds it).
     #[arg(long, value_name = "FILE")]
     pub lib: Option<PathBuf>,
+    /// Run the program without the device's /dev/infiniband node and sysfs entries (see
+    /// `run_ns`): as on a host with no RDMA device, apart from libibverbs.
+    #[arg(long)]
+    pub no_device_view: bool,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     pub program: Vec<OsString>,
@@ -100,6 +105,15 @@ pub fn run(args: &RunArgs) -> Result<u8, CliError> {
         ))
     })?;
     let lib = find_lib(args.lib.as_deref())?;
+    if !args.no_device_view {
+        if let Err(e) = super::run_ns::lay_device_view(bind.ip()) {
+            eprintln!(
+                "softroce run: no device view ({e}): programs that look for /dev/infiniband/{} or /sys/class/infiniband/{} (UCX, rdma-core's tests) will not find the device",
+                super::run_ns::UVERBS,
+                super::run_ns::IBDEV
+            );
+        }
+    }
     let dir = LibDir::new(&lib)?;
     let mut path = OsString::from(&dir.0);
     if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|o| !o.is_empty()) {
