@@ -24,8 +24,8 @@ use super::srq::Srq;
 use super::wqe::{LocalData, RecvWqe, SendState, SendWqe, UdTarget};
 use crate::ib::qp_attr::{apply_modify, check_modify, check_sqd_exit, DeviceLimits};
 use crate::ib::{
-    AccessFlags, QpAttr, QpAttrMask, QpCap, QpState, QpType, QueueKind, RecvWr, SendFlags, SendWr,
-    SgeFault, UdDest, VerbsError, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, NetworkHdrType, QpAttr, QpAttrMask, QpCap, QpState, QpType, QueueKind, RecvWr,
+    SendFlags, SendWr, SgeFault, UdDest, VerbsError, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 use crate::wire::{icrc, ICRC_LEN};
 
@@ -108,6 +108,14 @@ impl NetHeader {
                 a
             }
             NetHeader::V6(h) => *h,
+        }
+    }
+
+    /// Which L3 header it is, for the completion.
+    pub fn network_hdr_type(&self) -> NetworkHdrType {
+        match self {
+            NetHeader::V4(_) => NetworkHdrType::Ipv4,
+            NetHeader::V6(_) => NetworkHdrType::Ipv6,
         }
     }
 }
@@ -391,6 +399,7 @@ impl QpCore {
                 src_qp: 0,
                 solicited: false,
                 grh: false,
+                network_hdr_type: None,
             },
         ));
     }
@@ -422,6 +431,7 @@ impl QpCore {
                     src_qp: self.attr.dest_qp_num,
                     solicited: false,
                     grh: false,
+                    network_hdr_type: None,
                 },
             ));
         }

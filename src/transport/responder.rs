@@ -261,6 +261,7 @@ impl QpCore {
             src_qp: self.attr.dest_qp_num,
             solicited: false,
             grh: status == WcStatus::Success,
+            network_hdr_type: None,
         }
     }
 
@@ -983,6 +984,8 @@ impl QpCore {
         wc.src_qp = src_qp;
         wc.imm_data = pkt.ext.imm.map(|i| i.imm);
         wc.solicited = pkt.bth.solicited;
+        // rxe's UD completions say which L3 header the packet had (IB_WC_WITH_NETWORK_HDR_TYPE).
+        wc.network_hdr_type = net.map(NetHeader::network_hdr_type);
         self.complete_recv(wc);
         Counters::inc(&self.counters.rdma_recvs);
     }
