@@ -14,6 +14,8 @@ command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
 [ -f /usr/include/infiniband/verbs.h ] || need_apt+=(libibverbs-dev)
 command -v ibv_rc_pingpong >/dev/null 2>&1 || need_apt+=(ibverbs-utils)
 command -v ib_write_bw >/dev/null 2>&1 || need_apt+=(perftest)
+# UCX over softroce (ibverbs/tests/ucx.rs): ucx_info and ucx_perftest with their libraries.
+command -v ucx_perftest >/dev/null 2>&1 || need_apt+=(ucx-utils libucx0)
 if [ ${#need_apt[@]} -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -5,6 +5,7 @@
 
 use std::ffi::OsString;
 use std::net::{IpAddr, SocketAddr};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -124,7 +125,20 @@ pub fn run(args: &RunArgs) -> Result<u8, CliError> {
         .program
         .split_first()
         .ok_or_else(|| CliError::Usage("no program to run".into()))?;
-    let status = Command::new(prog)
+    let mut cmd = Command::new(prog);
+    // SAFETY: the hook runs in the child between fork and exec and only makes one
+    // async-signal-safe system call.
+    unsafe {
+        cmd.pre_exec(|| {
+            // The program does not outlive `softroce run`: whoever kills run (a test's
+            // deadline, `timeout`) kills the program and frees its UDP port.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+    let status = cmd
         .args(rest)
         .env("LD_LIBRARY_PATH", path)
         .env("SOFTROCE_BIND", bind.to_string())

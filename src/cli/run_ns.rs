@@ -14,9 +14,12 @@
 //! statx families) and programs that make system calls themselves bypass an interposer,
 //! while the namespace shows the same files to every path lookup of every library.
 //!
-//! `/dev/infiniband/<dev_name>` and `rdma_cm` are `/dev/null` bound there: a character device
-//! that stat, access and open accept; the shim never opens it (it talks UDP), and a program
-//! that writes uverbs commands to it gets no reply, as from a device it may not use.
+//! `/dev/infiniband/<dev_name>` is `/dev/null` bound there: a character device that stat,
+//! access and open accept; the shim never opens it (it talks UDP). `/dev/infiniband/rdma_cm`
+//! is not laid: the real librdmacm (which UCX's rdmacm transport loads) would open it and wait
+//! on ucma commands that nothing answers (measured: UCX 1.13's `ucx_info -d` hung in
+//! rdma_create_event_channel); without it librdmacm reports ENODEV, as on a host without the
+//! rdma_ucm module.
 
 use std::ffi::{CString, OsStr};
 use std::fmt::Write as _;
@@ -413,7 +416,7 @@ fn write_entries(root: &Path, entries: &[Entry]) -> Result<(), NsError> {
     Ok(())
 }
 
-/// The character device bound at the uverbs and rdma_cm nodes.
+/// The character device bound at the uverbs node.
 const CHAR_DEV: &str = "/dev/null";
 
 /// Enters the namespace and lays the device's `/dev/infiniband` and sysfs entries for `ip`.
@@ -436,11 +439,9 @@ pub fn lay_device_view(ip: IpAddr) -> Result<DeviceView, NsError> {
     let mut shadowed = Vec::new();
 
     let ib = fresh_dir(Path::new("/dev"), "infiniband", &mut shadowed)?;
-    for node in [UVERBS, "rdma_cm"] {
-        let p = ib.join(node);
-        std::fs::File::create(&p).map_err(fail(format!("create {}", p.display())))?;
-        mount(Some(Path::new(CHAR_DEV)), &p, None, libc::MS_BIND, None)?;
-    }
+    let node = ib.join(UVERBS);
+    std::fs::File::create(&node).map_err(fail(format!("create {}", node.display())))?;
+    mount(Some(Path::new(CHAR_DEV)), &node, None, libc::MS_BIND, None)?;
 
     let sys = Path::new("/sys");
     for (dir, name) in [
