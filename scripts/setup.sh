@@ -18,6 +18,8 @@ command -v ib_write_bw >/dev/null 2>&1 || need_apt+=(perftest)
 # rdma-core's own test suite, which python3-pyverbs ships, on Debian's python3.
 dpkg -s libibverbs1 >/dev/null 2>&1 || need_apt+=(libibverbs1)
 dpkg -s python3-pyverbs >/dev/null 2>&1 || need_apt+=(python3-pyverbs)
+# UCX over softroce (ibverbs/tests/ucx.rs): ucx_info and ucx_perftest with their libraries.
+command -v ucx_perftest >/dev/null 2>&1 || need_apt+=(ucx-utils libucx0)
 if [ ${#need_apt[@]} -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"

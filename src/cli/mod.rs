@@ -9,6 +9,7 @@ pub mod plot;
 pub mod qp_setup;
 pub mod rping;
 pub mod run;
+pub mod run_ns;
 
 use std::fmt;
 use std::io;

@@ -1,9 +1,11 @@
 //! `softroce run [--bind ADDR] [--mtu MTU] -- PROGRAM [ARGS...]`: runs an unmodified verbs
 //! program on softroce, with the libibverbs shim (`libibverbs.so.1`, built from `ibverbs/`)
-//! found first through `LD_LIBRARY_PATH` and its device `softroce0` bound to ADDR.
+//! found first through `LD_LIBRARY_PATH` and its device `softroce0` bound to ADDR; the
+//! program also finds the device's /dev/infiniband node and sysfs entries ([`super::run_ns`]).
 
 use std::ffi::OsString;
 use std::net::{IpAddr, SocketAddr};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -27,6 +29,10 @@ pub struct RunArgs {
     /// executable, where cargo builds it).
     #[arg(long, value_name = "FILE")]
     pub lib: Option<PathBuf>,
+    /// Run the program without the device's /dev/infiniband node and sysfs entries (see
+    /// `run_ns`): as on a host with no RDMA device, apart from libibverbs.
+    #[arg(long)]
+    pub no_device_view: bool,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     pub program: Vec<OsString>,
@@ -100,6 +106,15 @@ pub fn run(args: &RunArgs) -> Result<u8, CliError> {
         ))
     })?;
     let lib = find_lib(args.lib.as_deref())?;
+    if !args.no_device_view {
+        if let Err(e) = super::run_ns::lay_device_view(bind.ip()) {
+            eprintln!(
+                "softroce run: no device view ({e}): programs that look for /dev/infiniband/{} or /sys/class/infiniband/{} (UCX, rdma-core's tests) will not find the device",
+                super::run_ns::UVERBS,
+                super::run_ns::IBDEV
+            );
+        }
+    }
     let dir = LibDir::new(&lib)?;
     let mut path = OsString::from(&dir.0);
     if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|o| !o.is_empty()) {
@@ -110,7 +125,20 @@ pub fn run(args: &RunArgs) -> Result<u8, CliError> {
         .program
         .split_first()
         .ok_or_else(|| CliError::Usage("no program to run".into()))?;
-    let status = Command::new(prog)
+    let mut cmd = Command::new(prog);
+    // SAFETY: the hook runs in the child between fork and exec and only makes one
+    // async-signal-safe system call.
+    unsafe {
+        cmd.pre_exec(|| {
+            // The program does not outlive `softroce run`: whoever kills run (a test's
+            // deadline, `timeout`) kills the program and frees its UDP port.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+    let status = cmd
         .args(rest)
         .env("LD_LIBRARY_PATH", path)
         .env("SOFTROCE_BIND", bind.to_string())

@@ -678,6 +678,34 @@ pub struct WorkCompletion {
     /// `IBV_WC_WITH_INV` and `ex.invalidate_rkey`: the incoming SEND with invalidate
     /// invalidated this R_Key.
     pub invalidated_rkey: Option<u32>,
+    /// The network header a UD receive arrived with (the kernel's `network_hdr_type`, which
+    /// rxe sets on UD completions); user space reads it from [`WorkCompletion::sl`].
+    pub network_hdr_type: Option<NetworkHdrType>,
+}
+
+/// The L3 header a RoCEv2 packet arrived with (IBTA vol.1 annex A17.4.5.1: a UD completion
+/// tells whether the frame was IPv4 or IPv6; the kernel's `enum rdma_network_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NetworkHdrType {
+    /// IPv4: the GRH area holds the IPv4 header in its last 20 bytes.
+    Ipv4,
+    /// IPv6: the GRH area is the IPv6 header.
+    Ipv6,
+}
+
+impl WorkCompletion {
+    /// `ibv_wc.sl` as softroce reports it. RoCE has no LRH and so no service level to report;
+    /// libibverbs has no other field for the annex A17 packet type, and mlx5 puts it in `sl`
+    /// (CQE flags_rqpn bits 27:24, L3 type 2 = IPv4, 1 = IPv6), where UCX's UD transport
+    /// reads it to find the destination GID in the GRH area (spec-notes/ud-completion-sl.md).
+    /// So a UD receive reports 2 or 1, everything else 0 (as rxe does for all).
+    pub fn sl(&self) -> u8 {
+        match self.network_hdr_type {
+            Some(NetworkHdrType::Ipv4) => 2,
+            Some(NetworkHdrType::Ipv6) => 1,
+            None => 0,
+        }
+    }
 }
 
 /// An empty slot for [`CompletionQueue::poll`](crate::verbs::CompletionQueue::poll) to fill: wr_id 0,
@@ -695,6 +723,7 @@ impl Default for WorkCompletion {
             solicited: false,
             grh: false,
             invalidated_rkey: None,
+            network_hdr_type: None,
         }
     }
 }

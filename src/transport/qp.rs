@@ -24,8 +24,8 @@ use super::srq::Srq;
 use super::wqe::{LocalData, LocalOp, RecvWqe, SendState, SendWqe, UdTarget};
 use crate::ib::{apply_modify, check_modify, check_sqd_exit, DeviceLimits};
 use crate::ib::{
-    AccessFlags, QpAttr, QpAttrMask, QpCap, QpState, QpType, QueueKind, RecvWr, SendFlags, SendWr,
-    SgeFault, UdDest, VerbsError, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, NetworkHdrType, QpAttr, QpAttrMask, QpCap, QpState, QpType, QueueKind, RecvWr,
+    SendFlags, SendWr, SgeFault, UdDest, VerbsError, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 use crate::wire::icrc;
 
@@ -108,6 +108,14 @@ impl NetHeader {
                 a
             }
             NetHeader::V6(h) => *h,
+        }
+    }
+
+    /// Which L3 header it is, for the completion.
+    pub fn network_hdr_type(&self) -> NetworkHdrType {
+        match self {
+            NetHeader::V4(_) => NetworkHdrType::Ipv4,
+            NetHeader::V6(_) => NetworkHdrType::Ipv6,
         }
     }
 }
@@ -392,6 +400,7 @@ impl QpCore {
                 solicited: false,
                 grh: false,
                 invalidated_rkey: None,
+                network_hdr_type: None,
             },
         ));
     }
@@ -424,6 +433,7 @@ impl QpCore {
                     solicited: false,
                     grh: false,
                     invalidated_rkey: None,
+                    network_hdr_type: None,
                 },
             ));
         }

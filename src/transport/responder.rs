@@ -318,6 +318,7 @@ impl QpCore {
             solicited: false,
             grh: status == WcStatus::Success,
             invalidated_rkey: None,
+            network_hdr_type: None,
         }
     }
 
@@ -732,6 +733,9 @@ impl QpCore {
             wc.solicited = pkt.bth.solicited;
             if ud {
                 wc.src_qp = pkt.ext.deth.map_or(0, |d| d.src_qp);
+                // rxe's UD completions say which L3 header the packet had
+                // (IB_WC_WITH_NETWORK_HDR_TYPE).
+                wc.network_hdr_type = net.map(NetHeader::network_hdr_type);
             }
             if let Some((rkey, mw)) = inv {
                 if self.invalidate_remote(rkey, mw.as_deref()).is_err() {

@@ -347,7 +347,8 @@ pub(super) fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
         wc_flags: flags,
         pkey_index: 0,
         slid: 0,
-        sl: 0,
+        // The annex A17 L3 type in mlx5's place (WorkCompletion::sl).
+        sl: w.sl(),
         dlid_path_bits: 0,
     }
 }

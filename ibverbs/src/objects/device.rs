@@ -36,9 +36,13 @@ pub(super) fn device() -> *mut ibv_device {
         };
         copy_cstr(&mut d.name, DEVICE_NAME);
         copy_cstr(&mut d.dev_name, "uverbs_softroce0");
-        // No sysfs: the paths name nothing, so sysfs reads fail as for a missing attribute.
-        copy_cstr(&mut d.dev_path, "/nonexistent/softroce/uverbs_softroce0");
-        copy_cstr(&mut d.ibdev_path, "/nonexistent/softroce/softroce0");
+        // Where rxe's are; `softroce run` lays them out (src/cli/run_ns.rs). Elsewhere they
+        // name nothing, and sysfs reads fail as for a missing attribute.
+        copy_cstr(
+            &mut d.dev_path,
+            "/sys/class/infiniband_verbs/uverbs_softroce0",
+        );
+        copy_cstr(&mut d.ibdev_path, "/sys/class/infiniband/softroce0");
         Box::new(Device(UnsafeCell::new(d)))
     });
     d.0.get()

@@ -1,0 +1,545 @@
+//! The device as software outside libibverbs looks for it, for programs under `softroce run`:
+//! `/dev/infiniband/<dev_name>` (UCX skips a device whose node is not a character device it
+//! can open) and the sysfs tree of an rxe device on Linux 6.1 (`/sys/class/infiniband/...`,
+//! read by UCX, rdma-core's tests, librdmacm users, libfabric).
+//!
+//! Mechanism: before running the program, `softroce run` moves itself into a new mount
+//! namespace (and, when not root, a new user namespace in which it maps its own uid and gid
+//! to themselves, which gives it the right to mount there and nothing beyond it). It makes
+//! every mount private, so nothing it mounts reaches the host, and lays tmpfs over
+//! `/dev`, `/sys/class` and `/sys/devices/virtual` in which each existing entry is bound back
+//! and the device's entries are added. A program outside `softroce run` sees the real `/dev`
+//! and `/sys`, which are never written. Chosen over an `LD_PRELOAD` interposer on
+//! open/stat/opendir because glibc's own calls (fopen, realpath, opendir, the `*at` and
+//! statx families) and programs that make system calls themselves bypass an interposer,
+//! while the namespace shows the same files to every path lookup of every library.
+//!
+//! `/dev/infiniband/<dev_name>` is `/dev/null` bound there: a character device that stat,
+//! access and open accept; the shim never opens it (it talks UDP). `/dev/infiniband/rdma_cm`
+//! is not laid: the real librdmacm (which UCX's rdmacm transport loads) would open it and wait
+//! on ucma commands that nothing answers (measured: UCX 1.13's `ucx_info -d` hung in
+//! rdma_create_event_channel); without it librdmacm reports ENODEV, as on a host without the
+//! rdma_ucm module.
+
+use std::ffi::{CString, OsStr};
+use std::fmt::Write as _;
+use std::net::IpAddr;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+/// The InfiniBand device name the shim reports (`ibv_get_device_name`).
+pub const IBDEV: &str = "softroce0";
+/// The uverbs node's name (`ibv_device.dev_name`), under `/dev/infiniband` and
+/// `/sys/class/infiniband_verbs`.
+pub const UVERBS: &str = "uverbs_softroce0";
+/// GID table entries the shim reports (`DeviceLimits::gid_table_len`).
+const GID_TABLE_LEN: usize = 2;
+
+/// What the generated tree says about the device; the shim answers the same from the same
+/// address and MTU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceView {
+    /// The device's address (`--bind`).
+    pub ip: IpAddr,
+    /// The netdev that owns that address (`gid_attrs/ndevs`, rxe's `parent`), if any.
+    pub ndev: Option<String>,
+    /// `rdev` of the character device bound at the uverbs node (its sysfs `dev`).
+    pub rdev: u64,
+}
+
+/// One entry of the generated tree, by path relative to its root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    /// A directory.
+    Dir(String),
+    /// A read-only file and its contents.
+    File(String, String),
+    /// A symbolic link and its target.
+    Link(String, String),
+}
+
+/// The node GUID as the shim reports it (`ibv_query_device`, `ibv_get_device_guid`): the
+/// EUI-64 of the locally administered MAC 02:00:a:b:c:d from the address's last four bytes.
+pub fn node_guid(ip: IpAddr) -> [u8; 8] {
+    let o = match ip {
+        IpAddr::V4(v4) => v4.octets(),
+        IpAddr::V6(v6) => {
+            let b = v6.octets();
+            [b[12], b[13], b[14], b[15]]
+        }
+    };
+    [0x00, 0x00, o[0], 0xff, 0xfe, o[1], o[2], o[3]]
+}
+
+/// The GID of the address, as the shim's every GID table entry (IPv4-mapped for IPv4).
+pub fn gid(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+/// Big-endian bytes as sysfs prints GUIDs and GIDs: groups of four hex digits joined by ':'.
+fn hex_groups(b: &[u8]) -> String {
+    let mut s = String::new();
+    for (i, pair) in b.chunks(2).enumerate() {
+        if i > 0 {
+            s.push(':');
+        }
+        let _ = write!(s, "{:02x}{:02x}", pair[0], pair[1]);
+    }
+    s
+}
+
+/// The sysfs entries of the device, relative to `/sys`, as rxe's on Linux 6.1 (drivers/
+/// infiniband/core/sysfs.c, rxe_verbs.c's `parent`, uverbs_main.c): the ib_device under
+/// `devices/virtual/infiniband` (rxe has no parent device, so no `device` link), the uverbs
+/// device under `devices/virtual/infiniband_verbs`, and the class links to both.
+pub fn sysfs_entries(v: &DeviceView) -> Vec<Entry> {
+    let dev = format!("devices/virtual/infiniband/{IBDEV}");
+    let port = format!("{dev}/ports/1");
+    let guid = hex_groups(&node_guid(v.ip));
+    let gid = hex_groups(&gid(v.ip));
+    let f = |p: String, s: &str| Entry::File(p, format!("{s}\n"));
+    let mut e = vec![
+        Entry::Dir(dev.clone()),
+        f(format!("{dev}/node_type"), "1: CA"),
+        f(format!("{dev}/node_guid"), &guid),
+        f(format!("{dev}/sys_image_guid"), &guid),
+        f(format!("{dev}/node_desc"), "softroce"),
+        // rxe has no firmware version op: the core prints an empty line.
+        f(format!("{dev}/fw_ver"), ""),
+        Entry::Dir(format!("{dev}/ports")),
+        Entry::Dir(port.clone()),
+        f(format!("{port}/state"), "4: ACTIVE"),
+        f(format!("{port}/phys_state"), "5: LinkUp"),
+        f(format!("{port}/lid"), "0x0"),
+        f(format!("{port}/lid_mask_count"), "0"),
+        f(format!("{port}/sm_lid"), "0x0"),
+        f(format!("{port}/sm_sl"), "0"),
+        // IB_PORT_CM_SUP | IB_PORT_IP_BASED_GIDS, the shim's port_cap_flags.
+        f(format!("{port}/cap_mask"), "0x04010000"),
+        // 1X SDR, the shim's active_width and active_speed.
+        f(format!("{port}/rate"), "2.5 Gb/sec (1X SDR)"),
+        f(format!("{port}/link_layer"), "Ethernet"),
+        Entry::Dir(format!("{port}/gids")),
+        Entry::Dir(format!("{port}/pkeys")),
+        f(format!("{port}/pkeys/0"), "0xffff"),
+        Entry::Dir(format!("{port}/gid_attrs")),
+        Entry::Dir(format!("{port}/gid_attrs/types")),
+        Entry::Dir(format!("{port}/gid_attrs/ndevs")),
+    ];
+    for i in 0..GID_TABLE_LEN {
+        e.push(f(format!("{port}/gids/{i}"), &gid));
+        e.push(f(format!("{port}/gid_attrs/types/{i}"), "RoCE v2"));
+        if let Some(n) = &v.ndev {
+            e.push(f(format!("{port}/gid_attrs/ndevs/{i}"), n));
+        }
+    }
+    if let Some(n) = &v.ndev {
+        e.push(f(format!("{dev}/parent"), n));
+    }
+    let uv = format!("devices/virtual/infiniband_verbs/{UVERBS}");
+    let (major, minor) = (libc::major(v.rdev), libc::minor(v.rdev));
+    e.extend([
+        Entry::Dir(uv.clone()),
+        f(format!("{uv}/ibdev"), IBDEV),
+        // RXE_UVERBS_ABI_VERSION.
+        f(format!("{uv}/abi_version"), "2"),
+        f(format!("{uv}/dev"), &format!("{major}:{minor}")),
+        f("class/infiniband_verbs/abi_version".into(), "6"),
+        Entry::Link(
+            format!("class/infiniband/{IBDEV}"),
+            format!("../../devices/virtual/infiniband/{IBDEV}"),
+        ),
+        Entry::Link(
+            format!("class/infiniband_verbs/{UVERBS}"),
+            format!("../../devices/virtual/infiniband_verbs/{UVERBS}"),
+        ),
+    ]);
+    e
+}
+
+/// The interface that owns `ip`: the one with that address, else for a loopback address the
+/// loopback interface (which answers all of 127.0.0.0/8); None when no interface has it.
+pub fn owning_netdev(ip: IpAddr) -> Option<String> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs writes a list head we free below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return None;
+    }
+    let mut exact = None;
+    let mut loopback = None;
+    let mut p = head;
+    while !p.is_null() {
+        // SAFETY: p is a node of the list getifaddrs returned, not yet freed.
+        let ifa = unsafe { &*p };
+        p = ifa.ifa_next;
+        if ifa.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_name is a NUL-terminated interface name owned by the list.
+        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
+            .to_string_lossy()
+            .into_owned();
+        if ifa.ifa_flags & libc::IFF_LOOPBACK as u32 != 0 {
+            loopback.get_or_insert(name.clone());
+        }
+        // SAFETY: a non-null ifa_addr points at a sockaddr of the family it names.
+        if let Some(a) = unsafe { sockaddr_ip(ifa.ifa_addr) } {
+            if a == ip && exact.is_none() {
+                exact = Some(name);
+            }
+        }
+    }
+    // SAFETY: head came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    exact.or(if ip.is_loopback() { loopback } else { None })
+}
+
+/// The IP address of a sockaddr_in or sockaddr_in6; None for other families or null.
+///
+/// # Safety
+/// `sa` is null or points at a sockaddr whose length fits its family.
+unsafe fn sockaddr_ip(sa: *const libc::sockaddr) -> Option<IpAddr> {
+    if sa.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's pointer is a sockaddr; the family says which struct it is.
+    unsafe {
+        match (*sa).sa_family as i32 {
+            libc::AF_INET => {
+                let s = &*(sa as *const libc::sockaddr_in);
+                Some(IpAddr::from(u32::from_be(s.sin_addr.s_addr).to_be_bytes()))
+            }
+            libc::AF_INET6 => {
+                let s = &*(sa as *const libc::sockaddr_in6);
+                Some(IpAddr::from(s.sin6_addr.s6_addr))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Why the device view could not be laid.
+#[derive(Debug)]
+pub struct NsError {
+    /// The step that failed.
+    pub step: String,
+    /// Its error.
+    pub err: std::io::Error,
+}
+
+impl std::fmt::Display for NsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.step, self.err)
+    }
+}
+
+fn fail(step: impl Into<String>) -> impl FnOnce(std::io::Error) -> NsError {
+    let step = step.into();
+    move |err| NsError { step, err }
+}
+
+fn cstr(p: &Path) -> Result<CString, NsError> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| NsError {
+        step: format!("path {}", p.display()),
+        err: std::io::Error::from_raw_os_error(libc::EINVAL),
+    })
+}
+
+fn check(r: libc::c_int, step: impl FnOnce() -> String) -> Result<(), NsError> {
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(NsError {
+            step: step(),
+            err: std::io::Error::last_os_error(),
+        })
+    }
+}
+
+fn mount(
+    src: Option<&Path>,
+    dst: &Path,
+    fstype: Option<&str>,
+    flags: libc::c_ulong,
+    data: Option<&str>,
+) -> Result<(), NsError> {
+    let src_c = src.map(cstr).transpose()?;
+    let dst_c = cstr(dst)?;
+    let fs_c = fstype.map(|s| CString::new(s).expect("no NUL in a filesystem name"));
+    let data_c = data.map(|s| CString::new(s).expect("no NUL in mount options"));
+    let opt = |c: &Option<CString>| c.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
+    // SAFETY: every pointer is null or a NUL-terminated string that outlives the call.
+    let r = unsafe {
+        libc::mount(
+            opt(&src_c),
+            dst_c.as_ptr(),
+            opt(&fs_c),
+            flags,
+            opt(&data_c) as *const libc::c_void,
+        )
+    };
+    check(r, || match src {
+        Some(s) => format!("mount {} on {}", s.display(), dst.display()),
+        None => format!("mount {} on {}", fstype.unwrap_or("(flags)"), dst.display()),
+    })
+}
+
+/// Enters a private mount namespace (with a user namespace when not root), one that the
+/// program spawned next inherits.
+fn enter_namespace() -> Result<(), NsError> {
+    // SAFETY: geteuid and getegid have no preconditions.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    // Root keeps its own user namespace (and so its privileges over the host's network and
+    // devices); a mount namespace is enough for it. Others need a user namespace to mount.
+    // SAFETY: unshare changes only this (single-threaded) process's namespaces.
+    let root_ok = uid == 0 && unsafe { libc::unshare(libc::CLONE_NEWNS) } == 0;
+    if !root_ok {
+        // SAFETY: as above; CLONE_NEWUSER needs a single-threaded caller, which
+        // `softroce run` is until it spawns the program.
+        let r = unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) };
+        check(r, || "unshare(CLONE_NEWUSER|CLONE_NEWNS)".into())?;
+        // setgroups must be denied before an unprivileged process may write gid_map.
+        std::fs::write("/proc/self/setgroups", "deny")
+            .map_err(fail("write /proc/self/setgroups"))?;
+        std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1"))
+            .map_err(fail("write uid_map"))?;
+        std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1"))
+            .map_err(fail("write gid_map"))?;
+    }
+    // Nothing mounted from here on may propagate to the host's namespace.
+    mount(
+        None,
+        Path::new("/"),
+        None,
+        libc::MS_REC | libc::MS_PRIVATE,
+        None,
+    )
+}
+
+/// Lays a tmpfs over `dir` in which each entry `dir` had is bound back (directories and
+/// files with their submounts, symlinks copied), so that new names can be added beside them.
+fn shadow(dir: &Path) -> Result<(), NsError> {
+    let entries: Vec<_> = std::fs::read_dir(dir)
+        .map_err(fail(format!("read {}", dir.display())))?
+        .filter_map(Result::ok)
+        .collect();
+    // The hidden directory stays reachable through this descriptor's /proc/self/fd link.
+    let fd = std::fs::File::open(dir).map_err(fail(format!("open {}", dir.display())))?;
+    use std::os::fd::AsRawFd;
+    let hidden = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+    mount(None, dir, Some("tmpfs"), 0, Some("mode=755")).map_err(|e| NsError {
+        step: format!("tmpfs on {}: {}", dir.display(), e.step),
+        err: e.err,
+    })?;
+    for e in entries {
+        let name = e.file_name();
+        let dst = dir.join(&name);
+        let Ok(meta) = std::fs::symlink_metadata(hidden.join(&name)) else {
+            continue; // gone meanwhile
+        };
+        let ft = meta.file_type();
+        if ft.is_symlink() {
+            let target = std::fs::read_link(hidden.join(&name))
+                .map_err(fail(format!("readlink {}", dst.display())))?;
+            std::os::unix::fs::symlink(target, &dst)
+                .map_err(fail(format!("symlink {}", dst.display())))?;
+            continue;
+        }
+        if ft.is_dir() {
+            std::fs::create_dir(&dst).map_err(fail(format!("mkdir {}", dst.display())))?;
+        } else {
+            std::fs::File::create(&dst).map_err(fail(format!("create {}", dst.display())))?;
+        }
+        let bound = mount(
+            Some(&hidden.join(&name)),
+            &dst,
+            None,
+            libc::MS_BIND | libc::MS_REC,
+            None,
+        );
+        if let Err(e) = bound {
+            // An entry the kernel will not let us bind (rare: a file owned by another user
+            // namespace) is left out rather than losing the whole view.
+            let _ = std::fs::remove_file(&dst).or_else(|_| std::fs::remove_dir(&dst));
+            if e.err.raw_os_error() != Some(libc::EPERM)
+                && e.err.raw_os_error() != Some(libc::EACCES)
+            {
+                return Err(e);
+            }
+        }
+    }
+    drop(fd);
+    Ok(())
+}
+
+/// Makes `dir/name` a fresh empty directory: over the existing one if there is one (hiding
+/// what it held, e.g. a host's real uverbs nodes), else beside `dir`'s entries.
+fn fresh_dir(dir: &Path, name: &str, shadowed: &mut Vec<PathBuf>) -> Result<PathBuf, NsError> {
+    let p = dir.join(name);
+    if p.is_dir() {
+        mount(None, &p, Some("tmpfs"), 0, Some("mode=755"))?;
+    } else {
+        if !shadowed.iter().any(|s| s == dir) {
+            shadow(dir)?;
+            shadowed.push(dir.to_path_buf());
+        }
+        std::fs::create_dir(&p).map_err(fail(format!("mkdir {}", p.display())))?;
+    }
+    Ok(p)
+}
+
+fn write_entries(root: &Path, entries: &[Entry]) -> Result<(), NsError> {
+    use std::os::unix::fs::PermissionsExt;
+    for e in entries {
+        match e {
+            Entry::Dir(p) => {
+                let p = root.join(p);
+                std::fs::create_dir_all(&p).map_err(fail(format!("mkdir {}", p.display())))?;
+            }
+            Entry::File(p, s) => {
+                let p = root.join(p);
+                std::fs::write(&p, s).map_err(fail(format!("write {}", p.display())))?;
+                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o444))
+                    .map_err(fail(format!("chmod {}", p.display())))?;
+            }
+            Entry::Link(p, t) => {
+                let p = root.join(p);
+                std::os::unix::fs::symlink(OsStr::new(t), &p)
+                    .map_err(fail(format!("symlink {}", p.display())))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The character device bound at the uverbs node.
+const CHAR_DEV: &str = "/dev/null";
+
+/// Enters the namespace and lays the device's `/dev/infiniband` and sysfs entries for `ip`.
+/// On error the process may be in a namespace with part of the view; nothing outside it
+/// has changed.
+pub fn lay_device_view(ip: IpAddr) -> Result<DeviceView, NsError> {
+    let meta = std::fs::metadata(CHAR_DEV).map_err(fail(format!("stat {CHAR_DEV}")))?;
+    if !meta.file_type().is_char_device() {
+        return Err(NsError {
+            step: format!("{CHAR_DEV} is not a character device"),
+            err: std::io::Error::from_raw_os_error(libc::ENODEV),
+        });
+    }
+    let view = DeviceView {
+        ip,
+        ndev: owning_netdev(ip),
+        rdev: meta.rdev(),
+    };
+    enter_namespace()?;
+    let mut shadowed = Vec::new();
+
+    let ib = fresh_dir(Path::new("/dev"), "infiniband", &mut shadowed)?;
+    let node = ib.join(UVERBS);
+    std::fs::File::create(&node).map_err(fail(format!("create {}", node.display())))?;
+    mount(Some(Path::new(CHAR_DEV)), &node, None, libc::MS_BIND, None)?;
+
+    let sys = Path::new("/sys");
+    for (dir, name) in [
+        ("devices/virtual", "infiniband"),
+        ("devices/virtual", "infiniband_verbs"),
+        ("class", "infiniband"),
+        ("class", "infiniband_verbs"),
+    ] {
+        fresh_dir(&sys.join(dir), name, &mut shadowed)?;
+    }
+    write_entries(sys, &sysfs_entries(&view))?;
+    Ok(view)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view() -> DeviceView {
+        DeviceView {
+            ip: "127.0.0.2".parse().unwrap(),
+            ndev: Some("lo".into()),
+            rdev: libc::makedev(1, 3),
+        }
+    }
+
+    fn file<'a>(e: &'a [Entry], path: &str) -> Option<&'a str> {
+        e.iter().find_map(|x| match x {
+            Entry::File(p, s) if p == path => Some(s.as_str()),
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn guid_and_gid_print_as_sysfs_does() {
+        let e = sysfs_entries(&view());
+        let d = "devices/virtual/infiniband/softroce0";
+        assert_eq!(
+            file(&e, &format!("{d}/node_guid")),
+            Some("0000:7fff:fe00:0002\n")
+        );
+        assert_eq!(
+            file(&e, &format!("{d}/ports/1/gids/1")),
+            Some("0000:0000:0000:0000:0000:ffff:7f00:0002\n")
+        );
+        assert_eq!(
+            file(&e, &format!("{d}/ports/1/gid_attrs/types/0")),
+            Some("RoCE v2\n")
+        );
+        assert_eq!(
+            file(&e, &format!("{d}/ports/1/gid_attrs/ndevs/1")),
+            Some("lo\n")
+        );
+        assert_eq!(
+            file(&e, "devices/virtual/infiniband_verbs/uverbs_softroce0/dev"),
+            Some("1:3\n")
+        );
+    }
+
+    #[test]
+    fn no_netdev_means_no_ndevs_files() {
+        let mut v = view();
+        v.ndev = None;
+        let e = sysfs_entries(&v);
+        assert!(!e.iter().any(
+            |x| matches!(x, Entry::File(p, _) if p.contains("ndevs/") || p.ends_with("/parent"))
+        ));
+        // The GIDs are still there.
+        assert!(file(&e, "devices/virtual/infiniband/softroce0/ports/1/gids/0").is_some());
+    }
+
+    #[test]
+    fn every_entry_has_its_directory_first() {
+        let e = sysfs_entries(&view());
+        let mut dirs: Vec<String> = vec![
+            "devices/virtual/infiniband".into(),
+            "devices/virtual/infiniband_verbs".into(),
+            "class/infiniband".into(),
+            "class/infiniband_verbs".into(),
+        ];
+        for x in &e {
+            let p = match x {
+                Entry::Dir(p) | Entry::File(p, _) | Entry::Link(p, _) => p,
+            };
+            let parent = p.rsplit_once('/').unwrap().0;
+            assert!(dirs.iter().any(|d| d == parent), "{p} before its directory");
+            if let Entry::Dir(p) = x {
+                dirs.push(p.clone());
+            }
+        }
+    }
+
+    #[test]
+    fn loopback_addresses_belong_to_the_loopback_interface() {
+        let lo = owning_netdev("127.0.0.1".parse().unwrap());
+        assert!(lo.is_some(), "no interface owns 127.0.0.1");
+        assert_eq!(owning_netdev("127.0.0.77".parse().unwrap()), lo);
+        // TEST-NET-1 is on no interface of a test machine.
+        assert_eq!(owning_netdev("192.0.2.1".parse().unwrap()), None);
+    }
+}
