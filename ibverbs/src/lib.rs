@@ -24,5 +24,6 @@
 pub mod ffi;
 mod objects;
 pub mod provider_abi;
+pub mod rdmacm;
 
 pub use objects::*;

@@ -19,7 +19,8 @@ use crate::ffi::*;
 /// A queue pair. It holds its PD, CQs and SRQ, so none of them can be destroyed while it
 /// lives (EBUSY).
 pub(super) struct Qp {
-    pub(super) qp: QueuePair,
+    /// Shared with the librdmacm shim's identifier when rdma_cm connects it.
+    pub(super) qp: Arc<QueuePair>,
     _pd: Arc<Obj<Pd>>,
     _send_cq: Arc<Obj<Cq>>,
     _recv_cq: Arc<Obj<Cq>>,
@@ -104,7 +105,7 @@ fn qp_of(p: *mut ibv_qp) -> Option<Arc<Obj<Qp>>> {
     handle::get::<Qp>(p)
 }
 
-fn state_to_c(s: QpState) -> c_uint {
+pub(super) fn state_to_c(s: QpState) -> c_uint {
     match s {
         QpState::Reset => IBV_QPS_RESET,
         QpState::Init => IBV_QPS_INIT,
@@ -214,7 +215,7 @@ pub unsafe extern "C" fn ibv_create_qp(
             events_completed: 0,
         },
         Qp {
-            qp,
+            qp: Arc::new(qp),
             _pd: pdr,
             _send_cq: scq,
             _recv_cq: rcq,

@@ -1,0 +1,341 @@
+//! Debian's librdmacm programs (rdmacm-utils) under the shim's librdmacm.so.1 and
+//! libibverbs.so.1, between two processes on loopback and against softroce's own tools.
+//! The two sonames are links to one file (ibverbs/src/rdmacm/mod.rs says why).
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A directory with `libibverbs.so.1` and `librdmacm.so.1`, both links to the shim.
+fn rdmacm_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let lib = shim_lib();
+        let dir = std::env::temp_dir().join(format!("softroce-rdmacm-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for name in ["libibverbs.so.1", "librdmacm.so.1"] {
+            let link = dir.join(name);
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(&lib, &link).unwrap();
+        }
+        dir
+    })
+    .clone()
+}
+
+/// `prog ARGS` under both shims with the device bound to `ip`.
+fn shimmed(prog: &Path, ip: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(prog);
+    c.args(args)
+        .env("LD_LIBRARY_PATH", rdmacm_dir())
+        .env("SOFTROCE_BIND", ip)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+fn softroce() -> PathBuf {
+    let p = target_dir().join("softroce");
+    assert!(
+        p.is_file(),
+        "{} not built: run the tests from the workspace root (cargo test), which builds it",
+        p.display()
+    );
+    p
+}
+
+/// `softroce ARGS` (its device bound with `--bind` in ARGS).
+fn softroce_cmd(args: &[&str]) -> Command {
+    let mut c = Command::new(softroce());
+    c.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Whether a UDP socket is bound to `ip`:4791 (the device of a process that started its
+/// engine: an rdma_cm listener has, once `rdma_listen` returned).
+fn device_up(ip: &str) -> bool {
+    let v4: std::net::Ipv4Addr = ip.parse().unwrap();
+    let want = format!("{:08X}:12B7", u32::from_le_bytes(v4.octets()));
+    std::fs::read_to_string("/proc/net/udp").is_ok_and(|t| {
+        t.lines()
+            .skip(1)
+            .any(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
+    })
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Starts `server`, waits until its device at `server_ip` is up, then runs the client that
+/// `client` makes; a client refused because the listener was not registered yet (the
+/// socket binds just before `rdma_listen` registers it) is run again, at most 3 times. Both
+/// must exit 0 within `limit`. Returns (server output, client output).
+fn serve(
+    mut server: Command,
+    server_ip: &str,
+    client: impl Fn() -> Command,
+    limit: Duration,
+) -> (String, String) {
+    let mut s: Child = server.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !device_up(server_ip) && Instant::now() < deadline && s.try_wait().unwrap().is_none() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut ct = String::new();
+    let mut cok = false;
+    for _ in 0..3 {
+        let (co, fin) = wait_for(client().spawn().unwrap(), limit);
+        ct = text(&co);
+        cok = fin && co.status.success();
+        if cok || !ct.contains("REJECTED") {
+            break;
+        }
+    }
+    let (so, sfin) = wait_for(s, limit);
+    let st = text(&so);
+    assert!(
+        sfin && so.status.success() && cok,
+        "server ({:?}, in time: {sfin}):\n{st}\nclient:\n{ct}",
+        so.status
+    );
+    (st, ct)
+}
+
+fn rping() -> PathBuf {
+    program("rping", "rdmacm-utils")
+}
+
+/// Counts the lines holding `needle`.
+fn lines_with(t: &str, needle: &str) -> usize {
+    t.lines().filter(|l| l.contains(needle)).count()
+}
+
+#[test]
+fn rping_between_two_shimmed_processes() {
+    let port = "7301";
+    let server = shimmed(
+        &rping(),
+        "127.0.0.1",
+        &[
+            "-s",
+            "-a",
+            "127.0.0.1",
+            "-p",
+            port,
+            "-v",
+            "-C",
+            "10",
+            "-S",
+            "64",
+        ],
+    );
+    let (st, ct) = serve(
+        server,
+        "127.0.0.1",
+        || {
+            shimmed(
+                &rping(),
+                "127.0.0.2",
+                &[
+                    "-c",
+                    "-a",
+                    "127.0.0.1",
+                    "-p",
+                    port,
+                    "-v",
+                    "-C",
+                    "10",
+                    "-S",
+                    "64",
+                ],
+            )
+        },
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        lines_with(&ct, "ping data: rdma-ping-"),
+        10,
+        "client:\n{ct}"
+    );
+    assert_eq!(
+        lines_with(&st, "server ping data: rdma-ping-"),
+        10,
+        "server:\n{st}"
+    );
+    assert!(
+        ct.contains("rdma-ping-9: JKLMNOPQRSTUVWXYZ"),
+        "client:\n{ct}"
+    );
+}
+
+#[test]
+fn rping_under_the_shim_against_softroce_rping_both_roles() {
+    // Debian's rping serves, softroce's connects.
+    let server = shimmed(
+        &rping(),
+        "127.0.0.3",
+        &[
+            "-s",
+            "-a",
+            "127.0.0.3",
+            "-p",
+            "7302",
+            "-v",
+            "-C",
+            "5",
+            "-S",
+            "100",
+        ],
+    );
+    let (st, ct) = serve(
+        server,
+        "127.0.0.3",
+        || {
+            softroce_cmd(&[
+                "rping",
+                "-c",
+                "-a",
+                "127.0.0.3",
+                "-p",
+                "7302",
+                "-v",
+                "-C",
+                "5",
+                "-S",
+                "100",
+                "--bind",
+                "127.0.0.4",
+            ])
+        },
+        Duration::from_secs(30),
+    );
+    assert_eq!(lines_with(&ct, "ping data: rdma-ping-"), 5, "client:\n{ct}");
+    assert_eq!(
+        lines_with(&st, "server ping data: rdma-ping-"),
+        5,
+        "server:\n{st}"
+    );
+
+    // softroce serves, Debian's rping connects with data validation.
+    let server = softroce_cmd(&[
+        "rping",
+        "-s",
+        "-a",
+        "127.0.0.5",
+        "-p",
+        "7303",
+        "-C",
+        "5",
+        "-S",
+        "64",
+        "--bind",
+        "127.0.0.5",
+    ]);
+    let (_, ct) = serve(
+        server,
+        "127.0.0.5",
+        || {
+            shimmed(
+                &rping(),
+                "127.0.0.6",
+                &[
+                    "-c",
+                    "-a",
+                    "127.0.0.5",
+                    "-p",
+                    "7303",
+                    "-v",
+                    "-V",
+                    "-C",
+                    "5",
+                    "-S",
+                    "64",
+                ],
+            )
+        },
+        Duration::from_secs(30),
+    );
+    assert_eq!(lines_with(&ct, "ping data: rdma-ping-"), 5, "client:\n{ct}");
+}
+
+#[test]
+fn rping_to_nobody_is_rejected_with_the_ib_reason() {
+    // A device at 127.0.0.7 (softroce's server on another port) answers with a REJ: invalid
+    // service ID, reason 8, which rping prints as the event's status.
+    let mut s = softroce_cmd(&[
+        "rping",
+        "-s",
+        "-a",
+        "127.0.0.7",
+        "-p",
+        "7304",
+        "-C",
+        "1",
+        "--bind",
+        "127.0.0.7",
+    ])
+    .spawn()
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !device_up("127.0.0.7") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let c = shimmed(
+        &rping(),
+        "127.0.0.8",
+        &["-c", "-a", "127.0.0.7", "-p", "7399", "-C", "1"],
+    )
+    .spawn()
+    .unwrap();
+    let (co, fin) = wait_for(c, Duration::from_secs(30));
+    let _ = s.kill();
+    let _ = s.wait();
+    let ct = text(&co);
+    assert!(fin && !co.status.success(), "client:\n{ct}");
+    assert!(
+        ct.contains("RDMA_CM_EVENT_REJECTED, error 8"),
+        "client:\n{ct}"
+    );
+}
+
+/// `name@@VERSION` of every function `lib` defines at a version whose name starts with
+/// `prefix`.
+fn exports(lib: &Path, prefix: &str) -> Vec<String> {
+    let out = Command::new("nm")
+        .args(["-D", "--defined-only", "--with-symbol-versions"])
+        .arg(lib)
+        .output()
+        .expect("nm (binutils) runs");
+    assert!(out.status.success());
+    let mut v: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 3 && f[1] == "T" && f[2].split("@@").nth(1)?.starts_with(prefix))
+                .then(|| f[2].to_string())
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn exports_are_debians_rdmacm_set() {
+    let real = Path::new("/usr/lib/x86_64-linux-gnu/librdmacm.so.1");
+    assert!(real.exists(), "install librdmacm1 (scripts/setup.sh does)");
+    let ours = exports(&shim_lib(), "RDMACM_");
+    assert_eq!(ours, exports(real, "RDMACM_"));
+    assert!(ours.contains(&"rdma_establish@@RDMACM_1.2".to_string()));
+}
