@@ -339,3 +339,54 @@ fn exports_are_debians_rdmacm_set() {
     assert_eq!(ours, exports(real, "RDMACM_"));
     assert!(ours.contains(&"rdma_establish@@RDMACM_1.2".to_string()));
 }
+
+#[test]
+fn ucmatose_many_connections_between_two_shimmed_processes() {
+    // 10 connections, 10 messages each way on every one, then both sides disconnect at once
+    // (the client answers the server's DREQs and exits: its DREPs must still leave).
+    let ucmatose = program("ucmatose", "rdmacm-utils");
+    let server = shimmed(
+        &ucmatose,
+        "127.0.0.9",
+        &[
+            "-b",
+            "127.0.0.9",
+            "-p",
+            "7305",
+            "-c",
+            "10",
+            "-C",
+            "10",
+            "-S",
+            "200",
+        ],
+    );
+    let (st, ct) = serve(
+        server,
+        "127.0.0.9",
+        || {
+            shimmed(
+                &ucmatose,
+                "127.0.0.10",
+                &[
+                    "-s",
+                    "127.0.0.9",
+                    "-p",
+                    "7305",
+                    "-c",
+                    "10",
+                    "-C",
+                    "10",
+                    "-S",
+                    "200",
+                ],
+            )
+        },
+        Duration::from_secs(30),
+    );
+    for t in [&st, &ct] {
+        assert!(t.contains("data transfers complete"), "{t}");
+        assert!(t.contains("return status 0"), "{t}");
+    }
+    assert!(st.contains("disconnected"), "server:\n{st}");
+}

@@ -7,8 +7,8 @@ use std::ptr::{self, null_mut};
 use libc::{addrinfo, c_char, c_int, c_void, sockaddr, EINVAL, ENOSYS};
 
 use super::ffi::*;
-use super::id::{id_of, lock, QpInit};
-use super::{errno, fail};
+use super::id::{id_of, QpInit};
+use super::{errno, fail, lock};
 use crate::ffi::*;
 
 /// Copies a C sockaddr of `len` bytes into a new allocation (freed by `rdma_freeaddrinfo`).

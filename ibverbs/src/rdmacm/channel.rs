@@ -9,7 +9,7 @@ use libc::{c_char, c_int, c_void, EINVAL};
 
 use super::ffi::*;
 use super::id::Id;
-use super::{errno, fail};
+use super::{errno, fail, lock};
 use crate::objects::handle::{self, Obj, Object};
 
 /// An event handed to C: the C struct first (the pointer C holds), then what it points into
@@ -44,10 +44,6 @@ impl Drop for Chan {
         // SAFETY: the fd was opened with the channel and is closed only here.
         unsafe { libc::close(self.fd) };
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The events C holds, for `rdma_ack_cm_event` to refuse anything else with EINVAL.

@@ -9,8 +9,8 @@ use softroce::rdma_cm::{ConnParam, EventKind, RdmaCmEvent};
 
 use super::channel::{new_channel, next_event, rdma_ack_cm_event, EventInfo};
 use super::ffi::*;
-use super::id::{complete, id_of, lock, new_id, set_addrs, set_device, Id, QpInit};
-use super::{errno_of, fail, Cm, DISPATCH_WAIT};
+use super::id::{complete, id_of, new_id, set_addrs, set_device, Id, QpInit};
+use super::{errno_of, fail, lock, Cm, DISPATCH_WAIT};
 use crate::ffi::*;
 use crate::objects::cm_hooks;
 use crate::objects::handle::Obj;

@@ -14,7 +14,7 @@ use softroce::rdma_cm::CmId;
 
 use super::channel::{chan_of, new_channel, Chan, EventInfo};
 use super::ffi::*;
-use super::{cm, device_addr, errno, errno_of, fail, verbs};
+use super::{cm, device_addr, errno, errno_of, fail, lock, verbs};
 use crate::ffi::*;
 use crate::objects::cm_hooks;
 use crate::objects::handle::{self, Obj, Object};
@@ -69,10 +69,6 @@ impl QpInit {
 impl Object for Id {
     type C = rdma_cm_id;
     type Handle = rdma_cm_id;
-}
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The live identifier behind `id`, referenced.
@@ -313,12 +309,10 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         return fail(EINVAL);
     };
     let st = std::mem::take(&mut *lock(&obj.st));
-    if let Some(c) = &st.cm {
+    if let (Some(c), Ok(m)) = (&st.cm, cm()) {
+        m.forget(&obj);
         if st.connected {
             let _ = c.disconnect();
-        }
-        if let Ok(m) = cm() {
-            m.forget(&obj);
         }
     }
     if st.port != 0 && !st.passive {

@@ -55,6 +55,27 @@ struct Cm {
     ids: Mutex<Vec<(CmId, Weak<Obj<Id>>)>>,
 }
 
+/// How long the process's exit waits for CM messages still queued (see [`flush_at_exit`]).
+const EXIT_FLUSH_WAIT: Duration = Duration::from_millis(500);
+
+/// The started connection manager, for the exit handler.
+static CM: Mutex<Option<Arc<Cm>>> = Mutex::new(None);
+
+/// Runs at `exit`: the kernel's CM sends a DREQ, DREP or REJ whatever the process does next,
+/// but softroce's engine is a thread of the process, so the process waits (at most
+/// [`EXIT_FLUSH_WAIT`]) until the engine has sent what the CM queued (ucmatose's client
+/// answers the server's DREQs and exits at once).
+extern "C" fn flush_at_exit() {
+    // try_lock: another thread may hold the lock while the process exits.
+    let cm = match CM.try_lock() {
+        Ok(g) => g.clone(),
+        Err(_) => None,
+    };
+    if let Some(cm) = cm {
+        cm.chan.flush(EXIT_FLUSH_WAIT);
+    }
+}
+
 /// A context pointer that may live in a static: the context is opened once and never closed.
 #[derive(Clone, Copy)]
 struct Verbs(*mut ibv_context);
@@ -83,7 +104,6 @@ fn verbs() -> Result<*mut ibv_context, c_int> {
 /// The connection manager, started on first need (binds the device's socket: EADDRINUSE when
 /// another process holds the address).
 fn cm() -> Result<Arc<Cm>, c_int> {
-    static CM: Mutex<Option<Arc<Cm>>> = Mutex::new(None);
     let mut g = CM.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(c) = g.as_ref() {
         return Ok(Arc::clone(c));
@@ -100,6 +120,10 @@ fn cm() -> Result<Arc<Cm>, c_int> {
         .name("softroce-rdmacm".into())
         .spawn(move || conn::dispatch(d))
         .map_err(|_| libc::EAGAIN)?;
+    // SAFETY: registers a function with no preconditions, defined in this object, which the
+    // loader never unloads while the process runs (librdmacm is not dlclose'd by its users;
+    // a failed registration only loses the flush).
+    unsafe { libc::atexit(flush_at_exit) };
     *g = Some(Arc::clone(&cm));
     Ok(cm)
 }
@@ -126,6 +150,12 @@ impl Cm {
         let mut g = self.ids.lock().unwrap_or_else(|e| e.into_inner());
         g.retain(|(_, w)| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), id));
     }
+}
+
+/// Locks `m`, through poisoning (a panic elsewhere leaves the data consistent: every
+/// critical section here is a plain update).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// This thread's errno.
