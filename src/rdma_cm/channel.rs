@@ -702,6 +702,19 @@ impl CmId {
         Ok(())
     }
 
+    /// Stops listening (librdmacm's `rdma_destroy_id` of a listener): the service is free
+    /// for another listener, and later REQs for it are rejected (invalid service ID).
+    pub fn stop_listening(&self) {
+        let mut st = self.state();
+        if st.phase != Phase::Listening {
+            return;
+        }
+        let service = rdma_tcp_service_id(st.port);
+        self.shared.dev.gsi.lock().cm.unlisten(service);
+        lock(&self.shared.state).listeners.remove(&service);
+        st.phase = Phase::Idle;
+    }
+
     /// `rdma_accept` on a connect request's identifier: moves its QP to RTR and RTS with the
     /// requester's QPN and PSN and sends the REP. [`EventKind::Established`] follows with the
     /// RTU.

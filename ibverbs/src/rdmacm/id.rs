@@ -314,6 +314,9 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         if st.connected {
             let _ = c.disconnect();
         }
+        if st.listening {
+            c.stop_listening();
+        }
     }
     if st.port != 0 && !st.passive {
         ports().remove(&st.port);
