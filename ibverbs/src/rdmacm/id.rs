@@ -693,6 +693,9 @@ pub unsafe extern "C" fn rdma_create_qp(
     }
     // SAFETY: the caller passes a writable ibv_qp_init_attr (checked non-null).
     let a = unsafe { &mut *attr };
+    // librdmacm gives the QP the identifier's type (rdma_client leaves qp_type 0).
+    // SAFETY: raw read of the live identifier.
+    a.qp_type = unsafe { ptr::addr_of!((*c).qp_type).read() };
     if a.send_cq.is_null() && a.recv_cq.is_null() {
         if let Err(e) = create_cqs(&obj, v, a) {
             return fail(e);
