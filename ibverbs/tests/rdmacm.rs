@@ -470,3 +470,49 @@ fn rdma_server_and_rdma_client_synchronous_endpoints() {
         "inline data refused:\n{ct}"
     );
 }
+
+#[test]
+fn rdmacm_api_c_passes_every_check() {
+    // tests/c/rdmacm_api.c: error paths and errno values, the pollable fd, options,
+    // migrate_id, notify, reject with data, and the refused families, in one process.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/rdmacm_api.c");
+    let dir = std::env::temp_dir().join(format!("softroce-rdmacm-api-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("rdmacm_api");
+    let out = Command::new(program("cc", "gcc"))
+        .args(["-O1", "-g", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .args(["-lrdmacm", "-libverbs"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cannot compile rdmacm_api.c (install librdmacm-dev):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let child = shimmed(&exe, "127.0.0.22", &["127.0.0.22"])
+        .spawn()
+        .unwrap();
+    let (out, fin) = wait_for(child, Duration::from_secs(60));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(fin && out.status.success(), "{stdout}{stderr}");
+    let n: u32 = stdout
+        .strip_prefix("ok ")
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{stdout}{stderr}"));
+    assert!(n > 100, "only {n} checks ran");
+    // The refused functions name themselves on stderr, once each; nothing else is printed.
+    for f in [
+        "rdma_join_multicast",
+        "rdma_leave_multicast",
+        "rsocket",
+        "rclose",
+    ] {
+        let line = format!("librdmacm (softroce): {f} is not implemented (ENOSYS)");
+        assert_eq!(stderr.lines().filter(|l| *l == line).count(), 1, "{stderr}");
+    }
+    assert_eq!(stderr.lines().count(), 4, "{stderr}");
+    let _ = std::fs::remove_dir_all(dir);
+}
