@@ -14,7 +14,7 @@ command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
 [ -f /usr/include/infiniband/verbs.h ] || need_apt+=(libibverbs-dev)
 command -v ibv_rc_pingpong >/dev/null 2>&1 || need_apt+=(ibverbs-utils)
 command -v ib_write_bw >/dev/null 2>&1 || need_apt+=(perftest)
-command -v rping >/dev/null 2>&1 && [ -f /usr/include/rdma/rdma_cma.h ] || need_apt+=(rdmacm-utils librdmacm-dev)
+{ command -v rping && command -v qperf && [ -f /usr/include/rdma/rdma_cma.h ]; } >/dev/null 2>&1 || need_apt+=(rdmacm-utils librdmacm-dev qperf)
 if [ ${#need_apt[@]} -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -516,3 +516,63 @@ fn rdmacm_api_c_passes_every_check() {
     assert_eq!(stderr.lines().count(), 4, "{stderr}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Whether a socket listens on TCP `port` (IPv4 or IPv6: qperf listens on ::), from
+/// /proc/net/tcp{,6} (a probe connection would be taken for a client).
+fn tcp_listening(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines().skip(1).any(|l| {
+                let c: Vec<&str> = l.split_whitespace().collect();
+                c.len() > 3 && c[1].ends_with(&want) && c[3] == "0A"
+            })
+        })
+    })
+}
+
+#[test]
+fn qperf_cm1_rc_tests_between_two_shimmed_processes() {
+    // qperf -cm1: rdma_cm connects the QP. qperf's server runs each test in a child process
+    // that never destroys the identifier it accepted, so its DREP goes when it exits (the
+    // exit handler). Each child opens the device on the server's address: the next test
+    // starts once the last child's socket is gone (with the kernel, all share one device).
+    let qperf = program("qperf", "qperf");
+    let port = free_tcp_port();
+    let ps = port.to_string();
+    let mut server = shimmed(&qperf, "127.0.0.23", &["-lp", &ps])
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !tcp_listening(port) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut all = String::new();
+    for test in ["rc_bw", "rc_lat", "rc_rdma_write_bw"] {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while device_up("127.0.0.23") && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let client = shimmed(
+            &qperf,
+            "127.0.0.24",
+            &["-lp", &ps, "-cm1", "127.0.0.23", "-t", "1", test],
+        )
+        .spawn()
+        .unwrap();
+        let (out, fin) = wait_for(client, Duration::from_secs(60));
+        let t = text(&out);
+        all.push_str(&t);
+        assert!(fin && out.status.success(), "{test}:\n{t}");
+        let figure = t
+            .split(" = ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|v| v.parse::<f64>().ok());
+        assert!(figure.is_some_and(|v| v > 0.0), "{test}:\n{t}");
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(all.matches("bw  =").count(), 2, "{all}");
+    assert_eq!(all.matches("latency  =").count(), 1, "{all}");
+}

@@ -300,9 +300,10 @@ pub unsafe extern "C" fn rdma_create_id(
     0
 }
 
-/// `rdma_destroy_id`: 0, or -1 and EINVAL. A connection still up is disconnected (the
-/// kernel sends the DREQ when the identifier goes); the memory stays until the events naming
-/// the identifier are acknowledged, so rdma-core's wait for them is not needed.
+/// `rdma_destroy_id`: 0, or -1 and EINVAL. As the kernel's cm_destroy_id: a connection still
+/// up gets a DREQ, one the peer disconnected its DREP, an undecided request a REJ, and a
+/// listener stops listening. The memory stays until the events naming the identifier are
+/// acknowledged, so rdma-core's wait for them is not needed.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
     let Some(obj) = handle::remove_in_use::<Id>(id) else {
@@ -311,11 +312,12 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
     let st = std::mem::take(&mut *lock(&obj.st));
     if let (Some(c), Ok(m)) = (&st.cm, cm()) {
         m.forget(&obj);
-        if st.connected {
-            let _ = c.disconnect();
-        }
         if st.listening {
             c.stop_listening();
+        } else if c.disconnect().is_err() {
+            // Not connected: an undecided connect request is refused, as the kernel's
+            // cm_destroy_id does; for anything else (idle, resolving, closed) both are no-ops.
+            let _ = c.reject(&[]);
         }
     }
     if st.port != 0 && !st.passive {

@@ -61,8 +61,9 @@ const EXIT_FLUSH_WAIT: Duration = Duration::from_millis(500);
 /// The started connection manager, for the exit handler.
 static CM: Mutex<Option<Arc<Cm>>> = Mutex::new(None);
 
-/// Runs at `exit`: the kernel's CM sends a DREQ, DREP or REJ whatever the process does next,
-/// but softroce's engine is a thread of the process, so the process waits (at most
+/// Runs at `exit`: the kernel's CM closes a process's identifiers when it exits and sends
+/// what that takes whatever the process does next, but softroce's engine is a thread of the
+/// process: so the identifiers are closed here and the process waits (at most
 /// [`EXIT_FLUSH_WAIT`]) until the engine has sent what the CM queued (ucmatose's client
 /// answers the server's DREQs and exits at once).
 extern "C" fn flush_at_exit() {
@@ -72,6 +73,19 @@ extern "C" fn flush_at_exit() {
         Err(_) => None,
     };
     if let Some(cm) = cm {
+        // What closing the kernel's rdma_cm file does to the identifiers a process leaves:
+        // a DREQ for a connection up, the DREP for one the peer disconnected (qperf's server
+        // never destroys the identifier it accepted), a REJ for an undecided request.
+        let ids: Vec<CmId> = match cm.ids.try_lock() {
+            Ok(g) => g.iter().map(|(c, _)| c.clone()).collect(),
+            Err(_) => Vec::new(),
+        };
+        for c in ids {
+            c.stop_listening();
+            if c.disconnect().is_err() {
+                let _ = c.reject(&[]);
+            }
+        }
         cm.chan.flush(EXIT_FLUSH_WAIT);
     }
 }
