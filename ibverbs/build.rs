@@ -24,9 +24,10 @@ for a do
     *) set -- "$@" "$a" ;;
   esac
 done
-exec /usr/bin/env ld.bfd --version-script={map} "$@"
+exec /usr/bin/env ld.bfd --version-script={map} --version-script={rdmacm} "$@"
 "#,
-        map = map.display()
+        map = map.display(),
+        rdmacm = manifest.join("librdmacm.map").display()
     );
     std::fs::write(&ld, script).unwrap();
     #[cfg(unix)]
@@ -40,5 +41,6 @@ exec /usr/bin/env ld.bfd --version-script={map} "$@"
     println!("cargo:rustc-cdylib-link-arg=-B{}", wrapper_dir.display());
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libibverbs.so.1");
     println!("cargo:rerun-if-changed=libibverbs.map");
+    println!("cargo:rerun-if-changed=librdmacm.map");
     println!("cargo:rerun-if-changed=build.rs");
 }

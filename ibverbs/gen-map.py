@@ -14,7 +14,10 @@ for line in real.splitlines():
     if len(f) >= 7 and f[-2].startswith("IBVERBS"):
         vers[f[-1]] = f[-2]
 ours = set()
-for path in glob.glob("src/*.rs"):
+# Every source file of the libibverbs side; src/rdmacm/ is librdmacm's (librdmacm.map).
+for path in glob.glob("src/**/*.rs", recursive=True):
+    if path.startswith("src/rdmacm/"):
+        continue
     src = open(path).read()
     ours |= set(re.findall(r'pub (?:unsafe )?extern "C" fn (\w+)', src))
     ours |= set(re.findall(r'#\[no_mangle\]\s*pub static (\w+)', src))

@@ -20,6 +20,8 @@ dpkg -s libibverbs1 >/dev/null 2>&1 || need_apt+=(libibverbs1)
 dpkg -s python3-pyverbs >/dev/null 2>&1 || need_apt+=(python3-pyverbs)
 # UCX over softroce (ibverbs/tests/ucx.rs): ucx_info and ucx_perftest with their libraries.
 command -v ucx_perftest >/dev/null 2>&1 || need_apt+=(ucx-utils libucx0)
+# librdmacm programs under the shim (ibverbs/tests/rdmacm.rs): rping, ucmatose, rdma_server, qperf.
+{ command -v rping && command -v qperf && [ -f /usr/include/rdma/rdma_cma.h ]; } >/dev/null 2>&1 || need_apt+=(rdmacm-utils librdmacm-dev qperf)
 if [ ${#need_apt[@]} -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"

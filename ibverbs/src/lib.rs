@@ -28,6 +28,7 @@ pub mod ffi;
 mod objects;
 pub mod provider_abi;
 mod query_device_ex;
+pub mod rdmacm;
 
 pub use absent::*;
 pub use compat::*;

@@ -1,5 +1,6 @@
 //! `softroce run [--bind ADDR] [--mtu MTU] -- PROGRAM [ARGS...]`: runs an unmodified verbs
-//! program on softroce, with the libibverbs shim (`libibverbs.so.1`, built from `ibverbs/`)
+//! program on softroce, with the libibverbs shim (`libibverbs.so.1`, and `librdmacm.so.1` the
+//! same object; built from `ibverbs/`)
 //! found first through `LD_LIBRARY_PATH` and its device `softroce0` bound to ADDR; the
 //! program also finds the device's /dev/infiniband node and sysfs entries ([`super::run_ns`]).
 
@@ -74,7 +75,9 @@ fn find_lib(explicit: Option<&Path>) -> Result<PathBuf, CliError> {
         })
 }
 
-/// A directory holding `libibverbs.so.1` -> the shim; removed when dropped.
+/// A directory holding `libibverbs.so.1` and `librdmacm.so.1`, both symlinks to the one shim
+/// object (spec-notes/librdmacm.md: the loader maps a file once, so both libraries share one
+/// engine); removed when dropped.
 struct LibDir(PathBuf);
 
 impl LibDir {
@@ -82,9 +85,10 @@ impl LibDir {
         let dir = std::env::temp_dir().join(format!("softroce-run-{}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(CliError::Io)?;
         let guard = LibDir(dir);
-        let link = guard.0.join("libibverbs.so.1");
         let target = lib.canonicalize().map_err(CliError::Io)?;
-        std::os::unix::fs::symlink(target, link).map_err(CliError::Io)?;
+        for name in ["libibverbs.so.1", "librdmacm.so.1"] {
+            std::os::unix::fs::symlink(&target, guard.0.join(name)).map_err(CliError::Io)?;
+        }
         Ok(guard)
     }
 }

@@ -335,6 +335,11 @@ impl Endpoint {
         self.out.pop_front()
     }
 
+    /// Whether messages wait for [`Endpoint::poll_transmit`].
+    pub fn has_transmit(&self) -> bool {
+        !self.out.is_empty()
+    }
+
     /// The next event for the application.
     pub fn poll_event(&mut self) -> Option<CmEvent> {
         self.events.pop_front()

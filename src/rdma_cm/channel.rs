@@ -285,6 +285,50 @@ impl EventChannel {
     }
 }
 
+impl EventChannel {
+    /// Waits at most `timeout` until the engine has sent every CM message queued so far;
+    /// false if it may not have. For a process about to exit: the engine is one of its
+    /// threads, while the kernel's CM sends a DREQ or DREP whatever its process does next.
+    /// The engine takes the messages into its transmit batch and wakes the waiters, then sends
+    /// the batch in the same pass; so once none waits, two more rung passes (each waking the
+    /// waiters once) put a whole pass, and its send, between the taking and the return.
+    pub fn flush(&self, timeout: Duration) -> bool {
+        let end = Instant::now() + timeout;
+        self.shared.kick();
+        let mut g = self.shared.dev.gsi.lock();
+        while g.cm.has_transmit() {
+            let now = Instant::now();
+            if now >= end {
+                return false;
+            }
+            g = self
+                .shared
+                .dev
+                .gsi
+                .events
+                .wait_timeout(g, end - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        for _ in 0..2 {
+            self.shared.kick();
+            let now = Instant::now();
+            if now >= end {
+                return false;
+            }
+            g = self
+                .shared
+                .dev
+                .gsi
+                .events
+                .wait_timeout(g, end - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        true
+    }
+}
+
 impl Drop for EventChannel {
     fn drop(&mut self) {
         self.shared.dev.gsi.lock().channel_open = false;
@@ -671,6 +715,19 @@ impl CmId {
             .listeners
             .insert(service, self.clone());
         Ok(())
+    }
+
+    /// Stops listening (librdmacm's `rdma_destroy_id` of a listener): the service is free
+    /// for another listener, and later REQs for it are rejected (invalid service ID).
+    pub fn stop_listening(&self) {
+        let mut st = self.state();
+        if st.phase != Phase::Listening {
+            return;
+        }
+        let service = rdma_tcp_service_id(st.port);
+        self.shared.dev.gsi.lock().cm.unlisten(service);
+        lock(&self.shared.state).listeners.remove(&service);
+        st.phase = Phase::Idle;
     }
 
     /// `rdma_accept` on a connect request's identifier: moves its QP to RTR and RTS with the

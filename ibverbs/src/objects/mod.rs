@@ -4,6 +4,7 @@
 
 mod ah;
 mod async_event;
+pub(crate) mod cm_hooks;
 mod common;
 mod context;
 mod cq;

@@ -19,7 +19,8 @@ use crate::ffi::*;
 /// A queue pair. It holds its PD, CQs and SRQ, so none of them can be destroyed while it
 /// lives (EBUSY).
 pub(super) struct Qp {
-    pub(super) qp: QueuePair,
+    /// Shared with the librdmacm shim's identifier when rdma_cm connects it.
+    pub(super) qp: Arc<QueuePair>,
     _pd: Arc<Obj<Pd>>,
     _send_cq: Arc<Obj<Cq>>,
     _recv_cq: Arc<Obj<Cq>>,
@@ -43,7 +44,7 @@ impl Object for Qp {
 
 impl Obj<Qp> {
     /// The `ibv_qp` at the start of the C struct (raw: C may write its fields).
-    fn qp_c(&self) -> *mut ibv_qp {
+    pub(super) fn qp_c(&self) -> *mut ibv_qp {
         // SAFETY: a raw projection into this live object's C struct.
         unsafe { ptr::addr_of_mut!((*self.c()).qp_base) }
     }
@@ -116,7 +117,7 @@ fn qp_of(p: *mut ibv_qp) -> Option<Arc<Obj<Qp>>> {
     handle::get::<Qp>(p)
 }
 
-fn state_to_c(s: QpState) -> c_uint {
+pub(super) fn state_to_c(s: QpState) -> c_uint {
     match s {
         QpState::Reset => IBV_QPS_RESET,
         QpState::Init => IBV_QPS_INIT,
@@ -226,7 +227,7 @@ pub unsafe extern "C" fn ibv_create_qp(
             events_completed: 0,
         }),
         Qp {
-            qp,
+            qp: Arc::new(qp),
             _pd: pdr,
             _send_cq: scq,
             _recv_cq: rcq,

@@ -1,0 +1,62 @@
+//! What the librdmacm shim (`crate::rdmacm`) needs from the verbs objects: the device, the
+//! softroce engine behind a context (so that rdma_cm's QP1 and the application's QPs share one
+//! socket), and the softroce QP behind an `ibv_qp` (which rdma_cm moves through its states).
+
+use std::net::SocketAddr;
+use std::ptr;
+use std::sync::Arc;
+
+use libc::c_int;
+use softroce::verbs::{Context, QueuePair};
+
+use super::common::config;
+use super::context::ctx_of;
+use super::handle::{self, CMutexGuard};
+use super::pd::pd_of;
+use super::qp::{state_to_c, Qp};
+use crate::ffi::*;
+
+/// The one device's handle, for `ibv_open_device`.
+pub(crate) fn device_handle() -> *mut ibv_device {
+    super::device::device()
+}
+
+/// The address and port the device binds (`SOFTROCE_BIND`).
+pub(crate) fn bound_addr() -> SocketAddr {
+    config().bind
+}
+
+/// The softroce engine of an open context, started now if needed (binding the UDP socket):
+/// EINVAL for a handle that is not a live context, or the errno of the failed bind.
+pub(crate) fn engine(c: *mut ibv_context) -> Result<Arc<Context>, c_int> {
+    let ctx = ctx_of(c).ok_or(libc::EINVAL)?;
+    let g = ctx.open()?;
+    g.as_ref().cloned().ok_or(libc::ENODEV)
+}
+
+/// The context a live PD belongs to; None for anything but a live PD.
+pub(crate) fn pd_context(p: *mut ibv_pd) -> Option<*mut ibv_context> {
+    pd_of(p).map(|pd| pd.context())
+}
+
+/// The softroce QP behind a live `ibv_qp`, and its context.
+pub(crate) fn qp_inner(p: *mut ibv_qp) -> Option<(Arc<QueuePair>, *mut ibv_context)> {
+    let q = handle::get::<Qp>(p)?;
+    // SAFETY: `q` keeps the QP's C struct alive; `context` is written only at creation.
+    let ctx = unsafe { ptr::addr_of!((*q.qp_c()).context).read() };
+    Some((Arc::clone(&q.qp), ctx))
+}
+
+/// Brings `ibv_qp.state` up to date after rdma_cm moved the QP itself (on a REP, at accept,
+/// at disconnection), as the kernel's modify through librdmacm updates it.
+pub(crate) fn sync_qp_state(p: *mut ibv_qp) {
+    if let Some(q) = handle::get::<Qp>(p) {
+        let c = q.qp_c();
+        // SAFETY: the referenced QP's C struct is live; `state` is written raw under its
+        // mutex, as ibv_modify_qp writes it.
+        unsafe {
+            let _g = CMutexGuard::lock(ptr::addr_of_mut!((*c).mutex));
+            ptr::addr_of_mut!((*c).state).write(state_to_c(q.qp.query().qp_state));
+        }
+    }
+}

@@ -1,0 +1,461 @@
+//! Connections: connect, accept, reject, disconnect, establish, notify, `rdma_get_request`,
+//! `rdma_init_qp_attr`, ECE, and the dispatcher that turns softroce's CM events into C events.
+
+use std::ptr::{self, null_mut};
+use std::sync::Arc;
+
+use libc::{c_int, c_void, EINVAL, ETIMEDOUT};
+use softroce::rdma_cm::{ConnParam, EventKind, RdmaCmEvent};
+
+use super::channel::{new_channel, next_event, rdma_ack_cm_event, EventInfo};
+use super::ffi::*;
+use super::id::{complete, id_of, new_id, set_addrs, set_device, Id, QpInit};
+use super::{errno_of, fail, lock, Cm, DISPATCH_WAIT};
+use crate::ffi::*;
+use crate::objects::cm_hooks;
+use crate::objects::handle::Obj;
+
+/// `RDMA_MAX_RESP_RES` / `RDMA_MAX_INIT_DEPTH`: "as many as the device allows".
+const RDMA_MAX: u8 = 0xff;
+
+/// The device's bound on RDMA READ / atomic depth (ibv_query_device's max_qp_rd_atom).
+fn max_rd_atom() -> u8 {
+    softroce::ib::DeviceLimits::default()
+        .max_qp_rd_atom
+        .min(u8::MAX as u32 - 1) as u8
+}
+
+/// A C `rdma_conn_param` as softroce's; NULL gives rdma_cm's defaults (no READs, retry 7).
+/// EINVAL for a depth above the device's, as librdmacm checks it.
+///
+/// # Safety
+///
+/// `p` is NULL or a readable rdma_conn_param whose private data is readable.
+unsafe fn param_from_c(p: *const rdma_conn_param) -> Result<ConnParam, c_int> {
+    if p.is_null() {
+        return Ok(ConnParam {
+            private_data: Vec::new(),
+            responder_resources: 0,
+            initiator_depth: 0,
+            retry_count: 7,
+            rnr_retry_count: 7,
+        });
+    }
+    // SAFETY: by the caller's promise.
+    let p = unsafe { &*p };
+    let max = max_rd_atom();
+    let depth = |v: u8| match v {
+        RDMA_MAX => Ok(max),
+        v if v > max => Err(EINVAL),
+        v => Ok(v),
+    };
+    let data = if p.private_data.is_null() || p.private_data_len == 0 {
+        Vec::new()
+    } else {
+        // SAFETY: the caller's private data holds `private_data_len` bytes.
+        unsafe {
+            std::slice::from_raw_parts(p.private_data as *const u8, p.private_data_len as usize)
+        }
+        .to_vec()
+    };
+    Ok(ConnParam {
+        private_data: data,
+        responder_resources: depth(p.responder_resources)?,
+        initiator_depth: depth(p.initiator_depth)?,
+        retry_count: p.retry_count.min(7),
+        rnr_retry_count: p.rnr_retry_count.min(7),
+    })
+}
+
+fn param_to_c(p: &ConnParam, qp_num: u32) -> rdma_conn_param {
+    rdma_conn_param {
+        private_data: ptr::null(),
+        private_data_len: 0,
+        responder_resources: p.responder_resources,
+        initiator_depth: p.initiator_depth,
+        flow_control: 1,
+        retry_count: p.retry_count,
+        rnr_retry_count: p.rnr_retry_count,
+        srq: 0,
+        qp_num,
+    }
+}
+
+/// Acknowledges the connect request a synchronous identifier kept from `rdma_get_request`.
+fn drop_request_event(id: &Obj<Id>) {
+    let c = id.c();
+    // SAFETY: raw access to the live identifier; the event is one rdma_get_request stored.
+    unsafe {
+        let ev = ptr::addr_of!((*c).event).read();
+        if !ev.is_null() {
+            ptr::addr_of_mut!((*c).event).write(null_mut());
+            rdma_ack_cm_event(ev);
+        }
+    }
+}
+
+/// `rdma_connect`: sends the REQ; ESTABLISHED, REJECTED (status: the IB reason) or
+/// UNREACHABLE follows. 0, or -1 and errno (EINVAL before the route is resolved, without a
+/// QP, or with more than 56 bytes of private data).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
+    let Some(obj) = id_of(id) else {
+        return fail(EINVAL);
+    };
+    if obj.ps == RDMA_PS_UDP || obj.ps == RDMA_PS_IPOIB {
+        // UD service resolution (SIDR) is not in softroce's CM.
+        return fail(libc::ENOSYS);
+    }
+    // SAFETY: the caller passes NULL or a valid rdma_conn_param.
+    let p = match unsafe { param_from_c(param) } {
+        Ok(p) => p,
+        Err(e) => return fail(e),
+    };
+    let Some(c) = lock(&obj.st).cm.clone() else {
+        return fail(EINVAL);
+    };
+    if let Err(e) = c.connect(&p) {
+        return fail(errno_of(&e));
+    }
+    complete(&obj, RDMA_CM_EVENT_ESTABLISHED)
+}
+
+/// `rdma_accept` of a connect request: moves the QP to RTR and RTS and sends the REP;
+/// ESTABLISHED follows with the RTU. 0, or -1 and errno (EINVAL without a QP or request).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
+    let Some(obj) = id_of(id) else {
+        return fail(EINVAL);
+    };
+    // SAFETY: the caller passes NULL or a valid rdma_conn_param.
+    let mut p = match unsafe { param_from_c(param) } {
+        Ok(p) => p,
+        Err(e) => return fail(e),
+    };
+    let Some(c) = lock(&obj.st).cm.clone() else {
+        return fail(EINVAL);
+    };
+    if param.is_null() {
+        // librdmacm's default answer: as many READs as the requester asked for and the
+        // device allows.
+        p.responder_resources = max_rd_atom();
+        p.initiator_depth = max_rd_atom();
+    }
+    drop_request_event(&obj);
+    if let Err(e) = c.accept(&p) {
+        return fail(errno_of(&e));
+    }
+    // SAFETY: raw read of the live identifier.
+    cm_hooks::sync_qp_state(unsafe { ptr::addr_of!((*obj.c()).qp).read() });
+    complete(&obj, RDMA_CM_EVENT_ESTABLISHED)
+}
+
+/// `rdma_reject` of a connect request with private data (reason: consumer defined).
+/// 0, or -1 and EINVAL.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_reject(
+    id: *mut rdma_cm_id,
+    private_data: *const c_void,
+    len: u8,
+) -> c_int {
+    let Some(obj) = id_of(id) else {
+        return fail(EINVAL);
+    };
+    let data = if private_data.is_null() || len == 0 {
+        Vec::new()
+    } else {
+        // SAFETY: the caller's private data holds `len` bytes.
+        unsafe { std::slice::from_raw_parts(private_data as *const u8, len as usize) }.to_vec()
+    };
+    let Some(c) = lock(&obj.st).cm.clone() else {
+        return fail(EINVAL);
+    };
+    drop_request_event(&obj);
+    match c.reject(&data) {
+        Ok(()) => 0,
+        Err(e) => fail(errno_of(&e)),
+    }
+}
+
+/// `rdma_disconnect`: the QP goes to ERROR and a DREQ (or DREP) is sent; DISCONNECTED
+/// follows. 0, or -1 and EINVAL when not connected.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
+    let Some(obj) = id_of(id) else {
+        return fail(EINVAL);
+    };
+    let Some(c) = lock(&obj.st).cm.clone() else {
+        return fail(EINVAL);
+    };
+    if let Err(e) = c.disconnect() {
+        return fail(errno_of(&e));
+    }
+    lock(&obj.st).connected = false;
+    // SAFETY: raw read of the live identifier.
+    cm_hooks::sync_qp_state(unsafe { ptr::addr_of!((*obj.c()).qp).read() });
+    0
+}
+
+/// `rdma_establish`: for an identifier without a QP that got CONNECT_RESPONSE. softroce's
+/// connect needs a QP on the identifier, so that event never comes: EINVAL.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
+    let _ = id;
+    fail(EINVAL)
+}
+
+/// `rdma_notify`: an event on the QP that the CM should know of (the first receive before the
+/// RTU). softroce's CM establishes on any packet already, so for a connection in progress or
+/// up this is 0; EINVAL otherwise.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, _event: c_int) -> c_int {
+    let Some(obj) = id_of(id) else {
+        return fail(EINVAL);
+    };
+    let st = lock(&obj.st);
+    if st.cm.is_some() && !st.listening {
+        0
+    } else {
+        fail(EINVAL)
+    }
+}
+
+/// `rdma_get_request`: the next connect request of a synchronous listener (with its QP made
+/// from `rdma_create_ep`'s attributes). 0, or -1 and errno.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_request(
+    listen: *mut rdma_cm_id,
+    id: *mut *mut rdma_cm_id,
+) -> c_int {
+    let Some(obj) = id_of(listen) else {
+        return fail(EINVAL);
+    };
+    if !obj.sync || id.is_null() {
+        return fail(EINVAL);
+    }
+    let ev = match next_event(&obj.chan()) {
+        Ok(e) => e,
+        Err(e) => return fail(e),
+    };
+    // SAFETY: `ev` is live until acknowledged.
+    let (kind, status, child) = unsafe { ((*ev).event, (*ev).status, (*ev).id) };
+    if status != 0 || kind != RDMA_CM_EVENT_CONNECT_REQUEST {
+        // SAFETY: outstanding event.
+        unsafe { rdma_ack_cm_event(ev) };
+        return fail(if status < 0 { -status } else { EINVAL });
+    }
+    let init = lock(&obj.st).qp_init.as_ref().map(|q| QpInit::of(&q.0));
+    if let Some(QpInit(mut a)) = init {
+        // SAFETY: raw read of the listener; the child is live (the event holds it).
+        let pd = unsafe { ptr::addr_of!((*obj.c()).pd).read() };
+        // SAFETY: `child` is live; `a` is a local copy.
+        if unsafe { super::id::rdma_create_qp(child, pd, &mut a) } != 0 {
+            let e = super::errno();
+            // SAFETY: outstanding event; the child goes with it (rdma-core destroys it).
+            unsafe {
+                rdma_ack_cm_event(ev);
+                super::id::rdma_destroy_id(child);
+            }
+            return fail(e);
+        }
+    }
+    // SAFETY: `child` is live; the caller passes a writable slot (checked).
+    unsafe {
+        ptr::addr_of_mut!((*child).event).write(ev);
+        id.write(child);
+    }
+    0
+}
+
+/// `rdma_init_qp_attr`: the attributes rdma_cm would give the QP for its next state. Before a
+/// connection that is INIT (the only state softroce lets the application set: RTR and RTS
+/// are set by the CM itself); EINVAL afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_init_qp_attr(
+    id: *mut rdma_cm_id,
+    attr: *mut ibv_qp_attr,
+    mask: *mut c_int,
+) -> c_int {
+    let Some(obj) = id_of(id) else {
+        return fail(EINVAL);
+    };
+    if attr.is_null() || mask.is_null() || lock(&obj.st).connected {
+        return fail(EINVAL);
+    }
+    let mut a = ibv_qp_attr {
+        qp_state: IBV_QPS_INIT,
+        port_num: 1,
+        pkey_index: 0,
+        ..Default::default()
+    };
+    let m = if obj.ps == RDMA_PS_UDP || obj.ps == RDMA_PS_IPOIB {
+        a.qkey = 0x0123_4567;
+        1 | (1 << 4) | (1 << 5) | (1 << 6)
+    } else {
+        a.qp_access_flags = 0xf;
+        1 | (1 << 3) | (1 << 4) | (1 << 5)
+    };
+    // SAFETY: the caller passes writable structs (checked non-null).
+    unsafe {
+        attr.write(a);
+        mask.write(m);
+    }
+    0
+}
+
+/// `struct ibv_ece`.
+#[repr(C)]
+pub struct ibv_ece {
+    /// The vendor's IEEE OUI.
+    pub vendor_id: u32,
+    /// Vendor options.
+    pub options: u32,
+    /// Reserved.
+    pub comp_mask: u32,
+}
+
+/// `rdma_set_local_ece`: softroce, as rxe, has no enhanced connection establishment options;
+/// accepted and not sent. 0, or -1 and EINVAL.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_set_local_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
+    if id_of(id).is_none() || ece.is_null() {
+        return fail(EINVAL);
+    }
+    0
+}
+
+/// `rdma_get_remote_ece`: none (all zero), as from rxe. 0, or -1 and EINVAL.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
+    if id_of(id).is_none() || ece.is_null() {
+        return fail(EINVAL);
+    }
+    // SAFETY: the caller passes a writable ibv_ece (checked non-null).
+    unsafe {
+        ece.write(ibv_ece {
+            vendor_id: 0,
+            options: 0,
+            comp_mask: 0,
+        })
+    };
+    0
+}
+
+/// `rdma_reject_ece`: a rejection for unsupported options; as `rdma_reject` without data.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_reject_ece(
+    id: *mut rdma_cm_id,
+    private_data: *const c_void,
+    len: u8,
+) -> c_int {
+    // SAFETY: forwarded with the caller's own promises.
+    unsafe { rdma_reject(id, private_data, len) }
+}
+
+/// The dispatcher thread's loop: every softroce CM event becomes a C event (for the process's
+/// life: librdmacm keeps its devices too).
+pub(super) fn dispatch(m: Arc<Cm>) {
+    loop {
+        if let Ok(ev) = m.chan.get_event(DISPATCH_WAIT) {
+            route(&m, ev);
+        }
+    }
+}
+
+fn route(m: &Cm, ev: RdmaCmEvent) {
+    let (kind, status) = match &ev.kind {
+        // Queued by rdma_resolve_addr / rdma_resolve_route themselves.
+        EventKind::AddrResolved | EventKind::RouteResolved => return,
+        EventKind::ConnectRequest => return connect_request(m, ev),
+        EventKind::Established => (RDMA_CM_EVENT_ESTABLISHED, 0),
+        // The kernel reports the IB reject reason as the status (8: no listener).
+        EventKind::Rejected { reason } => (RDMA_CM_EVENT_REJECTED, *reason as c_int),
+        EventKind::Unreachable => (RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT),
+        EventKind::Disconnected => (RDMA_CM_EVENT_DISCONNECTED, 0),
+        EventKind::TimewaitExit => (RDMA_CM_EVENT_TIMEWAIT_EXIT, 0),
+    };
+    let Some(id) = m.find(&ev.id) else {
+        return; // the identifier was destroyed
+    };
+    {
+        let mut st = lock(&id.st);
+        match kind {
+            RDMA_CM_EVENT_ESTABLISHED => st.connected = true,
+            RDMA_CM_EVENT_DISCONNECTED | RDMA_CM_EVENT_REJECTED | RDMA_CM_EVENT_UNREACHABLE => {
+                st.connected = false
+            }
+            _ => {}
+        }
+    }
+    // SAFETY: raw read of the live identifier.
+    let qp = unsafe { ptr::addr_of!((*id.c()).qp).read() };
+    cm_hooks::sync_qp_state(qp);
+    let conn = (kind == RDMA_CM_EVENT_ESTABLISHED).then(|| {
+        let p = lock(&id.st)
+            .cm
+            .as_ref()
+            .map(|_| ConnParam::default())
+            .unwrap_or_default();
+        // SAFETY: `qp` is NULL or the identifier's live QP (raw read of qp_num).
+        let n = if qp.is_null() {
+            0
+        } else {
+            unsafe { ptr::addr_of!((*qp).qp_num).read() }
+        };
+        param_to_c(&p, n)
+    });
+    Obj::event(
+        &id,
+        EventInfo {
+            kind,
+            status,
+            data: ev.private_data,
+            conn,
+        },
+    );
+}
+
+/// A connect request: a new identifier on the listener's channel (a synchronous listener's
+/// requests get synchronous identifiers with channels of their own, as in librdmacm).
+fn connect_request(m: &Cm, ev: RdmaCmEvent) {
+    let listener = ev.listen_id.as_ref().and_then(|l| m.find(l));
+    let Some(listener) = listener else {
+        // Its listener is gone: refuse, as the kernel does for a destroyed listener.
+        let _ = ev.id.reject(&[]);
+        return;
+    };
+    let (chan, sync) = if listener.sync {
+        match new_channel() {
+            Ok(c) => (c, true),
+            Err(_) => {
+                let _ = ev.id.reject(&[]);
+                return;
+            }
+        }
+    } else {
+        (listener.chan(), false)
+    };
+    // SAFETY: raw read of the live listener's C struct.
+    let context = unsafe { ptr::addr_of!((*listener.c()).context).read() };
+    let child = new_id(chan, sync, context, listener.ps, IBV_QPT_RC);
+    {
+        let mut st = lock(&child.st);
+        st.cm = Some(ev.id.clone());
+        st.port = lock(&listener.st).port;
+        st.passive = true;
+    }
+    m.register(&ev.id, &child);
+    let _ = set_device(&child);
+    set_addrs(&child, Some(ev.id.local_addr()), ev.id.remote_addr());
+    let conn = ev.param.as_ref().map(|p| param_to_c(p, 0));
+    listener.chan().push(
+        &child,
+        Some(&listener),
+        EventInfo {
+            kind: RDMA_CM_EVENT_CONNECT_REQUEST,
+            status: 0,
+            data: ev.private_data,
+            conn,
+        },
+    );
+}

@@ -1,0 +1,98 @@
+//! What this librdmacm refuses: multicast (no multicast groups in softroce: mckey) and
+//! rsockets (a socket library over rdma_cm: rstream, riostream, rcopy). Each call fails with
+//! ENOSYS and, the first time in the process, says on stderr which function it was, so that a
+//! program's own "failed" message has a cause; it never aborts and never writes to stdout.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::sync::Mutex;
+
+use libc::{c_int, c_void, off_t, size_t, ssize_t, ENOSYS};
+
+use super::fail;
+use super::ffi::rdma_cm_id;
+
+/// Says once per function on stderr that softroce does not implement it, and sets ENOSYS.
+fn refuse(func: &'static str) -> c_int {
+    static SAID: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
+    let first = SAID
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashSet::new)
+        .insert(func);
+    if first {
+        let _ = writeln!(
+            std::io::stderr(),
+            "librdmacm (softroce): {func} is not implemented (ENOSYS)"
+        );
+    }
+    fail(ENOSYS)
+}
+
+/// `rdma_join_multicast`: ENOSYS (no multicast in softroce).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_join_multicast(
+    _id: *mut rdma_cm_id,
+    _addr: *mut c_void,
+    _context: *mut c_void,
+) -> c_int {
+    refuse("rdma_join_multicast")
+}
+
+/// `rdma_join_multicast_ex`: ENOSYS.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_join_multicast_ex(
+    _id: *mut rdma_cm_id,
+    _attr: *mut c_void,
+    _context: *mut c_void,
+) -> c_int {
+    refuse("rdma_join_multicast_ex")
+}
+
+/// `rdma_leave_multicast`: ENOSYS.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_leave_multicast(_id: *mut rdma_cm_id, _addr: *mut c_void) -> c_int {
+    refuse("rdma_leave_multicast")
+}
+
+/// Defines rsocket functions that fail with ENOSYS, returning -1 in their C return type.
+macro_rules! rsockets {
+    ($($name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty;)*) => {$(
+        #[doc = concat!("`", stringify!($name), "`: ENOSYS (rsockets are not implemented).")]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            $(let _ = $arg;)*
+            refuse(stringify!($name)) as $ret
+        }
+    )*};
+}
+
+rsockets! {
+    rsocket(domain: c_int, kind: c_int, protocol: c_int) -> c_int;
+    rbind(s: c_int, addr: *const c_void, len: u32) -> c_int;
+    rlisten(s: c_int, backlog: c_int) -> c_int;
+    raccept(s: c_int, addr: *mut c_void, len: *mut u32) -> c_int;
+    rconnect(s: c_int, addr: *const c_void, len: u32) -> c_int;
+    rshutdown(s: c_int, how: c_int) -> c_int;
+    rclose(s: c_int) -> c_int;
+    rrecv(s: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t;
+    rrecvfrom(s: c_int, buf: *mut c_void, len: size_t, flags: c_int, src: *mut c_void, alen: *mut u32) -> ssize_t;
+    rrecvmsg(s: c_int, msg: *mut c_void, flags: c_int) -> ssize_t;
+    rsend(s: c_int, buf: *const c_void, len: size_t, flags: c_int) -> ssize_t;
+    rsendto(s: c_int, buf: *const c_void, len: size_t, flags: c_int, dst: *const c_void, alen: u32) -> ssize_t;
+    rsendmsg(s: c_int, msg: *const c_void, flags: c_int) -> ssize_t;
+    rread(s: c_int, buf: *mut c_void, count: size_t) -> ssize_t;
+    rreadv(s: c_int, iov: *const c_void, iovcnt: c_int) -> ssize_t;
+    rwrite(s: c_int, buf: *const c_void, count: size_t) -> ssize_t;
+    rwritev(s: c_int, iov: *const c_void, iovcnt: c_int) -> ssize_t;
+    rpoll(fds: *mut c_void, nfds: u64, timeout: c_int) -> c_int;
+    rselect(nfds: c_int, r: *mut c_void, w: *mut c_void, e: *mut c_void, t: *mut c_void) -> c_int;
+    rgetpeername(s: c_int, addr: *mut c_void, len: *mut u32) -> c_int;
+    rgetsockname(s: c_int, addr: *mut c_void, len: *mut u32) -> c_int;
+    rsetsockopt(s: c_int, level: c_int, name: c_int, val: *const c_void, len: u32) -> c_int;
+    rgetsockopt(s: c_int, level: c_int, name: c_int, val: *mut c_void, len: *mut u32) -> c_int;
+    rfcntl(s: c_int, cmd: c_int, arg: usize) -> c_int;
+    riomap(s: c_int, buf: *mut c_void, len: size_t, prot: c_int, flags: c_int, offset: off_t) -> off_t;
+    riounmap(s: c_int, buf: *mut c_void, len: size_t) -> c_int;
+    riowrite(s: c_int, buf: *const c_void, count: size_t, offset: off_t, flags: c_int) -> size_t;
+}

@@ -1,0 +1,588 @@
+//! Debian's librdmacm programs (rdmacm-utils) under the shim's librdmacm.so.1 and
+//! libibverbs.so.1, between two processes on loopback and against softroce's own tools.
+//! The two sonames are links to one file (ibverbs/src/rdmacm/mod.rs says why).
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A directory with `libibverbs.so.1` and `librdmacm.so.1`, both links to the shim.
+fn rdmacm_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let lib = shim_lib();
+        let dir = std::env::temp_dir().join(format!("softroce-rdmacm-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for name in ["libibverbs.so.1", "librdmacm.so.1"] {
+            let link = dir.join(name);
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(&lib, &link).unwrap();
+        }
+        dir
+    })
+    .clone()
+}
+
+/// `prog ARGS` under both shims with the device bound to `ip`.
+fn shimmed(prog: &Path, ip: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(prog);
+    c.args(args)
+        .env("LD_LIBRARY_PATH", rdmacm_dir())
+        .env("SOFTROCE_BIND", ip)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+fn softroce() -> PathBuf {
+    let p = target_dir().join("softroce");
+    assert!(
+        p.is_file(),
+        "{} not built: run the tests from the workspace root (cargo test), which builds it",
+        p.display()
+    );
+    p
+}
+
+/// `softroce ARGS` (its device bound with `--bind` in ARGS).
+fn softroce_cmd(args: &[&str]) -> Command {
+    let mut c = Command::new(softroce());
+    c.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Whether a UDP socket is bound to `ip`:4791 (the device of a process that started its
+/// engine: an rdma_cm listener has, once `rdma_listen` returned).
+fn device_up(ip: &str) -> bool {
+    let v4: std::net::Ipv4Addr = ip.parse().unwrap();
+    let want = format!("{:08X}:12B7", u32::from_le_bytes(v4.octets()));
+    std::fs::read_to_string("/proc/net/udp").is_ok_and(|t| {
+        t.lines()
+            .skip(1)
+            .any(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
+    })
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Starts `server`, waits until its device at `server_ip` is up, then runs the client that
+/// `client` makes; a client refused because the listener was not registered yet (the
+/// socket binds just before `rdma_listen` registers it: REJECTED, or ECONNREFUSED from a
+/// synchronous identifier) is run again, at most 3 times. Both
+/// must exit 0 within `limit`. Returns (server output, client output).
+fn serve(
+    mut server: Command,
+    server_ip: &str,
+    client: impl Fn() -> Command,
+    limit: Duration,
+) -> (String, String) {
+    let mut s: Child = server.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !device_up(server_ip) && Instant::now() < deadline && s.try_wait().unwrap().is_none() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut ct = String::new();
+    let mut cok = false;
+    for _ in 0..3 {
+        let (co, fin) = wait_for(client().spawn().unwrap(), limit);
+        ct = text(&co);
+        cok = fin && co.status.success();
+        if cok || !(ct.contains("REJECTED") || ct.contains("Connection refused")) {
+            break;
+        }
+    }
+    let (so, sfin) = wait_for(s, limit);
+    let st = text(&so);
+    assert!(
+        sfin && so.status.success() && cok,
+        "server ({:?}, in time: {sfin}):\n{st}\nclient:\n{ct}",
+        so.status
+    );
+    (st, ct)
+}
+
+fn rping() -> PathBuf {
+    program("rping", "rdmacm-utils")
+}
+
+/// Counts the lines holding `needle`.
+fn lines_with(t: &str, needle: &str) -> usize {
+    t.lines().filter(|l| l.contains(needle)).count()
+}
+
+#[test]
+fn rping_between_two_shimmed_processes() {
+    let port = "7301";
+    let server = shimmed(
+        &rping(),
+        "127.0.0.1",
+        &[
+            "-s",
+            "-a",
+            "127.0.0.1",
+            "-p",
+            port,
+            "-v",
+            "-C",
+            "10",
+            "-S",
+            "64",
+        ],
+    );
+    let (st, ct) = serve(
+        server,
+        "127.0.0.1",
+        || {
+            shimmed(
+                &rping(),
+                "127.0.0.2",
+                &[
+                    "-c",
+                    "-a",
+                    "127.0.0.1",
+                    "-p",
+                    port,
+                    "-v",
+                    "-C",
+                    "10",
+                    "-S",
+                    "64",
+                ],
+            )
+        },
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        lines_with(&ct, "ping data: rdma-ping-"),
+        10,
+        "client:\n{ct}"
+    );
+    assert_eq!(
+        lines_with(&st, "server ping data: rdma-ping-"),
+        10,
+        "server:\n{st}"
+    );
+    assert!(
+        ct.contains("rdma-ping-9: JKLMNOPQRSTUVWXYZ"),
+        "client:\n{ct}"
+    );
+}
+
+#[test]
+fn rping_under_the_shim_against_softroce_rping_both_roles() {
+    // Debian's rping serves, softroce's connects.
+    let server = shimmed(
+        &rping(),
+        "127.0.0.3",
+        &[
+            "-s",
+            "-a",
+            "127.0.0.3",
+            "-p",
+            "7302",
+            "-v",
+            "-C",
+            "5",
+            "-S",
+            "100",
+        ],
+    );
+    let (st, ct) = serve(
+        server,
+        "127.0.0.3",
+        || {
+            softroce_cmd(&[
+                "rping",
+                "-c",
+                "-a",
+                "127.0.0.3",
+                "-p",
+                "7302",
+                "-v",
+                "-C",
+                "5",
+                "-S",
+                "100",
+                "--bind",
+                "127.0.0.4",
+            ])
+        },
+        Duration::from_secs(30),
+    );
+    assert_eq!(lines_with(&ct, "ping data: rdma-ping-"), 5, "client:\n{ct}");
+    assert_eq!(
+        lines_with(&st, "server ping data: rdma-ping-"),
+        5,
+        "server:\n{st}"
+    );
+
+    // softroce serves, Debian's rping connects with data validation.
+    let server = softroce_cmd(&[
+        "rping",
+        "-s",
+        "-a",
+        "127.0.0.5",
+        "-p",
+        "7303",
+        "-C",
+        "5",
+        "-S",
+        "64",
+        "--bind",
+        "127.0.0.5",
+    ]);
+    let (_, ct) = serve(
+        server,
+        "127.0.0.5",
+        || {
+            shimmed(
+                &rping(),
+                "127.0.0.6",
+                &[
+                    "-c",
+                    "-a",
+                    "127.0.0.5",
+                    "-p",
+                    "7303",
+                    "-v",
+                    "-V",
+                    "-C",
+                    "5",
+                    "-S",
+                    "64",
+                ],
+            )
+        },
+        Duration::from_secs(30),
+    );
+    assert_eq!(lines_with(&ct, "ping data: rdma-ping-"), 5, "client:\n{ct}");
+}
+
+#[test]
+fn rping_to_nobody_is_rejected_with_the_ib_reason() {
+    // A device at 127.0.0.7 (softroce's server on another port) answers with a REJ: invalid
+    // service ID, reason 8, which rping prints as the event's status.
+    let mut s = softroce_cmd(&[
+        "rping",
+        "-s",
+        "-a",
+        "127.0.0.7",
+        "-p",
+        "7304",
+        "-C",
+        "1",
+        "--bind",
+        "127.0.0.7",
+    ])
+    .spawn()
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !device_up("127.0.0.7") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let c = shimmed(
+        &rping(),
+        "127.0.0.8",
+        &["-c", "-a", "127.0.0.7", "-p", "7399", "-C", "1"],
+    )
+    .spawn()
+    .unwrap();
+    let (co, fin) = wait_for(c, Duration::from_secs(30));
+    let _ = s.kill();
+    let _ = s.wait();
+    let ct = text(&co);
+    assert!(fin && !co.status.success(), "client:\n{ct}");
+    assert!(
+        ct.contains("RDMA_CM_EVENT_REJECTED, error 8"),
+        "client:\n{ct}"
+    );
+}
+
+/// `name@@VERSION` of every function `lib` defines at a version whose name starts with
+/// `prefix`.
+fn exports(lib: &Path, prefix: &str) -> Vec<String> {
+    let out = Command::new("nm")
+        .args(["-D", "--defined-only", "--with-symbol-versions"])
+        .arg(lib)
+        .output()
+        .expect("nm (binutils) runs");
+    assert!(out.status.success());
+    let mut v: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 3 && f[1] == "T" && f[2].split("@@").nth(1)?.starts_with(prefix))
+                .then(|| f[2].to_string())
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn exports_are_debians_rdmacm_set() {
+    let real = Path::new("/usr/lib/x86_64-linux-gnu/librdmacm.so.1");
+    assert!(real.exists(), "install librdmacm1 (scripts/setup.sh does)");
+    let ours = exports(&shim_lib(), "RDMACM_");
+    assert_eq!(ours, exports(real, "RDMACM_"));
+    assert!(ours.contains(&"rdma_establish@@RDMACM_1.2".to_string()));
+}
+
+#[test]
+fn ucmatose_many_connections_between_two_shimmed_processes() {
+    // 10 connections, 10 messages each way on every one, then both sides disconnect at once
+    // (the client answers the server's DREQs and exits: its DREPs must still leave).
+    let ucmatose = program("ucmatose", "rdmacm-utils");
+    let server = shimmed(
+        &ucmatose,
+        "127.0.0.9",
+        &[
+            "-b",
+            "127.0.0.9",
+            "-p",
+            "7305",
+            "-c",
+            "10",
+            "-C",
+            "10",
+            "-S",
+            "200",
+        ],
+    );
+    let (st, ct) = serve(
+        server,
+        "127.0.0.9",
+        || {
+            shimmed(
+                &ucmatose,
+                "127.0.0.10",
+                &[
+                    "-s",
+                    "127.0.0.9",
+                    "-p",
+                    "7305",
+                    "-c",
+                    "10",
+                    "-C",
+                    "10",
+                    "-S",
+                    "200",
+                ],
+            )
+        },
+        Duration::from_secs(30),
+    );
+    for t in [&st, &ct] {
+        assert!(t.contains("data transfers complete"), "{t}");
+        assert!(t.contains("return status 0"), "{t}");
+    }
+    assert!(st.contains("disconnected"), "server:\n{st}");
+}
+
+/// perftest's result row: `size` first, then 200 iterations, and a positive figure in the
+/// `col`th column (bandwidth average for _bw, t_typical for _lat).
+fn perftest_result(text: &str, size: &str, col: usize) -> bool {
+    text.lines().any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() > col
+            && f[0] == size
+            && f[1] == "200"
+            && f[col].parse::<f64>().is_ok_and(|v| v > 0.0)
+    })
+}
+
+/// ib_write_bw -R against softroce's `perf write -R`, both roles. (Two shimmed perftest
+/// processes also run -R, but not reliably under load: perftest's server listens again for
+/// the data QPs only after its side of a handshake completes, and a client that is refused
+/// meanwhile fails in perftest's retry; see the report of issue 21.)
+#[test]
+fn perftest_rdma_cm_under_the_shim_against_softroce_perf_both_roles() {
+    let p = program("ib_write_bw", "perftest");
+    let args = ["-R", "-p", "7308", "-n", "200", "-s", "65536"];
+    // The shim serves, softroce connects.
+    let (st, ct) = serve(
+        shimmed(&p, "127.0.0.15", &args),
+        "127.0.0.15",
+        || {
+            let mut c = softroce_cmd(&["perf", "write", "--bind", "127.0.0.16"]);
+            c.args(args).arg("127.0.0.15");
+            c
+        },
+        Duration::from_secs(60),
+    );
+    assert!(perftest_result(&ct, "65536", 3), "softroce client:\n{ct}");
+    assert!(perftest_result(&st, "65536", 3), "shim server:\n{st}");
+    // softroce serves, the shim connects.
+    let mut s = softroce_cmd(&["perf", "write", "--bind", "127.0.0.17"]);
+    s.args(args);
+    let (st, ct) = serve(
+        s,
+        "127.0.0.17",
+        || {
+            let mut a = args.to_vec();
+            a.push("127.0.0.17");
+            shimmed(&p, "127.0.0.18", &a)
+        },
+        Duration::from_secs(60),
+    );
+    assert!(perftest_result(&ct, "65536", 3), "shim client:\n{ct}");
+    assert!(perftest_result(&st, "65536", 3), "softroce server:\n{st}");
+}
+
+#[test]
+fn rdma_server_and_rdma_client_synchronous_endpoints() {
+    // rdma_getaddrinfo, rdma_create_ep (passive with QP attributes, active), rdma_get_request,
+    // the rdma_verbs.h helpers (rdma_reg_msgs, rdma_post_recv/send, rdma_get_send_comp /
+    // rdma_get_recv_comp on the CQs rdma_create_qp made) and inline sends.
+    let (st, ct) = serve(
+        shimmed(
+            &program("rdma_server", "rdmacm-utils"),
+            "127.0.0.19",
+            &["-s", "127.0.0.19", "-p", "7309"],
+        ),
+        "127.0.0.19",
+        || {
+            shimmed(
+                &program("rdma_client", "rdmacm-utils"),
+                "127.0.0.20",
+                &["-s", "127.0.0.19", "-p", "7309"],
+            )
+        },
+        Duration::from_secs(30),
+    );
+    assert!(st.contains("rdma_server: end 0"), "server:\n{st}");
+    assert!(ct.contains("rdma_client: end 0"), "client:\n{ct}");
+    assert!(
+        !ct.contains("using sge sends"),
+        "inline data refused:\n{ct}"
+    );
+}
+
+#[test]
+fn rdmacm_api_c_passes_every_check() {
+    // tests/c/rdmacm_api.c: error paths and errno values, the pollable fd, options,
+    // migrate_id, notify, reject with data, and the refused families, in one process.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/rdmacm_api.c");
+    let dir = std::env::temp_dir().join(format!("softroce-rdmacm-api-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("rdmacm_api");
+    let out = Command::new(program("cc", "gcc"))
+        .args(["-O1", "-g", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .args(["-lrdmacm", "-libverbs"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cannot compile rdmacm_api.c (install librdmacm-dev):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let child = shimmed(&exe, "127.0.0.22", &["127.0.0.22"])
+        .spawn()
+        .unwrap();
+    let (out, fin) = wait_for(child, Duration::from_secs(60));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(fin && out.status.success(), "{stdout}{stderr}");
+    let n: u32 = stdout
+        .strip_prefix("ok ")
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{stdout}{stderr}"));
+    assert!(n > 100, "only {n} checks ran");
+    // The refused functions name themselves on stderr, once each; nothing else is printed.
+    for f in [
+        "rdma_join_multicast",
+        "rdma_leave_multicast",
+        "rsocket",
+        "rclose",
+    ] {
+        let line = format!("librdmacm (softroce): {f} is not implemented (ENOSYS)");
+        assert_eq!(stderr.lines().filter(|l| *l == line).count(), 1, "{stderr}");
+    }
+    assert_eq!(stderr.lines().count(), 4, "{stderr}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Whether a socket listens on TCP `port` (IPv4 or IPv6: qperf listens on ::), from
+/// /proc/net/tcp{,6} (a probe connection would be taken for a client).
+fn tcp_listening(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines().skip(1).any(|l| {
+                let c: Vec<&str> = l.split_whitespace().collect();
+                c.len() > 3 && c[1].ends_with(&want) && c[3] == "0A"
+            })
+        })
+    })
+}
+
+#[test]
+fn qperf_cm1_rc_tests_between_two_shimmed_processes() {
+    // qperf -cm1: rdma_cm connects the QP. qperf's server runs each test in a child process
+    // that never destroys the identifier it accepted, so its DREP goes when it exits (the
+    // exit handler). Each child opens the device on the server's address: the next test
+    // starts once the last child's socket is gone (with the kernel, all share one device).
+    let qperf = program("qperf", "qperf");
+    let port = free_tcp_port();
+    let ps = port.to_string();
+    let mut server = shimmed(&qperf, "127.0.0.23", &["-lp", &ps])
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !tcp_listening(port) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut all = String::new();
+    for test in ["rc_bw", "rc_lat", "rc_rdma_write_bw"] {
+        // A REQ that comes before the new child listens is refused (REJ): run it again, at
+        // most 3 times, as `serve` does.
+        let mut t = String::new();
+        let mut ok = false;
+        for _ in 0..3 {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while device_up("127.0.0.23") && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let client = shimmed(
+                &qperf,
+                "127.0.0.24",
+                &["-lp", &ps, "-cm1", "127.0.0.23", "-t", "1", test],
+            )
+            .spawn()
+            .unwrap();
+            let (out, fin) = wait_for(client, Duration::from_secs(60));
+            t = text(&out);
+            ok = fin && out.status.success();
+            if ok || !t.contains("Event rejected") {
+                break;
+            }
+        }
+        all.push_str(&t);
+        assert!(ok, "{test}:\n{t}");
+        let figure = t
+            .split(" = ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|v| v.parse::<f64>().ok());
+        assert!(figure.is_some_and(|v| v > 0.0), "{test}:\n{t}");
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(all.matches("bw  =").count(), 2, "{all}");
+    assert_eq!(all.matches("latency  =").count(), 1, "{all}");
+}
