@@ -3,11 +3,11 @@
 //!
 //! One pass of the loop: wait (mio) until a datagram arrives, send space frees up, the
 //! application rings the doorbell, or the earliest deadline passes (in busy-poll mode: no
-//! wait, the loop spins on the socket); then receive a batch of datagrams (verify ICRC, parse,
-//! hand each to the QP its destination QP names, if the sender is that QP's peer), take the
-//! doorbell list, pop due deadlines, and visit only the QPs so marked: each one's packets are
-//! taken out into the transmit batch and its completions delivered to its CQs, and the batch
-//! is sent after the QP lock is released.
+//! wait, the loop spins on the socket); then receive a batch of datagrams and hand each to the
+//! transport's endpoint (which checks it and feeds it to its QP, or gives back QP1's MADs for
+//! the CM), take the doorbell list, pop due deadlines, and visit only the QPs so marked: each
+//! one's packets are taken out (sealed by the endpoint) into the transmit batch and its
+//! completions delivered to its CQs, and the batch is sent after the QP lock is released.
 //!
 //! Locks: a QP's mutex is shared with the application thread, which takes it to post and
 //! query. The engine holds it only to feed one received packet or to copy at most one batch
@@ -28,7 +28,6 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::io;
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
@@ -36,13 +35,13 @@ use std::time::{Duration, Instant};
 use mio::{Events, Interest, Poll, Token};
 
 use super::device::{Device, QpEntry};
-use super::gsi::{Gsi, GSI_QPN};
+use super::gsi::GSI_QPN;
 use super::link::{gso_run, GsoKey, Link, OutDatagram, RxBatch};
 use super::timer::Timer;
-use crate::ib::{QpType, WorkCompletion};
-use crate::transport::{Counters, CqSide, NetHeader, QpCore, Transmit, MAX_PACKET};
-use crate::wire::icrc::{verify_socket_datagram, SocketVerdict};
-use crate::wire::PacketRepr;
+use crate::ib::WorkCompletion;
+use crate::transport::{
+    Counters, CqSide, DatagramEvent, Endpoint, IpFields, QpCore, QpSet, Transmit, MAX_PACKET,
+};
 
 /// Token of the link's sockets in the poll set (readable: datagrams; writable: send space).
 pub(crate) const SOCKET: Token = Token(0);
@@ -104,6 +103,34 @@ struct EngineQp {
     queued: bool,
 }
 
+/// The engine's QP table as the endpoint sees it: a QP is lent under its own lock, with the
+/// device's memory regions (read-locked after the QP, the order every path takes). A QP
+/// created since the last refresh is found by refreshing on a miss (a cheap check otherwise).
+struct EngineQps<'e> {
+    dev: &'e Device,
+    generation: &'e mut u64,
+    qps: &'e mut QpTable,
+}
+
+impl QpSet for EngineQps<'_> {
+    fn with_qp<R>(
+        &mut self,
+        qpn: u32,
+        f: impl FnOnce(&mut QpCore, &crate::transport::MrTable) -> R,
+    ) -> Option<R> {
+        if !self.qps.contains_key(&qpn) {
+            let g = self.dev.qps_generation.load(Ordering::Acquire);
+            if g != *self.generation {
+                Engine::sync_table(self.dev, self.generation, self.qps);
+            }
+        }
+        let q = self.qps.get(&qpn)?;
+        let mut core = lock(&q.entry.core);
+        let mrs = self.dev.mrs.read().unwrap_or_else(|e| e.into_inner());
+        Some(f(&mut core, &mrs))
+    }
+}
+
 /// Packets taken out of QPs and not yet sent: one `MAX_PACKET` slot each.
 struct TxBatch {
     buf: Vec<u8>,
@@ -149,6 +176,8 @@ pub(crate) struct Engine {
     link: Box<dyn Link + Send>,
     origin: Instant,
     rx: RxBatch,
+    /// The transport's demultiplexer for received datagrams.
+    endpoint: Endpoint,
     tx: TxBatch,
     /// The engine's copy of the device's QP table, as of `generation`.
     qps: QpTable,
@@ -194,6 +223,7 @@ impl Engine {
         let mut timer = Timer::new()?;
         poll.registry()
             .register(&mut timer, TIMER, Interest::READABLE)?;
+        let endpoint = Endpoint::new(dev.local, dev.remote_port, Arc::clone(&dev.counters));
         Ok(Engine {
             dev,
             poll,
@@ -201,6 +231,7 @@ impl Engine {
             link,
             origin: Instant::now(),
             rx: RxBatch::new(RX_BATCH, RX_SLOT, RX_PACKETS),
+            endpoint,
             tx: TxBatch::new(),
             qps: QpTable::default(),
             generation: u64::MAX,
@@ -387,71 +418,36 @@ impl Engine {
         }
     }
 
-    /// Receives a batch and feeds each packet to its QP. Returns true if the batch was full
-    /// (more may be waiting).
+    /// Receives a batch and hands each datagram to the transport's endpoint, which checks it
+    /// and feeds it to its QP (or gives back QP1's). Returns true if the batch was full (more
+    /// may be waiting).
     fn receive(&mut self) -> bool {
         if self.link.recv_batch(Instant::now(), &mut self.rx).is_err() {
             return false;
         }
         let now = self.now();
+        let mut qps = EngineQps {
+            dev: &self.dev,
+            generation: &mut self.generation,
+            qps: &mut self.qps,
+        };
         for i in 0..self.rx.len() {
             let (d, payload) = self.rx.get(i);
-            let counters = &self.dev.counters;
-            if verify_socket_datagram(d.src, d.dst, payload) == SocketVerdict::Bad {
-                Counters::inc(&counters.icrc_err);
-                continue;
-            }
-            let pkt = match PacketRepr::parse(payload) {
-                Ok(p) => p,
-                Err(_) => {
-                    Counters::inc(&counters.malformed_pkts);
-                    continue;
-                }
+            let ip = IpFields {
+                hop_limit: d.hop_limit,
+                traffic_class: d.traffic_class,
             };
-            let qpn = pkt.bth.dest_qp;
-            if qpn == GSI_QPN {
-                // The CM answers on the port every device listens on, not the sender's.
-                let from = SocketAddr::new(d.src.ip(), self.dev.remote_port);
-                self.dev.gsi.lock().handle_packet(from, &pkt, counters);
-                self.gsi_due = true;
-                continue;
-            }
-            if !self.qps.contains_key(&qpn) {
-                // A QP created since the last pass: refresh (a cheap check otherwise).
-                let g = self.dev.qps_generation.load(Ordering::Acquire);
-                if g != self.generation {
-                    Self::sync_table(&self.dev, &mut self.generation, &mut self.qps);
-                }
-            }
-            let Some(q) = self.qps.get(&qpn) else {
-                Counters::inc(&counters.unknown_qp_pkts);
-                continue;
-            };
+            match self
+                .endpoint
+                .handle(now, d.src, d.dst, ip, payload, &mut qps)
             {
-                let mut core = lock(&q.entry.core);
-                // Only the connected peer may talk to an RC or UC QP; a UD QP hears anyone.
-                if !core.accepts_from(d.src.ip()) {
-                    Counters::inc(&counters.unknown_qp_pkts);
-                    continue;
+                Some(DatagramEvent::Qp(qpn)) => Self::enqueue(qps.qps, &mut self.work, qpn),
+                Some(DatagramEvent::Mad { from, mad }) => {
+                    self.dev.gsi.lock().handle_mad(from, mad);
+                    self.gsi_due = true;
                 }
-                let mrs = self.dev.mrs.read().unwrap_or_else(|e| e.into_inner());
-                if core.qp_type() == QpType::Ud {
-                    // The GRH area of the receive buffer: the IP header as it arrived, with
-                    // the TTL and TOS the socket reported (64 if a link did not say).
-                    let ttl = if d.hop_limit == 0 { 64 } else { d.hop_limit };
-                    let net = NetHeader::from_addrs(
-                        d.src.ip(),
-                        d.dst.ip(),
-                        (payload.len() + 8) as u16,
-                        ttl,
-                        d.traffic_class,
-                    );
-                    core.handle_datagram(now, &pkt, Some(&net), &mrs);
-                } else {
-                    core.handle_packet(now, &pkt, &mrs);
-                }
+                None => {}
             }
-            Self::enqueue(&mut self.qps, &mut self.work, qpn);
         }
         self.rx.is_full()
     }
@@ -529,7 +525,7 @@ impl Engine {
                             full = true;
                             break;
                         };
-                        let Some(t) = core.poll_transmit(now, slot) else {
+                        let Some(t) = self.endpoint.poll_transmit(now, &mut core, slot) else {
                             break;
                         };
                         self.tx.meta.push(t);
@@ -583,11 +579,11 @@ impl Engine {
         self.gsi_due = false;
         let port = match self.gsi_port {
             Some(p) => p,
-            None => match self.link.prepare_source_port(Gsi::src_port()) {
+            None => match self.link.prepare_source_port(Endpoint::gsi_src_port()) {
                 Ok(p) => *self.gsi_port.insert(p),
                 Err(_) => {
                     Counters::inc(&self.dev.counters.send_err);
-                    Gsi::src_port()
+                    Endpoint::gsi_src_port()
                 }
             },
         };
@@ -598,8 +594,11 @@ impl Engine {
                 self.gsi_due = true;
                 break;
             };
-            let Some(t) = g.poll_transmit(self.dev.local, port, slot) else {
+            let Some(out) = g.cm.poll_transmit() else {
                 break;
+            };
+            let Some(t) = self.endpoint.transmit_mad(out.to, &out.mad, port, slot) else {
+                continue;
             };
             self.tx.meta.push(t);
             self.tx.ids.push(0);
@@ -692,7 +691,7 @@ impl Engine {
                 let t = tx.meta[k];
                 if tx.ids[k] != id && t.dst.is_ipv4() {
                     let slot = &mut tx.buf[k * MAX_PACKET..(k + 1) * MAX_PACKET];
-                    super::udp::reseal_ipv4_id(slot, t.len, tx.ids[k], id);
+                    crate::wire::icrc::reseal_ipv4_id(&mut slot[..t.len], tx.ids[k], id);
                 }
                 tx.ids[k] = id;
             }

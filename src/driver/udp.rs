@@ -31,7 +31,7 @@ use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 use mio::unix::SourceFd;
-use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use socket2::{Domain, Protocol, SockAddr, SockAddrStorage, Socket, Type};
 
 use super::link::{gso_run, InDatagram, Link, OutDatagram, RxBatch};
 
@@ -135,7 +135,9 @@ fn roce_socket(addr: SocketAddr) -> io::Result<Socket> {
 }
 
 /// The address a receive call wrote at `ss` (`len` bytes; the rest of the storage may be
-/// uninitialised), if it is IPv4 or IPv6.
+/// uninitialised), if it is IPv4 or IPv6: socket2's [`SockAddr::as_socket`] reads it. The
+/// `len` bytes are copied into a zeroed storage first, so that a short address reads as zeros
+/// (no family: `None`), never as uninitialised bytes.
 ///
 /// # Safety
 /// `ss` must point at a sockaddr_storage whose first `len` bytes (at most its size) are
@@ -144,47 +146,17 @@ unsafe fn socket_addr(
     ss: *const libc::sockaddr_storage,
     len: libc::socklen_t,
 ) -> Option<SocketAddr> {
-    let len = len as usize;
-    if len < std::mem::size_of::<libc::sa_family_t>() {
-        return None;
-    }
-    // SAFETY: the family field, at the start, is within the `len` initialised bytes.
-    let family = unsafe { (*ss).ss_family } as libc::c_int;
-    match family {
-        libc::AF_INET if len >= std::mem::size_of::<libc::sockaddr_in>() => {
-            // SAFETY: the family says the storage holds a sockaddr_in, all of it initialised
-            // (len covers it); sockaddr_storage is larger and at least as aligned.
-            let a = unsafe { std::ptr::read(ss.cast::<libc::sockaddr_in>()) };
-            Some(SocketAddr::new(
-                std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)).into(),
-                u16::from_be(a.sin_port),
-            ))
-        }
-        libc::AF_INET6 if len >= std::mem::size_of::<libc::sockaddr_in6>() => {
-            // SAFETY: as above, for sockaddr_in6.
-            let a = unsafe { std::ptr::read(ss.cast::<libc::sockaddr_in6>()) };
-            Some(SocketAddr::V6(std::net::SocketAddrV6::new(
-                a.sin6_addr.s6_addr.into(),
-                u16::from_be(a.sin6_port),
-                a.sin6_flowinfo,
-                a.sin6_scope_id,
-            )))
-        }
-        _ => None,
-    }
-}
-
-/// Adjusts the ICRC of an IPv4 RoCE packet (`buf[..len]`, BTH .. ICRC) sealed for IPv4
-/// identification `from` to the header a DF socket gives segment `to` of a GSO send: the
-/// identification is covered by the ICRC. (The transport seals every packet for
-/// identification 0, what a plain send gets.)
-pub(crate) fn reseal_ipv4_id(buf: &mut [u8], len: usize, from: u16, to: u16) {
-    use crate::wire::{icrc, ICRC_LEN};
-    let at = len - ICRC_LEN;
-    let mut crc = [0u8; 4];
-    crc.copy_from_slice(&buf[at..len]);
-    let crc = u32::from_le_bytes(crc) ^ icrc::ipv4_id_delta(from ^ to, at);
-    buf[at..len].copy_from_slice(&icrc::to_wire(crc));
+    let len = (len as usize).min(std::mem::size_of::<libc::sockaddr_storage>());
+    let mut storage = SockAddrStorage::zeroed();
+    // SAFETY: sockaddr_storage is one of this platform's sockaddr types, as view_as requires.
+    let dst: *mut libc::sockaddr_storage = unsafe { storage.view_as::<libc::sockaddr_storage>() };
+    // SAFETY: the caller guarantees `len` initialised bytes at `ss`; `dst` is a distinct
+    // sockaddr_storage, at least `len` bytes long.
+    unsafe { std::ptr::copy_nonoverlapping(ss.cast::<u8>(), dst.cast::<u8>(), len) };
+    // SAFETY: the storage holds what the kernel wrote for this family, `len` bytes of it, and
+    // zeros after; as_socket reads a sockaddr_in or sockaddr_in6 only for their family.
+    let addr = unsafe { SockAddr::new(storage, len as libc::socklen_t) };
+    addr.as_socket()
 }
 
 /// What the kernel said of a received datagram besides its bytes.
@@ -665,6 +637,36 @@ impl Link for UdpLink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The storage a receive call fills, from a socket2 address (as the kernel writes it).
+    fn written(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+        let a = SockAddr::from(addr);
+        // SAFETY: all-zero bytes are a valid sockaddr_storage.
+        let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        // SAFETY: `a` holds `a.len()` bytes, at most a sockaddr_storage's, at `as_ptr`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                a.as_ptr().cast::<u8>(),
+                (&mut ss as *mut libc::sockaddr_storage).cast::<u8>(),
+                a.len() as usize,
+            )
+        };
+        (ss, a.len())
+    }
+
+    #[test]
+    fn received_addresses_read_back_and_an_empty_one_is_none() {
+        for addr in ["127.0.0.2:4791", "[::1]:49152", "[fe80::1%2]:4791"] {
+            let addr: SocketAddr = addr.parse().unwrap();
+            let (ss, len) = written(addr);
+            // SAFETY: `ss` is initialised whole.
+            assert_eq!(unsafe { socket_addr(&ss, len) }, Some(addr));
+        }
+        let (ss, _) = written("127.0.0.2:4791".parse().unwrap());
+        // SAFETY: as above; the length says nothing was written (the bytes after the length
+        // are never read: they count as zeros).
+        assert_eq!(unsafe { socket_addr(&ss, 0) }, None, "no family");
+    }
 
     #[test]
     fn two_links_on_one_port_different_loopback_addresses() {

@@ -21,13 +21,14 @@ use std::time::Duration;
 use arbitrary::{Arbitrary, Unstructured};
 
 use super::harness::{
-    check_bounds, connect, icrc_ok, new_qp, next_step, pattern, read_head, Link, Step, ALL_ACCESS,
-    IOVA,
+    check_bounds, connect, new_qp, next_step, pattern, read_head, Link, Step, ALL_ACCESS, IOVA,
 };
 use crate::ib::{QpState, RecvWr, SendFlags, SendWr, Sge, WcOpcode, WcStatus, WrOpcode};
 use crate::memory::SharedBytes;
-use crate::transport::{CqSide, Mr, MrTable, QpCore, MAX_PACKET};
-use crate::wire::{PacketRepr, ROCE_V2_UDP_PORT};
+use crate::transport::{
+    Counters, CqSide, Endpoint, IpFields, Mr, MrTable, OneQp, QpCore, MAX_PACKET,
+};
+use crate::wire::ROCE_V2_UDP_PORT;
 
 const KI: u64 = 1024;
 /// Region layout (each end): sources, targets of the peer's WRITEs, sources of the peer's
@@ -162,6 +163,8 @@ struct PostedSend {
 
 struct End {
     qp: QpCore,
+    /// Seals the QP's packets, as the engine's does.
+    endpoint: Endpoint,
     mrs: MrTable,
     mr: Arc<Mr>,
     addr: SocketAddr,
@@ -189,6 +192,11 @@ impl End {
             .expect("the table has room");
         End {
             qp: new_qp(qpn, IpAddr::V4(ip)),
+            endpoint: Endpoint::new(
+                SocketAddr::new(IpAddr::V4(ip), ROCE_V2_UDP_PORT),
+                ROCE_V2_UDP_PORT,
+                Arc::new(Counters::default()),
+            ),
             mrs,
             mr,
             addr: SocketAddr::new(IpAddr::V4(ip), ROCE_V2_UDP_PORT),
@@ -362,7 +370,7 @@ impl Net {
             } else {
                 (&mut self.a, &self.b)
             };
-            let Some(t) = e.qp.poll_transmit(now, &mut self.buf) else {
+            let Some(t) = e.endpoint.poll_transmit(now, &mut e.qp, &mut self.buf) else {
                 break;
             };
             assert_eq!(t.dst, peer.addr);
@@ -387,16 +395,13 @@ impl Net {
             (&mut self.a, &self.b)
         };
         let src = SocketAddr::new(from.addr.ip(), d.src_port);
-        if !icrc_ok(src, to.addr, &d.bytes) {
-            return; // the engine counts it and drops it
-        }
-        let Ok(pkt) = PacketRepr::parse(&d.bytes) else {
-            return;
+        // The receiver's endpoint, as the engine runs it: ICRC, parse, QP lookup, sender.
+        let mut qps = OneQp {
+            qp: &mut to.qp,
+            mrs: &to.mrs,
         };
-        if pkt.bth.dest_qp != to.qp.qpn() {
-            return;
-        }
-        to.qp.handle_packet(now, &pkt, &to.mrs);
+        to.endpoint
+            .handle(now, src, to.addr, IpFields::default(), &d.bytes, &mut qps);
     }
 
     fn timers(&mut self, to: Duration) {

@@ -28,7 +28,9 @@ use super::harness::{
 };
 use crate::ib::{AccessFlags, Mtu, QpState, RecvWr, Sge, WcStatus};
 use crate::memory::SharedBytes;
-use crate::transport::{CqSide, Mr, MrTable, QpCore, MAX_PACKET, MAX_QUEUED_RESPONSES};
+use crate::transport::{
+    Counters, CqSide, Endpoint, Mr, MrTable, QpCore, MAX_PACKET, MAX_QUEUED_RESPONSES,
+};
 use crate::wire::{Opcode, PacketRepr, Psn};
 
 /// Our QP number and the (simulated) peer's.
@@ -260,6 +262,8 @@ struct Harness {
     buf: Vec<u8>,
     local: SocketAddr,
     peer: SocketAddr,
+    /// Seals the QP's packets, as the engine's does.
+    endpoint: Endpoint,
 }
 
 impl Harness {
@@ -299,6 +303,11 @@ impl Harness {
             buf: vec![0u8; MAX_PACKET],
             local: SocketAddr::new(IpAddr::V4(LOCAL_IP), port),
             peer: SocketAddr::new(IpAddr::V4(PEER_IP), port),
+            endpoint: Endpoint::new(
+                SocketAddr::new(IpAddr::V4(LOCAL_IP), port),
+                port,
+                Arc::new(Counters::default()),
+            ),
             r,
         };
         for _ in 0..s.recvs % 17 {
@@ -387,7 +396,10 @@ impl Harness {
     fn drain(&mut self, n: usize) -> usize {
         let mut sent = 0;
         while sent < n {
-            let Some(t) = self.qp.poll_transmit(self.now, &mut self.buf) else {
+            let Some(t) = self
+                .endpoint
+                .poll_transmit(self.now, &mut self.qp, &mut self.buf)
+            else {
                 break;
             };
             sent += 1;

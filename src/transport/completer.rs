@@ -135,6 +135,16 @@ impl QpCore {
         self.enter_error();
     }
 
+    /// The local buffer of the READ or atomic at `idx` failed under its response (the
+    /// application took the memory back while the WR was outstanding): the WR completes with
+    /// a local protection error and the QP goes to ERROR (rxe_comp.c: copy_data fails,
+    /// COMPST_ERROR with IB_WC_LOC_PROT_ERR).
+    fn local_buffer_fault(&mut self, idx: usize) {
+        Counters::inc(&self.counters.mem_access_err);
+        self.sq[idx].state = SendState::Done(WcStatus::LocProtErr);
+        self.enter_error();
+    }
+
     /// Handles a response packet (ACK, READ response, ATOMIC ACK).
     pub(super) fn completer_handle(&mut self, now: Duration, pkt: &PacketRepr, info: &OpcodeInfo) {
         if !matches!(self.attr.qp_state, QpState::Rts | QpState::Sqd) {
@@ -335,7 +345,9 @@ impl QpCore {
             return self.fail_oldest(WcStatus::BadRespErr);
         }
         let w = &mut self.sq[idx];
-        w.data.write(w.read_done, pkt.payload);
+        if w.data.write(w.read_done, pkt.payload).is_err() {
+            return self.local_buffer_fault(idx);
+        }
         w.read_done += n;
         if info.position.ends_message() && w.read_done == w.length {
             w.state = SendState::Done(WcStatus::Success);
@@ -362,7 +374,9 @@ impl QpCore {
         let Some(ack) = pkt.ext.atomic_ack else {
             return;
         };
-        w.data.write(0, &ack.orig.to_ne_bytes());
+        if w.data.write(0, &ack.orig.to_ne_bytes()).is_err() {
+            return self.local_buffer_fault(idx);
+        }
         w.state = SendState::Done(WcStatus::Success);
         self.advance_comp(psn.next());
         self.progress(now);

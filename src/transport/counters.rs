@@ -82,6 +82,10 @@ counters! {
     /// and class D errors): a PSN gap, a MIDDLE or LAST outside a message, no receive WQE, a
     /// bad length, rkey or right. The message they belong to is not completed.
     dropped_msg_pkts,
+    /// Requests whose memory access failed after the rkey, right and range checks passed (the
+    /// application took the region's memory back, `ibv_dereg_mr`, while the request used it):
+    /// NAKed "remote access error" on RC, dropped on UC; never acknowledged.
+    mem_access_err,
     /// Shared receive queue limit events raised (`IBV_EVENT_SRQ_LIMIT_REACHED`).
     srq_limit_events,
     /// Packets to QP1 dropped because they were not a UD SEND ONLY carrying a MAD with the GSI

@@ -5,10 +5,14 @@
 //!
 //! Split as Linux rxe splits it: [`requester`](self) (WQE -> request packets), responder
 //! (request packets -> memory, ACKs, READ/atomic responses) and completer (responses ->
-//! completions, retransmission decisions), all operating on one [`QpCore`] per QP.
+//! completions, retransmission decisions), all operating on one [`QpCore`] per QP. The
+//! device's [`Endpoint`] stands between the QPs and the datagrams: it demultiplexes what
+//! arrives (ICRC, parse, QP1, QP lookup, sender check, UD GRH area) and seals what leaves, for
+//! the driver and the simulations alike.
 
 mod completer;
 pub mod counters;
+pub mod endpoint;
 pub mod mr;
 pub mod qp;
 mod requester;
@@ -21,6 +25,7 @@ pub mod wqe;
 mod tests;
 
 pub use counters::Counters;
+pub use endpoint::{DatagramEvent, Endpoint, IpFields, OneQp, QpSet, GSI_QPN};
 pub use mr::{Mr, MrFault, MrTable};
 pub use qp::{
     wire_hop_limit, CqSide, NetHeader, QpConfig, QpCore, QueueDepths, Transmit, MAX_PACKET,

@@ -27,7 +27,7 @@ use crate::ib::{
     AccessFlags, QpAttr, QpAttrMask, QpCap, QpState, QpType, QueueKind, RecvWr, SendFlags, SendWr,
     SgeFault, UdDest, VerbsError, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
-use crate::wire::{icrc, ICRC_LEN};
+use crate::wire::icrc;
 
 /// Largest message (IBTA: 2^31 bytes).
 pub const MAX_MESSAGE: u64 = 1 << 31;
@@ -542,7 +542,9 @@ impl QpCore {
             // the bytes (softroce has no raw pointers), but no access right is needed.
             let resolved = LocalData::resolve(wr.sg_list, mrs, self.cfg.pd, AccessFlags::EMPTY)?;
             let mut v = vec![0u8; total as usize];
-            resolved.read(0, &mut v);
+            resolved.read(0, &mut v).map_err(|_| {
+                VerbsError::InvalidWr("an inline SGE's memory was deregistered during the post")
+            })?;
             LocalData::Inline(v)
         } else {
             LocalData::resolve(wr.sg_list, mrs, self.cfg.pd, need)?
@@ -732,10 +734,8 @@ impl QpCore {
             }
         }
         match self.cfg.qp_type {
-            QpType::Rc if info.is_request() => self.responder_handle(now, pkt, info, mrs),
+            _ if info.is_request() => self.responder_handle(pkt, info, mrs, net),
             QpType::Rc if info.is_response() => self.completer_handle(now, pkt, info),
-            QpType::Uc if info.is_request() => self.uc_responder(pkt, info, mrs),
-            QpType::Ud if info.is_request() => self.ud_responder(pkt, info, net),
             _ => {}
         }
         self.generate_send_completions();
@@ -755,8 +755,9 @@ impl QpCore {
         }
     }
 
-    /// Writes the next packet to send into `buf` (at least [`MAX_PACKET`] bytes). Responses
-    /// (ACKs, READ and atomic responses) go before new requests.
+    /// Writes the next packet to send into `buf` (at least [`MAX_PACKET`] bytes), without its
+    /// ICRC: [`super::Endpoint::poll_transmit`] seals it, the one place every packet is sealed.
+    /// Responses (ACKs, READ and atomic responses) go before new requests.
     pub fn poll_transmit(&mut self, now: Duration, buf: &mut [u8]) -> Option<Transmit> {
         let (dst, av_hop_limit, traffic_class) = match self.cfg.qp_type {
             QpType::Ud => {
@@ -788,7 +789,6 @@ impl QpCore {
             // UC and UD sends complete once their last packet is out (rxe_req.c).
             self.generate_send_completions();
         }
-        self.seal(buf, len, dst);
         Counters::inc(&self.counters.sent_pkts);
         Some(Transmit {
             len,
@@ -797,31 +797,6 @@ impl QpCore {
             hop_limit,
             traffic_class,
         })
-    }
-
-    /// Fills in the ICRC over the IP and UDP headers the kernel will put in front of the
-    /// datagram (IPv4: identification 0 and DF, as a socket with IP_PMTUDISC_DO sends).
-    fn seal(&self, buf: &mut [u8], len: usize, dst: SocketAddr) {
-        let udp_len = (8 + len) as u16;
-        let mut udp = [0u8; 8];
-        udp[0..2].copy_from_slice(&self.src_port.to_be_bytes());
-        udp[2..4].copy_from_slice(&dst.port().to_be_bytes());
-        udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
-        let covered = &buf[..len - ICRC_LEN];
-        let crc = match (self.cfg.local.ip(), dst.ip()) {
-            (IpAddr::V4(s), IpAddr::V4(d)) => icrc::compute(
-                &icrc::ipv4_header_for_socket(s, d, udp_len, true),
-                &udp,
-                covered,
-            ),
-            (IpAddr::V6(s), IpAddr::V6(d)) => {
-                icrc::compute(&icrc::ipv6_header_for_socket(s, d, udp_len), &udp, covered)
-            }
-            // Mixed families cannot be sent; the ICRC stays zero and the peer drops the packet.
-            _ => Ok(0),
-        }
-        .unwrap_or(0);
-        buf[len - ICRC_LEN..len].copy_from_slice(&icrc::to_wire(crc));
     }
 }
 

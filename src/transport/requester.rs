@@ -24,7 +24,7 @@ use super::counters::Counters;
 use super::qp::QpCore;
 use super::window::SendWindow;
 use super::wqe::SendState;
-use crate::ib::{QpState, QpType, WrOpcode};
+use crate::ib::{QpState, QpType, WcStatus, WrOpcode};
 use crate::wire::packet::finish_payload;
 use crate::wire::psn::packets_for;
 use crate::wire::{
@@ -47,6 +47,19 @@ pub const READ_PIECE_PKTS: u64 = 256;
 pub fn read_piece_end(from: u64, length: u64, mtu: u64) -> u64 {
     let piece = READ_PIECE_PKTS * mtu;
     ((from / piece + 1) * piece).min(length)
+}
+
+/// A request packet's headers as `init_req_packet` makes them, before its payload.
+#[derive(Debug, Clone, Copy)]
+struct ReqPacket {
+    bth: BthRepr,
+    ext: ExtHeaders,
+    /// Payload bytes (0 for a READ request or an atomic).
+    payload_len: usize,
+    /// PSNs the packet uses: one, or a READ request's response packets.
+    psns: u32,
+    /// The packet ends the WQE (for a READ: its last piece).
+    done: bool,
 }
 
 /// Requester and completer progress.
@@ -99,8 +112,30 @@ impl QpCore {
         }
     }
 
-    /// Writes the next request packet, if the WQE at `req.next` may go now.
+    /// Writes the next request packet, if the WQE at `req.next` may go now. The steps are
+    /// rxe_req.c's: the next WQE (`next_wqe`, with the fence and SQD rules), the window
+    /// (`window_open`), the READ/atomic depth (`check_init_depth`), the packet's headers
+    /// (`init_req_packet`, the opcode chosen by `data_opcode` as rxe's next_opcode), its
+    /// payload (`finish_packet`) and the state update (`update_state`).
     pub(super) fn requester_poll(&mut self, now: Duration, buf: &mut [u8]) -> Option<usize> {
+        let idx = self.next_wqe()?;
+        if !self.window_open(idx) || !self.check_init_depth(idx) {
+            return None;
+        }
+        let psn = self.req.psn;
+        let offset = self.req.offset;
+        self.start_wqe(idx, psn);
+        let mut pkt = self.init_req_packet(idx, psn, offset);
+        pkt.bth.ack_req = self.wants_ack(psn, &pkt);
+        let len = self.finish_packet(idx, offset, &pkt, buf)?;
+        self.update_state(now, idx, psn, offset, &pkt);
+        Some(len)
+    }
+
+    /// rxe req_next_wqe: the WQE at `req.next`, if the QP sends and that WQE may go now: not
+    /// during an RNR wait, no new WQE in SQD, a FENCEd WQE only once every earlier READ and
+    /// atomic has completed.
+    fn next_wqe(&self) -> Option<usize> {
         if !matches!(self.attr.qp_state, QpState::Rts | QpState::Sqd) {
             return None;
         }
@@ -109,62 +144,83 @@ impl QpCore {
         }
         let idx = self.req.next;
         let wqe = self.sq.get(idx)?;
-        let starting = self.req.offset == 0 && wqe.state == SendState::Posted;
-        // SQD: finish the WQE in progress, start no new one.
-        if self.attr.qp_state == QpState::Sqd && starting {
-            return None;
-        }
-        let reliable = self.cfg.qp_type == QpType::Rc;
-        // UC and UD have no acknowledgements, hence no window.
-        if reliable && self.req.psn.diff(self.req.comp_psn) >= self.req.window.limit() as i32 {
-            return None;
-        }
-        // The next piece of a READ waits for the previous piece's whole response.
-        if matches!(wqe.opcode, WrOpcode::RdmaRead { .. })
-            && self.req.offset > 0
-            && wqe.read_done < self.req.offset
-        {
-            return None;
-        }
-        if starting {
+        if self.starting(idx) {
+            // SQD: finish the WQE in progress, start no new one.
+            if self.attr.qp_state == QpState::Sqd {
+                return None;
+            }
             if wqe.fence && self.req.rd_atomic_outstanding > 0 {
                 return None;
             }
-            if wqe.opcode.is_read_or_atomic()
-                && self.req.rd_atomic_outstanding >= self.attr.max_rd_atomic as u32
-            {
-                return None;
-            }
         }
+        Some(idx)
+    }
+
+    /// Whether the WQE at `idx` has not sent anything yet.
+    fn starting(&self, idx: usize) -> bool {
+        self.req.offset == 0 && self.sq[idx].state == SendState::Posted
+    }
+
+    /// Room to send (rxe's `psn_compare(qp->req.psn, qp->comp.psn + RXE_MAX_UNACKED_PSNS)`
+    /// check, with the loss window): the outstanding PSNs below the window (RC only: UC and UD
+    /// have no acknowledgements, hence no window), and the next piece of a READ only once the
+    /// previous piece's whole response is in.
+    fn window_open(&self, idx: usize) -> bool {
+        if self.cfg.qp_type == QpType::Rc
+            && self.req.psn.diff(self.req.comp_psn) >= self.req.window.limit() as i32
+        {
+            return false;
+        }
+        let wqe = &self.sq[idx];
+        !(matches!(wqe.opcode, WrOpcode::RdmaRead { .. })
+            && self.req.offset > 0
+            && wqe.read_done < self.req.offset)
+    }
+
+    /// rxe check_init_depth: a READ or atomic starts only while fewer than `max_rd_atomic`
+    /// are outstanding.
+    fn check_init_depth(&self, idx: usize) -> bool {
+        !(self.starting(idx)
+            && self.sq[idx].opcode.is_read_or_atomic()
+            && self.req.rd_atomic_outstanding >= self.attr.max_rd_atomic as u32)
+    }
+
+    /// The first packet of the WQE at `idx` goes out at `psn`: it is in flight, and its PSN
+    /// range is known now (every kind uses max(1, ceil(len / MTU)) PSNs, atomics one), so an
+    /// ACK short of its last PSN cannot complete it (rxe update_wqe_psn).
+    fn start_wqe(&mut self, idx: usize, psn: Psn) {
+        let mtu = self.mtu();
+        let wqe = &mut self.sq[idx];
+        if wqe.state != SendState::Posted {
+            return;
+        }
+        wqe.state = SendState::InFlight;
+        wqe.first_psn = psn;
+        wqe.last_psn = psn.add(packets_for(wqe.length, mtu) as u32 - 1);
+        wqe.started = true;
+        if wqe.opcode.is_read_or_atomic() {
+            self.req.rd_atomic_outstanding += 1;
+        }
+    }
+
+    /// rxe init_req_packet: the headers of the packet at `offset` of the WQE at `idx`, sent at
+    /// `psn` (AckReq is decided by `wants_ack`).
+    fn init_req_packet(&mut self, idx: usize, psn: Psn, offset: u64) -> ReqPacket {
         let mtu = self.mtu() as u64;
         let qpn = self.cfg.qpn;
-        let dqpn = self.attr.dest_qp_num;
         // The transport's top three opcode bits: RC 000, UC 001, UD 011 (IBTA 9.2, table 38).
         let transport_bits = match self.cfg.qp_type {
             QpType::Rc => 0x00,
             QpType::Uc => 0x20,
             QpType::Ud => 0x60,
         };
-        let psn = self.req.psn;
-        let offset = self.req.offset;
-        let wqe = &mut self.sq[idx];
-        if wqe.state == SendState::Posted {
-            wqe.state = SendState::InFlight;
-            wqe.first_psn = psn;
-            // Every kind uses max(1, ceil(len / MTU)) PSNs (atomics: 8 bytes, one PSN), so the
-            // last one is known now; an ACK short of it cannot complete the WQE.
-            wqe.last_psn = psn.add(packets_for(wqe.length, mtu as u32) as u32 - 1);
-            wqe.started = true;
-            if wqe.opcode.is_read_or_atomic() {
-                self.req.rd_atomic_outstanding += 1;
-            }
-        }
         let mut bth = BthRepr {
-            dest_qp: dqpn,
+            dest_qp: self.attr.dest_qp_num,
             psn: psn.value(),
             ..BthRepr::default()
         };
         let mut ext = ExtHeaders::default();
+        let wqe = &mut self.sq[idx];
         let (payload_len, psns, done) = match wqe.opcode {
             WrOpcode::RdmaRead { remote_addr, rkey } => {
                 let end = read_piece_end(offset, wqe.length, mtu);
@@ -250,60 +306,97 @@ impl QpCore {
                 (pay as usize, 1, last)
             }
         };
-        // Ask for an ACK at the end of a message, every ACKREQ_EVERY packets (rxe), and when
-        // this packet fills the window: nothing more can be sent until an ACK comes back, and
-        // the responder only ACKs packets that ask.
-        let fills_window = psn.add(psns).diff(self.req.comp_psn) >= self.req.window.limit() as i32;
-        bth.ack_req = reliable
-            && (done
-                || self.req.noack_pkts >= ACKREQ_EVERY
-                || fills_window
-                || self.req.noack_pkts + 1 >= self.req.window.ack_every());
-        let repr = PacketRepr {
+        ReqPacket {
             bth,
             ext,
+            payload_len,
+            psns,
+            done,
+        }
+    }
+
+    /// AckReq (RC only): at the end of a message, every ACKREQ_EVERY packets (rxe), and when
+    /// this packet fills the window: nothing more can be sent until an ACK comes back, and the
+    /// responder only ACKs packets that ask.
+    fn wants_ack(&self, psn: Psn, pkt: &ReqPacket) -> bool {
+        let fills_window =
+            psn.add(pkt.psns).diff(self.req.comp_psn) >= self.req.window.limit() as i32;
+        self.cfg.qp_type == QpType::Rc
+            && (pkt.done
+                || self.req.noack_pkts >= ACKREQ_EVERY
+                || fills_window
+                || self.req.noack_pkts + 1 >= self.req.window.ack_every())
+    }
+
+    /// rxe finish_packet: writes the headers and the payload (message bytes `offset ..` of
+    /// the WQE at `idx`) into `buf`; returns the packet's length, ICRC room included. If the
+    /// send buffer's memory was taken back while the WR was outstanding, nothing is sent from
+    /// it: the WR completes with a local protection error and the QP goes to ERROR (rxe:
+    /// copy_data fails, IB_WC_LOC_PROT_ERR, req_error).
+    fn finish_packet(
+        &mut self,
+        idx: usize,
+        offset: u64,
+        pkt: &ReqPacket,
+        buf: &mut [u8],
+    ) -> Option<usize> {
+        let repr = PacketRepr {
+            bth: pkt.bth,
+            ext: pkt.ext,
             payload: &[],
         };
-        let at = repr.emit_headers(buf, payload_len).ok()?;
-        let wqe = &self.sq[idx];
-        wqe.data.read(offset, &mut buf[at..at + payload_len]);
-        let len = finish_payload(buf, at, payload_len);
-        // Advance.
-        if bth.ack_req {
+        let n = pkt.payload_len;
+        let at = repr.emit_headers(buf, n).ok()?;
+        if self.sq[idx]
+            .data
+            .read(offset, &mut buf[at..at + n])
+            .is_err()
+        {
+            Counters::inc(&self.counters.mem_access_err);
+            self.sq[idx].state = SendState::Done(WcStatus::LocProtErr);
+            self.enter_error();
+            return None;
+        }
+        Some(finish_payload(buf, at, n))
+    }
+
+    /// rxe update_state / update_wqe_state: the packet at `offset` of the WQE at `idx`, sent
+    /// at `psn`, is out: the next PSN, the AckReq count, the WQE's progress (a UC or UD WQE is
+    /// done once its last packet is out: nothing will acknowledge it) and the timer.
+    fn update_state(&mut self, now: Duration, idx: usize, psn: Psn, offset: u64, pkt: &ReqPacket) {
+        let reliable = self.cfg.qp_type == QpType::Rc;
+        if pkt.bth.ack_req {
             self.req.noack_pkts = 0;
         } else {
             self.req.noack_pkts += 1;
         }
-        let is_send = matches!(wqe.opcode, WrOpcode::Send | WrOpcode::SendWithImm { .. });
         if psn.is_before(self.req.high_psn) {
             Counters::inc(&self.counters.retransmit_pkts);
         }
-        self.req.psn = psn.add(psns);
+        self.req.psn = psn.add(pkt.psns);
         if self.req.psn.is_after(self.req.high_psn) {
             self.req.high_psn = self.req.psn;
         }
-        if done {
-            if is_send {
+        let wqe = &mut self.sq[idx];
+        if pkt.done {
+            if matches!(wqe.opcode, WrOpcode::Send | WrOpcode::SendWithImm { .. }) {
                 Counters::inc(&self.counters.rdma_sends);
             }
             if !reliable {
-                // Nothing will acknowledge it: done once its last packet is out (rxe_req.c
-                // update_wqe_state for UC and UD).
-                self.sq[idx].state = SendState::Done(crate::ib::WcStatus::Success);
+                wqe.state = SendState::Done(WcStatus::Success);
             }
             self.req.next += 1;
             self.req.offset = 0;
-        } else if matches!(self.sq[idx].opcode, WrOpcode::RdmaRead { .. }) {
-            self.req.offset = read_piece_end(offset, self.sq[idx].length, mtu);
+        } else if matches!(wqe.opcode, WrOpcode::RdmaRead { .. }) {
+            self.req.offset = read_piece_end(offset, wqe.length, self.mtu() as u64);
         } else {
-            self.req.offset += payload_len as u64;
+            self.req.offset += pkt.payload_len as u64;
         }
         if reliable {
             self.arm_timer(now);
         } else {
             self.req.comp_psn = self.req.psn;
         }
-        Some(len)
     }
 
     /// Go-Back-N: resume sending at `psn`, which must lie within an outstanding WQE (else the

@@ -5,7 +5,9 @@
 //! (check_resource), the packet length (check_length), the rkey, access and range, and a
 //! WRITE's payload against its RETH (check_rkey), then execution, completion and
 //! acknowledgement. The first failing check decides the reply, so a peer sees the NAK rxe
-//! would send (spec-notes/rc-transport.md rule 35).
+//! would send (spec-notes/rc-transport.md rule 35). UC and UD requests go through the same
+//! checks and executions; only the verdict on a failure differs by transport, as in rxe's
+//! error states: RC answers, UC and UD drop (spec-notes/uc-ud-srq.md).
 //!
 //! Rules (spec-notes/rc-transport.md):
 //! - PSN == expected: execute. Ahead: one NAK "PSN sequence error" carrying the expected PSN
@@ -24,7 +26,6 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::counters::Counters;
 use super::mr::{Mr, MrFault, MrTable};
@@ -85,17 +86,38 @@ struct ReadJob {
     mr: Option<Arc<Mr>>,
     offset: u64,
     remaining: u64,
+    /// The PSN of the READ request (or of its retried tail): a NAK for the READ names it.
+    req_psn: Psn,
     psn: Psn,
     first: bool,
 }
 
-/// Why step 4 (check_resource) refused a request.
+/// Why a request was not executed: the error states of rxe_resp.c that softroce has, which
+/// [`QpCore::verdict`] turns into each transport's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ResourceFault {
-    /// No receive WQE for a SEND or WRITE with immediate: RNR NAK.
+enum Fault {
+    /// RESPST_ERR_PSN_OUT_OF_SEQ: ahead of the expected PSN (UC: a gap, or the rest of a
+    /// message being dropped).
+    PsnOutOfSeq,
+    /// RESPST_DUPLICATE_REQUEST (RC): a PSN already seen.
+    Duplicate,
+    /// A bad opcode sequence, an operation the QP does not allow, no responder resources, a
+    /// bad length, a WRITE's payload against its RETH, a misaligned atomic: rxe's
+    /// RESPST_ERR_MISSING_OPCODE_*, _UNSUPPORTED_OPCODE, _TOO_MANY_RDMA_ATM_REQ, _LENGTH and
+    /// _MISALIGNED_ATOMIC.
+    InvalidRequest,
+    /// RESPST_ERR_RNR: no receive WQE.
     NoReceiveWqe,
-    /// A READ or atomic at a QP with max_dest_rd_atomic 0: invalid request.
-    NoRdAtomicResources,
+    /// RESPST_ERR_RKEY_VIOLATION: a bad rkey, right or range.
+    RkeyViolation,
+    /// The receive WQE's buffer is too small for the SEND (send_data_in: RESPST_ERR_LENGTH).
+    RecvTooSmall,
+    /// A WRITE's region failed after check_rkey passed (its memory was taken back): rxe's
+    /// write_data_in, RESPST_ERR_RKEY_VIOLATION.
+    MemAccess,
+    /// The receive WQE's buffer failed (its memory was taken back): rxe's send_data_in,
+    /// RESPST_ERR_MALFORMED_WQE.
+    MalformedWqe,
 }
 
 /// The region a WRITE's first packet names: `len` bytes at `offset` of `mr` (none for a
@@ -180,10 +202,11 @@ impl RespState {
     }
 }
 
-fn fault_nak(f: MrFault) -> NakCode {
+/// Every refusal of the memory-region table is a remote access error (rxe check_rkey).
+fn rkey_fault(f: MrFault) -> Fault {
     match f {
         MrFault::UnknownKey | MrFault::WrongPd | MrFault::AccessDenied | MrFault::OutOfRange => {
-            NakCode::RemoteAccessError
+            Fault::RkeyViolation
         }
     }
 }
@@ -246,6 +269,23 @@ impl QpCore {
         });
     }
 
+    /// The receive buffer's memory failed under a SEND (the application took it back,
+    /// `ibv_dereg_mr`, while the WQE was posted): the data did not land. As rxe send_data_in
+    /// -> RESPST_ERR_MALFORMED_WQE (class A, every transport): the receive WQE completes with
+    /// a local QP operation error, RC NAKs "remote operational error", and the QP goes to
+    /// ERROR.
+    fn recv_buffer_fault(&mut self, psn: Psn) {
+        Counters::inc(&self.counters.mem_access_err);
+        if let Some(r) = self.resp.recv.take() {
+            let wc = self.recv_wc(r.wqe.wr_id, WcStatus::LocQpOpErr, WcOpcode::Recv, 0);
+            self.complete_recv(wc);
+        }
+        match self.cfg.qp_type {
+            QpType::Rc => self.nak_fatal(psn, NakCode::RemoteOperationalError),
+            _ => self.enter_error(),
+        }
+    }
+
     fn complete_recv(&mut self, wc: WorkCompletion) {
         self.completions.push_back((CqSide::Recv, wc));
     }
@@ -264,14 +304,18 @@ impl QpCore {
         }
     }
 
-    /// Handles a request packet. The checks run as the steps of rxe_resp.c's state machine,
-    /// in its order, each a function: the first that fails decides the reply.
+    /// Handles a request packet of any transport (RC, UC, UD). The checks run as the steps of
+    /// rxe_resp.c's state machine, in its order, each a function shared by the three
+    /// transports (with rxe's per-transport branches inside, where rxe has them); the first
+    /// that fails names the fault, and [`Self::verdict`] decides what the transport does about
+    /// it: an RC QP NAKs (or RNR-NAKs, or replays a duplicate), a UC or UD QP drops the packet
+    /// (UC: the rest of its message too).
     pub(super) fn responder_handle(
         &mut self,
-        _now: Duration,
         pkt: &PacketRepr,
         info: &OpcodeInfo,
         mrs: &MrTable,
+        net: Option<&NetHeader>,
     ) {
         if !matches!(
             self.attr.qp_state,
@@ -281,107 +325,207 @@ impl QpCore {
             return;
         }
         let psn = Psn::new(pkt.bth.psn);
+        let done = self
+            .check_chain(pkt, info, psn, mrs)
+            .and_then(|target| self.execute(pkt, info, psn, target, net));
+        if let Err(fault) = done {
+            self.verdict(pkt, info, psn, fault);
+        }
+    }
+
+    /// Steps 1 to 6; on success, what the request resolved to.
+    fn check_chain(
+        &mut self,
+        pkt: &PacketRepr,
+        info: &OpcodeInfo,
+        psn: Psn,
+        mrs: &MrTable,
+    ) -> Result<Target, Fault> {
         // 1. RESPST_CHK_PSN.
-        if !self.check_psn(pkt, info, psn) {
-            return;
-        }
-        self.resp.nak_sent = false;
+        self.check_psn(info, psn)?;
         // 2. RESPST_CHK_OP_SEQ.
-        if !self.check_op_seq(info) {
-            return self.nak_fatal(psn, NakCode::InvalidRequest);
-        }
+        self.check_op_seq(info)?;
         // 3. RESPST_CHK_OP_VALID.
-        if !self.check_op_valid(info) {
-            return self.nak_fatal(psn, NakCode::InvalidRequest);
-        }
+        self.check_op_valid(info)?;
         // 4. RESPST_CHK_RESOURCE.
-        if let Err(fault) = self.check_resource(info) {
-            return match fault {
-                ResourceFault::NoReceiveWqe => self.rnr_nak(psn),
-                ResourceFault::NoRdAtomicResources => self.nak_fatal(psn, NakCode::InvalidRequest),
-            };
-        }
+        self.check_resource(info)?;
         // 5. RESPST_CHK_LENGTH.
-        if !self.check_length(pkt, info) {
-            return self.nak_fatal(psn, NakCode::InvalidRequest);
-        }
+        self.check_length(pkt, info)?;
         // 6. RESPST_CHK_RKEY.
-        let target = match self.check_rkey(pkt, info, mrs) {
-            Ok(t) => t,
-            Err(code) => return self.nak_fatal(psn, code),
-        };
-        // 7. RESPST_EXECUTE (then COMPLETE and ACKNOWLEDGE).
+        self.check_rkey(pkt, info, mrs)
+    }
+
+    /// 7. RESPST_EXECUTE (then COMPLETE and ACKNOWLEDGE).
+    fn execute(
+        &mut self,
+        pkt: &PacketRepr,
+        info: &OpcodeInfo,
+        psn: Psn,
+        target: Target,
+        net: Option<&NetHeader>,
+    ) -> Result<(), Fault> {
         match target {
-            Target::Send => self.execute_send(pkt, info, psn),
+            Target::Send => self.execute_send(pkt, info, psn, net),
             Target::Write(start) => self.execute_write(pkt, info, psn, start),
-            Target::Read { mr, offset, len } => self.execute_read(pkt, psn, mr, offset, len),
+            Target::Read { mr, offset, len } => {
+                self.execute_read(pkt, psn, mr, offset, len);
+                Ok(())
+            }
             Target::Atomic { mr, offset } => self.execute_atomic(pkt, info, psn, mr, offset),
         }
     }
 
-    /// Step 1 (rxe check_psn): true if `psn` is the expected one. Ahead: one PSN sequence
-    /// error NAK per gap. Behind: a duplicate, answered by [`Self::responder_duplicate`].
-    fn check_psn(&mut self, pkt: &PacketRepr, info: &OpcodeInfo, psn: Psn) -> bool {
+    /// What the QP does about a request that failed a check or its execution: rxe_resp.c's
+    /// error states, whose branches differ by transport. RC answers (class A/C errors NAK and
+    /// move the QP to ERROR; RNR and sequence errors NAK and keep it); UC and UD answer nothing:
+    /// the packet is dropped and counted, and the message in progress abandoned (classes D1
+    /// and E), its receive WQE given back or, with an SRQ, completed with the error's status.
+    fn verdict(&mut self, pkt: &PacketRepr, info: &OpcodeInfo, psn: Psn, fault: Fault) {
+        if fault == Fault::MemAccess {
+            Counters::inc(&self.counters.mem_access_err);
+        }
+        if fault == Fault::MalformedWqe {
+            return self.recv_buffer_fault(psn);
+        }
+        if self.cfg.qp_type == QpType::Rc {
+            return match fault {
+                Fault::PsnOutOfSeq => self.nak_sequence_error(),
+                Fault::Duplicate => self.responder_duplicate(pkt, info, psn),
+                Fault::NoReceiveWqe => self.rnr_nak(psn),
+                Fault::InvalidRequest => self.nak_fatal(psn, NakCode::InvalidRequest),
+                Fault::RkeyViolation | Fault::MemAccess => {
+                    self.nak_fatal(psn, NakCode::RemoteAccessError)
+                }
+                Fault::RecvTooSmall => {
+                    // rxe send_data_in: copy_data fails, RESPST_ERR_LENGTH: the receive WQE
+                    // completes with a local length error.
+                    if let Some(r) = self.resp.recv.take() {
+                        let wc = self.recv_wc(r.wqe.wr_id, WcStatus::LocLenErr, WcOpcode::Recv, 0);
+                        self.complete_recv(wc);
+                    }
+                    self.nak_fatal(psn, NakCode::InvalidRequest)
+                }
+                Fault::MalformedWqe => {}
+            };
+        }
+        let status = match fault {
+            // A gap, or a message being dropped: nothing is abandoned until the next FIRST or
+            // ONLY (check_op_seq), which may still complete the message's receive WQE.
+            Fault::PsnOutOfSeq | Fault::Duplicate => None,
+            Fault::RkeyViolation | Fault::MemAccess => Some(WcStatus::RemAccessErr),
+            _ => Some(WcStatus::RemInvReqErr),
+        };
+        if let Some(status) = status {
+            self.abandon_msg(status);
+        }
+        self.drop_msg();
+    }
+
+    /// Step 1 (rxe check_psn). RC: the expected PSN executes; ahead is a sequence error (one
+    /// NAK per gap), behind a duplicate, answered by [`Self::responder_duplicate`]. UC: a gap,
+    /// or a message being dropped, drops everything up to the next FIRST or ONLY, which
+    /// resynchronises the expected PSN. UD: no PSN check.
+    fn check_psn(&mut self, info: &OpcodeInfo, psn: Psn) -> Result<(), Fault> {
         let d = psn.diff(self.resp.psn);
-        if d > 0 {
-            Counters::inc(&self.counters.out_of_seq_request);
-            if !self.resp.nak_sent {
-                self.resp.nak_sent = true;
-                Counters::inc(&self.counters.send_nak);
-                let epsn = self.resp.psn;
-                self.queue_response(Response::Ack {
-                    psn: epsn,
-                    aeth_syndrome: AethRepr::nak(NakCode::PsnSequenceError, 0).syndrome,
-                    then_error: false,
-                });
+        match self.cfg.qp_type {
+            QpType::Rc => {
+                if d > 0 {
+                    Counters::inc(&self.counters.out_of_seq_request);
+                    return Err(Fault::PsnOutOfSeq);
+                }
+                if d < 0 {
+                    Counters::inc(&self.counters.duplicate_request);
+                    return Err(Fault::Duplicate);
+                }
+                self.resp.nak_sent = false;
             }
-            return false;
+            QpType::Uc => {
+                if d != 0 {
+                    Counters::inc(&self.counters.out_of_seq_request);
+                }
+                if self.resp.drop_msg || d != 0 {
+                    if !info.position.starts_message() {
+                        return Err(Fault::PsnOutOfSeq);
+                    }
+                    self.resp.drop_msg = false;
+                }
+            }
+            QpType::Ud => {}
         }
-        if d < 0 {
-            Counters::inc(&self.counters.duplicate_request);
-            self.responder_duplicate(pkt, info, psn);
-            return false;
+        Ok(())
+    }
+
+    /// The NAK of a PSN sequence error, carrying the expected PSN: one per gap, then silence
+    /// until the expected PSN arrives.
+    fn nak_sequence_error(&mut self) {
+        if self.resp.nak_sent {
+            return;
         }
-        true
+        self.resp.nak_sent = true;
+        Counters::inc(&self.counters.send_nak);
+        let epsn = self.resp.psn;
+        self.queue_response(Response::Ack {
+            psn: epsn,
+            aeth_syndrome: AethRepr::nak(NakCode::PsnSequenceError, 0).syndrome,
+            then_error: false,
+        });
     }
 
     /// Step 2 (IBTA 9.7.5.1.3 / rxe check_op_seq): a FIRST or ONLY outside a message, a
-    /// MIDDLE or LAST of the message in progress.
-    fn check_op_seq(&self, info: &OpcodeInfo) -> bool {
-        matches!(
+    /// MIDDLE or LAST of the message in progress. On UC a FIRST or ONLY inside a message
+    /// abandons it (class D1/E) and starts the next one (UD messages are single ONLY packets,
+    /// so UD never is inside one).
+    fn check_op_seq(&mut self, info: &OpcodeInfo) -> Result<(), Fault> {
+        let continues = matches!(
             (self.resp.in_msg, info.kind, info.position),
-            (None, _, Position::First | Position::Only)
-                | (
-                    Some(InMsg::Send),
-                    OpKind::Send,
-                    Position::Middle | Position::Last
-                )
-                | (
-                    Some(InMsg::Write),
-                    OpKind::Write,
-                    Position::Middle | Position::Last
-                )
-        )
+            (
+                Some(InMsg::Send),
+                OpKind::Send,
+                Position::Middle | Position::Last
+            ) | (
+                Some(InMsg::Write),
+                OpKind::Write,
+                Position::Middle | Position::Last
+            )
+        );
+        let starts = info.position.starts_message();
+        match self.resp.in_msg {
+            _ if continues => Ok(()),
+            None if starts => Ok(()),
+            Some(_) if starts && self.cfg.qp_type == QpType::Uc => {
+                self.abandon_msg(WcStatus::RemInvReqErr);
+                Ok(())
+            }
+            _ => Err(Fault::InvalidRequest),
+        }
     }
 
     /// Step 3 (rxe check_op_valid): an operation softroce executes, allowed by the QP's
     /// access flags. FLUSH and ATOMIC WRITE are not supported: invalid request, as rxe
-    /// answers an opcode the QP does not allow.
-    fn check_op_valid(&self, info: &OpcodeInfo) -> bool {
+    /// answers an opcode the QP does not allow. (UC has only SENDs and WRITEs, UD only
+    /// SENDs.)
+    fn check_op_valid(&self, info: &OpcodeInfo) -> Result<(), Fault> {
         let need = match info.kind {
-            OpKind::Send => return true,
+            OpKind::Send => return Ok(()),
             OpKind::Write => AccessFlags::REMOTE_WRITE,
             OpKind::ReadRequest => AccessFlags::REMOTE_READ,
             OpKind::CompareSwap | OpKind::FetchAdd => AccessFlags::REMOTE_ATOMIC,
-            _ => return false,
+            _ => return Err(Fault::InvalidRequest),
         };
-        self.attr.qp_access_flags.contains(need)
+        if self.attr.qp_access_flags.contains(need) {
+            Ok(())
+        } else {
+            Err(Fault::InvalidRequest)
+        }
     }
 
     /// Step 4 (rxe check_resource): a receive WQE for a SEND and for the packet of a WRITE
-    /// with immediate that ends it (else RNR NAK, the PSN not consumed); responder resources
-    /// for a READ or atomic (max_dest_rd_atomic > 0, else invalid request).
-    fn check_resource(&self, info: &OpcodeInfo) -> Result<(), ResourceFault> {
+    /// with immediate that ends it (else RNR NAK on RC, the PSN not consumed; a drop on UC and
+    /// UD); responder resources for a READ or atomic (max_dest_rd_atomic > 0, else invalid
+    /// request). RC only looks: it takes the WQE when the request executes, so that a fatal
+    /// error before that leaves it queued, to be flushed. UC and UD take it now, so that a
+    /// later check that fails gives it back or, with an SRQ, completes it with the error.
+    fn check_resource(&mut self, info: &OpcodeInfo) -> Result<(), Fault> {
         let rd_atomic = matches!(
             info.kind,
             OpKind::ReadRequest | OpKind::CompareSwap | OpKind::FetchAdd
@@ -393,10 +537,21 @@ impl QpCore {
             _ => false,
         };
         if rd_atomic && self.attr.max_dest_rd_atomic == 0 {
-            return Err(ResourceFault::NoRdAtomicResources);
+            return Err(Fault::InvalidRequest);
         }
-        if takes_wqe && !self.has_recv() {
-            return Err(ResourceFault::NoReceiveWqe);
+        if !takes_wqe {
+            return Ok(());
+        }
+        if self.cfg.qp_type == QpType::Rc {
+            return if self.has_recv() {
+                Ok(())
+            } else {
+                Err(Fault::NoReceiveWqe)
+            };
+        }
+        if self.resp.recv.is_none() {
+            let wqe = self.take_recv().ok_or(Fault::NoReceiveWqe)?;
+            self.resp.recv = Some(RecvProgress { wqe, offset: 0 });
         }
         Ok(())
     }
@@ -404,7 +559,7 @@ impl QpCore {
     /// Step 5 (IBTA 9.7.5.1.4 / rxe check_length): a FIRST or MIDDLE carries exactly one
     /// MTU, a LAST 1 to MTU bytes, an ONLY at most one MTU; a WRITE or READ announces at most
     /// 2^31 bytes.
-    fn check_length(&self, pkt: &PacketRepr, info: &OpcodeInfo) -> bool {
+    fn check_length(&self, pkt: &PacketRepr, info: &OpcodeInfo) -> Result<(), Fault> {
         let mtu = self.mtu() as usize;
         let n = pkt.payload.len();
         let fits = match info.position {
@@ -416,7 +571,11 @@ impl QpCore {
             (OpKind::Write | OpKind::ReadRequest, Some(r)) => r.len as u64 <= MAX_MESSAGE,
             _ => true,
         };
-        fits && dma_ok
+        if fits && dma_ok {
+            Ok(())
+        } else {
+            Err(Fault::InvalidRequest)
+        }
     }
 
     /// Step 6 (rxe check_rkey): the memory a WRITE, READ or atomic names, with the rights it
@@ -428,7 +587,7 @@ impl QpCore {
         pkt: &PacketRepr,
         info: &OpcodeInfo,
         mrs: &MrTable,
-    ) -> Result<Target, NakCode> {
+    ) -> Result<Target, Fault> {
         let n = pkt.payload.len() as u64;
         match info.kind {
             OpKind::Send => Ok(Target::Send),
@@ -438,11 +597,11 @@ impl QpCore {
                         self.resolve_reth(pkt, mrs, AccessFlags::REMOTE_WRITE)?;
                     (Some(WriteStart { mr, offset, len }), len)
                 } else {
-                    let w = self.resp.write.as_ref().ok_or(NakCode::InvalidRequest)?;
+                    let w = self.resp.write.as_ref().ok_or(Fault::InvalidRequest)?;
                     (None, w.remaining)
                 };
                 if n > remaining || (info.position.ends_message() && n != remaining) {
-                    return Err(NakCode::InvalidRequest);
+                    return Err(Fault::InvalidRequest);
                 }
                 Ok(Target::Write(start))
             }
@@ -451,16 +610,16 @@ impl QpCore {
                 Ok(Target::Read { mr, offset, len })
             }
             OpKind::CompareSwap | OpKind::FetchAdd => {
-                let a = pkt.ext.atomic.ok_or(NakCode::InvalidRequest)?;
+                let a = pkt.ext.atomic.ok_or(Fault::InvalidRequest)?;
                 let (mr, offset) = mrs
                     .resolve_remote(self.cfg.pd, a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC)
-                    .map_err(fault_nak)?;
+                    .map_err(rkey_fault)?;
                 Ok(Target::Atomic {
                     mr: Arc::clone(mr),
                     offset,
                 })
             }
-            _ => Err(NakCode::InvalidRequest),
+            _ => Err(Fault::InvalidRequest),
         }
     }
 
@@ -472,38 +631,54 @@ impl QpCore {
         pkt: &PacketRepr,
         mrs: &MrTable,
         need: AccessFlags,
-    ) -> Result<(Option<Arc<Mr>>, u64, u64), NakCode> {
-        let reth = pkt.ext.reth.ok_or(NakCode::InvalidRequest)?;
+    ) -> Result<(Option<Arc<Mr>>, u64, u64), Fault> {
+        let reth = pkt.ext.reth.ok_or(Fault::InvalidRequest)?;
         let len = reth.len as u64;
         if len == 0 {
             return Ok((None, 0, 0));
         }
         let (mr, off) = mrs
             .resolve_remote(self.cfg.pd, reth.rkey, reth.va, len, need)
-            .map_err(fault_nak)?;
+            .map_err(rkey_fault)?;
         Ok((Some(Arc::clone(mr)), off, len))
     }
 
-    fn execute_send(&mut self, pkt: &PacketRepr, info: &OpcodeInfo, psn: Psn) {
-        if info.position.starts_message() {
-            let Some(wqe) = self.take_recv() else {
-                return self.rnr_nak(psn); // check_resource saw one; kept for safety
-            };
+    /// A SEND packet into the receive WQE (RC takes it at the message's first packet; UC and
+    /// UD took it in check_resource). A UD receive buffer gets the GRH area (the IP header
+    /// the datagram arrived with, `net`) before the payload, and its completion names the
+    /// sender's QP from the DETH.
+    fn execute_send(
+        &mut self,
+        pkt: &PacketRepr,
+        info: &OpcodeInfo,
+        psn: Psn,
+        net: Option<&NetHeader>,
+    ) -> Result<(), Fault> {
+        let starts = info.position.starts_message();
+        if starts && self.resp.recv.is_none() {
+            let wqe = self.take_recv().ok_or(Fault::NoReceiveWqe)?;
             self.resp.recv = Some(RecvProgress { wqe, offset: 0 });
-            self.resp.in_msg = Some(InMsg::Send);
         }
-        let Some(r) = self.resp.recv.as_mut() else {
-            return self.nak_fatal(psn, NakCode::InvalidRequest);
-        };
+        self.resp.in_msg = Some(InMsg::Send);
+        let ud = self.cfg.qp_type == QpType::Ud;
+        let grh = if ud && starts { GRH_AREA } else { 0 };
+        let r = self.resp.recv.as_mut().ok_or(Fault::InvalidRequest)?;
         let n = pkt.payload.len() as u64;
-        if r.offset + n > r.wqe.data.len() {
-            // rxe send_data_in: copy_data fails, RESPST_ERR_LENGTH.
-            let r = self.resp.recv.take().expect("checked above");
-            let wc = self.recv_wc(r.wqe.wr_id, WcStatus::LocLenErr, WcOpcode::Recv, 0);
-            self.complete_recv(wc);
-            return self.nak_fatal(psn, NakCode::InvalidRequest);
+        if r.offset + grh + n > r.wqe.data.len() {
+            return Err(Fault::RecvTooSmall);
         }
-        r.wqe.data.write(r.offset, pkt.payload);
+        if grh > 0 {
+            let area = net.map_or([0u8; GRH_AREA as usize], |h| h.grh_area());
+            r.wqe
+                .data
+                .write(0, &area)
+                .map_err(|_| Fault::MalformedWqe)?;
+            r.offset = GRH_AREA;
+        }
+        r.wqe
+            .data
+            .write(r.offset, pkt.payload)
+            .map_err(|_| Fault::MalformedWqe)?;
         r.offset += n;
         self.resp.psn = psn.next();
         if info.position.ends_message() {
@@ -511,12 +686,22 @@ impl QpCore {
             let mut wc = self.recv_wc(r.wqe.wr_id, WcStatus::Success, WcOpcode::Recv, r.offset);
             wc.imm_data = pkt.ext.imm.map(|i| i.imm);
             wc.solicited = pkt.bth.solicited;
+            if ud {
+                wc.src_qp = pkt.ext.deth.map_or(0, |d| d.src_qp);
+            }
             self.complete_recv(wc);
             self.resp.in_msg = None;
             self.resp.msn = (self.resp.msn + 1) & 0xFF_FFFF;
             Counters::inc(&self.counters.rdma_recvs);
         }
-        if pkt.bth.ack_req {
+        self.ack_if_asked(pkt, psn);
+        Ok(())
+    }
+
+    /// RC only: an ACK for a request that asks for one (UC and UD acknowledge nothing,
+    /// whatever the AckReq bit says).
+    fn ack_if_asked(&mut self, pkt: &PacketRepr, psn: Psn) {
+        if self.cfg.qp_type == QpType::Rc && pkt.bth.ack_req {
             self.queue_ack(psn);
         }
     }
@@ -527,7 +712,7 @@ impl QpCore {
         info: &OpcodeInfo,
         psn: Psn,
         start: Option<WriteStart>,
-    ) {
+    ) -> Result<(), Fault> {
         if let Some(s) = start {
             self.resp.write = Some(WriteProgress {
                 mr: s.mr,
@@ -535,15 +720,18 @@ impl QpCore {
                 remaining: s.len,
                 total: s.len,
             });
-            self.resp.in_msg = Some(InMsg::Write);
         }
-        let Some(w) = self.resp.write.as_mut() else {
-            return self.nak_fatal(psn, NakCode::InvalidRequest);
-        };
+        self.resp.in_msg = Some(InMsg::Write);
+        let w = self.resp.write.as_mut().ok_or(Fault::InvalidRequest)?;
         // check_rkey bounded the payload by what the RETH announced.
         let n = (pkt.payload.len() as u64).min(w.remaining);
         if let Some(mr) = &w.mr {
-            let _ = mr.storage.write(w.offset, &pkt.payload[..n as usize]);
+            // A failure here is the region's memory taken back after check_rkey passed:
+            // nothing landed, so nothing is acknowledged (rxe write_data_in ->
+            // RESPST_ERR_RKEY_VIOLATION).
+            mr.storage
+                .write(w.offset, &pkt.payload[..n as usize])
+                .map_err(|_| Fault::MemAccess)?;
         }
         w.offset += n;
         w.remaining -= n;
@@ -553,8 +741,10 @@ impl QpCore {
             self.resp.in_msg = None;
             self.resp.msn = (self.resp.msn + 1) & 0xFF_FFFF;
             if info.has_imm() {
-                let Some(wqe) = self.take_recv() else {
-                    return self.rnr_nak(psn); // check_resource saw one; kept for safety
+                // UC took the WQE in check_resource; RC takes it now (check_resource saw one).
+                let wqe = match self.resp.recv.take() {
+                    Some(r) => r.wqe,
+                    None => self.take_recv().ok_or(Fault::NoReceiveWqe)?,
                 };
                 let mut wc = self.recv_wc(
                     wqe.wr_id,
@@ -568,9 +758,8 @@ impl QpCore {
             }
         }
         self.resp.psn = psn.next();
-        if pkt.bth.ack_req {
-            self.queue_ack(psn);
-        }
+        self.ack_if_asked(pkt, psn);
+        Ok(())
     }
 
     /// Remembers a READ or atomic for duplicate replay, in a ring of max_dest_rd_atomic
@@ -604,6 +793,7 @@ impl QpCore {
             mr,
             offset,
             remaining: len,
+            req_psn: psn,
             psn,
             first: true,
         }));
@@ -618,28 +808,25 @@ impl QpCore {
         psn: Psn,
         mr: Arc<Mr>,
         off: u64,
-    ) {
-        let Some(a) = pkt.ext.atomic else {
-            return self.nak_fatal(psn, NakCode::InvalidRequest);
-        };
+    ) -> Result<(), Fault> {
+        let a = pkt.ext.atomic.ok_or(Fault::InvalidRequest)?;
         // rxe process_atomic: RESPST_ERR_MISALIGNED_ATOMIC, after the key check. The region's
         // storage is word-aligned from its start; an atomic needs the word boundary in storage
         // too, which holds when the region's iova is 8-byte aligned.
         if a.va % 8 != 0 {
-            return self.nak_fatal(psn, NakCode::InvalidRequest);
+            return Err(Fault::InvalidRequest);
         }
         let result = if info.kind == OpKind::CompareSwap {
             mr.storage.compare_swap(off, a.compare, a.swap_add)
         } else {
             mr.storage.fetch_add(off, a.swap_add)
         };
-        let Ok(orig) = result else {
-            return self.nak_fatal(psn, NakCode::InvalidRequest);
-        };
+        let orig = result.map_err(|_| Fault::InvalidRequest)?;
         self.save_resource(Resource::Atomic { psn, orig });
         self.queue_response(Response::AtomicAck { psn, orig });
         self.resp.psn = psn.next();
         self.resp.msn = (self.resp.msn + 1) & 0xFF_FFFF;
+        Ok(())
     }
 
     /// A request with a PSN already seen.
@@ -685,6 +872,7 @@ impl QpCore {
                     mr,
                     offset,
                     remaining: reth.len as u64,
+                    req_psn: psn,
                     psn,
                     first: true,
                 }));
@@ -721,6 +909,7 @@ impl QpCore {
         };
         let mut ext = ExtHeaders::default();
         let mut payload: Option<(Option<Arc<Mr>>, u64, usize)> = None;
+        let mut read_req_psn = Psn::default();
         let mut pop = true;
         let mut then_err = false;
         match front {
@@ -757,6 +946,7 @@ impl QpCore {
                     ext.aeth = Some(AethRepr::ack(msn));
                 }
                 payload = Some((job.mr.clone(), job.offset, n as usize));
+                read_req_psn = job.req_psn;
                 job.offset += n;
                 job.remaining -= n;
                 job.psn = job.psn.next();
@@ -772,7 +962,16 @@ impl QpCore {
         let n = payload.as_ref().map_or(0, |p| p.2);
         let at = repr.emit_headers(buf, n).ok()?;
         if let Some((Some(mr), off, n)) = &payload {
-            let _ = mr.storage.read(*off, &mut buf[at..at + n]);
+            if mr.storage.read(*off, &mut buf[at..at + n]).is_err() {
+                // The region failed after check_rkey passed: no response carries bytes that
+                // were never read. rxe read_reply -> RESPST_ERR_RKEY_VIOLATION: a remote
+                // access error NAK for the READ, then ERROR; what was queued behind the READ
+                // is superseded (an ACK past it would acknowledge the READ).
+                Counters::inc(&self.counters.mem_access_err);
+                self.resp.out.clear();
+                self.nak_fatal(read_req_psn, NakCode::RemoteAccessError);
+                return self.responder_poll(buf);
+            }
         }
         let len = finish_payload(buf, at, n);
         if pop {
@@ -785,10 +984,9 @@ impl QpCore {
     }
 }
 
-/// The UC and UD responder (rxe_resp.c for `IB_QPT_UC` and `IB_QPT_UD`): the same chain of
-/// checks as RC, but nothing is acknowledged and nothing is retried. A packet that fails a
-/// check is dropped and counted (`dropped_msg_pkts`); the message it belongs to is never
-/// completed.
+/// The UC and UD verdicts (rxe_resp.c for `IB_QPT_UC` and `IB_QPT_UD`): nothing is
+/// acknowledged and nothing is retried. A packet that fails a check is dropped and counted
+/// (`dropped_msg_pkts`); the message it belongs to is never completed.
 impl QpCore {
     /// Drops a UC/UD request packet; for UC the rest of its message too (rxe `drop_msg`).
     fn drop_msg(&mut self) {
@@ -811,180 +1009,6 @@ impl QpCore {
                 self.rq.push_front(r.wqe);
             }
         }
-    }
-
-    /// Handles a UC request packet.
-    pub(super) fn uc_responder(&mut self, pkt: &PacketRepr, info: &OpcodeInfo, mrs: &MrTable) {
-        let psn = Psn::new(pkt.bth.psn);
-        let start = info.position.starts_message();
-        // 1. check_psn: a gap, or a message being dropped, drops everything up to the next
-        //    FIRST or ONLY, which resynchronises the expected PSN.
-        if psn != self.resp.psn {
-            Counters::inc(&self.counters.out_of_seq_request);
-        }
-        if self.resp.drop_msg || psn != self.resp.psn {
-            if !start {
-                return self.drop_msg();
-            }
-            self.resp.drop_msg = false;
-        }
-        // 2. check_op_seq: a MIDDLE or LAST outside a message is dropped; a packet that does
-        //    not continue the message in progress abandons it (class D1/E), and starts the
-        //    next one if it is a FIRST or ONLY.
-        match (self.resp.in_msg, info.kind, info.position) {
-            (Some(InMsg::Send), OpKind::Send, Position::Middle | Position::Last)
-            | (Some(InMsg::Write), OpKind::Write, Position::Middle | Position::Last) => {}
-            (Some(_), _, _) => {
-                self.abandon_msg(WcStatus::RemInvReqErr);
-                if !start {
-                    return self.drop_msg();
-                }
-            }
-            (None, _, Position::Middle | Position::Last) => return self.drop_msg(),
-            (None, _, _) => {}
-        }
-        // 3. check_op_valid: a WRITE needs REMOTE_WRITE.
-        match info.kind {
-            OpKind::Send => {}
-            OpKind::Write
-                if self
-                    .attr
-                    .qp_access_flags
-                    .contains(AccessFlags::REMOTE_WRITE) => {}
-            _ => {
-                self.abandon_msg(WcStatus::RemInvReqErr);
-                return self.drop_msg();
-            }
-        }
-        // 4. check_resource: a receive WQE for a SEND's first packet and for a WRITE with
-        //    immediate's last; none: dropped (class D, no RNR on UC).
-        let takes_wqe = match info.kind {
-            OpKind::Send => start,
-            _ => info.has_imm() && info.position.ends_message(),
-        };
-        if takes_wqe && self.resp.recv.is_none() {
-            match self.take_recv() {
-                Some(wqe) => self.resp.recv = Some(RecvProgress { wqe, offset: 0 }),
-                None => {
-                    self.abandon_msg(WcStatus::RemInvReqErr);
-                    return self.drop_msg();
-                }
-            }
-        }
-        // 5. check_length.
-        if !self.check_length(pkt, info) {
-            self.abandon_msg(WcStatus::RemInvReqErr);
-            return self.drop_msg();
-        }
-        let n = pkt.payload.len() as u64;
-        // 6. check_rkey, and a WRITE packet's payload against its RETH.
-        if info.kind == OpKind::Write {
-            if start {
-                match self.resolve_reth(pkt, mrs, AccessFlags::REMOTE_WRITE) {
-                    Ok((mr, offset, len)) => {
-                        self.resp.write = Some(WriteProgress {
-                            mr,
-                            offset,
-                            remaining: len,
-                            total: len,
-                        })
-                    }
-                    Err(_) => {
-                        self.abandon_msg(WcStatus::RemAccessErr);
-                        return self.drop_msg();
-                    }
-                }
-            }
-            let remaining = self.resp.write.as_ref().map_or(0, |w| w.remaining);
-            if n > remaining || (info.position.ends_message() && n != remaining) {
-                self.abandon_msg(WcStatus::RemInvReqErr);
-                return self.drop_msg();
-            }
-        }
-        // 7. execute and complete.
-        match info.kind {
-            OpKind::Send => {
-                let Some(r) = self.resp.recv.as_mut() else {
-                    return self.drop_msg();
-                };
-                if r.offset + n > r.wqe.data.len() {
-                    // send_data_in: the receive buffer is too small (RESPST_ERR_LENGTH).
-                    self.abandon_msg(WcStatus::RemInvReqErr);
-                    return self.drop_msg();
-                }
-                r.wqe.data.write(r.offset, pkt.payload);
-                r.offset += n;
-                self.resp.in_msg = Some(InMsg::Send);
-            }
-            _ => {
-                if let Some(w) = self.resp.write.as_mut() {
-                    if let Some(mr) = &w.mr {
-                        let _ = mr.storage.write(w.offset, pkt.payload);
-                    }
-                    w.offset += n;
-                    w.remaining -= n;
-                }
-                self.resp.in_msg = Some(InMsg::Write);
-            }
-        }
-        self.resp.psn = psn.next();
-        if info.position.ends_message() {
-            let total = self.resp.write.take().map_or(0, |w| w.total);
-            self.resp.in_msg = None;
-            self.resp.msn = (self.resp.msn + 1) & 0xFF_FFFF;
-            if let Some(r) = self.resp.recv.take() {
-                let (opcode, len) = match info.kind {
-                    OpKind::Send => (WcOpcode::Recv, r.offset),
-                    _ => (WcOpcode::RecvRdmaWithImm, total),
-                };
-                let mut wc = self.recv_wc(r.wqe.wr_id, WcStatus::Success, opcode, len);
-                wc.imm_data = pkt.ext.imm.map(|i| i.imm);
-                wc.solicited = pkt.bth.solicited;
-                self.complete_recv(wc);
-                Counters::inc(&self.counters.rdma_recvs);
-            }
-        }
-    }
-
-    /// Handles a UD request packet (a SEND ONLY, with immediate or not; the Q_Key was
-    /// checked). The receive buffer gets the GRH area (40 bytes) and then the payload; the
-    /// completion carries the sender's QP number from the DETH and the GRH flag.
-    pub(super) fn ud_responder(
-        &mut self,
-        pkt: &PacketRepr,
-        info: &OpcodeInfo,
-        net: Option<&NetHeader>,
-    ) {
-        if info.kind != OpKind::Send || info.position != Position::Only {
-            return self.drop_msg();
-        }
-        let src_qp = pkt.ext.deth.map_or(0, |d| d.src_qp);
-        // check_resource: no receive WQE, the datagram is dropped (class D).
-        let Some(wqe) = self.take_recv() else {
-            return self.drop_msg();
-        };
-        let n = pkt.payload.len() as u64;
-        let fits = wqe.data.len();
-        self.resp.recv = Some(RecvProgress { wqe, offset: 0 });
-        // check_length (one MTU), then send_data_in for the GRH area and the payload.
-        if n > self.mtu() as u64 || GRH_AREA + n > fits {
-            self.abandon_msg(WcStatus::RemInvReqErr);
-            return self.drop_msg();
-        }
-        let Some(r) = self.resp.recv.take() else {
-            return;
-        };
-        let grh = net.map_or([0u8; GRH_AREA as usize], |h| h.grh_area());
-        r.wqe.data.write(0, &grh);
-        r.wqe.data.write(GRH_AREA, pkt.payload);
-        self.resp.psn = Psn::new(pkt.bth.psn).next();
-        self.resp.msn = (self.resp.msn + 1) & 0xFF_FFFF;
-        let mut wc = self.recv_wc(r.wqe.wr_id, WcStatus::Success, WcOpcode::Recv, GRH_AREA + n);
-        wc.src_qp = src_qp;
-        wc.imm_data = pkt.ext.imm.map(|i| i.imm);
-        wc.solicited = pkt.bth.solicited;
-        self.complete_recv(wc);
-        Counters::inc(&self.counters.rdma_recvs);
     }
 }
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::mr::{Mr, MrTable};
 use crate::ib::{AccessFlags, Sge, SgeFault, VerbsError, WcStatus, WrOpcode};
+use crate::memory::AccessError;
 use crate::wire::Psn;
 
 /// A scatter/gather element resolved at post time: its region and the offset into it.
@@ -73,12 +74,15 @@ impl LocalData {
         self.len() == 0
     }
 
-    /// Copies message bytes `at .. at + dst.len()` into `dst` (gather).
-    pub fn read(&self, mut at: u64, dst: &mut [u8]) {
+    /// Copies message bytes `at .. at + dst.len()` into `dst` (gather). Bounds were checked at
+    /// post time; the error is a region whose memory the application took back meanwhile
+    /// (`AccessError::Revoked`), and then `dst` does not hold the message's bytes.
+    pub fn read(&self, mut at: u64, dst: &mut [u8]) -> Result<(), AccessError> {
         match self {
             LocalData::Inline(v) => {
                 let start = at as usize;
                 dst.copy_from_slice(&v[start..start + dst.len()]);
+                Ok(())
             }
             LocalData::Sges(sges) => {
                 let mut done = 0;
@@ -91,18 +95,19 @@ impl LocalData {
                         continue;
                     }
                     let n = ((s.len as u64 - at) as usize).min(dst.len() - done);
-                    // Bounds were checked at post time; the storage cannot shrink.
-                    let _ = s.mr.storage.read(s.offset + at, &mut dst[done..done + n]);
+                    s.mr.storage.read(s.offset + at, &mut dst[done..done + n])?;
                     done += n;
                     at = 0;
                 }
+                Ok(())
             }
         }
     }
 
     /// Copies `src` into message bytes `at .. at + src.len()` (scatter). The caller has checked
-    /// that the range fits (`at + src.len() <= self.len()`).
-    pub fn write(&self, mut at: u64, src: &[u8]) {
+    /// that the range fits (`at + src.len() <= self.len()`); the error is as for
+    /// [`Self::read`], and then the bytes did not all land.
+    pub fn write(&self, mut at: u64, src: &[u8]) -> Result<(), AccessError> {
         if let LocalData::Sges(sges) = self {
             let mut done = 0;
             for s in sges {
@@ -114,11 +119,12 @@ impl LocalData {
                     continue;
                 }
                 let n = ((s.len as u64 - at) as usize).min(src.len() - done);
-                let _ = s.mr.storage.write(s.offset + at, &src[done..done + n]);
+                s.mr.storage.write(s.offset + at, &src[done..done + n])?;
                 done += n;
                 at = 0;
             }
         }
+        Ok(())
     }
 }
 

@@ -9,7 +9,7 @@
 //!
 //! No allocation: the masked headers are copied into stack buffers and fed to the hasher.
 
-use super::{bth, Error, Header, Result};
+use super::{bth, Error, Header, Result, ICRC_LEN};
 
 /// What stands in for the LRH at the start of the CRC input.
 const LRH_ONES: [u8; 8] = [0xFF; 8];
@@ -401,6 +401,18 @@ pub fn seal_socket_datagram(
     let n = payload.len();
     payload[n - 4..].copy_from_slice(&c);
     true
+}
+
+/// Adjusts the ICRC of an IPv4 RoCE packet (`packet`: BTH .. ICRC) sealed for IPv4
+/// identification `from` to the header with identification `to`, which the ICRC covers: a
+/// DF socket's GSO send gives segment k identification k, while packets are sealed for 0,
+/// what a plain send gets.
+pub fn reseal_ipv4_id(packet: &mut [u8], from: u16, to: u16) {
+    let at = packet.len() - ICRC_LEN;
+    let mut crc = [0u8; 4];
+    crc.copy_from_slice(&packet[at..]);
+    let crc = u32::from_le_bytes(crc) ^ ipv4_id_delta(from ^ to, at);
+    packet[at..].copy_from_slice(&to_wire(crc));
 }
 
 #[cfg(test)]

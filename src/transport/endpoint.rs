@@ -1,0 +1,259 @@
+//! The device's endpoint: what happens to a datagram between the socket and the QPs, without
+//! I/O (quinn-proto's `Endpoint::handle(now, remote, local, ecn, data)` shape). The driver
+//! hands it the bytes with the addresses and IP fields the socket reported, and the QPs it
+//! serves (through [`QpSet`]); the simulations hand it the same, so both run one demultiplexer.
+//! On the way out it is where every packet gets its ICRC ([`Endpoint::seal`]): the QPs'
+//! packets ([`Endpoint::poll_transmit`]) and QP1's, which it builds around the MADs of the
+//! caller's communication manager ([`Endpoint::transmit_mad`]).
+//!
+//! The steps, in rxe's order (rxe_recv.c rxe_rcv, spec-notes/rc-transport.md rule 34): the
+//! ICRC over the IP and UDP headers the datagram travelled with (`icrc_err`), the headers'
+//! parse (`malformed_pkts`), the destination QP: QP1's MADs (a UD SEND ONLY with the GSI Q_Key,
+//! else `gsi_dropped_pkts`) go to the caller's communication manager, any other
+//! number must be a QP of the set (`unknown_qp_pkts`) that hears the sender (rxe check_addr:
+//! an RC or UC QP hears only its peer; `unknown_qp_pkts`); for a UD QP the IP header as it
+//! arrived becomes the GRH area of the receive buffer. Then the QP's own header checks and
+//! transport run ([`QpCore::handle_datagram`]). Every drop is counted in the device's counters,
+//! nothing is allocated and nothing is locked here (the set locks the one QP it lends).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::counters::Counters;
+use super::mr::MrTable;
+use super::qp::{rxe_hash_port, NetHeader, QpCore, Transmit};
+use crate::ib::QpType;
+use crate::wire::bth::DEFAULT_PKEY;
+use crate::wire::deth::GSI_QKEY;
+use crate::wire::icrc::{self, verify_socket_datagram, SocketVerdict};
+use crate::wire::{mad, BthRepr, DethRepr, ExtHeaders, Opcode, PacketRepr, ICRC_LEN};
+
+/// The QP number of the General Services Interface (QP1), whose packets the endpoint hands
+/// back to the caller's communication manager.
+pub const GSI_QPN: u32 = 1;
+
+/// The TTL an IPv4 datagram gets from a socket by default, and the hop limit assumed for a
+/// received datagram whose socket did not report it (Linux ip_default_ttl).
+pub const DEFAULT_TTL: u8 = 64;
+
+/// The IP header fields a datagram arrived with, as the socket reported them (the `ecn` of
+/// quinn-proto's `handle`, widened to what RoCE uses).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IpFields {
+    /// IPv4 TTL or IPv6 hop limit; 0 when the socket did not say.
+    pub hop_limit: u8,
+    /// IPv4 TOS or IPv6 traffic class (DSCP and ECN bits).
+    pub traffic_class: u8,
+}
+
+/// The QPs an endpoint serves, as the caller keeps them (the driver: each behind its own
+/// lock, shared with the application; a simulation: plain values).
+pub trait QpSet {
+    /// Runs `f` on QP `qpn` with the memory regions its requests may reach, if the set has
+    /// that QP, and returns what `f` returned.
+    fn with_qp<R>(&mut self, qpn: u32, f: impl FnOnce(&mut QpCore, &MrTable) -> R) -> Option<R>;
+}
+
+/// What became of a datagram that passed the endpoint's checks.
+#[derive(Debug)]
+pub enum DatagramEvent<'a> {
+    /// QP `qpn` took the packet: it may have packets, completions or a deadline for the
+    /// caller now.
+    Qp(u32),
+    /// A MAD for QP1, which belongs to the caller's communication manager. `from` is the
+    /// sender's address with the port its CM answers on (the RoCEv2 port, not the packet's
+    /// source port).
+    Mad {
+        /// Where the CM's answer goes.
+        from: SocketAddr,
+        /// The MAD (`mad::LEN` bytes).
+        mad: &'a [u8],
+    },
+}
+
+/// A device's endpoint (see the module documentation).
+#[derive(Debug)]
+pub struct Endpoint {
+    /// The device's address (its GID): the source of every packet it seals.
+    local: SocketAddr,
+    /// The UDP port peers' RoCE traffic and CMs receive on.
+    remote_port: u16,
+    counters: Arc<Counters>,
+    /// The PSN of QP1's next SEND (UD PSNs only count; nobody checks them).
+    gsi_psn: u32,
+}
+
+impl Endpoint {
+    /// The endpoint of a device at `local`, whose peers receive on UDP port `remote_port`
+    /// (4791 unless configured otherwise), counting drops in `counters` (the device's).
+    pub fn new(local: SocketAddr, remote_port: u16, counters: Arc<Counters>) -> Endpoint {
+        Endpoint {
+            local,
+            remote_port,
+            counters,
+            gsi_psn: 0,
+        }
+    }
+
+    /// The UDP source port of QP1's packets, as rxe derives it from the QPN (0xD872).
+    pub fn gsi_src_port() -> u16 {
+        rxe_hash_port(GSI_QPN)
+    }
+
+    /// Writes the QP's next packet into `buf` (at least [`super::MAX_PACKET`] bytes), sealed.
+    pub fn poll_transmit(
+        &self,
+        now: Duration,
+        qp: &mut QpCore,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        let t = qp.poll_transmit(now, buf)?;
+        self.seal(&t, buf);
+        Some(t)
+    }
+
+    /// Builds QP1's packet for a MAD the communication manager sends to `to`: a UD SEND ONLY
+    /// from QP1 to QP1 with the GSI Q_Key, from UDP port `src_port`, sealed, in `buf` (at
+    /// least [`super::MAX_PACKET`] bytes).
+    pub fn transmit_mad(
+        &mut self,
+        to: SocketAddr,
+        mad: &[u8],
+        src_port: u16,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        let pkt = PacketRepr {
+            bth: BthRepr {
+                opcode: Opcode::UD_SEND_ONLY,
+                pkey: DEFAULT_PKEY,
+                dest_qp: GSI_QPN,
+                // rxe sets AckReq on QP1's SENDs (tests/data/rxe/rping.pcap); UD ignores it.
+                ack_req: true,
+                psn: self.gsi_psn,
+                ..BthRepr::default()
+            },
+            ext: ExtHeaders {
+                deth: Some(DethRepr {
+                    qkey: GSI_QKEY,
+                    src_qp: GSI_QPN,
+                }),
+                ..ExtHeaders::default()
+            },
+            payload: mad,
+        };
+        self.gsi_psn = (self.gsi_psn + 1) & 0xff_ffff;
+        let len = pkt.emit(buf).ok()?;
+        // MADs leave with the socket's TTL (64) and TOS 0, as the CM's path record for a
+        // RoCE route gives them (cma.c: the route's hop limit, traffic class 0 without -t).
+        let t = Transmit {
+            len,
+            dst: to,
+            src_port,
+            hop_limit: 0,
+            traffic_class: 0,
+        };
+        self.seal(&t, buf);
+        Some(t)
+    }
+
+    /// Fills in the ICRC of the packet `t` describes (`buf[..t.len]`) over the IP and UDP
+    /// headers the kernel will put in front of it (IPv4: identification 0 and DF, as a
+    /// socket with IP_PMTUDISC_DO sends; a GSO send's later segments are resealed for theirs
+    /// by the driver, `icrc::reseal_ipv4_id`). Mixed address families cannot be sent: the
+    /// ICRC is zero and a peer would drop the packet.
+    pub fn seal(&self, t: &Transmit, buf: &mut [u8]) {
+        let src = SocketAddr::new(self.local.ip(), t.src_port);
+        let pkt = &mut buf[..t.len];
+        if !icrc::seal_socket_datagram(src, t.dst, pkt) {
+            pkt[t.len - ICRC_LEN..].fill(0);
+        }
+    }
+
+    /// Handles one received datagram: `data` (BTH .. ICRC) from `remote` to `local` with the IP
+    /// fields `ip`, at `now` on the QPs' clock. Returns what became of it, or `None` when it
+    /// was dropped (and counted).
+    pub fn handle<'a, S: QpSet>(
+        &self,
+        now: Duration,
+        remote: SocketAddr,
+        local: SocketAddr,
+        ip: IpFields,
+        data: &'a [u8],
+        qps: &mut S,
+    ) -> Option<DatagramEvent<'a>> {
+        let c = &self.counters;
+        if verify_socket_datagram(remote, local, data) == SocketVerdict::Bad {
+            Counters::inc(&c.icrc_err);
+            return None;
+        }
+        let Ok(pkt) = PacketRepr::parse(data) else {
+            Counters::inc(&c.malformed_pkts);
+            return None;
+        };
+        let qpn = pkt.bth.dest_qp;
+        if qpn == GSI_QPN {
+            // QP1 takes MADs only: a UD SEND ONLY with the GSI Q_Key and a whole MAD.
+            let ok = pkt.bth.opcode == Opcode::UD_SEND_ONLY
+                && pkt.ext.deth.is_some_and(|d| d.qkey == GSI_QKEY)
+                && pkt.payload.len() >= mad::LEN;
+            if !ok {
+                Counters::inc(&c.gsi_dropped_pkts);
+                return None;
+            }
+            let from = SocketAddr::new(remote.ip(), self.remote_port);
+            return Some(DatagramEvent::Mad {
+                from,
+                mad: &pkt.payload[..mad::LEN],
+            });
+        }
+        let taken = qps.with_qp(qpn, |qp, mrs| {
+            // Only the connected peer may talk to an RC or UC QP; a UD QP hears anyone.
+            if !qp.accepts_from(remote.ip()) {
+                return false;
+            }
+            if qp.qp_type() == QpType::Ud {
+                // The GRH area of the receive buffer: the IP header as it arrived, with the
+                // TTL and TOS the socket reported (64 if it did not say).
+                let ttl = if ip.hop_limit == 0 {
+                    DEFAULT_TTL
+                } else {
+                    ip.hop_limit
+                };
+                let net = NetHeader::from_addrs(
+                    remote.ip(),
+                    local.ip(),
+                    (data.len() + 8) as u16,
+                    ttl,
+                    ip.traffic_class,
+                );
+                qp.handle_datagram(now, &pkt, Some(&net), mrs);
+            } else {
+                qp.handle_datagram(now, &pkt, None, mrs);
+            }
+            true
+        });
+        if taken == Some(true) {
+            Some(DatagramEvent::Qp(qpn))
+        } else {
+            Counters::inc(&c.unknown_qp_pkts);
+            None
+        }
+    }
+}
+
+/// A set of one QP and its memory regions: a simulation's node, or any caller that keeps a
+/// single [`QpCore`] as a plain value.
+#[derive(Debug)]
+pub struct OneQp<'a> {
+    /// The QP.
+    pub qp: &'a mut QpCore,
+    /// The memory regions its requests may reach.
+    pub mrs: &'a MrTable,
+}
+
+impl QpSet for OneQp<'_> {
+    fn with_qp<R>(&mut self, qpn: u32, f: impl FnOnce(&mut QpCore, &MrTable) -> R) -> Option<R> {
+        (qpn == self.qp.qpn()).then(|| f(self.qp, self.mrs))
+    }
+}
