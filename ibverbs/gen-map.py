@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Regenerates libibverbs.map: every version node of Debian 12's libibverbs.so.1 (rdma-core 44),
 each function the shim defines at the version the real library gives it as default.
-Run from ibverbs/ after adding an exported function (needs libibverbs1 installed)."""
+Run from ibverbs/ after adding an exported function (needs libibverbs1 installed); tests/symbols.rs
+checks the built library's symbols against the real one.
+Functions with a non-default version only (ibv_register_driver@IBVERBS_1.1) get it from a .symver
+in their own source, not from here."""
 import re, subprocess, collections, glob
 real = subprocess.run("objdump -T /usr/lib/x86_64-linux-gnu/libibverbs.so.1", shell=True,
                       capture_output=True, text=True, check=True).stdout
@@ -15,8 +18,8 @@ for path in glob.glob("src/*.rs"):
     src = open(path).read()
     ours |= set(re.findall(r'pub (?:unsafe )?extern "C" fn (\w+)', src))
     ours |= set(re.findall(r'#\[no_mangle\]\s*pub static (\w+)', src))
-    m = re.search(r'provider_only!\(\s*([^)]*)\)', src.split("macro_rules!")[-1])
-    if m:
+    # The provider interface's functions, defined in groups by macros (provider_abi.rs).
+    for m in re.finditer(r'^\w+_unsupported!\(\s*([^)]*)\)', src, re.M):
         ours |= {n.strip() for n in m.group(1).split(",") if n.strip()}
 unknown = sorted(n for n in ours if n not in vers)
 assert not unknown, f"not in the real library: {unknown}"
@@ -32,7 +35,10 @@ prev = None
 for i, n in enumerate(nodes):
     body = "".join(f"\t\t{s};\n" for s in by[n])
     glob_ = f"\tglobal:\n{body}" if body else ""
-    local = "\tlocal: *;\n" if i == 0 else ""
+    # Everything else is local. Not in IBVERBS_1.0: a symbol given a version with .symver
+    # (compat_1_0.rs's name@IBVERBS_1.0) is matched against its own node's patterns, so a
+    # `local: *` there would hide the compatibility layer.
+    local = "\tlocal: *;\n" if n == nodes[-1] else ""
     dep = f" {prev}" if prev and not n.startswith("IBVERBS_PRIVATE") else ""
     out.append(f"{n} {{\n{glob_}{local}}}{dep};")
     prev = n

@@ -14,6 +14,10 @@ command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
 [ -f /usr/include/infiniband/verbs.h ] || need_apt+=(libibverbs-dev)
 command -v ibv_rc_pingpong >/dev/null 2>&1 || need_apt+=(ibverbs-utils)
 command -v ib_write_bw >/dev/null 2>&1 || need_apt+=(perftest)
+# The shim's symbol test compares with the real libibverbs.so.1; tests/rdma_core/run.sh runs
+# rdma-core's own test suite, which python3-pyverbs ships, on Debian's python3.
+dpkg -s libibverbs1 >/dev/null 2>&1 || need_apt+=(libibverbs1)
+dpkg -s python3-pyverbs >/dev/null 2>&1 || need_apt+=(python3-pyverbs)
 if [ ${#need_apt[@]} -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"

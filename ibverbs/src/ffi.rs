@@ -1,6 +1,7 @@
 //! The C structures of rdma-core 44's `<infiniband/verbs.h>` that cross the ABI, laid out as
-//! the header lays them out (x86-64 / aarch64 LP64). `tests/layout.rs` compiles a C program
-//! against the installed header and compares every size and offset with these.
+//! the header lays them out (x86-64 / aarch64 LP64), with the few kernel-ABI structs that the
+//! exported `ibv_copy_*_kern` helpers convert. `tests/layout.rs` compiles a C program against
+//! the installed headers and compares every size and offset with these.
 
 #![allow(non_camel_case_types, missing_docs)]
 
@@ -8,6 +9,83 @@ use libc::{c_char, c_int, c_uint, c_void, pthread_cond_t, pthread_mutex_t};
 
 pub const IBV_SYSFS_NAME_MAX: usize = 64;
 pub const IBV_SYSFS_PATH_MAX: usize = 256;
+
+// ---------------------------------------------------------------------------------------------
+// Enum values and flag bits of verbs.h that the shim reads or writes (rdma-core 44).
+
+/// `enum ibv_node_type`: `IBV_NODE_CA`.
+pub const IBV_NODE_CA: c_int = 1;
+/// `enum ibv_transport_type`: `IBV_TRANSPORT_IB` (RoCE included).
+pub const IBV_TRANSPORT_IB: c_int = 0;
+
+/// `enum ibv_qp_type`.
+pub const IBV_QPT_RC: c_uint = 2;
+pub const IBV_QPT_UC: c_uint = 3;
+pub const IBV_QPT_UD: c_uint = 4;
+
+/// `enum ibv_qp_state`.
+pub const IBV_QPS_RESET: c_uint = 0;
+pub const IBV_QPS_INIT: c_uint = 1;
+pub const IBV_QPS_RTR: c_uint = 2;
+pub const IBV_QPS_RTS: c_uint = 3;
+pub const IBV_QPS_SQD: c_uint = 4;
+pub const IBV_QPS_SQE: c_uint = 5;
+pub const IBV_QPS_ERR: c_uint = 6;
+
+/// `enum ibv_mig_state`: `IBV_MIG_MIGRATED`.
+pub const IBV_MIG_MIGRATED: c_uint = 0;
+
+/// `enum ibv_wr_opcode`.
+pub const IBV_WR_RDMA_WRITE: c_uint = 0;
+pub const IBV_WR_RDMA_WRITE_WITH_IMM: c_uint = 1;
+pub const IBV_WR_SEND: c_uint = 2;
+pub const IBV_WR_SEND_WITH_IMM: c_uint = 3;
+pub const IBV_WR_RDMA_READ: c_uint = 4;
+pub const IBV_WR_ATOMIC_CMP_AND_SWP: c_uint = 5;
+pub const IBV_WR_ATOMIC_FETCH_AND_ADD: c_uint = 6;
+
+/// `enum ibv_wc_flags`.
+pub const IBV_WC_GRH: c_uint = 1 << 0;
+pub const IBV_WC_WITH_IMM: c_uint = 1 << 1;
+
+/// `enum ibv_srq_attr_mask`.
+pub const IBV_SRQ_MAX_WR: c_int = 1 << 0;
+pub const IBV_SRQ_LIMIT: c_int = 1 << 1;
+
+/// `enum ibv_qp_attr_mask`: the bits up to `IBV_QP_DEST_QPN` (1 << 20).
+pub const IBV_QP_ATTR_MASK_BASIC: c_int = (1 << 21) - 1;
+
+/// `enum ibv_access_flags`: LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC.
+pub const IBV_ACCESS_BASIC: c_uint = 0xf;
+/// `IBV_ACCESS_OPTIONAL_RANGE`: flags a device without them ignores (relaxed ordering...).
+pub const IBV_ACCESS_OPTIONAL_RANGE: c_uint = 0x3ff0_0000;
+
+/// `enum ibv_device_cap_flags`.
+pub const IBV_DEVICE_SYS_IMAGE_GUID: c_uint = 1 << 11;
+pub const IBV_DEVICE_RC_RNR_NAK_GEN: c_uint = 1 << 12;
+/// `IBV_DEVICE_SRQ_RESIZE`.
+pub const IBV_DEVICE_SRQ_RESIZE: c_uint = 1 << 13;
+/// `enum ibv_atomic_cap`: `IBV_ATOMIC_HCA`.
+pub const IBV_ATOMIC_HCA: c_uint = 1;
+
+/// `enum ibv_port_state`: `IBV_PORT_ACTIVE`.
+pub const IBV_PORT_ACTIVE: c_uint = 4;
+/// `enum ibv_port_cap_flags`.
+pub const IBV_PORT_CM_SUP: u32 = 1 << 16;
+pub const IBV_PORT_IP_BASED_GIDS: u32 = 1 << 26;
+/// `IBV_LINK_LAYER_ETHERNET`.
+pub const IBV_LINK_LAYER_ETHERNET: u8 = 2;
+
+/// `enum ibv_gid_type` (of `struct ibv_gid_entry`): `IBV_GID_TYPE_ROCE_V2`.
+pub const IBV_GID_TYPE_ROCE_V2: u32 = 2;
+/// `enum ibv_gid_type_sysfs` (of `ibv_query_gid_type`): `IBV_GID_TYPE_SYSFS_ROCE_V2`.
+pub const IBV_GID_TYPE_SYSFS_ROCE_V2: c_uint = 1;
+
+/// `enum ibv_fork_status`: `IBV_FORK_UNNEEDED`.
+pub const IBV_FORK_UNNEEDED: c_int = 2;
+
+/// `__VERBS_ABI_IS_EXTENDED`: the `abi_compat` of a context that has a `verbs_context`.
+pub const VERBS_ABI_IS_EXTENDED: usize = usize::MAX;
 
 #[repr(C)]
 pub struct ibv_device {
@@ -65,6 +143,8 @@ pub struct ibv_context {
 /// `sz`; `query_device_ex` is slot 27.
 pub const VERBS_CONTEXT_SLOTS: usize = 39;
 pub const VCTX_QUERY_PORT: usize = 0;
+/// The `query_device_ex` slot of `verbs_context.ops`.
+pub const VCTX_QUERY_DEVICE_EX: usize = 27;
 
 /// `struct verbs_context`: extended ops, in memory just before the `ibv_context` (its last
 /// member), found through `abi_compat == __VERBS_ABI_IS_EXTENDED`.
@@ -412,13 +492,226 @@ pub struct ibv_async_event {
     pub event_type: c_uint,
 }
 
-/// The layouts this file asserts, as (name, size) and (struct.field, offset), for the C
-/// comparison test.
+/// `struct ibv_query_device_ex_input`.
+#[repr(C)]
+pub struct ibv_query_device_ex_input {
+    pub comp_mask: u32,
+}
+
+/// The anonymous `per_transport_caps` member of `struct ibv_odp_caps`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_odp_per_transport_caps {
+    pub rc_odp_caps: u32,
+    pub uc_odp_caps: u32,
+    pub ud_odp_caps: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_odp_caps {
+    pub general_caps: u64,
+    pub per_transport_caps: ibv_odp_per_transport_caps,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_tso_caps {
+    pub max_tso: u32,
+    pub supported_qpts: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_rss_caps {
+    pub supported_qpts: u32,
+    pub max_rwq_indirection_tables: u32,
+    pub max_rwq_indirection_table_size: u32,
+    pub rx_hash_fields_mask: u64,
+    pub rx_hash_function: u8,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_packet_pacing_caps {
+    pub qp_rate_limit_min: u32,
+    pub qp_rate_limit_max: u32,
+    pub supported_qpts: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_tm_caps {
+    pub max_rndv_hdr_size: u32,
+    pub max_num_tags: u32,
+    pub flags: u32,
+    pub max_ops: u32,
+    pub max_sge: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_cq_moderation_caps {
+    pub max_cq_count: u16,
+    pub max_cq_period: u16,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_pci_atomic_caps {
+    pub fetch_add: u16,
+    pub swap: u16,
+    pub compare_swap: u16,
+}
+
+/// `struct ibv_device_attr_ex`: what the `query_device_ex` op of `verbs_context` fills (the
+/// inline `ibv_query_device_ex` passes its size, so that older programs pass a prefix).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_device_attr_ex {
+    pub orig_attr: ibv_device_attr,
+    pub comp_mask: u32,
+    pub odp_caps: ibv_odp_caps,
+    pub completion_timestamp_mask: u64,
+    pub hca_core_clock: u64,
+    pub device_cap_flags_ex: u64,
+    pub tso_caps: ibv_tso_caps,
+    pub rss_caps: ibv_rss_caps,
+    pub max_wq_type_rq: u32,
+    pub packet_pacing_caps: ibv_packet_pacing_caps,
+    pub raw_packet_caps: u32,
+    pub tm_caps: ibv_tm_caps,
+    pub cq_mod_caps: ibv_cq_moderation_caps,
+    pub max_dm_size: u64,
+    pub pci_atomic_caps: ibv_pci_atomic_caps,
+    pub xrc_odp_caps: u32,
+    pub phys_port_cnt_ex: u32,
+}
+
+/// `struct ibv_sa_path_rec` of `<infiniband/sa.h>` (8-byte aligned: it starts with two
+/// `union ibv_gid`).
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_sa_path_rec {
+    pub dgid: [u8; 16],
+    pub sgid: [u8; 16],
+    pub dlid: u16,
+    pub slid: u16,
+    pub raw_traffic: c_int,
+    pub flow_label: u32,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+    pub reversible: c_int,
+    pub numb_path: u8,
+    pub pkey: u16,
+    pub sl: u8,
+    pub mtu_selector: u8,
+    pub mtu: u8,
+    pub rate_selector: u8,
+    pub rate: u8,
+    pub packet_life_time_selector: u8,
+    pub packet_life_time: u8,
+    pub preference: u8,
+}
+
+/// `struct ib_user_path_rec` of the kernel's `<rdma/ib_user_sa.h>`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ib_user_path_rec {
+    pub dgid: [u8; 16],
+    pub sgid: [u8; 16],
+    pub dlid: u16,
+    pub slid: u16,
+    pub raw_traffic: u32,
+    pub flow_label: u32,
+    pub reversible: u32,
+    pub mtu: u32,
+    pub pkey: u16,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+    pub numb_path: u8,
+    pub sl: u8,
+    pub mtu_selector: u8,
+    pub rate_selector: u8,
+    pub rate: u8,
+    pub packet_life_time_selector: u8,
+    pub packet_life_time: u8,
+    pub preference: u8,
+}
+
+/// `struct ib_uverbs_global_route` of the kernel's `<rdma/ib_user_verbs.h>`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ib_uverbs_global_route {
+    pub dgid: [u8; 16],
+    pub flow_label: u32,
+    pub sgid_index: u8,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+    pub reserved: u8,
+}
+
+/// `struct ib_uverbs_ah_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ib_uverbs_ah_attr {
+    pub grh: ib_uverbs_global_route,
+    pub dlid: u16,
+    pub sl: u8,
+    pub src_path_bits: u8,
+    pub static_rate: u8,
+    pub is_global: u8,
+    pub port_num: u8,
+    pub reserved: u8,
+}
+
+/// `struct ib_uverbs_qp_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ib_uverbs_qp_attr {
+    pub qp_attr_mask: u32,
+    pub qp_state: u32,
+    pub cur_qp_state: u32,
+    pub path_mtu: u32,
+    pub path_mig_state: u32,
+    pub qkey: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    pub dest_qp_num: u32,
+    pub qp_access_flags: u32,
+    pub ah_attr: ib_uverbs_ah_attr,
+    pub alt_ah_attr: ib_uverbs_ah_attr,
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+    pub pkey_index: u16,
+    pub alt_pkey_index: u16,
+    pub en_sqd_async_notify: u8,
+    pub sq_draining: u8,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub min_rnr_timer: u8,
+    pub port_num: u8,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub alt_port_num: u8,
+    pub alt_timeout: u8,
+    pub reserved: [u8; 5],
+}
+
+/// The layouts this file asserts, as (`sizeof T`, size), (`alignof T`, alignment) and
+/// (`T.field`, offset), for the C comparison test.
 pub fn layout_table() -> Vec<(String, usize)> {
-    use core::mem::{offset_of, size_of};
+    use core::mem::{align_of, offset_of, size_of};
     let mut v: Vec<(String, usize)> = Vec::new();
     macro_rules! size {
-        ($($t:ident),*) => { $( v.push((format!("sizeof {}", stringify!($t)), size_of::<$t>())); )* };
+        ($($t:ident),*) => { $(
+            v.push((format!("sizeof {}", stringify!($t)), size_of::<$t>()));
+            v.push((format!("alignof {}", stringify!($t)), align_of::<$t>()));
+        )* };
     }
     macro_rules! off {
         ($t:ident: $($f:ident),*) => { $( v.push((format!("{}.{}", stringify!($t), stringify!($f)), offset_of!($t, $f))); )* };
@@ -449,7 +742,21 @@ pub fn layout_table() -> Vec<(String, usize)> {
         ibv_srq_init_attr,
         ibv_ah,
         ibv_grh,
-        ibv_async_event
+        ibv_async_event,
+        ibv_query_device_ex_input,
+        ibv_odp_caps,
+        ibv_tso_caps,
+        ibv_rss_caps,
+        ibv_packet_pacing_caps,
+        ibv_tm_caps,
+        ibv_cq_moderation_caps,
+        ibv_pci_atomic_caps,
+        ibv_device_attr_ex,
+        ibv_sa_path_rec,
+        ib_user_path_rec,
+        ib_uverbs_global_route,
+        ib_uverbs_ah_attr,
+        ib_uverbs_qp_attr
     );
     off!(ibv_device: node_type, transport_type, name, dev_name, dev_path, ibdev_path);
     off!(ibv_context_ops: poll_cq, req_notify_cq, post_srq_recv, post_send, post_recv);
@@ -476,5 +783,30 @@ pub fn layout_table() -> Vec<(String, usize)> {
     off!(ibv_ah: context, pd, handle);
     off!(ibv_grh: version_tclass_flow, paylen, next_hdr, hop_limit, sgid, dgid);
     off!(ibv_async_event: element, event_type);
+    // verbs_context.ops is one array here; the C side names the members.
+    let slot = size_of::<*mut c_void>();
+    v.push(("verbs_context.query_port".into(), VCTX_QUERY_PORT * slot));
+    v.push((
+        "verbs_context.query_device_ex".into(),
+        VCTX_QUERY_DEVICE_EX * slot,
+    ));
+    // Declared with the GID queries (objects.rs), checked here with the others.
+    use crate::ibv_gid_entry;
+    size!(ibv_gid_entry);
+    off!(ibv_gid_entry: gid, gid_index, port_num, gid_type, ndev_ifindex);
+    off!(ibv_query_device_ex_input: comp_mask);
+    off!(ibv_odp_caps: general_caps, per_transport_caps);
+    off!(ibv_tso_caps: max_tso, supported_qpts);
+    off!(ibv_rss_caps: supported_qpts, max_rwq_indirection_tables, max_rwq_indirection_table_size, rx_hash_fields_mask, rx_hash_function);
+    off!(ibv_packet_pacing_caps: qp_rate_limit_min, qp_rate_limit_max, supported_qpts);
+    off!(ibv_tm_caps: max_rndv_hdr_size, max_num_tags, flags, max_ops, max_sge);
+    off!(ibv_cq_moderation_caps: max_cq_count, max_cq_period);
+    off!(ibv_pci_atomic_caps: fetch_add, swap, compare_swap);
+    off!(ibv_device_attr_ex: orig_attr, comp_mask, odp_caps, completion_timestamp_mask, hca_core_clock, device_cap_flags_ex, tso_caps, rss_caps, max_wq_type_rq, packet_pacing_caps, raw_packet_caps, tm_caps, cq_mod_caps, max_dm_size, pci_atomic_caps, xrc_odp_caps, phys_port_cnt_ex);
+    off!(ibv_sa_path_rec: dgid, sgid, dlid, slid, raw_traffic, flow_label, hop_limit, traffic_class, reversible, numb_path, pkey, sl, mtu_selector, mtu, rate_selector, rate, packet_life_time_selector, packet_life_time, preference);
+    off!(ib_user_path_rec: dgid, sgid, dlid, slid, raw_traffic, flow_label, reversible, mtu, pkey, hop_limit, traffic_class, numb_path, sl, mtu_selector, rate_selector, rate, packet_life_time_selector, packet_life_time, preference);
+    off!(ib_uverbs_global_route: dgid, flow_label, sgid_index, hop_limit, traffic_class, reserved);
+    off!(ib_uverbs_ah_attr: grh, dlid, sl, src_path_bits, static_rate, is_global, port_num, reserved);
+    off!(ib_uverbs_qp_attr: qp_attr_mask, qp_state, cur_qp_state, path_mtu, path_mig_state, qkey, rq_psn, sq_psn, dest_qp_num, qp_access_flags, ah_attr, alt_ah_attr, max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data, pkey_index, alt_pkey_index, en_sqd_async_notify, sq_draining, max_rd_atomic, max_dest_rd_atomic, min_rnr_timer, port_num, timeout, retry_cnt, rnr_retry, alt_port_num, alt_timeout, reserved);
     v
 }

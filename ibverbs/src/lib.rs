@@ -6,20 +6,29 @@
 //! it: `SOFTROCE_BIND` (an IP, or IP:port; default 127.0.0.1:4791) and `SOFTROCE_MTU` (the
 //! port's active MTU in bytes, 256..4096; default 1024, rxe's on a 1500-byte netdev).
 //!
-//! Every object handed to C is a Rust struct whose first field is the C struct (`repr(C)`),
-//! so the C pointer is the Rust pointer. Live objects are recorded in a registry, so that a
-//! bad, foreign or already destroyed handle passed to a control call fails with `EINVAL`
-//! instead of crashing (rdma-core would crash); the data-path calls reached through
-//! `ibv_context_ops` (post, poll, notify) trust their handles, and the address handle of a UD
-//! work request, as rdma-core's providers do: no lock on the data path.
-//! Errors set `errno` and return what libibverbs returns (NULL, -1 or the errno value; see
-//! each function).
+//! Every object handed to C is one allocation holding the C struct first and the Rust state
+//! after it (`objects::handle`), so the C pointer is the object's pointer. Live objects are
+//! recorded in a registry, and a control call looks its handle up and takes a reference under
+//! the registry's lock: a bad, foreign or already destroyed handle fails with `EINVAL` instead
+//! of crashing (rdma-core would crash), and an object in use by another object or by a call on
+//! another thread is not freed (its destroy fails with `EBUSY`), so this holds with any number
+//! of threads. The data-path calls reached through `ibv_context_ops` (post, poll, notify) trust
+//! their handles, and the address handle of a UD work request, as rdma-core's providers do: no
+//! lock on the data path.
+//! Every failure sets `errno` and returns what libibverbs returns (NULL, -1 or the errno value;
+//! see each function). Nothing aborts or blocks for good the process the shim lives in.
 
 #![deny(missing_docs)]
 #![allow(clippy::missing_safety_doc)]
 
+mod absent;
+mod compat;
+mod compat_1_0;
 pub mod ffi;
 mod objects;
 pub mod provider_abi;
+mod query_device_ex;
 
+pub use absent::*;
+pub use compat::*;
 pub use objects::*;

@@ -3,41 +3,69 @@
 //! Debian links its libraries with BIND_NOW, so every symbol they import must exist when a
 //! program starts, even one never called: perftest links libmlx5 (an mlx5 provider, whose
 //! imports are libibverbs' provider interface, IBVERBS_PRIVATE_34) and librdmacm (kernel RDMA
-//! CM helpers). softroce's shim has no providers and no kernel CM, so the provider interface
-//! is never reached: those functions abort with a message naming themselves, rather than
-//! return a value of the wrong type. The public ones among them get real behaviour here.
+//! CM helpers), and pyverbs links libmlx5 and libefa. softroce's shim has no providers and no
+//! kernel command channel, so nothing reaches the provider interface: a provider only calls
+//! it on a device it opened itself, and the shim never gives one a device. Should something
+//! call it anyway, it fails as a command on a device without a kernel interface would, and
+//! never aborts the host process: the `ibv_cmd_*` and ioctl calls return EOPNOTSUPP (and set
+//! errno), the constructors return NULL with errno EOPNOTSUPP, the rest do nothing. The
+//! public ones among them get real behaviour here.
 
 use std::sync::atomic::AtomicBool;
 
-use libc::{c_char, c_int, c_void};
+use libc::{c_char, c_int, c_uint, c_void, EINVAL, ENOENT, EOPNOTSUPP};
 
 /// Read by providers when the kernel disassociates a device; softroce never does.
 #[no_mangle]
 pub static verbs_allow_disassociate_destroy: AtomicBool = AtomicBool::new(false);
 
-fn provider_only(name: &str) -> ! {
-    eprintln!(
-        "softroce libibverbs shim: {name} is part of libibverbs' provider or kernel interface, \
-         which softroce does not have; it cannot be called here"
-    );
-    std::process::abort()
+fn set_errno(e: c_int) {
+    // SAFETY: __errno_location returns this thread's errno, always valid to write.
+    unsafe { *libc::__errno_location() = e };
 }
 
-macro_rules! provider_only {
+/// Provider commands that return 0 or an errno value (`int ibv_cmd_*(...)` of driver.h):
+/// EOPNOTSUPP, errno set too. Their arguments are never read, so the C prototypes' are left
+/// out (a C caller's arguments in registers or on its stack are simply not looked at).
+macro_rules! command_unsupported {
     ($($name:ident),* $(,)?) => {
         $(
-            #[doc = concat!("`", stringify!($name), "`: provider or kernel interface; aborts (see the module doc).")]
+            #[doc = concat!("`", stringify!($name), "`: provider interface; EOPNOTSUPP (see the module doc).")]
             #[no_mangle]
-            pub extern "C" fn $name() -> ! {
-                provider_only(stringify!($name))
+            pub extern "C" fn $name() -> c_int {
+                set_errno(EOPNOTSUPP);
+                EOPNOTSUPP
             }
         )*
     };
 }
 
-provider_only!(
-    __verbs_log,
-    _verbs_init_and_alloc_context,
+/// Provider constructors that return a pointer: NULL, errno EOPNOTSUPP.
+macro_rules! constructor_unsupported {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[doc = concat!("`", stringify!($name), "`: provider interface; NULL, errno EOPNOTSUPP (see the module doc).")]
+            #[no_mangle]
+            pub extern "C" fn $name() -> *mut c_void {
+                set_errno(EOPNOTSUPP);
+                std::ptr::null_mut()
+            }
+        )*
+    };
+}
+
+/// Provider helpers returning nothing: do nothing.
+macro_rules! void_unsupported {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[doc = concat!("`", stringify!($name), "`: provider interface; does nothing (see the module doc).")]
+            #[no_mangle]
+            pub extern "C" fn $name() {}
+        )*
+    };
+}
+
+command_unsupported!(
     execute_ioctl,
     ibv_cmd_advise_mr,
     ibv_cmd_alloc_dm,
@@ -47,9 +75,11 @@ provider_only!(
     ibv_cmd_close_xrcd,
     ibv_cmd_create_ah,
     ibv_cmd_create_counters,
+    ibv_cmd_create_cq,
     ibv_cmd_create_cq_ex,
     ibv_cmd_create_flow,
     ibv_cmd_create_flow_action_esp,
+    ibv_cmd_create_qp,
     ibv_cmd_create_qp_ex,
     ibv_cmd_create_qp_ex2,
     ibv_cmd_create_rwq_ind_table,
@@ -79,6 +109,10 @@ provider_only!(
     ibv_cmd_modify_wq,
     ibv_cmd_open_qp,
     ibv_cmd_open_xrcd,
+    ibv_cmd_poll_cq,
+    ibv_cmd_post_recv,
+    ibv_cmd_post_send,
+    ibv_cmd_post_srq_recv,
     ibv_cmd_query_context,
     ibv_cmd_query_device_any,
     ibv_cmd_query_mr,
@@ -89,17 +123,54 @@ provider_only!(
     ibv_cmd_reg_dm_mr,
     ibv_cmd_reg_dmabuf_mr,
     ibv_cmd_reg_mr,
+    ibv_cmd_req_notify_cq,
     ibv_cmd_rereg_mr,
     ibv_cmd_resize_cq,
-    ibv_copy_ah_attr_from_kern,
-    ibv_copy_path_rec_from_kern,
-    ibv_copy_qp_attr_from_kern,
-    ibv_resolve_eth_l2_from_gid,
-    verbs_init_cq,
-    verbs_open_device,
-    verbs_set_ops,
-    verbs_uninit_context,
 );
+
+constructor_unsupported!(_verbs_init_and_alloc_context, verbs_open_device);
+
+void_unsupported!(
+    __verbs_log,
+    verbs_init_cq,
+    verbs_set_ops,
+    verbs_uninit_context
+);
+
+/// `__ioctl_final_num_attrs(num_attrs, link)`: the attribute count of a chain of ioctl
+/// command buffers, which only providers build; the count given, as for a chain of one.
+#[no_mangle]
+pub extern "C" fn __ioctl_final_num_attrs(num_attrs: c_uint, _link: *mut c_void) -> c_uint {
+    num_attrs
+}
+
+/// `ibv_read_ibdev_sysfs_file(buf, size, sysfs_dev, fmt, ...)`: a provider reading its
+/// device's sysfs file; softroce0 has no sysfs directory, so -1 with errno ENOENT, as a
+/// failed open.
+#[no_mangle]
+pub extern "C" fn ibv_read_ibdev_sysfs_file(
+    _buf: *mut c_char,
+    _size: usize,
+    _sysfs_dev: *mut c_void,
+    _fmt: *const c_char,
+) -> c_int {
+    set_errno(ENOENT);
+    -1
+}
+
+/// `ibv_resolve_eth_l2_from_gid`: the Ethernet address and VLAN of a RoCE destination, from
+/// the kernel's neighbour table. softroce0's peers are reached by UDP through the host's own
+/// stack, with no link-layer address of the device's own, so resolution fails as libibverbs'
+/// does when no neighbour answers: -EINVAL.
+#[no_mangle]
+pub extern "C" fn ibv_resolve_eth_l2_from_gid(
+    _context: *mut c_void,
+    _attr: *mut c_void,
+    _eth_mac: *mut u8,
+    _vid: *mut u16,
+) -> c_int {
+    -EINVAL
+}
 
 /// `ibv_attach_mcast`: multicast (UD) is not implemented; EOPNOTSUPP.
 #[no_mangle]
@@ -150,3 +221,18 @@ pub extern "C" fn ibv_dofork_range(_base: *mut c_void, _size: usize) -> c_int {
 /// the provider is not recorded and never matched to a device.
 #[no_mangle]
 pub extern "C" fn verbs_register_driver_34(_ops: *const c_void) {}
+
+// `ibv_register_driver@IBVERBS_1.1`: the provider registration of rdma-core before 13, kept by
+// libibverbs as a non-default version that does nothing (old libfabric usnic providers call
+// it only to suppress their own registration), so that binaries linked against it still load.
+// A non-default version can only be given with `.symver` in the object that defines the
+// function, hence assembly: the body is one `ret` (the function takes two arguments it ignores
+// and returns nothing), the same instruction on x86-64 and aarch64.
+std::arch::global_asm!(
+    ".globl softroce_ibv_register_driver_1_1",
+    ".type softroce_ibv_register_driver_1_1, %function",
+    "softroce_ibv_register_driver_1_1:",
+    "ret",
+    ".size softroce_ibv_register_driver_1_1, . - softroce_ibv_register_driver_1_1",
+    ".symver softroce_ibv_register_driver_1_1, ibv_register_driver@IBVERBS_1.1",
+);

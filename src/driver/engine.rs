@@ -393,6 +393,10 @@ impl Engine {
             &mut *self.dev.doorbell.lock().unwrap_or_else(|e| e.into_inner()),
             &mut self.bell,
         );
+        // A QP is added to the table before anyone can ring it, so after taking the doorbell
+        // the table holds every QP rung: refresh the copy, or the first ring of a QP created
+        // since the pass began would find no entry and be lost (its work never served).
+        self.sync_qps();
         for &qpn in &self.bell {
             if qpn == GSI_QPN {
                 self.gsi_due = true;

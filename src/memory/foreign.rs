@@ -1,31 +1,30 @@
 //! Memory that belongs to the application, not to softroce: the buffers a C program hands to
-//! `ibv_reg_mr` through the libibverbs shim. The engine reads and writes them through raw
-//! pointers, as a NIC does by DMA.
+//! `ibv_reg_mr` through the libibverbs shim. The engine reads and writes them as a NIC does by
+//! DMA, following the memory model of [`crate::memory`] (atomic word accesses only, as for
+//! owned memory; the copy loops are [`super::region`]'s).
 //!
 //! This is the only module of the crate that dereferences pointers it did not allocate.
 //!
-//! # Safety argument
+//! # Lifetime
 //!
 //! A [`ForeignBytes`] is built by the unsafe [`ForeignBytes::new`], whose caller promises that
 //! `ptr .. ptr + len` is mapped, readable and writable until [`ForeignBytes::revoke`] returns
 //! (the shim's `ibv_dereg_mr` calls it before it returns to the application, which may then
-//! free the memory). Every access goes through [`ForeignBytes::enter`], which counts itself in
-//! `active` *before* it checks `revoked`; `revoke` sets `revoked` *before* it waits for
-//! `active` to drop to zero (both `SeqCst`). So either an access sees `revoked` and touches
-//! nothing, or `revoke` sees the access counted and waits for it: no access can start after
-//! `revoke` returns, and none is still running then. Bounds are checked by the caller
+//! free the memory). Every access goes through [`ForeignBytes::with_words`], which counts
+//! itself in `active` *before* it checks `revoked`; `revoke` sets `revoked` *before* it waits
+//! for `active` to drop to zero (both `SeqCst`). So either an access sees `revoked` and
+//! touches nothing, or `revoke` sees the access counted and waits for it: no access can start
+//! after `revoke` returns, and none is still running then. Bounds are checked by the caller
 //! ([`super::SharedBytes`]) against `len` before any access.
 //!
-//! Concurrency with the application: the memory is outside Rust's abstract machine (the C
-//! program allocated it and accesses it with its own, non-atomic loads and stores). The verbs
-//! contract says who may touch which bytes when: the application must not write a buffer
-//! posted for a send or a receive, or read a receive buffer, before its completion is polled;
-//! a completion is pushed under the CQ lock after the copy, which orders the copy before the
-//! application's poll. RDMA WRITE and READ into a region the application uses at the same time
-//! give torn data on any RDMA device; here as there, that is the application's concern, and
-//! the bytes are copied with plain `memcpy`, never read as Rust references. The 8-byte RDMA
-//! atomics use `AtomicU64` on the aligned word, so they are atomic with respect to each other
-//! and to the application's own atomic instructions on that word, as on an HCA.
+//! # The words
+//!
+//! The bytes are reached as the `AtomicU64`s of the aligned 8-byte words that cover
+//! `ptr .. ptr + len`. The first and last of them may hold up to 7 bytes of the application's
+//! beyond the region: an aligned word never straddles a page, so those bytes are as mapped,
+//! readable and writable as the region's own byte in the same word. The engine reads them
+//! (and discards them) and writes them back unchanged inside a compare-exchange, which never
+//! loses a store the application makes to them meanwhile.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
@@ -42,8 +41,9 @@ pub struct ForeignBytes {
     revoked: AtomicBool,
 }
 
-// SAFETY: the pointer is only dereferenced inside `enter` guards whose validity the constructor's
-// contract guarantees for any thread; the struct holds no thread-bound state.
+// SAFETY: the pointer is only dereferenced inside `with_words`, under the access guard, where
+// the constructor's contract makes it valid for any thread; the struct holds no thread-bound
+// state.
 unsafe impl Send for ForeignBytes {}
 // SAFETY: as for Send; shared access is what the `active`/`revoked` protocol coordinates.
 unsafe impl Sync for ForeignBytes {}
@@ -64,7 +64,8 @@ impl ForeignBytes {
     ///
     /// `ptr .. ptr + len` must stay mapped, readable and writable (and not be unmapped, freed or
     /// reused for something else) until [`revoke`](Self::revoke) has returned or the value is
-    /// dropped. `ptr` may be null only when `len` is 0.
+    /// dropped. `ptr` may be null only when `len` is 0. Concurrent accesses by the
+    /// application follow the rules of [`crate::memory`] (the verbs contract).
     pub unsafe fn new(ptr: *mut u8, len: usize) -> ForeignBytes {
         ForeignBytes {
             ptr,
@@ -113,50 +114,29 @@ impl ForeignBytes {
         Ok(guard)
     }
 
-    /// Copies `dst.len()` bytes at `offset` (already bounds-checked by the caller) into `dst`.
-    pub(super) fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), AccessError> {
-        debug_assert!(offset + dst.len() <= self.len);
-        let _g = self.enter()?;
-        if dst.is_empty() {
-            return Ok(());
-        }
-        // SAFETY: in bounds (checked by the caller), live (the guard; module doc), and `dst` is
-        // Rust memory that cannot overlap the application's buffer.
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(offset), dst.as_mut_ptr(), dst.len()) };
-        Ok(())
-    }
-
-    /// Copies `src` to `offset` (already bounds-checked by the caller).
-    pub(super) fn write(&self, offset: usize, src: &[u8]) -> Result<(), AccessError> {
-        debug_assert!(offset + src.len() <= self.len);
-        let _g = self.enter()?;
-        if src.is_empty() {
-            return Ok(());
-        }
-        // SAFETY: as in `read`, with the roles of the two buffers swapped.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(offset), src.len()) };
-        Ok(())
-    }
-
-    /// Runs `f` on the 8-byte word at `offset` (bounds-checked by the caller); the word's
-    /// address must be 8-byte aligned.
-    pub(super) fn with_word<R>(
+    /// Runs `f` on the aligned words that cover the region and the index in them of the
+    /// region's first byte, unless the application has taken the memory back. The slice lives
+    /// only for the call, inside the access guard.
+    pub(super) fn with_words<R>(
         &self,
-        offset: usize,
-        f: impl FnOnce(&AtomicU64) -> R,
+        f: impl FnOnce(&[AtomicU64], usize) -> R,
     ) -> Result<R, AccessError> {
-        debug_assert!(offset + 8 <= self.len);
-        let addr = self.ptr.wrapping_add(offset);
-        if addr as usize % 8 != 0 {
-            return Err(AccessError::Misaligned {
-                offset: offset as u64,
-            });
-        }
         let _g = self.enter()?;
-        // SAFETY: aligned (checked above), in bounds and live (guard); AtomicU64 has the size
-        // and alignment of u64. The reference does not outlive the guard.
-        let word = unsafe { AtomicU64::from_ptr(addr as *mut u64) };
-        Ok(f(word))
+        if self.len == 0 {
+            return Ok(f(&[], 0));
+        }
+        let first = self.ptr as usize % 8;
+        let n = (first + self.len).div_ceil(8);
+        // SAFETY: `ptr - first .. ptr - first + 8n` is the aligned words covering the region,
+        // which are mapped, readable and writable while the guard holds off `revoke` (module
+        // doc, Lifetime and The words); `AtomicU64` has the size of `u64` and its alignment,
+        // which the start has. A shared slice of atomics lets the application keep writing the
+        // memory (AtomicU64 is an UnsafeCell); that every access the engine makes through it is
+        // atomic is the memory model of `crate::memory`. The slice does not outlive the guard.
+        let words = unsafe {
+            std::slice::from_raw_parts(self.ptr.wrapping_sub(first) as *const AtomicU64, n)
+        };
+        Ok(f(words, first))
     }
 }
 
@@ -207,26 +187,66 @@ mod tests {
     }
 
     #[test]
+    fn bytes_beyond_an_unaligned_region_in_its_edge_words_are_untouched() {
+        // Bytes 3..13 of two words are the region; 0..3 and 13..16 are the application's.
+        let mut buf = [u64::from_ne_bytes([0x11; 8]), u64::from_ne_bytes([0x22; 8])];
+        // SAFETY: `buf` outlives `m` (dropped before `buf` is read).
+        let m = unsafe { SharedBytes::foreign((buf.as_mut_ptr() as *mut u8).add(3), 10) };
+        m.write(0, &[0xEE; 10]).unwrap();
+        assert_eq!(m.to_vec(0, 10).unwrap(), vec![0xEE; 10]);
+        assert!(m.write(1, &[0; 10]).is_err(), "past the end");
+        drop(m);
+        let bytes: Vec<u8> = buf.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        assert_eq!(&bytes[..3], &[0x11; 3]);
+        assert_eq!(&bytes[3..13], &[0xEE; 10]);
+        assert_eq!(&bytes[13..], &[0x22; 3]);
+    }
+
+    #[test]
     fn revoke_waits_for_concurrent_accesses_and_stops_new_ones() {
+        use std::sync::atomic::AtomicU32;
+        use std::time::{Duration, Instant};
         let mut buf = vec![0u64; 512];
         let ptr = buf.as_mut_ptr() as usize;
-        // SAFETY: `buf` lives until after the writer thread has been joined.
+        // SAFETY: `buf` lives until after the writer thread has been joined, and the test reads
+        // it only after `revoke` has returned.
         let m = std::sync::Arc::new(unsafe { SharedBytes::foreign(ptr as *mut u8, 4096) });
         let m2 = std::sync::Arc::clone(&m);
+        // Writes completed by the writer, read while it runs.
+        let done = std::sync::Arc::new(AtomicU32::new(0));
+        let done2 = std::sync::Arc::clone(&done);
         let writer = std::thread::spawn(move || {
             let data = [0xAB; 4096];
             let mut n = 0u32;
-            while m2.write(0, &data).is_ok() && n < 1_000_000 {
-                n += 1;
+            while n < 1_000_000 {
+                match m2.write(0, &data) {
+                    Ok(()) => n += 1,
+                    Err(e) => return (n, Some(e)),
+                }
+                done2.store(n, Ordering::SeqCst);
             }
-            n
+            (n, None)
         });
-        std::thread::sleep(std::time::Duration::from_millis(5));
+        // Revoke only once the writer is demonstrably writing (bounded wait, no fixed sleep).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while done.load(Ordering::SeqCst) < 10 && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        let before = done.load(Ordering::SeqCst);
+        assert!(before >= 10, "the writer never got going");
         m.revoke();
         // After revoke returns nothing writes: clear and check it stays clear.
         buf.iter_mut().for_each(|w| *w = 0);
-        let n = writer.join().unwrap();
-        assert!(n < 1_000_000, "the writer never saw the revocation");
-        assert!(buf.iter().all(|&w| w == 0));
+        let (n, err) = writer.join().unwrap();
+        assert_eq!(
+            err,
+            Some(AccessError::Revoked),
+            "the writer stopped because of the revocation, not its bound"
+        );
+        assert!(
+            n >= before,
+            "{n} writes, {before} seen before the revocation"
+        );
+        assert!(buf.iter().all(|&w| w == 0), "a write landed after revoke");
     }
 }

@@ -1,6 +1,40 @@
-//! Memory that RDMA operations target: sound shared storage ([`region`]) under the memory
-//! regions of the verbs API, and the application's own memory behind the libibverbs shim
-//! ([`foreign`], the one module that accesses memory through raw pointers).
+//! Memory that RDMA operations target: shared storage ([`region`]) under the memory regions
+//! of the verbs API, either owned by softroce or the application's own memory behind the
+//! libibverbs shim ([`foreign`], the one module that accesses memory through raw pointers).
+//!
+//! # Memory model
+//!
+//! One rule for both kinds of memory, so that the engine is free of data races whatever the
+//! application and the peer do:
+//!
+//! 1. **Every access the engine makes is atomic, on a whole aligned 8-byte word.** Data is
+//!    copied with relaxed `AtomicU64` loads and stores; a copy that covers part of a word
+//!    merges its bytes with a relaxed compare-exchange; the RDMA atomics (CmpSwap, FetchAdd,
+//!    ATOMIC WRITE) are `AtomicU64` read-modify-writes or stores with acquire/release order.
+//!    No access has another size, and nothing is read or written with plain loads, stores or
+//!    `memcpy`, so engine threads never race with each other (two RDMA WRITEs into the same
+//!    bytes, a WRITE beside an atomic), and atomic and non-atomic accesses are never mixed on
+//!    the engine's side. For owned memory the words are a `Box<[AtomicU64]>`; for the
+//!    application's memory they are the aligned words that cover its buffer, reached through
+//!    the pointer it registered (see [`foreign`] for why that is sound and for how long).
+//! 2. **Ordering with the application comes from the completion.** The engine finishes its
+//!    accesses for a work request before it pushes the completion under the CQ's mutex, and
+//!    the application polls under that mutex, so the engine's copy happens-before whatever
+//!    the application does after the poll; in the other direction, the application's writes
+//!    to a buffer happen-before the post that hands it over (the post takes the QP's send
+//!    queue lock, which the engine takes before it reads the buffer). That is the verbs
+//!    contract: a buffer is the engine's between post and completion.
+//! 3. **What the application does outside that contract is its own race, as on an HCA.** A C
+//!    program that reads a buffer while a peer RDMA-WRITEs it (ib_write_lat polls a byte
+//!    that way), or writes a region a peer reads, races with the engine's atomic accesses; the
+//!    engine's side of that race is atomic, so it neither tears its own words nor breaks
+//!    Rust's rules, and what the program sees is what it would see from a NIC's DMA: some mix
+//!    of old and new bytes. Safe Rust code cannot race at all: owned memory is reachable only
+//!    through [`SharedBytes`], whose every access is atomic.
+//!
+//! The inline-data buffer of the shim (a region of its own) follows rule 2: the shim writes it
+//! with plain copies under the QP's inline mutex and keeps the mutex until the post has copied
+//! the data out, on the same thread.
 
 pub mod foreign;
 pub mod region;

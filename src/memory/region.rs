@@ -1,21 +1,16 @@
 //! Byte storage that the transport and the application may access at the same time without
-//! undefined behaviour.
+//! undefined behaviour, following the memory model of [`crate::memory`]: every access is an
+//! atomic operation on a whole aligned 8-byte word.
 //!
-//! An RDMA memory region is written by the remote peer (RDMA WRITE, SEND, atomics) while the
-//! application may be reading it: that is the point of RDMA. In Rust, two threads touching the
-//! same bytes with plain loads and stores is a data race, hence undefined behaviour, whatever
-//! the hardware does. So the storage is an array of `AtomicU64` words, and every access is an
-//! atomic load, store or read-modify-write of a whole word (relaxed ordering for data copies;
-//! completions published through the completion queue provide the happens-before edge that
-//! makes the data visible, as a CQE does for a real HCA). Partial words at the edges of a copy
-//! are merged with a compare-exchange loop, so no access ever has a mixed size.
-//!
-//! The word view also makes RDMA atomics exact: CmpSwap and FetchAdd on an 8-byte-aligned
-//! address are real `AtomicU64` operations, atomic with respect to the application's own
-//! atomics on the same region. Values are in host byte order, as rxe executes them.
+//! The storage is either words this module owns (`Box<[AtomicU64]>`), or the application's
+//! memory behind the libibverbs shim ([`super::foreign`]), seen as the aligned words that
+//! cover it; the same copy loops serve both, given the words and the position of byte 0 in
+//! them. Partial words at the edges of a copy are merged with a compare-exchange loop, so no
+//! access ever has a mixed size; RDMA atomics on an 8-byte-aligned address are real
+//! `AtomicU64` operations. Values are in host byte order, as rxe executes them.
 //!
 //! Copies move 8 bytes per operation; that is the price of soundness compared with `memcpy`,
-//! measured in BENCHMARKS.md once the transport exists.
+//! measured in BENCHMARKS.md.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -144,81 +139,22 @@ impl SharedBytes {
     /// Copies `dst.len()` bytes starting at `offset` into `dst`.
     pub fn read(&self, offset: u64, dst: &mut [u8]) -> Result<(), AccessError> {
         self.check_range(offset, dst.len() as u64)?;
-        if let Some(f) = &self.foreign {
-            return f.read(offset as usize, dst);
-        }
-        let mut pos = offset as usize;
-        let mut out = 0;
-        while out < dst.len() {
-            let w = pos / WORD;
-            let in_word = pos % WORD;
-            if in_word == 0 && dst.len() - out >= WORD {
-                // The aligned middle in one loop without per-word bounds arithmetic: the
-                // per-packet copy of a large message is this loop.
-                let whole = (dst.len() - out) / WORD;
-                let words = &self.words[w..w + whole];
-                for (chunk, word) in dst[out..out + whole * WORD]
-                    .chunks_exact_mut(WORD)
-                    .zip(words)
-                {
-                    chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
-                }
-                out += whole * WORD;
-                pos += whole * WORD;
-                continue;
-            }
-            let take = (WORD - in_word).min(dst.len() - out);
-            let bytes = self.words[w].load(Ordering::Relaxed).to_ne_bytes();
-            dst[out..out + take].copy_from_slice(&bytes[in_word..in_word + take]);
-            out += take;
-            pos += take;
-        }
-        Ok(())
+        self.with_words(|words, first| copy_out(words, first + offset as usize, dst))
     }
 
     /// Copies `src` into the buffer starting at `offset`.
     pub fn write(&self, offset: u64, src: &[u8]) -> Result<(), AccessError> {
         self.check_range(offset, src.len() as u64)?;
-        if let Some(f) = &self.foreign {
-            return f.write(offset as usize, src);
+        self.with_words(|words, first| copy_in(words, first + offset as usize, src))
+    }
+
+    /// Runs `f` on the words that hold the bytes and the index in them of byte 0: the owned
+    /// words and 0, or the application's (while it has not taken its memory back).
+    fn with_words<R>(&self, f: impl FnOnce(&[AtomicU64], usize) -> R) -> Result<R, AccessError> {
+        match &self.foreign {
+            Some(fm) => fm.with_words(f),
+            None => Ok(f(&self.words, 0)),
         }
-        let mut pos = offset as usize;
-        let mut inp = 0;
-        while inp < src.len() {
-            let w = pos / WORD;
-            let in_word = pos % WORD;
-            let take = (WORD - in_word).min(src.len() - inp);
-            if in_word == 0 && src.len() - inp >= WORD {
-                // The aligned middle in one loop (see `read`).
-                let whole = (src.len() - inp) / WORD;
-                let words = &self.words[w..w + whole];
-                for (chunk, word) in src[inp..inp + whole * WORD].chunks_exact(WORD).zip(words) {
-                    let mut b = [0u8; WORD];
-                    b.copy_from_slice(chunk);
-                    word.store(u64::from_ne_bytes(b), Ordering::Relaxed);
-                }
-                inp += whole * WORD;
-                pos += whole * WORD;
-                continue;
-            }
-            let word = &self.words[w];
-            if take == WORD {
-                let mut b = [0u8; WORD];
-                b.copy_from_slice(&src[inp..inp + WORD]);
-                word.store(u64::from_ne_bytes(b), Ordering::Relaxed);
-            } else {
-                // Merge a partial word without disturbing its other bytes, which another writer
-                // may be updating at the same time.
-                let _ = word.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
-                    let mut b = old.to_ne_bytes();
-                    b[in_word..in_word + take].copy_from_slice(&src[inp..inp + take]);
-                    Some(u64::from_ne_bytes(b))
-                });
-            }
-            inp += take;
-            pos += take;
-        }
-        Ok(())
     }
 
     /// Sets `len` bytes from `offset` to `value`.
@@ -234,18 +170,18 @@ impl SharedBytes {
         Ok(())
     }
 
-    /// Runs `f` on the aligned word at `offset`, for an 8-byte atomic. Owned memory needs an
-    /// aligned offset; application memory an aligned address.
+    /// Runs `f` on the aligned word at `offset`, for an 8-byte atomic. The byte's address must
+    /// be 8-byte aligned: for owned memory that is the offset, for application memory the
+    /// application's address.
     fn with_word<R>(&self, offset: u64, f: impl FnOnce(&AtomicU64) -> R) -> Result<R, AccessError> {
-        if let Some(fm) = &self.foreign {
-            self.check_range(offset, WORD as u64)?;
-            return fm.with_word(offset as usize, f);
-        }
-        if offset % WORD as u64 != 0 {
-            return Err(AccessError::Misaligned { offset });
-        }
         self.check_range(offset, WORD as u64)?;
-        Ok(f(&self.words[(offset / WORD as u64) as usize]))
+        self.with_words(|words, first| {
+            let pos = first + offset as usize;
+            if pos % WORD != 0 {
+                return Err(AccessError::Misaligned { offset });
+            }
+            Ok(f(&words[pos / WORD]))
+        })?
     }
 
     /// Atomically: if the 8 bytes at `offset` equal `compare`, replace them with `swap`.
@@ -279,6 +215,76 @@ impl SharedBytes {
         let mut v = vec![0u8; len];
         self.read(offset, &mut v)?;
         Ok(v)
+    }
+}
+
+/// Copies bytes `pos .. pos + dst.len()` of `words` (byte `i` is byte `i % 8` of word `i / 8`
+/// in memory order) into `dst`, one relaxed atomic load per word.
+fn copy_out(words: &[AtomicU64], mut pos: usize, dst: &mut [u8]) {
+    let mut out = 0;
+    while out < dst.len() {
+        let w = pos / WORD;
+        let in_word = pos % WORD;
+        if in_word == 0 && dst.len() - out >= WORD {
+            // The aligned middle in one loop without per-word bounds arithmetic: the
+            // per-packet copy of a large message is this loop.
+            let whole = (dst.len() - out) / WORD;
+            for (chunk, word) in dst[out..out + whole * WORD]
+                .chunks_exact_mut(WORD)
+                .zip(&words[w..w + whole])
+            {
+                chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
+            }
+            out += whole * WORD;
+            pos += whole * WORD;
+            continue;
+        }
+        let take = (WORD - in_word).min(dst.len() - out);
+        let bytes = words[w].load(Ordering::Relaxed).to_ne_bytes();
+        dst[out..out + take].copy_from_slice(&bytes[in_word..in_word + take]);
+        out += take;
+        pos += take;
+    }
+}
+
+/// Copies `src` into bytes `pos ..` of `words`: relaxed atomic stores of whole words, and a
+/// compare-exchange merge for a partial word, whose other bytes another writer (or, for
+/// application memory, the application beyond the region's edge) may be updating meanwhile.
+fn copy_in(words: &[AtomicU64], mut pos: usize, src: &[u8]) {
+    let mut inp = 0;
+    while inp < src.len() {
+        let w = pos / WORD;
+        let in_word = pos % WORD;
+        let take = (WORD - in_word).min(src.len() - inp);
+        if in_word == 0 && src.len() - inp >= WORD {
+            // The aligned middle in one loop (see `copy_out`).
+            let whole = (src.len() - inp) / WORD;
+            for (chunk, word) in src[inp..inp + whole * WORD]
+                .chunks_exact(WORD)
+                .zip(&words[w..w + whole])
+            {
+                let mut b = [0u8; WORD];
+                b.copy_from_slice(chunk);
+                word.store(u64::from_ne_bytes(b), Ordering::Relaxed);
+            }
+            inp += whole * WORD;
+            pos += whole * WORD;
+            continue;
+        }
+        let word = &words[w];
+        if take == WORD {
+            let mut b = [0u8; WORD];
+            b.copy_from_slice(&src[inp..inp + WORD]);
+            word.store(u64::from_ne_bytes(b), Ordering::Relaxed);
+        } else {
+            let _ = word.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+                let mut b = old.to_ne_bytes();
+                b[in_word..in_word + take].copy_from_slice(&src[inp..inp + take]);
+                Some(u64::from_ne_bytes(b))
+            });
+        }
+        inp += take;
+        pos += take;
     }
 }
 

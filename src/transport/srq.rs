@@ -2,8 +2,8 @@
 //! of a protection domain draw on.
 //!
 //! Rules (spec-notes/uc-ud-srq.md):
-//! - `max_wr` and `max_sge` are checked against the device limits at creation; the limit
-//!   must be below `max_wr` (rxe_srq_chk_init / rxe_srq_chk_attr).
+//! - `max_wr` and `max_sge` are checked against the device limits at creation, and `max_wr`
+//!   again on resize; the limit must be below `max_wr` (rxe_srq_chk_init / rxe_srq_chk_attr).
 //! - A responder takes a WQE from the front when a message needs one (rxe get_srq_wqe); if
 //!   the queue then holds fewer WQEs than an armed limit, one limit event is raised and the
 //!   limit disarmed (`srq->limit = 0`), until `modify(LIMIT)` arms it again.
@@ -36,6 +36,8 @@ struct Inner {
 #[derive(Debug)]
 pub struct Srq {
     pd: u32,
+    /// The device's `max_srq_wr`, which a resize may not exceed.
+    max_wr_limit: u32,
     inner: Mutex<Inner>,
     users: AtomicU32,
     counters: Arc<Counters>,
@@ -77,6 +79,7 @@ impl Srq {
         };
         Ok(Srq {
             pd,
+            max_wr_limit: limits.max_qp_wr,
             inner: Mutex::new(Inner {
                 queue: VecDeque::new(),
                 attr,
@@ -129,6 +132,13 @@ impl Srq {
                 return Err(VerbsError::InvalidAttribute {
                     attr: "max_wr",
                     reason: "must be at least 1",
+                });
+            }
+            if attr.max_wr > self.max_wr_limit {
+                return Err(VerbsError::ExceedsDeviceLimit {
+                    what: "srq max_wr",
+                    requested: attr.max_wr as u64,
+                    limit: self.max_wr_limit as u64,
                 });
             }
             if attr.max_wr < g.queue.len() as u32 {

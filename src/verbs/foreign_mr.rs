@@ -20,7 +20,9 @@ impl ProtectionDomain {
     /// # Safety
     ///
     /// `ptr .. ptr + len` must stay mapped, readable and writable until the returned region
-    /// is dropped.
+    /// is dropped, and the application's own accesses to it meanwhile are its business as the
+    /// memory model of [`crate::memory`] says (a buffer is the engine's between post and
+    /// completion).
     pub unsafe fn register_foreign_mr(
         &self,
         ptr: *mut u8,
@@ -43,8 +45,9 @@ impl ProtectionDomain {
                 reason: "null",
             });
         }
-        // SAFETY: the caller's contract, and the region revokes the memory when dropped
-        // (MemoryRegion's Drop), before which the caller keeps it valid.
+        // SAFETY: ForeignBytes::new's contract is the caller's (valid until revoked): the
+        // region built on this storage revokes it in MemoryRegion's Drop, and the caller keeps
+        // the memory valid until that drop.
         let storage = Arc::new(unsafe { SharedBytes::foreign(ptr, len) });
         MemoryRegion::register_storage(&self.dev, self.handle, storage, iova, access)
     }

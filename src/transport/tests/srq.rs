@@ -118,6 +118,14 @@ fn overrun_and_modify_rules() {
         s.modify(&wr(3), SrqAttrMask::MAX_WR).is_err(),
         "fewer than queued"
     );
+    assert!(
+        s.modify(
+            &wr(DeviceLimits::default().max_qp_wr + 1),
+            SrqAttrMask::MAX_WR
+        )
+        .is_err(),
+        "above the device's max_srq_wr"
+    );
     s.modify(&wr(8), SrqAttrMask::MAX_WR).unwrap();
     assert_eq!(
         s.query(),

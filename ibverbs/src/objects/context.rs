@@ -1,0 +1,248 @@
+//! Contexts: `ibv_open_device`, `ibv_close_device`, `ibv_query_device`, and the softroce
+//! engine a context opens on first need.
+
+use std::ptr::{self, null_mut};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use libc::{c_int, c_void, EINVAL};
+use softroce::driver::DeviceConfig;
+use softroce::verbs::Context;
+
+use super::common::{
+    config, errno_of, fail, fail_neg, fail_null, mutex_init, Config, EVENTFD_COUNT,
+};
+use super::cq::{op_poll_cq, op_req_notify_cq};
+use super::device::{device, node_guid};
+use super::handle::{self, Obj, Object};
+use super::port::ext_query_port;
+use super::post::{op_post_recv, op_post_send};
+use super::srq::op_post_srq_recv;
+use crate::ffi::*;
+
+/// An open device. Its C struct is the `verbs_context` (holding `ibv_context` last), and C's
+/// handle is that `ibv_context`: libibverbs' inline functions find the extended ops in memory
+/// just before it.
+pub(super) struct Ctx {
+    pub(super) cfg: Config,
+    /// The softroce device context, opened when the first PD or CQ is created, and shared by
+    /// every open context of the process (one address, one socket, as one NIC).
+    inner: Mutex<Option<Arc<Context>>>,
+    /// The `async_fd` of the C struct, closed when the last object referring to the context
+    /// is gone.
+    async_fd: c_int,
+}
+
+impl Object for Ctx {
+    type C = verbs_context;
+    type Handle = ibv_context;
+
+    unsafe fn handle_in(c: *mut verbs_context) -> *mut ibv_context {
+        // SAFETY: the caller's `c` points to a live verbs_context; a raw projection.
+        unsafe { ptr::addr_of_mut!((*c).context) }
+    }
+}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        // SAFETY: the fd was opened by ibv_open_device for this context and is closed only here.
+        unsafe { libc::close(self.async_fd) };
+    }
+}
+
+/// The live context behind `c`, referenced (see [`handle::get`]).
+pub(super) fn ctx_of(c: *mut ibv_context) -> Option<Arc<Obj<Ctx>>> {
+    handle::get::<Ctx>(c)
+}
+
+impl Obj<Ctx> {
+    /// The softroce context, opened now if needed.
+    pub(super) fn open(&self) -> Result<MutexGuard<'_, Option<Arc<Context>>>, c_int> {
+        static SHARED: Mutex<std::sync::Weak<Context>> = Mutex::new(std::sync::Weak::new());
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if g.is_none() {
+            let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+            let ctx = match shared.upgrade() {
+                Some(c) => c,
+                None => {
+                    let c = Arc::new(
+                        Context::open(&DeviceConfig::new(self.cfg.bind))
+                            .map_err(|e| errno_of(&e))?,
+                    );
+                    *shared = Arc::downgrade(&c);
+                    c
+                }
+            };
+            *g = Some(ctx);
+        }
+        Ok(g)
+    }
+
+    /// The `ibv_context` inside the C struct (raw: C may write its fields).
+    pub(super) fn ibv(&self) -> *mut ibv_context {
+        // SAFETY: `self.c()` points to this live object's verbs_context.
+        unsafe { Ctx::handle_in(self.c()) }
+    }
+
+    /// The context's `async_fd`, open while the object lives.
+    pub(super) fn async_fd(&self) -> c_int {
+        self.async_fd
+    }
+
+    /// The context's `mutex`, which rdma-core takes around a completion channel's `refcnt`.
+    pub(super) fn mutex(&self) -> *mut libc::pthread_mutex_t {
+        // SAFETY: a raw projection into this live object's C struct.
+        unsafe { ptr::addr_of_mut!((*self.ibv()).mutex) }
+    }
+}
+
+/// `ibv_open_device`: NULL and errno on failure.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
+    if dev != device() {
+        return fail_null(EINVAL);
+    }
+    // SAFETY: eventfd has no memory-safety preconditions.
+    let async_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    if async_fd < 0 {
+        return null_mut(); // errno from eventfd
+    }
+    let mut ops: [*mut c_void; VERBS_CONTEXT_SLOTS] = [null_mut(); VERBS_CONTEXT_SLOTS];
+    ops[VCTX_QUERY_PORT] = ext_query_port as QueryPortFn as *mut c_void;
+    ops[VCTX_QUERY_DEVICE_EX] = crate::query_device_ex::query_device_ex
+        as crate::query_device_ex::QueryDeviceExFn as *mut c_void;
+    let vctx = verbs_context {
+        ops,
+        sz: core::mem::size_of::<verbs_context>(),
+        context: ibv_context {
+            device: dev,
+            ops: ibv_context_ops {
+                _compat: [null_mut(); 7],
+                alloc_mw: null_mut(),
+                bind_mw: null_mut(),
+                dealloc_mw: null_mut(),
+                _compat_create_cq: null_mut(),
+                poll_cq: Some(op_poll_cq),
+                req_notify_cq: Some(op_req_notify_cq),
+                _compat2: [null_mut(); 7],
+                post_srq_recv: Some(op_post_srq_recv),
+                _compat3: [null_mut(); 4],
+                post_send: Some(op_post_send),
+                post_recv: Some(op_post_recv),
+                _compat4: [null_mut(); 5],
+            },
+            cmd_fd: -1,
+            async_fd,
+            num_comp_vectors: NUM_COMP_VECTORS,
+            mutex: mutex_init(),
+            abi_compat: VERBS_ABI_IS_EXTENDED as *mut c_void,
+        },
+    };
+    let ctx = Obj::new(
+        vctx,
+        Ctx {
+            cfg: config(),
+            inner: Mutex::new(None),
+            async_fd,
+        },
+    );
+    handle::publish(&ctx)
+}
+
+/// `ibv_close_device`: 0, or -1 and errno (EINVAL for a bad handle).
+///
+/// As with the kernel, which frees what a process leaves behind when it closes the device,
+/// closing does not need every object destroyed first (perftest leaves a CQ): the engine stops,
+/// objects still held fail with ENODEV from then on, and the context's memory stays allocated
+/// until the last of them is destroyed, so that their `context` pointers never dangle.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_close_device(c: *mut ibv_context) -> c_int {
+    let Some(ctx) = handle::remove_in_use::<Ctx>(c) else {
+        return fail_neg(EINVAL);
+    };
+    // Let the engine go (it stops with the process's last context).
+    drop(ctx.inner.lock().unwrap_or_else(|e| e.into_inner()).take());
+    // Wake a thread blocked in ibv_get_async_event on this context (it fails ENODEV).
+    let one: u64 = 1;
+    // SAFETY: writing 8 bytes from a local to the eventfd, which `ctx` keeps open.
+    unsafe {
+        libc::write(
+            ctx.async_fd,
+            &one as *const u64 as *const c_void,
+            EVENTFD_COUNT,
+        )
+    };
+    0
+}
+
+/// Completion vectors a context offers (`ibv_context::num_comp_vectors`): one, as rxe.
+pub(super) const NUM_COMP_VECTORS: c_int = 1;
+
+fn device_attr(cfg: &Config) -> ibv_device_attr {
+    let l = softroce::ib::DeviceLimits::default();
+    let _ = cfg;
+    ibv_device_attr {
+        fw_ver: [0; 64],
+        node_guid: node_guid(),
+        sys_image_guid: node_guid(),
+        max_mr_size: u64::MAX,
+        page_size_cap: 0xffff_f000,
+        vendor_id: 0xffffff,
+        vendor_part_id: 0,
+        hw_ver: 0,
+        max_qp: 0x10000,
+        max_qp_wr: l.max_qp_wr as c_int,
+        // An SRQ's max_wr changes through ibv_modify_srq (IBV_DEVICE_SRQ_RESIZE), as on rxe.
+        device_cap_flags: IBV_DEVICE_SYS_IMAGE_GUID
+            | IBV_DEVICE_RC_RNR_NAK_GEN
+            | IBV_DEVICE_SRQ_RESIZE,
+        max_sge: l.max_sge as c_int,
+        max_sge_rd: l.max_sge as c_int,
+        max_cq: 0x4000,
+        max_cqe: l.max_cqe as c_int,
+        max_mr: 0x40000,
+        max_pd: 0x10000,
+        max_qp_rd_atom: l.max_qp_rd_atom as c_int,
+        max_ee_rd_atom: 0,
+        max_res_rd_atom: 0x3f000, // RXE_MAX_RES_RD_ATOM
+        max_qp_init_rd_atom: l.max_qp_init_rd_atom as c_int,
+        max_ee_init_rd_atom: 0,
+        atomic_cap: IBV_ATOMIC_HCA,
+        max_ee: 0,
+        max_rdd: 0,
+        // No memory windows in the shim (yet).
+        max_mw: 0,
+        max_raw_ipv6_qp: 0,
+        max_raw_ethy_qp: 0,
+        max_mcast_grp: 0,
+        max_mcast_qp_attach: 0,
+        max_total_mcast_qp_attach: 0,
+        // Address handles and SRQs: no count limit of softroce's own, so rxe's (Linux 6.1,
+        // RXE_MAX_AH and RXE_MAX_SRQ); an SRQ's WRs and SGEs: the limits it enforces.
+        max_ah: 0x7fff,
+        max_fmr: 0,
+        max_map_per_fmr: 0,
+        max_srq: 0xd_ffff,
+        max_srq_wr: l.max_qp_wr as c_int,
+        max_srq_sge: l.max_sge as c_int,
+        max_pkeys: l.pkey_table_len,
+        local_ca_ack_delay: 15,
+        phys_port_cnt: 1,
+    }
+}
+
+/// `ibv_query_device`: 0 or an errno value.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_device(
+    c: *mut ibv_context,
+    attr: *mut ibv_device_attr,
+) -> c_int {
+    let Some(ctx) = ctx_of(c) else {
+        return fail(EINVAL);
+    };
+    if attr.is_null() {
+        return fail(EINVAL);
+    }
+    // SAFETY: non-null, and the caller passes a writable ibv_device_attr.
+    unsafe { attr.write(device_attr(&ctx.cfg)) };
+    0
+}

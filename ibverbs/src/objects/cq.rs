@@ -1,0 +1,372 @@
+//! Completion channels and completion queues: creation, events, and the poll/notify ops.
+
+use std::collections::VecDeque;
+use std::ptr::{self, null_mut};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use libc::{c_int, c_uint, c_void, EINVAL, ENODEV, EOPNOTSUPP};
+use softroce::ib::WorkCompletion;
+use softroce::verbs::CompletionQueue;
+
+use super::common::{cond_init, errno_of, fail, fail_neg, fail_null, mutex_init, EVENTFD_COUNT};
+use super::context::{ctx_of, Ctx};
+use super::handle::{self, CMutexGuard, Obj, Object};
+use crate::ffi::*;
+
+/// The engine side of a completion channel: the eventfd and the CQs that have fired, as
+/// `Weak`s (a CQ may be destroyed with events unread; see the handle module's doc for why no
+/// strong reference may be kept).
+struct ChanInner {
+    fd: c_int,
+    fired: Mutex<VecDeque<Weak<Obj<Cq>>>>,
+}
+
+impl Drop for ChanInner {
+    fn drop(&mut self) {
+        // SAFETY: the fd was opened in ibv_create_comp_channel and is closed only here.
+        unsafe { libc::close(self.fd) };
+    }
+}
+
+/// A completion channel. Its CQs hold it (so `ibv_destroy_comp_channel` is EBUSY while they
+/// live); it holds its context.
+pub(super) struct Channel {
+    inner: Arc<ChanInner>,
+    /// Its context, whose mutex guards `refcnt` (and which must outlive the channel).
+    ctx: Arc<Obj<Ctx>>,
+}
+
+impl Object for Channel {
+    type C = ibv_comp_channel;
+    type Handle = ibv_comp_channel;
+}
+
+/// `ibv_create_comp_channel`: its `fd` is an eventfd that becomes readable when an armed CQ
+/// gets a completion (poll/epoll/select work on it). NULL and errno on failure.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_comp_channel(c: *mut ibv_context) -> *mut ibv_comp_channel {
+    let Some(ctx) = ctx_of(c) else {
+        return fail_null(EINVAL);
+    };
+    // SAFETY: no memory preconditions. Semaphore mode: one read per event.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
+    if fd < 0 {
+        return null_mut(); // errno from eventfd
+    }
+    let obj = Obj::new(
+        ibv_comp_channel {
+            context: c,
+            fd,
+            refcnt: 0,
+        },
+        Channel {
+            inner: Arc::new(ChanInner {
+                fd,
+                fired: Mutex::new(VecDeque::new()),
+            }),
+            ctx,
+        },
+    );
+    handle::publish(&obj)
+}
+
+/// `ibv_destroy_comp_channel`: 0 or an errno value (EBUSY while CQs use it, or a call such as
+/// `ibv_get_cq_event` on another thread does).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> c_int {
+    match handle::remove::<Channel>(ch) {
+        Ok(chan) => {
+            drop(chan);
+            0
+        }
+        Err(e) => fail(e),
+    }
+}
+
+/// A completion queue. Its QPs hold it (so `ibv_destroy_cq` is EBUSY while they live); it
+/// holds its context and channel.
+pub(super) struct Cq {
+    pub(super) cq: CompletionQueue,
+    armed: Arc<AtomicBool>,
+    channel: Option<Arc<Obj<Channel>>>,
+    /// Kept so that the context outlives its CQs.
+    _ctx: Arc<Obj<Ctx>>,
+}
+
+impl Object for Cq {
+    type C = ibv_cq;
+    type Handle = ibv_cq;
+}
+
+impl Drop for Cq {
+    fn drop(&mut self) {
+        if let Some(ch) = &self.channel {
+            // SAFETY: the channel's context's mutex (rdma-core takes it around `refcnt`), in
+            // the live context the channel holds; `refcnt` is written only under it.
+            let _g = unsafe { CMutexGuard::lock(ch.ctx.mutex()) };
+            // SAFETY: a raw write to the live channel's C struct, under the lock above.
+            unsafe { (*ch.c()).refcnt -= 1 };
+        }
+    }
+}
+
+/// The live CQ behind `p`, referenced (see [`handle::get`]).
+pub(super) fn cq_of(p: *mut ibv_cq) -> Option<Arc<Obj<Cq>>> {
+    handle::get::<Cq>(p)
+}
+
+/// `ibv_create_cq`: NULL and errno on failure (EINVAL for `cqe` outside 1..=max_cqe or a
+/// bad channel).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_cq(
+    c: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+) -> *mut ibv_cq {
+    let Some(ctx) = ctx_of(c) else {
+        return fail_null(EINVAL);
+    };
+    // The kernel's create_cq: EINVAL unless comp_vector < num_comp_vectors (unsigned).
+    if comp_vector as c_uint >= super::context::NUM_COMP_VECTORS as c_uint {
+        return fail_null(EINVAL);
+    }
+    let chan = if channel.is_null() {
+        None
+    } else {
+        match handle::get::<Channel>(channel) {
+            Some(ch) => Some(ch),
+            None => return fail_null(EINVAL),
+        }
+    };
+    if cqe < 1 {
+        return fail_null(EINVAL);
+    }
+    let g = match ctx.open() {
+        Ok(g) => g,
+        Err(e) => return fail_null(e),
+    };
+    let cq = match g.as_ref().map(|x| x.create_cq(cqe as usize)) {
+        Some(Ok(cq)) => cq,
+        Some(Err(e)) => return fail_null(errno_of(&e)),
+        None => return fail_null(ENODEV),
+    };
+    drop(g);
+    if let Some(ch) = &chan {
+        // As rdma-core's verbs_init_cq: the channel's refcnt under its context's mutex.
+        // SAFETY: the live channel's context's mutex; `refcnt` of the live channel is written
+        // only under it (here and in Cq's Drop).
+        let _g = unsafe { CMutexGuard::lock(ch.ctx.mutex()) };
+        // SAFETY: a raw write to the live channel's C struct, under the lock above.
+        unsafe { (*ch.c()).refcnt += 1 };
+    }
+    let armed = Arc::new(AtomicBool::new(false));
+    let obj = Obj::new(
+        ibv_cq {
+            context: c,
+            channel,
+            cq_context,
+            handle: 0,
+            cqe,
+            mutex: mutex_init(),
+            cond: cond_init(),
+            comp_events_completed: 0,
+            async_events_completed: 0,
+        },
+        Cq {
+            cq,
+            armed: Arc::clone(&armed),
+            channel: chan,
+            _ctx: ctx,
+        },
+    );
+    if let Some(ch) = &obj.channel {
+        let inner = Arc::clone(&ch.inner);
+        let me = Arc::downgrade(&obj);
+        obj.cq.set_event_hook(Box::new(move || {
+            if armed.swap(false, Ordering::AcqRel) {
+                inner
+                    .fired
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push_back(me.clone());
+                let one: u64 = 1;
+                // SAFETY: writing 8 bytes from a local to our eventfd (kept open by `inner`).
+                unsafe {
+                    libc::write(inner.fd, &one as *const u64 as *const c_void, EVENTFD_COUNT)
+                };
+            }
+        }));
+    }
+    handle::publish(&obj)
+}
+
+/// `ibv_destroy_cq`: 0 or an errno value (EBUSY while QPs use it, or a call on another thread
+/// does).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_cq(p: *mut ibv_cq) -> c_int {
+    let cq = match handle::remove::<Cq>(p) {
+        Ok(cq) => cq,
+        Err(e) => return fail(e),
+    };
+    if let Some(ch) = &cq.channel {
+        // Events of this CQ not yet read stay counted in the eventfd; drop their queue entries
+        // (ibv_get_cq_event skips a count without one).
+        ch.inner
+            .fired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|w| !ptr::eq(w.as_ptr(), Arc::as_ptr(&cq)));
+    }
+    drop(cq);
+    0
+}
+
+/// `ibv_resize_cq`: not implemented (EOPNOTSUPP); the CQ is unchanged.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_resize_cq(p: *mut ibv_cq, _cqe: c_int) -> c_int {
+    if cq_of(p).is_none() {
+        return fail(EINVAL);
+    }
+    fail(EOPNOTSUPP)
+}
+
+/// The `req_notify_cq` op: arms the CQ; its next completion fires the channel, if any. Solicited-only
+/// arming fires on any completion (a superset of what it asks for, as the verbs allow for
+/// spurious events).
+pub(super) unsafe extern "C" fn op_req_notify_cq(p: *mut ibv_cq, _solicited_only: c_int) -> c_int {
+    if p.is_null() {
+        return fail(EINVAL);
+    }
+    // SAFETY: the data path trusts its handle as rdma-core's providers do (crate doc): `p` is
+    // a CQ the application has not destroyed, alive for this call; no registry lock per event.
+    let cq = unsafe { Obj::<Cq>::trusted(p) };
+    // Without a channel the arming has no one to tell; rxe accepts it all the same.
+    cq.armed.store(true, Ordering::Release);
+    0
+}
+
+/// `ibv_get_cq_event`: waits (unless the fd is non-blocking) for an event; 0, or -1 and errno.
+/// The channel is referenced for the wait, so destroying it meanwhile is EBUSY, not a
+/// use-after-free; a CQ destroyed after its event fired is skipped.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_cq_event(
+    ch: *mut ibv_comp_channel,
+    cq_out: *mut *mut ibv_cq,
+    ctx_out: *mut *mut c_void,
+) -> c_int {
+    let Some(chan) = handle::get::<Channel>(ch) else {
+        return fail_neg(EINVAL);
+    };
+    if cq_out.is_null() || ctx_out.is_null() {
+        return fail_neg(EINVAL);
+    }
+    loop {
+        let mut v: u64 = 0;
+        // SAFETY: reading 8 bytes into a local.
+        let n = unsafe {
+            libc::read(
+                chan.inner.fd,
+                &mut v as *mut u64 as *mut c_void,
+                EVENTFD_COUNT,
+            )
+        };
+        if n != EVENTFD_COUNT as isize {
+            return -1; // errno from read (EAGAIN on a non-blocking fd)
+        }
+        let next = chan
+            .inner
+            .fired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front();
+        // An event of a CQ destroyed since has no entry, or one that no longer upgrades: wait
+        // for the next.
+        if let Some(cq) = next.and_then(|w| w.upgrade()) {
+            // SAFETY: `cq` is referenced, so its C struct is live; `cq_context` is read raw.
+            // The caller's out-pointers were checked non-null and are writable (the API's
+            // contract).
+            unsafe {
+                *ctx_out = ptr::addr_of!((*cq.c()).cq_context).read();
+                *cq_out = Obj::handle(&cq);
+            }
+            return 0;
+        }
+    }
+}
+
+/// `ibv_ack_cq_events`: counts the events in `comp_events_completed` under the CQ's mutex and
+/// signals its condition variable, as rdma-core does.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_ack_cq_events(p: *mut ibv_cq, nevents: c_uint) {
+    let Some(cq) = cq_of(p) else {
+        // void: errno is all there is to tell with.
+        fail(EINVAL);
+        return;
+    };
+    let c = cq.c();
+    // SAFETY: the mutex and condition variable of the live, referenced CQ's C struct, which
+    // rdma-core and the shim only touch under that mutex.
+    unsafe {
+        let _g = CMutexGuard::lock(ptr::addr_of_mut!((*c).mutex));
+        let n = ptr::addr_of_mut!((*c).comp_events_completed);
+        n.write(n.read().wrapping_add(nevents));
+        libc::pthread_cond_signal(ptr::addr_of_mut!((*c).cond));
+    }
+}
+
+fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
+    let mut flags = 0;
+    if w.grh {
+        flags |= IBV_WC_GRH;
+    }
+    if w.imm_data.is_some() {
+        flags |= IBV_WC_WITH_IMM;
+    }
+    ibv_wc {
+        wr_id: w.wr_id,
+        status: w.status as c_uint,
+        opcode: w.opcode as c_uint,
+        vendor_err: 0,
+        byte_len: w.byte_len,
+        imm_data: w.imm_data.unwrap_or(0).to_be(),
+        qp_num: w.qp_num,
+        src_qp: w.src_qp,
+        wc_flags: flags,
+        pkey_index: 0,
+        slid: 0,
+        sl: 0,
+        dlid_path_bits: 0,
+    }
+}
+
+/// The `poll_cq` op: completions moved, or -1 and errno (EINVAL for bad arguments, the CQ's
+/// error, as EOVERFLOW for one that overflowed).
+pub(super) unsafe extern "C" fn op_poll_cq(p: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
+    if p.is_null() || n < 0 || (wc.is_null() && n > 0) {
+        return fail_neg(EINVAL);
+    }
+    // SAFETY: the data path trusts its handle as rdma-core's providers do (crate doc): `p` is
+    // a CQ the application has not destroyed, which stays alive for this call.
+    let cq = unsafe { Obj::<Cq>::trusted(p) };
+    let mut buf = [WorkCompletion::default(); 16];
+    let mut done = 0usize;
+    while done < n as usize {
+        let want = (n as usize - done).min(buf.len());
+        let got = match cq.cq.poll(&mut buf[..want]) {
+            Ok(g) => g,
+            Err(e) => return fail_neg(errno_of(&e)),
+        };
+        for (i, w) in buf[..got].iter().enumerate() {
+            // SAFETY: the caller's array holds n entries; done + i < n.
+            unsafe { wc.add(done + i).write(wc_to_c(w)) };
+        }
+        done += got;
+        if got < want {
+            break;
+        }
+    }
+    done as c_int
+}

@@ -1,0 +1,259 @@
+//! The one handle type behind every C object (context, PD, MR, CQ, channel, QP, SRQ, AH), and
+//! the registry that makes a handle from C safe to use from any thread.
+//!
+//! # Allocation and provenance
+//!
+//! An object is an [`Obj<T>`]: `#[repr(C)]`, the C struct first, in an `Arc`. The pointer
+//! handed to C is made from [`Arc::as_ptr`] by raw-pointer casts and field projections only
+//! ([`Obj::handle`]), so it carries the provenance of the whole allocation: casting it back to
+//! `*const Obj<T>` (the data path does) reaches every field. No handle is ever derived from a
+//! reference.
+//!
+//! # Fields C may change
+//!
+//! The C struct is inside an [`UnsafeCell`]: C code reads it, and may write fields of it that
+//! belong to the application (`cq_context`, `qp_context`), at any time, so Rust never holds a
+//! reference into it. The shim reads and writes it through [`Obj::c`] (a raw pointer). The
+//! fields the shim changes after creation are written under the struct's own mutex, where
+//! rdma-core takes it (`ibv_cq.comp_events_completed`, `ibv_comp_channel.refcnt` under the
+//! context's), or under the struct's mutex although rdma-core writes them with no lock
+//! (`ibv_qp.state`: so that two shim writers never race).
+//!
+//! # Check and reference under one lock
+//!
+//! The registry maps each live handle's address to the object's `Arc`. A control call turns a
+//! handle into an object with [`get`], which looks it up and clones the `Arc` under the
+//! registry lock: once found, the object cannot be freed until the call returns, whatever
+//! other threads do. An object made from others (an MR of a PD, a QP of CQs) keeps their
+//! `Arc`s for its life. So "in use" is exactly "someone besides the registry holds an `Arc`",
+//! and [`remove`] unpublishes a handle, under the same lock, only when the registry's `Arc` is
+//! the only one: otherwise EBUSY, as the kernel answers a destroy while the object has users
+//! or a call in progress. Nothing can take a new strong reference to an object once it is out
+//! of the registry (lookups go through it; a completion channel's queue keeps only `Weak`s), so
+//! the `Arc` that [`remove`] returns is the last and dropping it frees the object there.
+//!
+//! The data-path calls (post, poll, notify) do not look their handle up: they trust it, as
+//! rdma-core's providers do (no lock per work request). Destroying an object while another
+//! thread posts to it is the application's bug there as here.
+
+use std::any::Any;
+use std::cell::UnsafeCell;
+use std::collections::HashMap;
+use std::ops::Deref;
+use std::ptr;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use libc::{c_int, EBUSY, EINVAL};
+
+/// A Rust object behind a C handle.
+pub(crate) trait Object: Send + Sync + Sized + 'static {
+    /// The C struct at the start of the allocation.
+    type C;
+    /// What C holds a pointer to: the C struct itself, or (a context's `ibv_context`) a field
+    /// of it.
+    type Handle;
+
+    /// The handle inside the C struct at `c`.
+    ///
+    /// # Safety
+    ///
+    /// `c` points into a live allocation holding a `Self::C`.
+    unsafe fn handle_in(c: *mut Self::C) -> *mut Self::Handle {
+        c.cast()
+    }
+}
+
+/// A C struct and the Rust state behind it, in one allocation (see the module doc).
+#[repr(C)]
+pub(crate) struct Obj<T: Object> {
+    /// First, so that a pointer to the object is a pointer to the C struct.
+    c: UnsafeCell<T::C>,
+    rust: T,
+}
+
+// SAFETY: `T` is Send + Sync. What else an Obj holds is the C struct, which is not Send or Sync
+// only because it holds raw pointers (to other objects and to application data) and may be
+// written by C: the shim never dereferences those pointers through it, and it reads or writes
+// the struct only through raw pointers, with its post-creation writes under the struct's mutex
+// (module doc). Concurrent writes by C to application-owned fields while another thread calls
+// the library are the application's race, as they are with rdma-core.
+unsafe impl<T: Object> Send for Obj<T> {}
+// SAFETY: as for Send: shared access to the C struct is raw and synchronised as described.
+unsafe impl<T: Object> Sync for Obj<T> {}
+
+impl<T: Object> Deref for Obj<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.rust
+    }
+}
+
+impl<T: Object> Obj<T> {
+    /// A new object, not yet published to C.
+    pub(crate) fn new(c: T::C, rust: T) -> Arc<Obj<T>> {
+        Arc::new(Obj {
+            c: UnsafeCell::new(c),
+            rust,
+        })
+    }
+
+    /// The C struct, for raw reads and writes (never turned into a reference: C may change
+    /// it at any time).
+    pub(crate) fn c(&self) -> *mut T::C {
+        self.c.get()
+    }
+
+    /// The handle C holds, with the provenance of the whole allocation.
+    pub(crate) fn handle(this: &Arc<Self>) -> *mut T::Handle {
+        let obj = Arc::as_ptr(this) as *mut Obj<T>;
+        // SAFETY: `obj` points to the live allocation `this` keeps; the projections are raw
+        // (`addr_of_mut!` creates no reference), and `UnsafeCell<C>` has the layout of `C`.
+        unsafe { T::handle_in(UnsafeCell::raw_get(ptr::addr_of_mut!((*obj).c))) }
+    }
+
+    /// The object behind a handle the data path was given, without a registry lookup (the
+    /// crate doc's trust rule).
+    ///
+    /// # Safety
+    ///
+    /// `h` must be a handle of a live `Obj<T>` (from [`Obj::handle`], and its object not
+    /// destroyed), and the object must outlive the returned reference. `T::handle_in` must be
+    /// the identity, as for every object type but the context.
+    pub(crate) unsafe fn trusted<'a>(h: *mut T::Handle) -> &'a Obj<T> {
+        // SAFETY: by the caller's promise `h` is `Arc::as_ptr` of a live `Obj<T>` cast to its
+        // first field (offset 0, `repr(C)`), so it carries the whole object's provenance and
+        // the object is alive; its C struct is in an UnsafeCell, so a shared reference to the
+        // object does not conflict with C's writes to it.
+        unsafe { &*(h as *const Obj<T>) }
+    }
+}
+
+type Entry = Arc<dyn Any + Send + Sync>;
+
+fn registry() -> MutexGuard<'static, HashMap<usize, Entry>> {
+    static LIVE: OnceLock<Mutex<HashMap<usize, Entry>>> = OnceLock::new();
+    LIVE.get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// Publishes `obj` and returns the handle to give C.
+pub(crate) fn publish<T: Object>(obj: &Arc<Obj<T>>) -> *mut T::Handle {
+    let h = Obj::handle(obj);
+    let entry: Entry = obj.clone();
+    registry().insert(h as usize, entry);
+    h
+}
+
+/// The live object of type `T` behind `h`, referenced under the registry lock: it stays
+/// allocated until the returned `Arc` is dropped. None for null, unknown, destroyed or
+/// other-typed handles.
+pub(crate) fn get<T: Object>(h: *mut T::Handle) -> Option<Arc<Obj<T>>> {
+    if h.is_null() {
+        return None;
+    }
+    let entry = registry().get(&(h as usize))?.clone();
+    entry.downcast::<Obj<T>>().ok()
+}
+
+/// Unpublishes `h` if nothing but the registry holds its object, and returns the object (the
+/// last reference: dropping it frees it). EINVAL for a handle that is not a live `T`, EBUSY
+/// while other objects or calls in progress use it.
+pub(crate) fn remove<T: Object>(h: *mut T::Handle) -> Result<Arc<Obj<T>>, c_int> {
+    if h.is_null() {
+        return Err(EINVAL);
+    }
+    let mut reg = registry();
+    let entry = reg.get(&(h as usize)).ok_or(EINVAL)?;
+    if !entry.is::<Obj<T>>() {
+        return Err(EINVAL);
+    }
+    if Arc::strong_count(entry) != 1 {
+        return Err(EBUSY);
+    }
+    let entry = reg.remove(&(h as usize)).ok_or(EINVAL)?;
+    drop(reg);
+    entry.downcast::<Obj<T>>().map_err(|_| EINVAL)
+}
+
+/// Unpublishes `h` whoever uses it (closing a context that still has objects); None if it is
+/// not a live `T`.
+pub(crate) fn remove_in_use<T: Object>(h: *mut T::Handle) -> Option<Arc<Obj<T>>> {
+    if h.is_null() {
+        return None;
+    }
+    let mut reg = registry();
+    if !reg.get(&(h as usize))?.is::<Obj<T>>() {
+        return None;
+    }
+    reg.remove(&(h as usize))?.downcast::<Obj<T>>().ok()
+}
+
+/// How many handles are live.
+#[cfg(test)]
+pub(crate) fn live_count() -> usize {
+    registry().len()
+}
+
+/// Locks a C struct's `pthread_mutex_t` for the life of the guard.
+pub(crate) struct CMutexGuard(*mut libc::pthread_mutex_t);
+
+impl CMutexGuard {
+    /// Locks `m`.
+    ///
+    /// # Safety
+    ///
+    /// `m` is an initialised mutex inside a live object that outlives the guard.
+    pub(crate) unsafe fn lock(m: *mut libc::pthread_mutex_t) -> CMutexGuard {
+        // SAFETY: by the caller's promise. A default (non-robust, non-error-checking) mutex
+        // fails only for a deadlock on itself, which the shim's short critical sections, taking
+        // no other lock, cannot cause.
+        unsafe { libc::pthread_mutex_lock(m) };
+        CMutexGuard(m)
+    }
+}
+
+impl Drop for CMutexGuard {
+    fn drop(&mut self) {
+        // SAFETY: locked by this thread in `lock`, and live (the caller's promise there).
+        unsafe { libc::pthread_mutex_unlock(self.0) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Thing(u32);
+    impl Object for Thing {
+        type C = [u64; 2];
+        type Handle = [u64; 2];
+    }
+    struct Other;
+    impl Object for Other {
+        type C = u64;
+        type Handle = u64;
+    }
+
+    #[test]
+    fn a_destroy_waits_for_every_other_reference() {
+        let before = live_count();
+        let o = Obj::new([7, 8], Thing(5));
+        let h = publish(&o);
+        assert_eq!(live_count(), before + 1);
+        assert!(get::<Other>(h.cast()).is_none(), "another type's handle");
+        let user = get::<Thing>(h).unwrap();
+        assert_eq!(user.0, 5);
+        // SAFETY: `h` is the handle of the live `o`.
+        assert_eq!(unsafe { (*h)[1] }, 8);
+        drop(o);
+        assert_eq!(remove::<Thing>(h).err(), Some(EBUSY), "a call holds it");
+        assert!(remove::<Other>(h.cast()).is_err());
+        drop(user);
+        let last = remove::<Thing>(h).unwrap();
+        assert_eq!(Arc::strong_count(&last), 1);
+        assert!(get::<Thing>(h).is_none());
+        assert_eq!(remove::<Thing>(h).err(), Some(EINVAL), "a double destroy");
+        assert_eq!(live_count(), before);
+    }
+}

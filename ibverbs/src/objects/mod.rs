@@ -1,0 +1,30 @@
+//! The exported functions and the objects behind the C handles, one file per object kind (as
+//! `softroce::verbs` is split), all built on the one handle type of [`handle`]. A librdmacm
+//! shim or the extended verbs land in files of their own beside these.
+
+mod ah;
+mod async_event;
+mod common;
+mod context;
+mod cq;
+mod device;
+pub(crate) mod handle;
+mod mr;
+mod pd;
+mod port;
+mod post;
+mod qp;
+mod srq;
+mod strings;
+
+pub use ah::*;
+pub use async_event::*;
+pub use context::*;
+pub use cq::*;
+pub use device::*;
+pub use mr::*;
+pub use pd::*;
+pub use port::*;
+pub use qp::*;
+pub use srq::*;
+pub use strings::*;

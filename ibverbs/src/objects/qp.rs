@@ -1,0 +1,419 @@
+//! Queue pairs: creation, destruction, modify and query (the post ops are in `post`).
+
+use std::ptr::{self, null_mut};
+use std::sync::{Arc, Mutex};
+
+use libc::{c_int, c_uint, c_void, EINVAL, EOPNOTSUPP};
+use softroce::ib::{
+    AccessFlags, AhAttr, Gid, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, Sge, VerbsError,
+};
+use softroce::verbs::{MemoryRegion, ProtectionDomain, QpInitAttr, QueuePair};
+
+use super::common::{cond_init, errno_of, fail, fail_null, mutex_init, PORT};
+use super::cq::{cq_of, Cq};
+use super::handle::{self, CMutexGuard, Obj, Object};
+use super::pd::{pd_of, Pd};
+use super::srq::{srq_of, Srq};
+use crate::ffi::*;
+
+/// A queue pair. It holds its PD, CQs and SRQ, so none of them can be destroyed while it
+/// lives (EBUSY).
+pub(super) struct Qp {
+    pub(super) qp: QueuePair,
+    _pd: Arc<Obj<Pd>>,
+    _send_cq: Arc<Obj<Cq>>,
+    _recv_cq: Arc<Obj<Cq>>,
+    _srq: Option<Arc<Obj<Srq>>>,
+    /// A UD QP: its sends carry `wr.ud`.
+    pub(super) ud: bool,
+    cap: ibv_qp_cap,
+    sq_sig_all: c_int,
+    /// Where inline data is gathered (None without `max_inline_data`).
+    pub(super) inline: Option<Mutex<InlineScratch>>,
+}
+
+impl Object for Qp {
+    type C = ibv_qp;
+    type Handle = ibv_qp;
+}
+
+/// A registered buffer of the shim's own into which a post gathers inline data: inline SGEs
+/// are plain process addresses whose lkey means nothing (as with any provider), while softroce
+/// reads a WR's data out of a region. The transport copies inline data when the WR is posted,
+/// so one buffer per QP, held under its mutex for the post, is enough.
+pub(super) struct InlineScratch {
+    /// Registered over `buf`; dropped (revoked) before `buf` is freed.
+    mr: Option<MemoryRegion>,
+    buf: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the buffer is owned by the scratch and only touched under its mutex.
+unsafe impl Send for InlineScratch {}
+
+impl InlineScratch {
+    fn new(pd: &ProtectionDomain, len: usize) -> Result<InlineScratch, c_int> {
+        let buf = Box::into_raw(vec![0u8; len].into_boxed_slice()) as *mut u8;
+        let mut s = InlineScratch { mr: None, buf, len };
+        // SAFETY: `buf` lives until Drop, which drops the region (revoking it) first.
+        let mr = unsafe { pd.register_foreign_mr(buf, len, buf as u64, AccessFlags::LOCAL_WRITE) }
+            .map_err(|e| errno_of(&e))?;
+        s.mr = Some(mr);
+        Ok(s)
+    }
+
+    /// Copies the bytes the SGEs point at into the buffer; returns the one SGE that covers
+    /// them, or EINVAL when they exceed it.
+    ///
+    /// # Safety
+    ///
+    /// Each SGE names `length` readable bytes at `addr` (the verbs contract for inline data).
+    pub(super) unsafe fn gather(&mut self, list: &[Sge]) -> Result<Sge, c_int> {
+        let mr = self.mr.as_ref().ok_or(EINVAL)?;
+        let mut at = 0usize;
+        for s in list {
+            let n = s.length as usize;
+            if n > self.len - at {
+                return Err(EINVAL);
+            }
+            if n > 0 {
+                // SAFETY: inline SGEs name `length` readable bytes at `addr` in this process
+                // (the verbs contract for IBV_SEND_INLINE); the destination is in bounds.
+                unsafe { ptr::copy_nonoverlapping(s.addr as *const u8, self.buf.add(at), n) };
+            }
+            at += n;
+        }
+        Ok(Sge {
+            addr: mr.addr(),
+            length: at as u32,
+            lkey: mr.lkey(),
+        })
+    }
+}
+
+impl Drop for InlineScratch {
+    fn drop(&mut self) {
+        drop(self.mr.take());
+        // SAFETY: allocated in `new` as a boxed slice of `len` bytes; the region over it is
+        // gone, so nothing else refers to it.
+        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.buf, self.len)) });
+    }
+}
+
+fn qp_of(p: *mut ibv_qp) -> Option<Arc<Obj<Qp>>> {
+    handle::get::<Qp>(p)
+}
+
+fn state_to_c(s: QpState) -> c_uint {
+    match s {
+        QpState::Reset => IBV_QPS_RESET,
+        QpState::Init => IBV_QPS_INIT,
+        QpState::Rtr => IBV_QPS_RTR,
+        QpState::Rts => IBV_QPS_RTS,
+        QpState::Sqd => IBV_QPS_SQD,
+        QpState::Sqe => IBV_QPS_SQE,
+        QpState::Err => IBV_QPS_ERR,
+    }
+}
+
+fn state_from_c(v: c_uint) -> Option<QpState> {
+    Some(match v {
+        IBV_QPS_RESET => QpState::Reset,
+        IBV_QPS_INIT => QpState::Init,
+        IBV_QPS_RTR => QpState::Rtr,
+        IBV_QPS_RTS => QpState::Rts,
+        IBV_QPS_SQD => QpState::Sqd,
+        IBV_QPS_SQE => QpState::Sqe,
+        IBV_QPS_ERR => QpState::Err,
+        _ => return None,
+    })
+}
+
+/// `ibv_create_qp`: NULL and errno on failure (EINVAL for bad CQs or capacities, EOPNOTSUPP
+/// for a QP type softroce does not run, as rxe for types it lacks).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_qp(
+    pd: *mut ibv_pd,
+    init: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    // The PD, CQs and SRQ are referenced under the registry lock as they are looked up: a
+    // concurrent destroy of any of them is EBUSY from here on.
+    let Some(pdr) = pd_of(pd) else {
+        return fail_null(EINVAL);
+    };
+    if init.is_null() {
+        return fail_null(EINVAL);
+    }
+    // SAFETY: non-null, and the caller passes a readable ibv_qp_init_attr (read only).
+    let ia = unsafe { &*init };
+    let (Some(scq), Some(rcq)) = (cq_of(ia.send_cq), cq_of(ia.recv_cq)) else {
+        return fail_null(EINVAL);
+    };
+    let srq = if ia.srq.is_null() {
+        None
+    } else {
+        match srq_of(ia.srq as *mut ibv_srq) {
+            Some(x) => Some(x),
+            None => return fail_null(EINVAL),
+        }
+    };
+    let qp_type = match ia.qp_type {
+        IBV_QPT_RC => QpType::Rc,
+        IBV_QPT_UC => QpType::Uc,
+        IBV_QPT_UD => QpType::Ud,
+        _ => return fail_null(EOPNOTSUPP),
+    };
+    let cap = QpCap {
+        max_send_wr: ia.cap.max_send_wr,
+        max_recv_wr: ia.cap.max_recv_wr,
+        max_send_sge: ia.cap.max_send_sge,
+        max_recv_sge: ia.cap.max_recv_sge,
+        max_inline_data: ia.cap.max_inline_data,
+    };
+    let init_attr = QpInitAttr {
+        send_cq: &scq.cq,
+        recv_cq: &rcq.cq,
+        cap,
+        qp_type,
+        sq_sig_all: ia.sq_sig_all != 0,
+    };
+    let created = match &srq {
+        Some(x) => pdr.pd.create_qp_with_srq(&init_attr, &x.srq),
+        None => pdr.pd.create_qp(&init_attr),
+    };
+    let qp = match created {
+        Ok(qp) => qp,
+        Err(VerbsError::InvalidAttribute {
+            attr: "qp_type", ..
+        }) => return fail_null(EOPNOTSUPP),
+        Err(e) => return fail_null(errno_of(&e)),
+    };
+    let qp_num = qp.qp_num();
+    let inline = if ia.cap.max_inline_data > 0 {
+        match InlineScratch::new(&pdr.pd, ia.cap.max_inline_data as usize) {
+            Ok(x) => Some(Mutex::new(x)),
+            Err(e) => return fail_null(e),
+        }
+    } else {
+        None
+    };
+    let obj = Obj::new(
+        ibv_qp {
+            context: pdr.context(),
+            qp_context: ia.qp_context,
+            pd,
+            send_cq: ia.send_cq,
+            recv_cq: ia.recv_cq,
+            srq: ia.srq,
+            handle: qp_num,
+            qp_num,
+            state: IBV_QPS_RESET,
+            qp_type: ia.qp_type,
+            mutex: mutex_init(),
+            cond: cond_init(),
+            events_completed: 0,
+        },
+        Qp {
+            qp,
+            _pd: pdr,
+            _send_cq: scq,
+            _recv_cq: rcq,
+            _srq: srq,
+            ud: qp_type == QpType::Ud,
+            cap: ia.cap,
+            sq_sig_all: ia.sq_sig_all,
+            inline,
+        },
+    );
+    handle::publish(&obj)
+}
+
+/// `ibv_destroy_qp`: 0 or an errno value (EBUSY while a call on another thread uses it).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_qp(p: *mut ibv_qp) -> c_int {
+    match handle::remove::<Qp>(p) {
+        Ok(q) => {
+            drop(q);
+            0
+        }
+        Err(e) => fail(e),
+    }
+}
+
+fn attr_from_c(a: &ibv_qp_attr, mask: QpAttrMask) -> Result<QpAttr, c_int> {
+    let mut out = QpAttr::default();
+    if mask.contains(QpAttrMask::STATE) {
+        out.qp_state = state_from_c(a.qp_state).ok_or(EINVAL)?;
+    }
+    if mask.contains(QpAttrMask::CUR_STATE) {
+        out.cur_qp_state = state_from_c(a.cur_qp_state).ok_or(EINVAL)?;
+    }
+    if mask.contains(QpAttrMask::PATH_MTU) {
+        out.path_mtu = Mtu::from_enum(a.path_mtu).ok_or(EINVAL)?;
+    }
+    if mask.contains(QpAttrMask::AV) {
+        // RoCE needs the GRH (the kernel refuses an address vector without it: EINVAL).
+        if a.ah_attr.is_global == 0 {
+            return Err(EINVAL);
+        }
+        if mask.contains(QpAttrMask::PORT) && a.port_num != PORT {
+            return Err(EINVAL);
+        }
+        out.ah_attr = AhAttr {
+            dgid: Gid(a.ah_attr.grh.dgid),
+            sgid_index: a.ah_attr.grh.sgid_index,
+            hop_limit: a.ah_attr.grh.hop_limit,
+            traffic_class: a.ah_attr.grh.traffic_class,
+            flow_label: a.ah_attr.grh.flow_label,
+            sl: a.ah_attr.sl,
+        };
+    }
+    if mask.contains(QpAttrMask::PORT) && a.port_num != PORT {
+        return Err(EINVAL);
+    }
+    out.qkey = a.qkey;
+    out.rq_psn = a.rq_psn;
+    out.sq_psn = a.sq_psn;
+    out.dest_qp_num = a.dest_qp_num;
+    out.qp_access_flags = AccessFlags::from_bits_truncate(a.qp_access_flags);
+    out.cap = QpCap {
+        max_send_wr: a.cap.max_send_wr,
+        max_recv_wr: a.cap.max_recv_wr,
+        max_send_sge: a.cap.max_send_sge,
+        max_recv_sge: a.cap.max_recv_sge,
+        max_inline_data: a.cap.max_inline_data,
+    };
+    out.pkey_index = a.pkey_index;
+    out.en_sqd_async_notify = a.en_sqd_async_notify != 0;
+    out.max_rd_atomic = a.max_rd_atomic;
+    out.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    out.min_rnr_timer = a.min_rnr_timer;
+    out.port_num = a.port_num;
+    out.timeout = a.timeout;
+    out.retry_cnt = a.retry_cnt;
+    out.rnr_retry = a.rnr_retry;
+    Ok(out)
+}
+
+/// `ibv_modify_qp`: 0 or an errno value (EINVAL for a refused transition or attribute, as
+/// the kernel's ib_modify_qp_is_ok).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_modify_qp(
+    p: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    mask: c_int,
+) -> c_int {
+    let Some(q) = qp_of(p) else {
+        return fail(EINVAL);
+    };
+    // The attribute bits softroce knows: IBV_QP_STATE .. IBV_QP_DEST_QPN.
+    if attr.is_null() || mask & !IBV_QP_ATTR_MASK_BASIC != 0 {
+        return fail(EINVAL);
+    }
+    let mask = QpAttrMask::from_bits_truncate(mask as u32);
+    // SAFETY: the caller passes a readable ibv_qp_attr.
+    let a = match attr_from_c(unsafe { &*attr }, mask) {
+        Ok(a) => a,
+        Err(e) => return fail(e),
+    };
+    if let Err(e) = q.qp.modify(&a, mask) {
+        return fail(errno_of(&e));
+    }
+    let c = q.c();
+    // `state` mirrors the QP's state for the application to read. rdma-core writes it with no
+    // lock; the shim takes the QP's mutex so that two threads modifying one QP never race on
+    // it, and the state is queried under the lock so the last writer writes the latest state.
+    // SAFETY: the mutex of the live, referenced QP's C struct; `state` is written raw under it.
+    unsafe {
+        let _g = CMutexGuard::lock(ptr::addr_of_mut!((*c).mutex));
+        ptr::addr_of_mut!((*c).state).write(state_to_c(q.qp.query().qp_state));
+    }
+    0
+}
+
+/// `ibv_query_qp`: 0 or an errno value.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_qp(
+    p: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    _mask: c_int,
+    init: *mut ibv_qp_init_attr,
+) -> c_int {
+    let Some(q) = qp_of(p) else {
+        return fail(EINVAL);
+    };
+    if attr.is_null() || init.is_null() {
+        return fail(EINVAL);
+    }
+    let a = q.qp.query();
+    let cap = ibv_qp_cap {
+        max_send_wr: a.cap.max_send_wr.max(q.cap.max_send_wr),
+        max_recv_wr: a.cap.max_recv_wr.max(q.cap.max_recv_wr),
+        max_send_sge: a.cap.max_send_sge.max(q.cap.max_send_sge),
+        max_recv_sge: a.cap.max_recv_sge.max(q.cap.max_recv_sge),
+        max_inline_data: a.cap.max_inline_data.max(q.cap.max_inline_data),
+    };
+    let out = ibv_qp_attr {
+        qp_state: state_to_c(a.qp_state),
+        cur_qp_state: state_to_c(a.qp_state),
+        path_mtu: a.path_mtu as c_uint,
+        path_mig_state: IBV_MIG_MIGRATED,
+        qkey: a.qkey,
+        rq_psn: a.rq_psn,
+        sq_psn: a.sq_psn,
+        dest_qp_num: a.dest_qp_num,
+        qp_access_flags: a.qp_access_flags.bits(),
+        cap,
+        ah_attr: ibv_ah_attr {
+            grh: ibv_global_route {
+                dgid: a.ah_attr.dgid.0,
+                flow_label: a.ah_attr.flow_label,
+                sgid_index: a.ah_attr.sgid_index,
+                hop_limit: a.ah_attr.hop_limit,
+                traffic_class: a.ah_attr.traffic_class,
+            },
+            dlid: 0,
+            sl: a.ah_attr.sl,
+            src_path_bits: 0,
+            static_rate: 0,
+            is_global: 1,
+            port_num: PORT,
+        },
+        alt_ah_attr: ibv_ah_attr::default(),
+        pkey_index: a.pkey_index,
+        alt_pkey_index: 0,
+        en_sqd_async_notify: a.en_sqd_async_notify as u8,
+        sq_draining: a.sq_draining as u8,
+        max_rd_atomic: a.max_rd_atomic,
+        max_dest_rd_atomic: a.max_dest_rd_atomic,
+        min_rnr_timer: a.min_rnr_timer,
+        port_num: PORT,
+        timeout: a.timeout,
+        retry_cnt: a.retry_cnt,
+        rnr_retry: a.rnr_retry,
+        alt_port_num: 0,
+        alt_timeout: 0,
+        rate_limit: 0,
+    };
+    let c = q.c();
+    // SAFETY: the caller passes writable, non-null structs (checked above); the QP's C struct
+    // is live (referenced) and read field by field through the raw pointer.
+    unsafe {
+        attr.write(out);
+        let ia = &mut *init;
+        ia.qp_context = ptr::addr_of!((*c).qp_context).read();
+        ia.send_cq = ptr::addr_of!((*c).send_cq).read();
+        ia.recv_cq = ptr::addr_of!((*c).recv_cq).read();
+        ia.srq = ptr::addr_of!((*c).srq).read();
+        ia.cap = cap;
+        ia.qp_type = ptr::addr_of!((*c).qp_type).read();
+        ia.sq_sig_all = q.sq_sig_all;
+    }
+    0
+}
+
+/// `ibv_qp_to_qp_ex`: NULL, as for any QP not created with `ibv_create_qp_ex`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_qp_to_qp_ex(_qp: *mut ibv_qp) -> *mut c_void {
+    null_mut()
+}

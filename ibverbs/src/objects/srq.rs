@@ -1,0 +1,179 @@
+//! Shared receive queues.
+
+use std::sync::Arc;
+
+use libc::{c_int, c_void, EINVAL};
+use softroce::ib::{RecvWr, Sge, SrqAttr, SrqAttrMask};
+use softroce::verbs::SharedReceiveQueue;
+
+use super::common::{cond_init, errno_of, fail, fail_null, mutex_init};
+use super::handle::{self, Obj, Object};
+use super::pd::{pd_of, Pd};
+use super::post::{sges, MAX_SGE};
+use crate::ffi::*;
+
+/// A shared receive queue. Its QPs hold it (so `ibv_destroy_srq` is EBUSY while they live); it
+/// holds its PD.
+pub(super) struct Srq {
+    pub(super) srq: SharedReceiveQueue,
+    _pd: Arc<Obj<Pd>>,
+}
+
+impl Object for Srq {
+    type C = ibv_srq;
+    type Handle = ibv_srq;
+}
+
+/// The live SRQ behind `p`, referenced (see [`handle::get`]).
+pub(super) fn srq_of(p: *mut ibv_srq) -> Option<Arc<Obj<Srq>>> {
+    handle::get::<Srq>(p)
+}
+
+/// `ibv_create_srq`: NULL and errno on failure (EINVAL for sizes beyond the device's).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_srq(
+    pd: *mut ibv_pd,
+    init: *mut ibv_srq_init_attr,
+) -> *mut ibv_srq {
+    let Some(pdr) = pd_of(pd) else {
+        return fail_null(EINVAL);
+    };
+    if init.is_null() {
+        return fail_null(EINVAL);
+    }
+    // SAFETY: non-null, and the caller passes a readable ibv_srq_init_attr (read only).
+    let ia = unsafe { &*init };
+    let attr = SrqAttr {
+        max_wr: ia.attr.max_wr,
+        max_sge: ia.attr.max_sge,
+        srq_limit: ia.attr.srq_limit,
+    };
+    let srq = match pdr.pd.create_srq(&attr) {
+        Ok(x) => x,
+        Err(e) => return fail_null(errno_of(&e)),
+    };
+    let obj = Obj::new(
+        ibv_srq {
+            context: pdr.context(),
+            srq_context: ia.srq_context,
+            pd,
+            handle: 0,
+            mutex: mutex_init(),
+            cond: cond_init(),
+            events_completed: 0,
+        },
+        Srq { srq, _pd: pdr },
+    );
+    handle::publish(&obj)
+}
+
+/// `ibv_modify_srq`: `IBV_SRQ_MAX_WR` (1) and/or `IBV_SRQ_LIMIT` (2); 0 or an errno value.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_modify_srq(
+    p: *mut ibv_srq,
+    attr: *mut ibv_srq_attr,
+    mask: c_int,
+) -> c_int {
+    let Some(x) = srq_of(p) else {
+        return fail(EINVAL);
+    };
+    if attr.is_null() || mask & !(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT) != 0 {
+        return fail(EINVAL);
+    }
+    // SAFETY: the caller passes a readable ibv_srq_attr.
+    let a = unsafe { *attr };
+    let mut m = SrqAttrMask(0);
+    if mask & IBV_SRQ_MAX_WR != 0 {
+        m = SrqAttrMask(m.0 | SrqAttrMask::MAX_WR.0);
+    }
+    if mask & IBV_SRQ_LIMIT != 0 {
+        m = SrqAttrMask(m.0 | SrqAttrMask::LIMIT.0);
+    }
+    let attr = SrqAttr {
+        max_wr: a.max_wr,
+        max_sge: a.max_sge,
+        srq_limit: a.srq_limit,
+    };
+    match x.srq.modify(&attr, m) {
+        Ok(()) => 0,
+        Err(e) => fail(errno_of(&e)),
+    }
+}
+
+/// `ibv_query_srq`: 0 or an errno value.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_srq(p: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
+    let Some(x) = srq_of(p) else {
+        return fail(EINVAL);
+    };
+    if attr.is_null() {
+        return fail(EINVAL);
+    }
+    let a = x.srq.query();
+    // SAFETY: the caller passes a writable ibv_srq_attr.
+    unsafe {
+        attr.write(ibv_srq_attr {
+            max_wr: a.max_wr,
+            max_sge: a.max_sge,
+            srq_limit: a.srq_limit,
+        })
+    };
+    0
+}
+
+/// `ibv_destroy_srq`: 0 or an errno value (EBUSY while QPs use it, or a call on another
+/// thread does).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_srq(p: *mut ibv_srq) -> c_int {
+    match handle::remove::<Srq>(p) {
+        Ok(x) => {
+            drop(x);
+            0
+        }
+        Err(e) => fail(e),
+    }
+}
+
+/// The `post_srq_recv` op: 0, or an errno value with `*bad_wr` the first WR not posted.
+pub(super) unsafe extern "C" fn op_post_srq_recv(
+    p: *mut c_void,
+    mut wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    if p.is_null() {
+        if !bad_wr.is_null() {
+            // SAFETY: the caller passes a writable pointer.
+            unsafe { *bad_wr = wr };
+        }
+        return fail(EINVAL);
+    }
+    // SAFETY: the data path trusts its handle as rdma-core's providers do (handle module): `p`
+    // is an SRQ the application has not destroyed, alive for this call.
+    let x = unsafe { Obj::<Srq>::trusted(p as *mut ibv_srq) };
+    let mut buf = [Sge::default(); MAX_SGE];
+    while !wr.is_null() {
+        // SAFETY: the caller's list is a valid linked list of WRs, which C does not change
+        // during the call (the verbs contract).
+        let w = unsafe { &*wr };
+        let res = (|| {
+            // SAFETY: the WR's sg_list holds num_sge SGEs (the verbs contract).
+            let sg_list = unsafe { sges(w.sg_list, w.num_sge, &mut buf)? };
+            let one = RecvWr {
+                wr_id: w.wr_id,
+                sg_list,
+            };
+            x.srq
+                .post_recv(std::slice::from_ref(&one))
+                .map_err(|e| errno_of(&e.error))
+        })();
+        if let Err(e) = res {
+            if !bad_wr.is_null() {
+                // SAFETY: the caller passes a writable pointer.
+                unsafe { *bad_wr = wr };
+            }
+            return fail(e);
+        }
+        wr = w.next;
+    }
+    0
+}
