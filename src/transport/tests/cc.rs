@@ -195,3 +195,192 @@ fn without_dcqcn_the_queue_fills_and_packets_drop() {
     assert!(o.drops > 1000, "drops {}", o.drops);
     assert!(o.max_queue + PKT > BUFFER, "queue {}", o.max_queue);
 }
+
+mod endpoint {
+    use std::net::SocketAddr;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::super::{post_send, Pair, IOVA};
+    use crate::ib::{Mtu, WrOpcode};
+    use crate::transport::cc::{CcConfig, ECN_CE, ECN_ECT0};
+    use crate::transport::{DatagramEvent, Endpoint, IpFields, OneQp, MAX_PACKET};
+    use crate::wire::{Opcode, PacketRepr};
+
+    fn endpoint(addr: SocketAddr, c: &Arc<crate::transport::Counters>, on: bool) -> Endpoint {
+        let mut e = Endpoint::new(addr, 4791, Arc::clone(c));
+        if on {
+            e.set_congestion_control(CcConfig::on());
+        }
+        e
+    }
+
+    /// The notification point answers a CE-marked packet with one CNP to the sender's QP (BTH
+    /// 0x81, BECN, 16 reserved bytes, ECT(0)), at most one per interval; the reaction point
+    /// takes the CNP, cuts the QP's rate and paces its packets, which leave ECN-capable.
+    #[test]
+    fn ce_mark_cnp_and_pacing_through_the_endpoints() {
+        let mut p = Pair::new(Mtu::Mtu1024);
+        let rkey = p.b.mr.rkey;
+        let ea = endpoint(p.a.addr, &p.a.qp.counters, true);
+        let eb = endpoint(p.b.addr, &p.b.qp.counters, true);
+        post_send(
+            &mut p,
+            1,
+            WrOpcode::RdmaWrite {
+                remote_addr: IOVA,
+                rkey,
+            },
+            0,
+            64 * 1024,
+        );
+        let mut buf = vec![0u8; MAX_PACKET];
+        let now = Duration::from_millis(1);
+        let t = ea.poll_transmit(now, &mut p.a.qp, &mut buf).unwrap();
+        assert_eq!(t.traffic_class & 0b11, ECN_ECT0, "data leaves ECT(0)");
+        let data = buf[..t.len].to_vec();
+        let src = SocketAddr::new(p.a.addr.ip(), t.src_port);
+        let ce = IpFields {
+            hop_limit: 64,
+            traffic_class: t.traffic_class | ECN_CE,
+        };
+        let deliver = |p: &mut Pair, at: Duration, bytes: &[u8]| {
+            let mut qps = OneQp {
+                qp: &mut p.b.qp,
+                mrs: &p.b.mrs,
+            };
+            assert!(matches!(
+                eb.handle(at, src, p.b.addr, ce, bytes, &mut qps),
+                Some(DatagramEvent::Qp(_))
+            ));
+        };
+        deliver(&mut p, now, &data);
+        let c = Arc::clone(&p.b.qp.counters);
+        assert_eq!(c.np_ecn_marked_roce_packets.load(Ordering::Relaxed), 1);
+        // B's first packet is the CNP (ahead of its ACK).
+        let t = eb.poll_transmit(now, &mut p.b.qp, &mut buf).unwrap();
+        let cnp = PacketRepr::parse(&buf[..t.len]).unwrap();
+        assert_eq!(cnp.bth.opcode, Opcode::CNP);
+        assert_eq!(cnp.bth.dest_qp, p.a.qp.qpn());
+        assert!(cnp.bth.becn);
+        assert_eq!(t.len, 12 + 16 + 4, "BTH, 16 reserved bytes, ICRC");
+        assert_eq!(t.traffic_class & 0b11, ECN_ECT0);
+        assert_eq!(c.np_cnp_sent.load(Ordering::Relaxed), 1);
+        let cnp_bytes = buf[..t.len].to_vec();
+        let cnp_src = SocketAddr::new(p.b.addr.ip(), t.src_port);
+        // A second marked packet within min_time_between_cnps: counted, not answered.
+        deliver(&mut p, now + Duration::from_micros(10), &data);
+        let c = Arc::clone(&p.b.qp.counters);
+        assert_eq!(c.np_ecn_marked_roce_packets.load(Ordering::Relaxed), 2);
+        while let Some(t) = eb.poll_transmit(now, &mut p.b.qp, &mut buf) {
+            assert_ne!(
+                PacketRepr::parse(&buf[..t.len]).unwrap().bth.opcode,
+                Opcode::CNP
+            );
+        }
+        assert_eq!(c.np_cnp_sent.load(Ordering::Relaxed), 1);
+
+        // The CNP at A: the reaction point cuts the rate and paces.
+        let mut qps = OneQp {
+            qp: &mut p.a.qp,
+            mrs: &p.a.mrs,
+        };
+        let ev = ea.handle(
+            now,
+            cnp_src,
+            p.a.addr,
+            IpFields::default(),
+            &cnp_bytes,
+            &mut qps,
+        );
+        assert!(matches!(ev, Some(DatagramEvent::Qp(_))));
+        let c = Arc::clone(&p.a.qp.counters);
+        assert_eq!(c.rp_cnp_handled.load(Ordering::Relaxed), 1);
+        assert_eq!(c.wrong_transport_pkts.load(Ordering::Relaxed), 0);
+        let rate = p.a.qp.cc_rate_mbps().expect("limited after a CNP");
+        assert!(rate < CcConfig::on().rp.max_rate_mbps);
+        let t1 = ea.poll_transmit(now, &mut p.a.qp, &mut buf).unwrap();
+        assert!(
+            ea.poll_transmit(now, &mut p.a.qp, &mut buf).is_none(),
+            "the next packet waits for the transmit budget"
+        );
+        let gap = Duration::from_secs_f64(t1.len as f64 * 8.0 / (rate * 1e6));
+        let due = p.a.qp.poll_timeout().expect("the pacing deadline");
+        assert!(due <= now + gap && due > now, "{due:?} vs {:?}", now + gap);
+        p.a.qp.handle_timeout(due);
+        assert!(ea.poll_transmit(due, &mut p.a.qp, &mut buf).is_some());
+    }
+
+    /// With congestion control off (the default) packets keep the address vector's traffic
+    /// class, CE marks are counted but not answered and a CNP is counted and ignored.
+    #[test]
+    fn off_means_rxe_behaviour() {
+        let mut p = Pair::new(Mtu::Mtu1024);
+        let rkey = p.b.mr.rkey;
+        let ea = endpoint(p.a.addr, &p.a.qp.counters, false);
+        let eb = endpoint(p.b.addr, &p.b.qp.counters, false);
+        post_send(
+            &mut p,
+            1,
+            WrOpcode::RdmaWrite {
+                remote_addr: IOVA,
+                rkey,
+            },
+            0,
+            8192,
+        );
+        let mut buf = vec![0u8; MAX_PACKET];
+        let now = Duration::from_millis(1);
+        let t = ea.poll_transmit(now, &mut p.a.qp, &mut buf).unwrap();
+        assert_eq!(t.traffic_class, 0, "the AV's traffic class, untouched");
+        let src = SocketAddr::new(p.a.addr.ip(), t.src_port);
+        let ce = IpFields {
+            hop_limit: 64,
+            traffic_class: ECN_CE,
+        };
+        let data = buf[..t.len].to_vec();
+        let mut qps = OneQp {
+            qp: &mut p.b.qp,
+            mrs: &p.b.mrs,
+        };
+        eb.handle(now, src, p.b.addr, ce, &data, &mut qps).unwrap();
+        let c = Arc::clone(&p.b.qp.counters);
+        assert_eq!(c.np_ecn_marked_roce_packets.load(Ordering::Relaxed), 1);
+        while let Some(t) = eb.poll_transmit(now, &mut p.b.qp, &mut buf) {
+            assert_ne!(
+                PacketRepr::parse(&buf[..t.len]).unwrap().bth.opcode,
+                Opcode::CNP
+            );
+        }
+        assert_eq!(c.np_cnp_sent.load(Ordering::Relaxed), 0);
+        // A CNP from B (built by an endpoint with CC on) reaches A's endpoint with CC off.
+        let eb_on = endpoint(p.b.addr, &p.b.qp.counters, true);
+        let mut qps = OneQp {
+            qp: &mut p.b.qp,
+            mrs: &p.b.mrs,
+        };
+        eb_on.handle(now, src, p.b.addr, ce, &data, &mut qps);
+        let t = eb_on.poll_transmit(now, &mut p.b.qp, &mut buf).unwrap();
+        assert_eq!(
+            PacketRepr::parse(&buf[..t.len]).unwrap().bth.opcode,
+            Opcode::CNP
+        );
+        let cnp = buf[..t.len].to_vec();
+        let mut qps = OneQp {
+            qp: &mut p.a.qp,
+            mrs: &p.a.mrs,
+        };
+        let from = SocketAddr::new(p.b.addr.ip(), t.src_port);
+        ea.handle(now, from, p.a.addr, IpFields::default(), &cnp, &mut qps)
+            .unwrap();
+        let c = Arc::clone(&p.a.qp.counters);
+        assert_eq!(c.rp_cnp_ignored.load(Ordering::Relaxed), 1);
+        assert_eq!(c.rp_cnp_handled.load(Ordering::Relaxed), 0);
+        assert!(p.a.qp.cc_rate_mbps().is_none());
+        assert!(
+            ea.poll_transmit(now, &mut p.a.qp, &mut buf).is_some(),
+            "unpaced"
+        );
+    }
+}
