@@ -9,6 +9,7 @@ pub mod plot;
 pub mod qp_setup;
 pub mod rping;
 pub mod run;
+pub mod stat;
 
 use std::fmt;
 use std::io;
@@ -41,6 +42,9 @@ pub enum Command {
     /// Run an unmodified verbs program (ibv_rc_pingpong, perftest, your own) on softroce
     /// through the libibverbs shim.
     Run(run::RunArgs),
+    /// Live counters of running softroce processes (as `rdma statistic`), without stopping
+    /// them.
+    Stat(stat::StatArgs),
 }
 
 /// Why a subcommand failed.
@@ -128,5 +132,6 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
         Command::Plot(args) => plot::run(&args),
+        Command::Stat(args) => stat::run(&args),
     }
 }

@@ -10,6 +10,7 @@ pub(crate) mod engine;
 pub(crate) mod gsi;
 pub mod impair;
 pub mod link;
+pub mod stats;
 mod timer;
 pub mod udp;
 
@@ -94,6 +95,7 @@ pub(crate) fn open(cfg: &DeviceConfig) -> Result<(Arc<Device>, JoinHandle<()>)> 
     let local = udp.local_addr();
     let remote_port = cfg.remote_port.unwrap_or(local.port());
     let dev = Arc::new(Device::new(local, remote_port, waker, cfg.busy_poll));
+    stats::register(&dev);
     let mut link: Box<dyn Link + Send> = Box::new(udp);
     if let Some(imp) = cfg.impairment {
         link = Box::new(ImpairLink::new(link, imp, Arc::clone(&dev.counters)));

@@ -55,6 +55,10 @@ counters! {
     completer_retry_err,
     /// Packets the socket refused to send.
     send_err,
+    /// Times the port went down (rxe's `link_downed`, counted on a netdev going down). A
+    /// softroce device's link is a UDP socket with no carrier to lose, so this stays 0; it is
+    /// here so that tools reading rxe's counter set find every name.
+    link_downed,
     /// SEND messages sent.
     rdma_sends,
     /// SEND messages received.
