@@ -384,3 +384,250 @@ mod endpoint {
         );
     }
 }
+
+/// The same bottleneck with real RC QPs end to end: every packet is emitted, sealed and
+/// parsed by the endpoints, the switch sets CE in the IP fields the receiver's endpoint is
+/// handed, the receiving QPs' notification points send CNPs, the senders' endpoints take them
+/// and pace their QPs. The senders write without pause (their send queues kept full).
+mod qps {
+    use std::collections::VecDeque;
+    use std::net::SocketAddr;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::super::{connect_qp, sge, side, Side, IOVA};
+    use crate::ib::{Mtu, SendFlags, SendWr, WcStatus, WrOpcode};
+    use crate::transport::cc::{CcConfig, ECN_CE, ECN_MASK};
+    use crate::transport::{CqSide, Endpoint, IpFields, OneQp, MAX_PACKET};
+
+    const LINE_MBPS: f64 = 10_000.0;
+    const PROP: Duration = Duration::from_micros(2);
+    const KMIN: usize = 5 * 1024;
+    const KMAX: usize = 100 * 1024;
+    const PMAX: f64 = 0.01;
+    const BUFFER: usize = 150 * 1024;
+    const STEP: Duration = Duration::from_nanos(200);
+
+    struct Flight {
+        at: Duration,
+        flow: usize,
+        bytes: Vec<u8>,
+        src_port: u16,
+        tclass: u8,
+    }
+
+    struct Outcome {
+        delivered: Vec<u64>,
+        drops: u64,
+        max_queue: usize,
+        cnps_sent: u64,
+        cnps_handled: u64,
+        failed_wcs: usize,
+    }
+
+    fn tx(bytes: usize) -> Duration {
+        Duration::from_secs_f64(bytes as f64 * 8.0 / (LINE_MBPS * 1e6))
+    }
+
+    /// Drops, queue and deliveries count from `from` on: before the first CNPs arrive, the
+    /// senders' first windows (128 packets each, at the line rate) overflow the buffer with
+    /// or without congestion control (a real fabric's PFC absorbs that burst).
+    fn run(n: usize, cc: bool, from: Duration, end: Duration) -> Outcome {
+        let cfg = if cc {
+            CcConfig::on()
+        } else {
+            CcConfig::default()
+        };
+        let mut snd: Vec<Side> = (0..n)
+            .map(|i| side(0x20 + i as u32, &format!("192.0.2.{}", 10 + i)))
+            .collect();
+        let mut rcv: Vec<Side> = (0..n)
+            .map(|i| side(0x40 + i as u32, &format!("192.0.2.{}", 100 + i)))
+            .collect();
+        for i in 0..n {
+            connect_qp(&mut snd[i], &rcv[i], Mtu::Mtu1024, 14, 7, 7);
+            connect_qp(&mut rcv[i], &snd[i], Mtu::Mtu1024, 14, 7, 7);
+        }
+        let ep = |s: &Side| {
+            let mut e = Endpoint::new(s.addr, 4791, Arc::clone(&s.qp.counters));
+            e.set_congestion_control(cfg);
+            e
+        };
+        let snd_ep: Vec<Endpoint> = snd.iter().map(ep).collect();
+        let rcv_ep: Vec<Endpoint> = rcv.iter().map(ep).collect();
+        let mut nic_free = vec![Duration::ZERO; n];
+        let mut to_switch: VecDeque<Flight> = VecDeque::new();
+        let mut queue: VecDeque<Flight> = VecDeque::new();
+        let mut queued = 0usize;
+        let mut link_free = Duration::ZERO;
+        let mut back: VecDeque<Flight> = VecDeque::new();
+        let mut rng: u64 = 0x0123_4567_89AB_CDEF;
+        let mut out = Outcome {
+            delivered: vec![0; n],
+            drops: 0,
+            max_queue: 0,
+            cnps_sent: 0,
+            cnps_handled: 0,
+            failed_wcs: 0,
+        };
+        let mut buf = vec![0u8; MAX_PACKET];
+        let mut wr_id = 0u64;
+        let mut now = Duration::ZERO;
+        while now < end {
+            for i in 0..n {
+                // Keep the send queue full of 64 KiB WRITEs.
+                while snd[i].qp.send_queue_len() < 8 {
+                    wr_id += 1;
+                    let sg = [sge(&snd[i], 0, 64 * 1024)];
+                    let wr = SendWr {
+                        wr_id,
+                        sg_list: &sg,
+                        opcode: WrOpcode::RdmaWrite {
+                            remote_addr: IOVA,
+                            rkey: rcv[i].mr.rkey,
+                        },
+                        send_flags: SendFlags::SIGNALED,
+                    };
+                    let s = &mut snd[i];
+                    s.qp.post_send(&wr, &s.mrs).unwrap();
+                }
+                for s in [&mut snd[i], &mut rcv[i]] {
+                    if s.qp.poll_timeout().is_some_and(|t| t <= now) {
+                        s.qp.handle_timeout(now);
+                    }
+                    while let Some((side, wc)) = s.qp.poll_completion() {
+                        if wc.status != WcStatus::Success {
+                            out.failed_wcs += 1;
+                        }
+                        let _ = side == CqSide::Send;
+                    }
+                }
+                // The sender's NIC: one packet at a time at the line rate.
+                if now >= nic_free[i] {
+                    if let Some(t) = snd_ep[i].poll_transmit(now, &mut snd[i].qp, &mut buf) {
+                        nic_free[i] = now + tx(t.len);
+                        to_switch.push_back(Flight {
+                            at: now + PROP,
+                            flow: i,
+                            bytes: buf[..t.len].to_vec(),
+                            src_port: t.src_port,
+                            tclass: t.traffic_class,
+                        });
+                    }
+                }
+                // The receiver answers (ACKs, CNPs) on an uncongested path.
+                while let Some(t) = rcv_ep[i].poll_transmit(now, &mut rcv[i].qp, &mut buf) {
+                    back.push_back(Flight {
+                        at: now + PROP * 2,
+                        flow: i,
+                        bytes: buf[..t.len].to_vec(),
+                        src_port: t.src_port,
+                        tclass: t.traffic_class,
+                    });
+                }
+            }
+            // Switch ingress: RED marking of ECN-capable packets, tail drop.
+            while to_switch.front().is_some_and(|f| f.at <= now) {
+                let mut f = to_switch.pop_front().unwrap();
+                if queued + f.bytes.len() > BUFFER {
+                    if now >= from {
+                        out.drops += 1;
+                    }
+                    continue;
+                }
+                let p = if queued <= KMIN {
+                    0.0
+                } else if queued >= KMAX {
+                    1.0
+                } else {
+                    PMAX * (queued - KMIN) as f64 / (KMAX - KMIN) as f64
+                };
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                let hit = p > 0.0 && (rng >> 11) as f64 / (1u64 << 53) as f64 <= p;
+                if hit && f.tclass & ECN_MASK != 0 {
+                    f.tclass |= ECN_CE;
+                }
+                queued += f.bytes.len();
+                if now >= from {
+                    out.max_queue = out.max_queue.max(queued);
+                }
+                queue.push_back(f);
+            }
+            // Switch egress to the receivers.
+            while now >= link_free && !queue.is_empty() {
+                let f = queue.pop_front().unwrap();
+                queued -= f.bytes.len();
+                link_free = now.max(link_free) + tx(f.bytes.len());
+                if now >= from {
+                    out.delivered[f.flow] += f.bytes.len() as u64;
+                }
+                let r = &mut rcv[f.flow];
+                let src = SocketAddr::new(snd[f.flow].addr.ip(), f.src_port);
+                let ip = IpFields {
+                    hop_limit: 64,
+                    traffic_class: f.tclass,
+                };
+                let mut set = OneQp {
+                    qp: &mut r.qp,
+                    mrs: &r.mrs,
+                };
+                rcv_ep[f.flow].handle(now, src, r.addr, ip, &f.bytes, &mut set);
+            }
+            // The reverse path.
+            while back.front().is_some_and(|f| f.at <= now) {
+                let f = back.pop_front().unwrap();
+                let s = &mut snd[f.flow];
+                let src = SocketAddr::new(rcv[f.flow].addr.ip(), f.src_port);
+                let mut set = OneQp {
+                    qp: &mut s.qp,
+                    mrs: &s.mrs,
+                };
+                snd_ep[f.flow].handle(now, src, s.addr, IpFields::default(), &f.bytes, &mut set);
+            }
+            now += STEP;
+        }
+        for i in 0..n {
+            out.cnps_sent += rcv[i].qp.counters.np_cnp_sent.load(Ordering::Relaxed);
+            out.cnps_handled += snd[i].qp.counters.rp_cnp_handled.load(Ordering::Relaxed);
+        }
+        out
+    }
+
+    /// With congestion control on, the receivers' CNPs pace the senders: after the first
+    /// burst the queue stays under the buffer, nothing is dropped, the link stays busy and
+    /// the share is fair. Without it the same senders keep overflowing the buffer.
+    #[test]
+    fn rc_qps_paced_by_cnps_keep_the_queue_bounded() {
+        let (from, end) = (Duration::from_millis(5), Duration::from_millis(25));
+        let on = run(3, true, from, end);
+        let total: u64 = on.delivered.iter().sum();
+        let capacity = LINE_MBPS * 1e6 / 8.0 * (end - from).as_secs_f64();
+        eprintln!(
+            "cc on: delivered {:?} ({:.2} of the link) max queue {} drops {} cnps {}/{}",
+            on.delivered,
+            total as f64 / capacity,
+            on.max_queue,
+            on.drops,
+            on.cnps_sent,
+            on.cnps_handled
+        );
+        assert!(on.cnps_sent > 0 && on.cnps_handled == on.cnps_sent);
+        assert_eq!(on.drops, 0, "max queue {}", on.max_queue);
+        assert!(on.max_queue < BUFFER);
+        assert!(total as f64 > 0.6 * capacity);
+        assert!(super::jain(&on.delivered) >= 0.95, "{:?}", on.delivered);
+        assert_eq!(on.failed_wcs, 0);
+
+        let off = run(3, false, from, end);
+        eprintln!(
+            "cc off: delivered {:?} max queue {} drops {} cnps {}",
+            off.delivered, off.max_queue, off.drops, off.cnps_sent
+        );
+        assert_eq!(off.cnps_sent, 0);
+        assert!(off.drops > 0, "without CC the buffer overflows");
+        assert!(super::jain(&off.delivered) < super::jain(&on.delivered));
+    }
+}
