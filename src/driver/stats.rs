@@ -168,20 +168,30 @@ impl std::fmt::Display for StatError {
 
 impl std::error::Error for StatError {}
 
-/// The PIDs of the processes with a stat socket whose process still exists (stale sockets of
-/// processes gone are skipped).
+/// The PIDs of the processes with a stat socket whose process still exists. The socket of a
+/// process that is gone (it cannot remove its own when it exits) is removed here: the
+/// directory is this user's alone.
 pub fn list() -> Vec<u32> {
-    let Ok(rd) = std::fs::read_dir(stat_dir()) else {
+    let dir = stat_dir();
+    let Ok(rd) = std::fs::read_dir(&dir) else {
         return Vec::new();
     };
-    let mut pids: Vec<u32> = rd
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            name.strip_suffix(".sock")?.parse().ok()
-        })
-        .filter(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
-        .collect();
+    let mut pids = Vec::new();
+    for e in rd.filter_map(|e| e.ok()) {
+        let Some(pid) = e
+            .file_name()
+            .to_str()
+            .and_then(|n| n.strip_suffix(".sock"))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            pids.push(pid);
+        } else {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
     pids.sort_unstable();
     pids
 }
