@@ -194,6 +194,7 @@ impl DeviceArgs {
             remote_port: None,
             busy_poll: self.busy_poll,
             gso: !self.no_gso,
+            cc: Default::default(),
         };
         Context::open(&cfg).map_err(CliError::Verbs)
     }

@@ -10,6 +10,7 @@ pub mod qp_setup;
 pub mod rping;
 pub mod run;
 pub mod run_ns;
+pub mod stat;
 
 use std::fmt;
 use std::io;
@@ -43,6 +44,9 @@ pub enum Command {
     /// Run an unmodified verbs program (ibv_rc_pingpong, perftest, your own) on softroce
     /// through the libibverbs shim.
     Run(run::RunArgs),
+    /// Live counters of running softroce processes (as `rdma statistic`), without stopping
+    /// them.
+    Stat(stat::StatArgs),
 }
 
 /// Why a subcommand failed.
@@ -219,6 +223,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
         Command::Plot(args) => plot::run(&args),
+        Command::Stat(args) => stat::run(&args),
     }
 }
 

@@ -249,6 +249,11 @@ impl Engine {
         })
     }
 
+    /// Sets the device's congestion control (the endpoint applies it to every QP).
+    pub(crate) fn set_congestion_control(&mut self, cc: crate::transport::cc::CcConfig) {
+        self.endpoint.set_congestion_control(cc);
+    }
+
     fn now(&self) -> Duration {
         self.origin.elapsed()
     }

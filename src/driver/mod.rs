@@ -10,9 +10,11 @@ pub(crate) mod engine;
 pub(crate) mod gsi;
 pub mod impair;
 pub mod link;
+pub mod stats;
 mod timer;
 pub mod udp;
 
+use crate::transport::cc::CcConfig;
 use std::fs::File;
 use std::io::BufWriter;
 use std::net::SocketAddr;
@@ -51,6 +53,10 @@ pub struct DeviceConfig {
     /// default); `false` sends each packet as its own datagram (for comparison, or for a
     /// path whose segmentation does not number IPv4 identifications from 0 as Linux does).
     pub gso: bool,
+    /// Congestion control (spec-notes/congestion.md): ECT(0) on every packet, CNPs for CE
+    /// marks, DCQCN pacing. Off by default (`CcConfig::default()`: `enabled: false`), as kernel
+    /// rxe, which neither sends nor reacts to CNPs; `CcConfig::on()` for the defaults.
+    pub cc: CcConfig,
 }
 
 impl DeviceConfig {
@@ -63,6 +69,7 @@ impl DeviceConfig {
             remote_port: None,
             busy_poll: false,
             gso: true,
+            cc: CcConfig::default(),
         }
     }
 }
@@ -88,6 +95,7 @@ pub(crate) fn open(cfg: &DeviceConfig) -> Result<(Arc<Device>, JoinHandle<()>)> 
     let local = udp.local_addr();
     let remote_port = cfg.remote_port.unwrap_or(local.port());
     let dev = Arc::new(Device::new(local, remote_port, waker, cfg.busy_poll));
+    stats::register(&dev);
     let mut link: Box<dyn Link + Send> = Box::new(udp);
     if let Some(imp) = cfg.impairment {
         link = Box::new(ImpairLink::new(link, imp, Arc::clone(&dev.counters)));
@@ -98,7 +106,8 @@ pub(crate) fn open(cfg: &DeviceConfig) -> Result<(Arc<Device>, JoinHandle<()>)> 
         link = Box::new(capture::CaptureLink::new(link, BufWriter::new(f))?);
     }
     link.register(poll.registry(), engine::SOCKET)?;
-    let engine = engine::Engine::new(Arc::clone(&dev), poll, link)?;
+    let mut engine = engine::Engine::new(Arc::clone(&dev), poll, link)?;
+    engine.set_congestion_control(cfg.cc);
     let name = format!("softroce-{local}");
     let handle = if cfg.busy_poll {
         *dev.engine.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(engine));

@@ -55,6 +55,10 @@ counters! {
     completer_retry_err,
     /// Packets the socket refused to send.
     send_err,
+    /// Times the port went down (rxe's `link_downed`, counted on a netdev going down). A
+    /// softroce device's link is a UDP socket with no carrier to lose, so this stays 0; it is
+    /// here so that tools reading rxe's counter set find every name.
+    link_downed,
     /// SEND messages sent.
     rdma_sends,
     /// SEND messages received.
@@ -104,6 +108,16 @@ counters! {
     rcvd_nak,
     /// Retransmission timer expiries.
     timeouts,
+    /// Notification point: CNPs sent (mlx5 `np_cnp_sent`).
+    np_cnp_sent,
+    /// Notification point: packets of a connected QP received with ECN CE in their IP header
+    /// (mlx5 `np_ecn_marked_roce_packets`), counted whether congestion control is on or not.
+    np_ecn_marked_roce_packets,
+    /// Reaction point: CNPs received and acted on (mlx5 `rp_cnp_handled`).
+    rp_cnp_handled,
+    /// Reaction point: CNPs received and ignored: congestion control off, or a UD QP (mlx5
+    /// `rp_cnp_ignored`).
+    rp_cnp_ignored,
     /// Packets the impairment layer dropped (or could not hold).
     injected_drop,
     /// Packets the impairment layer duplicated.

@@ -20,6 +20,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::cc::{self, CcConfig};
 use super::counters::Counters;
 use super::mr::MrTable;
 use super::qp::{rxe_hash_port, NetHeader, QpCore, Transmit};
@@ -82,6 +83,8 @@ pub struct Endpoint {
     counters: Arc<Counters>,
     /// The PSN of QP1's next SEND (UD PSNs only count; nobody checks them).
     gsi_psn: u32,
+    /// Congestion control (off unless [`Endpoint::set_congestion_control`] turned it on).
+    cc: CcConfig,
 }
 
 impl Endpoint {
@@ -93,7 +96,20 @@ impl Endpoint {
             remote_port,
             counters,
             gsi_psn: 0,
+            cc: CcConfig::default(),
         }
+    }
+
+    /// Sets the device's congestion control (spec-notes/congestion.md): with it on, every
+    /// packet leaves ECN-capable (ECT(0)), CE-marked packets of connected QPs are answered
+    /// with CNPs and CNPs received pace the QP they name.
+    pub fn set_congestion_control(&mut self, cc: CcConfig) {
+        self.cc = cc;
+    }
+
+    /// The congestion control configuration.
+    pub fn congestion_control(&self) -> &CcConfig {
+        &self.cc
     }
 
     /// The UDP source port of QP1's packets, as rxe derives it from the QPN (0xD872).
@@ -102,13 +118,30 @@ impl Endpoint {
     }
 
     /// Writes the QP's next packet into `buf` (at least [`super::MAX_PACKET`] bytes), sealed.
+    /// With congestion control on: a CNP the QP owes goes first and unpaced, other packets
+    /// wait for the QP's transmit budget (the wait is a deadline of `QpCore::poll_timeout`)
+    /// and leave ECN-capable.
     pub fn poll_transmit(
         &self,
         now: Duration,
         qp: &mut QpCore,
         buf: &mut [u8],
     ) -> Option<Transmit> {
-        let t = qp.poll_transmit(now, buf)?;
+        if !self.cc.enabled {
+            let t = qp.poll_transmit(now, buf)?;
+            self.seal(&t, buf);
+            return Some(t);
+        }
+        if let Some(t) = qp.poll_cnp(buf) {
+            self.seal(&t, buf);
+            return Some(t);
+        }
+        if !qp.cc_may_send(now) {
+            return None;
+        }
+        let mut t = qp.poll_transmit(now, buf)?;
+        t.traffic_class = cc::with_ect0(t.traffic_class);
+        qp.cc_on_sent(now, t.len);
         self.seal(&t, buf);
         Some(t)
     }
@@ -145,13 +178,14 @@ impl Endpoint {
         self.gsi_psn = (self.gsi_psn + 1) & 0xff_ffff;
         let len = pkt.emit(buf).ok()?;
         // MADs leave with the socket's TTL (64) and TOS 0, as the CM's path record for a
-        // RoCE route gives them (cma.c: the route's hop limit, traffic class 0 without -t).
+        // RoCE route gives them (cma.c: the route's hop limit, traffic class 0 without -t);
+        // ECT(0) with congestion control on, as every packet then.
         let t = Transmit {
             len,
             dst: to,
             src_port,
             hop_limit: 0,
-            traffic_class: 0,
+            traffic_class: if self.cc.enabled { cc::with_ect0(0) } else { 0 },
         };
         self.seal(&t, buf);
         Some(t)
@@ -207,10 +241,21 @@ impl Endpoint {
                 mad: &pkt.payload[..mad::LEN],
             });
         }
+        let is_cnp = pkt.bth.opcode == Opcode::CNP;
         let taken = qps.with_qp(qpn, |qp, mrs| {
             // Only the connected peer may talk to an RC or UC QP; a UD QP hears anyone.
             if !qp.accepts_from(remote.ip()) {
                 return false;
+            }
+            if is_cnp {
+                // A CNP belongs to the reaction point, not to the QP's transport (rxe, which
+                // has none, drops it in check_type_state).
+                Counters::inc(&c.rcvd_pkts);
+                qp.cc_on_cnp(now, &self.cc);
+                return true;
+            }
+            if cc::is_ce(ip.traffic_class) {
+                qp.cc_on_ce(now, &self.cc);
             }
             if qp.qp_type() == QpType::Ud {
                 // The GRH area of the receive buffer: the IP header as it arrived, with the

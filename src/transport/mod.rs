@@ -10,6 +10,7 @@
 //! arrives (ICRC, parse, QP1, QP lookup, sender check, UD GRH area) and seals what leaves, for
 //! the driver and the simulations alike.
 
+pub mod cc;
 mod completer;
 pub mod counters;
 pub mod endpoint;

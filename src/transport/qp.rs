@@ -16,6 +16,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::cc::{self, CcConfig, NotificationPoint, ReactionPoint};
 use super::counters::Counters;
 use super::mr::MrTable;
 use super::requester::ReqState;
@@ -194,6 +195,18 @@ pub struct QpCore {
     pub(super) req: ReqState,
     pub(super) resp: RespState,
     pub(super) counters: Arc<Counters>,
+    pub(super) cc: QpCc,
+}
+
+/// A QP's congestion control state (spec-notes/congestion.md): its notification point, its
+/// reaction point once a CNP arrived, a CNP waiting to go and the pacing deadline it waits
+/// for.
+#[derive(Debug, Default)]
+pub(super) struct QpCc {
+    np: NotificationPoint,
+    rp: Option<ReactionPoint>,
+    cnp_due: bool,
+    pace_until: Option<Duration>,
 }
 
 impl QpCore {
@@ -215,6 +228,7 @@ impl QpCore {
             req: ReqState::default(),
             resp: RespState::default(),
             counters,
+            cc: QpCc::default(),
         }
     }
 
@@ -761,15 +775,117 @@ impl QpCore {
 
     /// Handles the passage of time: retransmission timer and RNR wait.
     pub fn handle_timeout(&mut self, now: Duration) {
+        if let Some(rp) = &mut self.cc.rp {
+            if rp.poll_timeout().is_some_and(|t| t <= now) {
+                rp.handle_timeout(now);
+            }
+        }
+        if self.cc.pace_until.is_some_and(|t| t <= now) {
+            self.cc.pace_until = None;
+        }
         self.completer_timeout(now);
         self.generate_send_completions();
     }
 
     /// The earliest instant at which `handle_timeout` has work to do.
     pub fn poll_timeout(&self) -> Option<Duration> {
-        match (self.req.timer, self.req.rnr_until) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        [
+            self.req.timer,
+            self.req.rnr_until,
+            self.cc.rp.as_ref().and_then(ReactionPoint::poll_timeout),
+            self.cc.pace_until,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// The notification point: a packet for this QP arrived with ECN CE at `now`. Counts it
+    /// and, for a connected QP with congestion control on, schedules a CNP to the peer QP
+    /// unless one went less than `min_time_between_cnps` ago.
+    pub(super) fn cc_on_ce(&mut self, now: Duration, cfg: &CcConfig) {
+        if self.cfg.qp_type == QpType::Ud {
+            return;
+        }
+        Counters::inc(&self.counters.np_ecn_marked_roce_packets);
+        if cfg.enabled && self.cc.np.on_ce(now, cfg.min_time_between_cnps) {
+            self.cc.cnp_due = true;
+        }
+    }
+
+    /// The reaction point: a CNP for this QP arrived at `now` (from its peer; the endpoint
+    /// checked the sender). Acted on by a connected QP with congestion control on.
+    pub(super) fn cc_on_cnp(&mut self, now: Duration, cfg: &CcConfig) {
+        if !cfg.enabled || self.cfg.qp_type == QpType::Ud {
+            Counters::inc(&self.counters.rp_cnp_ignored);
+            return;
+        }
+        Counters::inc(&self.counters.rp_cnp_handled);
+        self.cc
+            .rp
+            .get_or_insert_with(|| ReactionPoint::new(cfg.rp))
+            .on_cnp(now);
+    }
+
+    /// The reaction point's current rate in Mb/s, if a CNP ever limited this QP and it has not
+    /// recovered to the line rate.
+    pub fn cc_rate_mbps(&self) -> Option<f64> {
+        self.cc
+            .rp
+            .as_ref()
+            .filter(|rp| rp.is_limited())
+            .map(ReactionPoint::rate_mbps)
+    }
+
+    /// Writes the CNP this QP owes its peer, if one is due: BTH opcode 0x81 to the peer's QP
+    /// with the default P_Key, BECN set, PSN 0, and the 16 reserved bytes (IBTA A17.9), without
+    /// its ICRC. CNPs are not paced.
+    pub(super) fn poll_cnp(&mut self, buf: &mut [u8]) -> Option<Transmit> {
+        if !self.cc.cnp_due {
+            return None;
+        }
+        self.cc.cnp_due = false;
+        let dst = self.peer()?;
+        let pkt = crate::wire::PacketRepr {
+            bth: crate::wire::BthRepr {
+                opcode: crate::wire::Opcode::CNP,
+                pkey: crate::wire::bth::DEFAULT_PKEY,
+                becn: true,
+                dest_qp: self.attr.dest_qp_num,
+                ..crate::wire::BthRepr::default()
+            },
+            ext: crate::wire::ExtHeaders::default(),
+            payload: &[],
+        };
+        let len = pkt.emit(buf).ok()?;
+        Counters::inc(&self.counters.np_cnp_sent);
+        Counters::inc(&self.counters.sent_pkts);
+        Some(Transmit {
+            len,
+            dst,
+            src_port: self.src_port,
+            hop_limit: wire_hop_limit(dst.ip(), self.attr.ah_attr.hop_limit),
+            traffic_class: cc::with_ect0(self.attr.ah_attr.traffic_class),
+        })
+    }
+
+    /// The reaction point's transmit budget: whether the QP may send at `now`. When it may
+    /// not, the instant it may becomes a deadline of [`Self::poll_timeout`].
+    pub(super) fn cc_may_send(&mut self, now: Duration) -> bool {
+        let Some(at) = self.cc.rp.as_ref().map(ReactionPoint::send_at) else {
+            return true;
+        };
+        if at <= now {
+            return true;
+        }
+        self.cc.pace_until = Some(at);
+        false
+    }
+
+    /// A packet of `len` bytes of this QP left at `now`: charged to the reaction point.
+    pub(super) fn cc_on_sent(&mut self, now: Duration, len: usize) {
+        if let Some(rp) = &mut self.cc.rp {
+            rp.on_sent(now, len);
         }
     }
 

@@ -7,6 +7,7 @@
 //! `scenarios.rs` has one test per recovery rule of spec-notes/rc-transport.md;
 //! `simulation.rs` runs thousands of seeded lossy runs against the delivery invariants.
 
+mod cc;
 mod endpoint;
 mod hostile;
 mod mw;
