@@ -239,7 +239,8 @@ static void type1(void)
 		.bind_info = {.mr = mr,
 			      .addr = (uintptr_t)buf + WIN,
 			      .length = WIN_LEN,
-			      .mw_access_flags = IBV_ACCESS_REMOTE_WRITE},
+			      /* LOCAL_WRITE as rdma-core's test_mr passes it: taken, grants nothing. */
+			      .mw_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE},
 	};
 	CHECK(ibv_bind_mw(b, mw, &bind) == 0);
 	CHECK(mw->rkey == ibv_inc_rkey(old));
