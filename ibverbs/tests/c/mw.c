@@ -325,6 +325,48 @@ static void type2_local_inv(void)
 	drain(cq_b);
 }
 
+/* A bind the device refuses (a region without MW_BIND) completes IBV_WC_MW_BIND_ERR and the
+ * window keeps its key; deallocating a bound window kills its key. */
+static void bind_error_and_dealloc(void)
+{
+	struct ibv_qp *a = plain_qp(cq_a), *b = plain_qp(cq_b);
+	pair(a, b);
+	struct ibv_mw *mw = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
+	CHECK(mw != NULL);
+	uint32_t before = mw->rkey;
+	struct ibv_send_wr w = {.wr_id = 0xbe, .opcode = IBV_WR_BIND_MW,
+				.send_flags = IBV_SEND_SIGNALED},
+			   *bad;
+	w.bind_mw.mw = mw;
+	w.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+	w.bind_mw.bind_info.mr = src_mr; /* LOCAL_WRITE only */
+	w.bind_mw.bind_info.addr = (uintptr_t)src;
+	w.bind_mw.bind_info.length = MSG;
+	w.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
+	CHECK(ibv_post_send(b, &w, &bad) == 0);
+	struct ibv_wc wc = poll1(cq_b);
+	CHECK(wc.wr_id == 0xbe && wc.status == IBV_WC_MW_BIND_ERR);
+	CHECK(mw->rkey == before);
+	CHECK(ibv_dealloc_mw(mw) == 0);
+	CHECK(ibv_destroy_qp(a) == 0 && ibv_destroy_qp(b) == 0);
+	drain(cq_a);
+	drain(cq_b);
+
+	a = plain_qp(cq_a);
+	b = plain_qp(cq_b);
+	pair(a, b);
+	mw = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
+	CHECK(mw != NULL);
+	uint32_t key = bind2(b, cq_b, mw);
+	CHECK(write_via(a, cq_a, (uintptr_t)buf + WIN, key, 'd') == IBV_WC_SUCCESS);
+	CHECK(ibv_dealloc_mw(mw) == 0);
+	CHECK(write_via(a, cq_a, (uintptr_t)buf + WIN, key, 'D') == IBV_WC_REM_ACCESS_ERR);
+	CHECK(all(buf + WIN, 'd', MSG));
+	CHECK(ibv_destroy_qp(a) == 0 && ibv_destroy_qp(b) == 0);
+	drain(cq_a);
+	drain(cq_b);
+}
+
 /* SEND_WITH_INV: the receiver's completion says IBV_WC_WITH_INV with the key, which then is
  * refused. */
 static void send_with_inv(void)
@@ -480,6 +522,7 @@ int main(void)
 	alloc_dealloc();
 	type1();
 	type2_local_inv();
+	bind_error_and_dealloc();
 	send_with_inv();
 	builders();
 
