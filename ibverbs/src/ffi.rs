@@ -43,10 +43,15 @@ pub const IBV_WR_SEND_WITH_IMM: c_uint = 3;
 pub const IBV_WR_RDMA_READ: c_uint = 4;
 pub const IBV_WR_ATOMIC_CMP_AND_SWP: c_uint = 5;
 pub const IBV_WR_ATOMIC_FETCH_AND_ADD: c_uint = 6;
+pub const IBV_WR_LOCAL_INV: c_uint = 7;
+pub const IBV_WR_BIND_MW: c_uint = 8;
+pub const IBV_WR_SEND_WITH_INV: c_uint = 9;
 
 /// `enum ibv_wc_flags`.
 pub const IBV_WC_GRH: c_uint = 1 << 0;
 pub const IBV_WC_WITH_IMM: c_uint = 1 << 1;
+/// The completion of a SEND_WITH_INV: `imm_data` holds the invalidated R_Key (host order).
+pub const IBV_WC_WITH_INV: c_uint = 1 << 3;
 
 /// `enum ibv_srq_attr_mask`.
 pub const IBV_SRQ_MAX_WR: c_int = 1 << 0;
@@ -57,6 +62,8 @@ pub const IBV_QP_ATTR_MASK_BASIC: c_int = (1 << 21) - 1;
 
 /// `enum ibv_access_flags`: LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC.
 pub const IBV_ACCESS_BASIC: c_uint = 0xf;
+/// `IBV_ACCESS_MW_BIND`: memory windows may be bound to the region.
+pub const IBV_ACCESS_MW_BIND: c_uint = 1 << 4;
 /// `IBV_ACCESS_OPTIONAL_RANGE`: flags a device without them ignores (relaxed ordering...).
 pub const IBV_ACCESS_OPTIONAL_RANGE: c_uint = 0x3ff0_0000;
 
@@ -65,6 +72,14 @@ pub const IBV_DEVICE_SYS_IMAGE_GUID: c_uint = 1 << 11;
 pub const IBV_DEVICE_RC_RNR_NAK_GEN: c_uint = 1 << 12;
 /// `IBV_DEVICE_SRQ_RESIZE`.
 pub const IBV_DEVICE_SRQ_RESIZE: c_uint = 1 << 13;
+/// `IBV_DEVICE_MEM_WINDOW`: memory windows (type 1).
+pub const IBV_DEVICE_MEM_WINDOW: c_uint = 1 << 17;
+/// `IBV_DEVICE_MEM_WINDOW_TYPE_2B`: type 2B windows (bound to one QP).
+pub const IBV_DEVICE_MEM_WINDOW_TYPE_2B: c_uint = 1 << 24;
+
+/// `enum ibv_mw_type`.
+pub const IBV_MW_TYPE_1: c_uint = 1;
+pub const IBV_MW_TYPE_2: c_uint = 2;
 /// `enum ibv_atomic_cap`: `IBV_ATOMIC_HCA`.
 pub const IBV_ATOMIC_HCA: c_uint = 1;
 
@@ -114,9 +129,9 @@ pub type QueryPortFn =
 #[repr(C)]
 pub struct ibv_context_ops {
     pub _compat: [*mut c_void; 7],
-    pub alloc_mw: *mut c_void,
-    pub bind_mw: *mut c_void,
-    pub dealloc_mw: *mut c_void,
+    pub alloc_mw: Option<AllocMwFn>,
+    pub bind_mw: Option<BindMwFn>,
+    pub dealloc_mw: Option<DeallocMwFn>,
     pub _compat_create_cq: *mut c_void,
     pub poll_cq: Option<PollCqFn>,
     pub req_notify_cq: Option<ReqNotifyFn>,
@@ -176,6 +191,41 @@ pub struct ibv_mr {
     pub lkey: u32,
     pub rkey: u32,
 }
+
+/// `struct ibv_mw`: a memory window; `rkey` is its current key (the provider writes it at
+/// allocation and at `ibv_bind_mw`).
+#[repr(C)]
+pub struct ibv_mw {
+    pub context: *mut ibv_context,
+    pub pd: *mut ibv_pd,
+    pub rkey: u32,
+    pub handle: u32,
+    pub type_: c_uint,
+}
+
+/// `struct ibv_mw_bind_info`: what a bind makes the window cover (a NULL `mr` with length 0
+/// unbinds).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_mw_bind_info {
+    pub mr: *mut ibv_mr,
+    pub addr: u64,
+    pub length: u64,
+    pub mw_access_flags: c_uint,
+}
+
+/// `struct ibv_mw_bind`: the argument of `ibv_bind_mw`.
+#[repr(C)]
+pub struct ibv_mw_bind {
+    pub wr_id: u64,
+    pub send_flags: c_uint,
+    pub bind_info: ibv_mw_bind_info,
+}
+
+/// The `alloc_mw`, `bind_mw` and `dealloc_mw` ops of `ibv_context_ops`.
+pub type AllocMwFn = unsafe extern "C" fn(*mut ibv_pd, c_uint) -> *mut ibv_mw;
+pub type BindMwFn = unsafe extern "C" fn(*mut ibv_qp, *mut ibv_mw, *mut ibv_mw_bind) -> c_int;
+pub type DeallocMwFn = unsafe extern "C" fn(*mut ibv_mw) -> c_int;
 
 #[repr(C)]
 pub struct ibv_comp_channel {
@@ -275,6 +325,31 @@ impl ibv_send_wr {
     /// `wr.ud.ah` (offset 0 of the union).
     pub fn ud_ah(&self) -> *mut ibv_ah {
         self.wr.remote_addr as usize as *mut ibv_ah
+    }
+
+    /// `invalidate_rkey` (the `imm_data` union member, host order) for the `*_INV` opcodes.
+    pub fn invalidate_rkey(&self) -> u32 {
+        self.imm_data
+    }
+
+    /// `bind_mw.mw`.
+    pub fn bind_mw_mw(&self) -> *mut ibv_mw {
+        self.bind_mw[0] as usize as *mut ibv_mw
+    }
+
+    /// `bind_mw.rkey`: the window's new key.
+    pub fn bind_mw_rkey(&self) -> u32 {
+        self.bind_mw[1] as u32
+    }
+
+    /// `bind_mw.bind_info` (at offset 16 of the union).
+    pub fn bind_mw_info(&self) -> ibv_mw_bind_info {
+        ibv_mw_bind_info {
+            mr: self.bind_mw[2] as usize as *mut ibv_mr,
+            addr: self.bind_mw[3],
+            length: self.bind_mw[4],
+            mw_access_flags: self.bind_mw[5] as c_uint,
+        }
     }
 
     /// `wr.ud.remote_qpn` (offset 8).
@@ -826,14 +901,15 @@ pub struct ibv_qp_ex {
     pub wr_flags: c_uint,
     pub wr_atomic_cmp_swp: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64, u64)>,
     pub wr_atomic_fetch_add: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64)>,
-    pub wr_bind_mw: *mut c_void,
-    pub wr_local_inv: *mut c_void,
+    pub wr_bind_mw:
+        Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut ibv_mw, u32, *const ibv_mw_bind_info)>,
+    pub wr_local_inv: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
     pub wr_rdma_read: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64)>,
     pub wr_rdma_write: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64)>,
     pub wr_rdma_write_imm: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32)>,
     pub wr_send: Option<unsafe extern "C" fn(*mut ibv_qp_ex)>,
     pub wr_send_imm: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
-    pub wr_send_inv: *mut c_void,
+    pub wr_send_inv: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
     pub wr_send_tso: *mut c_void,
     pub wr_set_ud_addr: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut ibv_ah, u32, u32)>,
     pub wr_set_xrc_srqn: *mut c_void,
@@ -869,6 +945,9 @@ pub fn layout_table() -> Vec<(String, usize)> {
         verbs_context,
         ibv_pd,
         ibv_mr,
+        ibv_mw,
+        ibv_mw_bind_info,
+        ibv_mw_bind,
         ibv_comp_channel,
         ibv_cq,
         ibv_qp,
@@ -912,17 +991,39 @@ pub fn layout_table() -> Vec<(String, usize)> {
         ibv_qp_ex
     );
     off!(ibv_device: node_type, transport_type, name, dev_name, dev_path, ibdev_path);
-    off!(ibv_context_ops: poll_cq, req_notify_cq, post_srq_recv, post_send, post_recv);
+    off!(ibv_context_ops: alloc_mw, bind_mw, dealloc_mw, poll_cq, req_notify_cq, post_srq_recv, post_send, post_recv);
     off!(ibv_context: device, ops, cmd_fd, async_fd, num_comp_vectors, mutex, abi_compat);
     off!(verbs_context: sz, context);
     off!(ibv_pd: context, handle);
     off!(ibv_mr: context, pd, addr, length, handle, lkey, rkey);
+    off!(ibv_mw: context, pd, rkey, handle);
+    v.push(("ibv_mw.type".into(), offset_of!(ibv_mw, type_)));
+    off!(ibv_mw_bind_info: mr, addr, length, mw_access_flags);
+    off!(ibv_mw_bind: wr_id, send_flags, bind_info);
     off!(ibv_comp_channel: context, fd, refcnt);
     off!(ibv_cq: context, channel, cq_context, handle, cqe, mutex, cond, comp_events_completed, async_events_completed);
     off!(ibv_qp: context, qp_context, pd, send_cq, recv_cq, srq, handle, qp_num, state, qp_type, mutex, cond, events_completed);
     off!(ibv_wc: wr_id, status, opcode, vendor_err, byte_len, imm_data, qp_num, src_qp, wc_flags, pkey_index, slid, sl, dlid_path_bits);
     off!(ibv_sge: addr, length, lkey);
     off!(ibv_send_wr: wr_id, next, sg_list, num_sge, opcode, send_flags, imm_data, wr, qp_type, bind_mw);
+    // The bind_mw members the accessors read (ibv_send_wr::bind_mw_*), by 8-byte word.
+    for (f, word) in [
+        ("mw", 0),
+        ("rkey", 1),
+        ("bind_info.mr", 2),
+        ("bind_info.addr", 3),
+        ("bind_info.length", 4),
+        ("bind_info.mw_access_flags", 5),
+    ] {
+        v.push((
+            format!("ibv_send_wr.bind_mw.{f}"),
+            offset_of!(ibv_send_wr, bind_mw) + 8 * word,
+        ));
+    }
+    v.push((
+        "ibv_send_wr.invalidate_rkey".into(),
+        offset_of!(ibv_send_wr, imm_data),
+    ));
     off!(ibv_recv_wr: wr_id, next, sg_list, num_sge);
     off!(ibv_qp_init_attr: qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all);
     off!(ibv_global_route: dgid, flow_label, sgid_index, hop_limit, traffic_class);

@@ -75,7 +75,10 @@ static void device_attrs(struct ibv_context *ctx, struct ibv_pd *pd)
 	/* Capabilities as softroce honours them. */
 	CHECK(a.max_srq > 0 && a.max_ah > 0);
 	CHECK(a.max_srq_wr == a.max_qp_wr && a.max_srq_sge == a.max_sge);
-	CHECK(a.max_mw == 0); /* no memory windows */
+	/* Memory windows of type 1 and 2B, as rxe. */
+	CHECK(a.max_mw > 0);
+	CHECK(a.device_cap_flags & IBV_DEVICE_MEM_WINDOW);
+	CHECK(a.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B);
 	CHECK(a.max_res_rd_atom == 0x3f000);
 	struct ibv_port_attr p;
 	CHECK(ibv_query_port(ctx, 1, &p) == 0);

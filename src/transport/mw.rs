@@ -33,11 +33,17 @@ pub fn key_is_mw(key: u32) -> bool {
     key >> 8 >= MW_INDEX_BASE
 }
 
-/// The rights a window may grant (rxe `RXE_ACCESS_SUPPORTED_MW`).
+/// The access bits a bind may carry (rxe `RXE_ACCESS_SUPPORTED_MW`, which is the region's
+/// set, `RXE_ACCESS_SUPPORTED_MR`, plus ZERO_BASED): LOCAL_WRITE and MW_BIND are accepted and
+/// mean nothing for a window (only the remote rights are checked at the responder), as rxe
+/// accepts them (rdma-core's test_mr binds with LOCAL_WRITE | REMOTE_WRITE, test_qpex with
+/// LOCAL_WRITE alone).
 pub const MW_ACCESS: AccessFlags = AccessFlags(
-    AccessFlags::REMOTE_READ.0
+    AccessFlags::LOCAL_WRITE.0
+        | AccessFlags::REMOTE_READ.0
         | AccessFlags::REMOTE_WRITE.0
         | AccessFlags::REMOTE_ATOMIC.0
+        | AccessFlags::MW_BIND.0
         | AccessFlags::ZERO_BASED.0,
 );
 

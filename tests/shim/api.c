@@ -466,7 +466,12 @@ int main(void)
 	CHECK(ibv_destroy_ah(ah) == EINVAL);
 
 	/* ---- unsupported objects: the errno libibverbs gives for a provider without them ---- */
-	FAILS_NULL(ibv_alloc_mw(pd, IBV_MW_TYPE_1), EOPNOTSUPP);
+	/* ---- memory windows: a type softroce has not is EINVAL (rxe), the others allocate ---- */
+	FAILS_NULL(ibv_alloc_mw(pd, 3), EINVAL);
+	struct ibv_mw *mw1 = ibv_alloc_mw(pd, IBV_MW_TYPE_1);
+	CHECK(mw1 && mw1->pd == pd && mw1->context == ctx && mw1->type == IBV_MW_TYPE_1);
+	CHECK(ibv_dealloc_pd(pd) == EBUSY); /* the window holds its PD */
+	CHECK(ibv_dealloc_mw(mw1) == 0);
 	CHECK(ibv_attach_mcast(q1, &gid, 0) == EOPNOTSUPP);
 	CHECK(ibv_detach_mcast(q1, &gid, 0) == EOPNOTSUPP);
 

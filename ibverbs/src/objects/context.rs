@@ -136,9 +136,9 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
             device: dev,
             ops: ibv_context_ops {
                 _compat: [null_mut(); 7],
-                alloc_mw: null_mut(),
-                bind_mw: null_mut(),
-                dealloc_mw: null_mut(),
+                alloc_mw: Some(super::mw::op_alloc_mw),
+                bind_mw: Some(super::mw::op_bind_mw),
+                dealloc_mw: Some(super::mw::op_dealloc_mw),
                 _compat_create_cq: null_mut(),
                 poll_cq: Some(op_poll_cq),
                 req_notify_cq: Some(op_req_notify_cq),
@@ -211,10 +211,13 @@ fn device_attr(cfg: &Config) -> ibv_device_attr {
         hw_ver: 0,
         max_qp: 0x10000,
         max_qp_wr: l.max_qp_wr as c_int,
-        // An SRQ's max_wr changes through ibv_modify_srq (IBV_DEVICE_SRQ_RESIZE), as on rxe.
+        // An SRQ's max_wr changes through ibv_modify_srq (IBV_DEVICE_SRQ_RESIZE), as on rxe;
+        // memory windows of type 1 and 2B, as rxe's RXE_DEVICE_CAP_FLAGS.
         device_cap_flags: IBV_DEVICE_SYS_IMAGE_GUID
             | IBV_DEVICE_RC_RNR_NAK_GEN
-            | IBV_DEVICE_SRQ_RESIZE,
+            | IBV_DEVICE_SRQ_RESIZE
+            | IBV_DEVICE_MEM_WINDOW
+            | IBV_DEVICE_MEM_WINDOW_TYPE_2B,
         max_sge: l.max_sge as c_int,
         max_sge_rd: l.max_sge as c_int,
         max_cq: 0x4000,
@@ -229,8 +232,8 @@ fn device_attr(cfg: &Config) -> ibv_device_attr {
         atomic_cap: IBV_ATOMIC_HCA,
         max_ee: 0,
         max_rdd: 0,
-        // No memory windows in the shim (yet).
-        max_mw: 0,
+        // The windows softroce's key table holds.
+        max_mw: softroce::transport::mr::MAX_MW as c_int,
         max_raw_ipv6_qp: 0,
         max_raw_ethy_qp: 0,
         max_mcast_grp: 0,

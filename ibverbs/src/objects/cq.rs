@@ -335,13 +335,20 @@ pub(super) fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
     if w.imm_data.is_some() {
         flags |= IBV_WC_WITH_IMM;
     }
+    // `ex.invalidate_rkey` shares `imm_data`'s place, in host order (rxe's provider), and is
+    // what the extended CQ's read_imm_data (ibv_wc_read_invalidated_rkey) returns.
+    let mut imm = w.imm_data.unwrap_or(0).to_be();
+    if let Some(k) = w.invalidated_rkey {
+        flags |= IBV_WC_WITH_INV;
+        imm = k;
+    }
     ibv_wc {
         wr_id: w.wr_id,
         status: w.status as c_uint,
         opcode: w.opcode as c_uint,
         vendor_err: 0,
         byte_len: w.byte_len,
-        imm_data: w.imm_data.unwrap_or(0).to_be(),
+        imm_data: imm,
         qp_num: w.qp_num,
         src_qp: w.src_qp,
         wc_flags: flags,

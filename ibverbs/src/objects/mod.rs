@@ -13,6 +13,7 @@ mod cq_resize;
 mod device;
 pub(crate) mod handle;
 mod mr;
+mod mw;
 mod pd;
 mod port;
 mod post;

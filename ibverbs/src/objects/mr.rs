@@ -1,6 +1,6 @@
 //! Memory regions over the application's memory.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use libc::{c_int, c_uint, c_void, EINVAL, EOPNOTSUPP};
 use softroce::ib::AccessFlags;
@@ -13,9 +13,17 @@ use crate::ffi::*;
 
 /// A memory region; it holds its PD.
 pub(super) struct Mr {
-    /// Dropped (revoked) with the object, in ibv_dereg_mr.
-    _mr: MemoryRegion,
+    /// Taken out and deregistered by ibv_dereg_mr (put back if windows are bound to it);
+    /// otherwise dropped (revoked) with the object. None only within ibv_dereg_mr.
+    mr: Mutex<Option<MemoryRegion>>,
     _pd: Arc<Obj<Pd>>,
+}
+
+impl Mr {
+    /// The region, locked (a window bind reads its key under the lock).
+    pub(super) fn region(&self) -> MutexGuard<'_, Option<MemoryRegion>> {
+        self.mr.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl Object for Mr {
@@ -49,8 +57,8 @@ unsafe fn reg_mr(
     // The optional range (relaxed ordering...) is ignored as libibverbs ignores it on devices
     // without it.
     let access = access & !IBV_ACCESS_OPTIONAL_RANGE;
-    if access & !IBV_ACCESS_BASIC != 0 {
-        // MW_BIND, ZERO_BASED, ON_DEMAND, HUGETLB...: not implemented.
+    if access & !(IBV_ACCESS_BASIC | IBV_ACCESS_MW_BIND) != 0 {
+        // ZERO_BASED, ON_DEMAND, HUGETLB...: not implemented.
         return fail_null(EOPNOTSUPP);
     }
     if addr.is_null() || len == 0 {
@@ -80,7 +88,10 @@ unsafe fn reg_mr(
             lkey: mr.lkey(),
             rkey: mr.rkey(),
         },
-        Mr { _mr: mr, _pd: pdr },
+        Mr {
+            mr: Mutex::new(Some(mr)),
+            _pd: pdr,
+        },
     );
     handle::publish(&obj)
 }
@@ -123,17 +134,29 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
     unsafe { reg_mr(pd, addr, len, iova, access) }
 }
 
-/// `ibv_dereg_mr`: 0 or an errno value. Once it returns, the engine no longer touches the
-/// memory (operations still using the region find it gone).
+/// `ibv_dereg_mr`: 0 or an errno value (EINVAL while memory windows are bound to the region,
+/// as rxe, the region then staying registered). Once it returns 0, the engine no longer
+/// touches the memory (operations still using the region find it gone).
 #[no_mangle]
 pub unsafe extern "C" fn ibv_dereg_mr(m: *mut ibv_mr) -> c_int {
-    match handle::remove::<Mr>(m) {
-        Ok(mr) => {
-            // The last reference (handle::remove): the region is dropped, and so revoked, here,
-            // before the application may free the memory.
-            drop(mr);
-            0
+    let obj = match handle::remove::<Mr>(m) {
+        Ok(obj) => obj,
+        Err(e) => return fail(e),
+    };
+    // The last reference (handle::remove): nothing else can reach the region now.
+    let taken = obj.region().take();
+    let Some(mr) = taken else {
+        return 0;
+    };
+    // The region is deregistered, and so revoked, here, before the application may free the
+    // memory; refused while windows are bound to it.
+    match mr.deregister() {
+        Ok(()) => 0,
+        Err((mr, e)) => {
+            // Put back and published again under the same handle: the region stays usable.
+            *obj.region() = Some(mr);
+            handle::publish(&obj);
+            fail(errno_of(&e))
         }
-        Err(e) => fail(e),
     }
 }

@@ -11,7 +11,7 @@ use super::context::{ctx_of, Ctx};
 use super::handle::{self, Obj, Object};
 use crate::ffi::*;
 
-/// A protection domain. Its MRs, QPs, SRQs and AHs hold it (so `ibv_dealloc_pd` is EBUSY while
+/// A protection domain. Its MRs, MWs, QPs, SRQs and AHs hold it (so `ibv_dealloc_pd` is EBUSY while
 /// they live), and it holds its context.
 pub(super) struct Pd {
     pub(super) pd: ProtectionDomain,
@@ -64,7 +64,7 @@ pub unsafe extern "C" fn ibv_alloc_pd(c: *mut ibv_context) -> *mut ibv_pd {
     handle::publish(&obj)
 }
 
-/// `ibv_dealloc_pd`: 0 or an errno value (EBUSY while MRs, QPs, SRQs or AHs use it, or a call
+/// `ibv_dealloc_pd`: 0 or an errno value (EBUSY while MRs, MWs, QPs, SRQs or AHs use it, or a call
 /// on another thread does).
 #[no_mangle]
 pub unsafe extern "C" fn ibv_dealloc_pd(p: *mut ibv_pd) -> c_int {

@@ -2,7 +2,7 @@
 //! handles trusted as rdma-core's providers trust theirs (see the handle module).
 
 use libc::{c_int, EINVAL};
-use softroce::ib::{RecvWr, SendFlags, SendWr, Sge, WrOpcode};
+use softroce::ib::{AccessFlags, MwBindInfo, RecvWr, SendFlags, SendWr, Sge, WrOpcode};
 use softroce::verbs::UdSendWr;
 
 use super::ah::Ah;
@@ -39,6 +39,32 @@ pub(super) unsafe fn sges(
     Ok(&buf[..n as usize])
 }
 
+/// The BIND_MW of a window (its current key `mw_rkey`) to `new_rkey` over `info`: what
+/// `IBV_WR_BIND_MW` and `ibv_wr_bind_mw` post. The window's and region's keys are read from
+/// their C structs, as rxe's provider reads them (the data path trusts its handles).
+///
+/// # Safety
+///
+/// `info.mr` is NULL or an MR of the shim the application has not deregistered.
+pub(super) unsafe fn bind_mw_op(mw_rkey: u32, new_rkey: u32, info: &ibv_mw_bind_info) -> WrOpcode {
+    let mr_lkey = if info.mr.is_null() {
+        0
+    } else {
+        // SAFETY: the caller's promise; a raw read of a field written at registration.
+        unsafe { std::ptr::addr_of!((*info.mr).lkey).read() }
+    };
+    WrOpcode::BindMw {
+        mw_rkey,
+        new_rkey,
+        bind: MwBindInfo {
+            mr_lkey,
+            addr: info.addr,
+            length: info.length,
+            access: AccessFlags::from_bits_truncate(info.mw_access_flags),
+        },
+    }
+}
+
 fn wr_opcode(wr: &ibv_send_wr) -> Result<WrOpcode, c_int> {
     let imm = u32::from_be(wr.imm_data);
     let remote_addr = wr.wr.remote_addr;
@@ -69,6 +95,24 @@ fn wr_opcode(wr: &ibv_send_wr) -> Result<WrOpcode, c_int> {
             rkey: wr.wr.rkey,
             add: wr.wr.compare_add,
         },
+        IBV_WR_LOCAL_INV => WrOpcode::LocalInv {
+            rkey: wr.invalidate_rkey(),
+        },
+        IBV_WR_SEND_WITH_INV => WrOpcode::SendWithInv {
+            rkey: wr.invalidate_rkey(),
+        },
+        IBV_WR_BIND_MW => {
+            let mw = wr.bind_mw_mw();
+            if mw.is_null() {
+                return Err(EINVAL);
+            }
+            // SAFETY: the data path trusts the WR's window and region as providers do (handle
+            // module): objects the application has not freed; raw reads of their C structs.
+            unsafe {
+                let mw_rkey = std::ptr::addr_of!((*mw).rkey).read();
+                bind_mw_op(mw_rkey, wr.bind_mw_rkey(), &wr.bind_mw_info())
+            }
+        }
         _ => return Err(EINVAL),
     })
 }
@@ -102,7 +146,11 @@ pub(super) unsafe extern "C" fn op_post_send(
             // The opcodes that carry data out of the WR's SGEs, which inline sends copy.
             let inline_op = matches!(
                 w.opcode,
-                IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM | IBV_WR_SEND | IBV_WR_SEND_WITH_IMM
+                IBV_WR_RDMA_WRITE
+                    | IBV_WR_RDMA_WRITE_WITH_IMM
+                    | IBV_WR_SEND
+                    | IBV_WR_SEND_WITH_IMM
+                    | IBV_WR_SEND_WITH_INV
             );
             let mut gathered = [Sge::default(); 1];
             let mut guard = None;

@@ -12,9 +12,9 @@
 //! error met while building (a full queue, too many SGEs, too much inline data) is kept and
 //! returned by `wr_complete`, which then posts nothing of the batch.
 //!
-//! Memory windows, local invalidation and ATOMIC WRITE are not in softroce's post path: their
-//! `send_ops_flags` bits (and TSO's) are refused with EOPNOTSUPP, as rxe refuses the bits it
-//! lacks, and their builders stay NULL.
+//! RC QPs also build memory-window binds, local invalidations and SEND_WITH_INV, as rxe's. ATOMIC
+//! WRITE is not in softroce's post path: its `send_ops_flags` bit (and TSO's) is refused with
+//! EOPNOTSUPP, as rxe refuses the bits it lacks, and its builder stays NULL.
 
 use std::cell::UnsafeCell;
 use std::ptr;
@@ -46,16 +46,22 @@ const WITH_SEND_WITH_IMM: u64 = 1 << 3;
 const WITH_RDMA_READ: u64 = 1 << 4;
 const WITH_ATOMIC_CMP_AND_SWP: u64 = 1 << 5;
 const WITH_ATOMIC_FETCH_AND_ADD: u64 = 1 << 6;
+const WITH_LOCAL_INV: u64 = 1 << 7;
+const WITH_BIND_MW: u64 = 1 << 8;
+const WITH_SEND_WITH_INV: u64 = 1 << 9;
 
-/// The operations an RC QP builds: rxe's `RXE_SUP_RC_QP_SEND_OPS_FLAGS` less LOCAL_INV,
-/// BIND_MW, SEND_WITH_INV and ATOMIC_WRITE, which softroce does not post.
+/// The operations an RC QP builds: rxe's `RXE_SUP_RC_QP_SEND_OPS_FLAGS` less ATOMIC_WRITE,
+/// which softroce does not post.
 const RC_OPS: u64 = WITH_RDMA_WRITE
     | WITH_RDMA_WRITE_WITH_IMM
     | WITH_SEND
     | WITH_SEND_WITH_IMM
     | WITH_RDMA_READ
     | WITH_ATOMIC_CMP_AND_SWP
-    | WITH_ATOMIC_FETCH_AND_ADD;
+    | WITH_ATOMIC_FETCH_AND_ADD
+    | WITH_LOCAL_INV
+    | WITH_BIND_MW
+    | WITH_SEND_WITH_INV;
 /// UC: rxe's `RXE_SUP_UC_QP_SEND_OPS_FLAGS` less BIND_MW and SEND_WITH_INV.
 const UC_OPS: u64 = WITH_RDMA_WRITE | WITH_RDMA_WRITE_WITH_IMM | WITH_SEND | WITH_SEND_WITH_IMM;
 /// UD: rxe's `RXE_SUP_UD_QP_SEND_OPS_FLAGS`.
@@ -264,6 +270,43 @@ unsafe extern "C" fn wr_send_imm(p: *mut ibv_qp_ex, imm: u32) {
     unsafe { build(p, op) }
 }
 
+unsafe extern "C" fn wr_send_inv(p: *mut ibv_qp_ex, rkey: u32) {
+    // SAFETY: the builder's contract (see `parts`).
+    unsafe { build(p, WrOpcode::SendWithInv { rkey }) }
+}
+
+unsafe extern "C" fn wr_local_inv(p: *mut ibv_qp_ex, rkey: u32) {
+    // SAFETY: the builder's contract (see `parts`).
+    unsafe { build(p, WrOpcode::LocalInv { rkey }) }
+}
+
+/// `ibv_wr_bind_mw`: binds `mw` (its key now in `mw->rkey`) to `rkey` over `info`, as
+/// `IBV_WR_BIND_MW`; a NULL window or bind info is kept as EINVAL.
+unsafe extern "C" fn wr_bind_mw(
+    p: *mut ibv_qp_ex,
+    mw: *mut ibv_mw,
+    rkey: u32,
+    info: *const ibv_mw_bind_info,
+) {
+    if mw.is_null() || info.is_null() {
+        // SAFETY: the builder's contract (see `parts`).
+        let (_, st) = unsafe { parts(p) };
+        if st.err == 0 {
+            st.err = EINVAL;
+        }
+        return;
+    }
+    // SAFETY: the data path trusts the window and the bind info's region as providers do
+    // (handle module): objects the program has not freed, read raw; `info` is readable (the
+    // API's contract).
+    let op = unsafe {
+        let mw_rkey = ptr::addr_of!((*mw).rkey).read();
+        super::post::bind_mw_op(mw_rkey, rkey, &info.read())
+    };
+    // SAFETY: the builder's contract (see `parts`).
+    unsafe { build(p, op) }
+}
+
 unsafe extern "C" fn wr_set_ud_addr(p: *mut ibv_qp_ex, ah: *mut ibv_ah, qpn: u32, qkey: u32) {
     // SAFETY: the builder's contract (see `parts`).
     let (_, st) = unsafe { parts(p) };
@@ -398,6 +441,7 @@ fn post_one(q: &Obj<Qp>, st: &Staging, w: &Staged) -> Result<(), c_int> {
         w.opcode,
         WrOpcode::Send
             | WrOpcode::SendWithImm { .. }
+            | WrOpcode::SendWithInv { .. }
             | WrOpcode::RdmaWrite { .. }
             | WrOpcode::RdmaWriteWithImm { .. }
     );
@@ -487,14 +531,14 @@ pub(super) fn with_base(qp: ibv_qp) -> ibv_qp_ex {
         wr_flags: 0,
         wr_atomic_cmp_swp: None,
         wr_atomic_fetch_add: None,
-        wr_bind_mw: ptr::null_mut(),
-        wr_local_inv: ptr::null_mut(),
+        wr_bind_mw: None,
+        wr_local_inv: None,
         wr_rdma_read: None,
         wr_rdma_write: None,
         wr_rdma_write_imm: None,
         wr_send: None,
         wr_send_imm: None,
-        wr_send_inv: ptr::null_mut(),
+        wr_send_inv: None,
         wr_send_tso: ptr::null_mut(),
         wr_set_ud_addr: None,
         wr_set_xrc_srqn: ptr::null_mut(),
@@ -591,6 +635,15 @@ pub(super) unsafe extern "C" fn op_create_qp_ex(
         }
         if on(WITH_SEND_WITH_IMM) {
             ptr::addr_of_mut!((*x).wr_send_imm).write(Some(wr_send_imm));
+        }
+        if on(WITH_SEND_WITH_INV) {
+            ptr::addr_of_mut!((*x).wr_send_inv).write(Some(wr_send_inv));
+        }
+        if on(WITH_LOCAL_INV) {
+            ptr::addr_of_mut!((*x).wr_local_inv).write(Some(wr_local_inv));
+        }
+        if on(WITH_BIND_MW) {
+            ptr::addr_of_mut!((*x).wr_bind_mw).write(Some(wr_bind_mw));
         }
         // As rxe, the setters and the batch calls are set whatever the operations.
         ptr::addr_of_mut!((*x).wr_set_ud_addr).write(Some(wr_set_ud_addr));

@@ -333,7 +333,8 @@ static struct ibv_qp *ex_qp(struct ibv_cq *cq, enum ibv_qp_type t, uint64_t ops,
 enum {
 	RC_OPS = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
 		 IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
-		 IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD,
+		 IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
+		 IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_SEND_WITH_INV,
 };
 
 static void qp_ex_creation(struct ibv_cq *cq)
@@ -368,32 +369,33 @@ static void qp_ex_creation(struct ibv_cq *cq)
 	ia.comp_mask = IBV_QP_INIT_ATTR_CREATE_FLAGS;
 	CHECK(ibv_create_qp_ex(ctx, &ia) == NULL && errno == EINVAL);
 
-	/* Every operation softroce posts, on RC: each builder set, the four it lacks NULL. */
+	/* Every operation softroce posts, on RC: each builder set, the three it lacks NULL. */
 	qp = ex_qp(cq, IBV_QPT_RC, RC_OPS, 0);
 	CHECK(qp != NULL);
 	x = ibv_qp_to_qp_ex(qp);
 	CHECK(x && x->wr_send && x->wr_send_imm && x->wr_rdma_write && x->wr_rdma_write_imm &&
 	      x->wr_rdma_read && x->wr_atomic_cmp_swp && x->wr_atomic_fetch_add &&
 	      x->wr_set_ud_addr && x->wr_set_inline_data && x->wr_set_inline_data_list &&
-	      x->wr_set_sge_list);
-	CHECK(!x->wr_bind_mw && !x->wr_local_inv && !x->wr_send_inv && !x->wr_atomic_write &&
-	      !x->wr_send_tso && !x->wr_set_xrc_srqn);
+	      x->wr_set_sge_list && x->wr_bind_mw && x->wr_local_inv && x->wr_send_inv);
+	CHECK(!x->wr_atomic_write && !x->wr_send_tso && !x->wr_set_xrc_srqn);
 	CHECK(ibv_destroy_qp(qp) == 0);
 	/* Only the operations asked for: the others stay NULL (as rdma-core leaves them). */
 	qp = ex_qp(cq, IBV_QPT_RC, IBV_QP_EX_WITH_SEND, 0);
 	x = ibv_qp_to_qp_ex(qp);
 	CHECK(x && x->wr_send && !x->wr_send_imm && !x->wr_rdma_write && !x->wr_rdma_read &&
-	      !x->wr_atomic_cmp_swp);
+	      !x->wr_atomic_cmp_swp && !x->wr_bind_mw && !x->wr_local_inv && !x->wr_send_inv);
 	CHECK(ibv_destroy_qp(qp) == 0);
-	/* What softroce lacks (memory windows, invalidation, ATOMIC WRITE, TSO), and what the
-	 * QP type cannot do: EOPNOTSUPP, as rxe for bits it does not support. */
-	uint64_t refused[] = {IBV_QP_EX_WITH_LOCAL_INV, IBV_QP_EX_WITH_BIND_MW,
-			      IBV_QP_EX_WITH_SEND_WITH_INV, IBV_QP_EX_WITH_ATOMIC_WRITE,
-			      IBV_QP_EX_WITH_TSO};
+	/* What softroce lacks (ATOMIC WRITE, TSO), and what the QP type cannot do (windows and
+	 * invalidation on UD): EOPNOTSUPP, as rxe for bits it does not support. */
+	uint64_t refused[] = {IBV_QP_EX_WITH_ATOMIC_WRITE, IBV_QP_EX_WITH_TSO};
 	for (unsigned i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
 		CHECK(ex_qp(cq, IBV_QPT_RC, IBV_QP_EX_WITH_SEND | refused[i], 0) == NULL &&
 		      errno == EOPNOTSUPP);
 	CHECK(ex_qp(cq, IBV_QPT_UD, IBV_QP_EX_WITH_RDMA_WRITE, 0) == NULL && errno == EOPNOTSUPP);
+	CHECK(ex_qp(cq, IBV_QPT_UD, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_BIND_MW, 0) == NULL &&
+	      errno == EOPNOTSUPP);
+	CHECK(ex_qp(cq, IBV_QPT_UD, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_LOCAL_INV, 0) == NULL &&
+	      errno == EOPNOTSUPP);
 	CHECK(ex_qp(cq, IBV_QPT_UC, IBV_QP_EX_WITH_RDMA_READ, 0) == NULL && errno == EOPNOTSUPP);
 	qp = ex_qp(cq, IBV_QPT_UC, IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND, 0);
 	CHECK(qp != NULL && ibv_destroy_qp(qp) == 0);

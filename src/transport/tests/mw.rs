@@ -194,11 +194,13 @@ fn bind_checks_follow_rxe_check_bind_mw() {
             0,
         ),
         (
-            "a right windows cannot have",
+            // rxe's RXE_ACCESS_SUPPORTED_MW takes the region bits (LOCAL_WRITE, MW_BIND)
+            // too, not IBV_ACCESS_HUGETLB.
+            "an access bit windows cannot have",
             lw | bind,
             MwType::Type2,
             64,
-            AccessFlags::LOCAL_WRITE,
+            rw() | AccessFlags(1 << 7),
             0,
         ),
     ];
