@@ -1746,7 +1746,7 @@ fn lines_in(path: &std::path::Path, needle: &str, at_least: usize, limit: Durati
 }
 
 #[test]
-fn librdmacm_rping_on_the_shim_survives_a_third_addresss_dreq_and_rej_and_ends_on_the_peers() {
+fn librdmacm_rping_on_the_shim_outlives_a_dreq_and_rej_from_a_third_address_not_the_peers_dreq() {
     use softroce::wire::cm::{message_ref, rej_reason, CmDreq, CmMessage, CmRej};
     let net = 48;
     let port = free_pair_port(net);
@@ -1794,7 +1794,8 @@ fn librdmacm_rping_on_the_shim_survives_a_third_addresss_dreq_and_rej_and_ends_o
         std::thread::sleep(Duration::from_millis(20));
     }
     // softroce's rping connects with -d (the comm IDs) and a capture (the server's QPN, from
-    // the REP); a client that came between the device's bind and rdma_listen is rejected and
+    // the REP: librdmacm's rping prints neither, and the CM ignores a DREQ naming another
+    // QP); a client that came between the device's bind and rdma_listen is rejected and
     // runs again.
     let mut tries = 0;
     let (mut client, line) = loop {
