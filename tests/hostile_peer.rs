@@ -11,8 +11,10 @@
 //! The connection manager faces the same peer (issues 21, 26): two `softroce rping` processes
 //! connect, and CM messages naming their connection with the right communication IDs are sent
 //! from a third address (which must change nothing) and from the peer's (which must end it).
-//! librdmacm's rping on the libibverbs shim cannot be driven here yet (the shim has no
-//! librdmacm), so softroce's own rping stands for it.
+//! The same attack is made on librdmacm's rping (Debian's rdmacm-utils) serving on the
+//! shim, whose `librdmacm.so.1` `softroce run` provides, with softroce's rping as its client:
+//! that test needs the shim built (`cargo test` from the workspace root builds it) and `rping`
+//! on PATH.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::process::{Command, Stdio};
@@ -1676,4 +1678,237 @@ fn access_outside_a_window_or_beyond_its_rights_is_nakked_and_touches_nothing() 
     ));
     assert_eq!(win.to_vec(4096 + 8192 - 64, 64).unwrap(), data.to_vec());
     honest_pair_works(&l, 9);
+}
+
+/// Whether a UDP socket is bound to `addr` (IPv4): a shimmed rping server's device, which it
+/// opens just before `rdma_listen` registers the listener.
+fn udp_bound(addr: SocketAddr) -> bool {
+    let IpAddr::V4(v4) = addr.ip() else {
+        return false;
+    };
+    let want = format!(
+        "{:08X}:{:04X}",
+        u32::from_le_bytes(v4.octets()),
+        addr.port()
+    );
+    std::fs::read_to_string("/proc/net/udp").is_ok_and(|t| {
+        t.lines()
+            .skip(1)
+            .any(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
+    })
+}
+
+/// The responder's QPN in the REP with `server_id` that a capture being written holds so far
+/// (its buffered writer flushes every few KiB, so the frame after the last complete one may be
+/// cut short: reading stops there).
+fn rep_qpn(pcap: &std::path::Path, server_id: u32) -> Option<u32> {
+    use softroce::wire::cm::CmMessage;
+    let bytes = std::fs::read(pcap).ok()?;
+    let mut r = softroce::capture::CaptureReader::new(&bytes[..]).ok()?;
+    while let Ok(Some(f)) = r.next_frame() {
+        // Ethernet 14 + IPv4 20 + UDP 8.
+        let Some(pkt) = f.data.get(42..).and_then(|b| PacketRepr::parse(b).ok()) else {
+            continue;
+        };
+        if pkt.bth.dest_qp != 1 {
+            continue;
+        }
+        if let Ok((_, CmMessage::Rep(rep))) = CmMessage::parse(pkt.payload) {
+            if rep.local_comm_id == server_id {
+                return Some(rep.local_qpn);
+            }
+        }
+    }
+    None
+}
+
+/// The complete lines holding `needle` in `path`, the file a child writes its output to
+/// line by line, once there are `at_least` of them (waiting at most `limit`). Read from a file
+/// (not a pipe, which may still hold lines written earlier), a count includes every line the
+/// child had written when it was taken, so lines beyond it were written after that moment.
+fn lines_in(path: &std::path::Path, needle: &str, at_least: usize, limit: Duration) -> Vec<String> {
+    let end = Instant::now() + limit;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        // The last piece is a line still being written, or empty.
+        let mut lines: Vec<&str> = text.split('\n').collect();
+        lines.pop();
+        let got: Vec<String> = lines
+            .into_iter()
+            .filter(|l| l.contains(needle))
+            .map(String::from)
+            .collect();
+        if got.len() >= at_least || Instant::now() >= end {
+            return got;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn librdmacm_rping_on_the_shim_outlives_a_dreq_and_rej_from_a_third_address_not_the_peers_dreq() {
+    use softroce::wire::cm::{message_ref, rej_reason, CmDreq, CmMessage, CmRej};
+    let net = 48;
+    let port = free_pair_port(net);
+    let (client_ip, server_ip, stranger_ip) = (ip(net, 1), ip(net, 2), ip(net, 5));
+    let server_addr = SocketAddr::new(server_ip, port);
+    let cm_port = "7448";
+    let dir = std::env::temp_dir().join(format!("softroce-cmhostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (sfile, cfile, pcap) = (
+        dir.join("server.out"),
+        dir.join("client.out"),
+        dir.join("client.pcap"),
+    );
+    // Debian's rping serving under the shim (librdmacm.so.1 and libibverbs.so.1), its -v
+    // lines written one at a time (stdbuf) to a file; `softroce run` kills it when run itself
+    // is killed.
+    let mut server = Command::new(common::bin())
+        .args([
+            "run",
+            "--no-device-view",
+            "--bind",
+            &server_addr.to_string(),
+        ])
+        .arg("--lib")
+        .arg(common::shim_lib())
+        .arg("--")
+        .arg(common::program("stdbuf", "coreutils"))
+        .arg("-oL")
+        .arg(common::program("rping", "rdmacm-utils"))
+        .args(["-s", "-a", &server_ip.to_string(), "-p", cm_port])
+        .args(["-v", "-C", "100000", "-S", "64"])
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&sfile).unwrap())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut serr = common::Lines::new(server.stderr.take().unwrap());
+    let up_by = Instant::now() + Duration::from_secs(30);
+    while !udp_bound(server_addr) {
+        assert!(
+            Instant::now() < up_by && server.try_wait().unwrap().is_none(),
+            "the shimmed rping server did not open its device: {:?}",
+            serr.rest(Duration::from_secs(1))
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // softroce's rping connects with -d (the comm IDs) and a capture (the server's QPN, from
+    // the REP: librdmacm's rping prints neither, and the CM ignores a DREQ naming another
+    // QP); a client that came between the device's bind and rdma_listen is rejected and
+    // runs again.
+    let mut tries = 0;
+    let (mut client, line) = loop {
+        tries += 1;
+        let mut c = Command::new(common::bin())
+            .args([
+                "rping", "-c", "-v", "-d", "-C", "0", "-S", "64", "-p", cm_port,
+            ])
+            .args(["-a", &server_ip.to_string(), "-I", &client_ip.to_string()])
+            .args(["--roce-port", &port.to_string()])
+            .arg("--pcap")
+            .arg(&pcap)
+            .stdout(std::fs::File::create(&cfile).unwrap())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let ids_by = Instant::now() + Duration::from_secs(30);
+        let line = loop {
+            if let Some(l) = lines_in(&cfile, "cm_id ", 1, Duration::ZERO).pop() {
+                break Some(l);
+            }
+            if c.try_wait().unwrap().is_some() || Instant::now() >= ids_by {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        if let Some(line) = line {
+            break (c, line);
+        }
+        let o = common::finish(c, "rping client", Duration::from_secs(30));
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(
+            tries < 3 && err.contains("REJECTED"),
+            "no comm IDs from the client:\n{}\n{err}",
+            std::fs::read_to_string(&cfile).unwrap_or_default()
+        );
+    };
+    let (client_id, server_id, _) = parse_ids(&line);
+    let (sping, cping) = ("server ping data: rdma-ping-", "ping data: rdma-ping-");
+    let ten = Duration::from_secs(20);
+    assert!(lines_in(&cfile, cping, 10, ten).len() >= 10);
+    assert!(lines_in(&sfile, sping, 10, ten).len() >= 10);
+    let qpn_by = Instant::now() + Duration::from_secs(20);
+    let server_qpn = loop {
+        if let Some(q) = rep_qpn(&pcap, server_id) {
+            break q;
+        }
+        assert!(Instant::now() < qpn_by, "no REP in the client's capture");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+
+    // A third host that learned both IDs and the server's QPN sends what would end the
+    // connection, to the server (DREQ, REJ) and to the client (REJ).
+    let dreq = CmMessage::Dreq(CmDreq {
+        local_comm_id: client_id,
+        remote_comm_id: server_id,
+        remote_qpn: server_qpn,
+        private_data: [0; softroce::wire::cm::DREQ_PRIVATE_DATA_LEN],
+    });
+    let rej = |from: u32, to: u32| {
+        CmMessage::Rej(CmRej {
+            local_comm_id: from,
+            remote_comm_id: to,
+            message_rejected: message_ref::REP,
+            rejected_info_length: 0,
+            reason: rej_reason::CONSUMER_DEFINED,
+            ari: [0; softroce::wire::cm::REJ_ARI_LEN],
+            private_data: [0; softroce::wire::cm::REJ_PRIVATE_DATA_LEN],
+        })
+    };
+    send_mad(stranger_ip, server_addr, &dreq);
+    send_mad(stranger_ip, server_addr, &rej(client_id, server_id));
+    send_mad(
+        stranger_ip,
+        SocketAddr::new(client_ip, port),
+        &rej(server_id, client_id),
+    );
+    // Every line counted now was written before the forgeries were sent. The next pings
+    // travel after them through each engine's one socket, and librdmacm's rping takes its CM
+    // events between pings: 300 more on each side show the forgeries ended nothing.
+    let s0 = lines_in(&sfile, sping, 0, Duration::ZERO).len();
+    let c0 = lines_in(&cfile, cping, 0, Duration::ZERO).len();
+    let s1 = lines_in(&sfile, sping, s0 + 300, Duration::from_secs(30)).len();
+    let c1 = lines_in(&cfile, cping, c0 + 300, Duration::from_secs(30)).len();
+    assert!(s1 >= s0 + 300, "server {s0} -> {s1}");
+    assert!(c1 >= c0 + 300, "client {c0} -> {c1}");
+    assert!(server.try_wait().unwrap().is_none(), "the server stopped");
+    assert!(client.try_wait().unwrap().is_none(), "the client stopped");
+
+    // The same DREQ from the client's address: librdmacm's rping reports the disconnection
+    // and exits.
+    send_mad(client_ip, server_addr, &dreq);
+    let t = Instant::now();
+    let event = serr.wait_for(Duration::from_secs(5), |l| l.contains("DISCONNECT EVENT"));
+    assert_eq!(
+        event.as_deref(),
+        Some("server DISCONNECT EVENT..."),
+        "{:?}",
+        serr.seen
+    );
+    common::finish(server, "shimmed rping server", Duration::from_secs(10));
+    let stopped_in = t.elapsed();
+    assert!(stopped_in < Duration::from_secs(5), "{stopped_in:?}");
+    // Its one disconnection was the peer's.
+    let disconnects = serr
+        .rest(Duration::from_secs(2))
+        .iter()
+        .filter(|l| l.contains("DISCONNECT"))
+        .count();
+    assert_eq!(disconnects, 1, "{:?}", serr.seen);
+    // The client's pings now go unanswered; it fails with the transport's retries, or is
+    // ended here.
+    let _ = client.kill();
+    let _ = client.wait();
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -199,3 +199,33 @@ impl Lines {
         &self.seen
     }
 }
+
+/// The libibverbs shim (which is also librdmacm.so.1) this build made, for `softroce run
+/// --lib`. `cargo test` from the workspace root builds it into target/<profile>/deps/ and
+/// copies it up to target/<profile>/ only on `cargo build`, so the copy in deps/ is the
+/// current one.
+pub fn shim_lib() -> std::path::PathBuf {
+    let dir = std::path::Path::new(bin()).parent().unwrap();
+    let fresh = dir.join("deps").join("libibverbs.so");
+    if fresh.is_file() {
+        return fresh;
+    }
+    let built = dir.join("libibverbs.so");
+    assert!(
+        built.is_file(),
+        "the shim is not built ({} nor {}): run the tests from the workspace root (cargo test), which builds it",
+        fresh.display(),
+        built.display()
+    );
+    built
+}
+
+/// `name` on PATH; a failure naming the Debian package that has it otherwise.
+pub fn program(name: &str, package: &str) -> std::path::PathBuf {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{name} not found: install {package} (scripts/setup.sh does)"))
+}
