@@ -24,6 +24,11 @@
 #   - README's "impair the link" example, word for word at both ends (README_IMPAIR below), and
 #     `softroce decode --analyze` of its client's capture: the wall-clock seconds of the pair
 #     (check-rows.sh holds it to README's promise of seconds, not minutes);
+#   - the shim: Debian's perftest (ib_write_bw -s 65536 and -s 64, ib_send_lat -s 2, all -x 1)
+#     under `softroce run` at both ends beside `softroce perf` with the same flags, both read from
+#     perftest's table (so the units are perftest's either way);
+#   - `softroce perf send -q 4 --check` (perftest's SEND shape on 4 QPs): wall clock of the pair
+#     against the measured interval, and the RNR NAKs the client received (--counters);
 #   - the sweep: `softroce perf write -a` and `send -a` (every size 2 B..8 MiB, one run each) and,
 #     without --quick, iperf3 TCP with the same write sizes up to 1 MiB (-l SIZE, a fixed block count),
 #     drawn by `softroce plot` as bandwidth and message rate by size: target/bench-sweep.svg,
@@ -58,6 +63,7 @@ need_apt=()
 command -v iperf3 >/dev/null 2>&1 || need_apt+=(iperf3)
 command -v jq >/dev/null 2>&1 || need_apt+=(jq)
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
+command -v ib_write_bw >/dev/null 2>&1 || need_apt+=(perftest)
 if [ ${#need_apt[@]} -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -79,10 +85,10 @@ BL=target/bench-baselines/release
 # ---- sizes ---------------------------------------------------------------------------------
 if [ $QUICK = 1 ]; then
     RUNS=1 T=30 IPERF_SECS=1 UDP_BYTES=50000000 BW_ITERS=300 LAT_ITERS=500 RATE_MSGS=5000
-    Q1024_ITERS=1 SWEEP_ITERS=5
+    Q1024_ITERS=1 SWEEP_ITERS=5 SHIM_BW_ITERS=300 SHIM_RATE_ITERS=5000 SENDQ4_ITERS=200
 else
     RUNS=3 T=90 IPERF_SECS=2 UDP_BYTES=1000000000 BW_ITERS=5000 LAT_ITERS=10000 RATE_MSGS=100000
-    Q1024_ITERS=5 SWEEP_ITERS=1000
+    Q1024_ITERS=5 SWEEP_ITERS=1000 SHIM_BW_ITERS=20000 SHIM_RATE_ITERS=100000 SENDQ4_ITERS=5000
 fi
 RATE_QPS="1 2 4 8 16 32 64"
 MTU=4096
@@ -252,6 +258,63 @@ rss_per_qp() { # client|server
 measure mem_client rss_per_qp client
 measure mem_server rss_per_qp server
 
+# ---- the shim beside softroce perf -------------------------------------------------------------
+# perftest's table: the line after the one naming the columns; prints its field COL.
+table_field() { # COL FILE
+    awk -v col="$1" '/#bytes/ {getline; print $col; exit}' "$2" | grep -E '^[0-9.]+$'
+}
+SHIM=0
+command -v ib_write_bw >/dev/null 2>&1 && command -v ib_send_lat >/dev/null 2>&1 && SHIM=1
+# A perftest program under `softroce run`, server 127.0.0.2, client 127.0.0.3.
+shim_perftest() { # COL PROGRAM ARGS...
+    local col=$1 prog=$2; shift 2
+    next_port
+    pair "$TMP/shim.out" :: "$BIN" run --bind 127.0.0.2 -- "$prog" "$@" -p "$PORT" \
+        :: "$BIN" run --bind 127.0.0.3 -- "$prog" "$@" -p "$PORT" 127.0.0.2 || return 1
+    table_field "$col" "$TMP/shim.out"
+}
+# softroce perf with the same flags, its perftest-shaped table read the same way.
+softroce_table() { # COL OP ARGS...
+    local col=$1; shift
+    next_port
+    pair "$TMP/srt.out" :: "$BIN" perf "$@" -p "$PORT" --roce-port "$PORT" \
+        :: "$BIN" perf "$@" -p "$PORT" --roce-port "$PORT" 127.0.0.1 || return 1
+    table_field "$col" "$TMP/srt.out"
+}
+if [ $SHIM = 1 ]; then
+    measure shim_write shim_perftest 4 ib_write_bw -x 1 -s 65536 -n "$SHIM_BW_ITERS"
+    measure shim_write_sr softroce_table 4 write -x 1 -s 65536 -n "$SHIM_BW_ITERS"
+    measure shim_rate shim_perftest 5 ib_write_bw -x 1 -s 64 -n "$SHIM_RATE_ITERS"
+    measure shim_rate_sr softroce_table 5 write -x 1 -s 64 -n "$SHIM_RATE_ITERS"
+    measure shim_lat shim_perftest 5 ib_send_lat -x 1 -s 2 -n "$LAT_ITERS"
+    measure shim_lat_sr softroce_table 5 send --lat -x 1 -s 2 -n "$LAT_ITERS"
+else
+    for k in shim_write shim_write_sr shim_rate shim_rate_sr shim_lat shim_lat_sr; do VAL[$k]="n/a (perftest missing)"; done
+fi
+# perf send -q 4 --check: the pair's wall clock, the measured interval (bytes / BW average of
+# the client, perftest's MB = 2^20 bytes) and the client's RNR NAKs received.
+send_q4() {
+    next_port
+    local t0 t1 bw
+    t0=$(date +%s.%N)
+    pair "$TMP/q4.out" :: "$BIN" perf send -q 4 --check --counters -n "$SENDQ4_ITERS" -p "$PORT" --roce-port "$PORT" \
+        :: "$BIN" perf send -q 4 --check --counters -n "$SENDQ4_ITERS" -p "$PORT" --roce-port "$PORT" 127.0.0.1 || return 1
+    t1=$(date +%s.%N)
+    grep -q "Data check      : passed" "$TMP/q4.out" || { fail "send -q 4: no passed verdict"; return 1; }
+    bw=$(table_field 4 "$TMP/q4.out") || return 1
+    local rnr
+    rnr=$(grep -o 'rcvd_rnr_err=[0-9]*' "$TMP/client.err" | cut -d= -f2 || true)
+    echo "${rnr:-0}" >>"$TMP/q4.rnr"
+    awk -v a="$t0" -v b="$t1" -v bw="$bw" -v n="$SENDQ4_ITERS" \
+        'BEGIN {printf "%.3f %.3f\n", b - a, 4 * n * 65536 / (bw * 1048576)}' >>"$TMP/q4.times"
+    awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f\n", b - a}'
+}
+: >"$TMP/q4.rnr"
+: >"$TMP/q4.times"
+measure send_q4_wall send_q4
+VAL[send_q4_rnr]=$(sort -g "$TMP/q4.rnr" | tail -1)
+VAL[send_q4_meas]=$(awk '{print $2}' "$TMP/q4.times" | median || echo FAILED)
+
 # ---- the sweep: bandwidth by message size ------------------------------------------------------
 # One run each (a sweep is 23 runs already); the client's --json lines are the picture's input.
 sweep_softroce() { # OP
@@ -344,6 +407,15 @@ for q in $RATE_QPS; do
 done
 r=$(ratio "${VAL[write_q1024]}" "${VAL[write]}")
 row write-64k-q1024 "64 KiB WRITE, 1024 QPs (aggregate) vs 1 QP" "$(mbs "${VAL[write_q1024]}")" "$(mbs "${VAL[write]}")" "$r" ">= 0.8x" "$(met "$r" '>=' 0.8)"
+r=$(ratio "${VAL[shim_write]}" "${VAL[shim_write_sr]}")
+row shim-write-64k "ib_write_bw -x 1 -s 65536 through the shim (softroce run, both ends) vs softroce perf write, same flags (perftest's MB/sec)" "$(mbs "${VAL[shim_write]}")" "$(mbs "${VAL[shim_write_sr]}")" "$r" ">= 0.9x" "$(met "$r" '>=' 0.9)"
+r=$(ratio "${VAL[shim_rate]}" "${VAL[shim_rate_sr]}")
+row shim-write-64b "ib_write_bw -x 1 -s 64 message rate through the shim vs softroce perf write -s 64" "$(mpps "${VAL[shim_rate]}")" "$(mpps "${VAL[shim_rate_sr]}")" "$r" ">= 0.9x" "$(met "$r" '>=' 0.9)"
+r=$(ratio "${VAL[shim_lat]}" "${VAL[shim_lat_sr]}")
+row shim-lat-2b "ib_send_lat -x 1 -s 2 t_typical through the shim vs softroce perf send --lat -s 2" "$(us "${VAL[shim_lat]}")" "$(us "${VAL[shim_lat_sr]}")" "$r" "<= 1.1x" "$(met "$r" '<=' 1.1)"
+r=$(ratio "${VAL[send_q4_wall]}" "${VAL[send_q4_meas]}")
+row send-q4-wall "perf send -q 4 --check (64 KiB, -n $SENDQ4_ITERS per QP), both ends' wall clock vs the measured interval" "$(fmt "${VAL[send_q4_wall]}" '%.2f s')" "$(fmt "${VAL[send_q4_meas]}" '%.2f s')" "$r" "<= 2x" "$(met "$r" '<=' 2)"
+row send-q4-rnr "perf send -q 4 --check: RNR NAKs the sender received (the most of the runs)" "$(fmt "${VAL[send_q4_rnr]}" '%.0f NAKs')" "-" "-" "0" "$( [ "${VAL[send_q4_rnr]}" = 0 ] && echo yes || echo no)"
 row sweep-write "WRITE sweep (-a, 2 B..8 MiB, ${VAL[sweep_rows]} sizes): best size's bandwidth (picture: $SWEEP_SVG)" "$(mbs "${VAL[sweep_peak]}")" "-" "-" "-" "-"
 row readme-impair "README's impairment example (1000 x 16 KiB WRITEs, 5% drop, 1% dup/reorder/corrupt, --check, -u 8), both ends, wall clock" "$(fmt "${VAL[readme_impair]}" '%.2f s')" "-" "-" "<= 30 s" "$(met "${VAL[readme_impair]}x" '<=' 30)"
 row mem-per-qp-client "memory per QP, requester process (peak RSS, 1024 QPs vs 1)" "$(fmt "${VAL[mem_client]}" '%.0f B')" "-" "-" "-" "-"
@@ -364,9 +436,10 @@ rss_note() { # client|server
     echo
     echo "Each figure is the median of $RUNS run(s); the runs, in order:"
     echo
-    for k in tcp udp_plain udp_gso write send read pp_block lat pp_busy lat_busy $(for q in $RATE_QPS; do echo "rate_q$q"; done) write_q1024 readme_impair mem_client mem_server; do
+    for k in tcp udp_plain udp_gso write send read pp_block lat pp_busy lat_busy $(for q in $RATE_QPS; do echo "rate_q$q"; done) write_q1024 shim_write shim_write_sr shim_rate shim_rate_sr shim_lat shim_lat_sr send_q4_wall readme_impair mem_client mem_server; do
         echo "- $k: ${SAMPLES[$k]:-${VAL[$k]}}"
     done
+    echo "- send_q4: RNR NAKs per run $(paste -sd' ' "$TMP/q4.rnr" 2>/dev/null); measured intervals $(awk '{print $2}' "$TMP/q4.times" 2>/dev/null | paste -sd' ')"
     echo "- peak RSS with 1 -> 1024 QPs: requester $(rss_note client); responder $(rss_note server)"
     echo
     echo "Sizes: iperf3 -t $IPERF_SECS; UDP $UDP_BYTES bytes in ${ROCE_UDP_PAYLOAD}-byte datagrams; 64 KiB runs -n $BW_ITERS;" \

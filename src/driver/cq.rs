@@ -25,6 +25,12 @@ pub(crate) struct CqInner {
     /// the CQ).
     device: std::sync::Weak<super::device::Device>,
     state: Mutex<CqState>,
+    /// `queue.len()`, plus one once overflowed: what a poll has to report, kept by every
+    /// change under the state lock, so that polling an empty queue (perftest spins on
+    /// `ibv_poll_cq`) reads one shared word instead of taking the lock the engine pushes under.
+    pending: AtomicUsize,
+    /// Empty polls in a row (non-busy-poll mode): every `YIELD_EVERY`th yields the CPU.
+    empty_polls: AtomicUsize,
     ready: Condvar,
     /// Called after completions are added (the shim's completion channel).
     event_hook: std::sync::OnceLock<EventHook>,
@@ -55,6 +61,8 @@ impl CqInner {
             busy_poll: device.busy_poll,
             device: std::sync::Arc::downgrade(device),
             state: Mutex::new(CqState::default()),
+            pending: AtomicUsize::new(0),
+            empty_polls: AtomicUsize::new(0),
             ready: Condvar::new(),
             event_hook: std::sync::OnceLock::new(),
         }
@@ -74,6 +82,7 @@ impl CqInner {
             st.queue.push_back(wc);
         }
         let added = st.queue.len() != before;
+        self.publish(&st);
         if added && st.waiters > 0 {
             self.ready.notify_all();
         }
@@ -91,7 +100,20 @@ impl CqInner {
     }
 }
 
+/// An application spinning on an empty CQ yields the CPU every this many polls: on a small
+/// machine the engine thread that would fill the queue may be waiting for that CPU (perftest's
+/// poll loop otherwise takes a core from the engine; see BENCHMARKS.md, issue #23).
+const YIELD_EVERY: usize = 16;
+
 impl CqInner {
+    /// Mirrors the state into `pending` (called with the state lock held, after a change).
+    fn publish(&self, st: &CqState) {
+        self.pending.store(
+            st.queue.len() + usize::from(st.overflowed),
+            Ordering::Release,
+        );
+    }
+
     /// Capacity given at creation.
     pub(crate) fn capacity(&self) -> usize {
         self.capacity.load(Ordering::Relaxed)
@@ -136,7 +158,18 @@ impl CqInner {
             if let Some(dev) = self.device.upgrade() {
                 dev.drive_for_poll();
             }
+            return self.take(out);
         }
+        if self.pending.load(Ordering::Acquire) == 0 && !out.is_empty() {
+            // Nothing to report: the engine thread fills the queue, so leave it the CPU now
+            // and then rather than spin on a lock it needs.
+            let n = self.empty_polls.fetch_add(1, Ordering::Relaxed);
+            if n % YIELD_EVERY == YIELD_EVERY - 1 {
+                std::thread::yield_now();
+            }
+            return Ok(0);
+        }
+        self.empty_polls.store(0, Ordering::Relaxed);
         self.take(out)
     }
 
@@ -153,6 +186,7 @@ impl CqInner {
         for (slot, wc) in out.iter_mut().zip(st.queue.drain(..n)) {
             *slot = wc;
         }
+        self.publish(&st);
         Ok(n)
     }
 
@@ -170,7 +204,9 @@ impl CqInner {
                 depth: self.capacity.load(Ordering::Relaxed) as u32,
             });
         }
-        Ok(st.queue.pop_front())
+        let wc = st.queue.pop_front();
+        self.publish(&st);
+        Ok(wc)
     }
 
     /// Blocks until at least one completion is available or `timeout` passes, then polls like
