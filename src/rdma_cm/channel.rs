@@ -802,11 +802,24 @@ impl CmId {
 
     /// Gives the identifier a QP the caller created and moved to INIT with the access it
     /// wants (in place of [`CmId::create_qp`], whose INIT has no remote atomics): connect and
-    /// accept move it to RTR and RTS as they move a QP of their own.
+    /// accept move it to RTR and RTS as they move a QP of their own. A UD identifier takes a
+    /// UD QP the caller already moved to RTS with [`RDMA_UDP_QKEY`], as rdma_cm's create_qp
+    /// does.
     pub fn set_qp(&self, qp: Arc<QueuePair>) -> Result<()> {
         let mut st = self.state();
         if st.qp.is_some() {
             return Err(Self::wrong("set_qp", st.phase));
+        }
+        if st.ps == PortSpace::Udp {
+            let a = qp.query();
+            if a.qp_state != QpState::Rts || a.qkey != RDMA_UDP_QKEY {
+                return Err(RdmaCmError::WrongState {
+                    op: "set_qp",
+                    state: "given a QP that is not in RTS with rdma_cm's Q_Key",
+                });
+            }
+            st.qp = Some(qp);
+            return Ok(());
         }
         if qp.query().qp_state != QpState::Init {
             return Err(RdmaCmError::WrongState {
