@@ -405,10 +405,14 @@ pub(super) fn complete(id: &Arc<Obj<Id>>, want: c_int) -> c_int {
             if kind == want {
                 0
             } else {
-                fail(if status < 0 {
+                // librdmacm's ucma_complete: REJECTED is ECONNREFUSED; another status is its
+                // own errno (negated: -ETIMEDOUT; positive: a UD peer's SIDR status).
+                fail(if kind == RDMA_CM_EVENT_REJECTED {
+                    libc::ECONNREFUSED
+                } else if status < 0 {
                     -status
                 } else if status > 0 {
-                    libc::ECONNREFUSED
+                    status
                 } else {
                     libc::EINVAL
                 })
