@@ -606,3 +606,178 @@ fn perftests_exchange_runs_over_an_rdma_cm_connection() {
         "a 1-byte message is malformed"
     );
 }
+
+fn ud_init(r: &Res) -> QpInitAttr<'_> {
+    QpInitAttr {
+        qp_type: QpType::Ud,
+        ..init(r)
+    }
+}
+
+/// A UD client up to connect: address and route resolved, its UD QP in RTS with rdma_cm's
+/// Q_Key.
+fn ud_client(ch: &EventChannel, r: &Res, dst: &Context) -> (CmId, std::sync::Arc<QueuePair>) {
+    let id = ch.create_id_in(PortSpace::Udp);
+    id.resolve_addr(dst.local_addr().ip(), PORT).unwrap();
+    expect(ch, EventKind::AddrResolved);
+    id.resolve_route().unwrap();
+    expect(ch, EventKind::RouteResolved);
+    let qp = id.create_qp(&r.pd, &ud_init(r)).unwrap();
+    assert_eq!(qp.query().qp_state, QpState::Rts);
+    assert_eq!(qp.query().qkey, RDMA_UDP_QKEY);
+    (id, qp)
+}
+
+fn ud_send(r: &Res, qp: &QueuePair, ah: &AddressHandle, qpn: u32, qkey: u32, len: u32) {
+    qp.post_send_ud(&[UdSendWr {
+        wr: SendWr {
+            wr_id: 1,
+            sg_list: &[r.mr.sge(0, len)],
+            opcode: WrOpcode::Send,
+            send_flags: SendFlags::SIGNALED,
+        },
+        ah,
+        remote_qpn: qpn,
+        remote_qkey: qkey,
+    }])
+    .unwrap();
+}
+
+/// udaddy's exchange through the rdma_cm API: the client's connect is a SIDR_REQ, the
+/// server's accept a SIDR_REP with its QPN and RDMA_UDP_QKEY; the client's ESTABLISHED
+/// carries them, and datagrams flow both ways with an AH built from it (the server answers
+/// the QP its datagram came from).
+#[test]
+fn ud_ids_resolve_with_sidr_and_exchange_datagrams() {
+    let (ca, cb) = two_contexts();
+    let (cha, chb) = (
+        EventChannel::new(&ca).unwrap(),
+        EventChannel::new(&cb).unwrap(),
+    );
+    let (ra, rb) = (res(&ca), res(&cb));
+    let listener = chb.create_id_in(PortSpace::Udp);
+    listener.bind_addr(PORT).unwrap();
+    listener.listen(8).unwrap();
+    // A TCP listener on the same port is another service: both coexist.
+    let tcp = chb.create_id();
+    tcp.bind_addr(PORT).unwrap();
+    tcp.listen(8).unwrap();
+
+    let (id_a, qp_a) = ud_client(&cha, &ra, &cb);
+    id_a.connect(&ConnParam {
+        private_data: b"udaddy?".to_vec(),
+        ..ConnParam::default()
+    })
+    .unwrap();
+
+    let req = expect(&chb, EventKind::ConnectRequest);
+    assert!(req.listen_id.unwrap().same(&listener));
+    assert_eq!(&req.private_data[..7], b"udaddy?");
+    assert_eq!(req.private_data.len(), UD_CONNECT_PRIVATE_DATA_LEN);
+    let ud = req.ud.expect("a UD connect request carries ud params");
+    assert_eq!(ud.addr, ca.local_addr().ip());
+    assert_eq!((ud.qp_num, ud.qkey), (0, 0), "a SIDR_REQ names no QP");
+    let id_b = req.id.clone();
+    assert_eq!(id_b.port_space(), PortSpace::Udp);
+    let qp_b = id_b.create_qp(&rb.pd, &ud_init(&rb)).unwrap();
+    let rsge = [rb.mr.sge(0, 4096)];
+    qp_b.post_recv(&[RecvWr {
+        wr_id: 7,
+        sg_list: &rsge,
+    }])
+    .unwrap();
+    id_b.accept(&ConnParam {
+        private_data: b"served".to_vec(),
+        ..ConnParam::default()
+    })
+    .unwrap();
+
+    let est = expect(&cha, EventKind::Established);
+    assert_eq!(est.status, 0);
+    assert_eq!(&est.private_data[..6], b"served");
+    let ud = est.ud.expect("ESTABLISHED on a UD id carries ud params");
+    assert_eq!(
+        (ud.addr, ud.qp_num, ud.qkey),
+        (cb.local_addr().ip(), qp_b.qp_num(), RDMA_UDP_QKEY)
+    );
+    // The listener's side gets no ESTABLISHED for a UD id.
+    assert!(matches!(
+        chb.get_event(Duration::from_millis(200)),
+        Err(RdmaCmError::Timeout)
+    ));
+
+    let ah_a = ra
+        .pd
+        .create_ah(&AhAttr {
+            dgid: Gid::from_ip(ud.addr),
+            ..Default::default()
+        })
+        .unwrap();
+    ud_send(&ra, &qp_a, &ah_a, ud.qp_num, ud.qkey, 100);
+    let wc = wait_wc(&rb.cq);
+    assert_eq!(wc.status, WcStatus::Success);
+    assert_eq!((wc.wr_id, wc.byte_len), (7, 140), "40-byte GRH first");
+    assert_eq!(wc.src_qp, qp_a.qp_num());
+    assert_eq!(wait_wc(&ra.cq).status, WcStatus::Success);
+
+    // The server answers the QP the datagram came from.
+    let asge = [ra.mr.sge(0, 4096)];
+    qp_a.post_recv(&[RecvWr {
+        wr_id: 9,
+        sg_list: &asge,
+    }])
+    .unwrap();
+    let ah_b = rb
+        .pd
+        .create_ah(&AhAttr {
+            dgid: Gid::from_ip(ca.local_addr().ip()),
+            ..Default::default()
+        })
+        .unwrap();
+    ud_send(&rb, &qp_b, &ah_b, wc.src_qp, RDMA_UDP_QKEY, 64);
+    assert_eq!(wait_wc(&rb.cq).status, WcStatus::Success);
+    let back = wait_wc(&ra.cq);
+    assert_eq!(
+        (back.status, back.wr_id, back.src_qp),
+        (WcStatus::Success, 9, qp_b.qp_num())
+    );
+    // SIDR leaves no connection behind on the requester; the responder keeps its reply a while.
+    assert_eq!(cha.cm_counters().wrong_peer, 0);
+}
+
+/// rdma_reject on a UD connect request is a SIDR_REP with status 2 (IB_SIDR_REJECT): the
+/// client sees UNREACHABLE with that status, as the kernel's cma_sidr_rep_handler reports it.
+#[test]
+fn a_rejected_ud_connect_is_unreachable_with_the_sidr_status() {
+    let (ca, cb) = two_contexts();
+    let (cha, chb) = (
+        EventChannel::new(&ca).unwrap(),
+        EventChannel::new(&cb).unwrap(),
+    );
+    let (ra, _rb) = (res(&ca), res(&cb));
+    let listener = chb.create_id_in(PortSpace::Udp);
+    listener.bind_addr(PORT).unwrap();
+    listener.listen(8).unwrap();
+    let (id_a, _qp_a) = ud_client(&cha, &ra, &cb);
+    id_a.connect(&ConnParam::default()).unwrap();
+    let req = expect(&chb, EventKind::ConnectRequest);
+    // Accepting without a QP is refused; rejecting needs none.
+    assert!(matches!(
+        req.id.accept(&ConnParam::default()),
+        Err(RdmaCmError::WrongState { .. })
+    ));
+    req.id.reject(b"go away").unwrap();
+    let e = expect(&cha, EventKind::Unreachable);
+    assert_eq!(e.status, 2);
+    assert_eq!(&e.private_data[..7], b"go away");
+    assert!(e.ud.is_none());
+
+    // Nobody listens on another port: the CM itself answers "unsupported" (status 1).
+    let id2 = cha.create_id_in(PortSpace::Udp);
+    id2.resolve_addr(cb.local_addr().ip(), PORT + 1).unwrap();
+    expect(&cha, EventKind::AddrResolved);
+    id2.resolve_route().unwrap();
+    expect(&cha, EventKind::RouteResolved);
+    id2.connect(&ConnParam::default()).unwrap();
+    assert_eq!(expect(&cha, EventKind::Unreachable).status, 1);
+}

@@ -100,7 +100,11 @@ fn serve(
         let (co, fin) = wait_for(client().spawn().unwrap(), limit);
         ct = text(&co);
         cok = fin && co.status.success();
-        if cok || !(ct.contains("REJECTED") || ct.contains("Connection refused")) {
+        // A UD client too early is told "unsupported" (SIDR status 1) by the CM.
+        let early = ct.contains("REJECTED")
+            || ct.contains("Connection refused")
+            || ct.contains("RDMA_CM_EVENT_UNREACHABLE, error: 1");
+        if cok || !early {
             break;
         }
     }
@@ -390,6 +394,75 @@ fn ucmatose_many_connections_between_two_shimmed_processes() {
         assert!(t.contains("return status 0"), "{t}");
     }
     assert!(st.contains("disconnected"), "server:\n{st}");
+}
+
+/// udaddy's UD exchange (RDMA_PS_UDP: SIDR_REQ / SIDR_REP over QP1, then datagrams with
+/// immediate data both ways, the server answering with an AH made from the completion) between
+/// two shimmed processes, 3 identifiers of 20 messages each; the client names the port space
+/// with `-p 0x0111` as its usage text shows.
+#[test]
+fn udaddy_ud_exchange_between_two_shimmed_processes() {
+    let udaddy = program("udaddy", "rdmacm-utils");
+    let args = ["-c", "3", "-C", "20", "-S", "200"];
+    let mut sargs = vec!["-b", "127.0.0.61"];
+    sargs.extend_from_slice(&args);
+    let server = shimmed(&udaddy, "127.0.0.61", &sargs);
+    let (st, ct) = serve(
+        server,
+        "127.0.0.61",
+        || {
+            let mut cargs = vec!["-s", "127.0.0.61", "-b", "127.0.0.62", "-p", "0x0111"];
+            cargs.extend_from_slice(&args);
+            shimmed(&udaddy, "127.0.0.62", &cargs)
+        },
+        Duration::from_secs(30),
+    );
+    for t in [&st, &ct] {
+        assert!(t.contains("data transfers complete"), "{t}");
+        assert!(t.contains("return status 0"), "{t}");
+    }
+    assert!(
+        st.contains("sending replies"),
+        "server:
+{st}"
+    );
+    assert!(
+        !st.contains("failed"),
+        "server:
+{st}"
+    );
+}
+
+/// A UD connect to a device where nobody listens on the port's UDP service (ucmatose listens
+/// on the TCP one) is answered by the CM with SIDR status 1 (unsupported), which udaddy prints
+/// as UNREACHABLE's status, as against a Linux host.
+#[test]
+fn udaddy_to_nobody_is_unreachable_with_the_sidr_status() {
+    let ucmatose = program("ucmatose", "rdmacm-utils");
+    let mut s = shimmed(&ucmatose, "127.0.0.63", &["-b", "127.0.0.63", "-c", "1"])
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !device_up("127.0.0.63") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let udaddy = program("udaddy", "rdmacm-utils");
+    let c = shimmed(
+        &udaddy,
+        "127.0.0.64",
+        &["-s", "127.0.0.63", "-b", "127.0.0.64"],
+    )
+    .spawn()
+    .unwrap();
+    let (co, fin) = wait_for(c, Duration::from_secs(30));
+    let _ = s.kill();
+    let _ = s.wait();
+    let ct = text(&co);
+    assert!(fin && !co.status.success(), "client:\n{ct}");
+    assert!(
+        ct.contains("RDMA_CM_EVENT_UNREACHABLE, error: 1"),
+        "client:\n{ct}"
+    );
 }
 
 /// perftest's result row: `size` first, then 200 iterations, and a positive figure in the

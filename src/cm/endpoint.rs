@@ -6,10 +6,13 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use super::iba_time;
-use super::params::{fill, AcceptParams, CmEvent, ConnectParams, PeerParams, RejectInfo};
+use super::params::{
+    fill, AcceptParams, CmEvent, ConnectParams, PeerParams, RejectInfo, SidrReply, SidrRequest,
+};
 use crate::wire::cm::{
-    message_ref, rej_reason, transport_type, CmDreq, CmIds, CmMessage, CmMra, CmPath, CmRej, CmRep,
-    CmReq, REJ_ARI_LEN,
+    message_ref, rej_reason, sidr_status, transport_type, CmDreq, CmIds, CmMessage, CmMra, CmPath,
+    CmRej, CmRep, CmReq, CmSidrRep, CmSidrReq, REJ_ARI_LEN, SIDR_REP_INFO_LEN,
+    SIDR_REP_PRIVATE_DATA_LEN, SIDR_REQ_PRIVATE_DATA_LEN,
 };
 use crate::wire::mad;
 
@@ -40,6 +43,13 @@ pub enum ConnState {
     DreqRcvd,
     /// Disconnected; the QP must not be reused until this ends.
     TimeWait,
+    /// SIDR requester: our SIDR_REQ is out, unanswered (repeated as a REQ is).
+    SidrReqSent,
+    /// SIDR responder: a SIDR_REQ is here; the application answers with a SIDR_REP.
+    SidrReqRcvd,
+    /// SIDR responder: our SIDR_REP is out; kept for a while to answer a repeated SIDR_REQ
+    /// (whose requester missed the reply) with the same reply.
+    SidrRepSent,
 }
 
 /// Settings of an endpoint. The defaults are rdma_cm's on RoCE.
@@ -263,6 +273,9 @@ pub struct Endpoint {
     /// REQ.
     by_remote: HashMap<(u32, u64), u32>,
     listeners: HashMap<u64, Listener>,
+    /// SIDR resolutions we answer, by the requester's (address, request ID), to spot a
+    /// repeated SIDR_REQ (a request ID is the requester's own, unique only with its address).
+    sidr_by_remote: HashMap<(SocketAddr, u32), u32>,
     /// Undecided connect requests per source address (those with a `listener`).
     half_open_by_source: HashMap<IpAddr, usize>,
     out: VecDeque<Outgoing>,
@@ -282,6 +295,7 @@ impl Endpoint {
             cfg,
             conns: HashMap::new(),
             by_remote: HashMap::new(),
+            sidr_by_remote: HashMap::new(),
             listeners: HashMap::new(),
             half_open_by_source: HashMap::new(),
             out: VecDeque::new(),
@@ -655,7 +669,15 @@ impl Endpoint {
 
     fn remove(&mut self, id: u32) {
         if let Some(c) = self.conns.remove(&id) {
-            self.by_remote.remove(&(c.remote_comm_id, c.remote_ca_guid));
+            match c.state {
+                ConnState::SidrReqSent => {}
+                ConnState::SidrReqRcvd | ConnState::SidrRepSent => {
+                    self.sidr_by_remote.remove(&(c.peer, c.remote_comm_id));
+                }
+                _ => {
+                    self.by_remote.remove(&(c.remote_comm_id, c.remote_ca_guid));
+                }
+            }
             self.release_backlog(c.listener, c.peer.ip());
         }
     }
@@ -697,9 +719,8 @@ impl Endpoint {
             CmMessage::Rtu(r) => self.on_rtu(from, &r),
             CmMessage::Dreq(d) => self.on_dreq(now, from, hdr.tid, &d),
             CmMessage::Drep(d) => self.on_drep(now, from, &d),
-            // UD service resolution is not offered: a SIDR_REQ gets no answer, as from a CM
-            // without UD services.
-            CmMessage::SidrReq(_) | CmMessage::SidrRep(_) => self.counters.unmatched += 1,
+            CmMessage::SidrReq(r) => self.on_sidr_req(now, from, hdr.tid, &r),
+            CmMessage::SidrRep(r) => self.on_sidr_rep(from, hdr.tid, &r),
         }
     }
 
@@ -1002,6 +1023,213 @@ impl Endpoint {
         }
     }
 
+    /// Sends a SIDR_REQ for `service_id` to the CM at `to` (rdma_connect on a UD identifier):
+    /// [`CmEvent::SidrReply`] follows with the answer, or [`CmEvent::Unreachable`] after every
+    /// retry (the REQ's timeouts and retry count: rdma_cm's cma_resolve_ib_udp asks for
+    /// CMA_MAX_CM_RETRIES).
+    pub fn sidr_request(
+        &mut self,
+        now: Duration,
+        to: SocketAddr,
+        service_id: u64,
+        private_data: &[u8],
+    ) -> Result<ConnId, CmError> {
+        let private_data = fill(private_data).ok_or(CmError::PrivateDataTooLong {
+            len: private_data.len(),
+            max: SIDR_REQ_PRIVATE_DATA_LEN,
+        })?;
+        let id = self.new_comm_id()?;
+        let req = CmSidrReq {
+            request_id: id,
+            partition_key: 0xffff,
+            service_id,
+            private_data,
+        };
+        let tid = self.ids.next_u64();
+        self.conns.insert(
+            id,
+            Conn {
+                state: ConnState::SidrReqSent,
+                peer: to,
+                tid,
+                remote_comm_id: 0,
+                remote_ca_guid: 0,
+                local_qpn: 0,
+                remote_qpn: 0,
+                peer_response: iba_time(self.cfg.cm_response_timeout),
+                pending: None,
+                last: None,
+                expires: None,
+                listener: None,
+            },
+        );
+        let timeout = self.wait_for_peer(iba_time(self.cfg.cm_response_timeout));
+        self.send_pending(id, now, &CmMessage::SidrReq(req), timeout);
+        Ok(ConnId(id))
+    }
+
+    /// Answers a [`CmEvent::SidrRequest`] with a SIDR_REP: `status` 0
+    /// ([`sidr_status::SUCCESS`]) with the UD QP `qpn` and its `qkey` (rdma_accept), or a
+    /// refusal such as [`sidr_status::REJECT`] (rdma_reject). The resolution is then over;
+    /// the reply is kept a while so that a repeated SIDR_REQ gets it again.
+    pub fn sidr_reply(
+        &mut self,
+        now: Duration,
+        conn: ConnId,
+        status: u8,
+        qpn: u32,
+        qkey: u32,
+        private_data: &[u8],
+    ) -> Result<(), CmError> {
+        let private_data = fill(private_data).ok_or(CmError::PrivateDataTooLong {
+            len: private_data.len(),
+            max: SIDR_REP_PRIVATE_DATA_LEN,
+        })?;
+        let keep = 2 * self.wait_for_peer(iba_time(self.cfg.cm_response_timeout));
+        let c = self.conn_mut(conn)?;
+        if c.state != ConnState::SidrReqRcvd {
+            return Err(CmError::WrongState {
+                op: "sidr_reply",
+                state: c.state,
+            });
+        }
+        let service_id = c.listener.unwrap_or(0);
+        let rep = CmSidrRep {
+            request_id: c.remote_comm_id,
+            status,
+            additional_information_length: 0,
+            qpn: if status == sidr_status::SUCCESS {
+                qpn
+            } else {
+                0
+            },
+            service_id,
+            qkey: if status == sidr_status::SUCCESS {
+                qkey
+            } else {
+                0
+            },
+            additional_information: [0; SIDR_REP_INFO_LEN],
+            private_data,
+        };
+        c.state = ConnState::SidrRepSent;
+        c.local_qpn = qpn;
+        c.expires = Some(now + keep);
+        let (peer, tid, listener) = (c.peer, c.tid, c.listener.take());
+        self.release_backlog(listener, peer.ip());
+        let m = self.send(peer, tid, &CmMessage::SidrRep(rep));
+        if let Some(c) = self.conns.get_mut(&conn.0) {
+            c.last = Some(m);
+        }
+        Ok(())
+    }
+
+    /// A SIDR_REP that answers nothing of ours: status "unsupported" for a service nobody
+    /// listens on (Linux's cm_sidr_req_handler), "no QP" when the backlog is full.
+    fn refuse_sidr(&mut self, to: SocketAddr, tid: u64, r: &CmSidrReq, status: u8) {
+        let rep = CmSidrRep {
+            request_id: r.request_id,
+            status,
+            additional_information_length: 0,
+            qpn: 0,
+            service_id: r.service_id,
+            qkey: 0,
+            additional_information: [0; SIDR_REP_INFO_LEN],
+            private_data: [0; SIDR_REP_PRIVATE_DATA_LEN],
+        };
+        self.send(to, tid, &CmMessage::SidrRep(rep));
+    }
+
+    fn on_sidr_req(&mut self, now: Duration, from: SocketAddr, tid: u64, r: &CmSidrReq) {
+        if let Some(&id) = self.sidr_by_remote.get(&(from, r.request_id)) {
+            self.counters.duplicates += 1;
+            // Answered already: the requester missed the reply; undecided: it is coming.
+            if let Some(c) = self.conns.get(&id) {
+                if let (ConnState::SidrRepSent, Some(m)) = (c.state, c.last) {
+                    self.out.push_back(Outgoing { to: from, mad: m });
+                }
+            }
+            return;
+        }
+        let Some(listener) = self.listeners.get(&r.service_id) else {
+            self.counters.rej_no_listener += 1;
+            self.refuse_sidr(from, tid, r, sidr_status::UNSUPPORTED);
+            return;
+        };
+        let from_source = self
+            .half_open_by_source
+            .get(&from.ip())
+            .copied()
+            .unwrap_or(0);
+        let source_limit = self.cfg.max_half_open_per_source.max(listener.backlog);
+        if listener.half_open >= listener.backlog || from_source >= source_limit {
+            self.counters.rej_no_resources += 1;
+            self.refuse_sidr(from, tid, r, sidr_status::NO_QP);
+            return;
+        }
+        let Ok(id) = self.new_comm_id() else {
+            self.counters.rej_no_resources += 1;
+            self.refuse_sidr(from, tid, r, sidr_status::NO_QP);
+            return;
+        };
+        if let Some(l) = self.listeners.get_mut(&r.service_id) {
+            l.half_open += 1;
+        }
+        *self.half_open_by_source.entry(from.ip()).or_insert(0) += 1;
+        // A SIDR_REQ says nothing of its sender's patience: ours bounds the wait.
+        let patience = self.connect_patience().min(self.cfg.max_half_open_time);
+        self.conns.insert(
+            id,
+            Conn {
+                state: ConnState::SidrReqRcvd,
+                peer: from,
+                tid,
+                remote_comm_id: r.request_id,
+                remote_ca_guid: 0,
+                local_qpn: 0,
+                remote_qpn: 0,
+                peer_response: iba_time(self.cfg.cm_response_timeout),
+                pending: None,
+                last: None,
+                expires: Some(now + patience),
+                listener: Some(r.service_id),
+            },
+        );
+        self.sidr_by_remote.insert((from, r.request_id), id);
+        self.events.push_back(CmEvent::SidrRequest {
+            conn: ConnId(id),
+            req: Box::new(SidrRequest::from_msg(from, r)),
+        });
+    }
+
+    /// A SIDR_REP counts only for a SIDR_REQ of ours still unanswered, from the address the
+    /// request went to, in the request's transaction (Linux's CM sends the reply in the
+    /// request's): a third host that guesses the 32-bit request ID still cannot choose the
+    /// requester's peer (spec-notes/security.md).
+    fn on_sidr_rep(&mut self, from: SocketAddr, tid: u64, r: &CmSidrRep) {
+        let Some(c) = self.conns.get(&r.request_id) else {
+            self.counters.unmatched += 1;
+            return;
+        };
+        if c.state != ConnState::SidrReqSent {
+            self.counters.unmatched += 1;
+            return;
+        }
+        if c.peer != from {
+            self.counters.wrong_peer += 1;
+            return;
+        }
+        if c.tid != tid {
+            self.counters.unmatched += 1;
+            return;
+        }
+        self.events.push_back(CmEvent::SidrReply {
+            conn: ConnId(r.request_id),
+            rep: Box::new(SidrReply::from_msg(from, r)),
+        });
+        self.remove(r.request_id);
+    }
+
     /// Runs every deadline that has passed: repeats unanswered messages, gives up on those
     /// out of retries, ends time-waits and forgets abandoned half-open connections.
     pub fn handle_timeout(&mut self, now: Duration) {
@@ -1048,6 +1276,8 @@ impl Endpoint {
         if c.expires.is_some_and(|e| e <= now) {
             match c.state {
                 ConnState::TimeWait => self.events.push_back(CmEvent::TimewaitExit { conn }),
+                // The reply was sent and reported long ago: nothing to tell.
+                ConnState::SidrRepSent => {}
                 _ => {
                     self.counters.timeouts += 1;
                     self.events.push_back(CmEvent::Unreachable { conn });

@@ -11,6 +11,10 @@
 //! time-wait), rejects REQs for services nobody listens on, and bounds the connections a REQ
 //! flood can leave half-open.
 //!
+//! UD services are resolved with SIDR (§12.11): [`Endpoint::sidr_request`] sends a SIDR_REQ
+//! and repeats it as a REQ until a SIDR_REP from the address it went to answers it; a listener
+//! reports [`CmEvent::SidrRequest`] and answers with [`Endpoint::sidr_reply`].
+//!
 //! The layer above (the rdma_cm-shaped API) moves QPs: it reads the peer's QPN, PSN and
 //! resources from [`CmEvent::ConnectRequest`] and [`CmEvent::RepReceived`], modifies its QP,
 //! then calls [`Endpoint::accept`] or [`Endpoint::establish`].
@@ -22,7 +26,9 @@ mod params;
 mod tests;
 
 pub use endpoint::{CmCounters, CmError, ConnId, ConnState, Endpoint, EndpointConfig, Outgoing};
-pub use params::{AcceptParams, CmEvent, ConnectParams, PeerParams, RejectInfo};
+pub use params::{
+    AcceptParams, CmEvent, ConnectParams, PeerParams, RejectInfo, SidrReply, SidrRequest,
+};
 
 /// An IBA time value: 4.096 us * 2^`exponent` (the encoding of CM response timeouts, service
 /// timeouts, local ACK timeouts and packet life times), saturating at 2^31 * 4.096 us.

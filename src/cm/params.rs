@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 
 use super::endpoint::ConnId;
-use crate::wire::cm::{transport_type, CmRep, CmReq};
+use crate::wire::cm::{transport_type, CmRep, CmReq, CmSidrRep, CmSidrReq};
 use crate::wire::cma::CmaHeader;
 
 /// What the active side asks for in its REQ (rdma_connect's conn_param plus the route).
@@ -211,6 +211,67 @@ impl PeerParams {
     }
 }
 
+/// A SIDR_REQ that a listener received (IBTA §12.11): which UD QP serves `service_id`? The
+/// request names no QP of the requester; its datagrams will.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SidrRequest {
+    /// Where the request came from (and the reply goes).
+    pub addr: SocketAddr,
+    /// The requester's ID for this resolution.
+    pub request_id: u32,
+    /// The service asked for.
+    pub service_id: u64,
+    /// The partition key of the request.
+    pub partition_key: u16,
+    /// rdma_cm's header at the front of the private data, when it is one.
+    pub cma: Option<CmaHeader>,
+    /// The whole private data area (216 bytes).
+    pub private_data: Vec<u8>,
+}
+
+impl SidrRequest {
+    pub(super) fn from_msg(addr: SocketAddr, r: &CmSidrReq) -> Self {
+        SidrRequest {
+            addr,
+            request_id: r.request_id,
+            service_id: r.service_id,
+            partition_key: r.partition_key,
+            cma: CmaHeader::parse(&r.private_data).ok(),
+            private_data: r.private_data.to_vec(),
+        }
+    }
+}
+
+/// A SIDR_REP that answered our SIDR_REQ.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SidrReply {
+    /// Where it came from: the address the request went to.
+    pub addr: SocketAddr,
+    /// [`crate::wire::cm::sidr_status`]: 0 when `qpn` and `qkey` serve the service.
+    pub status: u8,
+    /// The UD QP that serves the service.
+    pub qpn: u32,
+    /// That QP's Q_Key.
+    pub qkey: u32,
+    /// The service, as the responder echoed it.
+    pub service_id: u64,
+    /// The private data area (136 bytes).
+    pub private_data: Vec<u8>,
+}
+
+impl SidrReply {
+    pub(super) fn from_msg(addr: SocketAddr, r: &CmSidrRep) -> Self {
+        SidrReply {
+            addr,
+            status: r.status,
+            qpn: r.qpn,
+            qkey: r.qkey,
+            service_id: r.service_id,
+            private_data: r.private_data.to_vec(),
+        }
+    }
+}
+
 /// Something the application must hear about, in the order it happened.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CmEvent {
@@ -256,6 +317,22 @@ pub enum CmEvent {
     Disconnected {
         /// The connection.
         conn: ConnId,
+    },
+    /// A SIDR_REQ for a service we listen on (rdma_cm CONNECT_REQUEST on a UD identifier):
+    /// answer with [`super::Endpoint::sidr_reply`].
+    SidrRequest {
+        /// The resolution, named by the ID this endpoint gave it.
+        conn: ConnId,
+        /// What the requester asked.
+        req: Box<SidrRequest>,
+    },
+    /// The answer to our SIDR_REQ (rdma_cm ESTABLISHED on a UD identifier when its status is
+    /// 0); the resolution is over. Had none come after every retry, [`CmEvent::Unreachable`].
+    SidrReply {
+        /// The resolution, now gone.
+        conn: ConnId,
+        /// What the responder said.
+        rep: Box<SidrReply>,
     },
     /// Time-wait ended and the connection is gone (rdma_cm TIMEWAIT_EXIT): its QP may be reused.
     TimewaitExit {

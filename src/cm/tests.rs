@@ -8,6 +8,7 @@ use crate::wire::cm::{attr, rdma_tcp_service_id, rej_reason, CmMessage, CmReq};
 use crate::wire::mad::{self, MadRepr};
 
 mod security;
+mod sidr;
 
 const SERVICE: u64 = rdma_tcp_service_id(7174);
 

@@ -101,7 +101,9 @@ impl Side {
                     self.pending.retain(|c| *c != conn);
                     self.established.remove(&conn);
                 }
-                CmEvent::Disconnected { .. } => {}
+                CmEvent::Disconnected { .. }
+                | CmEvent::SidrRequest { .. }
+                | CmEvent::SidrReply { .. } => {}
             }
         }
         assert!(self.ep.connections() <= MAX_CONNECTIONS);

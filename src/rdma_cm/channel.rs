@@ -7,19 +7,71 @@ use std::time::{Duration, Instant};
 
 use crate::cm::{
     AcceptParams, CmCounters, CmError, CmEvent, ConnId, ConnectParams, PeerParams, RejectInfo,
+    SidrReply, SidrRequest,
 };
 use crate::driver::device::Device;
 use crate::driver::gsi::GSI_QPN;
 use crate::driver::node_guid;
+use crate::ib::QpType;
 use crate::ib::{AccessFlags, Gid, Mtu, QpAttr, QpAttrMask, QpState, VerbsError};
 use crate::verbs::{Context, ProtectionDomain, QpInitAttr, QueuePair, RcConnect};
-use crate::wire::cm::{rdma_tcp_service_id, rej_reason, REQ_PRIVATE_DATA_LEN};
+use crate::wire::cm::{
+    rdma_tcp_service_id, rdma_udp_service_id, rej_reason, sidr_status, REQ_PRIVATE_DATA_LEN,
+    SIDR_REQ_PRIVATE_DATA_LEN,
+};
 use crate::wire::cma::CmaHeader;
 use crate::wire::psn::random_start;
 
 /// Private data a connect request carries for the application: the REQ's 92 bytes less
 /// rdma_cm's 36-byte header.
 pub const CONNECT_PRIVATE_DATA_LEN: usize = REQ_PRIVATE_DATA_LEN - CmaHeader::LEN;
+
+/// Private data a UD identifier's connect (its SIDR_REQ) carries for the application: 216
+/// bytes less rdma_cm's header.
+pub const UD_CONNECT_PRIVATE_DATA_LEN: usize = SIDR_REQ_PRIVATE_DATA_LEN - CmaHeader::LEN;
+
+/// The Q_Key of every QP in rdma_cm's UDP port space (`RDMA_UDP_QKEY`): what a UD identifier's
+/// QP is created with and what its accept advertises.
+pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
+
+/// `ETIMEDOUT`, negated: the status of an [`EventKind::Unreachable`] whose peer never
+/// answered, as the kernel's rdma_cm reports it.
+pub const STATUS_TIMED_OUT: i32 = -110;
+
+/// `EINVAL`, negated: the status of an [`EventKind::Unreachable`] on a UD identifier whose
+/// peer's SIDR_REP named another Q_Key than rdma_cm's (the kernel's cma_set_qkey refuses it).
+pub const STATUS_INVALID: i32 = -22;
+
+/// rdma_cm's port spaces that softroce serves (`enum rdma_port_space`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortSpace {
+    /// RDMA_PS_TCP: connected (RC) identifiers, REQ / REP / RTU.
+    Tcp,
+    /// RDMA_PS_UDP: datagram (UD) identifiers, resolved with SIDR_REQ / SIDR_REP.
+    Udp,
+}
+
+impl PortSpace {
+    /// The CM service ID of `port` in this space.
+    pub fn service_id(self, port: u16) -> u64 {
+        match self {
+            PortSpace::Tcp => rdma_tcp_service_id(port),
+            PortSpace::Udp => rdma_udp_service_id(port),
+        }
+    }
+}
+
+/// What a UD identifier's events say about the peer (rdma_cm's `rdma_ud_param`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdParam {
+    /// The peer's address: its GID (the IP address on RoCE) for an address handle.
+    pub addr: IpAddr,
+    /// The peer's UD QP (established: the SIDR_REP's; a connect request: 0, since a SIDR_REQ
+    /// names none, as with the kernel's rdma_cm).
+    pub qp_num: u32,
+    /// That QP's Q_Key (0 on a connect request).
+    pub qkey: u32,
+}
 
 /// Why an rdma_cm call failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,6 +198,13 @@ pub struct RdmaCmEvent {
     pub private_data: Vec<u8>,
     /// For a connect request: the requester's parameters.
     pub param: Option<ConnParam>,
+    /// For a UD identifier's connect request and established events: the peer's datagram
+    /// address, QP and Q_Key.
+    pub ud: Option<UdParam>,
+    /// rdma_cm's `event->status`: 0, or for [`EventKind::Unreachable`]
+    /// [`STATUS_TIMED_OUT`] (no answer), a UD peer's SIDR status (it refused) or
+    /// [`STATUS_INVALID`]; for [`EventKind::Rejected`] the REJ's reason.
+    pub status: i32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,6 +237,7 @@ impl Phase {
 #[derive(Debug)]
 struct IdState {
     phase: Phase,
+    ps: PortSpace,
     /// The peer's IP address and rdma_cm port.
     remote: Option<SocketAddr>,
     /// The local rdma_cm port (listen: the service; connect: the source port in the header).
@@ -241,10 +301,16 @@ impl EventChannel {
 
     /// `rdma_create_id` in the TCP port space.
     pub fn create_id(&self) -> CmId {
+        self.create_id_in(PortSpace::Tcp)
+    }
+
+    /// `rdma_create_id` in port space `ps`.
+    pub fn create_id_in(&self, ps: PortSpace) -> CmId {
         CmId {
             shared: Arc::clone(&self.shared),
             st: Arc::new(Mutex::new(IdState {
                 phase: Phase::Idle,
+                ps,
                 remote: None,
                 port: 0,
                 conn: None,
@@ -356,6 +422,8 @@ impl Shared {
             kind,
             private_data,
             param: None,
+            ud: None,
+            status: 0,
         }
     }
 
@@ -387,14 +455,26 @@ impl Shared {
                 conn,
                 reason,
                 private_data,
-            } => self.closed(conn, EventKind::Rejected { reason }, private_data),
-            CmEvent::Unreachable { conn } => self.closed(conn, EventKind::Unreachable, Vec::new()),
+            } => self
+                .closed(conn, EventKind::Rejected { reason }, private_data)
+                .map(|e| RdmaCmEvent {
+                    status: i32::from(reason),
+                    ..e
+                }),
+            CmEvent::Unreachable { conn } => self
+                .closed(conn, EventKind::Unreachable, Vec::new())
+                .map(|e| RdmaCmEvent {
+                    status: STATUS_TIMED_OUT,
+                    ..e
+                }),
             CmEvent::Disconnected { conn } => {
                 let id = self.id_of(conn)?;
                 id.to_error();
                 lock(&id.st).phase = Phase::Disconnected;
                 Some(Self::event(id, EventKind::Disconnected, Vec::new()))
             }
+            CmEvent::SidrRequest { conn, req } => self.on_sidr_request(conn, &req),
+            CmEvent::SidrReply { conn, rep } => self.on_sidr_reply(conn, &rep),
             CmEvent::TimewaitExit { conn } => {
                 let id = self.id_of(conn)?;
                 self.forget(conn);
@@ -448,6 +528,7 @@ impl Shared {
             shared: Arc::clone(&listener.shared),
             st: Arc::new(Mutex::new(IdState {
                 phase: Phase::ConnectRequest,
+                ps: PortSpace::Tcp,
                 remote: Some(remote),
                 port,
                 conn: Some(conn),
@@ -464,6 +545,96 @@ impl Shared {
             kind: EventKind::ConnectRequest,
             private_data: user_data,
             param: Some(param),
+            ud: None,
+            status: 0,
+        })
+    }
+
+    /// A SIDR_REQ for a UD listener: a connect request whose identifier answers with a
+    /// SIDR_REP (accept or reject).
+    fn on_sidr_request(&self, conn: ConnId, req: &SidrRequest) -> Option<RdmaCmEvent> {
+        let listener = lock(&self.state).listeners.get(&req.service_id).cloned();
+        let Some(listener) = listener else {
+            let mut g = self.dev.gsi.lock();
+            let now = g.now();
+            let _ =
+                g.cm.sidr_reply(now, conn, sidr_status::UNSUPPORTED, 0, 0, &[]);
+            drop(g);
+            self.kick();
+            return None;
+        };
+        let remote = match req.cma {
+            Some(h) => SocketAddr::new(h.src_addr, h.src_port),
+            None => req.addr,
+        };
+        let user_data = if req.cma.is_some() {
+            req.private_data[CmaHeader::LEN..].to_vec()
+        } else {
+            req.private_data.clone()
+        };
+        let param = ConnParam {
+            private_data: user_data.clone(),
+            ..ConnParam::default()
+        };
+        let port = lock(&listener.st).port;
+        let id = CmId {
+            shared: Arc::clone(&listener.shared),
+            st: Arc::new(Mutex::new(IdState {
+                phase: Phase::ConnectRequest,
+                ps: PortSpace::Udp,
+                remote: Some(remote),
+                port,
+                conn: Some(conn),
+                qp: None,
+                psn: random_start().value(),
+                param: param.clone(),
+                peer: None,
+            })),
+        };
+        lock(&self.state).conns.insert(conn, id.clone());
+        Some(RdmaCmEvent {
+            id,
+            listen_id: Some(listener),
+            kind: EventKind::ConnectRequest,
+            private_data: user_data,
+            param: Some(param),
+            ud: Some(UdParam {
+                addr: remote.ip(),
+                qp_num: 0,
+                qkey: 0,
+            }),
+            status: 0,
+        })
+    }
+
+    /// The answer to a UD identifier's SIDR_REQ, as the kernel's cma_sidr_rep_handler turns
+    /// it into an event: ESTABLISHED with the peer's QPN and Q_Key when it accepted with
+    /// rdma_cm's Q_Key; UNREACHABLE with the SIDR status when it refused.
+    fn on_sidr_reply(&self, conn: ConnId, rep: &SidrReply) -> Option<RdmaCmEvent> {
+        let id = self.id_of(conn)?;
+        self.forget(conn);
+        let mut st = lock(&id.st);
+        st.conn = None;
+        let (kind, status) = match (rep.status, rep.qkey) {
+            (sidr_status::SUCCESS, RDMA_UDP_QKEY) => (EventKind::Established, 0),
+            (sidr_status::SUCCESS, _) => (EventKind::Unreachable, STATUS_INVALID),
+            (s, _) => (EventKind::Unreachable, i32::from(s)),
+        };
+        st.phase = if status == 0 {
+            Phase::Connected
+        } else {
+            Phase::Idle
+        };
+        let addr = st.remote.map_or(rep.addr.ip(), |r| r.ip());
+        drop(st);
+        Some(RdmaCmEvent {
+            ud: (status == 0).then_some(UdParam {
+                addr,
+                qp_num: rep.qpn,
+                qkey: rep.qkey,
+            }),
+            status,
+            ..Self::event(id, kind, rep.private_data.clone())
         })
     }
 
@@ -610,18 +781,45 @@ impl CmId {
             return Err(Self::wrong("create_qp", st.phase));
         }
         let qp = Arc::new(pd.create_qp(init)?);
-        qp.init(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE)?;
+        if st.ps == PortSpace::Udp {
+            // A datagram QP needs no peer: rdma_cm takes it to RTS at once with its Q_Key
+            // (the kernel's cma_init_ud_qp and rdma_create_qp's ucma_init_ud_qp).
+            if init.qp_type != QpType::Ud {
+                return Err(RdmaCmError::WrongState {
+                    op: "create_qp",
+                    state: "in the UDP port space, which takes UD QPs only",
+                });
+            }
+            qp.ready_ud(RDMA_UDP_QKEY, st.psn)?;
+        } else {
+            qp.init(
+                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
+            )?;
+        }
         st.qp = Some(Arc::clone(&qp));
         Ok(qp)
     }
 
     /// Gives the identifier a QP the caller created and moved to INIT with the access it
     /// wants (in place of [`CmId::create_qp`], whose INIT has no remote atomics): connect and
-    /// accept move it to RTR and RTS as they move a QP of their own.
+    /// accept move it to RTR and RTS as they move a QP of their own. A UD identifier takes a
+    /// UD QP the caller already moved to RTS with [`RDMA_UDP_QKEY`], as rdma_cm's create_qp
+    /// does.
     pub fn set_qp(&self, qp: Arc<QueuePair>) -> Result<()> {
         let mut st = self.state();
         if st.qp.is_some() {
             return Err(Self::wrong("set_qp", st.phase));
+        }
+        if st.ps == PortSpace::Udp {
+            let a = qp.query();
+            if a.qp_state != QpState::Rts || a.qkey != RDMA_UDP_QKEY {
+                return Err(RdmaCmError::WrongState {
+                    op: "set_qp",
+                    state: "given a QP that is not in RTS with rdma_cm's Q_Key",
+                });
+            }
+            st.qp = Some(qp);
+            return Ok(());
         }
         if qp.query().qp_state != QpState::Init {
             return Err(RdmaCmError::WrongState {
@@ -641,6 +839,9 @@ impl CmId {
     /// `rdma_connect`: sends the REQ. [`EventKind::Established`] follows once the REP came and
     /// the QP moved to RTS; [`EventKind::Rejected`] or [`EventKind::Unreachable`] otherwise.
     pub fn connect(&self, param: &ConnParam) -> Result<()> {
+        if self.port_space() == PortSpace::Udp {
+            return self.connect_ud(param);
+        }
         let mut st = self.state();
         let (Phase::RouteResolved, Some(qp), Some(remote)) = (st.phase, st.qp.clone(), st.remote)
         else {
@@ -690,6 +891,52 @@ impl CmId {
         Ok(())
     }
 
+    /// The identifier's port space.
+    pub fn port_space(&self) -> PortSpace {
+        self.state().ps
+    }
+
+    /// `rdma_connect` on a UD identifier: a SIDR_REQ for the peer's port in the UDP port
+    /// space, rdma_cm's header and `param.private_data` (at most
+    /// [`UD_CONNECT_PRIVATE_DATA_LEN`] bytes) in its private data (the kernel's
+    /// cma_resolve_ib_udp). [`EventKind::Established`] with [`RdmaCmEvent::ud`] follows when
+    /// the peer accepts, [`EventKind::Unreachable`] when it refuses or never answers.
+    fn connect_ud(&self, param: &ConnParam) -> Result<()> {
+        let mut st = self.state();
+        let (Phase::RouteResolved, Some(remote)) = (st.phase, st.remote) else {
+            return Err(Self::wrong("connect", st.phase));
+        };
+        if param.private_data.len() > UD_CONNECT_PRIVATE_DATA_LEN {
+            return Err(RdmaCmError::Cm(CmError::PrivateDataTooLong {
+                len: param.private_data.len(),
+                max: UD_CONNECT_PRIVATE_DATA_LEN,
+            }));
+        }
+        let dev = &self.shared.dev;
+        let mut pd = vec![0u8; CmaHeader::LEN];
+        let header = CmaHeader {
+            src_port: st.port,
+            src_addr: dev.local.ip(),
+            dst_addr: remote.ip(),
+        };
+        // The buffer is the header's length, so emitting cannot fail.
+        let _ = header.emit(&mut pd);
+        pd.extend_from_slice(&param.private_data);
+        let to = SocketAddr::new(remote.ip(), dev.remote_port);
+        let conn = {
+            let mut g = dev.gsi.lock();
+            let now = g.now();
+            g.cm.sidr_request(now, to, rdma_udp_service_id(remote.port()), &pd)?
+        };
+        st.conn = Some(conn);
+        st.param = param.clone();
+        st.phase = Phase::Connecting;
+        drop(st);
+        lock(&self.shared.state).conns.insert(conn, self.clone());
+        self.shared.kick();
+        Ok(())
+    }
+
     /// `rdma_bind_addr` on the device's address and `port` (the service listened on).
     pub fn bind_addr(&self, port: u16) -> Result<()> {
         let mut st = self.state();
@@ -707,7 +954,7 @@ impl CmId {
         if st.phase != Phase::Idle || st.port == 0 {
             return Err(Self::wrong("listen", st.phase));
         }
-        let service = rdma_tcp_service_id(st.port);
+        let service = st.ps.service_id(st.port);
         self.shared.dev.gsi.lock().cm.listen(service, backlog)?;
         st.phase = Phase::Listening;
         drop(st);
@@ -724,7 +971,7 @@ impl CmId {
         if st.phase != Phase::Listening {
             return;
         }
-        let service = rdma_tcp_service_id(st.port);
+        let service = st.ps.service_id(st.port);
         self.shared.dev.gsi.lock().cm.unlisten(service);
         lock(&self.shared.state).listeners.remove(&service);
         st.phase = Phase::Idle;
@@ -734,6 +981,9 @@ impl CmId {
     /// requester's QPN and PSN and sends the REP. [`EventKind::Established`] follows with the
     /// RTU.
     pub fn accept(&self, param: &ConnParam) -> Result<()> {
+        if self.port_space() == PortSpace::Udp {
+            return self.sidr_answer("accept", sidr_status::SUCCESS, &param.private_data);
+        }
         let mut st = self.state();
         let (Phase::ConnectRequest, Some(qp), Some(conn)) = (st.phase, st.qp.clone(), st.conn)
         else {
@@ -781,6 +1031,9 @@ impl CmId {
     /// `rdma_reject` of a connect request, with `private_data` for the requester (reason:
     /// consumer defined, as rdma_cm sends it).
     pub fn reject(&self, private_data: &[u8]) -> Result<()> {
+        if self.port_space() == PortSpace::Udp {
+            return self.sidr_answer("reject", sidr_status::REJECT, private_data);
+        }
         let mut st = self.state();
         let (Phase::ConnectRequest, Some(conn)) = (st.phase, st.conn) else {
             return Err(Self::wrong("reject", st.phase));
@@ -815,6 +1068,41 @@ impl CmId {
             let now = g.now();
             g.cm.disconnect(now, conn)?;
         }
+        self.shared.kick();
+        Ok(())
+    }
+
+    /// Answers a UD connect request with a SIDR_REP: `status` 0 (accept) names the QP and
+    /// rdma_cm's Q_Key; another (reject) refuses. Either way the resolution is over and no
+    /// event follows on this side (as with the kernel's rdma_cm: a UD identifier has no
+    /// connection to establish).
+    fn sidr_answer(&self, op: &'static str, status: u8, private_data: &[u8]) -> Result<()> {
+        let mut st = self.state();
+        let (Phase::ConnectRequest, Some(conn)) = (st.phase, st.conn) else {
+            return Err(Self::wrong(op, st.phase));
+        };
+        let qpn = match (status, &st.qp) {
+            (sidr_status::SUCCESS, Some(qp)) => qp.qp_num(),
+            (sidr_status::SUCCESS, None) => return Err(Self::wrong(op, st.phase)),
+            _ => 0,
+        };
+        {
+            let mut g = self.shared.dev.gsi.lock();
+            let now = g.now();
+            g.cm.sidr_reply(now, conn, status, qpn, RDMA_UDP_QKEY, private_data)?;
+        }
+        st.conn = None;
+        st.phase = if status == sidr_status::SUCCESS {
+            Phase::Connected
+        } else {
+            Phase::Idle
+        };
+        st.param = ConnParam {
+            private_data: private_data.to_vec(),
+            ..st.param.clone()
+        };
+        drop(st);
+        self.shared.forget(conn);
         self.shared.kick();
         Ok(())
     }

@@ -39,8 +39,16 @@
 //! side) or at `accept` (passive side) it goes to RTR and RTS with the peer's QPN and PSN; on
 //! disconnection it goes to ERROR.
 //!
+//! A UD identifier ([`EventChannel::create_id_in`] with [`PortSpace::Udp`]) resolves its
+//! peer's QP with SIDR: its QP goes to RTS with [`RDMA_UDP_QKEY`] at `create_qp`; `connect`
+//! sends a SIDR_REQ and [`EventKind::Established`] carries the peer's QPN and Q_Key in
+//! [`RdmaCmEvent::ud`]; `accept` and `reject` answer a connect request with a SIDR_REP.
+//!
 //! One event channel serves one device context: QP1 and its CM are per device.
 
 mod channel;
 
-pub use channel::{CmId, ConnParam, EventChannel, EventKind, RdmaCmError, RdmaCmEvent};
+pub use channel::{
+    CmId, ConnParam, EventChannel, EventKind, PortSpace, RdmaCmError, RdmaCmEvent, UdParam,
+    RDMA_UDP_QKEY, STATUS_INVALID, STATUS_TIMED_OUT, UD_CONNECT_PRIVATE_DATA_LEN,
+};

@@ -64,6 +64,12 @@ pub const fn rdma_tcp_service_id(port: u16) -> u64 {
     (0x0106u64 << 16) | port as u64
 }
 
+/// The service ID of rdma_cm's UDP port space (RDMA_PS_UDP = 0x0111) for `port`: what a UD
+/// identifier's SIDR_REQ asks for (the kernel's cma_get_service_id).
+pub const fn rdma_udp_service_id(port: u16) -> u64 {
+    (0x0111u64 << 16) | port as u64
+}
+
 /// The port of an rdma_cm service ID in the TCP or UDP port space, if it is one.
 pub fn rdma_service_port(service_id: u64) -> Option<u16> {
     let ps = (service_id >> 16) & 0xffff_ffff_ffff;
@@ -500,6 +506,22 @@ message! {
     }
 }
 
+/// The status of a SIDR_REP (IBTA Table 121; Linux's `enum ib_cm_sidr_status`).
+pub mod sidr_status {
+    /// The QP in the reply serves the service.
+    pub const SUCCESS: u8 = 0;
+    /// Nobody serves the service ID here.
+    pub const UNSUPPORTED: u8 = 1;
+    /// The service refused the request (rdma_reject of a UD connect request).
+    pub const REJECT: u8 = 2;
+    /// No QP is available for the service.
+    pub const NO_QP: u8 = 3;
+    /// Ask elsewhere (the additional information says where).
+    pub const REDIRECT: u8 = 4;
+    /// The request's class version is not supported.
+    pub const UNSUPPORTED_VERSION: u8 = 5;
+}
+
 /// Bytes of additional information a SIDR_REP carries.
 pub const SIDR_REP_INFO_LEN: usize = 72;
 /// Bytes of private data a SIDR_REP carries.
@@ -799,6 +821,78 @@ mod tests {
             [0x12, 0x34, 0x56]
         );
         assert_eq!(CmMessage::parse(&m).unwrap().1, CmMessage::SidrRep(sidr));
+    }
+
+    /// The byte offsets of Linux's `struct cm_sidr_req_msg` (include/rdma/ibta_vol1_c12.h):
+    /// request ID 4, partition key 2, reserved 2, service ID 8, private data 216.
+    #[test]
+    fn sidr_req_bytes_are_linuxs_layout() {
+        let mut pd = [0u8; SIDR_REQ_PRIVATE_DATA_LEN];
+        pd[0] = 0xa1;
+        pd[SIDR_REQ_PRIVATE_DATA_LEN - 1] = 0xa2;
+        let req = CmSidrReq {
+            request_id: 0x1122_3344,
+            partition_key: 0xffff,
+            service_id: rdma_udp_service_id(7174),
+            private_data: pd,
+        };
+        let mut m = [0u8; mad::LEN];
+        CmMessage::SidrReq(req)
+            .emit(0x0102_0304_0506_0708, &mut m)
+            .unwrap();
+        let d = &m[mad::HEADER_LEN..];
+        let hdr = MadRepr::parse(&m).unwrap();
+        assert_eq!((hdr.attr_id, hdr.tid), (0x0017, 0x0102_0304_0506_0708));
+        assert_eq!(d[0..4], [0x11, 0x22, 0x33, 0x44]);
+        assert_eq!(d[4..6], [0xff, 0xff]);
+        assert_eq!(d[6..8], [0, 0], "reserved");
+        assert_eq!(d[8..16], [0, 0, 0, 0, 0x01, 0x11, 0x1c, 0x06]);
+        assert_eq!((d[16], d[16 + 215]), (0xa1, 0xa2));
+        assert_eq!(d.len(), 232);
+        assert_eq!(CmMessage::parse(&m).unwrap().1, CmMessage::SidrReq(req));
+    }
+
+    /// `struct cm_sidr_rep_msg`: request ID 4, status 1, additional information length 1,
+    /// reserved 2, QPN 24 bits then 8 reserved, service ID 8, Q_Key 4, additional
+    /// information 72, private data 136.
+    #[test]
+    fn sidr_rep_bytes_are_linuxs_layout() {
+        let mut pd = [0u8; SIDR_REP_PRIVATE_DATA_LEN];
+        pd[0] = 0xb1;
+        pd[SIDR_REP_PRIVATE_DATA_LEN - 1] = 0xb2;
+        let mut info = [0u8; SIDR_REP_INFO_LEN];
+        info[0] = 0xc1;
+        info[SIDR_REP_INFO_LEN - 1] = 0xc2;
+        let rep = CmSidrRep {
+            request_id: 0xdead_beef,
+            status: sidr_status::REJECT,
+            additional_information_length: 5,
+            qpn: 0x00ab_cdef,
+            service_id: rdma_udp_service_id(0x1234),
+            qkey: 0x0123_4567,
+            additional_information: info,
+            private_data: pd,
+        };
+        let mut m = [0u8; mad::LEN];
+        CmMessage::SidrRep(rep).emit(9, &mut m).unwrap();
+        let d = &m[mad::HEADER_LEN..];
+        assert_eq!(MadRepr::parse(&m).unwrap().attr_id, 0x0018);
+        assert_eq!(d[0..4], [0xde, 0xad, 0xbe, 0xef]);
+        assert_eq!((d[4], d[5]), (2, 5));
+        assert_eq!(d[6..8], [0, 0], "reserved");
+        assert_eq!(d[8..12], [0xab, 0xcd, 0xef, 0], "QPN in the top 24 bits");
+        assert_eq!(d[12..20], [0, 0, 0, 0, 0x01, 0x11, 0x12, 0x34]);
+        assert_eq!(d[20..24], [0x01, 0x23, 0x45, 0x67]);
+        assert_eq!((d[24], d[24 + 71]), (0xc1, 0xc2));
+        assert_eq!((d[96], d[96 + 135]), (0xb1, 0xb2));
+        assert_eq!(CmMessage::parse(&m).unwrap().1, CmMessage::SidrRep(rep));
+        // A received QPN byte's reserved low 8 bits do not leak into the QPN.
+        let mut m2 = m;
+        m2[mad::HEADER_LEN + 11] = 0x5a;
+        let CmMessage::SidrRep(r2) = CmMessage::parse(&m2).unwrap().1 else {
+            panic!("not a SIDR_REP")
+        };
+        assert_eq!(r2.qpn, 0x00ab_cdef);
     }
 
     #[test]

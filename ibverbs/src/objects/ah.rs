@@ -94,9 +94,22 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
         return fail_neg(EINVAL);
     }
     let flow = u32::from_be(g.version_tclass_flow);
+    // RoCEv2 over IPv4 (as rxe): the GRH area's last 20 bytes are the IPv4 header, the first
+    // 20 zero; the sender is its source address, IPv4-mapped, its class the TOS
+    // (libibverbs' ibv_init_ah_from_wc does the same).
+    // SAFETY: ibv_grh is 40 plain bytes; `g` is a local copy.
+    let raw: [u8; 40] = unsafe { std::mem::transmute(g) };
+    let (dgid, flow) = if raw[..20].iter().all(|&b| b == 0) && raw[20] == 0x45 {
+        let mut gid = [0u8; 16];
+        gid[10..12].copy_from_slice(&[0xff, 0xff]);
+        gid[12..].copy_from_slice(&raw[32..36]);
+        (gid, u32::from(raw[21]) << 20)
+    } else {
+        (g.sgid, flow)
+    };
     let a = ibv_ah_attr {
         grh: ibv_global_route {
-            dgid: g.sgid,
+            dgid,
             flow_label: flow & 0xf_ffff,
             sgid_index: 1,
             hop_limit: 0xff,

@@ -59,6 +59,9 @@ pub(super) struct EventInfo {
     pub(super) data: Vec<u8>,
     /// Connection parameters (connect request, established); private data is `data`.
     pub(super) conn: Option<rdma_conn_param>,
+    /// A UD identifier's parameters (connect request, established), in place of `conn`;
+    /// private data is `data`.
+    pub(super) ud: Option<rdma_ud_param>,
 }
 
 impl EventInfo {
@@ -68,6 +71,7 @@ impl EventInfo {
             status,
             data: Vec::new(),
             conn: None,
+            ud: None,
         }
     }
 }
@@ -105,7 +109,16 @@ impl Obj<Chan> {
             conn.private_data = b.data.as_ptr() as *const c_void;
             conn.private_data_len = b.data.len().min(255) as u8;
         }
-        b.ev.param.conn = conn;
+        match info.ud {
+            Some(mut ud) => {
+                if !b.data.is_empty() {
+                    ud.private_data = b.data.as_ptr() as *const c_void;
+                    ud.private_data_len = b.data.len().min(255) as u8;
+                }
+                b.ev.param.ud = ud;
+            }
+            None => b.ev.param.conn = conn,
+        }
         lock(&self.queue).push_back(Queued(b));
         let one: u64 = 1;
         // SAFETY: 8 bytes from a local to the channel's eventfd, open while `self` lives.

@@ -5,7 +5,8 @@ use std::ptr::{self, null_mut};
 use std::sync::Arc;
 
 use libc::{c_int, c_void, EINVAL, ETIMEDOUT};
-use softroce::rdma_cm::{ConnParam, EventKind, RdmaCmEvent};
+use softroce::ib::Gid;
+use softroce::rdma_cm::{ConnParam, EventKind, RdmaCmEvent, UdParam};
 
 use super::channel::{new_channel, next_event, rdma_ack_cm_event, EventInfo};
 use super::ffi::*;
@@ -95,15 +96,17 @@ fn drop_request_event(id: &Obj<Id>) {
 }
 
 /// `rdma_connect`: sends the REQ; ESTABLISHED, REJECTED (status: the IB reason) or
-/// UNREACHABLE follows. 0, or -1 and errno (EINVAL before the route is resolved, without a
-/// QP, or with more than 56 bytes of private data).
+/// UNREACHABLE follows. A UDP identifier sends a SIDR_REQ instead: ESTABLISHED with
+/// `param.ud` (the peer's AH attributes, QPN and Q_Key) or UNREACHABLE (status: the SIDR
+/// status, or -ETIMEDOUT) follows. 0, or -1 and errno (EINVAL before the route is resolved,
+/// without a QP (RC), or with more than 56 (RC) / 180 (UD) bytes of private data; ENOSYS in
+/// the IPoIB port space).
 #[no_mangle]
 pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
     let Some(obj) = id_of(id) else {
         return fail(EINVAL);
     };
-    if obj.ps == RDMA_PS_UDP || obj.ps == RDMA_PS_IPOIB {
-        // UD service resolution (SIDR) is not in softroce's CM.
+    if obj.ps == RDMA_PS_IPOIB {
         return fail(libc::ENOSYS);
     }
     // SAFETY: the caller passes NULL or a valid rdma_conn_param.
@@ -144,6 +147,11 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_
     drop_request_event(&obj);
     if let Err(e) = c.accept(&p) {
         return fail(errno_of(&e));
+    }
+    if obj.ps == RDMA_PS_UDP {
+        // The SIDR_REP is the whole answer: no ESTABLISHED follows on this side (librdmacm's
+        // rdma_accept returns before ucma_complete for a UD identifier).
+        return 0;
     }
     // SAFETY: raw read of the live identifier.
     cm_hooks::sync_qp_state(unsafe { ptr::addr_of!((*obj.c()).qp).read() });
@@ -370,7 +378,15 @@ fn route(m: &Cm, ev: RdmaCmEvent) {
         EventKind::Established => (RDMA_CM_EVENT_ESTABLISHED, 0),
         // The kernel reports the IB reject reason as the status (8: no listener).
         EventKind::Rejected { reason } => (RDMA_CM_EVENT_REJECTED, *reason as c_int),
-        EventKind::Unreachable => (RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT),
+        // No answer: -ETIMEDOUT; a UD peer's refusal: its SIDR status (cma_sidr_rep_handler).
+        EventKind::Unreachable => (
+            RDMA_CM_EVENT_UNREACHABLE,
+            if ev.status == 0 {
+                -ETIMEDOUT
+            } else {
+                ev.status
+            },
+        ),
         EventKind::Disconnected => (RDMA_CM_EVENT_DISCONNECTED, 0),
         EventKind::TimewaitExit => (RDMA_CM_EVENT_TIMEWAIT_EXIT, 0),
     };
@@ -404,15 +420,44 @@ fn route(m: &Cm, ev: RdmaCmEvent) {
         };
         param_to_c(&p, n)
     });
+    let ud = ev.ud.as_ref().map(ud_to_c);
     Obj::event(
         &id,
         EventInfo {
             kind,
             status,
             data: ev.private_data,
-            conn,
+            conn: conn.filter(|_| ud.is_none()),
+            ud,
         },
     );
+}
+
+/// `rdma_ud_param` as the kernel's ucma gives it on RoCE: a global AH (the peer's GID, hop
+/// limit 64, source GID index 0 = the device's address, port 1, no LID), the peer's QPN and
+/// Q_Key; private data is added by the channel.
+fn ud_to_c(u: &UdParam) -> rdma_ud_param {
+    rdma_ud_param {
+        private_data: ptr::null(),
+        private_data_len: 0,
+        ah_attr: ibv_ah_attr {
+            grh: ibv_global_route {
+                dgid: Gid::from_ip(u.addr).0,
+                flow_label: 0,
+                sgid_index: 0,
+                hop_limit: 64,
+                traffic_class: 0,
+            },
+            dlid: 0,
+            sl: 0,
+            src_path_bits: 0,
+            static_rate: 0,
+            is_global: 1,
+            port_num: 1,
+        },
+        qp_num: u.qp_num,
+        qkey: u.qkey,
+    }
 }
 
 /// A connect request: a new identifier on the listener's channel (a synchronous listener's
@@ -437,7 +482,12 @@ fn connect_request(m: &Cm, ev: RdmaCmEvent) {
     };
     // SAFETY: raw read of the live listener's C struct.
     let context = unsafe { ptr::addr_of!((*listener.c()).context).read() };
-    let child = new_id(chan, sync, context, listener.ps, IBV_QPT_RC);
+    let qp_type = if listener.ps == RDMA_PS_UDP {
+        IBV_QPT_UD
+    } else {
+        IBV_QPT_RC
+    };
+    let child = new_id(chan, sync, context, listener.ps, qp_type);
     {
         let mut st = lock(&child.st);
         st.cm = Some(ev.id.clone());
@@ -448,6 +498,7 @@ fn connect_request(m: &Cm, ev: RdmaCmEvent) {
     let _ = set_device(&child);
     set_addrs(&child, Some(ev.id.local_addr()), ev.id.remote_addr());
     let conn = ev.param.as_ref().map(|p| param_to_c(p, 0));
+    let ud = ev.ud.as_ref().map(ud_to_c);
     listener.chan().push(
         &child,
         Some(&listener),
@@ -455,7 +506,8 @@ fn connect_request(m: &Cm, ev: RdmaCmEvent) {
             kind: RDMA_CM_EVENT_CONNECT_REQUEST,
             status: 0,
             data: ev.private_data,
-            conn,
+            conn: conn.filter(|_| ud.is_none()),
+            ud,
         },
     );
 }

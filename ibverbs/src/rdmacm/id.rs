@@ -10,7 +10,7 @@ use libc::{
     c_int, c_void, sockaddr, sockaddr_in, sockaddr_in6, sockaddr_storage, socklen_t, AF_INET,
     AF_INET6, EADDRINUSE, EADDRNOTAVAIL, EAFNOSUPPORT, EINVAL, ENODEV, ENOSYS,
 };
-use softroce::rdma_cm::CmId;
+use softroce::rdma_cm::{CmId, PortSpace};
 
 use super::channel::{chan_of, new_channel, Chan, EventInfo};
 use super::ffi::*;
@@ -119,7 +119,11 @@ impl Obj<Id> {
             return Ok(c.clone());
         }
         let m = cm()?;
-        let c = m.chan.create_id();
+        let c = m.chan.create_id_in(if this.ps == RDMA_PS_UDP {
+            PortSpace::Udp
+        } else {
+            PortSpace::Tcp
+        });
         if st.port != 0 {
             c.bind_addr(st.port).map_err(|e| errno_of(&e))?;
         }
@@ -401,10 +405,14 @@ pub(super) fn complete(id: &Arc<Obj<Id>>, want: c_int) -> c_int {
             if kind == want {
                 0
             } else {
-                fail(if status < 0 {
+                // librdmacm's ucma_complete: REJECTED is ECONNREFUSED; another status is its
+                // own errno (negated: -ETIMEDOUT; positive: a UD peer's SIDR status).
+                fail(if kind == RDMA_CM_EVENT_REJECTED {
+                    libc::ECONNREFUSED
+                } else if status < 0 {
                     -status
                 } else if status > 0 {
-                    libc::ECONNREFUSED
+                    status
                 } else {
                     libc::EINVAL
                 })
@@ -522,13 +530,14 @@ pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_
 }
 
 /// `rdma_listen`: 0, or -1 and errno (EADDRINUSE when the port is listened on already,
-/// ENOSYS for the UDP port space: softroce's CM has no SIDR).
+/// ENOSYS for the IPoIB port space, which RoCE has not; a UDP identifier's requests come as
+/// SIDR_REQs).
 #[no_mangle]
 pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
     let Some(obj) = id_of(id) else {
         return fail(EINVAL);
     };
-    if obj.ps == RDMA_PS_UDP || obj.ps == RDMA_PS_IPOIB {
+    if obj.ps == RDMA_PS_IPOIB {
         return fail(ENOSYS);
     }
     if lock(&obj.st).port == 0 {
@@ -750,7 +759,14 @@ fn init_qp(id: &Arc<Obj<Id>>, qp: *mut ibv_qp, qp_type: libc::c_uint) -> Result<
         modify(qp, &mut a, QP_STATE)?;
         a.qp_state = IBV_QPS_RTS;
         a.sq_psn = 0;
-        return modify(qp, &mut a, QP_STATE | QP_SQ_PSN);
+        modify(qp, &mut a, QP_STATE | QP_SQ_PSN)?;
+        // The CM answers a SIDR_REQ with this QP's number.
+        if id.ps == RDMA_PS_UDP {
+            let (inner, _) = cm_hooks::qp_inner(qp).ok_or(EINVAL)?;
+            let c = Obj::cm_id(id)?;
+            return c.set_qp(inner).map_err(|e| errno_of(&e));
+        }
+        return Ok(());
     }
     // LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC: what the kernel's rdma_cm
     // allows a connected QP (its responder resources are set at RTR).

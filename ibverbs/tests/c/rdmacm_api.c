@@ -131,8 +131,13 @@ int main(int argc, char **argv)
 	struct rdma_cm_id *ud;
 	CHECK(rdma_create_id(ch, &ud, NULL, RDMA_PS_UDP) == 0, "create_id udp");
 	CHECK(ud->qp_type == IBV_QPT_UD, "udp id is UD");
-	FAILS(rdma_listen(ud, 1), ENOSYS);
+	/* UDP identifiers listen for SIDR_REQs; IPoIB's port space is not RoCE's. */
+	CHECK(rdma_listen(ud, 1) == 0, "listen udp");
 	CHECK(rdma_destroy_id(ud) == 0, "destroy ud");
+	struct rdma_cm_id *ipoib;
+	CHECK(rdma_create_id(ch, &ipoib, NULL, RDMA_PS_IPOIB) == 0, "create_id ipoib");
+	FAILS(rdma_listen(ipoib, 1), ENOSYS);
+	CHECK(rdma_destroy_id(ipoib) == 0, "destroy ipoib");
 
 	/* Listen, then connect to ourselves through the device. */
 	CHECK(rdma_listen(listener, 4) == 0, "listen");
