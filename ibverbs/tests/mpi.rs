@@ -87,7 +87,8 @@ impl Capture {
         let file = dir.join("roce.pcap");
         let err = dir.join("dumpcap.err");
         let child = Command::new(program("dumpcap", "tshark"))
-            .args(["-q", "-P", "-i", "lo", "-f"])
+            // A 64 MiB kernel buffer: under load the default one drops frames.
+            .args(["-q", "-P", "-B", "64", "-i", "lo", "-f"])
             .arg(format!("udp port 4791 and net {net}.0/24"))
             .arg("-w")
             .arg(&file)
@@ -239,9 +240,12 @@ fn mpi_over_softroce(ranks: u32, prefix: &str) {
     // The bandwidth bytes crossed softroce's wire from rank 0 to rank 1.
     let r0: Ipv4Addr = format!("{prefix}.10").parse().unwrap();
     let r1: Ipv4Addr = format!("{prefix}.11").parse().unwrap();
+    // At least 90% of them: on a loaded machine the capture itself may drop a few frames
+    // (it missed 0.6% once with 8 runnable threads per core), while a shared-memory path
+    // would leave next to nothing on the wire.
     let sent = traffic.get(&(r0, r1)).copied().unwrap_or(0);
     assert!(
-        sent >= BW_N * MIB,
+        sent >= BW_N * MIB * 9 / 10,
         "only {sent} bytes of RoCEv2 from {r0} to {r1} for {BW_N} MiB sent: {traffic:?}"
     );
     // With more ranks, every rank spoke RoCEv2 (the allreduce) to some other rank.
