@@ -44,7 +44,7 @@ out=$(timeout 300 mpirun "${common[@]}" --mca pml ob1 --mca btl tcp,self --mca b
     "$work/pingpong" "$LAT_N" "$BW_N" 2>&1) || true
 row "OpenMPI ob1, btl tcp on lo" "$out"
 
-dumpcap -q -P -i lo -f "udp port 4791 and net 127.0.70.0/24" -w "$work/roce.pcap" 2>"$work/dumpcap.err" &
+dumpcap -q -P -B 64 -i lo -f "udp port 4791 and net 127.0.70.0/24" -w "$work/roce.pcap" 2>"$work/dumpcap.err" &
 cap=$!
 for _ in $(seq 300); do grep -q "Capturing on" "$work/dumpcap.err" && break; sleep 0.1; done
 out=$(timeout 300 mpirun "${common[@]}" --mca btl self --mca pml ucx \
