@@ -48,12 +48,16 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     hints: *const rdma_addrinfo,
     res: *mut *mut rdma_addrinfo,
 ) -> c_int {
-    if res.is_null() || (node.is_null() && service.is_null()) {
+    // SAFETY: NULL or the caller's readable hints.
+    let h = unsafe { hints.as_ref() };
+    if res.is_null() || (node.is_null() && service.is_null() && h.is_none()) {
         fail(EINVAL);
         return libc::EAI_NONAME;
     }
-    // SAFETY: NULL or the caller's readable hints.
-    let h = unsafe { hints.as_ref() };
+    if let (true, true, Some(h)) = (node.is_null(), service.is_null(), h) {
+        // SAFETY: the caller's result slot (checked non-null) and readable hints.
+        return unsafe { from_hints(h, res) };
+    }
     let flags = h.map_or(0, |h| h.ai_flags);
     let passive = flags & RAI_PASSIVE != 0;
     // SAFETY: all-zero is a valid addrinfo hint.
@@ -130,6 +134,52 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
         }
     }
     // SAFETY: the caller's writable result slot (checked non-null).
+    unsafe { res.write(Box::into_raw(ai)) };
+    0
+}
+
+/// `rdma_getaddrinfo` with neither node nor service: as rdma-core, the answer is the hints'
+/// flags, family, QP type and port space with copies of their addresses (libfabric's verbs
+/// provider asks so for a peer whose address it already holds, from `fi_getname`).
+///
+/// # Safety
+///
+/// `res` is writable; the hints' addresses are NULL or readable for their lengths.
+unsafe fn from_hints(h: &rdma_addrinfo, res: *mut *mut rdma_addrinfo) -> c_int {
+    let storage = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // free_sockaddr frees one sockaddr_storage: a longer address cannot be held.
+    if h.ai_src_len > storage || h.ai_dst_len > storage {
+        fail(EINVAL);
+        return libc::EAI_FAMILY;
+    }
+    let copy = |a: *mut sockaddr, len: libc::socklen_t| {
+        if a.is_null() || len == 0 {
+            (null_mut(), 0)
+        } else {
+            // SAFETY: by the caller's promise the address holds `len` readable bytes.
+            (unsafe { dup_sockaddr(a, len as usize) }, len)
+        }
+    };
+    let (src, src_len) = copy(h.ai_src_addr, h.ai_src_len);
+    let (dst, dst_len) = copy(h.ai_dst_addr, h.ai_dst_len);
+    let ai = Box::new(rdma_addrinfo {
+        ai_flags: h.ai_flags,
+        ai_family: h.ai_family,
+        ai_qp_type: h.ai_qp_type,
+        ai_port_space: h.ai_port_space,
+        ai_src_len: src_len,
+        ai_dst_len: dst_len,
+        ai_src_addr: src,
+        ai_dst_addr: dst,
+        ai_src_canonname: null_mut(),
+        ai_dst_canonname: null_mut(),
+        ai_route_len: 0,
+        ai_route: null_mut(),
+        ai_connect_len: 0,
+        ai_connect: null_mut(),
+        ai_next: null_mut(),
+    });
+    // SAFETY: the caller's writable result slot.
     unsafe { res.write(Box::into_raw(ai)) };
     0
 }

@@ -238,7 +238,7 @@ pub unsafe extern "C" fn rdma_get_request(
     let Some(obj) = id_of(listen) else {
         return fail(EINVAL);
     };
-    if !obj.sync || id.is_null() {
+    if !obj.sync() || id.is_null() {
         return fail(EINVAL);
     }
     let ev = match next_event(&obj.chan()) {
@@ -469,7 +469,7 @@ fn connect_request(m: &Cm, ev: RdmaCmEvent) {
         let _ = ev.id.reject(&[]);
         return;
     };
-    let (chan, sync) = if listener.sync {
+    let (chan, sync) = if listener.sync() {
         match new_channel() {
             Ok(c) => (c, true),
             Err(_) => {

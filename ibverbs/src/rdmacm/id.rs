@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::ptr::{self, null_mut};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use libc::{
@@ -26,9 +27,16 @@ pub(super) struct Id {
     /// The channel its events go to (`rdma_migrate_id` changes it).
     pub(super) chan: Mutex<Arc<Obj<Chan>>>,
     /// Made without a channel: its calls wait for their own events (librdmacm's synchronous
-    /// mode, as `rdma_create_ep` uses it).
-    pub(super) sync: bool,
+    /// mode, as `rdma_create_ep` uses it). `rdma_migrate_id` onto a channel ends it.
+    sync: AtomicBool,
     pub(super) st: Mutex<IdSt>,
+}
+
+impl Id {
+    /// Whether its calls wait for their own events (no channel of the caller's).
+    pub(super) fn sync(&self) -> bool {
+        self.sync.load(Ordering::Acquire)
+    }
 }
 
 /// What an identifier's calls change.
@@ -262,7 +270,7 @@ pub(super) fn new_id(
         Id {
             ps,
             chan: Mutex::new(chan),
-            sync,
+            sync: AtomicBool::new(sync),
             st: Mutex::new(IdSt::default()),
         },
     );
@@ -327,7 +335,7 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
     if st.port != 0 && !st.passive {
         ports().remove(&st.port);
     }
-    if obj.sync {
+    if obj.sync() {
         // The channel made for it goes with it.
         let ch = obj.chan();
         drop(handle::remove_in_use::<Chan>(Obj::handle(&ch)));
@@ -391,7 +399,7 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut sockaddr
 /// Waits, for a synchronous identifier, for the event its call queued and takes it: 0 when it
 /// is `want`, otherwise the event's status as errno (as librdmacm's ucma_complete).
 pub(super) fn complete(id: &Arc<Obj<Id>>, want: c_int) -> c_int {
-    if !id.sync {
+    if !id.sync() {
         return 0;
     }
     let ch = id.chan();
@@ -821,7 +829,14 @@ pub unsafe extern "C" fn rdma_migrate_id(
         }
     };
     let h = Obj::handle(&ch);
-    *lock(&obj.chan) = ch;
+    let old = std::mem::replace(&mut *lock(&obj.chan), ch);
+    // As librdmacm: the channel made for a synchronous identifier goes, and the identifier is
+    // synchronous again only on a channel of its own. libfabric's verbs provider resolves its
+    // address synchronously, then migrates onto its EQ's channel and waits there for
+    // ROUTE_RESOLVED, which a still-synchronous identifier would have taken itself.
+    if obj.sync.swap(channel.is_null(), Ordering::AcqRel) {
+        drop(handle::remove_in_use::<Chan>(Obj::handle(&old)));
+    }
     // SAFETY: raw write into the live identifier.
     unsafe { ptr::addr_of_mut!((*obj.c()).channel).write(h) };
     0
