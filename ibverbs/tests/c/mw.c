@@ -74,6 +74,22 @@ static void drain(struct ibv_cq *cq)
 		;
 }
 
+/* A fresh connected pair of plain RC QPs: *a on cq_a, *b on cq_b. */
+static void new_pair(struct ibv_qp **a, struct ibv_qp **b)
+{
+	*a = plain_qp(cq_a);
+	*b = plain_qp(cq_b);
+	pair(*a, *b);
+}
+
+/* Destroys a pair and empties both CQs of what its QPs flushed. */
+static void end_pair(struct ibv_qp *a, struct ibv_qp *b)
+{
+	CHECK(ibv_destroy_qp(a) == 0 && ibv_destroy_qp(b) == 0);
+	drain(cq_a);
+	drain(cq_b);
+}
+
 /* An RDMA WRITE of MSG bytes of `src` (filled with `fill`) from `qp` to `addr` under `rkey`;
  * its completion's status. */
 static enum ibv_wc_status write_via(struct ibv_qp *qp, struct ibv_cq *cq, uint64_t addr,
@@ -161,8 +177,8 @@ static void alloc_dealloc(void)
  * refused by the responder. */
 static void type1(void)
 {
-	struct ibv_qp *a = plain_qp(cq_a), *b = plain_qp(cq_b);
-	pair(a, b);
+	struct ibv_qp *a, *b;
+	new_pair(&a, &b);
 	struct ibv_mw *mw = ibv_alloc_mw(pd, IBV_MW_TYPE_1);
 	CHECK(mw != NULL);
 	uint32_t old = mw->rkey;
@@ -209,17 +225,15 @@ static void type1(void)
 	CHECK(write_via(a, cq_a, (uintptr_t)buf + WIN, key, 'y') == IBV_WC_REM_ACCESS_ERR);
 	CHECK(all(buf + WIN, 'x', MSG));
 	CHECK(ibv_dealloc_mw(mw) == 0);
-	CHECK(ibv_destroy_qp(a) == 0 && ibv_destroy_qp(b) == 0);
-	drain(cq_a);
-	drain(cq_b);
+	end_pair(a, b);
 }
 
 /* Type 2 through IBV_WR_BIND_MW: WRITE through it, outside it refused; LOCAL_INV, then the
  * key refused. */
 static void type2_local_inv(void)
 {
-	struct ibv_qp *a = plain_qp(cq_a), *b = plain_qp(cq_b);
-	pair(a, b);
+	struct ibv_qp *a, *b;
+	new_pair(&a, &b);
 	struct ibv_mw *mw = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
 	CHECK(mw != NULL);
 	uint32_t key = bind2(b, cq_b, mw);
@@ -239,31 +253,25 @@ static void type2_local_inv(void)
 	CHECK(write_via(a, cq_a, (uintptr_t)buf + WIN, key, 'z') == IBV_WC_REM_ACCESS_ERR);
 	CHECK(all(buf + WIN, 0, MSG));
 	CHECK(ibv_dealloc_mw(mw) == 0);
-	CHECK(ibv_destroy_qp(a) == 0 && ibv_destroy_qp(b) == 0);
-	drain(cq_a);
-	drain(cq_b);
+	end_pair(a, b);
 
 	/* Outside the window's range: refused (on a fresh pair, with a fresh window). */
-	a = plain_qp(cq_a);
-	b = plain_qp(cq_b);
-	pair(a, b);
+	new_pair(&a, &b);
 	mw = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
 	CHECK(mw != NULL);
 	key = bind2(b, cq_b, mw);
 	CHECK(write_via(a, cq_a, (uintptr_t)buf + WIN - MSG, key, 'o') == IBV_WC_REM_ACCESS_ERR);
 	CHECK(all(buf + WIN - MSG, 0, MSG));
 	CHECK(ibv_dealloc_mw(mw) == 0);
-	CHECK(ibv_destroy_qp(a) == 0 && ibv_destroy_qp(b) == 0);
-	drain(cq_a);
-	drain(cq_b);
+	end_pair(a, b);
 }
 
 /* A bind the device refuses (a region without MW_BIND) completes IBV_WC_MW_BIND_ERR and the
  * window keeps its key; deallocating a bound window kills its key. */
 static void bind_error_and_dealloc(void)
 {
-	struct ibv_qp *a = plain_qp(cq_a), *b = plain_qp(cq_b);
-	pair(a, b);
+	struct ibv_qp *a, *b;
+	new_pair(&a, &b);
 	struct ibv_mw *mw = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
 	CHECK(mw != NULL);
 	uint32_t before = mw->rkey;
@@ -281,13 +289,9 @@ static void bind_error_and_dealloc(void)
 	CHECK(wc.wr_id == 0xbe && wc.status == IBV_WC_MW_BIND_ERR);
 	CHECK(mw->rkey == before);
 	CHECK(ibv_dealloc_mw(mw) == 0);
-	CHECK(ibv_destroy_qp(a) == 0 && ibv_destroy_qp(b) == 0);
-	drain(cq_a);
-	drain(cq_b);
+	end_pair(a, b);
 
-	a = plain_qp(cq_a);
-	b = plain_qp(cq_b);
-	pair(a, b);
+	new_pair(&a, &b);
 	mw = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
 	CHECK(mw != NULL);
 	uint32_t key = bind2(b, cq_b, mw);
@@ -295,17 +299,15 @@ static void bind_error_and_dealloc(void)
 	CHECK(ibv_dealloc_mw(mw) == 0);
 	CHECK(write_via(a, cq_a, (uintptr_t)buf + WIN, key, 'D') == IBV_WC_REM_ACCESS_ERR);
 	CHECK(all(buf + WIN, 'd', MSG));
-	CHECK(ibv_destroy_qp(a) == 0 && ibv_destroy_qp(b) == 0);
-	drain(cq_a);
-	drain(cq_b);
+	end_pair(a, b);
 }
 
 /* SEND_WITH_INV: the receiver's completion says IBV_WC_WITH_INV with the key, which then is
  * refused. */
 static void send_with_inv(void)
 {
-	struct ibv_qp *a = plain_qp(cq_a), *b = plain_qp(cq_b);
-	pair(a, b);
+	struct ibv_qp *a, *b;
+	new_pair(&a, &b);
 	struct ibv_mw *mw = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
 	CHECK(mw != NULL);
 	uint32_t key = bind2(b, cq_b, mw);
@@ -331,9 +333,7 @@ static void send_with_inv(void)
 
 	CHECK(write_via(a, cq_a, (uintptr_t)buf + WIN, key, 'q') == IBV_WC_REM_ACCESS_ERR);
 	CHECK(ibv_dealloc_mw(mw) == 0);
-	CHECK(ibv_destroy_qp(a) == 0 && ibv_destroy_qp(b) == 0);
-	drain(cq_a);
-	drain(cq_b);
+	end_pair(a, b);
 }
 
 /* The builders: ibv_wr_bind_mw, ibv_wr_local_inv on an extended QP, ibv_wr_send_inv from it
