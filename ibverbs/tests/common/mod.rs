@@ -15,6 +15,17 @@ pub fn target_dir() -> PathBuf {
     exe.parent().unwrap().parent().unwrap().to_path_buf()
 }
 
+/// softroce's binary, which a workspace build puts next to the shim.
+pub fn softroce() -> PathBuf {
+    let p = target_dir().join("softroce");
+    assert!(
+        p.is_file(),
+        "{} not built: run the tests from the workspace root (cargo test), which builds it",
+        p.display()
+    );
+    p
+}
+
 /// A directory holding `libibverbs.so.1` -> the shim, for LD_LIBRARY_PATH.
 pub fn shim_dir() -> PathBuf {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
