@@ -1001,6 +1001,50 @@ fn send_mad(from_ip: IpAddr, to: SocketAddr, msg: &softroce::wire::cm::CmMessage
     sock.send_to(&buf, to).unwrap();
 }
 
+/// The DREQ that ends the connection between comm IDs `client_id` and `server_id`, sent to
+/// the server (whose CM ignores one that names another QP than `server_qpn`).
+fn dreq_to_server(
+    client_id: u32,
+    server_id: u32,
+    server_qpn: u32,
+) -> softroce::wire::cm::CmMessage {
+    use softroce::wire::cm::{CmDreq, CmMessage, DREQ_PRIVATE_DATA_LEN};
+    CmMessage::Dreq(CmDreq {
+        local_comm_id: client_id,
+        remote_comm_id: server_id,
+        remote_qpn: server_qpn,
+        private_data: [0; DREQ_PRIVATE_DATA_LEN],
+    })
+}
+
+/// A consumer's REJ of a REP, from comm ID `from` to comm ID `to`.
+fn rej_of_rep(from: u32, to: u32) -> softroce::wire::cm::CmMessage {
+    use softroce::wire::cm::{message_ref, rej_reason, CmMessage, CmRej};
+    use softroce::wire::cm::{REJ_ARI_LEN, REJ_PRIVATE_DATA_LEN};
+    CmMessage::Rej(CmRej {
+        local_comm_id: from,
+        remote_comm_id: to,
+        message_rejected: message_ref::REP,
+        rejected_info_length: 0,
+        reason: rej_reason::CONSUMER_DEFINED,
+        ari: [0; REJ_ARI_LEN],
+        private_data: [0; REJ_PRIVATE_DATA_LEN],
+    })
+}
+
+/// What a third host at `stranger` that learned a connection's comm IDs and the server's QPN
+/// sends to end it: `dreq` and a REJ to the server, a REJ to the client.
+fn forge_teardown(
+    stranger: IpAddr,
+    (server, client): (SocketAddr, SocketAddr),
+    (client_id, server_id): (u32, u32),
+    dreq: &softroce::wire::cm::CmMessage,
+) {
+    send_mad(stranger, server, dreq);
+    send_mad(stranger, server, &rej_of_rep(client_id, server_id));
+    send_mad(stranger, client, &rej_of_rep(server_id, client_id));
+}
+
 /// `cm_id local comm ID 0x.. remote comm ID 0x.. qpn 0x..` (rping -d): (local, remote, qpn).
 fn parse_ids(line: &str) -> (u32, u32, u32) {
     let w: Vec<&str> = line.split_whitespace().collect();
@@ -1028,7 +1072,6 @@ fn pings_seen(out: &mut common::Lines, at_least: usize, limit: Duration) -> usiz
 
 #[test]
 fn a_dreq_or_rej_from_a_third_address_leaves_rping_running_and_the_peers_dreq_ends_it() {
-    use softroce::wire::cm::{message_ref, rej_reason, CmDreq, CmMessage, CmRej};
     let net = 40;
     let port = free_pair_port(net);
     let (client_ip, server_ip, stranger_ip) = (ip(net, 1), ip(net, 2), ip(net, 5));
@@ -1098,29 +1141,12 @@ fn a_dreq_or_rej_from_a_third_address_leaves_rping_running_and_the_peers_dreq_en
     assert!(pings_seen(&mut cout, 10, Duration::from_secs(10)) >= 10);
 
     // A third host that learned both IDs (and the QPN) sends what would end the connection.
-    let dreq = CmMessage::Dreq(CmDreq {
-        local_comm_id: client_id,
-        remote_comm_id: server_id,
-        remote_qpn: server_qpn,
-        private_data: [0; softroce::wire::cm::DREQ_PRIVATE_DATA_LEN],
-    });
-    let rej = |from: u32, to: u32| {
-        CmMessage::Rej(CmRej {
-            local_comm_id: from,
-            remote_comm_id: to,
-            message_rejected: message_ref::REP,
-            rejected_info_length: 0,
-            reason: rej_reason::CONSUMER_DEFINED,
-            ari: [0; softroce::wire::cm::REJ_ARI_LEN],
-            private_data: [0; softroce::wire::cm::REJ_PRIVATE_DATA_LEN],
-        })
-    };
-    send_mad(stranger_ip, server_addr, &dreq);
-    send_mad(stranger_ip, server_addr, &rej(client_id, server_id));
-    send_mad(
+    let dreq = dreq_to_server(client_id, server_id, server_qpn);
+    forge_teardown(
         stranger_ip,
-        SocketAddr::new(client_ip, port),
-        &rej(server_id, client_id),
+        (server_addr, SocketAddr::new(client_ip, port)),
+        (client_id, server_id),
+        &dreq,
     );
     // Pings sent after the forgeries reached each engine after them (one socket, in order);
     // 300 more round trips, each of which reads the CM's events, show they changed nothing.
@@ -1198,9 +1224,7 @@ fn exchange(
 fn forged_replayed_and_flooded_cm_messages_from_a_third_address_leave_connections_alone() {
     use softroce::cm::{ConnectParams, Endpoint, EndpointConfig};
     use softroce::rdma_cm::{ConnParam, EventChannel, EventKind};
-    use softroce::wire::cm::{
-        message_ref, rdma_tcp_service_id, rej_reason, CmDreq, CmIds, CmMessage, CmRej,
-    };
+    use softroce::wire::cm::{rdma_tcp_service_id, CmIds, CmMessage};
     const PORT: u16 = 7174;
     const BACKLOG: usize = 4;
     let l = lab(41);
@@ -1258,21 +1282,8 @@ fn forged_replayed_and_flooded_cm_messages_from_a_third_address_leave_connection
         private_data: [0; softroce::wire::cm::RTU_PRIVATE_DATA_LEN],
     };
     let forged = [
-        CmMessage::Dreq(CmDreq {
-            local_comm_id: h_id,
-            remote_comm_id: v_id,
-            remote_qpn: vqp.qp_num(),
-            private_data: [0; softroce::wire::cm::DREQ_PRIVATE_DATA_LEN],
-        }),
-        CmMessage::Rej(CmRej {
-            local_comm_id: h_id,
-            remote_comm_id: v_id,
-            message_rejected: message_ref::REP,
-            rejected_info_length: 0,
-            reason: rej_reason::CONSUMER_DEFINED,
-            ari: [0; softroce::wire::cm::REJ_ARI_LEN],
-            private_data: [0; softroce::wire::cm::REJ_PRIVATE_DATA_LEN],
-        }),
+        dreq_to_server(h_id, v_id, vqp.qp_num()),
+        rej_of_rep(h_id, v_id),
         CmMessage::Rtu(ids),
         CmMessage::Drep(ids),
     ];
@@ -1747,7 +1758,6 @@ fn lines_in(path: &std::path::Path, needle: &str, at_least: usize, limit: Durati
 
 #[test]
 fn librdmacm_rping_on_the_shim_outlives_a_dreq_and_rej_from_a_third_address_not_the_peers_dreq() {
-    use softroce::wire::cm::{message_ref, rej_reason, CmDreq, CmMessage, CmRej};
     let net = 48;
     let port = free_pair_port(net);
     let (client_ip, server_ip, stranger_ip) = (ip(net, 1), ip(net, 2), ip(net, 5));
@@ -1849,29 +1859,12 @@ fn librdmacm_rping_on_the_shim_outlives_a_dreq_and_rej_from_a_third_address_not_
 
     // A third host that learned both IDs and the server's QPN sends what would end the
     // connection, to the server (DREQ, REJ) and to the client (REJ).
-    let dreq = CmMessage::Dreq(CmDreq {
-        local_comm_id: client_id,
-        remote_comm_id: server_id,
-        remote_qpn: server_qpn,
-        private_data: [0; softroce::wire::cm::DREQ_PRIVATE_DATA_LEN],
-    });
-    let rej = |from: u32, to: u32| {
-        CmMessage::Rej(CmRej {
-            local_comm_id: from,
-            remote_comm_id: to,
-            message_rejected: message_ref::REP,
-            rejected_info_length: 0,
-            reason: rej_reason::CONSUMER_DEFINED,
-            ari: [0; softroce::wire::cm::REJ_ARI_LEN],
-            private_data: [0; softroce::wire::cm::REJ_PRIVATE_DATA_LEN],
-        })
-    };
-    send_mad(stranger_ip, server_addr, &dreq);
-    send_mad(stranger_ip, server_addr, &rej(client_id, server_id));
-    send_mad(
+    let dreq = dreq_to_server(client_id, server_id, server_qpn);
+    forge_teardown(
         stranger_ip,
-        SocketAddr::new(client_ip, port),
-        &rej(server_id, client_id),
+        (server_addr, SocketAddr::new(client_ip, port)),
+        (client_id, server_id),
+        &dreq,
     );
     // Every line counted now was written before the forgeries were sent. The next pings
     // travel after them through each engine's one socket, and librdmacm's rping takes its CM

@@ -7,39 +7,14 @@
 mod common;
 
 use common::*;
-use std::path::Path;
-use std::process::Command;
+use std::time::Duration;
 
 #[test]
 fn exports_c_passes_every_check() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/exports.c");
-    let dir = std::env::temp_dir().join(format!("softroce-exports-c-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join("exports");
-    let out = Command::new(program("cc", "gcc"))
-        .args(["-O1", "-g", "-Wall", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .args(["-libverbs", "-ldl"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "cannot compile exports.c (install libibverbs-dev):\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let t = CTest::build("tests/exports.c", &[], &["-libverbs", "-ldl"]);
+    t.check(
+        under_shim(t.exe(), "127.0.19.2"),
+        Duration::from_secs(60),
+        60,
     );
-    let out = under_shim(&exe, "127.0.19.2").output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{text}");
-    let n: u32 = text
-        .strip_prefix("ok ")
-        .and_then(|t| t.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{text}"));
-    assert!(n > 60, "only {n} checks ran:\n{text}");
-    let _ = std::fs::remove_dir_all(dir);
 }

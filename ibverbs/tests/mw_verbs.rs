@@ -6,42 +6,14 @@
 mod common;
 
 use common::*;
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 #[test]
 fn mw_c_passes_every_check() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/mw.c");
-    let dir = std::env::temp_dir().join(format!("softroce-mw-c-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join("mw");
-    let out = Command::new(program("cc", "gcc"))
-        .args(["-O1", "-g", "-Wall", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .arg("-libverbs")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "cannot compile mw.c (install libibverbs-dev):\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let t = CTest::build("tests/c/mw.c", &[], &["-libverbs"]);
+    t.check(
+        under_shim(t.exe(), "127.0.19.9"),
+        Duration::from_secs(60),
+        120,
     );
-    let child = under_shim(&exe, "127.0.19.9").spawn().unwrap();
-    let (out, in_time) = wait_for(child, Duration::from_secs(60));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(in_time, "mw.c hung:\n{text}");
-    assert!(out.status.success(), "{text}");
-    let n: u32 = text
-        .strip_prefix("ok ")
-        .and_then(|t| t.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{text}"));
-    assert!(n > 120, "only {n} checks ran:\n{text}");
-    let _ = std::fs::remove_dir_all(dir);
 }

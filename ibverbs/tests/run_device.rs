@@ -4,20 +4,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use common::{program, shim_lib, target_dir};
-
-fn softroce() -> PathBuf {
-    let p = target_dir().join("softroce");
-    assert!(
-        p.is_file(),
-        "{} not built: run the tests from the workspace root (cargo test), which builds it",
-        p.display()
-    );
-    p
-}
+use common::{program, shim_lib, softroce};
 
 /// `softroce run --bind 127.0.0.2 [EXTRA] -- sh -c SCRIPT`, its output.
 fn run_sh(extra: &[&str], script: &str) -> Output {

@@ -8,16 +8,6 @@ use common::*;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-fn softroce() -> std::path::PathBuf {
-    let p = target_dir().join("softroce");
-    assert!(
-        p.is_file(),
-        "{} not built: run the tests from the workspace root (cargo test), which builds it",
-        p.display()
-    );
-    p
-}
-
 fn cmd(prog: &std::path::Path) -> Command {
     let mut c = Command::new(prog);
     c.stdin(Stdio::null())

@@ -7,21 +7,10 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{free_tcp_port, pair, program, shim_lib, target_dir, wait_for};
-
-fn softroce() -> PathBuf {
-    let p = target_dir().join("softroce");
-    assert!(
-        p.is_file(),
-        "{} not built: run the tests from the workspace root (cargo test), which builds it",
-        p.display()
-    );
-    p
-}
+use common::{free_tcp_port, pair, program, shim_lib, softroce, wait_for};
 
 /// `softroce run --bind IP [EXTRA] -- PROG ARGS` with only the device named to UCX.
 fn under_run(ip: &str, extra: &[&str], prog: &str, args: &[&str]) -> Command {

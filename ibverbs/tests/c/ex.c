@@ -6,74 +6,21 @@
  * exits 0, or names the first failed check and exits 1. Every wait is bounded (5 s).
  */
 #define _GNU_SOURCE
+#include "common.h"
 #include <endian.h>
-#include <errno.h>
-#include <infiniband/verbs.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
-static long checks;
-
-#define CHECK(cond)                                                                          \
-	do {                                                                                 \
-		checks++;                                                                    \
-		if (!(cond)) {                                                               \
-			fprintf(stderr, "%s:%d: check failed: %s (errno %d %s)\n", __FILE__, \
-				__LINE__, #cond, errno, strerror(errno));                    \
-			exit(1);                                                             \
-		}                                                                            \
-	} while (0)
-
-static struct ibv_context *ctx;
-static union ibv_gid gid;
 static struct ibv_device_attr dattr;
 static struct ibv_pd *pd;
 static struct ibv_mr *mr;
 /* [0, 4096): the sender's side; [4096, 8192): the receiver's. */
 static char *buf;
 
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
-
 static void to_rts(struct ibv_qp *qp, uint32_t dest)
 {
-	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_INIT,
-		.port_num = 1,
-		.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-				   IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC,
-	};
-	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-					IBV_QP_ACCESS_FLAGS) == 0);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.max_dest_rd_atomic = 4;
-	a.min_rnr_timer = 1;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = gid;
-	a.ah_attr.grh.sgid_index = 1;
-	a.ah_attr.grh.hop_limit = 1;
-	a.ah_attr.port_num = 1;
-	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-					IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-					IBV_QP_MIN_RNR_TIMER) == 0);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 4;
-	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-					IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) == 0);
+	rc_to_rts(qp, dest,
+		  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+			  IBV_ACCESS_REMOTE_ATOMIC,
+		  4);
 }
 
 static void post_recv(struct ibv_qp *qp, uint64_t wr_id, uint64_t addr, uint32_t len)
@@ -81,18 +28,6 @@ static void post_recv(struct ibv_qp *qp, uint64_t wr_id, uint64_t addr, uint32_t
 	struct ibv_sge s = {.addr = addr, .length = len, .lkey = mr->lkey};
 	struct ibv_recv_wr w = {.wr_id = wr_id, .sg_list = &s, .num_sge = 1}, *bad;
 	CHECK(ibv_post_recv(qp, &w, &bad) == 0);
-}
-
-/* One completion of a plain CQ (the first wait bounded by 5 s). */
-static struct ibv_wc poll1(struct ibv_cq *cq)
-{
-	struct ibv_wc wc;
-	double end = now() + 5;
-	int n;
-	while ((n = ibv_poll_cq(cq, 1, &wc)) == 0)
-		CHECK(now() < end);
-	CHECK(n == 1);
-	return wc;
 }
 
 /* One completion as the extended API reads it. */
@@ -599,11 +534,7 @@ static void qp_ex(void)
 
 int main(void)
 {
-	struct ibv_device **list = ibv_get_device_list(NULL);
-	CHECK(list && list[0]);
-	ctx = ibv_open_device(list[0]);
-	CHECK(ctx != NULL);
-	CHECK(ibv_query_gid(ctx, 1, 1, &gid) == 0);
+	struct ibv_device **list = open_first_device();
 	CHECK(ibv_query_device(ctx, &dattr) == 0);
 	pd = ibv_alloc_pd(ctx);
 	CHECK(pd != NULL);

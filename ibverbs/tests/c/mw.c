@@ -9,28 +9,8 @@
  * runs on a fresh pair.
  */
 #define _GNU_SOURCE
-#include <errno.h>
-#include <infiniband/verbs.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
+#include "common.h"
 
-static long checks;
-
-#define CHECK(cond)                                                                          \
-	do {                                                                                 \
-		checks++;                                                                    \
-		if (!(cond)) {                                                               \
-			fprintf(stderr, "%s:%d: check failed: %s (errno %d %s)\n", __FILE__, \
-				__LINE__, #cond, errno, strerror(errno));                    \
-			exit(1);                                                             \
-		}                                                                            \
-	} while (0)
-
-static struct ibv_context *ctx;
-static union ibv_gid gid;
 static struct ibv_pd *pd;
 /* The target's region (MW_BIND); [0, 4096) is outside every window, [4096, 8192) inside. */
 static struct ibv_mr *mr;
@@ -42,45 +22,10 @@ static struct ibv_cq *cq_a, *cq_b;
 
 enum { WIN = 4096, WIN_LEN = 4096, MSG = 64 };
 
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
-
 static void to_rts(struct ibv_qp *qp, uint32_t dest)
 {
-	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_INIT,
-		.port_num = 1,
-		.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-				   IBV_ACCESS_REMOTE_READ,
-	};
-	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-					IBV_QP_ACCESS_FLAGS) == 0);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.max_dest_rd_atomic = 4;
-	a.min_rnr_timer = 1;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = gid;
-	a.ah_attr.grh.sgid_index = 1;
-	a.ah_attr.grh.hop_limit = 1;
-	a.ah_attr.port_num = 1;
-	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-					IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-					IBV_QP_MIN_RNR_TIMER) == 0);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 4;
-	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-					IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) == 0);
+	rc_to_rts(qp, dest, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
+		  4);
 }
 
 static struct ibv_qp *plain_qp(struct ibv_cq *cq)
@@ -121,24 +66,28 @@ static void pair(struct ibv_qp *a, struct ibv_qp *b)
 	to_rts(b, a->qp_num);
 }
 
-/* One completion (bounded by 5 s). */
-static struct ibv_wc poll1(struct ibv_cq *cq)
-{
-	struct ibv_wc wc;
-	double end = now() + 5;
-	int n;
-	while ((n = ibv_poll_cq(cq, 1, &wc)) == 0)
-		CHECK(now() < end);
-	CHECK(n == 1);
-	return wc;
-}
-
 /* Empties a CQ (flushed WRs of a pair in error). */
 static void drain(struct ibv_cq *cq)
 {
 	struct ibv_wc wc[16];
 	while (ibv_poll_cq(cq, 16, wc) > 0)
 		;
+}
+
+/* A fresh connected pair of plain RC QPs: *a on cq_a, *b on cq_b. */
+static void new_pair(struct ibv_qp **a, struct ibv_qp **b)
+{
+	*a = plain_qp(cq_a);
+	*b = plain_qp(cq_b);
+	pair(*a, *b);
+}
+
+/* Destroys a pair and empties both CQs of what its QPs flushed. */
+static void end_pair(struct ibv_qp *a, struct ibv_qp *b)
+{
+	CHECK(ibv_destroy_qp(a) == 0 && ibv_destroy_qp(b) == 0);
+	drain(cq_a);
+	drain(cq_b);
 }
 
 /* An RDMA WRITE of MSG bytes of `src` (filled with `fill`) from `qp` to `addr` under `rkey`;
@@ -228,8 +177,8 @@ static void alloc_dealloc(void)
  * refused by the responder. */
 static void type1(void)
 {
-	struct ibv_qp *a = plain_qp(cq_a), *b = plain_qp(cq_b);
-	pair(a, b);
+	struct ibv_qp *a, *b;
+	new_pair(&a, &b);
 	struct ibv_mw *mw = ibv_alloc_mw(pd, IBV_MW_TYPE_1);
 	CHECK(mw != NULL);
 	uint32_t old = mw->rkey;
@@ -276,17 +225,15 @@ static void type1(void)
 	CHECK(write_via(a, cq_a, (uintptr_t)buf + WIN, key, 'y') == IBV_WC_REM_ACCESS_ERR);
 	CHECK(all(buf + WIN, 'x', MSG));
 	CHECK(ibv_dealloc_mw(mw) == 0);
-	CHECK(ibv_destroy_qp(a) == 0 && ibv_destroy_qp(b) == 0);
-	drain(cq_a);
-	drain(cq_b);
+	end_pair(a, b);
 }
 
 /* Type 2 through IBV_WR_BIND_MW: WRITE through it, outside it refused; LOCAL_INV, then the
  * key refused. */
 static void type2_local_inv(void)
 {
-	struct ibv_qp *a = plain_qp(cq_a), *b = plain_qp(cq_b);
-	pair(a, b);
+	struct ibv_qp *a, *b;
+	new_pair(&a, &b);
 	struct ibv_mw *mw = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
 	CHECK(mw != NULL);
 	uint32_t key = bind2(b, cq_b, mw);
@@ -306,31 +253,25 @@ static void type2_local_inv(void)
 	CHECK(write_via(a, cq_a, (uintptr_t)buf + WIN, key, 'z') == IBV_WC_REM_ACCESS_ERR);
 	CHECK(all(buf + WIN, 0, MSG));
 	CHECK(ibv_dealloc_mw(mw) == 0);
-	CHECK(ibv_destroy_qp(a) == 0 && ibv_destroy_qp(b) == 0);
-	drain(cq_a);
-	drain(cq_b);
+	end_pair(a, b);
 
 	/* Outside the window's range: refused (on a fresh pair, with a fresh window). */
-	a = plain_qp(cq_a);
-	b = plain_qp(cq_b);
-	pair(a, b);
+	new_pair(&a, &b);
 	mw = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
 	CHECK(mw != NULL);
 	key = bind2(b, cq_b, mw);
 	CHECK(write_via(a, cq_a, (uintptr_t)buf + WIN - MSG, key, 'o') == IBV_WC_REM_ACCESS_ERR);
 	CHECK(all(buf + WIN - MSG, 0, MSG));
 	CHECK(ibv_dealloc_mw(mw) == 0);
-	CHECK(ibv_destroy_qp(a) == 0 && ibv_destroy_qp(b) == 0);
-	drain(cq_a);
-	drain(cq_b);
+	end_pair(a, b);
 }
 
 /* A bind the device refuses (a region without MW_BIND) completes IBV_WC_MW_BIND_ERR and the
  * window keeps its key; deallocating a bound window kills its key. */
 static void bind_error_and_dealloc(void)
 {
-	struct ibv_qp *a = plain_qp(cq_a), *b = plain_qp(cq_b);
-	pair(a, b);
+	struct ibv_qp *a, *b;
+	new_pair(&a, &b);
 	struct ibv_mw *mw = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
 	CHECK(mw != NULL);
 	uint32_t before = mw->rkey;
@@ -348,13 +289,9 @@ static void bind_error_and_dealloc(void)
 	CHECK(wc.wr_id == 0xbe && wc.status == IBV_WC_MW_BIND_ERR);
 	CHECK(mw->rkey == before);
 	CHECK(ibv_dealloc_mw(mw) == 0);
-	CHECK(ibv_destroy_qp(a) == 0 && ibv_destroy_qp(b) == 0);
-	drain(cq_a);
-	drain(cq_b);
+	end_pair(a, b);
 
-	a = plain_qp(cq_a);
-	b = plain_qp(cq_b);
-	pair(a, b);
+	new_pair(&a, &b);
 	mw = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
 	CHECK(mw != NULL);
 	uint32_t key = bind2(b, cq_b, mw);
@@ -362,17 +299,15 @@ static void bind_error_and_dealloc(void)
 	CHECK(ibv_dealloc_mw(mw) == 0);
 	CHECK(write_via(a, cq_a, (uintptr_t)buf + WIN, key, 'D') == IBV_WC_REM_ACCESS_ERR);
 	CHECK(all(buf + WIN, 'd', MSG));
-	CHECK(ibv_destroy_qp(a) == 0 && ibv_destroy_qp(b) == 0);
-	drain(cq_a);
-	drain(cq_b);
+	end_pair(a, b);
 }
 
 /* SEND_WITH_INV: the receiver's completion says IBV_WC_WITH_INV with the key, which then is
  * refused. */
 static void send_with_inv(void)
 {
-	struct ibv_qp *a = plain_qp(cq_a), *b = plain_qp(cq_b);
-	pair(a, b);
+	struct ibv_qp *a, *b;
+	new_pair(&a, &b);
 	struct ibv_mw *mw = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
 	CHECK(mw != NULL);
 	uint32_t key = bind2(b, cq_b, mw);
@@ -398,9 +333,7 @@ static void send_with_inv(void)
 
 	CHECK(write_via(a, cq_a, (uintptr_t)buf + WIN, key, 'q') == IBV_WC_REM_ACCESS_ERR);
 	CHECK(ibv_dealloc_mw(mw) == 0);
-	CHECK(ibv_destroy_qp(a) == 0 && ibv_destroy_qp(b) == 0);
-	drain(cq_a);
-	drain(cq_b);
+	end_pair(a, b);
 }
 
 /* The builders: ibv_wr_bind_mw, ibv_wr_local_inv on an extended QP, ibv_wr_send_inv from it
@@ -501,11 +434,7 @@ static void builders(void)
 
 int main(void)
 {
-	struct ibv_device **list = ibv_get_device_list(NULL);
-	CHECK(list && list[0]);
-	ctx = ibv_open_device(list[0]);
-	CHECK(ctx != NULL);
-	CHECK(ibv_query_gid(ctx, 1, 1, &gid) == 0);
+	struct ibv_device **list = open_first_device();
 	pd = ibv_alloc_pd(ctx);
 	CHECK(pd != NULL);
 	buf = aligned_alloc(4096, 8192);

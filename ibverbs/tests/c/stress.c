@@ -10,45 +10,20 @@
  * Usage: stress [seconds] (the deadline of the racing phase; default 10).
  */
 #define _GNU_SOURCE
-#include <errno.h>
+#define CHECKS_ATOMIC
+#include "common.h"
 #include <fcntl.h>
-#include <infiniband/verbs.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stdatomic.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 /* libibverbs' provider log (IBVERBS_PRIVATE_34), which libefa calls: must return, not abort. */
 void __verbs_log(struct verbs_context *ctx, uint32_t level, const char *fmt, ...);
 
-static atomic_long checks;
-
-#define CHECK(cond)                                                                          \
-	do {                                                                                 \
-		atomic_fetch_add(&checks, 1);                                                \
-		if (!(cond)) {                                                               \
-			fprintf(stderr, "%s:%d: check failed: %s (errno %d %s)\n", __FILE__, \
-				__LINE__, #cond, errno, strerror(errno));                    \
-			exit(1);                                                             \
-		}                                                                            \
-	} while (0)
-
 /* The racing phase ends at the first of: each thread's iteration bound, this deadline. */
 static double deadline;
 static atomic_int stop;
-
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
 
 static int running(void)
 {
@@ -68,8 +43,6 @@ static atomic_long created[KINDS], destroyed[KINDS];
 /* How often each refusal was seen (figures, not asserted: they depend on the schedule). */
 static atomic_long busy_seen, stale_seen, events_seen, completions_seen;
 
-static struct ibv_context *ctx;
-static union ibv_gid gid;
 
 /* A destroy that may meet the object in use: EBUSY (errno EBUSY too) until the user lets go. */
 #define DESTROY_UNTIL_DONE(call, kind)                                       \
@@ -90,35 +63,7 @@ static union ibv_gid gid;
 
 static void to_rts(struct ibv_qp *qp, uint32_t dest)
 {
-	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_INIT,
-		.port_num = 1,
-		.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
-	};
-	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-					IBV_QP_ACCESS_FLAGS) == 0);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 1;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = gid;
-	a.ah_attr.grh.sgid_index = 1;
-	a.ah_attr.grh.hop_limit = 1;
-	a.ah_attr.port_num = 1;
-	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-					IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-					IBV_QP_MIN_RNR_TIMER) == 0);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-					IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) == 0);
+	rc_to_rts(qp, dest, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, 1);
 }
 
 static struct ibv_qp *new_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq)
@@ -449,12 +394,8 @@ int main(int argc, char **argv)
 {
 	double seconds = argc > 1 ? atof(argv[1]) : 10;
 	deadline = now() + seconds;
-	struct ibv_device **list = ibv_get_device_list(NULL);
-	CHECK(list && list[0]);
-	ctx = ibv_open_device(list[0]);
-	CHECK(ctx != NULL);
+	struct ibv_device **list = open_first_device();
 	atomic_fetch_add(&created[CTX], 1);
-	CHECK(ibv_query_gid(ctx, 1, 1, &gid) == 0);
 	__verbs_log(NULL, 0, "provider message %d\n", 1);
 
 	shared_pd = ibv_alloc_pd(ctx);

@@ -15,6 +15,17 @@ pub fn target_dir() -> PathBuf {
     exe.parent().unwrap().parent().unwrap().to_path_buf()
 }
 
+/// softroce's binary, which a workspace build puts next to the shim.
+pub fn softroce() -> PathBuf {
+    let p = target_dir().join("softroce");
+    assert!(
+        p.is_file(),
+        "{} not built: run the tests from the workspace root (cargo test), which builds it",
+        p.display()
+    );
+    p
+}
+
 /// A directory holding `libibverbs.so.1` -> the shim, for LD_LIBRARY_PATH.
 pub fn shim_dir() -> PathBuf {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
@@ -152,4 +163,69 @@ pub fn pair(mut server: Command, mut client: Command, limit: Duration) -> (Strin
         co.status
     );
     (st, ct)
+}
+
+/// A C test program (ex.c, mw.c, stress.c, api.c ...) built against Debian's libibverbs-dev
+/// headers, in a directory of its own that is removed once the program has passed (a failing
+/// one stays behind to be looked at).
+pub struct CTest {
+    name: String,
+    dir: PathBuf,
+    exe: PathBuf,
+}
+
+impl CTest {
+    /// Compiles `src` (a path relative to ibverbs/) with `-O1 -g -Wall -Werror`, the `extra`
+    /// flags and then `libs`; fails the test with the compiler's message when it does not build.
+    pub fn build(src: &str, extra: &[&str], libs: &[&str]) -> CTest {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(src);
+        let name = src.file_name().unwrap().to_string_lossy().into_owned();
+        let stem = src.file_stem().unwrap().to_string_lossy().into_owned();
+        let dir = std::env::temp_dir().join(format!("softroce-{stem}-c-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let exe = dir.join(&stem);
+        let out = Command::new(program("cc", "gcc"))
+            .args(["-O1", "-g", "-Wall", "-Werror"])
+            .args(extra)
+            .arg("-o")
+            .arg(&exe)
+            .arg(&src)
+            .args(libs)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "cannot compile {name} (install libibverbs-dev):\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        CTest { name, dir, exe }
+    }
+
+    /// The compiled program, to hand to [`under_shim`].
+    pub fn exe(&self) -> &Path {
+        &self.exe
+    }
+
+    /// Runs `cmd` (this program, under the shim) for at most `limit` and asserts how the C
+    /// tests end: in time, with exit status 0, and with output that starts `ok N` where more
+    /// than `min_checks` checks ran. Returns its stdout and stderr.
+    pub fn check(&self, mut cmd: Command, limit: Duration, min_checks: u64) -> String {
+        let name = &self.name;
+        let (out, in_time) = wait_for(cmd.spawn().unwrap(), limit);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(in_time, "{name} hung:\n{text}");
+        assert!(out.status.success(), "{name}: {:?}\n{text}", out.status);
+        let n: u64 = text
+            .strip_prefix("ok ")
+            .and_then(|t| t.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(n > min_checks, "only {n} checks ran:\n{text}");
+        let _ = std::fs::remove_dir_all(&self.dir);
+        text
+    }
 }

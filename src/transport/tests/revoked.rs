@@ -40,6 +40,37 @@ fn remote_access() -> AccessFlags {
     AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ
 }
 
+/// One SGE over the first `len` bytes of the revoked region `r`.
+fn revoked_sge(r: &RevokedRegion, len: u32) -> [Sge; 1] {
+    [Sge {
+        addr: REVOKED_IOVA,
+        length: len,
+        lkey: r.mr.lkey,
+    }]
+}
+
+/// Posts a receive of `sg` with `wr_id` on B.
+fn post_recv_b(p: &mut Pair, wr_id: u64, sg: &[Sge]) {
+    p.b.qp
+        .post_recv(&RecvWr { wr_id, sg_list: sg }, &p.b.mrs)
+        .unwrap();
+}
+
+/// Posts a signaled `opcode` over `sg` with `wr_id` on A, runs the pair for 50 ms and returns
+/// A's first send completion as (wr_id, status).
+fn post_signaled(p: &mut Pair, wr_id: u64, sg: &[Sge], opcode: WrOpcode) -> (u64, WcStatus) {
+    let wr = SendWr {
+        wr_id,
+        sg_list: sg,
+        opcode,
+        send_flags: SendFlags::SIGNALED,
+    };
+    p.a.qp.post_send(&wr, &p.a.mrs).unwrap();
+    p.drive_for(Duration::from_millis(50));
+    let wc = &p.a.send_wcs[0];
+    (wc.wr_id, wc.status)
+}
+
 /// The NAKs B sent, as AETH syndromes.
 fn naks_from_b(p: &Pair) -> Vec<crate::wire::AckSyndrome> {
     p.log
@@ -56,19 +87,14 @@ fn a_write_into_revoked_memory_is_nakked_not_acknowledged() {
     let mut p = Pair::new(Mtu::Mtu1024);
     let r = revoked_region(&mut p.b.mrs, REVOKED_IOVA, remote_access());
     let sg = [sge(&p.a, 0, 3000)];
-    let wr = SendWr {
-        wr_id: 7,
-        sg_list: &sg,
-        opcode: WrOpcode::RdmaWrite {
-            remote_addr: REVOKED_IOVA,
-            rkey: r.mr.rkey,
-        },
-        send_flags: SendFlags::SIGNALED,
+    let write = WrOpcode::RdmaWrite {
+        remote_addr: REVOKED_IOVA,
+        rkey: r.mr.rkey,
     };
-    p.a.qp.post_send(&wr, &p.a.mrs).unwrap();
-    p.drive_for(Duration::from_millis(50));
-    let wc = &p.a.send_wcs[0];
-    assert_eq!((wc.wr_id, wc.status), (7, WcStatus::RemAccessErr));
+    assert_eq!(
+        post_signaled(&mut p, 7, &sg, write),
+        (7, WcStatus::RemAccessErr)
+    );
     assert_eq!(
         naks_from_b(&p),
         vec![crate::wire::AckSyndrome::Nak(
@@ -90,19 +116,14 @@ fn a_read_of_revoked_memory_is_nakked_and_sends_no_response_data() {
     let mut p = Pair::new(Mtu::Mtu1024);
     let r = revoked_region(&mut p.b.mrs, REVOKED_IOVA, remote_access());
     let sg = [sge(&p.a, 0, 3000)];
-    let wr = SendWr {
-        wr_id: 8,
-        sg_list: &sg,
-        opcode: WrOpcode::RdmaRead {
-            remote_addr: REVOKED_IOVA,
-            rkey: r.mr.rkey,
-        },
-        send_flags: SendFlags::SIGNALED,
+    let read = WrOpcode::RdmaRead {
+        remote_addr: REVOKED_IOVA,
+        rkey: r.mr.rkey,
     };
-    p.a.qp.post_send(&wr, &p.a.mrs).unwrap();
-    p.drive_for(Duration::from_millis(50));
-    let wc = &p.a.send_wcs[0];
-    assert_eq!((wc.wr_id, wc.status), (8, WcStatus::RemAccessErr));
+    assert_eq!(
+        post_signaled(&mut p, 8, &sg, read),
+        (8, WcStatus::RemAccessErr)
+    );
     assert!(
         !p.log.iter().any(|s| !s.to_b
             && s.opcode
@@ -123,31 +144,12 @@ fn a_read_of_revoked_memory_is_nakked_and_sends_no_response_data() {
 fn a_send_into_a_revoked_receive_buffer_is_nakked_and_fails_the_receive() {
     let mut p = Pair::new(Mtu::Mtu1024);
     let r = revoked_region(&mut p.b.mrs, REVOKED_IOVA, remote_access());
-    let rsg = [Sge {
-        addr: REVOKED_IOVA,
-        length: 4096,
-        lkey: r.mr.lkey,
-    }];
-    p.b.qp
-        .post_recv(
-            &RecvWr {
-                wr_id: 9,
-                sg_list: &rsg,
-            },
-            &p.b.mrs,
-        )
-        .unwrap();
+    post_recv_b(&mut p, 9, &revoked_sge(&r, 4096));
     let sg = [sge(&p.a, 0, 100)];
-    let wr = SendWr {
-        wr_id: 10,
-        sg_list: &sg,
-        opcode: WrOpcode::Send,
-        send_flags: SendFlags::SIGNALED,
-    };
-    p.a.qp.post_send(&wr, &p.a.mrs).unwrap();
-    p.drive_for(Duration::from_millis(50));
-    let wc = &p.a.send_wcs[0];
-    assert_eq!((wc.wr_id, wc.status), (10, WcStatus::RemOpErr));
+    assert_eq!(
+        post_signaled(&mut p, 10, &sg, WrOpcode::Send),
+        (10, WcStatus::RemOpErr)
+    );
     let rwc = &p.b.recv_wcs[0];
     assert_eq!((rwc.wr_id, rwc.status), (9, WcStatus::LocQpOpErr));
     assert_eq!(p.b.qp.state(), QpState::Err);
@@ -157,24 +159,14 @@ fn a_send_into_a_revoked_receive_buffer_is_nakked_and_fails_the_receive() {
 fn a_read_response_into_revoked_local_memory_fails_the_read() {
     let mut p = Pair::new(Mtu::Mtu1024);
     let r = revoked_region(&mut p.a.mrs, REVOKED_IOVA, remote_access());
-    let sg = [Sge {
-        addr: REVOKED_IOVA,
-        length: 100,
-        lkey: r.mr.lkey,
-    }];
-    let wr = SendWr {
-        wr_id: 11,
-        sg_list: &sg,
-        opcode: WrOpcode::RdmaRead {
-            remote_addr: IOVA,
-            rkey: p.b.mr.rkey,
-        },
-        send_flags: SendFlags::SIGNALED,
+    let read = WrOpcode::RdmaRead {
+        remote_addr: IOVA,
+        rkey: p.b.mr.rkey,
     };
-    p.a.qp.post_send(&wr, &p.a.mrs).unwrap();
-    p.drive_for(Duration::from_millis(50));
-    let wc = &p.a.send_wcs[0];
-    assert_eq!((wc.wr_id, wc.status), (11, WcStatus::LocProtErr));
+    assert_eq!(
+        post_signaled(&mut p, 11, &revoked_sge(&r, 100), read),
+        (11, WcStatus::LocProtErr)
+    );
     assert_eq!(p.a.qp.state(), QpState::Err);
 }
 
@@ -182,30 +174,12 @@ fn a_read_response_into_revoked_local_memory_fails_the_read() {
 fn a_send_from_revoked_local_memory_is_not_sent() {
     let mut p = Pair::new(Mtu::Mtu1024);
     let r = revoked_region(&mut p.a.mrs, REVOKED_IOVA, remote_access());
-    let sg = [Sge {
-        addr: REVOKED_IOVA,
-        length: 100,
-        lkey: r.mr.lkey,
-    }];
-    let wr = SendWr {
-        wr_id: 12,
-        sg_list: &sg,
-        opcode: WrOpcode::Send,
-        send_flags: SendFlags::SIGNALED,
-    };
-    p.b.qp
-        .post_recv(
-            &RecvWr {
-                wr_id: 13,
-                sg_list: &[sge(&p.b, 0, 4096)],
-            },
-            &p.b.mrs,
-        )
-        .unwrap();
-    p.a.qp.post_send(&wr, &p.a.mrs).unwrap();
-    p.drive_for(Duration::from_millis(50));
-    let wc = &p.a.send_wcs[0];
-    assert_eq!((wc.wr_id, wc.status), (12, WcStatus::LocProtErr));
+    let rsg = [sge(&p.b, 0, 4096)];
+    post_recv_b(&mut p, 13, &rsg);
+    assert_eq!(
+        post_signaled(&mut p, 12, &revoked_sge(&r, 100), WrOpcode::Send),
+        (12, WcStatus::LocProtErr)
+    );
     assert!(p.log.iter().all(|s| !s.to_b), "nothing was sent");
     assert!(p.b.recv_wcs.is_empty());
 }
