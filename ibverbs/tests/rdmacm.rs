@@ -38,16 +38,6 @@ fn shimmed(prog: &Path, ip: &str, args: &[&str]) -> Command {
     c
 }
 
-fn softroce() -> PathBuf {
-    let p = target_dir().join("softroce");
-    assert!(
-        p.is_file(),
-        "{} not built: run the tests from the workspace root (cargo test), which builds it",
-        p.display()
-    );
-    p
-}
-
 /// `softroce ARGS` (its device bound with `--bind` in ARGS).
 fn softroce_cmd(args: &[&str]) -> Command {
     let mut c = Command::new(softroce());
