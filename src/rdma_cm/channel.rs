@@ -847,22 +847,14 @@ impl CmId {
         else {
             return Err(Self::wrong("connect", st.phase));
         };
-        if param.private_data.len() > CONNECT_PRIVATE_DATA_LEN {
-            return Err(RdmaCmError::Cm(CmError::PrivateDataTooLong {
-                len: param.private_data.len(),
-                max: CONNECT_PRIVATE_DATA_LEN,
-            }));
-        }
         let dev = &self.shared.dev;
-        let mut pd = vec![0u8; CmaHeader::LEN];
-        let header = CmaHeader {
-            src_port: st.port,
-            src_addr: dev.local.ip(),
-            dst_addr: remote.ip(),
-        };
-        // The buffer is the header's length, so emitting cannot fail.
-        let _ = header.emit(&mut pd);
-        pd.extend_from_slice(&param.private_data);
+        let pd = cma_private_data(
+            st.port,
+            dev.local.ip(),
+            remote,
+            param,
+            CONNECT_PRIVATE_DATA_LEN,
+        )?;
         let mut p = ConnectParams::rc(
             rdma_tcp_service_id(remote.port()),
             qp.qp_num(),
@@ -906,22 +898,14 @@ impl CmId {
         let (Phase::RouteResolved, Some(remote)) = (st.phase, st.remote) else {
             return Err(Self::wrong("connect", st.phase));
         };
-        if param.private_data.len() > UD_CONNECT_PRIVATE_DATA_LEN {
-            return Err(RdmaCmError::Cm(CmError::PrivateDataTooLong {
-                len: param.private_data.len(),
-                max: UD_CONNECT_PRIVATE_DATA_LEN,
-            }));
-        }
         let dev = &self.shared.dev;
-        let mut pd = vec![0u8; CmaHeader::LEN];
-        let header = CmaHeader {
-            src_port: st.port,
-            src_addr: dev.local.ip(),
-            dst_addr: remote.ip(),
-        };
-        // The buffer is the header's length, so emitting cannot fail.
-        let _ = header.emit(&mut pd);
-        pd.extend_from_slice(&param.private_data);
+        let pd = cma_private_data(
+            st.port,
+            dev.local.ip(),
+            remote,
+            param,
+            UD_CONNECT_PRIVATE_DATA_LEN,
+        )?;
         let to = SocketAddr::new(remote.ip(), dev.remote_port);
         let conn = {
             let mut g = dev.gsi.lock();
@@ -1120,4 +1104,31 @@ impl CmId {
             }
         }
     }
+}
+
+/// A connect request's private data as rdma_cm lays it out: its header (the requester's port
+/// and both addresses) and then `param.private_data`, at most `max` bytes of it.
+fn cma_private_data(
+    src_port: u16,
+    local: IpAddr,
+    remote: SocketAddr,
+    param: &ConnParam,
+    max: usize,
+) -> Result<Vec<u8>> {
+    if param.private_data.len() > max {
+        return Err(RdmaCmError::Cm(CmError::PrivateDataTooLong {
+            len: param.private_data.len(),
+            max,
+        }));
+    }
+    let mut pd = vec![0u8; CmaHeader::LEN];
+    let header = CmaHeader {
+        src_port,
+        src_addr: local,
+        dst_addr: remote.ip(),
+    };
+    // The buffer is the header's length, so emitting cannot fail.
+    let _ = header.emit(&mut pd);
+    pd.extend_from_slice(&param.private_data);
+    Ok(pd)
 }
