@@ -162,14 +162,17 @@ impl Device {
     }
 
     /// Stops the engine: marks the device closed, wakes the engine thread and waits for it,
-    /// then drops a busy-poll engine.
+    /// then sends what a busy-poll engine still holds and drops it.
     pub(crate) fn shut_down(&self, engine_thread: Option<std::thread::JoinHandle<()>>) {
         self.closed.store(true, Ordering::Release);
         let _ = self.waker.wake();
         if let Some(h) = engine_thread {
             let _ = h.join();
         }
-        self.engine.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let engine = self.engine.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(mut e) = engine {
+            e.finish();
+        }
     }
 
     /// Adds a QP to the table the engine serves.

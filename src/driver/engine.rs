@@ -21,6 +21,12 @@
 //! that waits for the answer is the one that receives it. A background thread runs a pass
 //! every 50 us for timers and for packets that arrive while nobody polls.
 //!
+//! Unreliable sends (UD, UC) complete when their last packet is made, as on rxe; the engine
+//! holds those completions until the packets have been handed to the kernel, so that an
+//! application that sees its last send complete and exits at once does not take the datagram
+//! with it (rxe's datagram is in the kernel when the completion is written). Closing the
+//! device sends what is still in the batch.
+//!
 //! Back-pressure: a send that fails with EAGAIN or ENOBUFS keeps its packets; the engine stops
 //! taking packets out of QPs and waits until a transmit socket is writable again. Other send
 //! errors lose the packet as the wire would, and retransmission recovers it.
@@ -34,11 +40,12 @@ use std::time::{Duration, Instant};
 
 use mio::{Events, Interest, Poll, Token};
 
+use super::cq::CqInner;
 use super::device::{Device, QpEntry};
 use super::gsi::GSI_QPN;
 use super::link::{gso_run, GsoKey, Link, OutDatagram, RxBatch};
 use super::timer::Timer;
-use crate::ib::WorkCompletion;
+use crate::ib::{QpType, WorkCompletion};
 use crate::transport::{
     Counters, CqSide, DatagramEvent, Endpoint, IpFields, QpCore, QpSet, Transmit, MAX_PACKET,
 };
@@ -69,6 +76,8 @@ const TX_SLOTS: usize = 64;
 const TX_BUDGET: usize = 256;
 /// After EAGAIN, the longest wait for a writability event before trying again anyway.
 const BACKPRESSURE_RETRY: Duration = Duration::from_micros(500);
+/// How long closing the device waits for send space to send what is left in the batch.
+const CLOSE_FLUSH_LIMIT: Duration = Duration::from_millis(200);
 
 /// Hashes a QP number for the engine's table: the keys are small local numbers, which a
 /// multiplicative hash spreads well at a fraction of SipHash's cost per packet. A peer chooses
@@ -190,6 +199,9 @@ pub(crate) struct Engine {
     bell: Vec<u32>,
     send_wc: Vec<WorkCompletion>,
     recv_wc: Vec<WorkCompletion>,
+    /// Send completions of UD and UC QPs whose packets are still in the transmit batch:
+    /// delivered once the batch has gone to the kernel (see the module's comment).
+    held_wc: Vec<(Arc<CqInner>, WorkCompletion)>,
     /// The last send hit EAGAIN or ENOBUFS: wait for send space before taking more packets.
     blocked: bool,
     /// The last receive filled the batch: more may be waiting.
@@ -240,6 +252,7 @@ impl Engine {
             bell: Vec::new(),
             send_wc: Vec::new(),
             recv_wc: Vec::new(),
+            held_wc: Vec::new(),
             blocked: false,
             more_rx: false,
             delivered: false,
@@ -267,6 +280,22 @@ impl Engine {
             }
             self.pass();
         }
+        self.finish();
+    }
+
+    /// Sends what is left in the transmit batch before the engine stops, waiting a bounded
+    /// while for send space, and delivers the completions held for it.
+    pub(crate) fn finish(&mut self) {
+        let give_up = Instant::now() + CLOSE_FLUSH_LIMIT;
+        loop {
+            self.blocked = false;
+            self.flush();
+            if !self.tx.pending() || Instant::now() >= give_up {
+                break;
+            }
+            std::thread::sleep(BACKPRESSURE_RETRY);
+        }
+        self.release_held();
     }
 
     /// The engine thread of a busy-polling device: the application threads drive the engine
@@ -514,8 +543,10 @@ impl Engine {
                 return false;
             };
             let mut full = false;
+            let unreliable;
             let deadline = {
                 let mut core = lock(&q.entry.core);
+                unreliable = matches!(core.qp_type(), QpType::Ud | QpType::Uc);
                 if core.poll_timeout().is_some_and(|t| t <= now) {
                     core.handle_timeout(now);
                 }
@@ -552,8 +583,14 @@ impl Engine {
                 core.poll_timeout()
             };
             if !self.send_wc.is_empty() {
-                q.entry.send_cq.push_all(self.send_wc.drain(..));
-                self.delivered = true;
+                if unreliable && self.tx.pending() {
+                    let cq = &q.entry.send_cq;
+                    self.held_wc
+                        .extend(self.send_wc.drain(..).map(|wc| (Arc::clone(cq), wc)));
+                } else {
+                    q.entry.send_cq.push_all(self.send_wc.drain(..));
+                    self.delivered = true;
+                }
             }
             if !self.recv_wc.is_empty() {
                 q.entry.recv_cq.push_all(self.recv_wc.drain(..));
@@ -663,6 +700,7 @@ impl Engine {
             self.tx.meta.clear();
             self.tx.ids.clear();
             self.tx.head = 0;
+            self.release_held();
         } else {
             self.tx.head = head;
             if !self.blocked {
@@ -670,6 +708,26 @@ impl Engine {
                 self.flush();
             }
         }
+    }
+
+    /// Delivers the send completions held until their packets left (consecutive ones of the
+    /// same CQ in one push).
+    fn release_held(&mut self) {
+        if self.held_wc.is_empty() {
+            return;
+        }
+        // The run buffer borrows `send_wc`'s allocation (empty outside `service_qp`).
+        let mut run = std::mem::take(&mut self.send_wc);
+        let mut held = self.held_wc.drain(..).peekable();
+        while let Some((cq, wc)) = held.next() {
+            run.push(wc);
+            while let Some((_, wc)) = held.next_if(|(next, _)| Arc::ptr_eq(next, &cq)) {
+                run.push(wc);
+            }
+            cq.push_all(run.drain(..));
+        }
+        drop(held);
+        self.send_wc = run;
     }
 
     /// Seals the IPv4 packets from `from` on for the identifications the link's GSO sends
@@ -838,6 +896,47 @@ mod tests {
         let sent = sent.lock().unwrap();
         assert_eq!(sent.iter().map(|p| p[12]).collect::<Vec<_>>(), [1, 2]);
         assert_eq!(e.dev.counters.get("send_err"), Some(0));
+    }
+
+    /// A UD/UC send completion held for packets still in the batch reaches its CQ only once
+    /// they were handed to the link; closing the device (`finish`) sends them and releases it.
+    #[test]
+    fn unreliable_send_completions_wait_for_their_packets_to_leave() {
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let mut e = engine(Scripted {
+            errors: VecDeque::from([io::ErrorKind::WouldBlock]),
+            sent: Arc::clone(&sent),
+            gso: 1,
+        });
+        let cq = Arc::new(CqInner::new(16, &e.dev));
+        let wc = WorkCompletion {
+            wr_id: 7,
+            status: crate::ib::WcStatus::Success,
+            opcode: crate::ib::WcOpcode::Send,
+            byte_len: 0,
+            imm_data: None,
+            qp_num: 5,
+            src_qp: 0,
+            solicited: false,
+            grh: false,
+            invalidated_rkey: None,
+            network_hdr_type: None,
+        };
+        queue_packet(&mut e, 1);
+        e.held_wc.push((Arc::clone(&cq), wc));
+        e.flush();
+        assert!(e.blocked && e.tx.pending());
+        assert_eq!(
+            cq.len(),
+            0,
+            "no completion while its datagram is still ours"
+        );
+        e.finish();
+        assert!(!e.tx.pending(), "closing sends what is left");
+        assert_eq!(sent.lock().unwrap().len(), 1);
+        let mut out = [wc; 2];
+        assert_eq!(cq.poll(&mut out).unwrap(), 1);
+        assert_eq!(out[0].wr_id, 7);
     }
 
     #[test]
