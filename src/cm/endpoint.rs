@@ -384,6 +384,29 @@ impl Endpoint {
         self.listeners.remove(&service_id);
     }
 
+    /// Admits one more half-open connection (a REQ or SIDR_REQ not yet answered) to the
+    /// listener on `service_id` from `source`: within the listener's backlog and the
+    /// per-source bound, and with a fresh communication ID, which it returns. None (counted
+    /// as no resources) when a bound is reached: the caller refuses the request.
+    fn admit_half_open(&mut self, source: IpAddr, service_id: u64) -> Option<u32> {
+        let listener = self.listeners.get(&service_id)?;
+        let from_source = self.half_open_by_source.get(&source).copied().unwrap_or(0);
+        // A listener that asked for a larger backlog may take that many from one source
+        // (perftest connects all its QPs from one address at once).
+        let source_limit = self.cfg.max_half_open_per_source.max(listener.backlog);
+        let full = listener.half_open >= listener.backlog || from_source >= source_limit;
+        let id = if full { None } else { self.new_comm_id().ok() };
+        let Some(id) = id else {
+            self.counters.rej_no_resources += 1;
+            return None;
+        };
+        if let Some(l) = self.listeners.get_mut(&service_id) {
+            l.half_open += 1;
+        }
+        *self.half_open_by_source.entry(source).or_insert(0) += 1;
+        Some(id)
+    }
+
     fn new_comm_id(&mut self) -> Result<u32, CmError> {
         if self.conns.len() >= self.cfg.max_connections {
             return Err(CmError::TooManyConnections);
@@ -749,11 +772,11 @@ impl Endpoint {
             self.on_duplicate_req(id, from, tid, r);
             return;
         }
-        let Some(listener) = self.listeners.get(&r.service_id) else {
+        if !self.listeners.contains_key(&r.service_id) {
             self.counters.rej_no_listener += 1;
             self.reject_req(from, tid, r, rej_reason::INVALID_SERVICE_ID);
             return;
-        };
+        }
         if !matches!(
             r.transport_service_type,
             transport_type::RC | transport_type::UC
@@ -767,28 +790,10 @@ impl Endpoint {
             self.reject_req(from, tid, r, rej_reason::INVALID_MTU);
             return;
         }
-        let from_source = self
-            .half_open_by_source
-            .get(&from.ip())
-            .copied()
-            .unwrap_or(0);
-        // A listener that asked for a larger backlog may take that many from one source
-        // (perftest connects all its QPs from one address at once).
-        let source_limit = self.cfg.max_half_open_per_source.max(listener.backlog);
-        if listener.half_open >= listener.backlog || from_source >= source_limit {
-            self.counters.rej_no_resources += 1;
-            self.reject_req(from, tid, r, rej_reason::NO_RESOURCES);
-            return;
-        }
-        let Ok(id) = self.new_comm_id() else {
-            self.counters.rej_no_resources += 1;
+        let Some(id) = self.admit_half_open(from.ip(), r.service_id) else {
             self.reject_req(from, tid, r, rej_reason::NO_RESOURCES);
             return;
         };
-        if let Some(l) = self.listeners.get_mut(&r.service_id) {
-            l.half_open += 1;
-        }
-        *self.half_open_by_source.entry(from.ip()).or_insert(0) += 1;
         // The requester repeats its REQ for this long before it gives up; a connection the
         // application has not answered by then is one nobody waits for.
         let peer_response = iba_time(r.local_cm_response_timeout);
@@ -1151,31 +1156,15 @@ impl Endpoint {
             }
             return;
         }
-        let Some(listener) = self.listeners.get(&r.service_id) else {
+        if !self.listeners.contains_key(&r.service_id) {
             self.counters.rej_no_listener += 1;
             self.refuse_sidr(from, tid, r, sidr_status::UNSUPPORTED);
             return;
-        };
-        let from_source = self
-            .half_open_by_source
-            .get(&from.ip())
-            .copied()
-            .unwrap_or(0);
-        let source_limit = self.cfg.max_half_open_per_source.max(listener.backlog);
-        if listener.half_open >= listener.backlog || from_source >= source_limit {
-            self.counters.rej_no_resources += 1;
-            self.refuse_sidr(from, tid, r, sidr_status::NO_QP);
-            return;
         }
-        let Ok(id) = self.new_comm_id() else {
-            self.counters.rej_no_resources += 1;
+        let Some(id) = self.admit_half_open(from.ip(), r.service_id) else {
             self.refuse_sidr(from, tid, r, sidr_status::NO_QP);
             return;
         };
-        if let Some(l) = self.listeners.get_mut(&r.service_id) {
-            l.half_open += 1;
-        }
-        *self.half_open_by_source.entry(from.ip()).or_insert(0) += 1;
         // A SIDR_REQ says nothing of its sender's patience: ours bounds the wait.
         let patience = self.connect_patience().min(self.cfg.max_half_open_time);
         self.conns.insert(
