@@ -507,15 +507,7 @@ impl Shared {
             self.kick();
             return None;
         };
-        let remote = match peer.cma {
-            Some(h) => SocketAddr::new(h.src_addr, h.src_port),
-            None => peer.addr,
-        };
-        let user_data = if peer.cma.is_some() {
-            peer.private_data[CmaHeader::LEN..].to_vec()
-        } else {
-            peer.private_data.clone()
-        };
+        let (remote, user_data) = requester_view(peer.cma, peer.addr, &peer.private_data);
         let param = ConnParam {
             private_data: user_data.clone(),
             responder_resources: peer.responder_resources,
@@ -563,15 +555,7 @@ impl Shared {
             self.kick();
             return None;
         };
-        let remote = match req.cma {
-            Some(h) => SocketAddr::new(h.src_addr, h.src_port),
-            None => req.addr,
-        };
-        let user_data = if req.cma.is_some() {
-            req.private_data[CmaHeader::LEN..].to_vec()
-        } else {
-            req.private_data.clone()
-        };
+        let (remote, user_data) = requester_view(req.cma, req.addr, &req.private_data);
         let param = ConnParam {
             private_data: user_data.clone(),
             ..ConnParam::default()
@@ -1103,6 +1087,26 @@ impl CmId {
                 );
             }
         }
+    }
+}
+
+/// Who sent a connect request (REQ or SIDR_REQ) and what it says to the application: with
+/// rdma_cm's header, the address and port the header names and the private data after it;
+/// without (a plain IB CM requester), the packet's source and all of the private data.
+fn requester_view(
+    cma: Option<CmaHeader>,
+    from: SocketAddr,
+    private_data: &[u8],
+) -> (SocketAddr, Vec<u8>) {
+    match cma {
+        Some(h) => (
+            SocketAddr::new(h.src_addr, h.src_port),
+            private_data
+                .get(CmaHeader::LEN..)
+                .unwrap_or_default()
+                .to_vec(),
+        ),
+        None => (from, private_data.to_vec()),
     }
 }
 
