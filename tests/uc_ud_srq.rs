@@ -469,3 +469,42 @@ fn one_srq_feeds_an_rc_and_a_ud_qp_with_limit_event_and_guarded_destroy() {
     drop(r_ud);
     srq.destroy().unwrap();
 }
+
+/// UD datagrams posted and then destroyed at once still leave, as on rxe (whose post_send
+/// sends before it returns): a program that posts its last message and exits must not take
+/// it with it. Both engine modes; the sender's QP, CQ, PD and context go right after the post.
+#[test]
+fn ud_sends_posted_just_before_destroy_are_delivered() {
+    for busy_poll in [false, true] {
+        let mut c = common::contexts_with(2, busy_poll);
+        let r = end(c.pop().unwrap(), QpType::Ud);
+        let s = end(c.pop().unwrap(), QpType::Ud);
+        for e in [&s, &r] {
+            e.qp.ready_ud(QKEY, 0x1234).unwrap();
+        }
+        const N: u64 = 16;
+        for i in 0..N {
+            recv(&r, i, i * 2048, 2048);
+        }
+        let ah =
+            s.pd.create_ah(&AhAttr {
+                dgid: r.ctx.gid(0).unwrap(),
+                hop_limit: 64,
+                ..Default::default()
+            })
+            .unwrap();
+        let rq = r.qp.qp_num();
+        for i in 0..N {
+            ud_send(&s, &ah, rq, QKEY, i, WrOpcode::Send, 100).unwrap();
+        }
+        drop(ah);
+        drop(s);
+        for _ in 0..N {
+            assert_eq!(
+                wait(&r.cq).status,
+                WcStatus::Success,
+                "busy_poll {busy_poll}"
+            );
+        }
+    }
+}

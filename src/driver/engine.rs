@@ -283,9 +283,12 @@ impl Engine {
         self.finish();
     }
 
-    /// Sends what is left in the transmit batch before the engine stops, waiting a bounded
-    /// while for send space, and delivers the completions held for it.
+    /// Before the engine stops: one last pass, so that work requests posted before the
+    /// device was closed are sent (rxe's post_send runs the requester before it returns, so a
+    /// datagram posted and then closed on still leaves), then what is left in the transmit
+    /// batch, waiting a bounded while for send space; and the completions held for it.
     pub(crate) fn finish(&mut self) {
+        self.pass();
         let give_up = Instant::now() + CLOSE_FLUSH_LIMIT;
         loop {
             self.blocked = false;

@@ -328,8 +328,21 @@ impl QueuePair {
     }
 }
 
+/// How long destroying a UD or UC QP waits for the engine to send what was posted on it.
+const UNRELIABLE_SEND_AT_DESTROY: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl Drop for QueuePair {
     fn drop(&mut self) {
+        // rxe's post_send runs the requester before it returns, so a UD or UC send posted
+        // and then destroyed has left already (nothing acknowledges it): let the engine send
+        // what this QP still holds before it goes.
+        let unsent = {
+            let core = self.lock();
+            matches!(core.qp_type(), QpType::Ud | QpType::Uc) && core.send_queue_len() > 0
+        };
+        if unsent {
+            self.dev.settle(UNRELIABLE_SEND_AT_DESTROY);
+        }
         self.dev.remove_qp(self.qpn);
         // Type 2 memory windows bound to this QP serve no later QP with its number.
         self.dev
