@@ -57,6 +57,13 @@ bitflags::bitflags! {
         /// A memory window bound with it is addressed from 0, not by virtual address
         /// (`IBV_ACCESS_ZERO_BASED`; type 2 windows only, as rxe).
         const ZERO_BASED = 1 << 5;
+        /// The remote peer may FLUSH the region to global visibility (IBTA 1.5 memory
+        /// placement extensions; `IBV_ACCESS_FLUSH_GLOBAL` of rdma-core 45, not in 44's ABI).
+        const FLUSH_GLOBAL = 1 << 8;
+        /// The remote peer may FLUSH the region to persistence (`IBV_ACCESS_FLUSH_PERSISTENT`).
+        /// As on rxe, only persistent memory may be registered with it: softroce has none, so
+        /// registering with it fails.
+        const FLUSH_PERSISTENT = 1 << 9;
     }
 }
 
@@ -433,6 +440,33 @@ pub enum WrOpcode {
         /// What to bind (`wr.bind_mw.bind_info`).
         bind: MwBindInfo,
     },
+    /// ATOMIC WRITE (`IBV_WR_ATOMIC_WRITE`, IBTA 1.5, RC only): the 8 bytes of `data` land at
+    /// `remote_addr` (8-byte aligned) in one store, after every earlier request of the QP.
+    AtomicWrite {
+        /// Remote virtual address (8-byte aligned).
+        remote_addr: u64,
+        /// Remote key (the region needs REMOTE_WRITE).
+        rkey: u32,
+        /// The bytes written, in memory order (`atomic_wr` of `ibv_wr_atomic_write`).
+        data: [u8; 8],
+    },
+    /// FLUSH (`IBV_WR_FLUSH` of rdma-core 45, IBTA 1.5, RC only): completes once the earlier
+    /// writes of the QP to `len` bytes at `remote_addr` (or to the whole region, with
+    /// selectivity [`crate::wire::feth::SELECTIVITY_MR`]) are placed as `placement` asks.
+    Flush {
+        /// Remote virtual address.
+        remote_addr: u64,
+        /// Remote key (the region needs the FLUSH_* rights `placement` names).
+        rkey: u32,
+        /// Length of the range.
+        len: u32,
+        /// Placement type: [`crate::wire::feth::PLACEMENT_GLOBAL`] and/or
+        /// [`crate::wire::feth::PLACEMENT_PERSISTENT`] (`wr.flush.type`).
+        placement: u8,
+        /// Selectivity level: [`crate::wire::feth::SELECTIVITY_RANGE`] or
+        /// [`crate::wire::feth::SELECTIVITY_MR`] (`wr.flush.level`).
+        selectivity: u8,
+    },
 }
 
 /// What a memory window is bound to (`struct ibv_mw_bind_info`, the region named by its
@@ -463,6 +497,8 @@ impl WrOpcode {
             WrOpcode::RdmaRead { .. } => WcOpcode::RdmaRead,
             WrOpcode::AtomicCmpSwap { .. } => WcOpcode::CompSwap,
             WrOpcode::AtomicFetchAdd { .. } => WcOpcode::FetchAdd,
+            WrOpcode::AtomicWrite { .. } => WcOpcode::AtomicWrite,
+            WrOpcode::Flush { .. } => WcOpcode::Flush,
         }
     }
     /// Whether the WR is a READ or an atomic (limited by `max_rd_atomic`, subject to FENCE).
@@ -473,6 +509,12 @@ impl WrOpcode {
                 | WrOpcode::AtomicCmpSwap { .. }
                 | WrOpcode::AtomicFetchAdd { .. }
         )
+    }
+    /// Whether the WR is an ATOMIC WRITE or a FLUSH: answered by an RDMA READ RESPONSE ONLY
+    /// without payload, but, as in rxe, neither counted in `max_rd_atomic` nor waited for by
+    /// a FENCE (rxe's WR_ATOMIC_OR_READ_MASK leaves them out).
+    pub fn is_placement(self) -> bool {
+        matches!(self, WrOpcode::AtomicWrite { .. } | WrOpcode::Flush { .. })
     }
     /// Whether the WR is executed locally, without a packet: BIND_MW and LOCAL_INV (rxe's
     /// `WR_LOCAL_OP_MASK`).
@@ -645,6 +687,10 @@ pub enum WcOpcode {
     BindMw = 5,
     /// A local invalidate completed.
     LocalInv = 6,
+    /// A FLUSH completed (`IBV_WC_FLUSH` of rdma-core 45).
+    Flush = 8,
+    /// An ATOMIC WRITE completed (`IBV_WC_ATOMIC_WRITE`).
+    AtomicWrite = 9,
     /// A SEND was received.
     Recv = 128,
     /// An RDMA WRITE with immediate was received.

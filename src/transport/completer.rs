@@ -5,6 +5,9 @@
 //! - An ACK for PSN n acknowledges every request up to n (coalesced ACKs, IBTA 9.7.5.1.1);
 //!   stale and duplicate ACKs change nothing.
 //! - A READ response or atomic ACK implicitly acknowledges the SEND/WRITE requests before it.
+//! - ATOMIC WRITE and FLUSH (IBTA 1.5) are answered by an RDMA READ RESPONSE ONLY without
+//!   payload, which acknowledges them as an ACK would; like a WRITE, a later ACK also
+//!   completes them (rxe_comp.c check_psn leaves them out of WR_ATOMIC_OR_READ_MASK).
 //! - A response or ACK beyond an outstanding READ/atomic whose response has not arrived means
 //!   that response was lost: retry from it.
 //! - NAK "PSN sequence error" with PSN n: everything before n is acknowledged; Go-Back-N from n.
@@ -305,6 +308,9 @@ impl QpCore {
         if psn.is_before(self.req.comp_psn) {
             return; // duplicate response
         }
+        if let Some(idx) = self.placement_at(psn) {
+            return self.on_placement_response(now, pkt, info, psn, idx);
+        }
         let Some(idx) = self.oldest_pending_response(psn) else {
             return;
         };
@@ -354,6 +360,39 @@ impl QpCore {
         }
         self.advance_comp(psn.next());
         self.progress(now);
+    }
+
+    /// The ATOMIC WRITE or FLUSH in flight whose PSN is `psn`, if any.
+    fn placement_at(&self, psn: Psn) -> Option<usize> {
+        self.sq.iter().position(|w| {
+            w.state == SendState::InFlight && w.opcode.is_placement() && w.first_psn == psn
+        })
+    }
+
+    /// The response to an ATOMIC WRITE or FLUSH: an RDMA READ RESPONSE ONLY with an ACK
+    /// syndrome and no payload (rxe send_read_response_ack). rxe's check_ack takes it as an
+    /// ACK of its PSN (ATOMIC WRITE: COMPST_WRITE_SEND; FLUSH: an empty READ, COMPST_READ):
+    /// it completes the WQE and every request before it. Any other READ response at that
+    /// PSN (FIRST, LAST, a payload, a NAK syndrome) is no answer to the request: the WQE
+    /// completes with a bad response error and the QP goes to ERROR (rxe: COMPST_ERROR).
+    fn on_placement_response(
+        &mut self,
+        now: Duration,
+        pkt: &PacketRepr,
+        info: &OpcodeInfo,
+        psn: Psn,
+        idx: usize,
+    ) {
+        let acked = pkt
+            .ext
+            .aeth
+            .is_some_and(|a| matches!(a.kind(), AckSyndrome::Ack { .. }));
+        if info.position == Position::Only && pkt.payload.is_empty() && acked {
+            return self.on_ack(now, pkt, psn);
+        }
+        Counters::inc(&self.counters.rcvd_nak);
+        self.sq[idx].state = SendState::Done(WcStatus::BadRespErr);
+        self.enter_error();
     }
 
     fn on_atomic_ack(&mut self, now: Duration, pkt: &PacketRepr, psn: Psn) {

@@ -558,8 +558,13 @@ impl QpCore {
                 "READ or atomic on a QP whose max_rd_atomic is 0",
             ));
         }
-        let data = if wr.opcode.is_local() {
-            // BIND_MW and LOCAL_INV move no data: their SGEs are not looked at (as rxe).
+        let data = if let WrOpcode::AtomicWrite { data, .. } = wr.opcode {
+            // ATOMIC WRITE's 8 bytes travel in the WR (`atomic_wr` of ibv_wr_atomic_write,
+            // copied at post time as rxe's provider does); its SGEs are not looked at.
+            LocalData::Inline(data.to_vec())
+        } else if matches!(wr.opcode, WrOpcode::Flush { .. }) || wr.opcode.is_local() {
+            // FLUSH carries no payload (IBTA oA19-2); BIND_MW and LOCAL_INV move no data:
+            // their SGEs are not looked at (as rxe).
             LocalData::Sges(Vec::new())
         } else if inline {
             let total: u64 = wr.sg_list.iter().map(|s| s.length as u64).sum();

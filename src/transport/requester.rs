@@ -28,8 +28,8 @@ use crate::ib::{QpState, QpType, WcStatus, WrOpcode};
 use crate::wire::packet::finish_payload;
 use crate::wire::psn::packets_for;
 use crate::wire::{
-    AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, IethRepr, ImmDtRepr, Opcode, PacketRepr, Psn,
-    RethRepr,
+    AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, FethRepr, IethRepr, ImmDtRepr, Opcode,
+    PacketRepr, Psn, RethRepr,
 };
 
 /// Most PSNs the requester lets be unacknowledged (rxe_param.h RXE_MAX_UNACKED_PSNS).
@@ -272,6 +272,40 @@ impl QpCore {
                     rkey,
                     swap_add: add,
                     compare: 0,
+                });
+                (0, 1, true)
+            }
+            // IBTA 1.5 ATOMIC WRITE (rxe init_req_packet): a RETH for the 8 bytes, which are
+            // the payload (the WQE's inline data); one PSN.
+            WrOpcode::AtomicWrite {
+                remote_addr, rkey, ..
+            } => {
+                bth.opcode = Opcode::RC_ATOMIC_WRITE;
+                ext.reth = Some(RethRepr {
+                    va: remote_addr,
+                    rkey,
+                    len: wqe.length as u32,
+                });
+                (wqe.length as usize, 1, true)
+            }
+            // IBTA 1.5 FLUSH: FETH and RETH, no payload (oA19-2), one PSN whatever the length
+            // (rxe finish_packet zeroes the residue before update_wqe_psn counts PSNs).
+            WrOpcode::Flush {
+                remote_addr,
+                rkey,
+                len,
+                placement,
+                selectivity,
+            } => {
+                bth.opcode = Opcode::RC_FLUSH;
+                ext.feth = Some(FethRepr {
+                    selectivity,
+                    placement,
+                });
+                ext.reth = Some(RethRepr {
+                    va: remote_addr,
+                    rkey,
+                    len,
                 });
                 (0, 1, true)
             }

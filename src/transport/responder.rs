@@ -23,6 +23,11 @@
 //!   receive WQE. After such a NAK the QP moves to ERROR (rxe: do_class_ac_error sets
 //!   goto_error).
 //! - MSN counts completed messages; a READ counts when accepted.
+//! - ATOMIC WRITE and FLUSH (IBTA 1.5 memory placement extensions, rxe since Linux 6.2):
+//!   an ATOMIC WRITE needs REMOTE_WRITE on the QP and the region, an 8-byte RETH and
+//!   payload and an aligned address; a FLUSH the FLUSH_* rights its placement type names.
+//!   Both are answered by an RDMA READ RESPONSE ONLY without payload, and a duplicate is
+//!   answered again without executing again (spec-notes/memory-placement.md).
 //! - A key naming a memory window is checked against the window (state, PD, type 2 QP,
 //!   rights, range), a READ through one rechecks it for every response packet, and a SEND
 //!   with invalidate invalidates its IETH key once the message has landed
@@ -37,10 +42,11 @@ use super::mw::{key_is_mw, Mw, MwFault};
 use super::qp::{CqSide, NetHeader, QpCore, MAX_MESSAGE};
 use super::wqe::RecvWqe;
 use crate::ib::{AccessFlags, QpState, QpType, WcOpcode, WcStatus, WorkCompletion};
+use crate::memory::AccessError;
 use crate::wire::packet::finish_payload;
 use crate::wire::psn::packets_for;
 use crate::wire::{
-    AethRepr, AtomicAckEthRepr, BthRepr, ExtHeaders, NakCode, OpKind, Opcode, OpcodeInfo,
+    feth, AethRepr, AtomicAckEthRepr, BthRepr, ExtHeaders, NakCode, OpKind, Opcode, OpcodeInfo,
     PacketRepr, Position, Psn,
 };
 
@@ -84,6 +90,11 @@ enum Resource {
     Atomic {
         psn: Psn,
         orig: u64,
+    },
+    /// An ATOMIC WRITE or FLUSH: a duplicate is answered again without executing again
+    /// (IBTA oA19-14, oA19-15; rxe replays from the resource).
+    Placement {
+        psn: Psn,
     },
 }
 
@@ -157,6 +168,13 @@ enum Target {
         mr: Arc<Mr>,
         offset: u64,
     },
+    /// ATOMIC WRITE: the word at `offset` of `mr`.
+    AtomicWrite {
+        mr: Arc<Mr>,
+        offset: u64,
+    },
+    /// FLUSH: the key, rights and (for a range) range checked; nothing to touch.
+    Flush,
 }
 
 #[derive(Debug)]
@@ -213,6 +231,18 @@ impl RespState {
         self.out.clear();
         self.recv.take().map(|r| r.wqe)
     }
+}
+
+/// The region rights a FLUSH of placement type `placement` needs (rxe check_rkey).
+fn flush_rights(placement: u8) -> AccessFlags {
+    let mut need = AccessFlags::EMPTY;
+    if placement & feth::PLACEMENT_GLOBAL != 0 {
+        need |= AccessFlags::FLUSH_GLOBAL;
+    }
+    if placement & feth::PLACEMENT_PERSISTENT != 0 {
+        need |= AccessFlags::FLUSH_PERSISTENT;
+    }
+    need
 }
 
 /// Every refusal of the memory-region table is a remote access error (rxe check_rkey).
@@ -364,7 +394,7 @@ impl QpCore {
         // 2. RESPST_CHK_OP_SEQ.
         self.check_op_seq(info)?;
         // 3. RESPST_CHK_OP_VALID.
-        self.check_op_valid(info)?;
+        self.check_op_valid(pkt, info)?;
         // 4. RESPST_CHK_RESOURCE.
         self.check_resource(info)?;
         // 5. RESPST_CHK_LENGTH.
@@ -395,6 +425,11 @@ impl QpCore {
                 Ok(())
             }
             Target::Atomic { mr, offset } => self.execute_atomic(pkt, info, psn, mr, offset),
+            Target::AtomicWrite { mr, offset } => self.execute_atomic_write(pkt, psn, mr, offset),
+            Target::Flush => {
+                self.execute_flush(psn);
+                Ok(())
+            }
         }
     }
 
@@ -523,16 +558,17 @@ impl QpCore {
         }
     }
 
-    /// Step 3 (rxe check_op_valid): an operation softroce executes, allowed by the QP's
-    /// access flags. FLUSH and ATOMIC WRITE are not supported: invalid request, as rxe
-    /// answers an opcode the QP does not allow. (UC has only SENDs and WRITEs, UD only
-    /// SENDs.)
-    fn check_op_valid(&self, info: &OpcodeInfo) -> Result<(), Fault> {
+    /// Step 3 (rxe check_op_valid, check_qp_attr_access): an operation softroce executes,
+    /// allowed by the QP's access flags: an ATOMIC WRITE needs REMOTE_WRITE, a FLUSH the
+    /// FLUSH_GLOBAL and/or FLUSH_PERSISTENT rights its placement type names. (UC has only
+    /// SENDs and WRITEs, UD only SENDs.)
+    fn check_op_valid(&self, pkt: &PacketRepr, info: &OpcodeInfo) -> Result<(), Fault> {
         let need = match info.kind {
             OpKind::Send => return Ok(()),
-            OpKind::Write => AccessFlags::REMOTE_WRITE,
+            OpKind::Write | OpKind::AtomicWrite => AccessFlags::REMOTE_WRITE,
             OpKind::ReadRequest => AccessFlags::REMOTE_READ,
             OpKind::CompareSwap | OpKind::FetchAdd => AccessFlags::REMOTE_ATOMIC,
+            OpKind::Flush => flush_rights(pkt.ext.feth.map_or(0, |f| f.placement)),
             _ => return Err(Fault::InvalidRequest),
         };
         if self.attr.qp_access_flags.contains(need) {
@@ -544,14 +580,14 @@ impl QpCore {
 
     /// Step 4 (rxe check_resource): a receive WQE for a SEND and for the packet of a WRITE
     /// with immediate that ends it (else RNR NAK on RC, the PSN not consumed; a drop on UC and
-    /// UD); responder resources for a READ or atomic (max_dest_rd_atomic > 0, else invalid
-    /// request). RC only looks: it takes the WQE when the request executes, so that a fatal
+    /// UD); responder resources for a READ, atomic or ATOMIC WRITE (max_dest_rd_atomic > 0,
+    /// else invalid request; rxe asks none for a FLUSH although it saves one). RC only looks: it takes the WQE when the request executes, so that a fatal
     /// error before that leaves it queued, to be flushed. UC and UD take it now, so that a
     /// later check that fails gives it back or, with an SRQ, completes it with the error.
     fn check_resource(&mut self, info: &OpcodeInfo) -> Result<(), Fault> {
         let rd_atomic = matches!(
             info.kind,
-            OpKind::ReadRequest | OpKind::CompareSwap | OpKind::FetchAdd
+            OpKind::ReadRequest | OpKind::CompareSwap | OpKind::FetchAdd | OpKind::AtomicWrite
         );
         // A SEND's MIDDLE or LAST fills the WQE its FIRST took (check_op_seq ensured one).
         let takes_wqe = match info.kind {
@@ -580,8 +616,8 @@ impl QpCore {
     }
 
     /// Step 5 (IBTA 9.7.5.1.4 / rxe check_length): a FIRST or MIDDLE carries exactly one
-    /// MTU, a LAST 1 to MTU bytes, an ONLY at most one MTU; a WRITE or READ announces at most
-    /// 2^31 bytes.
+    /// MTU, a LAST 1 to MTU bytes, an ONLY at most one MTU; a RETH (WRITE, READ, ATOMIC
+    /// WRITE, FLUSH) announces at most 2^31 bytes (rxe since 6.2: every RETH, IBTA C9-94).
     fn check_length(&self, pkt: &PacketRepr, info: &OpcodeInfo) -> Result<(), Fault> {
         let mtu = self.mtu() as usize;
         let n = pkt.payload.len();
@@ -590,10 +626,7 @@ impl QpCore {
             Position::Last => (1..=mtu).contains(&n),
             Position::Only => n <= mtu,
         };
-        let dma_ok = match (info.kind, pkt.ext.reth) {
-            (OpKind::Write | OpKind::ReadRequest, Some(r)) => r.len as u64 <= MAX_MESSAGE,
-            _ => true,
-        };
+        let dma_ok = pkt.ext.reth.map_or(true, |r| r.len as u64 <= MAX_MESSAGE);
         if fits && dma_ok {
             Ok(())
         } else {
@@ -663,8 +696,60 @@ impl QpCore {
                     .map_err(rkey_fault)?;
                 Ok(Target::Atomic { mr, offset })
             }
+            OpKind::AtomicWrite => {
+                // rxe check_rkey: REMOTE_WRITE over the RETH's range, whose length the
+                // payload must match (RESPST_ERR_LENGTH); the operation is 8 bytes (IBTA
+                // A19.4.2), so any other length is an invalid request too.
+                let reth = pkt.ext.reth.ok_or(Fault::InvalidRequest)?;
+                let (mr, offset) = mrs
+                    .resolve_remote_qp(
+                        self.cfg.pd,
+                        self.cfg.qpn,
+                        reth.rkey,
+                        reth.va,
+                        reth.len as u64,
+                        AccessFlags::REMOTE_WRITE,
+                    )
+                    .map_err(rkey_fault)?;
+                if reth.len != 8 || n != 8 {
+                    return Err(Fault::InvalidRequest);
+                }
+                Ok(Target::AtomicWrite { mr, offset })
+            }
+            OpKind::Flush => {
+                self.check_flush_rkey(pkt, mrs)?;
+                Ok(Target::Flush)
+            }
             _ => Err(Fault::InvalidRequest),
         }
+    }
+
+    /// A FLUSH's key (rxe check_rkey): the FLUSH rights its placement type names on the region
+    /// (or window) and, for selectivity "range", the RETH's range within it; selectivity
+    /// "memory region" flushes the whole region and checks no range (a zero-length RETH is
+    /// checked too: only a READ's or WRITE's is exempt, C9-88). Failures are remote access
+    /// errors.
+    fn check_flush_rkey(&self, pkt: &PacketRepr, mrs: &MrTable) -> Result<(), Fault> {
+        let reth = pkt.ext.reth.ok_or(Fault::InvalidRequest)?;
+        let feth = pkt.ext.feth.ok_or(Fault::InvalidRequest)?;
+        let need = flush_rights(feth.placement);
+        if feth.selectivity == feth::SELECTIVITY_MR && !key_is_mw(reth.rkey) {
+            let mr = mrs.by_rkey(reth.rkey).ok_or(Fault::RkeyViolation)?;
+            if mr.pd != self.cfg.pd || !mr.access.contains(need) {
+                return Err(Fault::RkeyViolation);
+            }
+            return Ok(());
+        }
+        mrs.resolve_remote_qp(
+            self.cfg.pd,
+            self.cfg.qpn,
+            reth.rkey,
+            reth.va,
+            reth.len as u64,
+            need,
+        )
+        .map_err(rkey_fault)?;
+        Ok(())
     }
 
     /// The region and offset a WRITE or READ's RETH names, with `need` rights over its whole
@@ -903,6 +988,64 @@ impl QpCore {
         Ok(())
     }
 
+    /// ATOMIC WRITE (rxe atomic_write_reply): the 8 bytes of the payload stored in one
+    /// release store, after everything the QP executed before it (the responder executes in
+    /// PSN order). The address must be 8-byte aligned (IBTA A19.4.2; rxe
+    /// RESPST_ERR_MISALIGNED_ATOMIC: invalid request); memory taken back after check_rkey is
+    /// a remote access error (oA19-28). Answered by an RDMA READ RESPONSE ONLY without payload.
+    fn execute_atomic_write(
+        &mut self,
+        pkt: &PacketRepr,
+        psn: Psn,
+        mr: Arc<Mr>,
+        off: u64,
+    ) -> Result<(), Fault> {
+        let va = pkt.ext.reth.map_or(0, |r| r.va);
+        if va % 8 != 0 {
+            return Err(Fault::InvalidRequest);
+        }
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&pkt.payload[..8]);
+        mr.storage
+            .store_u64(off, u64::from_ne_bytes(word))
+            .map_err(|e| match e {
+                AccessError::Misaligned { .. } => Fault::InvalidRequest,
+                _ => Fault::MemAccess,
+            })?;
+        self.save_resource(Resource::Placement { psn });
+        self.queue_empty_read_response(psn);
+        self.resp.psn = psn.next();
+        self.resp.msn = (self.resp.msn + 1) & 0xFF_FFFF;
+        Ok(())
+    }
+
+    /// FLUSH (rxe process_flush): every earlier request of the QP has executed, its bytes
+    /// stored in the region, before this one (PSN order); the fence orders those stores
+    /// before the response, as rxe's wmb() does for global visibility. Persistence never
+    /// arises: no region can have FLUSH_PERSISTENT (registration refuses it, as rxe does for
+    /// memory that is not persistent), so check_rkey refused such a FLUSH already.
+    fn execute_flush(&mut self, psn: Psn) {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        self.save_resource(Resource::Placement { psn });
+        self.queue_empty_read_response(psn);
+        self.resp.psn = psn.next();
+        self.resp.msn = (self.resp.msn + 1) & 0xFF_FFFF;
+    }
+
+    /// The answer to an ATOMIC WRITE or FLUSH: an RDMA READ RESPONSE ONLY with an ACK AETH
+    /// and no payload (rxe send_read_response_ack), which is a READ response of zero bytes.
+    fn queue_empty_read_response(&mut self, psn: Psn) {
+        self.queue_response(Response::Read(ReadJob {
+            mr: None,
+            offset: 0,
+            remaining: 0,
+            req_psn: psn,
+            psn,
+            first: true,
+            window: None,
+        }));
+    }
+
     /// A request with a PSN already seen.
     fn responder_duplicate(&mut self, pkt: &PacketRepr, info: &OpcodeInfo, psn: Psn) {
         match info.kind {
@@ -960,6 +1103,18 @@ impl QpCore {
                 });
                 if let Some(orig) = orig {
                     self.queue_response(Response::AtomicAck { psn, orig });
+                }
+            }
+            OpKind::AtomicWrite | OpKind::Flush => {
+                // Answered again, not executed again (rxe duplicate_request -> replay ->
+                // ACKNOWLEDGE); a resource recycled meanwhile: dropped (class D).
+                let saved = self
+                    .resp
+                    .resources
+                    .iter()
+                    .any(|r| matches!(r, Resource::Placement { psn: p } if *p == psn));
+                if saved {
+                    self.queue_empty_read_response(psn);
                 }
             }
             _ => {

@@ -52,6 +52,7 @@ impl MemoryRegion {
         iova: u64,
         access: AccessFlags,
     ) -> Result<Self> {
+        refuse_flush_persistent(access)?;
         let mr = dev
             .mrs
             .write()
@@ -166,6 +167,7 @@ impl MemoryRegion {
         if self.mr.bound_windows() > 0 {
             return Err(windows_bound());
         }
+        refuse_flush_persistent(access)?;
         let storage = Arc::clone(&self.mr.storage);
         let mut mrs = self.dev.mrs.write().unwrap_or_else(|e| e.into_inner());
         mrs.deregister(self.mr.lkey);
@@ -178,6 +180,18 @@ impl MemoryRegion {
             })?;
         Ok(())
     }
+}
+
+/// rxe refuses persistent-flush access on memory that is not persistent memory (rxe_mr.c,
+/// "Unable to register persistent access to non-pmem device": EINVAL); softroce has none.
+fn refuse_flush_persistent(access: AccessFlags) -> Result<()> {
+    if access.contains(AccessFlags::FLUSH_PERSISTENT) {
+        return Err(VerbsError::InvalidAttribute {
+            attr: "access",
+            reason: "FLUSH_PERSISTENT needs persistent memory, which softroce has not",
+        });
+    }
+    Ok(())
 }
 
 fn windows_bound() -> VerbsError {

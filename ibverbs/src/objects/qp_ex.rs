@@ -12,9 +12,10 @@
 //! error met while building (a full queue, too many SGEs, too much inline data) is kept and
 //! returned by `wr_complete`, which then posts nothing of the batch.
 //!
-//! RC QPs also build memory-window binds, local invalidations and SEND_WITH_INV, as rxe's. ATOMIC
-//! WRITE is not in softroce's post path: its `send_ops_flags` bit (and TSO's) is refused with
-//! EOPNOTSUPP, as rxe refuses the bits it lacks, and its builder stays NULL.
+//! RC QPs also build memory-window binds, local invalidations, SEND_WITH_INV and ATOMIC WRITE
+//! (IBTA 1.5), as rxe's. TSO's `send_ops_flags` bit is refused with EOPNOTSUPP, as rxe refuses
+//! the bits it lacks. FLUSH has no builder in rdma-core 44's `ibv_qp_ex` (`ibv_wr_flush` came
+//! with rdma-core 45): the shim offers it to no program; the native API posts it.
 
 use std::cell::UnsafeCell;
 use std::ptr;
@@ -49,9 +50,9 @@ const WITH_ATOMIC_FETCH_AND_ADD: u64 = 1 << 6;
 const WITH_LOCAL_INV: u64 = 1 << 7;
 const WITH_BIND_MW: u64 = 1 << 8;
 const WITH_SEND_WITH_INV: u64 = 1 << 9;
+const WITH_ATOMIC_WRITE: u64 = 1 << 12;
 
-/// The operations an RC QP builds: rxe's `RXE_SUP_RC_QP_SEND_OPS_FLAGS` less ATOMIC_WRITE,
-/// which softroce does not post.
+/// The operations an RC QP builds: rxe's `RXE_SUP_RC_QP_SEND_OPS_FLAGS`.
 const RC_OPS: u64 = WITH_RDMA_WRITE
     | WITH_RDMA_WRITE_WITH_IMM
     | WITH_SEND
@@ -61,7 +62,8 @@ const RC_OPS: u64 = WITH_RDMA_WRITE
     | WITH_ATOMIC_FETCH_AND_ADD
     | WITH_LOCAL_INV
     | WITH_BIND_MW
-    | WITH_SEND_WITH_INV;
+    | WITH_SEND_WITH_INV
+    | WITH_ATOMIC_WRITE;
 /// UC: rxe's `RXE_SUP_UC_QP_SEND_OPS_FLAGS` less BIND_MW and SEND_WITH_INV.
 const UC_OPS: u64 = WITH_RDMA_WRITE | WITH_RDMA_WRITE_WITH_IMM | WITH_SEND | WITH_SEND_WITH_IMM;
 /// UD: rxe's `RXE_SUP_UD_QP_SEND_OPS_FLAGS`.
@@ -235,6 +237,36 @@ unsafe extern "C" fn wr_atomic_fetch_add(p: *mut ibv_qp_ex, rkey: u32, remote_ad
     };
     // SAFETY: the builder's contract (see `parts`).
     unsafe { build(p, op) }
+}
+
+/// `ibv_wr_atomic_write`: the 8 bytes at `atomic_wr` are copied now, as rxe's provider copies
+/// them into the WQE (`memcpy(wqe->dma.atomic_wr, atomic_wr, 8)`).
+unsafe extern "C" fn wr_atomic_write(
+    p: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    atomic_wr: *const c_void,
+) {
+    let mut data = [0u8; 8];
+    if !atomic_wr.is_null() {
+        // SAFETY: the API's contract: `atomic_wr` points to the 8 bytes to write (rxe reads
+        // them the same way); a NULL pointer is refused below instead of read.
+        unsafe { ptr::copy_nonoverlapping(atomic_wr.cast::<u8>(), data.as_mut_ptr(), 8) };
+    }
+    let op = WrOpcode::AtomicWrite {
+        remote_addr,
+        rkey,
+        data,
+    };
+    // SAFETY: the builder's contract (see `parts`).
+    unsafe { build(p, op) };
+    if atomic_wr.is_null() {
+        // SAFETY: as above; the batch fails at wr_complete with EINVAL.
+        let (_, st) = unsafe { parts(p) };
+        if st.err == 0 {
+            st.err = EINVAL;
+        }
+    }
 }
 
 unsafe extern "C" fn wr_rdma_read(p: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
@@ -549,7 +581,7 @@ pub(super) fn with_base(qp: ibv_qp) -> ibv_qp_ex {
         wr_start: None,
         wr_complete: None,
         wr_abort: None,
-        wr_atomic_write: ptr::null_mut(),
+        wr_atomic_write: None,
     }
 }
 
@@ -644,6 +676,9 @@ pub(super) unsafe extern "C" fn op_create_qp_ex(
         }
         if on(WITH_BIND_MW) {
             ptr::addr_of_mut!((*x).wr_bind_mw).write(Some(wr_bind_mw));
+        }
+        if on(WITH_ATOMIC_WRITE) {
+            ptr::addr_of_mut!((*x).wr_atomic_write).write(Some(wr_atomic_write));
         }
         // As rxe, the setters and the batch calls are set whatever the operations.
         ptr::addr_of_mut!((*x).wr_set_ud_addr).write(Some(wr_set_ud_addr));

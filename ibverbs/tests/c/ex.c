@@ -269,7 +269,8 @@ enum {
 	RC_OPS = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
 		 IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
 		 IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
-		 IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_SEND_WITH_INV,
+		 IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_SEND_WITH_INV |
+		 IBV_QP_EX_WITH_ATOMIC_WRITE,
 };
 
 static void qp_ex_creation(struct ibv_cq *cq)
@@ -304,15 +305,16 @@ static void qp_ex_creation(struct ibv_cq *cq)
 	ia.comp_mask = IBV_QP_INIT_ATTR_CREATE_FLAGS;
 	CHECK(ibv_create_qp_ex(ctx, &ia) == NULL && errno == EINVAL);
 
-	/* Every operation softroce posts, on RC: each builder set, the three it lacks NULL. */
+	/* Every operation softroce posts, on RC: each builder set, the two it lacks NULL. */
 	qp = ex_qp(cq, IBV_QPT_RC, RC_OPS, 0);
 	CHECK(qp != NULL);
 	x = ibv_qp_to_qp_ex(qp);
 	CHECK(x && x->wr_send && x->wr_send_imm && x->wr_rdma_write && x->wr_rdma_write_imm &&
 	      x->wr_rdma_read && x->wr_atomic_cmp_swp && x->wr_atomic_fetch_add &&
 	      x->wr_set_ud_addr && x->wr_set_inline_data && x->wr_set_inline_data_list &&
-	      x->wr_set_sge_list && x->wr_bind_mw && x->wr_local_inv && x->wr_send_inv);
-	CHECK(!x->wr_atomic_write && !x->wr_send_tso && !x->wr_set_xrc_srqn);
+	      x->wr_set_sge_list && x->wr_bind_mw && x->wr_local_inv && x->wr_send_inv &&
+	      x->wr_atomic_write);
+	CHECK(!x->wr_send_tso && !x->wr_set_xrc_srqn);
 	CHECK(ibv_destroy_qp(qp) == 0);
 	/* Only the operations asked for: the others stay NULL (as rdma-core leaves them). */
 	qp = ex_qp(cq, IBV_QPT_RC, IBV_QP_EX_WITH_SEND, 0);
@@ -320,9 +322,11 @@ static void qp_ex_creation(struct ibv_cq *cq)
 	CHECK(x && x->wr_send && !x->wr_send_imm && !x->wr_rdma_write && !x->wr_rdma_read &&
 	      !x->wr_atomic_cmp_swp && !x->wr_bind_mw && !x->wr_local_inv && !x->wr_send_inv);
 	CHECK(ibv_destroy_qp(qp) == 0);
-	/* What softroce lacks (ATOMIC WRITE, TSO), and what the QP type cannot do (windows and
-	 * invalidation on UD): EOPNOTSUPP, as rxe for bits it does not support. */
-	uint64_t refused[] = {IBV_QP_EX_WITH_ATOMIC_WRITE, IBV_QP_EX_WITH_TSO};
+	/* What softroce lacks (TSO), and what the QP type cannot do (windows and invalidation on
+	 * UD, ATOMIC WRITE on UC and UD): EOPNOTSUPP, as rxe for bits it does not support. */
+	CHECK(ex_qp(cq, IBV_QPT_UC, IBV_QP_EX_WITH_ATOMIC_WRITE, 0) == NULL && errno == EOPNOTSUPP);
+	CHECK(ex_qp(cq, IBV_QPT_UD, IBV_QP_EX_WITH_ATOMIC_WRITE, 0) == NULL && errno == EOPNOTSUPP);
+	uint64_t refused[] = {IBV_QP_EX_WITH_TSO};
 	for (unsigned i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
 		CHECK(ex_qp(cq, IBV_QPT_RC, IBV_QP_EX_WITH_SEND | refused[i], 0) == NULL &&
 		      errno == EOPNOTSUPP);
@@ -416,6 +420,20 @@ static void qp_ex_rc(struct ibv_cq *scq, struct ibv_cq *rcq)
 	CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 12 && wc.opcode == IBV_WC_FETCH_ADD);
 	CHECK(memcmp(src + 512, "remote", 6) == 0);
 	CHECK(old[0] == 10 && old[1] == 25 && *word == 30);
+
+	/* ATOMIC WRITE (IBTA 1.5): the 8 bytes are copied at the call (changing them after it
+	 * changes nothing) and land in one piece; a misaligned address is the responder's invalid
+	 * request, as on rxe (tested in the transport: it moves both QPs to ERROR). */
+	uint64_t value = 0x0102030405060708ULL;
+	ibv_wr_start(x);
+	x->wr_id = 13;
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_atomic_write(x, mr->rkey, rdst + 3072, &value);
+	value = 0;
+	CHECK(ibv_wr_complete(x) == 0);
+	wc = poll1(scq);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 13 && wc.opcode == IBV_WC_ATOMIC_WRITE);
+	CHECK(*word == 0x0102030405060708ULL);
 
 	/* wr_abort: nothing of the batch goes out; the next batch does. */
 	ibv_wr_start(x);

@@ -12,6 +12,7 @@ mod endpoint;
 mod hostile;
 mod mw;
 mod node;
+mod placement;
 mod revoked;
 mod scenarios;
 mod simulation;
