@@ -176,6 +176,33 @@ fn rping_between_two_shimmed_processes() {
 }
 
 #[test]
+fn rping_between_two_processes_on_one_loopback_device_address() {
+    // Both processes have the device at 127.0.23.1, as two processes on one rxe device (what
+    // rdma-core's rdmacm tests do after fork): the server's engine holds the address, the
+    // client's device stands in at a loopback address of its own (rule 10 of
+    // spec-notes/librdmacm.md). Without it the client's engine cannot bind (EADDRINUSE).
+    let (ip, port) = ("127.0.23.1", "7302");
+    let args = |role: &'static str| [role, "-a", ip, "-p", port, "-v", "-C", "10", "-S", "64"];
+    let server = shimmed(&rping(), ip, &args("-s"));
+    let (st, ct) = serve(
+        server,
+        ip,
+        || shimmed(&rping(), ip, &args("-c")),
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        lines_with(&ct, "ping data: rdma-ping-"),
+        10,
+        "client:\n{ct}"
+    );
+    assert_eq!(
+        lines_with(&st, "server ping data: rdma-ping-"),
+        10,
+        "server:\n{st}"
+    );
+}
+
+#[test]
 fn rping_under_the_shim_against_softroce_rping_both_roles() {
     // Debian's rping serves, softroce's connects.
     let server = shimmed(

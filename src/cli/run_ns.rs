@@ -94,7 +94,8 @@ fn hex_groups(b: &[u8]) -> String {
 
 /// The sysfs entries of the device, relative to `/sys`, as rxe's on Linux 6.1 (drivers/
 /// infiniband/core/sysfs.c, rxe_verbs.c's `parent`, uverbs_main.c): the ib_device under
-/// `devices/virtual/infiniband` (rxe has no parent device, so no `device` link), the uverbs
+/// `devices/virtual/infiniband` (with `device/net/<ifname>` for the netdev that owns the
+/// address, as under rxe's parent device), the uverbs
 /// device under `devices/virtual/infiniband_verbs`, and the class links to both.
 pub fn sysfs_entries(v: &DeviceView) -> Vec<Entry> {
     let dev = format!("devices/virtual/infiniband/{IBDEV}");
@@ -139,6 +140,20 @@ pub fn sysfs_entries(v: &DeviceView) -> Vec<Entry> {
     }
     if let Some(n) = &v.ndev {
         e.push(f(format!("{dev}/parent"), n));
+        // rxe's ib_device has its netdev's parent device as its own (`device`), so
+        // `device/net/<ifname>` names the interface: rdma-core's tests (base.py
+        // `get_net_name`) and librdmacm users find the device's interface, and from it the
+        // IP address, there. The interface here may have no parent device (lo), so the view
+        // gives `device` a directory of its own holding just that entry, a link to the
+        // interface's real sysfs directory (six levels up is /sys).
+        e.extend([
+            Entry::Dir(format!("{dev}/device")),
+            Entry::Dir(format!("{dev}/device/net")),
+            Entry::Link(
+                format!("{dev}/device/net/{n}"),
+                format!("../../../../../../class/net/{n}"),
+            ),
+        ]);
     }
     let uv = format!("devices/virtual/infiniband_verbs/{UVERBS}");
     let (major, minor) = (libc::major(v.rdev), libc::minor(v.rdev));
@@ -502,6 +517,30 @@ mod tests {
     }
 
     #[test]
+    fn the_device_names_its_netdev_under_device_net() {
+        let e = sysfs_entries(&view());
+        let d = "devices/virtual/infiniband/softroce0";
+        let link = e.iter().find_map(|x| match x {
+            Entry::Link(p, t) if p == &format!("{d}/device/net/lo") => Some(t.as_str()),
+            _ => None,
+        });
+        // From sys/devices/virtual/infiniband/softroce0/device/net/ up six levels is /sys.
+        assert_eq!(link, Some("../../../../../../class/net/lo"));
+        let base = Path::new("/sys").join(d).join("device/net");
+        let resolved = base.join(link.unwrap());
+        let norm: PathBuf = resolved.components().fold(PathBuf::new(), |mut p, c| {
+            match c {
+                std::path::Component::ParentDir => {
+                    p.pop();
+                }
+                c => p.push(c),
+            }
+            p
+        });
+        assert_eq!(norm, Path::new("/sys/class/net/lo"));
+    }
+
+    #[test]
     fn no_netdev_means_no_ndevs_files() {
         let mut v = view();
         v.ndev = None;
@@ -509,6 +548,9 @@ mod tests {
         assert!(!e.iter().any(
             |x| matches!(x, Entry::File(p, _) if p.contains("ndevs/") || p.ends_with("/parent"))
         ));
+        assert!(!e
+            .iter()
+            .any(|x| matches!(x, Entry::Dir(p) | Entry::Link(p, _) if p.contains("/device"))));
         // The GIDs are still there.
         assert!(file(&e, "devices/virtual/infiniband/softroce0/ports/1/gids/0").is_some());
     }

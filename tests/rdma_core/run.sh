@@ -40,15 +40,20 @@ gunzip -f "$work"/tests/*.gz
 cargo build --locked -q
 softroce=$root/target/debug/softroce
 
-# The device's address: one of its own on loopback, so that it does not meet the shim tests
-# that cargo runs in parallel (127.0.16.x). GID index 1 is the IPv4-mapped address (RoCE v2).
+# The device's address: 127.0.0.1, the first address of its interface (lo), which is where
+# rdma-core's rdmacm tests take the address they bind and connect to (base.py: the
+# interface under /sys/class/infiniband/softroce0/device/net, then `ip addr show` of it), as
+# on rxe, whose GIDs are its interface's addresses. Its own UDP port (14791, not RoCE's
+# 4791) keeps it apart from the shim tests that cargo runs in parallel, some on
+# 127.0.0.1:4791; every process of the run has the same SOFTROCE_BIND and so sends to that
+# port. GID index 1 is the IPv4-mapped address (RoCE v2).
 SECONDS=0
 set +e
 # The suite draws QP attributes at random (caps, and whether ibv_create_qp_ex gets creation
 # flags, which send it to the extended verbs softroce lacks): Python's random is seeded, so
 # that two runs of one build give one table (RDMA_CORE_SEED picks another draw).
 seed=${RDMA_CORE_SEED:-44}
-(cd "$work" && timeout 300 "$softroce" run --bind 127.0.19.1 -- \
+(cd "$work" && timeout 300 "$softroce" run --bind 127.0.0.1:14791 -- \
     "$py" -c 'import random, runpy, sys
 random.seed(int(sys.argv[1]))
 sys.path.insert(0, "tests")

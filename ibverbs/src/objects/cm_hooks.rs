@@ -26,6 +26,18 @@ pub(crate) fn bound_addr() -> SocketAddr {
     config().bind
 }
 
+/// The address `SOFTROCE_BIND` names, which stays the device's address to the rdma_cm API
+/// when the process stands in at another ([`stand_in`]).
+pub(crate) fn nominal_addr() -> SocketAddr {
+    super::common::nominal_bind()
+}
+
+/// Gives this process's device the address `a` in place of `SOFTROCE_BIND`'s: true if done
+/// (or `a` is already its address), false once its engine has bound another.
+pub(crate) fn stand_in(a: SocketAddr) -> bool {
+    super::common::stand_in(a)
+}
+
 /// The softroce engine of an open context, started now if needed (binding the UDP socket):
 /// EINVAL for a handle that is not a live context, or the errno of the failed bind.
 pub(crate) fn engine(c: *mut ibv_context) -> Result<Arc<Context>, c_int> {

@@ -29,8 +29,70 @@ pub(super) const EVENTFD_COUNT: usize = core::mem::size_of::<u64>();
 /// Where the device binds when `SOFTROCE_BIND` does not say.
 const DEFAULT_BIND: &str = "127.0.0.1:4791";
 
-/// The configuration, read on first use.
+/// The configuration: `SOFTROCE_BIND` and `SOFTROCE_MTU` as read on first use, with the
+/// stand-in address in place of the bound one if this process took one ([`stand_in`]).
 pub(super) fn config() -> Config {
+    let mut c = env_config();
+    if let Some(a) = lock_addr().stand_in_here() {
+        c.bind = a;
+    }
+    c
+}
+
+/// The address `SOFTROCE_BIND` names, whatever this process's device stands in at.
+pub(super) fn nominal_bind() -> SocketAddr {
+    env_config().bind
+}
+
+/// Which address this process's device uses, and whether that is settled.
+struct AddrState {
+    /// The stand-in address, and the process that chose it (a child after fork has its own
+    /// device, see [`fix_address`]).
+    stand_in: Option<(SocketAddr, u32)>,
+    /// The process whose engine has bound its socket: its address can no longer change.
+    fixed_by: Option<u32>,
+}
+
+impl AddrState {
+    fn stand_in_here(&self) -> Option<SocketAddr> {
+        self.stand_in
+            .filter(|s| s.1 == std::process::id())
+            .map(|s| s.0)
+    }
+}
+
+fn lock_addr() -> std::sync::MutexGuard<'static, AddrState> {
+    static ADDR: std::sync::Mutex<AddrState> = std::sync::Mutex::new(AddrState {
+        stand_in: None,
+        fixed_by: None,
+    });
+    ADDR.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Settles the address for the engine about to bind it, and returns it: the stand-in if this
+/// process chose one, else `SOFTROCE_BIND`'s. A process forked from one whose engine ran
+/// settles its own (its parent's engine thread did not come with it).
+pub(super) fn fix_address() -> SocketAddr {
+    let mut g = lock_addr();
+    g.fixed_by = Some(std::process::id());
+    g.stand_in_here().unwrap_or_else(nominal_bind)
+}
+
+/// Makes `a` this process's device address instead of `SOFTROCE_BIND`'s, if its engine has
+/// not bound a socket yet (then true). Used by the rdma_cm shim for a process that connects
+/// to its own loopback device address from another process (spec-notes/librdmacm.md, rule 10).
+pub(super) fn stand_in(a: SocketAddr) -> bool {
+    let mut g = lock_addr();
+    let me = std::process::id();
+    if g.fixed_by == Some(me) {
+        return g.stand_in_here() == Some(a);
+    }
+    g.stand_in = Some((a, me));
+    true
+}
+
+/// `SOFTROCE_BIND` and `SOFTROCE_MTU`, read once.
+fn env_config() -> Config {
     static CFG: OnceLock<Config> = OnceLock::new();
     *CFG.get_or_init(|| {
         let bind = std::env::var("SOFTROCE_BIND")

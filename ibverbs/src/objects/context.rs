@@ -9,7 +9,7 @@ use softroce::driver::DeviceConfig;
 use softroce::verbs::Context;
 
 use super::common::{
-    config, errno_of, fail, fail_neg, fail_null, mutex_init, Config, EVENTFD_COUNT,
+    config, errno_of, fail, fail_neg, fail_null, fix_address, mutex_init, Config, EVENTFD_COUNT,
 };
 use super::cq::{op_poll_cq, op_req_notify_cq};
 use super::device::{device, node_guid};
@@ -72,22 +72,26 @@ pub(super) fn ctx_of(c: *mut ibv_context) -> Option<Arc<Obj<Ctx>>> {
 impl Obj<Ctx> {
     /// The softroce context, opened now if needed.
     pub(super) fn open(&self) -> Result<MutexGuard<'_, Option<Arc<Context>>>, c_int> {
-        static SHARED: Mutex<std::sync::Weak<Context>> = Mutex::new(std::sync::Weak::new());
+        // The engine and the process that started it: a child after fork inherits the
+        // memory but not the engine's thread, so it starts its own.
+        static SHARED: Mutex<(std::sync::Weak<Context>, u32)> =
+            Mutex::new((std::sync::Weak::new(), 0));
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if g.is_none() {
             let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
-            let ctx = match shared.upgrade() {
+            let me = std::process::id();
+            let ctx = match shared.0.upgrade().filter(|_| shared.1 == me) {
                 Some(c) => c,
                 None => {
                     let c = Arc::new(
                         Context::open(&DeviceConfig {
                             // ibv_open_device refused a context without a usable one.
                             cc: self.cfg.cc.ok_or(EINVAL)?,
-                            ..DeviceConfig::new(self.cfg.bind)
+                            ..DeviceConfig::new(fix_address())
                         })
                         .map_err(|e| errno_of(&e))?,
                     );
-                    *shared = Arc::downgrade(&c);
+                    *shared = (Arc::downgrade(&c), me);
                     c
                 }
             };

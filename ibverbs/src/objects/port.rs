@@ -73,11 +73,14 @@ pub unsafe extern "C" fn ibv_query_port(
     unsafe { ext_query_port(c, port, attr, COMPAT_PORT_ATTR_LEN) }
 }
 
-fn gid_at(cfg: &Config, index: c_int) -> Option<[u8; 16]> {
+/// The GID at `index`: the device's address (read live, not from the context's copy of the
+/// configuration: a process's rdma_cm may give its device a stand-in address before the
+/// engine starts, see `common::stand_in`).
+fn gid_at(_cfg: &Config, index: c_int) -> Option<[u8; 16]> {
     let len = softroce::ib::DeviceLimits::default().gid_table_len as c_int;
     (0..len)
         .contains(&index)
-        .then(|| Gid::from_ip(cfg.bind.ip()).0)
+        .then(|| Gid::from_ip(super::common::config().bind.ip()).0)
 }
 
 /// `ibv_query_gid`: 0, or -1 (bad context, port or index).

@@ -352,7 +352,9 @@ fn is_local(ip: IpAddr) -> bool {
 pub(super) fn bind(id: &Arc<Obj<Id>>, addr: SocketAddr) -> Result<(), c_int> {
     let dev = device_addr().ip();
     let ip = addr.ip();
-    if !ip.is_unspecified() && ip != dev {
+    // The address SOFTROCE_BIND names stays the device's when the process stands in at
+    // another (rule 10).
+    if !ip.is_unspecified() && ip != dev && ip != cm_hooks::nominal_addr().ip() {
         // The kernel: an address of no interface is EADDRNOTAVAIL; one of an interface
         // without an RDMA device is ENODEV.
         return Err(if is_local(ip) { ENODEV } else { EADDRNOTAVAIL });
@@ -430,6 +432,39 @@ pub(super) fn complete(id: &Arc<Obj<Id>>, want: c_int) -> c_int {
     }
 }
 
+/// Before a process's first identifier binds: if it is about to connect to its own device's
+/// loopback address, and has started no engine and bound no port (so nothing of its own
+/// listens there), the listener is another process on the same device, which holds that
+/// address's socket. The kernel shares one device among processes; softroce's device is the
+/// process's own, so this process's device stands in at an address of its own on loopback,
+/// reachable from the other as any peer is (spec-notes/librdmacm.md, rule 10).
+fn stand_in_to_reach_own_address(dst: IpAddr) {
+    let nominal = cm_hooks::nominal_addr();
+    let IpAddr::V4(v4) = nominal.ip() else {
+        return; // ::1 is IPv6's only loopback address: nowhere else to stand.
+    };
+    if !v4.is_loopback() || dst != nominal.ip() || !ports().is_empty() {
+        return;
+    }
+    for a in stand_in_candidates(std::process::id(), nominal.port()) {
+        // The candidate must be free; the engine binds it soon after (a process that takes
+        // it in between makes that bind fail with EADDRINUSE, as without a stand-in).
+        if UdpSocket::bind(a).is_ok() {
+            cm_hooks::stand_in(a);
+            return;
+        }
+    }
+}
+
+/// Loopback addresses for process `pid`'s device to stand in at, on `port`: 127.128.0.0/9,
+/// which the project's tests and tools do not use, numbered by the process (pid_max is at
+/// most 2^22), the upper half tried second.
+fn stand_in_candidates(pid: u32, port: u16) -> [SocketAddr; 2] {
+    let [_, hi, mid, lo] = pid.to_be_bytes();
+    let hi = hi & 0x3f;
+    [128 + hi, 192 + hi].map(|b| SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, b, mid, lo)), port))
+}
+
 /// `rdma_resolve_addr`: binds if needed (to `src`, or any address), then queues
 /// ADDR_RESOLVED, or ADDR_ERROR (status -ENODEV) for a destination the device cannot reach
 /// (another address family). 0, or -1 and errno.
@@ -449,6 +484,7 @@ pub unsafe extern "C" fn rdma_resolve_addr(
         Err(e) => return fail(e),
     };
     if lock(&obj.st).port == 0 {
+        stand_in_to_reach_own_address(d.ip());
         let s = if src.is_null() {
             SocketAddr::new(device_addr().ip(), 0)
         } else {
@@ -905,5 +941,25 @@ pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut ibv_context) {
     if !list.is_null() {
         // SAFETY: `list` came from rdma_get_devices, which boxed a 2-element array.
         drop(unsafe { Box::from_raw(list as *mut [*mut ibv_context; 2]) });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stand_in_candidates_are_loopback_outside_the_low_range_and_per_process() {
+        let a = stand_in_candidates(0x0012_3456, 4791);
+        assert_eq!(a[0], "127.146.52.86:4791".parse().unwrap()); // 128 + 0x12
+        assert_eq!(a[1], "127.210.52.86:4791".parse().unwrap()); // 192 + 0x12
+                                                                 // pid_max is 2^22: the top process number still lands in 127/8.
+        let top = stand_in_candidates((1 << 22) - 1, 7);
+        assert_eq!(top[1], "127.255.255.255:7".parse().unwrap());
+        // Two processes never share a first candidate.
+        assert_ne!(
+            stand_in_candidates(100, 1)[0],
+            stand_in_candidates(101, 1)[0]
+        );
     }
 }
