@@ -392,7 +392,7 @@ rping_case() {
         "$detail" pass "$cap" "$slog" "$glog"
 }
 
-ONLY=${SOFTROCE_INTEROP_ONLY:-all}   # all | pingpong | perftest | perftest_flags | datacheck | gso | rping | ucud | perftest_ud | shim | tclass | perftest_rdma_cm | shim_rdma_cm
+ONLY=${SOFTROCE_INTEROP_ONLY:-all}   # all | pingpong | perftest | perftest_flags | datacheck | gso | rping | ucud | perftest_ud | shim | tclass | perftest_rdma_cm | shim_rdma_cm | memwin
 if [ "$ONLY" = all ] || [ "$ONLY" = pingpong ]; then
     for role in server client; do
         for sm in "1 1024" "4096 1024" "10000 1024" "3000 512" "4096 256"; do
@@ -767,6 +767,56 @@ shim_rdma_cm_group() {
 }
 if [ "$ONLY" = all ] || [ "$ONLY" = shim_rdma_cm ]; then
     shim_rdma_cm_group
+fi
+
+# Memory windows and the extended work-request API against rxe (issue 22): sr_mwcheck
+# (tests/interop/mwcheck.c) in the guest on rxe and on the host under `softroce run` (the
+# libibverbs shim), the shim's end as the windows' owner (server) and as the accessor (client).
+# The owner binds a type 1 window (ibv_bind_mw) and two type 2 windows (ibv_wr_bind_mw), the
+# accessor WRITEs and READs through them; a WRITE past a window's end and one through a type 2
+# window from another QP are NAKed; then a rebind (type 1), LOCAL_INV (ibv_wr_local_inv) and the
+# accessor's SEND_WITH_INV (ibv_wr_send_inv) invalidate the keys, and accesses under them are
+# NAKed, with the owner's region checked byte for byte. The wire is captured.
+#   memwin_case ROLE
+memwin_case() {
+    local role=$1
+    local name="memwin_${role}"
+    local pcap=$OUT/$name.pcap slog=$OUT/$name.softroce.log glog=$OUT/$name.guest.log
+    # Against an rxe owner the accessor skips its WRITE past a window's end (rxe checks the
+    # region's range, not the window's: mwcheck.c says where), one check and one NAK fewer.
+    local prog=$OUT/sr_mwcheck what checks want_naks
+    if [ "$role" = server ]; then what=owner checks=10 want_naks=5; else what=accessor checks=12 want_naks=4; fi
+    log "case $name"
+    local saved=$CAPTURE_AT
+    CAPTURE_AT=wire
+    wire_capture_start "$pcap"
+    run_against_guest "$role" 0 "sr_mwcheck -p $PORT -x 1" "$slog" "$glog" \
+        run --bind "$HOST_IP" -- "$prog" -p "$PORT" -x 1
+    wire_capture_stop
+    CAPTURE_AT=$saved
+    local detail="" cap decoded naks inv
+    [ "$SRC" = 0 ] || detail+="shim sr_mwcheck exit $SRC; "
+    [ "$GRC" = 0 ] || detail+="guest sr_mwcheck exit $GRC; "
+    grep -q "^sr_mwcheck $what: $checks checks, all passed at this end, all passed at the peer" "$slog" ||
+        detail+="shim end: $(grep -a "^FAILED\|^sr_mwcheck" "$slog" | head -n 3 | tr '\n' ' '); "
+    cap=$(check_capture "$pcap") || detail+="capture: $cap; "
+    decoded=$("$BIN" decode "$pcap")
+    naks=$(grep -c "AETH(NAK remote-access-error" <<<"$decoded" || true)
+    inv=$(grep -c "SEND_ONLY_WITH_INVALIDATE" <<<"$decoded" || true)
+    [ "$naks" = "$want_naks" ] || detail+="$naks remote access error NAKs on the wire, $want_naks expected; "
+    [ "$inv" -ge 1 ] || detail+="no SEND_ONLY_WITH_INVALIDATE on the wire; "
+    local refused="a WRITE past a window's end and one from the wrong QP refused"
+    [ "$role" = client ] && refused="one from the wrong QP refused (past a window's end not probed: rxe lets it land)"
+    record_case "$name" "sr_mwcheck (libibverbs on rxe, the shim at softroce's end)" "$role" \
+        "RC, memory windows: type 1 (ibv_bind_mw) and type 2 (ibv_wr_bind_mw), WRITE and READ through them, $refused; rebind, LOCAL_INV and SEND_WITH_INV invalidate, then NAKs; every post through ibv_wr_*, completions through ibv_cq_ex; captured on the guest's link" \
+        "$detail" "pass: softroce as $what, $checks checks at its end and all at rxe's; $naks remote access error NAKs and $inv SEND_WITH_INVALIDATE on the wire" \
+        "$cap" "$slog" "$glog"
+}
+if [ "$ONLY" = all ] || [ "$ONLY" = memwin ]; then
+    gcc -O2 -Wall -o "$OUT/sr_mwcheck" "$HERE/mwcheck.c" -libverbs
+    for role in server client; do
+        memwin_case "$role"
+    done
 fi
 
 {
