@@ -5,6 +5,10 @@
 //! The device is `softroce0`; its address comes from the environment, as `softroce run` sets
 //! it: `SOFTROCE_BIND` (an IP, or IP:port; default 127.0.0.1:4791) and `SOFTROCE_MTU` (the
 //! port's active MTU in bytes, 256..4096; default 1024, rxe's on a 1500-byte netdev).
+//! Congestion control: `SOFTROCE_CC` (`dcqcn`, or `none`, the default, as kernel rxe) and
+//! `SOFTROCE_CC_PARAMS` (`name=value,...` under mlx5's names, as `softroce --cc-param` takes
+//! them); values that are not usable make `ibv_open_device` fail with EINVAL after one line on
+//! stderr.
 //!
 //! Every object handed to C is one allocation holding the C struct first and the Rust state
 //! after it (`objects::handle`), so the C pointer is the object's pointer. Live objects are

@@ -1,6 +1,6 @@
 //! Options every subcommand that opens a device shares: the local address, the RoCEv2 UDP
-//! port, a packet capture, and impairment of the link (loss, duplication, reordering,
-//! corruption, delay) for testing recovery.
+//! port, a packet capture, impairment of the link (loss, duplication, reordering,
+//! corruption, delay) for testing recovery, and congestion control.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use clap::Args;
 use softroce::driver::{DeviceConfig, Direction, Impairment};
+use softroce::transport::cc::CcConfig;
 use softroce::transport::Counters;
 use softroce::verbs::Context;
 
@@ -62,6 +63,39 @@ pub struct DeviceArgs {
     /// UDP GSO send.
     #[arg(long)]
     pub no_gso: bool,
+    /// Congestion control: `dcqcn` marks packets ECN-capable (ECT(0)), answers CE-marked
+    /// packets with CNPs and paces each QP by DCQCN on the CNPs it receives; `none` (the
+    /// default, as kernel rxe) does none of it.
+    #[arg(long, value_enum, default_value_t = CcMode::None)]
+    pub cc: CcMode,
+    /// A DCQCN parameter as NAME=VALUE (repeat the flag, or separate by commas), under mlx5's
+    /// names: rpg_max_rate, rpg_ai_rate, rpg_hai_rate, rpg_min_rate (Mb/s), rpg_time_reset,
+    /// dce_tcp_rtt, rate_reduce_monitor_period, min_time_between_cnps (microseconds),
+    /// rpg_byte_reset (bytes), rpg_threshold, rpg_min_dec_fac (percent), dce_tcp_g,
+    /// initial_alpha_value (1/1024), cnp_dscp. Needs --cc dcqcn.
+    #[arg(long = "cc-param", value_name = "NAME=VALUE")]
+    pub cc_param: Vec<String>,
+}
+
+/// The congestion control of `--cc`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CcMode {
+    /// None, as kernel rxe: packets keep the address vector's traffic class, CE marks are not
+    /// answered, CNPs are counted and dropped.
+    None,
+    /// DCQCN (ECT(0), CNPs, per-QP rate control).
+    Dcqcn,
+}
+
+/// The congestion control configuration of `--cc` and `--cc-param`, or the usage error that
+/// names what is wrong. `softroce run` shares it to check the flags it passes to the shim.
+pub fn cc_config(mode: CcMode, params: &[String]) -> Result<CcConfig, CliError> {
+    let mode = match mode {
+        CcMode::None => "none",
+        CcMode::Dcqcn => "dcqcn",
+    };
+    CcConfig::from_text(mode, &params.join(","))
+        .map_err(|e| CliError::Usage(format!("--cc-param: {e}")))
 }
 
 /// Prints the counters when dropped, if asked to: the program's result, an error or a
@@ -138,7 +172,13 @@ impl DeviceArgs {
     /// Checks every device flag; subcommands call it before they wait for a peer, so that a
     /// bad flag fails at once instead of after a connection.
     pub fn validate(&self) -> Result<(), CliError> {
-        self.impairment().map(|_| ())
+        self.impairment()?;
+        self.congestion_control().map(|_| ())
+    }
+
+    /// The congestion control configuration of `--cc` and `--cc-param`.
+    fn congestion_control(&self) -> Result<CcConfig, CliError> {
+        cc_config(self.cc, &self.cc_param)
     }
 
     /// Checks the impairment flags.
@@ -194,7 +234,7 @@ impl DeviceArgs {
             remote_port: None,
             busy_poll: self.busy_poll,
             gso: !self.no_gso,
-            cc: Default::default(),
+            cc: self.congestion_control()?,
         };
         Context::open(&cfg).map_err(CliError::Verbs)
     }

@@ -12,6 +12,7 @@ use std::process::Command;
 
 use clap::Args;
 
+use super::device::{cc_config, CcMode};
 use super::CliError;
 use softroce::ib::Mtu;
 
@@ -34,6 +35,14 @@ pub struct RunArgs {
     /// `run_ns`): as on a host with no RDMA device, apart from libibverbs.
     #[arg(long)]
     pub no_device_view: bool,
+    /// Congestion control of the program's device, as the other subcommands' --cc (passed to
+    /// the shim as SOFTROCE_CC).
+    #[arg(long, value_enum, default_value_t = CcMode::None)]
+    pub cc: CcMode,
+    /// A DCQCN parameter NAME=VALUE, as the other subcommands' --cc-param (passed to the shim
+    /// as SOFTROCE_CC_PARAMS).
+    #[arg(long = "cc-param", value_name = "NAME=VALUE")]
+    pub cc_param: Vec<String>,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     pub program: Vec<OsString>,
@@ -109,6 +118,8 @@ pub fn run(args: &RunArgs) -> Result<u8, CliError> {
             args.mtu
         ))
     })?;
+    // Checked here, where the message reaches the user; the shim would only fail to open.
+    cc_config(args.cc, &args.cc_param)?;
     let lib = find_lib(args.lib.as_deref())?;
     if !args.no_device_view {
         if let Err(e) = super::run_ns::lay_device_view(bind.ip()) {
@@ -147,6 +158,14 @@ pub fn run(args: &RunArgs) -> Result<u8, CliError> {
         .env("LD_LIBRARY_PATH", path)
         .env("SOFTROCE_BIND", bind.to_string())
         .env("SOFTROCE_MTU", args.mtu.to_string())
+        .env(
+            "SOFTROCE_CC",
+            match args.cc {
+                CcMode::None => "none",
+                CcMode::Dcqcn => "dcqcn",
+            },
+        )
+        .env("SOFTROCE_CC_PARAMS", args.cc_param.join(","))
         .status()
         .map_err(|e| CliError::Usage(format!("cannot run {}: {e}", prog.to_string_lossy())))?;
     drop(dir);

@@ -132,7 +132,10 @@ impl Endpoint {
             self.seal(&t, buf);
             return Some(t);
         }
-        if let Some(t) = qp.poll_cnp(buf) {
+        if let Some(mut t) = qp.poll_cnp(buf) {
+            if let Some(dscp) = self.cc.cnp_dscp {
+                t.traffic_class = cc::with_ect0(dscp << 2);
+            }
             self.seal(&t, buf);
             return Some(t);
         }

@@ -5,12 +5,16 @@ use std::sync::OnceLock;
 
 use libc::{c_char, c_int, EBUSY, EINVAL, ENOMEM};
 use softroce::ib::{Mtu, VerbsError};
+use softroce::transport::cc::CcConfig;
 
 /// The device's configuration, read once from the environment.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Config {
     pub(super) bind: SocketAddr,
     pub(super) mtu: Mtu,
+    /// Congestion control (`SOFTROCE_CC`, `SOFTROCE_CC_PARAMS`); `None` when they are not
+    /// usable: the device then does not open (EINVAL) rather than run without what was asked.
+    pub(super) cc: Option<CcConfig>,
 }
 
 /// The device's one port (ports are numbered from 1).
@@ -38,8 +42,29 @@ pub(super) fn config() -> Config {
             .and_then(|s| s.trim().parse::<u32>().ok())
             .and_then(Mtu::from_bytes)
             .unwrap_or(Mtu::Mtu1024);
-        Config { bind, mtu }
+        let cc = cc_from_env(
+            std::env::var("SOFTROCE_CC").ok().as_deref(),
+            std::env::var("SOFTROCE_CC_PARAMS").ok().as_deref(),
+        );
+        Config { bind, mtu, cc }
     })
+}
+
+/// The congestion control `SOFTROCE_CC` (`dcqcn` or `none`, default none) and
+/// `SOFTROCE_CC_PARAMS` (`name=value,...`, mlx5's names) ask for, or `None` after one line on
+/// stderr saying what is wrong (stdout belongs to the program), as rdma-core's own warnings.
+fn cc_from_env(mode: Option<&str>, params: Option<&str>) -> Option<CcConfig> {
+    match CcConfig::from_text(mode.unwrap_or("none"), params.unwrap_or("")) {
+        Ok(cc) => Some(cc),
+        Err(e) => {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "libibverbs: softroce: SOFTROCE_CC/SOFTROCE_CC_PARAMS: {e}"
+            );
+            None
+        }
+    }
 }
 
 /// `a.b.c.d`, `a.b.c.d:port`, `::1`, `[::1]:port`.
@@ -107,5 +132,21 @@ pub(super) fn cond_init() -> libc::pthread_cond_t {
 pub(super) fn copy_cstr(dst: &mut [c_char], s: &str) {
     for (d, b) in dst.iter_mut().zip(s.bytes().chain(std::iter::once(0))) {
         *d = b as c_char;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cc_from_the_environment() {
+        assert_eq!(cc_from_env(None, None), Some(CcConfig::default()));
+        let on = cc_from_env(Some("dcqcn"), Some("rpg_ai_rate=5,cnp_dscp=48")).unwrap();
+        assert!(on.enabled);
+        assert_eq!((on.rp.rpg_ai_rate_mbps, on.cnp_dscp), (5.0, Some(48)));
+        assert_eq!(cc_from_env(Some("reno"), None), None);
+        assert_eq!(cc_from_env(Some("dcqcn"), Some("rpg_ai_rat=5")), None);
+        assert_eq!(cc_from_env(None, Some("rpg_ai_rate=5")), None);
     }
 }

@@ -80,8 +80,12 @@ impl Obj<Ctx> {
                 Some(c) => c,
                 None => {
                     let c = Arc::new(
-                        Context::open(&DeviceConfig::new(self.cfg.bind))
-                            .map_err(|e| errno_of(&e))?,
+                        Context::open(&DeviceConfig {
+                            // ibv_open_device refused a context without a usable one.
+                            cc: self.cfg.cc.ok_or(EINVAL)?,
+                            ..DeviceConfig::new(self.cfg.bind)
+                        })
+                        .map_err(|e| errno_of(&e))?,
                     );
                     *shared = Arc::downgrade(&c);
                     c
@@ -114,6 +118,10 @@ impl Obj<Ctx> {
 #[no_mangle]
 pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
     if dev != device() {
+        return fail_null(EINVAL);
+    }
+    if config().cc.is_none() {
+        // SOFTROCE_CC or SOFTROCE_CC_PARAMS is not usable (said on stderr once).
         return fail_null(EINVAL);
     }
     // SAFETY: eventfd has no memory-safety preconditions.

@@ -12,9 +12,11 @@
 
 mod dcqcn;
 mod np;
+mod params;
 
 pub use dcqcn::{DcqcnParams, ReactionPoint};
 pub use np::NotificationPoint;
+pub use params::{parse_mode, CcParamError, PARAM_NAMES};
 
 use std::time::Duration;
 
@@ -50,6 +52,9 @@ pub struct CcConfig {
     /// Notification point: the least time between two CNPs to one QP (mlx5
     /// `min_time_between_cnps`; the paper's N).
     pub min_time_between_cnps: Duration,
+    /// Notification point: the DSCP of the CNPs sent (mlx5 `cnp_dscp`), with ECT(0); `None`
+    /// (the default): the QP's address vector's DSCP, as its other packets.
+    pub cnp_dscp: Option<u8>,
     /// Reaction point parameters.
     pub rp: DcqcnParams,
 }
@@ -60,6 +65,7 @@ impl Default for CcConfig {
             enabled: false,
             // The paper's N = 50 us (section 3.2: "at most one CNP every N microseconds").
             min_time_between_cnps: Duration::from_micros(50),
+            cnp_dscp: None,
             rp: DcqcnParams::default(),
         }
     }

@@ -312,6 +312,66 @@ mod endpoint {
         assert!(ea.poll_transmit(due, &mut p.a.qp, &mut buf).is_some());
     }
 
+    /// `cnp_dscp` gives CNPs a DSCP of their own (with ECT(0)); the data keeps the address
+    /// vector's, and the CNP, resealed over its own TOS, still passes the peer's ICRC check.
+    #[test]
+    fn cnp_dscp_sets_the_cnps_class_only() {
+        let mut p = Pair::new(Mtu::Mtu1024);
+        let rkey = p.b.mr.rkey;
+        let ea = endpoint(p.a.addr, &p.a.qp.counters, true);
+        let mut eb = endpoint(p.b.addr, &p.b.qp.counters, true);
+        eb.set_congestion_control(CcConfig {
+            cnp_dscp: Some(48),
+            ..CcConfig::on()
+        });
+        post_send(
+            &mut p,
+            1,
+            WrOpcode::RdmaWrite {
+                remote_addr: IOVA,
+                rkey,
+            },
+            0,
+            4096,
+        );
+        let mut buf = vec![0u8; MAX_PACKET];
+        let now = Duration::from_millis(1);
+        let t = ea.poll_transmit(now, &mut p.a.qp, &mut buf).unwrap();
+        let data = buf[..t.len].to_vec();
+        let src = SocketAddr::new(p.a.addr.ip(), t.src_port);
+        let ce = IpFields {
+            hop_limit: 64,
+            traffic_class: t.traffic_class | ECN_CE,
+        };
+        let mut qps = OneQp {
+            qp: &mut p.b.qp,
+            mrs: &p.b.mrs,
+        };
+        eb.handle(now, src, p.b.addr, ce, &data, &mut qps).unwrap();
+        let mut cnp = None;
+        while let Some(t) = eb.poll_transmit(now, &mut p.b.qp, &mut buf) {
+            if PacketRepr::parse(&buf[..t.len]).unwrap().bth.opcode == Opcode::CNP {
+                assert_eq!(t.traffic_class, 48 << 2 | ECN_ECT0, "the CNP's class");
+                cnp = Some((buf[..t.len].to_vec(), t));
+            } else {
+                assert_eq!(t.traffic_class, ECN_ECT0, "an ACK keeps the AV's DSCP 0");
+            }
+        }
+        let (bytes, t) = cnp.expect("a CNP");
+        let mut qps = OneQp {
+            qp: &mut p.a.qp,
+            mrs: &p.a.mrs,
+        };
+        let from = SocketAddr::new(p.b.addr.ip(), t.src_port);
+        let ip = IpFields {
+            hop_limit: 64,
+            traffic_class: t.traffic_class,
+        };
+        ea.handle(now, from, p.a.addr, ip, &bytes, &mut qps)
+            .unwrap();
+        assert_eq!(p.a.qp.counters.rp_cnp_handled.load(Ordering::Relaxed), 1);
+    }
+
     /// With congestion control off (the default) packets keep the address vector's traffic
     /// class, CE marks are counted but not answered and a CNP is counted and ignored.
     #[test]
