@@ -65,6 +65,7 @@ set -euo pipefail
 
 LAB_DIR=${SOFTROCE_LAB_DIR:-/var/tmp/softroce-lab}
 DATACHECK_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/datacheck.c
+MWCHECK_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/mwcheck.c
 NETNS=${SOFTROCE_LAB_NETNS:-srlab}
 BOOT_TIMEOUT=${SOFTROCE_LAB_BOOT_TIMEOUT:-240}
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -116,7 +117,8 @@ kernel_pkg() {
     echo "$p"
 }
 
-GUEST_MODULES=(virtio_pci virtio_net rdma_rxe ib_uverbs rdma_ucm crc32_generic sch_netem)
+# sch_htb: the rate limit the congestion cases mark behind (fq_codel is built in).
+GUEST_MODULES=(virtio_pci virtio_net rdma_rxe ib_uverbs rdma_ucm crc32_generic sch_netem sch_htb)
 GUEST_BINS=(ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong ibv_devinfo ibv_devices
             ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw ib_send_lat ib_write_lat ib_read_lat ib_atomic_lat
             rping udaddy ucmatose rstream riostream rdma tc)
@@ -190,7 +192,7 @@ cmd_build() {
 
     # initramfs, rebuilt when this script (or the kernel) changes
     local stamp
-    stamp=$( { echo "$kver"; sha256sum "${BASH_SOURCE[0]}" "$DATACHECK_SRC" | cut -d' ' -f1; dpkg-query -W busybox-static rdma-core ibverbs-providers perftest iproute2 rdmacm-utils ibverbs-utils libc6; } | sha256sum | cut -d' ' -f1)
+    stamp=$( { echo "$kver"; sha256sum "${BASH_SOURCE[0]}" "$DATACHECK_SRC" "$MWCHECK_SRC" | cut -d' ' -f1; dpkg-query -W busybox-static rdma-core ibverbs-providers perftest iproute2 rdmacm-utils ibverbs-utils libc6; } | sha256sum | cut -d' ' -f1)
     if [ -f "$LAB_DIR/initrd.cpio.gz" ] && [ "$(cat "$LAB_DIR/initrd.stamp" 2>/dev/null)" = "$stamp" ]; then
         log "build: up to date ($kver, $LAB_DIR/initrd.cpio.gz)"
         return 0
@@ -231,6 +233,9 @@ cmd_build() {
     # sr_datacheck (datacheck.c): the data-integrity peer of `softroce perf --check`
     gcc -O2 -Wall -o "$root/usr/bin/sr_datacheck" "$DATACHECK_SRC" -libverbs || die "building sr_datacheck failed (run deps)"
     libs+=("$root/usr/bin/sr_datacheck")
+    # sr_mwcheck (mwcheck.c): memory windows bound, accessed and invalidated across the wire
+    gcc -O2 -Wall -o "$root/usr/bin/sr_mwcheck" "$MWCHECK_SRC" -libverbs || die "building sr_mwcheck failed (run deps)"
+    libs+=("$root/usr/bin/sr_mwcheck")
     libs+=(/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so)
     cp -L /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so "$root/usr/lib/x86_64-linux-gnu/libibverbs/"
     cp /etc/libibverbs.d/rxe.driver "$root/etc/libibverbs.d/"

@@ -392,7 +392,7 @@ rping_case() {
         "$detail" pass "$cap" "$slog" "$glog"
 }
 
-ONLY=${SOFTROCE_INTEROP_ONLY:-all}   # all | pingpong | perftest | perftest_flags | datacheck | gso | rping | ucud | perftest_ud | shim | tclass
+ONLY=${SOFTROCE_INTEROP_ONLY:-all}   # all | pingpong | perftest | perftest_flags | datacheck | gso | rping | ucud | perftest_ud | shim | tclass | perftest_rdma_cm | shim_rdma_cm | memwin
 if [ "$ONLY" = all ] || [ "$ONLY" = pingpong ]; then
     for role in server client; do
         for sm in "1 1024" "4096 1024" "10000 1024" "3000 512" "4096 256"; do
@@ -607,6 +607,216 @@ perftest_rdma_cm_group() {
 }
 if [ "$ONLY" = all ] || [ "$ONLY" = perftest_rdma_cm ]; then
     perftest_rdma_cm_group
+fi
+
+# librdmacm's programs on the shim (issue 21): Debian's rping, ucmatose, udaddy and perftest -R,
+# unmodified, on the host under `softroce run` (libibverbs and librdmacm shims, softroce's CM)
+# against the same program on the guest's rxe (the kernel's rdma_cm), both roles. A server
+# starts first; a client starts once the server's rdma_cm identifier listens (the guest's:
+# `rdma resource show cm_id` lists it; the shim's: its device has bound UDP 4791, and the
+# guest's client is rerun, a bounded number of times, while it is REJECTED or UNREACHABLE
+# because the listen is not yet made). The wire is captured (the shim has no --pcap).
+
+# Waits (bounded, 30 s) until an rdma_cm identifier in the guest listens on PORT.
+#   guest_cm_listening PORT
+guest_cm_listening() {
+    "${LAB[@]}" exec "$GUEST" "i=0; while [ \$i -lt 150 ] && ! rdma resource show cm_id | grep -q 'state LISTEN.*:$1 '; do i=\$((i+1)); sleep 0.2; done; rdma resource show cm_id | grep -q 'state LISTEN.*:$1 '" 40 >/dev/null
+}
+
+# Waits (bounded, 10 s) until the shim's device in the namespace has bound HOST_IP's UDP 4791.
+shim_device_bound() {
+    local i
+    for i in $(seq 100); do
+        ip netns exec "$NETNS" ss -Huln "sport = :4791" | grep -q "$HOST_IP:4791" && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# Runs PROGRAM as the server at one end and as the client at the other, the shim's end in ROLE.
+# SERVER_ARGS and CLIENT_ARGS are the flags, with @S@ standing for the server's address and @C@
+# for the client's. Sets SRC (the shim's exit code) and GRC (the guest's).
+#   shim_cm_run PROGRAM ROLE SOFTROCE_LOG GUEST_LOG SERVER_ARGS CLIENT_ARGS
+shim_cm_run() {
+    local prog=$1 role=$2 slog=$3 glog=$4 sargs=$5 cargs=$6 srv sip cip
+    if [ "$role" = server ]; then sip=$HOST_IP cip=192.0.2.11; else sip=192.0.2.11 cip=$HOST_IP; fi
+    sargs=${sargs//@S@/$sip}; sargs=${sargs//@C@/$cip}
+    cargs=${cargs//@S@/$sip}; cargs=${cargs//@C@/$cip}
+    SRC=0 GRC=0
+    if [ "$role" = server ]; then
+        # shellcheck disable=SC2086 # the flags are words
+        timeout "$CASE_TIMEOUT" ip netns exec "$NETNS" "$BIN" run --bind "$HOST_IP" -- "$prog" $sargs \
+            >"$slog" 2>&1 &
+        srv=$!
+        shim_device_bound || log "the shim's device did not bind $HOST_IP:4791 within 10 s"
+        "${LAB[@]}" exec "$GUEST" "n=0; while :; do $prog $cargs >/tmp/cm.out 2>&1; r=\$?; cat /tmp/cm.out; [ \$r = 0 ] && break; grep -qE 'REJECTED|UNREACHABLE' /tmp/cm.out || break; n=\$((n+1)); [ \$n -ge 30 ] && break; echo 'suite: not listening yet, client rerun'; sleep 0.3; done; $(guest_counts /tmp/cm.out); (exit \$r)" \
+            "$CASE_TIMEOUT" >"$glog" 2>&1 || GRC=$?
+        wait "$srv" || SRC=$?
+    else
+        "${LAB[@]}" exec "$GUEST" "rm -f /tmp/srv.log; timeout $CASE_TIMEOUT $prog $sargs >/tmp/srv.log 2>&1 & echo \$! >/tmp/srv.pid" 30 >/dev/null
+        guest_cm_listening "${CM_PORT:-$PORT}" || log "the guest's $prog does not listen on ${CM_PORT:-$PORT}"
+        # shellcheck disable=SC2086 # the flags are words
+        timeout "$CASE_TIMEOUT" ip netns exec "$NETNS" "$BIN" run --bind "$HOST_IP" -- "$prog" $cargs \
+            >"$slog" 2>&1 || SRC=$?
+        "${LAB[@]}" exec "$GUEST" "wait \$(cat /tmp/srv.pid); r=\$?; cat /tmp/srv.log; $(guest_counts /tmp/srv.log); (exit \$r)" \
+            "$CASE_TIMEOUT" >"$glog" 2>&1 || GRC=$?
+    fi
+}
+
+# Guest shell text printing, for the guest's output FILE, how many lines hold each success line
+# the checks look for ("suite-count TAG N"): counted in the guest, since the serial console
+# now and then doubles a character of what it carries.
+#   guest_counts FILE
+guest_counts() {
+    echo "for t in 'ping:^ping data: rdma-ping-' 'srvping:^server ping data: rdma-ping-' 'done:data transfers complete' 'status0:return status 0'; do echo \"suite-count \${t%%:*} \$(grep -c \"\${t#*:}\" $1)\"; done"
+}
+
+# A count guest_counts printed into a guest log.
+#   guest_count LOG TAG
+# (Matched anywhere in the line: the console may double a character before it, too.)
+guest_count() { tr -d '\r' <"$1" | awk -v t="$2" 'index($0, "suite-count " t " ") { n = $NF } END { print n + 0 }'; }
+
+# The CM messages a capture holds, as `softroce decode` names them, sorted, one space apart.
+cm_messages() { "$BIN" decode "$1" | grep -oE "MAD\((CM|SIDR) [A-Z_]+" | sed -E 's/MAD\((CM|SIDR) //' | sort -u | tr '\n' ' '; }
+
+# One librdmacm program on the shim against the same program on rxe.
+#   shim_cm_case PROGRAM ROLE WHAT SERVER_ARGS CLIENT_ARGS CM_MESSAGES...
+# Passes when both ends exit 0, print the program's success lines (rping: every ping's data at
+# both ends, validated by the client; ucmatose and udaddy: "data transfers complete" and
+# "return status 0"; perftest: a result row), and the wire's capture decodes with every ICRC
+# verified and holds each of CM_MESSAGES.
+shim_cm_case() {
+    local prog=$1 role=$2 what=$3 sargs=$4 cargs=$5
+    shift 5
+    local want=("$@")
+    local name="shim_cm_${prog}_${role}_${cargs//@[SC]@/}"
+    name=${name//[^A-Za-z0-9_.-]/_}
+    local pcap=$OUT/$name.pcap slog=$OUT/$name.softroce.log glog=$OUT/$name.guest.log
+    log "case $name"
+    local saved=$CAPTURE_AT
+    CAPTURE_AT=wire
+    wire_capture_start "$pcap"
+    shim_cm_run "$prog" "$role" "$slog" "$glog" "$sargs" "$cargs"
+    wire_capture_stop
+    CAPTURE_AT=$saved
+    local detail="" cap row="" mads m clog
+    [ "$SRC" = 0 ] || detail+="shim $prog exit $SRC; "
+    [ "$GRC" = 0 ] || detail+="guest $prog exit $GRC; "
+    case $prog in
+        rping)
+            local count cping gping
+            count=$(sed -E 's/.*-C ([0-9]+).*/\1/' <<<"$cargs")
+            if [ "$role" = server ]; then
+                cping=$(guest_count "$glog" ping)
+                gping=$(grep -ac "^server ping data: rdma-ping-" "$slog" || true)
+            else
+                cping=$(grep -ac "^ping data: rdma-ping-" "$slog" || true)
+                gping=$(guest_count "$glog" srvping)
+            fi
+            [ "$cping" = "$count" ] || detail+="client printed $cping of $count pings; "
+            [ "$gping" = "$count" ] || detail+="server printed $gping of $count pings; "
+            row="$count pings printed and validated"
+            ;;
+        ucmatose | udaddy)
+            grep -q "data transfers complete" "$slog" || detail+="shim: no 'data transfers complete'; "
+            grep -q "return status 0" "$slog" || detail+="shim: no 'return status 0'; "
+            [ "$(guest_count "$glog" done)" -ge 1 ] || detail+="guest: no 'data transfers complete'; "
+            [ "$(guest_count "$glog" status0)" = 1 ] || detail+="guest: no 'return status 0'; "
+            row="data transfers complete, return status 0 at both ends"
+            ;;
+        ib_*)
+            row=$(grep -aE "^ *[0-9]+ +[0-9]+ +[0-9.]+" "$slog" | head -n 1 | tr -s ' \t' ' ' || true)
+            [ -n "$row" ] || detail+="no result from the shim end; "
+            tr -d '\r' <"$glog" | grep -qaE "^ *[0-9]+ +[0-9]+ +[0-9.]+" || detail+="no result from the guest; "
+            grep -q "Data ex. method : rdma_cm" "$slog" || detail+="exchange not over rdma_cm; "
+            row="\`${row# }\`; $(grep -a "ibv_wr\* API" "$slog" | tr -s ' ' | sed 's/^ //') (perftest turns it on only for mlx5, EFA and HNS devices, as on rxe)"
+            ;;
+    esac
+    cap=$(check_capture "$pcap") || detail+="capture: $cap; "
+    mads=$(cm_messages "$pcap")
+    for m in "${want[@]}"; do
+        [[ " $mads" == *" $m "* ]] || detail+="no $m in the capture; "
+    done
+    record_case "$name" "$prog (unmodified) on the shim, librdmacm" "$role" \
+        "$what (CM messages seen: ${mads% }), captured on the guest's link" "$detail" "pass: $row" \
+        "$cap" "$slog" "$glog"
+}
+
+shim_rdma_cm_group() {
+    local role shim_lib
+    shim_lib=$(dirname "$BIN")/libibverbs.so
+    [ -f "$shim_lib" ] || (cd "$ROOT" && cargo build --release --locked -p softroce-ibverbs)
+    for role in server client; do
+        shim_cm_case rping "$role" "RC, 10 pings of 64 B, -v -V" \
+            "-s -a @S@ -p $PORT -C 10 -S 64 -v" "-c -a @S@ -I @C@ -p $PORT -C 10 -S 64 -v -V" \
+            REQ REP RTU DREQ DREP
+        shim_cm_case rping "$role" "RC, 5 pings of 16000 B, -v -V" \
+            "-s -a @S@ -p $PORT -C 5 -S 16000 -v" "-c -a @S@ -I @C@ -p $PORT -C 5 -S 16000 -v -V" \
+            REQ REP RTU DREQ DREP
+        shim_cm_case ucmatose "$role" "RC, 2 connections, 10 messages of 1000 B each way on each" \
+            "-b @S@ -p $PORT -c 2 -C 10 -S 1000" "-s @S@ -b @C@ -p $PORT -c 2 -C 10 -S 1000" \
+            REQ REP RTU DREQ DREP
+        # udaddy has no port option: its port is 7174 in RDMA_PS_UDP.
+        CM_PORT=7174 shim_cm_case udaddy "$role" "UD over SIDR, 2 identifiers, 10 datagrams of 500 B each way on each" \
+            "-b @S@ -c 2 -C 10 -S 500" "-s @S@ -b @C@ -p 0x0111 -c 2 -C 10 -S 500" \
+            SIDR_REQ SIDR_REP
+        shim_cm_case ib_write_bw "$role" "RC, MTU 1024, 65536 B x 200, -R" \
+            "-F -x 1 -p $PORT -s 65536 -n 200 -R" "-F -x 1 -p $PORT -s 65536 -n 200 -R @S@" \
+            REQ REP RTU DREQ
+    done
+}
+if [ "$ONLY" = all ] || [ "$ONLY" = shim_rdma_cm ]; then
+    shim_rdma_cm_group
+fi
+
+# Memory windows and the extended work-request API against rxe (issue 22): sr_mwcheck
+# (tests/interop/mwcheck.c) in the guest on rxe and on the host under `softroce run` (the
+# libibverbs shim), the shim's end as the windows' owner (server) and as the accessor (client).
+# The owner binds a type 1 window (ibv_bind_mw) and two type 2 windows (ibv_wr_bind_mw), the
+# accessor WRITEs and READs through them; a WRITE past a window's end and one through a type 2
+# window from another QP are NAKed; then a rebind (type 1), LOCAL_INV (ibv_wr_local_inv) and the
+# accessor's SEND_WITH_INV (ibv_wr_send_inv) invalidate the keys, and accesses under them are
+# NAKed, with the owner's region checked byte for byte. The wire is captured.
+#   memwin_case ROLE
+memwin_case() {
+    local role=$1
+    local name="memwin_${role}"
+    local pcap=$OUT/$name.pcap slog=$OUT/$name.softroce.log glog=$OUT/$name.guest.log
+    # Against an rxe owner the accessor skips its WRITE past a window's end (rxe checks the
+    # region's range, not the window's: mwcheck.c says where), one check and one NAK fewer.
+    local prog=$OUT/sr_mwcheck what checks want_naks
+    if [ "$role" = server ]; then what=owner checks=10 want_naks=5; else what=accessor checks=12 want_naks=4; fi
+    log "case $name"
+    local saved=$CAPTURE_AT
+    CAPTURE_AT=wire
+    wire_capture_start "$pcap"
+    run_against_guest "$role" 0 "sr_mwcheck -p $PORT -x 1" "$slog" "$glog" \
+        run --bind "$HOST_IP" -- "$prog" -p "$PORT" -x 1
+    wire_capture_stop
+    CAPTURE_AT=$saved
+    local detail="" cap decoded naks inv
+    [ "$SRC" = 0 ] || detail+="shim sr_mwcheck exit $SRC; "
+    [ "$GRC" = 0 ] || detail+="guest sr_mwcheck exit $GRC; "
+    grep -q "^sr_mwcheck $what: $checks checks, all passed at this end, all passed at the peer" "$slog" ||
+        detail+="shim end: $(grep -a "^FAILED\|^sr_mwcheck" "$slog" | head -n 3 | tr '\n' ' '); "
+    cap=$(check_capture "$pcap") || detail+="capture: $cap; "
+    decoded=$("$BIN" decode "$pcap")
+    naks=$(grep -c "AETH(NAK remote-access-error" <<<"$decoded" || true)
+    inv=$(grep -c "SEND_ONLY_WITH_INVALIDATE" <<<"$decoded" || true)
+    [ "$naks" = "$want_naks" ] || detail+="$naks remote access error NAKs on the wire, $want_naks expected; "
+    [ "$inv" -ge 1 ] || detail+="no SEND_ONLY_WITH_INVALIDATE on the wire; "
+    local refused="a WRITE past a window's end and one from the wrong QP refused"
+    [ "$role" = client ] && refused="one from the wrong QP refused (past a window's end not probed: rxe lets it land)"
+    record_case "$name" "sr_mwcheck (libibverbs on rxe, the shim at softroce's end)" "$role" \
+        "RC, memory windows: type 1 (ibv_bind_mw) and type 2 (ibv_wr_bind_mw), WRITE and READ through them, $refused; rebind, LOCAL_INV and SEND_WITH_INV invalidate, then NAKs; every post through ibv_wr_*, completions through ibv_cq_ex; captured on the guest's link" \
+        "$detail" "pass: softroce as $what, $checks checks at its end and all at rxe's; $naks remote access error NAKs and $inv SEND_WITH_INVALIDATE on the wire" \
+        "$cap" "$slog" "$glog"
+}
+if [ "$ONLY" = all ] || [ "$ONLY" = memwin ]; then
+    gcc -O2 -Wall -o "$OUT/sr_mwcheck" "$HERE/mwcheck.c" -libverbs
+    for role in server client; do
+        memwin_case "$role"
+    done
 fi
 
 {
