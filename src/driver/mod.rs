@@ -11,6 +11,7 @@ pub(crate) mod gsi;
 pub mod impair;
 pub mod link;
 pub mod stats;
+pub mod thread;
 mod timer;
 pub mod udp;
 
@@ -112,13 +113,9 @@ pub(crate) fn open(cfg: &DeviceConfig) -> Result<(Arc<Device>, JoinHandle<()>)> 
     let handle = if cfg.busy_poll {
         *dev.engine.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(engine));
         let d = Arc::clone(&dev);
-        std::thread::Builder::new()
-            .name(name)
-            .spawn(move || engine::Engine::run_busy(d))
+        thread::spawn_settled(name, move || engine::Engine::run_busy(d))
     } else {
-        std::thread::Builder::new()
-            .name(name)
-            .spawn(move || engine.run())
+        thread::spawn_settled(name, move || engine.run())
     };
     match handle {
         Ok(h) => Ok((dev, h)),

@@ -58,9 +58,7 @@ pub(crate) fn register(dev: &Arc<Device>) {
     }
     LISTENER.call_once(|| {
         if let Ok(l) = bind() {
-            let _ = std::thread::Builder::new()
-                .name("softroce-stat".into())
-                .spawn(move || serve(l));
+            let _ = super::thread::spawn_settled("softroce-stat".into(), move || serve(l));
         }
     });
 }

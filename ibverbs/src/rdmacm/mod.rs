@@ -130,9 +130,7 @@ fn cm() -> Result<Arc<Cm>, c_int> {
         ids: Mutex::new(Vec::new()),
     });
     let d = Arc::clone(&cm);
-    std::thread::Builder::new()
-        .name("softroce-rdmacm".into())
-        .spawn(move || conn::dispatch(d))
+    softroce::driver::thread::spawn_settled("softroce-rdmacm".into(), move || conn::dispatch(d))
         .map_err(|_| libc::EAGAIN)?;
     // SAFETY: registers a function with no preconditions, defined in this object, which the
     // loader never unloads while the process runs (librdmacm is not dlclose'd by its users;
