@@ -1382,9 +1382,12 @@ fn forged_replayed_and_flooded_cm_messages_from_a_third_address_leave_connection
     vid2.accept(&ConnParam::default()).unwrap();
     get(&chh, EventKind::Established);
     get(&chv, EventKind::Established);
-    // And the honest peer's own DREQ still ends the first.
+    // And the honest peer's own DREQ still ends the first: DISCONNECTED, with the QP left
+    // to the application (as the kernel's rdma_cm), which then disconnects it too.
     hid.disconnect().unwrap();
     get(&chv, EventKind::Disconnected);
+    assert_eq!(vqp.query().qp_state, QpState::Rts);
+    vid.disconnect().unwrap();
     assert_eq!(vqp.query().qp_state, QpState::Err);
 }
 

@@ -469,7 +469,10 @@ impl Shared {
                 }),
             CmEvent::Disconnected { conn } => {
                 let id = self.id_of(conn)?;
-                id.to_error();
+                // The QP is left as it is: neither the kernel's rdma_cm nor librdmacm touch
+                // it on the peer's DREQ (only `rdma_disconnect` moves it to ERROR). Flushing
+                // its receives here put completions in the CQ of a QP that libfabric's rxm
+                // was closing, and rxm reposted their buffers on the closed endpoint.
                 lock(&id.st).phase = Phase::Disconnected;
                 Some(Self::event(id, EventKind::Disconnected, Vec::new()))
             }
