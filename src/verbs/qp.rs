@@ -328,8 +328,9 @@ impl QueuePair {
     }
 }
 
-/// How long destroying a UD or UC QP waits for the engine to send what was posted on it.
-const UNRELIABLE_SEND_AT_DESTROY: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long destroying a QP waits for the engine (to send what a UD or UC QP holds, and to
+/// finish a pass that may still serve the QP).
+const ENGINE_AT_DESTROY: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Drop for QueuePair {
     fn drop(&mut self) {
@@ -341,9 +342,14 @@ impl Drop for QueuePair {
             matches!(core.qp_type(), QpType::Ud | QpType::Uc) && core.send_queue_len() > 0
         };
         if unsent {
-            self.dev.settle(UNRELIABLE_SEND_AT_DESTROY);
+            self.dev.settle(ENGINE_AT_DESTROY);
         }
         self.dev.remove_qp(self.qpn);
+        // Once ibv_destroy_qp has returned, no completion of the QP may appear in a CQ (the
+        // application frees what its wr_ids point at: libfabric's verbs provider crashed on
+        // one). The engine serves QPs from its own copy of the table, so a pass in progress may
+        // still push one: wait for a pass that began after the removal.
+        self.dev.settle(ENGINE_AT_DESTROY);
         // Type 2 memory windows bound to this QP serve no later QP with its number.
         self.dev
             .mrs
