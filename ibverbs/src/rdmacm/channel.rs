@@ -125,6 +125,31 @@ impl Obj<Chan> {
         unsafe { libc::write(self.fd, &one as *const u64 as *const c_void, 8) };
     }
 
+    /// Drops the queued, not yet reported events about `id` and the connect requests queued
+    /// for it as a listener, as the kernel does when an identifier is destroyed
+    /// (`ucma_cleanup_ctx_events`): an application that destroyed an identifier never gets an
+    /// event naming it (its `context` is gone: libfabric's rxm crashed reading one). Returns
+    /// the identifiers of those connect requests, for the caller to destroy as the kernel
+    /// does. The eventfd keeps its count for them: a reader that takes one finds the queue
+    /// without that event and reads again (or gets EAGAIN on a non-blocking fd).
+    pub(super) fn purge(&self, id: &Obj<Id>) -> Vec<Arc<Obj<Id>>> {
+        let mut requests = Vec::new();
+        lock(&self.queue).retain(|Queued(b)| {
+            if ptr::eq(Arc::as_ptr(&b._id), id) {
+                return false;
+            }
+            if b._listen
+                .as_ref()
+                .is_some_and(|l| ptr::eq(Arc::as_ptr(l), id))
+            {
+                requests.push(Arc::clone(&b._id));
+                return false;
+            }
+            true
+        });
+        requests
+    }
+
     /// The channel's C handle.
     pub(super) fn raw(this: &Arc<Self>) -> *mut rdma_event_channel {
         Obj::handle(this)

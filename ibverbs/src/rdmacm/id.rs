@@ -321,9 +321,21 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
     let Some(obj) = handle::remove_in_use::<Id>(id) else {
         return fail(EINVAL);
     };
+    destroy(&obj);
+    0
+}
+
+/// Tears `obj` down (its handle already removed): the events queued about it go, connect
+/// requests queued for it as a listener are refused and their identifiers destroyed, its
+/// connection is ended or refused, its port freed.
+fn destroy(obj: &Arc<Obj<Id>>) {
+    for request in obj.chan().purge(obj) {
+        drop(handle::remove_in_use::<Id>(Obj::handle(&request)));
+        destroy(&request);
+    }
     let st = std::mem::take(&mut *lock(&obj.st));
     if let (Some(c), Ok(m)) = (&st.cm, cm()) {
-        m.forget(&obj);
+        m.forget(obj);
         if st.listening {
             c.stop_listening();
         } else if c.disconnect().is_err() {
@@ -340,7 +352,6 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         let ch = obj.chan();
         drop(handle::remove_in_use::<Chan>(Obj::handle(&ch)));
     }
-    0
 }
 
 /// Whether `ip` is an address of this host (binding a UDP socket to it succeeds).
