@@ -226,6 +226,9 @@ fn fi_pingpong_dgram_and_rdm_over_rxd_on_lo() {
     }
 }
 
+/// How many times a pair runs when it ends in libfabric 1.17's rxm teardown crash.
+const RXM_TEARDOWN_ATTEMPTS: usize = 3;
+
 #[test]
 fn fi_pingpong_msg_and_rdm_over_rxm_on_an_interface() {
     // ofi_rxm sizes its MSG CQ as tx size times FI_UNIVERSE_SIZE (256 by default), beyond
@@ -244,14 +247,32 @@ fn fi_pingpong_msg_and_rdm_over_rxm_on_an_interface() {
             cli = run_line("127.0.0.2", "fi_pingpong", &format!("{pp} 127.0.0.1")),
         );
         let dir = std::env::temp_dir().join(format!("softroce-fi-{}-{ep}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let out = in_netns(&format!("cd '{}'\n{script}", dir.display()));
-        let _ = std::fs::remove_dir_all(&dir);
-        assert!(out.contains("rc client 0 server 0"), "{ep}:\n{out}");
-        let (cli, srv) = out.split_once("--- server").unwrap();
-        assert!(
-            pingpong_row(cli, 100) && pingpong_row(srv, 100),
-            "{ep}: no result row\n{out}"
-        );
+        let mut crashes = Vec::new();
+        loop {
+            std::fs::create_dir_all(&dir).unwrap();
+            let out = in_netns(&format!("cd '{}'\n{script}", dir.display()));
+            let _ = std::fs::remove_dir_all(&dir);
+            let (cli, srv) = out.split_once("--- server").unwrap();
+            let rows = pingpong_row(cli, 100) && pingpong_row(srv, 100);
+            if out.contains("rc client 0 server 0") {
+                assert!(rows, "{ep}: no result row\n{out}");
+                break;
+            }
+            // libfabric 1.17's rxm closes a connection's endpoint on the peer's shutdown
+            // and only then drains the MSG CQ, reposting a receive that completed meanwhile
+            // on the closed endpoint: SIGSEGV at teardown, after both result rows, on any
+            // verbs device (ofiwg/libfabric issue 11828, fixed by PR 12674, not in Debian's
+            // 1.17). Such a run has shown the data path; it is run again, and must not
+            // always end so.
+            // (libpsm2, which libfabric loads, catches the signal, prints this and exits 1.)
+            let teardown_crash = rows && out.contains("terminated with signal 11");
+            assert!(teardown_crash, "{ep}:\n{out}");
+            crashes.push(out);
+            assert!(
+                crashes.len() < RXM_TEARDOWN_ATTEMPTS,
+                "{ep}: rxm teardown crash in every one of {RXM_TEARDOWN_ATTEMPTS} runs:\n{}",
+                crashes.join("\n=====\n")
+            );
+        }
     }
 }

@@ -640,10 +640,12 @@ fn qperf_cm1_rc_tests_between_two_shimmed_processes() {
     let mut all = String::new();
     for test in ["rc_bw", "rc_lat", "rc_rdma_write_bw"] {
         // A REQ that comes before the new child listens is refused (REJ): run it again, at
-        // most 3 times, as `serve` does.
+        // most 5 times, each a little later (the refused child must exit and the server
+        // start the next).
         let mut t = String::new();
         let mut ok = false;
-        for _ in 0..3 {
+        for attempt in 0..5u64 {
+            std::thread::sleep(Duration::from_millis(200 * attempt));
             let deadline = Instant::now() + Duration::from_secs(30);
             while device_up("127.0.0.23") && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(20));
