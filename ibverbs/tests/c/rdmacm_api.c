@@ -139,6 +139,20 @@ int main(int argc, char **argv)
 	FAILS(rdma_listen(ipoib, 1), ENOSYS);
 	CHECK(rdma_destroy_id(ipoib) == 0, "destroy ipoib");
 
+	/* An identifier destroyed with an event still queued: the event goes with it (the
+	 * kernel's ucma_cleanup_ctx_events), the channel has nothing for the application. */
+	struct rdma_cm_id *gone;
+	CHECK(rdma_create_id(ch, &gone, (void *)0x9abc, RDMA_PS_TCP) == 0, "create_id gone");
+	struct sockaddr_in gone_dst = sin_of(ip, 7391);
+	CHECK(rdma_resolve_addr(gone, NULL, (struct sockaddr *)&gone_dst, 1000) == 0,
+	      "resolve_addr gone");
+	struct pollfd gp = { .fd = ch->fd, .events = POLLIN };
+	CHECK(poll(&gp, 1, 5000) == 1, "ADDR_RESOLVED queued");
+	CHECK(rdma_destroy_id(gone) == 0, "destroy gone");
+	CHECK(fcntl(ch->fd, F_SETFL, fl | O_NONBLOCK) == 0, "fcntl");
+	FAILS(rdma_get_cm_event(ch, &ev), EAGAIN);
+	CHECK(fcntl(ch->fd, F_SETFL, fl) == 0, "fcntl");
+
 	/* Listen, then connect to ourselves through the device. */
 	CHECK(rdma_listen(listener, 4) == 0, "listen");
 	struct sockaddr_in dst = sin_of(ip, 7390);
