@@ -551,3 +551,88 @@ fn a_read_response_with_payload_for_an_atomic_write_is_a_bad_response() {
     );
     assert_eq!(p.a.qp.state(), QpState::Err);
 }
+
+/// Posts `opcode` on A with `flags` (SIGNALED added) and no SGEs.
+fn post_flags(p: &mut Pair, wr_id: u64, opcode: WrOpcode, flags: SendFlags) {
+    let wr = SendWr {
+        wr_id,
+        sg_list: &[],
+        opcode,
+        send_flags: flags | SendFlags::SIGNALED,
+    };
+    p.a.qp.post_send(&wr, &p.a.mrs).unwrap();
+}
+
+/// Index in the log of the first packet `op` sent towards B (`to_b`) or A.
+fn first_index(p: &Pair, to_b: bool, op: Opcode) -> usize {
+    p.log
+        .iter()
+        .position(|s| s.to_b == to_b && s.opcode == op)
+        .unwrap_or_else(|| panic!("{op:?} sent"))
+}
+
+#[test]
+fn a_fence_waits_for_an_atomic_write_but_not_for_a_flush() {
+    // rxe: ATOMIC WRITE takes an rd_atomic credit (rxe_requester gates RXE_ATOMIC_WRITE_MASK
+    // with check_init_depth) and a FENCE waits until every credit is back; FLUSH takes none.
+    let mut p = Pair::new(Mtu::Mtu1024);
+    let kb = p.b.mr.rkey;
+    post_flags(&mut p, 1, atomic_write(kb, 0x100, [1; 8]), SendFlags::EMPTY);
+    post_flags(&mut p, 2, WrOpcode::Send, SendFlags::FENCE);
+    post_recv(&mut p, 9, 0, 64);
+    p.drive();
+    assert_eq!(p.a.send_wcs.len(), 2);
+    assert!(
+        first_index(&p, false, Opcode::RC_RDMA_READ_RESPONSE_ONLY)
+            < first_index(&p, true, Opcode::RC_SEND_ONLY),
+        "the fenced SEND left after the ATOMIC WRITE's response"
+    );
+
+    let mut p = Pair::new(Mtu::Mtu1024);
+    let kf = flush_target(&mut p, AccessFlags::FLUSH_GLOBAL, AccessFlags::FLUSH_GLOBAL);
+    post_flags(
+        &mut p,
+        1,
+        flush(kf, 0, 64, feth::PLACEMENT_GLOBAL, feth::SELECTIVITY_RANGE),
+        SendFlags::EMPTY,
+    );
+    post_flags(&mut p, 2, WrOpcode::Send, SendFlags::FENCE);
+    post_recv(&mut p, 9, 0, 64);
+    p.drive();
+    assert_eq!(p.a.send_wcs.len(), 2);
+    assert!(
+        first_index(&p, true, Opcode::RC_SEND_ONLY)
+            < first_index(&p, false, Opcode::RC_RDMA_READ_RESPONSE_ONLY),
+        "the fenced SEND did not wait for the FLUSH"
+    );
+}
+
+#[test]
+fn atomic_writes_in_flight_are_bounded_by_max_rd_atomic() {
+    let mut p = Pair::new(Mtu::Mtu1024);
+    let kb = p.b.mr.rkey;
+    for i in 0..8u64 {
+        post(
+            &mut p,
+            true,
+            i,
+            atomic_write(kb, 8 * i, (i + 1).to_ne_bytes()),
+        );
+    }
+    // Before any response is back, A sends only max_rd_atomic (4) of them.
+    let mut buf = vec![0u8; MAX_PACKET];
+    let ep = Endpoint::new(p.a.addr, 4791, Arc::clone(&p.a.qp.counters));
+    let mut sent_now = 0;
+    while ep.poll_transmit(p.now, &mut p.a.qp, &mut buf).is_some() {
+        sent_now += 1;
+        assert!(sent_now <= 8, "bounded");
+    }
+    assert_eq!(sent_now, 4);
+    // Those four are lost; the retry and the rest then go through.
+    p.drive();
+    assert_eq!(p.a.send_wcs.len(), 8);
+    assert!(p.a.send_wcs.iter().all(|w| w.status == WcStatus::Success));
+    for i in 0..8u64 {
+        assert_eq!(p.b.mr.storage.load_u64(8 * i).unwrap(), i + 1);
+    }
+}
