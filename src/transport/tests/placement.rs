@@ -636,3 +636,112 @@ fn atomic_writes_in_flight_are_bounded_by_max_rd_atomic() {
         assert_eq!(p.b.mr.storage.load_u64(8 * i).unwrap(), i + 1);
     }
 }
+
+/// Hands B's responder a crafted request at the PSN it expects and returns its answer: the
+/// opcode and the AETH's verdict.
+fn answer(
+    p: &mut Pair,
+    opcode: Opcode,
+    reth: crate::wire::RethRepr,
+    feth: Option<FethRepr>,
+    payload: &[u8],
+) -> (Opcode, AckSyndrome) {
+    let pkt = PacketRepr {
+        bth: crate::wire::BthRepr {
+            opcode,
+            dest_qp: p.b.qp.qpn(),
+            psn: p.b.qp.resp.psn.value(),
+            ack_req: true,
+            ..Default::default()
+        },
+        ext: crate::wire::ExtHeaders {
+            reth: Some(reth),
+            feth,
+            ..Default::default()
+        },
+        payload,
+    };
+    let info = opcode.info().unwrap();
+    p.b.qp.responder_handle(&pkt, info, &p.b.mrs, None);
+    let mut buf = vec![0u8; MAX_PACKET];
+    let ep = Endpoint::new(p.b.addr, 4791, Arc::clone(&p.b.qp.counters));
+    let t = ep
+        .poll_transmit(p.now, &mut p.b.qp, &mut buf)
+        .expect("an answer");
+    let r = PacketRepr::parse(&buf[..t.len]).unwrap();
+    (r.bth.opcode, r.ext.aeth.expect("an AETH").kind())
+}
+
+#[test]
+fn crafted_requests_get_the_answers_rxe_gives() {
+    use crate::wire::{NakCode, RethRepr};
+    let invalid = (Opcode::RC_ACK, AckSyndrome::Nak(NakCode::InvalidRequest));
+    let is_ok = |a: (Opcode, AckSyndrome)| {
+        a.0 == Opcode::RC_RDMA_READ_RESPONSE_ONLY && matches!(a.1, AckSyndrome::Ack { .. })
+    };
+    let reth = |p: &Pair, off: u64, len: u32| RethRepr {
+        va: IOVA + off,
+        rkey: p.b.mr.rkey,
+        len,
+    };
+    // ATOMIC WRITE whose payload is shorter than its RETH (rxe RESPST_ERR_LENGTH), or whose
+    // RETH and payload agree on another length than 8: invalid request, nothing written.
+    for (len, payload) in [
+        (8u32, &[7u8; 4][..]),
+        (16, &[7u8; 16][..]),
+        (4, &[7u8; 4][..]),
+    ] {
+        let mut p = Pair::new(Mtu::Mtu1024);
+        let r = reth(&p, 0x100, len);
+        assert_eq!(
+            answer(&mut p, Opcode::RC_ATOMIC_WRITE, r, None, payload),
+            invalid,
+            "RETH {len}, payload {}",
+            payload.len()
+        );
+        assert_eq!(p.b.mr.storage.to_vec(0x100, 16).unwrap(), vec![0; 16]);
+        assert_eq!(p.b.qp.state(), QpState::Err);
+    }
+    // A well-formed one is answered by an empty READ RESPONSE ONLY.
+    let mut p = Pair::new(Mtu::Mtu1024);
+    let r = reth(&p, 0x100, 8);
+    assert!(is_ok(answer(
+        &mut p,
+        Opcode::RC_ATOMIC_WRITE,
+        r,
+        None,
+        &[7; 8]
+    )));
+    assert_eq!(p.b.mr.storage.to_vec(0x100, 8).unwrap(), vec![7; 8]);
+
+    // Responder resources: an ATOMIC WRITE needs max_dest_rd_atomic > 0, a FLUSH does not
+    // (rxe check_resource).
+    // (max_dest_rd_atomic is an RTR attribute: set on the connected QP as RTR would have.)
+    let mut p = Pair::new(Mtu::Mtu1024);
+    p.b.qp.attr.max_dest_rd_atomic = 0;
+    let r = reth(&p, 0x100, 8);
+    assert_eq!(
+        answer(&mut p, Opcode::RC_ATOMIC_WRITE, r, None, &[7; 8]),
+        invalid
+    );
+    let mut p = Pair::new(Mtu::Mtu1024);
+    let kf = flush_target(&mut p, AccessFlags::FLUSH_GLOBAL, AccessFlags::FLUSH_GLOBAL);
+    p.b.qp.attr.max_dest_rd_atomic = 0;
+    let global = Some(FethRepr {
+        selectivity: feth::SELECTIVITY_RANGE,
+        placement: feth::PLACEMENT_GLOBAL,
+    });
+    let r = RethRepr {
+        va: FLUSH_IOVA,
+        rkey: kf,
+        len: 64,
+    };
+    assert!(is_ok(answer(&mut p, Opcode::RC_FLUSH, r, global, &[])));
+    // A FLUSH announcing more than 2^31 bytes: invalid request (check_length, every RETH).
+    let r = RethRepr {
+        va: FLUSH_IOVA,
+        rkey: kf,
+        len: (1 << 31) + 1,
+    };
+    assert_eq!(answer(&mut p, Opcode::RC_FLUSH, r, global, &[]), invalid);
+}
