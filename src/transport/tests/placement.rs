@@ -745,3 +745,59 @@ fn crafted_requests_get_the_answers_rxe_gives() {
     };
     assert_eq!(answer(&mut p, Opcode::RC_FLUSH, r, global, &[]), invalid);
 }
+
+#[test]
+fn requests_are_bit_exact_with_rxe_layout() {
+    // rxe_opcode.c: RC ATOMIC WRITE is BTH, RETH, 8 bytes of payload; RC FLUSH is BTH, FETH,
+    // RETH and nothing else. A's first PSN is 0xFF_FFF0 and B's QPN 0x12 (the test pair).
+    let mut p = Pair::new(Mtu::Mtu1024);
+    let kb = p.b.mr.rkey;
+    let kf = flush_target(&mut p, AccessFlags::FLUSH_GLOBAL, AccessFlags::FLUSH_GLOBAL);
+    post(
+        &mut p,
+        true,
+        1,
+        atomic_write(kb, 0x40, *b"\x11\x22\x33\x44\x55\x66\x77\x88"),
+    );
+    post(
+        &mut p,
+        true,
+        2,
+        flush(
+            kf,
+            0x80,
+            0x1234,
+            feth::PLACEMENT_GLOBAL,
+            feth::SELECTIVITY_MR,
+        ),
+    );
+    let mut buf = vec![0u8; MAX_PACKET];
+    let ep = Endpoint::new(p.a.addr, 4791, Arc::clone(&p.a.qp.counters));
+    let k = |key: u32| key.to_be_bytes();
+
+    let t = ep.poll_transmit(p.now, &mut p.a.qp, &mut buf).unwrap();
+    let mut want = vec![
+        0x1D, 0x00, 0xFF, 0xFF, // opcode, SE/M/pad/TVer, P_Key
+        0x00, 0x00, 0x00, 0x12, // reserved, DestQP
+        0x80, 0xFF, 0xFF, 0xF0, // AckReq, PSN
+        0x00, 0x00, 0x7F, 0x00, 0x00, 0x00, 0x00, 0x40, // RETH VA
+    ];
+    want.extend_from_slice(&k(kb));
+    want.extend_from_slice(&[0, 0, 0, 8]); // RETH DMA length
+    want.extend_from_slice(b"\x11\x22\x33\x44\x55\x66\x77\x88");
+    assert_eq!(t.len, want.len() + 4, "headers, payload and the ICRC");
+    assert_eq!(&buf[..want.len()], &want[..]);
+
+    let t = ep.poll_transmit(p.now, &mut p.a.qp, &mut buf).unwrap();
+    let mut want = vec![
+        0x1C, 0x00, 0xFF, 0xFF, // opcode, SE/M/pad/TVer, P_Key
+        0x00, 0x00, 0x00, 0x12, // reserved, DestQP
+        0x80, 0xFF, 0xFF, 0xF1, // AckReq, PSN (one PSN after the ATOMIC WRITE)
+        0x00, 0x00, 0x00, 0x11, // FETH: selectivity 1 (region), placement 1 (global)
+        0x00, 0x00, 0x7E, 0x00, 0x00, 0x00, 0x00, 0x80, // RETH VA
+    ];
+    want.extend_from_slice(&k(kf));
+    want.extend_from_slice(&[0, 0, 0x12, 0x34]); // RETH DMA length
+    assert_eq!(t.len, want.len() + 4, "no payload (oA19-2)");
+    assert_eq!(&buf[..want.len()], &want[..]);
+}
