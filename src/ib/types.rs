@@ -501,7 +501,8 @@ impl WrOpcode {
             WrOpcode::Flush { .. } => WcOpcode::Flush,
         }
     }
-    /// Whether the WR is a READ or an atomic (limited by `max_rd_atomic`, subject to FENCE).
+    /// Whether the WR is a READ or an atomic: its response brings data back, and an ACK
+    /// past it means that response was lost (see also [`Self::holds_rd_atomic`]).
     pub fn is_read_or_atomic(self) -> bool {
         matches!(
             self,
