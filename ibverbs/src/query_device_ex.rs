@@ -2,8 +2,9 @@
 //! verbs.h calls (without it, verbs.h falls back to `ibv_query_device` and leaves every
 //! extended field 0, `phys_port_cnt_ex` included). Filled as rxe's provider fills it from the
 //! kernel's answer (`ibv_cmd_query_device_any`): the whole buffer zeroed, the legacy
-//! attributes, `device_cap_flags_ex` (the kernel passes its 64-bit device capability flags)
-//! and `phys_port_cnt_ex`; no on-demand paging, timestamps, TSO, RSS, tag matching, CQ
+//! attributes, `device_cap_flags_ex` (the kernel passes its 64-bit device capability flags:
+//! the legacy ones and, from Linux 6.2, rxe's ATOMIC WRITE and FLUSH bits) and
+//! `phys_port_cnt_ex`; no on-demand paging, timestamps, TSO, RSS, tag matching, CQ
 //! moderation or device memory, so those stay 0, and `comp_mask` stays 0 as libibverbs leaves
 //! it. Each extended field is written only if the caller's struct (`attr_size`) holds it whole.
 
@@ -12,6 +13,17 @@ use core::mem::{offset_of, size_of};
 use libc::{c_int, EINVAL};
 
 use crate::ffi::{ibv_context, ibv_device_attr, ibv_device_attr_ex, ibv_query_device_ex_input};
+
+/// `IB_UVERBS_DEVICE_FLUSH_GLOBAL`: FLUSH to global visibility (IBTA 1.5). rdma-core 44's
+/// headers lack the name; its libibverbs passes the kernel's 64-bit flags on as they are, so a
+/// program built against a later header sees the bit, as on rxe since Linux 6.2.
+const DEVICE_FLUSH_GLOBAL: u64 = 1 << 38;
+/// `IB_UVERBS_DEVICE_ATOMIC_WRITE` (IBTA 1.5 ATOMIC WRITE), likewise.
+const DEVICE_ATOMIC_WRITE: u64 = 1 << 40;
+/// The extended capabilities softroce has: rxe's `RXE_DEVICE_CAP_FLAGS` less
+/// `IB_DEVICE_FLUSH_PERSISTENT` (1 << 39), since softroce has no persistent memory to flush
+/// to (spec-notes/memory-placement.md rule 13).
+const DEVICE_CAP_FLAGS_EX: u64 = DEVICE_FLUSH_GLOBAL | DEVICE_ATOMIC_WRITE;
 
 /// The op's C type.
 pub(crate) type QueryDeviceExFn = unsafe extern "C" fn(
@@ -57,7 +69,7 @@ pub(crate) unsafe extern "C" fn query_device_ex(
         };
         put(
             offset_of!(ibv_device_attr_ex, device_cap_flags_ex),
-            &u64::from(orig.device_cap_flags).to_ne_bytes(),
+            &(u64::from(orig.device_cap_flags) | DEVICE_CAP_FLAGS_EX).to_ne_bytes(),
         );
         put(
             offset_of!(ibv_device_attr_ex, phys_port_cnt_ex),

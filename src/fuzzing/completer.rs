@@ -266,7 +266,7 @@ impl Harness {
     fn post(&mut self, p: &Post) {
         let remote_addr = IOVA + (p.remote as u64 & !7);
         let rkey = 0x1234;
-        let kind = p.kind % 8;
+        let kind = p.kind % 10;
         let (opcode, wc) = match kind {
             0 | 7 => (WrOpcode::Send, WcOpcode::Send),
             1 => (WrOpcode::SendWithImm { imm: p.remote }, WcOpcode::Send),
@@ -292,13 +292,32 @@ impl Harness {
                 },
                 WcOpcode::CompSwap,
             ),
-            _ => (
+            6 => (
                 WrOpcode::AtomicFetchAdd {
                     remote_addr,
                     rkey,
                     add: p.remote as u64 | 1,
                 },
                 WcOpcode::FetchAdd,
+            ),
+            // IBTA 1.5: no local buffer; answered by an empty READ RESPONSE ONLY.
+            8 => (
+                WrOpcode::AtomicWrite {
+                    remote_addr,
+                    rkey,
+                    data: (p.remote as u64 * 0x1_0000_0001).to_ne_bytes(),
+                },
+                WcOpcode::AtomicWrite,
+            ),
+            _ => (
+                WrOpcode::Flush {
+                    remote_addr,
+                    rkey,
+                    len: p.len as u32,
+                    placement: crate::wire::feth::PLACEMENT_GLOBAL,
+                    selectivity: crate::wire::feth::SELECTIVITY_RANGE,
+                },
+                WcOpcode::Flush,
             ),
         };
         let target = matches!(kind, 4..=6);

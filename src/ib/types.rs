@@ -501,7 +501,8 @@ impl WrOpcode {
             WrOpcode::Flush { .. } => WcOpcode::Flush,
         }
     }
-    /// Whether the WR is a READ or an atomic (limited by `max_rd_atomic`, subject to FENCE).
+    /// Whether the WR is a READ or an atomic: its response brings data back, and an ACK
+    /// past it means that response was lost (see also [`Self::holds_rd_atomic`]).
     pub fn is_read_or_atomic(self) -> bool {
         matches!(
             self,
@@ -511,10 +512,17 @@ impl WrOpcode {
         )
     }
     /// Whether the WR is an ATOMIC WRITE or a FLUSH: answered by an RDMA READ RESPONSE ONLY
-    /// without payload, but, as in rxe, neither counted in `max_rd_atomic` nor waited for by
-    /// a FENCE (rxe's WR_ATOMIC_OR_READ_MASK leaves them out).
+    /// without payload, but completed like a WRITE by a later ACK (rxe's completer leaves
+    /// them out of WR_ATOMIC_OR_READ_MASK).
     pub fn is_placement(self) -> bool {
         matches!(self, WrOpcode::AtomicWrite { .. } | WrOpcode::Flush { .. })
+    }
+    /// Whether the requester counts the WR against `max_rd_atomic` from its first packet to
+    /// its completion, and a FENCEd WR waits for it: READs, atomics and, as rxe's
+    /// rxe_requester gates `RXE_READ_OR_ATOMIC_MASK | RXE_ATOMIC_WRITE_MASK`, ATOMIC WRITE
+    /// (not FLUSH).
+    pub fn holds_rd_atomic(self) -> bool {
+        self.is_read_or_atomic() || matches!(self, WrOpcode::AtomicWrite { .. })
     }
     /// Whether the WR is executed locally, without a packet: BIND_MW and LOCAL_INV (rxe's
     /// `WR_LOCAL_OP_MASK`).

@@ -362,11 +362,24 @@ impl QpCore {
         self.progress(now);
     }
 
-    /// The ATOMIC WRITE or FLUSH in flight whose PSN is `psn`, if any.
+    /// The ATOMIC WRITE or FLUSH in flight whose PSN is `psn`, if any. The WQEs in flight are
+    /// in PSN order: the walk stops at the one whose range holds `psn` (for a READ response,
+    /// its READ, which is at or near the front), so a READ response costs no scan of the queue.
     fn placement_at(&self, psn: Psn) -> Option<usize> {
-        self.sq.iter().position(|w| {
-            w.state == SendState::InFlight && w.opcode.is_placement() && w.first_psn == psn
-        })
+        for (i, w) in self.sq.iter().enumerate() {
+            match w.state {
+                SendState::Done(_) => continue,
+                SendState::Posted => return None,
+                SendState::InFlight => {}
+            }
+            if psn.is_before(w.first_psn) {
+                return None;
+            }
+            if !psn.is_after(w.last_psn) {
+                return w.opcode.is_placement().then_some(i);
+            }
+        }
+        None
     }
 
     /// The response to an ATOMIC WRITE or FLUSH: an RDMA READ RESPONSE ONLY with an ACK

@@ -424,7 +424,7 @@ impl QpCore {
         while let Some(SendState::Done(status)) = self.sq.front().map(|w| w.state) {
             let w = self.sq.pop_front().expect("front exists");
             self.req.next = self.req.next.saturating_sub(1);
-            if w.opcode.is_read_or_atomic() && w.started {
+            if w.opcode.holds_rd_atomic() && w.started {
                 self.req.rd_atomic_outstanding -= 1;
             }
             if status == WcStatus::Success && !(w.signaled || self.cfg.sq_sig_all) {
@@ -553,9 +553,9 @@ impl QpCore {
                 "inline applies to SEND and WRITE only",
             ));
         }
-        if wr.opcode.is_read_or_atomic() && self.attr.max_rd_atomic == 0 {
+        if wr.opcode.holds_rd_atomic() && self.attr.max_rd_atomic == 0 {
             return Err(VerbsError::InvalidWr(
-                "READ or atomic on a QP whose max_rd_atomic is 0",
+                "READ, atomic or ATOMIC WRITE on a QP whose max_rd_atomic is 0",
             ));
         }
         let data = if let WrOpcode::AtomicWrite { data, .. } = wr.opcode {

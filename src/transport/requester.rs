@@ -185,11 +185,11 @@ impl QpCore {
             && wqe.read_done < self.req.offset)
     }
 
-    /// rxe check_init_depth: a READ or atomic starts only while fewer than `max_rd_atomic`
-    /// are outstanding.
+    /// rxe check_init_depth: a READ, atomic or ATOMIC WRITE starts only while fewer than
+    /// `max_rd_atomic` are outstanding.
     fn check_init_depth(&self, idx: usize) -> bool {
         !(self.starting(idx)
-            && self.sq[idx].opcode.is_read_or_atomic()
+            && self.sq[idx].opcode.holds_rd_atomic()
             && self.req.rd_atomic_outstanding >= self.attr.max_rd_atomic as u32)
     }
 
@@ -206,7 +206,7 @@ impl QpCore {
         wqe.first_psn = psn;
         wqe.last_psn = psn.add(packets_for(wqe.length, mtu) as u32 - 1);
         wqe.started = true;
-        if wqe.opcode.is_read_or_atomic() {
+        if wqe.opcode.holds_rd_atomic() {
             self.req.rd_atomic_outstanding += 1;
         }
     }

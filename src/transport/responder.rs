@@ -581,9 +581,10 @@ impl QpCore {
     /// Step 4 (rxe check_resource): a receive WQE for a SEND and for the packet of a WRITE
     /// with immediate that ends it (else RNR NAK on RC, the PSN not consumed; a drop on UC and
     /// UD); responder resources for a READ, atomic or ATOMIC WRITE (max_dest_rd_atomic > 0,
-    /// else invalid request; rxe asks none for a FLUSH although it saves one). RC only looks: it takes the WQE when the request executes, so that a fatal
-    /// error before that leaves it queued, to be flushed. UC and UD take it now, so that a
-    /// later check that fails gives it back or, with an SRQ, completes it with the error.
+    /// else invalid request; rxe asks none for a FLUSH although it saves one). RC only
+    /// looks: it takes the WQE when the request executes, so that a fatal error before that
+    /// leaves it queued, to be flushed. UC and UD take it now, so that a later check that
+    /// fails gives it back or, with an SRQ, completes it with the error.
     fn check_resource(&mut self, info: &OpcodeInfo) -> Result<(), Fault> {
         let rd_atomic = matches!(
             info.kind,

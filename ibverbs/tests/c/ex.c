@@ -434,6 +434,19 @@ static void qp_ex_rc(struct ibv_cq *scq, struct ibv_cq *rcq)
 	wc = poll1(scq);
 	CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 13 && wc.opcode == IBV_WC_ATOMIC_WRITE);
 	CHECK(*word == 0x0102030405060708ULL);
+	/* A NULL value pointer fails the batch (rxe's provider would read it); ibv_post_send with
+	 * IBV_WR_ATOMIC_WRITE is EINVAL (rxe's provider posts it without its key or value). */
+	ibv_wr_start(x);
+	ibv_wr_atomic_write(x, mr->rkey, rdst + 3072, NULL);
+	CHECK(ibv_wr_complete(x) == EINVAL);
+	struct ibv_sge aw_sge = {(uintptr_t)&value, 8, mr->lkey};
+	struct ibv_send_wr aw = {.wr_id = 14, .sg_list = &aw_sge, .num_sge = 1,
+				 .opcode = IBV_WR_ATOMIC_WRITE, .send_flags = IBV_SEND_SIGNALED};
+	aw.wr.rdma.remote_addr = rdst + 3072;
+	aw.wr.rdma.rkey = mr->rkey;
+	struct ibv_send_wr *bad = NULL;
+	CHECK(ibv_post_send(qa, &aw, &bad) == EINVAL && bad == &aw);
+	CHECK(*word == 0x0102030405060708ULL);
 
 	/* wr_abort: nothing of the batch goes out; the next batch does. */
 	ibv_wr_start(x);

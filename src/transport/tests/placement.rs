@@ -551,3 +551,253 @@ fn a_read_response_with_payload_for_an_atomic_write_is_a_bad_response() {
     );
     assert_eq!(p.a.qp.state(), QpState::Err);
 }
+
+/// Posts `opcode` on A with `flags` (SIGNALED added) and no SGEs.
+fn post_flags(p: &mut Pair, wr_id: u64, opcode: WrOpcode, flags: SendFlags) {
+    let wr = SendWr {
+        wr_id,
+        sg_list: &[],
+        opcode,
+        send_flags: flags | SendFlags::SIGNALED,
+    };
+    p.a.qp.post_send(&wr, &p.a.mrs).unwrap();
+}
+
+/// Index in the log of the first packet `op` sent towards B (`to_b`) or A.
+fn first_index(p: &Pair, to_b: bool, op: Opcode) -> usize {
+    p.log
+        .iter()
+        .position(|s| s.to_b == to_b && s.opcode == op)
+        .unwrap_or_else(|| panic!("{op:?} sent"))
+}
+
+#[test]
+fn a_fence_waits_for_an_atomic_write_but_not_for_a_flush() {
+    // rxe: ATOMIC WRITE takes an rd_atomic credit (rxe_requester gates RXE_ATOMIC_WRITE_MASK
+    // with check_init_depth) and a FENCE waits until every credit is back; FLUSH takes none.
+    let mut p = Pair::new(Mtu::Mtu1024);
+    let kb = p.b.mr.rkey;
+    post_flags(&mut p, 1, atomic_write(kb, 0x100, [1; 8]), SendFlags::EMPTY);
+    post_flags(&mut p, 2, WrOpcode::Send, SendFlags::FENCE);
+    post_recv(&mut p, 9, 0, 64);
+    p.drive();
+    assert_eq!(p.a.send_wcs.len(), 2);
+    assert!(
+        first_index(&p, false, Opcode::RC_RDMA_READ_RESPONSE_ONLY)
+            < first_index(&p, true, Opcode::RC_SEND_ONLY),
+        "the fenced SEND left after the ATOMIC WRITE's response"
+    );
+
+    let mut p = Pair::new(Mtu::Mtu1024);
+    let kf = flush_target(&mut p, AccessFlags::FLUSH_GLOBAL, AccessFlags::FLUSH_GLOBAL);
+    post_flags(
+        &mut p,
+        1,
+        flush(kf, 0, 64, feth::PLACEMENT_GLOBAL, feth::SELECTIVITY_RANGE),
+        SendFlags::EMPTY,
+    );
+    post_flags(&mut p, 2, WrOpcode::Send, SendFlags::FENCE);
+    post_recv(&mut p, 9, 0, 64);
+    p.drive();
+    assert_eq!(p.a.send_wcs.len(), 2);
+    assert!(
+        first_index(&p, true, Opcode::RC_SEND_ONLY)
+            < first_index(&p, false, Opcode::RC_RDMA_READ_RESPONSE_ONLY),
+        "the fenced SEND did not wait for the FLUSH"
+    );
+}
+
+#[test]
+fn atomic_writes_in_flight_are_bounded_by_max_rd_atomic() {
+    let mut p = Pair::new(Mtu::Mtu1024);
+    let kb = p.b.mr.rkey;
+    for i in 0..8u64 {
+        post(
+            &mut p,
+            true,
+            i,
+            atomic_write(kb, 8 * i, (i + 1).to_ne_bytes()),
+        );
+    }
+    // Before any response is back, A sends only max_rd_atomic (4) of them.
+    let mut buf = vec![0u8; MAX_PACKET];
+    let ep = Endpoint::new(p.a.addr, 4791, Arc::clone(&p.a.qp.counters));
+    let mut sent_now = 0;
+    while ep.poll_transmit(p.now, &mut p.a.qp, &mut buf).is_some() {
+        sent_now += 1;
+        assert!(sent_now <= 8, "bounded");
+    }
+    assert_eq!(sent_now, 4);
+    // Those four are lost; the retry and the rest then go through.
+    p.drive();
+    assert_eq!(p.a.send_wcs.len(), 8);
+    assert!(p.a.send_wcs.iter().all(|w| w.status == WcStatus::Success));
+    for i in 0..8u64 {
+        assert_eq!(p.b.mr.storage.load_u64(8 * i).unwrap(), i + 1);
+    }
+}
+
+/// Hands B's responder a crafted request at the PSN it expects and returns its answer: the
+/// opcode and the AETH's verdict.
+fn answer(
+    p: &mut Pair,
+    opcode: Opcode,
+    reth: crate::wire::RethRepr,
+    feth: Option<FethRepr>,
+    payload: &[u8],
+) -> (Opcode, AckSyndrome) {
+    let pkt = PacketRepr {
+        bth: crate::wire::BthRepr {
+            opcode,
+            dest_qp: p.b.qp.qpn(),
+            psn: p.b.qp.resp.psn.value(),
+            ack_req: true,
+            ..Default::default()
+        },
+        ext: crate::wire::ExtHeaders {
+            reth: Some(reth),
+            feth,
+            ..Default::default()
+        },
+        payload,
+    };
+    let info = opcode.info().unwrap();
+    p.b.qp.responder_handle(&pkt, info, &p.b.mrs, None);
+    let mut buf = vec![0u8; MAX_PACKET];
+    let ep = Endpoint::new(p.b.addr, 4791, Arc::clone(&p.b.qp.counters));
+    let t = ep
+        .poll_transmit(p.now, &mut p.b.qp, &mut buf)
+        .expect("an answer");
+    let r = PacketRepr::parse(&buf[..t.len]).unwrap();
+    (r.bth.opcode, r.ext.aeth.expect("an AETH").kind())
+}
+
+#[test]
+fn crafted_requests_get_the_answers_rxe_gives() {
+    use crate::wire::{NakCode, RethRepr};
+    let invalid = (Opcode::RC_ACK, AckSyndrome::Nak(NakCode::InvalidRequest));
+    let is_ok = |a: (Opcode, AckSyndrome)| {
+        a.0 == Opcode::RC_RDMA_READ_RESPONSE_ONLY && matches!(a.1, AckSyndrome::Ack { .. })
+    };
+    let reth = |p: &Pair, off: u64, len: u32| RethRepr {
+        va: IOVA + off,
+        rkey: p.b.mr.rkey,
+        len,
+    };
+    // ATOMIC WRITE whose payload is shorter than its RETH (rxe RESPST_ERR_LENGTH), or whose
+    // RETH and payload agree on another length than 8: invalid request, nothing written.
+    for (len, payload) in [
+        (8u32, &[7u8; 4][..]),
+        (16, &[7u8; 16][..]),
+        (4, &[7u8; 4][..]),
+    ] {
+        let mut p = Pair::new(Mtu::Mtu1024);
+        let r = reth(&p, 0x100, len);
+        assert_eq!(
+            answer(&mut p, Opcode::RC_ATOMIC_WRITE, r, None, payload),
+            invalid,
+            "RETH {len}, payload {}",
+            payload.len()
+        );
+        assert_eq!(p.b.mr.storage.to_vec(0x100, 16).unwrap(), vec![0; 16]);
+        assert_eq!(p.b.qp.state(), QpState::Err);
+    }
+    // A well-formed one is answered by an empty READ RESPONSE ONLY.
+    let mut p = Pair::new(Mtu::Mtu1024);
+    let r = reth(&p, 0x100, 8);
+    assert!(is_ok(answer(
+        &mut p,
+        Opcode::RC_ATOMIC_WRITE,
+        r,
+        None,
+        &[7; 8]
+    )));
+    assert_eq!(p.b.mr.storage.to_vec(0x100, 8).unwrap(), vec![7; 8]);
+
+    // Responder resources: an ATOMIC WRITE needs max_dest_rd_atomic > 0, a FLUSH does not
+    // (rxe check_resource).
+    // (max_dest_rd_atomic is an RTR attribute: set on the connected QP as RTR would have.)
+    let mut p = Pair::new(Mtu::Mtu1024);
+    p.b.qp.attr.max_dest_rd_atomic = 0;
+    let r = reth(&p, 0x100, 8);
+    assert_eq!(
+        answer(&mut p, Opcode::RC_ATOMIC_WRITE, r, None, &[7; 8]),
+        invalid
+    );
+    let mut p = Pair::new(Mtu::Mtu1024);
+    let kf = flush_target(&mut p, AccessFlags::FLUSH_GLOBAL, AccessFlags::FLUSH_GLOBAL);
+    p.b.qp.attr.max_dest_rd_atomic = 0;
+    let global = Some(FethRepr {
+        selectivity: feth::SELECTIVITY_RANGE,
+        placement: feth::PLACEMENT_GLOBAL,
+    });
+    let r = RethRepr {
+        va: FLUSH_IOVA,
+        rkey: kf,
+        len: 64,
+    };
+    assert!(is_ok(answer(&mut p, Opcode::RC_FLUSH, r, global, &[])));
+    // A FLUSH announcing more than 2^31 bytes: invalid request (check_length, every RETH).
+    let r = RethRepr {
+        va: FLUSH_IOVA,
+        rkey: kf,
+        len: (1 << 31) + 1,
+    };
+    assert_eq!(answer(&mut p, Opcode::RC_FLUSH, r, global, &[]), invalid);
+}
+
+#[test]
+fn requests_are_bit_exact_with_rxe_layout() {
+    // rxe_opcode.c: RC ATOMIC WRITE is BTH, RETH, 8 bytes of payload; RC FLUSH is BTH, FETH,
+    // RETH and nothing else. A's first PSN is 0xFF_FFF0 and B's QPN 0x12 (the test pair).
+    let mut p = Pair::new(Mtu::Mtu1024);
+    let kb = p.b.mr.rkey;
+    let kf = flush_target(&mut p, AccessFlags::FLUSH_GLOBAL, AccessFlags::FLUSH_GLOBAL);
+    post(
+        &mut p,
+        true,
+        1,
+        atomic_write(kb, 0x40, *b"\x11\x22\x33\x44\x55\x66\x77\x88"),
+    );
+    post(
+        &mut p,
+        true,
+        2,
+        flush(
+            kf,
+            0x80,
+            0x1234,
+            feth::PLACEMENT_GLOBAL,
+            feth::SELECTIVITY_MR,
+        ),
+    );
+    let mut buf = vec![0u8; MAX_PACKET];
+    let ep = Endpoint::new(p.a.addr, 4791, Arc::clone(&p.a.qp.counters));
+    let k = |key: u32| key.to_be_bytes();
+
+    let t = ep.poll_transmit(p.now, &mut p.a.qp, &mut buf).unwrap();
+    let mut want = vec![
+        0x1D, 0x00, 0xFF, 0xFF, // opcode, SE/M/pad/TVer, P_Key
+        0x00, 0x00, 0x00, 0x12, // reserved, DestQP
+        0x80, 0xFF, 0xFF, 0xF0, // AckReq, PSN
+        0x00, 0x00, 0x7F, 0x00, 0x00, 0x00, 0x00, 0x40, // RETH VA
+    ];
+    want.extend_from_slice(&k(kb));
+    want.extend_from_slice(&[0, 0, 0, 8]); // RETH DMA length
+    want.extend_from_slice(b"\x11\x22\x33\x44\x55\x66\x77\x88");
+    assert_eq!(t.len, want.len() + 4, "headers, payload and the ICRC");
+    assert_eq!(&buf[..want.len()], &want[..]);
+
+    let t = ep.poll_transmit(p.now, &mut p.a.qp, &mut buf).unwrap();
+    let mut want = vec![
+        0x1C, 0x00, 0xFF, 0xFF, // opcode, SE/M/pad/TVer, P_Key
+        0x00, 0x00, 0x00, 0x12, // reserved, DestQP
+        0x80, 0xFF, 0xFF, 0xF1, // AckReq, PSN (one PSN after the ATOMIC WRITE)
+        0x00, 0x00, 0x00, 0x11, // FETH: selectivity 1 (region), placement 1 (global)
+        0x00, 0x00, 0x7E, 0x00, 0x00, 0x00, 0x00, 0x80, // RETH VA
+    ];
+    want.extend_from_slice(&k(kf));
+    want.extend_from_slice(&[0, 0, 0x12, 0x34]); // RETH DMA length
+    assert_eq!(t.len, want.len() + 4, "no payload (oA19-2)");
+    assert_eq!(&buf[..want.len()], &want[..]);
+}

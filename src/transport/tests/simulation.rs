@@ -41,6 +41,8 @@ enum Kind {
     Write,
     Read,
     FetchAdd,
+    /// IBTA 1.5 ATOMIC WRITE of 8 bytes into the WR's slot on B.
+    AtomicWrite,
 }
 
 /// Slot size per WR in both regions (the largest message is 4 MTUs of 4096 at most).
@@ -60,9 +62,15 @@ fn run_seed(seed: u64) {
     let mut kinds = Vec::new();
     let mut lens = Vec::new();
     for i in 0..WRS {
-        let kind = [Kind::Send, Kind::Write, Kind::Read, Kind::FetchAdd][g.below(4) as usize];
+        let kind = [
+            Kind::Send,
+            Kind::Write,
+            Kind::Read,
+            Kind::FetchAdd,
+            Kind::AtomicWrite,
+        ][g.below(5) as usize];
         let len = match kind {
-            Kind::FetchAdd => 8,
+            Kind::FetchAdd | Kind::AtomicWrite => 8,
             _ => match g.below(4) {
                 0 => g.below(3) as u32,
                 1 => mtu_bytes,
@@ -95,6 +103,11 @@ fn run_seed(seed: u64) {
                 remote_addr: IOVA + 0xF_0000,
                 rkey,
                 add: 1 << i,
+            },
+            Kind::AtomicWrite => WrOpcode::AtomicWrite {
+                remote_addr: IOVA + slot,
+                rkey,
+                data: data[..8].try_into().unwrap(),
             },
         };
         post_send(&mut p, i, op, slot, len);
@@ -130,7 +143,7 @@ fn run_seed(seed: u64) {
         let want = pattern(seed * 100 + i, len);
         let slot = i * SLOT;
         match kinds[i as usize] {
-            Kind::Send | Kind::Write => {
+            Kind::Send | Kind::Write | Kind::AtomicWrite => {
                 assert_eq!(
                     p.b.mr.storage.to_vec(slot, len).unwrap(),
                     want,
