@@ -4,12 +4,14 @@
 # without congestion control and once with --cc dcqcn at both ends. Each flow's rate is sampled
 # every 100 ms with `softroce stat --qp` while the fixed transfer runs. Writes, into the output
 # directory:
-#   rates.csv    run,flow,t_s,mbps,dcqcn_mbps (the flow's new-data rate from its send PSN, and
-#                its DCQCN rate, empty at the line rate)
+#   rates.csv    run,flow,t_s,mbps,dcqcn_mbps (the flow's acknowledged-data rate from its
+#                PSNs, and its DCQCN rate, empty at the line rate)
 #   queue.csv    run,t_s,mean_queue_bytes (the mean depth the packets of each interval found)
 #   rates.svg    `softroce plot --time rates.csv`: one panel per run, one line per flow
 #   summary.md   per run: transfer time, goodput, queue max and mean, marks, drops,
-#                retransmissions, ACK timeouts, CNPs, Jain's fairness index of the flows' rates
+#                retransmissions, ACK timeouts, CNPs, Jain's fairness index of the flows' mean
+#                rates, and how steady the flows are (the coefficient of variation of each
+#                flow's 100 ms rates, averaged over the flows)
 #
 #   bash bench/cc-experiment.sh [--out DIR] [--flows N] [--mb-per-flow M] [--rate MBPS]
 #                               [--queue BYTES] [--mark BYTES] [--quick]
@@ -58,8 +60,8 @@ mkdir -p "$SOFTROCE_STAT_DIR"
 echo "run,flow,t_s,mbps,dcqcn_mbps" >"$OUT/rates.csv"
 echo "run,t_s,mean_queue_bytes" >"$OUT/queue.csv"
 {
-    echo "| run | transfer [s] | goodput [Mb/s] | queue max [KiB] | queue mean [KiB] | CE marks | drops | retransmitted | ACK timeouts | CNPs | Jain |"
-    echo "|---|---|---|---|---|---|---|---|---|---|---|"
+    echo "| run | transfer [s] | goodput [Mb/s] | queue max [KiB] | queue mean [KiB] | CE marks | drops | retransmitted | ACK timeouts | CNPs | Jain | rate CoV |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 } >"$OUT/summary.md"
 
 # one RUN CCFLAGS...: one server/client pair; appends to the CSVs and the summary.
@@ -104,13 +106,15 @@ one() {
         sleep 0.1
     done
     wait "$spid"
-    # Per flow: new-data rate from the send PSN (packets of MTU bytes), the DCQCN rate; the
+    # Per flow: acknowledged-data rate from the send PSNs (packets of MTU bytes), the DCQCN rate; the
     # queue's mean depth per interval from its cumulative counters.
     awk -v run="$run" -v t0="$t0" -v mtu="$MTU" -v rates="$OUT/rates.csv" -v queue="$OUT/queue.csv" '
         function field(name,   i) { for (i = 1; i < NF; i++) if ($i == name) return $(i + 1); return "" }
         $1 == "T" { t = $2 - t0; next }
         / qpn / {
-            q = field("qpn"); psn = field("sq_psn"); r = field("rate_mbps")
+            # Acknowledged PSN = next PSN - outstanding: unlike the next PSN, it never goes
+            # back when go-back-N resends.
+            q = field("qpn"); psn = (field("sq_psn") - field("outstanding") + 16777216) % 16777216; r = field("rate_mbps")
             if (q in lt) {
                 d = psn - lp[q]; if (d < 0) d += 16777216
                 dt = t - lt[q]
@@ -131,14 +135,19 @@ one() {
     local jain
     jain=$(awk -F, -v run="$run" '$1 == run { s[$2] += $4; n[$2]++ }
         END { for (f in s) { m = s[f] / n[f]; a += m; b += m * m; k++ } if (k && b) printf "%.3f", a * a / (k * b); else print "-" }' "$OUT/rates.csv")
+    # How steady each flow's rate is: the standard deviation of its 100 ms samples over
+    # their mean, averaged over the flows.
+    local cov
+    cov=$(awk -F, -v run="$run" '$1 == run { s[$2] += $4; q[$2] += $4 * $4; n[$2]++ }
+        END { for (f in s) { m = s[f] / n[f]; v = q[f] / n[f] - m * m; if (m > 0) { c += sqrt(v > 0 ? v : 0) / m; k++ } } if (k) printf "%.2f", c / k; else print "-" }' "$OUT/rates.csv")
     local pkts sum
     pkts=$(get "$c" bottleneck_pkts)
     sum=$(get "$c" bottleneck_queue_sum)
     awk -v run="$run" -v secs="$secs" -v bytes=$((FLOWS * ITERS * SIZE)) -v qmax="$(get "$c" bottleneck_queue_max)" \
         -v pkts="$pkts" -v sum="$sum" -v marks="$(get "$c" bottleneck_marked)" -v drops="$(get "$c" bottleneck_dropped)" \
-        -v rtx="$(get "$c" retransmit_pkts)" -v tmo="$(get "$c" timeouts)" -v cnps="$(get "$s" np_cnp_sent)" -v jain="$jain" \
-        'BEGIN { printf "| %s | %.2f | %.0f | %.0f | %.0f | %d | %d | %d | %d | %d | %s |\n",
-            run, secs, bytes * 8 / secs / 1e6, qmax / 1024, (pkts ? sum / pkts / 1024 : 0), marks, drops, rtx, tmo, cnps, jain }' \
+        -v rtx="$(get "$c" retransmit_pkts)" -v tmo="$(get "$c" timeouts)" -v cnps="$(get "$s" np_cnp_sent)" -v jain="$jain" -v cov="$cov" \
+        'BEGIN { printf "| %s | %.2f | %.0f | %.0f | %.0f | %d | %d | %d | %d | %d | %s | %s |\n",
+            run, secs, bytes * 8 / secs / 1e6, qmax / 1024, (pkts ? sum / pkts / 1024 : 0), marks, drops, rtx, tmo, cnps, jain, cov }' \
         >>"$OUT/summary.md"
 }
 
