@@ -14,8 +14,9 @@
 #                flow's 100 ms rates, averaged over the flows)
 #
 #   bash bench/cc-experiment.sh [--out DIR] [--flows N] [--mb-per-flow M] [--rate MBPS]
-#                               [--queue BYTES] [--mark BYTES] [--quick]
+#                               [--queue BYTES] [--mark BYTES] [--red KMAX PMAX] [--quick]
 #
+# --red KMAX PMAX marks as RED does between --mark (Kmin) and KMAX instead of a step at --mark.
 # Defaults: 4 flows of 192 MiB each through 1000 Mb/s, a 1 MiB queue marking above 32 KiB,
 # 64 KiB messages at MTU 4096; about 15 s per run. --quick (CI's smoke): 2 flows of 8 MiB.
 # DCQCN runs with mlx5-like slow-start parameters scaled to this path (CC_PARAMS below): the
@@ -34,6 +35,8 @@ MB=192
 RATE=1000
 QUEUE=$((1 << 20))
 MARK=$((32 << 10))
+MARK_MAX=
+MARK_PROB=1
 CC_PARAMS=${CC_PARAMS:-"rpg_max_rate=4000,rpg_time_reset=300,rpg_ai_rate=5,rpg_hai_rate=50,rpg_byte_reset=1000000,dce_tcp_rtt=300,rate_reduce_monitor_period=500"}
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -43,6 +46,7 @@ while [ $# -gt 0 ]; do
         --rate) RATE=$2; shift 2 ;;
         --queue) QUEUE=$2; shift 2 ;;
         --mark) MARK=$2; shift 2 ;;
+        --red) MARK_MAX=$2; MARK_PROB=$3; shift 3 ;;
         --quick) FLOWS=2; MB=8; shift ;;
         *) echo "cc-experiment.sh: unknown argument $1" >&2; exit 2 ;;
     esac
@@ -81,6 +85,7 @@ one() {
         # Not under `timeout`: stat needs softroce's own PID; the loop below is its deadline.
         "$SR" "${common[@]}" --json --bind 127.0.0.2 \
             --bottleneck "$RATE" --bottleneck-queue "$QUEUE" --bottleneck-mark "$MARK" \
+            --bottleneck-mark-max "${MARK_MAX:-$MARK}" --bottleneck-mark-prob "$MARK_PROB" \
             127.0.0.1 >"$TMP/$run.client.out" 2>"$TMP/$run.client.err" &
         cpid=$!
         started $cpid

@@ -132,6 +132,14 @@ fn bad_bottleneck_flags_are_refused_before_any_connection() {
             &["--bottleneck", "100", "--bottleneck-mark", "2000000"][..],
             "--bottleneck-mark 2000000: the marking threshold must be below --bottleneck-queue 1048576",
         ),
+        (
+            &["--bottleneck", "100", "--bottleneck-mark-max", "1000"][..],
+            "--bottleneck-mark-max 1000: RED's Kmax must lie between --bottleneck-mark 65536 and --bottleneck-queue 1048576",
+        ),
+        (
+            &["--bottleneck", "100", "--bottleneck-mark-max", "100000", "--bottleneck-mark-prob", "1.5"][..],
+            "--bottleneck-mark-prob 1.5: must be a probability in 0..1",
+        ),
     ] {
         for args in each_subcommand(extra) {
             let a: Vec<&str> = args.iter().map(String::as_str).collect();

@@ -53,9 +53,17 @@ pub struct DeviceArgs {
     /// The bottleneck's queue capacity in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = 1 << 20)]
     pub bottleneck_queue: u64,
-    /// The bottleneck's marking threshold K in bytes (step marking, as DCTCP's).
+    /// The bottleneck's marking threshold K in bytes (step marking, as DCTCP's; RED's Kmin
+    /// with --bottleneck-mark-max).
     #[arg(long, value_name = "BYTES", default_value_t = 64 << 10)]
     pub bottleneck_mark: u64,
+    /// RED marking instead of a step: from --bottleneck-mark up to this depth in bytes (Kmax)
+    /// a packet is marked with a probability rising to --bottleneck-mark-prob, above it always.
+    #[arg(long, value_name = "BYTES")]
+    pub bottleneck_mark_max: Option<u64>,
+    /// RED's marking probability at --bottleneck-mark-max (Pmax, 0..1).
+    #[arg(long, value_name = "P", default_value_t = 1.0)]
+    pub bottleneck_mark_prob: f64,
     /// Seed of the impairment's random choices.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
@@ -257,10 +265,25 @@ impl DeviceArgs {
                 self.bottleneck_mark, self.bottleneck_queue
             )));
         }
+        let kmax = self.bottleneck_mark_max.unwrap_or(self.bottleneck_mark);
+        if kmax < self.bottleneck_mark || kmax >= self.bottleneck_queue {
+            return Err(CliError::Usage(format!(
+                "--bottleneck-mark-max {kmax}: RED's Kmax must lie between --bottleneck-mark {} and --bottleneck-queue {}",
+                self.bottleneck_mark, self.bottleneck_queue
+            )));
+        }
+        let p = self.bottleneck_mark_prob;
+        if !(0.0..=1.0).contains(&p) {
+            return Err(CliError::Usage(format!(
+                "--bottleneck-mark-prob {p}: must be a probability in 0..1"
+            )));
+        }
         Ok(Some(Bottleneck {
             rate_bytes_per_sec: mbps * 1e6 / 8.0,
             limit_bytes: self.bottleneck_queue,
             mark_bytes: self.bottleneck_mark,
+            mark_max_bytes: kmax,
+            mark_max_prob: p,
         }))
     }
 

@@ -9,8 +9,8 @@
 //!
 //! A [`Bottleneck`] is a switch port in the path: a FIFO drained at a fixed rate that marks
 //! ECN Congestion Experienced on ECN-capable packets arriving while it holds more than K bytes
-//! (DCTCP-style step marking) and drops packets arriving to a full queue, one queue per
-//! direction. A mark on a sent packet reaches the peer in the IP header (the link sends each
+//! (DCTCP-style step marking, or RED's probability ramp up to Kmax) and drops packets arriving
+//! to a full queue, one queue per direction. A mark on a sent packet reaches the peer in the IP header (the link sends each
 //! datagram's TOS), one on a received packet is handed up with it, as the kernel reports it.
 
 use std::collections::VecDeque;
@@ -69,8 +69,28 @@ pub struct Bottleneck {
     /// The queue's capacity in bytes: a packet that would take it beyond is dropped.
     pub limit_bytes: u64,
     /// The marking threshold K in bytes: an ECN-capable packet (ECT(0) or ECT(1)) that
-    /// arrives while the queue holds more than K bytes leaves marked CE.
+    /// arrives while the queue holds more than K bytes leaves marked CE (with probability
+    /// `mark_max_prob` growing towards `mark_max_bytes`, when that lies above K: RED).
     pub mark_bytes: u64,
+    /// RED's Kmax: between K and this depth a packet is marked with a probability rising
+    /// linearly from 0 to `mark_max_prob`, above it always. At most K: step marking (DCTCP).
+    pub mark_max_bytes: u64,
+    /// RED's Pmax, the marking probability at `mark_max_bytes` (0..=1).
+    pub mark_max_prob: f64,
+}
+
+impl Bottleneck {
+    /// The probability that an ECN-capable packet arriving to `depth` queued bytes is marked.
+    fn mark_probability(&self, depth: u64) -> f64 {
+        if depth <= self.mark_bytes {
+            0.0
+        } else if depth > self.mark_max_bytes {
+            1.0
+        } else {
+            self.mark_max_prob * (depth - self.mark_bytes) as f64
+                / (self.mark_max_bytes - self.mark_bytes) as f64
+        }
+    }
 }
 
 /// One direction's queue: the instant the bytes in it will have drained. The depth at any
@@ -177,20 +197,21 @@ impl<L: Link> ImpairLink<L> {
         };
         // IP and UDP headers: the queue holds IP packets.
         let bytes = len as u64 + if ipv6 { 48 } else { 28 };
-        let q = &mut self.queues[usize::from(!outgoing)];
-        let depth = q.depth(now, b.rate_bytes_per_sec);
-        let c = &self.counters;
+        let depth = self.queues[usize::from(!outgoing)].depth(now, b.rate_bytes_per_sec);
         if depth + bytes > b.limit_bytes {
-            Counters::inc(&c.bottleneck_dropped);
+            Counters::inc(&self.counters.bottleneck_dropped);
             return Enqueued::Dropped;
         }
         let ecn_capable = !matches!(tos & ECN_MASK, 0 | ECN_CE);
-        let tos = if ecn_capable && depth > b.mark_bytes {
-            Counters::inc(&c.bottleneck_marked);
+        let p = b.mark_probability(depth);
+        let tos = if ecn_capable && (p >= 1.0 || self.chance(p)) {
+            Counters::inc(&self.counters.bottleneck_marked);
             tos | ECN_CE
         } else {
             tos
         };
+        let c = &self.counters;
+        let q = &mut self.queues[usize::from(!outgoing)];
         let start = q.drained_at.filter(|&t| t > now).unwrap_or(now);
         let leaves = start + Duration::from_secs_f64(bytes as f64 / b.rate_bytes_per_sec);
         q.drained_at = Some(leaves);
@@ -721,6 +742,8 @@ mod tests {
                 rate_bytes_per_sec: rate,
                 limit_bytes: limit,
                 mark_bytes: mark,
+                mark_max_bytes: mark,
+                mark_max_prob: 1.0,
             }),
             ..cfg(0.0, 0.0, 0.0, 0.0, 0)
         }
@@ -836,5 +859,62 @@ mod tests {
         .unwrap();
         assert_eq!(l.inner.sent_tos, [0x02]);
         assert_eq!(get(&c, "bottleneck_marked"), 3);
+    }
+
+    /// RED between Kmin = 10 000 and Kmax = 30 000 bytes with Pmax 0.5: none marked at or
+    /// below Kmin, about Pmax/2 half way, every one above Kmax; the probability ramp itself.
+    #[test]
+    fn red_marks_with_a_probability_rising_from_kmin_to_kmax() {
+        let b = Bottleneck {
+            rate_bytes_per_sec: 1e6,
+            limit_bytes: 1 << 30,
+            mark_bytes: 10_000,
+            mark_max_bytes: 30_000,
+            mark_max_prob: 0.5,
+        };
+        assert_eq!(b.mark_probability(10_000), 0.0);
+        assert_eq!(b.mark_probability(20_000), 0.25);
+        assert_eq!(b.mark_probability(30_000), 0.5);
+        assert_eq!(b.mark_probability(30_001), 1.0);
+        // Through the link: packets arriving at a fixed depth (the clock moves on by one
+        // packet time for each, so the queue stays where it is).
+        let marked_at = |depth: u64| {
+            let c = Arc::new(Counters::default());
+            let mut l = ImpairLink::new(
+                Script::default(),
+                Impairment {
+                    apply_to: Direction::Send,
+                    bottleneck: Some(b),
+                    ..cfg(0.0, 0.0, 0.0, 0.0, 0)
+                },
+                Arc::clone(&c),
+            );
+            let dst: SocketAddr = "127.0.0.2:4791".parse().unwrap();
+            let p = [0u8; 972];
+            let t0 = Instant::now();
+            let n = 4000u64;
+            for i in 0..(depth / 1000 + n) {
+                // The first depth/1000 packets fill the queue at t0; then one per ms.
+                let at = t0 + Duration::from_millis(i.saturating_sub(depth / 1000));
+                l.send(
+                    at,
+                    &OutDatagram {
+                        src_port: 1,
+                        dst,
+                        hop_limit: 0,
+                        traffic_class: 0x02,
+                        payload: &p,
+                    },
+                )
+                .unwrap();
+            }
+            (c.bottleneck_marked.load(Ordering::Relaxed), n)
+        };
+        // Below Kmin: never.
+        assert_eq!(marked_at(9_000).0, 0);
+        // At 20 000 bytes (half way): about a quarter of the packets.
+        let (m, n) = marked_at(20_000);
+        let share = m as f64 / n as f64;
+        assert!((0.2..0.3).contains(&share), "{m} of {n} marked at 20 000 B");
     }
 }
