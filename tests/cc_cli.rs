@@ -2,13 +2,15 @@
 //! every subcommand that opens a device, and `softroce run`'s, which it passes to the shim.
 //! Bad values fail before any connection with a message naming the flag and what it takes;
 //! `--cc dcqcn` on a real two-process run makes every packet leave ECN-capable and `none`
-//! leaves the traffic class alone.
+//! leaves the traffic class alone. Through the impairment layer's marking bottleneck, CE marks
+//! cross the kernel to the receiver, which answers with CNPs.
 
+use std::collections::HashMap;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{bin, finish, ok, ports, spawn};
+use common::{bin, counters, finish, ok, ports, spawn};
 
 fn s(v: &[&str]) -> Vec<String> {
     v.iter().map(|x| x.to_string()).collect()
@@ -112,6 +114,43 @@ fn bad_parameters_name_the_parameter_before_any_connection() {
 }
 
 #[test]
+fn bad_bottleneck_flags_are_refused_before_any_connection() {
+    for (extra, want) in [
+        (
+            &["--bottleneck", "0"][..],
+            "--bottleneck 0: the rate must be above 0 and at most 1000000 Mb/s",
+        ),
+        (
+            &["--bottleneck", "NaN"][..],
+            "--bottleneck NaN: the rate must be above 0",
+        ),
+        (
+            &["--bottleneck", "100", "--bottleneck-queue", "1000"][..],
+            "--bottleneck-queue 1000: the queue must hold at least 4208 bytes",
+        ),
+        (
+            &["--bottleneck", "100", "--bottleneck-mark", "2000000"][..],
+            "--bottleneck-mark 2000000: the marking threshold must be below --bottleneck-queue 1048576",
+        ),
+        (
+            &["--bottleneck", "100", "--bottleneck-mark-max", "1000"][..],
+            "--bottleneck-mark-max 1000: RED's Kmax must lie between --bottleneck-mark 65536 and --bottleneck-queue 1048576",
+        ),
+        (
+            &["--bottleneck", "100", "--bottleneck-mark-max", "100000", "--bottleneck-mark-prob", "1.5"][..],
+            "--bottleneck-mark-prob 1.5: must be a probability in 0..1",
+        ),
+    ] {
+        for args in each_subcommand(extra) {
+            let a: Vec<&str> = args.iter().map(String::as_str).collect();
+            let (code, e) = fails(&a);
+            assert_eq!(code, 1, "{a:?}: {e}");
+            assert!(e.contains(&format!("softroce: error: {want}")), "{a:?}: {e}");
+        }
+    }
+}
+
+#[test]
 fn run_checks_its_cc_flags_before_starting_the_program() {
     // The program would succeed: the failure must be the flag's, and come before it runs.
     let (code, e) = fails(&[
@@ -209,4 +248,91 @@ fn cc_dcqcn_on_the_command_line_marks_every_packet_ect0() {
     let off = perf_tos(&["--cc", "none"], "off");
     assert!(off.len() >= 100, "{} packets", off.len());
     assert!(off.iter().all(|&t| t == 0x60), "{off:x?}");
+}
+
+/// A `perf write` pair through a bottleneck on the client's sends (`extra` on both ends);
+/// returns the client's and the server's `--counters`.
+fn through_bottleneck(extra: &[&str]) -> (HashMap<String, u64>, HashMap<String, u64>) {
+    let (tcp, udp) = ports();
+    let args = |ip: &str| {
+        let mut v = s(&[
+            "perf",
+            "write",
+            "-q",
+            "2",
+            "-s",
+            "65536",
+            "-n",
+            "100",
+            "--counters",
+            "-p",
+            &tcp.to_string(),
+            "--roce-port",
+            &udp.to_string(),
+            "--bind",
+            ip,
+        ]);
+        v.extend(s(extra));
+        v
+    };
+    let server = spawn(&args("127.0.0.1"));
+    // 200 Mb/s with a 256 KiB queue: 13 MB take about 0.5 s at the bottleneck's rate, and a
+    // window of 2 x 128 x 64 KiB overflows the queue at once without a reaction.
+    let mut cv = args("127.0.0.2");
+    cv.extend(s(&[
+        "--bottleneck",
+        "200",
+        "--bottleneck-queue",
+        "262144",
+        "--bottleneck-mark",
+        "32768",
+        "127.0.0.1",
+    ]));
+    let t = Instant::now();
+    let c = loop {
+        let out = finish(spawn(&cv), "client", Duration::from_secs(120));
+        let refused = String::from_utf8_lossy(&out.stderr).contains("connect to");
+        if out.status.success() || !refused || t.elapsed() > Duration::from_secs(10) {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    ok(&c, "client through the bottleneck");
+    let sv = finish(server, "server", Duration::from_secs(60));
+    ok(&sv, "server");
+    (counters(&c), counters(&sv))
+}
+
+fn n(c: &HashMap<String, u64>, name: &str) -> u64 {
+    c.get(name).copied().unwrap_or(0)
+}
+
+#[test]
+fn the_bottleneck_marks_ce_across_the_kernel_and_dcqcn_answers() {
+    // With DCQCN: packets leave ECT(0), the bottleneck marks some CE, the kernel carries the
+    // mark to the server (np_ecn_marked_roce_packets), whose CNPs reach the client's reaction
+    // point. Every message completes (perf succeeded).
+    let (cl, sv) = through_bottleneck(&["--cc", "dcqcn"]);
+    let marked = n(&cl, "bottleneck_marked");
+    assert!(marked > 0, "{cl:?}");
+    // 100 messages of 64 KiB are at least 1600 packets at any MTU.
+    assert!(n(&cl, "bottleneck_pkts") >= 1600, "{cl:?}");
+    // Every mark the client's queue made arrived as one (a dropped retransmission aside, the
+    // loopback path loses none).
+    let seen = n(&sv, "np_ecn_marked_roce_packets");
+    assert!(seen > 0 && seen <= marked, "marked {marked}, seen {seen}");
+    assert!(n(&sv, "np_cnp_sent") > 0, "{sv:?}");
+    assert_eq!(
+        n(&cl, "rp_cnp_handled"),
+        n(&sv, "np_cnp_sent"),
+        "{cl:?} {sv:?}"
+    );
+    assert!(n(&cl, "bottleneck_queue_max") <= 262_144);
+
+    // Without congestion control nothing is ECN-capable: no marks, and the queue overflows.
+    let (cl, sv) = through_bottleneck(&[]);
+    assert_eq!(n(&cl, "bottleneck_marked"), 0, "{cl:?}");
+    assert_eq!(n(&sv, "np_ecn_marked_roce_packets"), 0, "{sv:?}");
+    assert!(n(&cl, "bottleneck_dropped") > 0, "{cl:?}");
+    assert!(n(&cl, "retransmit_pkts") > 0, "{cl:?}");
 }

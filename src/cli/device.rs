@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use softroce::driver::{DeviceConfig, Direction, Impairment};
+use softroce::driver::{Bottleneck, DeviceConfig, Direction, Impairment};
 use softroce::transport::cc::CcConfig;
 use softroce::transport::Counters;
 use softroce::verbs::Context;
@@ -44,6 +44,26 @@ pub struct DeviceArgs {
     /// Delay added to every impaired packet, in microseconds.
     #[arg(long, value_name = "US", default_value_t = 0)]
     pub delay_us: u64,
+    /// A bottleneck in the path: a queue drained at this many Mb/s (10^6 bit/s of IP packets)
+    /// that marks ECN CE on ECN-capable packets above --bottleneck-mark and drops at
+    /// --bottleneck-queue, in the direction(s) of --impair (one queue each). With --cc dcqcn
+    /// on both ends the senders slow down on its marks.
+    #[arg(long, value_name = "MBPS")]
+    pub bottleneck: Option<f64>,
+    /// The bottleneck's queue capacity in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = 1 << 20)]
+    pub bottleneck_queue: u64,
+    /// The bottleneck's marking threshold K in bytes (step marking, as DCTCP's; RED's Kmin
+    /// with --bottleneck-mark-max).
+    #[arg(long, value_name = "BYTES", default_value_t = 64 << 10)]
+    pub bottleneck_mark: u64,
+    /// RED marking instead of a step: from --bottleneck-mark up to this depth in bytes (Kmax)
+    /// a packet is marked with a probability rising to --bottleneck-mark-prob, above it always.
+    #[arg(long, value_name = "BYTES")]
+    pub bottleneck_mark_max: Option<u64>,
+    /// RED's marking probability at --bottleneck-mark-max (Pmax, 0..1).
+    #[arg(long, value_name = "P", default_value_t = 1.0)]
+    pub bottleneck_mark_prob: f64,
     /// Seed of the impairment's random choices.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
@@ -195,11 +215,13 @@ impl DeviceArgs {
                 )));
             }
         }
+        let bottleneck = self.bottleneck()?;
         let any = self.drop > 0.0
             || self.dup > 0.0
             || self.reorder > 0.0
             || self.corrupt > 0.0
-            || self.delay_us > 0;
+            || self.delay_us > 0
+            || bottleneck.is_some();
         if !any {
             return Ok(None);
         }
@@ -215,6 +237,53 @@ impl DeviceArgs {
                 ImpairDirection::Recv => Direction::Recv,
                 ImpairDirection::Both => Direction::Both,
             },
+            bottleneck,
+        }))
+    }
+
+    /// Checks the bottleneck flags.
+    fn bottleneck(&self) -> Result<Option<Bottleneck>, CliError> {
+        let Some(mbps) = self.bottleneck else {
+            return Ok(None);
+        };
+        if !(mbps > 0.0 && mbps <= 1e6) {
+            return Err(CliError::Usage(format!(
+                "--bottleneck {mbps}: the rate must be above 0 and at most 1000000 Mb/s"
+            )));
+        }
+        // At least one packet of the largest MTU with its headers.
+        const MIN_QUEUE: u64 = 4096 + 64 + 48;
+        if self.bottleneck_queue < MIN_QUEUE {
+            return Err(CliError::Usage(format!(
+                "--bottleneck-queue {}: the queue must hold at least {MIN_QUEUE} bytes (one 4096-byte packet)",
+                self.bottleneck_queue
+            )));
+        }
+        if self.bottleneck_mark >= self.bottleneck_queue {
+            return Err(CliError::Usage(format!(
+                "--bottleneck-mark {}: the marking threshold must be below --bottleneck-queue {}",
+                self.bottleneck_mark, self.bottleneck_queue
+            )));
+        }
+        let kmax = self.bottleneck_mark_max.unwrap_or(self.bottleneck_mark);
+        if kmax < self.bottleneck_mark || kmax >= self.bottleneck_queue {
+            return Err(CliError::Usage(format!(
+                "--bottleneck-mark-max {kmax}: RED's Kmax must lie between --bottleneck-mark {} and --bottleneck-queue {}",
+                self.bottleneck_mark, self.bottleneck_queue
+            )));
+        }
+        let p = self.bottleneck_mark_prob;
+        if !(0.0..=1.0).contains(&p) {
+            return Err(CliError::Usage(format!(
+                "--bottleneck-mark-prob {p}: must be a probability in 0..1"
+            )));
+        }
+        Ok(Some(Bottleneck {
+            rate_bytes_per_sec: mbps * 1e6 / 8.0,
+            limit_bytes: self.bottleneck_queue,
+            mark_bytes: self.bottleneck_mark,
+            mark_max_bytes: kmax,
+            mark_max_prob: p,
         }))
     }
 

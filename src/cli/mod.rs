@@ -6,6 +6,7 @@ pub mod device;
 pub mod perf;
 pub mod pingpong;
 pub mod plot;
+pub mod plot_time;
 pub mod qp_setup;
 pub mod rping;
 pub mod run;

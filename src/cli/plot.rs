@@ -17,8 +17,12 @@ pub struct PlotArgs {
     pub out: String,
     /// Runs to draw: FILE or FILE=LABEL, each FILE the `--json` output of one `softroce perf`
     /// run (the label defaults to the file name).
-    #[arg(required = true, value_name = "FILE[=LABEL]")]
+    #[arg(required_unless_present = "time", value_name = "FILE[=LABEL]")]
     pub runs: Vec<String>,
+    /// Instead: rates over time from a CSV with the columns run, flow, t_s and mbps (as
+    /// bench/cc-experiment.sh writes), one panel per run, one line per flow.
+    #[arg(long, value_name = "CSV", conflicts_with = "runs")]
+    pub time: Option<String>,
 }
 
 /// One line of the picture: a run's rows.
@@ -187,6 +191,9 @@ pub fn draw(out: &Path, series: &[Series]) -> Result<(), CliError> {
 
 /// Runs `softroce plot`.
 pub fn run(args: &PlotArgs) -> Result<(), CliError> {
+    if let Some(csv) = &args.time {
+        return super::plot_time::run(csv, &args.out);
+    }
     check_output(Path::new(&args.out))?;
     let mut series = Vec::new();
     for r in &args.runs {

@@ -4,8 +4,14 @@
 //! the device counters (`injected_*`).
 //!
 //! Corruption flips one bit of the RoCE packet, so the receiver's ICRC check must catch it.
-//! Held packets (delayed, reordered, duplicate copies) live in a bounded pool of reused
+//! Held packets (delayed, reordered, duplicate copies, queued) live in a bounded pool of reused
 //! buffers: beyond [`MAX_HELD`] a packet that would be held is dropped instead, and counted.
+//!
+//! A [`Bottleneck`] is a switch port in the path: a FIFO drained at a fixed rate that marks
+//! ECN Congestion Experienced on ECN-capable packets arriving while it holds more than K bytes
+//! (DCTCP-style step marking, or RED's probability ramp up to Kmax) and drops packets arriving
+//! to a full queue, one queue per direction. A mark on a sent packet reaches the peer in the IP header (the link sends each
+//! datagram's TOS), one on a received packet is handed up with it, as the kernel reports it.
 
 use std::collections::VecDeque;
 use std::io;
@@ -14,6 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::link::{InDatagram, Link, OutDatagram};
+use crate::transport::cc::{ECN_CE, ECN_MASK};
 use crate::transport::Counters;
 
 /// Most packets held at once.
@@ -49,6 +56,67 @@ pub struct Impairment {
     pub seed: u64,
     /// Which direction.
     pub apply_to: Direction,
+    /// A rate-limited, ECN-marking queue in the path (in each direction `apply_to` names).
+    pub bottleneck: Option<Bottleneck>,
+}
+
+/// A rate-limited FIFO with ECN step marking and tail drop (see the module documentation).
+/// Sizes count IP packets: the RoCE packet plus its UDP and IP headers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bottleneck {
+    /// The rate the queue drains at, bytes per second (above 0).
+    pub rate_bytes_per_sec: f64,
+    /// The queue's capacity in bytes: a packet that would take it beyond is dropped.
+    pub limit_bytes: u64,
+    /// The marking threshold K in bytes: an ECN-capable packet (ECT(0) or ECT(1)) that
+    /// arrives while the queue holds more than K bytes leaves marked CE (with probability
+    /// `mark_max_prob` growing towards `mark_max_bytes`, when that lies above K: RED).
+    pub mark_bytes: u64,
+    /// RED's Kmax: between K and this depth a packet is marked with a probability rising
+    /// linearly from 0 to `mark_max_prob`, above it always. At most K: step marking (DCTCP).
+    pub mark_max_bytes: u64,
+    /// RED's Pmax, the marking probability at `mark_max_bytes` (0..=1).
+    pub mark_max_prob: f64,
+}
+
+impl Bottleneck {
+    /// The probability that an ECN-capable packet arriving to `depth` queued bytes is marked.
+    fn mark_probability(&self, depth: u64) -> f64 {
+        if depth <= self.mark_bytes {
+            0.0
+        } else if depth > self.mark_max_bytes {
+            1.0
+        } else {
+            self.mark_max_prob * (depth - self.mark_bytes) as f64
+                / (self.mark_max_bytes - self.mark_bytes) as f64
+        }
+    }
+}
+
+/// One direction's queue: the instant the bytes in it will have drained. The depth at any
+/// instant follows from it, so no per-packet state is kept beyond the held packets.
+#[derive(Debug, Default, Clone, Copy)]
+struct Queue {
+    drained_at: Option<Instant>,
+}
+
+impl Queue {
+    /// Bytes still queued at `now`.
+    fn depth(&self, now: Instant, rate: f64) -> u64 {
+        match self.drained_at {
+            Some(t) if t > now => ((t - now).as_secs_f64() * rate).round() as u64,
+            _ => 0,
+        }
+    }
+}
+
+/// What the queue did with an arriving packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Enqueued {
+    /// Dropped: the queue was full.
+    Dropped,
+    /// Queued; leaves at this instant, with this TOS.
+    Leaves(Instant, u8),
 }
 
 #[derive(Debug)]
@@ -95,6 +163,8 @@ pub struct ImpairLink<L: Link> {
     counters: Arc<Counters>,
     held: VecDeque<Held>,
     pool: Vec<Vec<u8>>,
+    /// The bottleneck's queues: packets sent, packets received.
+    queues: [Queue; 2],
 }
 
 impl<L: Link> ImpairLink<L> {
@@ -107,7 +177,50 @@ impl<L: Link> ImpairLink<L> {
             counters,
             held: VecDeque::new(),
             pool: Vec::new(),
+            queues: [Queue::default(); 2],
         }
+    }
+
+    /// A packet of `len` bytes (the RoCE packet) with IP TOS `tos` arrives at the bottleneck
+    /// of its direction at `now`: dropped if the queue is full, else queued behind what is
+    /// there, marked CE if ECN-capable and the queue is above K. Counted either way.
+    fn enqueue(
+        &mut self,
+        outgoing: bool,
+        ipv6: bool,
+        len: usize,
+        tos: u8,
+        now: Instant,
+    ) -> Enqueued {
+        let Some(b) = self.cfg.bottleneck else {
+            return Enqueued::Leaves(now, tos);
+        };
+        // IP and UDP headers: the queue holds IP packets.
+        let bytes = len as u64 + if ipv6 { 48 } else { 28 };
+        let depth = self.queues[usize::from(!outgoing)].depth(now, b.rate_bytes_per_sec);
+        if depth + bytes > b.limit_bytes {
+            Counters::inc(&self.counters.bottleneck_dropped);
+            return Enqueued::Dropped;
+        }
+        let ecn_capable = !matches!(tos & ECN_MASK, 0 | ECN_CE);
+        let p = b.mark_probability(depth);
+        let tos = if ecn_capable && (p >= 1.0 || self.chance(p)) {
+            Counters::inc(&self.counters.bottleneck_marked);
+            tos | ECN_CE
+        } else {
+            tos
+        };
+        let c = &self.counters;
+        let q = &mut self.queues[usize::from(!outgoing)];
+        let start = q.drained_at.filter(|&t| t > now).unwrap_or(now);
+        let leaves = start + Duration::from_secs_f64(bytes as f64 / b.rate_bytes_per_sec);
+        q.drained_at = Some(leaves);
+        Counters::inc(&c.bottleneck_pkts);
+        c.bottleneck_queue_sum
+            .fetch_add(depth, std::sync::atomic::Ordering::Relaxed);
+        c.bottleneck_queue_max
+            .fetch_max(depth + bytes, std::sync::atomic::Ordering::Relaxed);
+        Enqueued::Leaves(leaves, tos)
     }
 
     fn next_u64(&mut self) -> u64 {
@@ -172,6 +285,7 @@ impl<L: Link> ImpairLink<L> {
 
     /// A packet went by in one direction: reordered packets of that direction may follow.
     fn passed(&mut self, outgoing: bool, now: Instant) {
+        let mut moved = false;
         for h in self
             .held
             .iter_mut()
@@ -179,16 +293,21 @@ impl<L: Link> ImpairLink<L> {
         {
             h.after_next = false;
             h.release = now;
+            moved = true;
         }
-        self.held.make_contiguous().sort_by_key(|h| h.release);
+        if moved {
+            self.held.make_contiguous().sort_by_key(|h| h.release);
+        }
     }
 
     /// Sends the held outgoing packets that are due.
     fn release_sends(&mut self, now: Instant) -> io::Result<()> {
+        // `held` is sorted by release time: only its due prefix need be looked at.
         while let Some(i) = self
             .held
             .iter()
-            .position(|h| h.outgoing && h.release <= now)
+            .take_while(|h| h.release <= now)
+            .position(|h| h.outgoing)
         {
             let h = self.held.remove(i).expect("index from position");
             let d = OutDatagram {
@@ -203,6 +322,20 @@ impl<L: Link> ImpairLink<L> {
             r?;
         }
         Ok(())
+    }
+
+    /// When a packet leaves that the queue lets go at `left` (`now` without a bottleneck):
+    /// any delay or reordering hold of its own starts then.
+    fn after_queue(
+        hold: Option<(Instant, bool)>,
+        left: Instant,
+        now: Instant,
+    ) -> Option<(Instant, bool)> {
+        match hold {
+            Some((at, after_next)) => Some((left + at.saturating_duration_since(now), after_next)),
+            None if left > now => Some((left, false)),
+            None => None,
+        }
     }
 
     /// Decides the fate of one packet; returns (deliver now, corrupt, duplicate, hold until).
@@ -272,14 +405,24 @@ impl<L: Link> Link for ImpairLink<L> {
             self.corrupt(&mut copy);
             payload = &copy;
         }
-        let route = Route {
+        let mut route = Route {
             src_port: d.src_port,
             peer: d.dst,
             local,
             hop_limit: d.hop_limit,
             traffic_class: d.traffic_class,
         };
-        match f.hold_until {
+        let mut hold_until = f.hold_until;
+        if self.applies(true) {
+            match self.enqueue(true, d.dst.is_ipv6(), payload.len(), d.traffic_class, now) {
+                Enqueued::Dropped => return Ok(()),
+                Enqueued::Leaves(at, tos) => {
+                    route.traffic_class = tos;
+                    hold_until = Self::after_queue(hold_until, at, now);
+                }
+            }
+        }
+        match hold_until {
             Some((at, after_next)) => {
                 self.hold(payload, at, after_next, true, route);
                 if f.dup {
@@ -306,7 +449,8 @@ impl<L: Link> Link for ImpairLink<L> {
             if let Some(i) = self
                 .held
                 .iter()
-                .position(|h| !h.outgoing && h.release <= now)
+                .take_while(|h| h.release <= now)
+                .position(|h| !h.outgoing)
             {
                 let h = self.held.remove(i).expect("index from position");
                 let len = h.buf.len().min(buf.len());
@@ -328,6 +472,17 @@ impl<L: Link> Link for ImpairLink<L> {
             if f.drop {
                 continue;
             }
+            let mut d = d;
+            let mut hold_until = f.hold_until;
+            if self.applies(false) {
+                match self.enqueue(false, d.src.is_ipv6(), d.len, d.traffic_class, now) {
+                    Enqueued::Dropped => continue,
+                    Enqueued::Leaves(at, tos) => {
+                        d.traffic_class = tos;
+                        hold_until = Self::after_queue(hold_until, at, now);
+                    }
+                }
+            }
             if f.corrupt {
                 let mut tmp = std::mem::take(&mut self.pool.pop().unwrap_or_default());
                 tmp.clear();
@@ -336,7 +491,7 @@ impl<L: Link> Link for ImpairLink<L> {
                 buf[..d.len].copy_from_slice(&tmp);
                 self.pool.push(tmp);
             }
-            match f.hold_until {
+            match hold_until {
                 Some((at, after_next)) => {
                     let data = buf[..d.len].to_vec();
                     self.hold(&data, at, after_next, false, Route::incoming(d));
@@ -379,7 +534,11 @@ mod tests {
     #[derive(Default)]
     struct Script {
         sent: Vec<Vec<u8>>,
+        /// The TOS each sent datagram went with.
+        sent_tos: Vec<u8>,
         incoming: VecDeque<Vec<u8>>,
+        /// The TOS the incoming datagrams arrive with.
+        in_tos: u8,
     }
 
     impl Link for Script {
@@ -391,6 +550,7 @@ mod tests {
         }
         fn send(&mut self, _now: Instant, d: &OutDatagram) -> io::Result<()> {
             self.sent.push(d.payload.to_vec());
+            self.sent_tos.push(d.traffic_class);
             Ok(())
         }
         fn recv(&mut self, _now: Instant, buf: &mut [u8]) -> io::Result<Option<InDatagram>> {
@@ -401,7 +561,7 @@ mod tests {
                     src: "127.0.0.2:49152".parse().unwrap(),
                     dst: "127.0.0.1:4791".parse().unwrap(),
                     hop_limit: 0,
-                    traffic_class: 0,
+                    traffic_class: self.in_tos,
                 }
             }))
         }
@@ -419,6 +579,7 @@ mod tests {
             delay: Duration::from_micros(delay_us),
             seed: 42,
             apply_to: Direction::Both,
+            bottleneck: None,
         }
     }
 
@@ -572,5 +733,188 @@ mod tests {
         }
         assert_eq!(l.held.len(), MAX_HELD);
         assert_eq!(c.injected_drop.load(Ordering::Relaxed), 10);
+    }
+
+    fn bottleneck(rate: f64, limit: u64, mark: u64, apply_to: Direction) -> Impairment {
+        Impairment {
+            apply_to,
+            bottleneck: Some(Bottleneck {
+                rate_bytes_per_sec: rate,
+                limit_bytes: limit,
+                mark_bytes: mark,
+                mark_max_bytes: mark,
+                mark_max_prob: 1.0,
+            }),
+            ..cfg(0.0, 0.0, 0.0, 0.0, 0)
+        }
+    }
+
+    fn get(c: &Counters, name: &str) -> u64 {
+        c.get(name).unwrap()
+    }
+
+    /// A burst into a 1 MB/s queue of 10 packets' room with K = 3 packets: the first four
+    /// pass unmarked, the next six are marked CE, the rest dropped; packets leave one per
+    /// millisecond (1000 bytes each with their IP and UDP headers), marks only on
+    /// ECN-capable ones.
+    #[test]
+    fn the_bottleneck_paces_marks_above_k_and_drops_at_the_limit() {
+        let c = Arc::new(Counters::default());
+        let mut l = ImpairLink::new(
+            Script::default(),
+            bottleneck(1e6, 10_000, 3_000, Direction::Send),
+            Arc::clone(&c),
+        );
+        let dst: SocketAddr = "127.0.0.2:4791".parse().unwrap();
+        let p = [7u8; 972];
+        let send = |l: &mut ImpairLink<Script>, at: Instant, tos: u8| {
+            l.send(
+                at,
+                &OutDatagram {
+                    src_port: 1,
+                    dst,
+                    hop_limit: 0,
+                    traffic_class: tos,
+                    payload: &p,
+                },
+            )
+            .unwrap()
+        };
+        let t0 = Instant::now();
+        for _ in 0..20 {
+            send(&mut l, t0, 0x02);
+        }
+        assert!(l.inner.sent.is_empty(), "nothing leaves before its time");
+        assert_eq!(get(&c, "bottleneck_pkts"), 10);
+        assert_eq!(get(&c, "bottleneck_marked"), 6);
+        assert_eq!(get(&c, "bottleneck_dropped"), 10);
+        assert_eq!(get(&c, "bottleneck_queue_max"), 10_000);
+        assert_eq!(get(&c, "bottleneck_queue_sum"), 45_000);
+        assert_eq!(l.poll_timeout(), Some(t0 + Duration::from_millis(1)));
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut buf = [0u8; 16];
+        l.recv(ms(5) - Duration::from_micros(1), &mut buf).unwrap();
+        assert_eq!(l.inner.sent_tos, [0x02; 4], "four left by 5 ms");
+        l.recv(ms(5), &mut buf).unwrap();
+        assert_eq!(l.inner.sent_tos, [0x02, 0x02, 0x02, 0x02, 0x03]);
+        // 5 ms in: 5000 bytes queued, above K. Not ECN-capable: queued unmarked; ECT(1):
+        // marked.
+        send(&mut l, ms(5), 0x00);
+        send(&mut l, ms(5), 0x01);
+        assert_eq!(get(&c, "bottleneck_marked"), 7);
+        l.recv(ms(100), &mut buf).unwrap();
+        assert_eq!(l.inner.sent.len(), 12);
+        assert_eq!(&l.inner.sent_tos[5..], [3, 3, 3, 3, 3, 0x00, 0x03]);
+        assert!(l.inner.sent.iter().all(|s| s[..] == p[..]));
+        assert!(l.poll_timeout().is_none());
+    }
+
+    /// The receive direction has its own queue: packets arriving ECT(0) faster than it drains
+    /// are handed up CE-marked, each at its departure time; sends are not queued.
+    #[test]
+    fn the_bottleneck_marks_received_packets_for_the_transport() {
+        let c = Arc::new(Counters::default());
+        let mut script = Script {
+            in_tos: 0x02,
+            ..Script::default()
+        };
+        for i in 0..4u8 {
+            script.incoming.push_back(vec![i; 472]);
+        }
+        let mut l = ImpairLink::new(
+            script,
+            bottleneck(1e6, 100_000, 0, Direction::Recv),
+            Arc::clone(&c),
+        );
+        let t0 = Instant::now();
+        let mut buf = [0u8; 1024];
+        assert!(l.recv(t0, &mut buf).unwrap().is_none(), "all queued");
+        let mut got = Vec::new();
+        for us in [499, 500, 1000, 1500, 2000] {
+            while let Some(d) = l.recv(t0 + Duration::from_micros(us), &mut buf).unwrap() {
+                got.push((us, buf[0], d.traffic_class));
+            }
+        }
+        // 500 bytes each at 1 MB/s: one every 500 us; the first found an empty queue.
+        assert_eq!(
+            got,
+            [
+                (500, 0, 0x02),
+                (1000, 1, 0x03),
+                (1500, 2, 0x03),
+                (2000, 3, 0x03)
+            ]
+        );
+        // Sends pass straight through.
+        l.send(
+            t0,
+            &OutDatagram {
+                src_port: 1,
+                dst: "127.0.0.2:4791".parse().unwrap(),
+                hop_limit: 0,
+                traffic_class: 0x02,
+                payload: &[1; 100],
+            },
+        )
+        .unwrap();
+        assert_eq!(l.inner.sent_tos, [0x02]);
+        assert_eq!(get(&c, "bottleneck_marked"), 3);
+    }
+
+    /// RED between Kmin = 10 000 and Kmax = 30 000 bytes with Pmax 0.5: none marked at or
+    /// below Kmin, about Pmax/2 half way, every one above Kmax; the probability ramp itself.
+    #[test]
+    fn red_marks_with_a_probability_rising_from_kmin_to_kmax() {
+        let b = Bottleneck {
+            rate_bytes_per_sec: 1e6,
+            limit_bytes: 1 << 30,
+            mark_bytes: 10_000,
+            mark_max_bytes: 30_000,
+            mark_max_prob: 0.5,
+        };
+        assert_eq!(b.mark_probability(10_000), 0.0);
+        assert_eq!(b.mark_probability(20_000), 0.25);
+        assert_eq!(b.mark_probability(30_000), 0.5);
+        assert_eq!(b.mark_probability(30_001), 1.0);
+        // Through the link: packets arriving at a fixed depth (the clock moves on by one
+        // packet time for each, so the queue stays where it is).
+        let marked_at = |depth: u64| {
+            let c = Arc::new(Counters::default());
+            let mut l = ImpairLink::new(
+                Script::default(),
+                Impairment {
+                    apply_to: Direction::Send,
+                    bottleneck: Some(b),
+                    ..cfg(0.0, 0.0, 0.0, 0.0, 0)
+                },
+                Arc::clone(&c),
+            );
+            let dst: SocketAddr = "127.0.0.2:4791".parse().unwrap();
+            let p = [0u8; 972];
+            let t0 = Instant::now();
+            let n = 4000u64;
+            for i in 0..(depth / 1000 + n) {
+                // The first depth/1000 packets fill the queue at t0; then one per ms.
+                let at = t0 + Duration::from_millis(i.saturating_sub(depth / 1000));
+                l.send(
+                    at,
+                    &OutDatagram {
+                        src_port: 1,
+                        dst,
+                        hop_limit: 0,
+                        traffic_class: 0x02,
+                        payload: &p,
+                    },
+                )
+                .unwrap();
+            }
+            (c.bottleneck_marked.load(Ordering::Relaxed), n)
+        };
+        // Below Kmin: never.
+        assert_eq!(marked_at(9_000).0, 0);
+        // At 20 000 bytes (half way): about a quarter of the packets.
+        let (m, n) = marked_at(20_000);
+        let share = m as f64 / n as f64;
+        assert!((0.2..0.3).contains(&share), "{m} of {n} marked at 20 000 B");
     }
 }

@@ -25,7 +25,7 @@ use std::thread::JoinHandle;
 
 pub(crate) use cq::CqInner;
 pub use device::node_guid;
-pub use impair::{Direction, ImpairLink, Impairment};
+pub use impair::{Bottleneck, Direction, ImpairLink, Impairment};
 pub use link::{InDatagram, Link, OutDatagram, RxBatch};
 pub use udp::UdpLink;
 

@@ -128,6 +128,17 @@ counters! {
     injected_corrupt,
     /// Packets the impairment layer delayed.
     injected_delay,
+    /// Packets that went through the impairment layer's bottleneck queue (not dropped).
+    bottleneck_pkts,
+    /// Packets the bottleneck marked ECN CE (its queue above the marking threshold).
+    bottleneck_marked,
+    /// Packets the bottleneck dropped (its queue full).
+    bottleneck_dropped,
+    /// The sum over `bottleneck_pkts` of the bytes queued when each arrived: divided by
+    /// `bottleneck_pkts`, the mean depth the packets found.
+    bottleneck_queue_sum,
+    /// The most bytes the bottleneck's queue held (a high-water mark, not a count).
+    bottleneck_queue_max,
 }
 
 impl Counters {
