@@ -36,12 +36,14 @@ use mio::{Events, Interest, Poll, Token};
 
 use super::device::{Device, QpEntry};
 use super::gsi::GSI_QPN;
-use super::link::{gso_run, GsoKey, Link, OutDatagram, RxBatch};
+use super::link::{gso_run, GatherRef, GsoKey, Link, OutDatagram, RxBatch};
 use super::timer::Timer;
 use crate::ib::WorkCompletion;
 use crate::transport::{
-    Counters, CqSide, DatagramEvent, Endpoint, IpFields, QpCore, QpSet, Transmit, MAX_PACKET,
+    Counters, CqSide, DatagramEvent, Endpoint, Gather, IpFields, QpCore, QpSet, Transmit,
+    MAX_PACKET,
 };
+use crate::wire::ICRC_LEN;
 
 /// Token of the link's sockets in the poll set (readable: datagrams; writable: send space).
 pub(crate) const SOCKET: Token = Token(0);
@@ -138,6 +140,9 @@ struct TxBatch {
     /// The IPv4 identification each packet's ICRC was computed for (0 from the transport;
     /// see `Engine::reseal`).
     ids: Vec<u16>,
+    /// Each packet's payload left in its region, if it was (`Gather`; only when the link
+    /// gathers): the slot then holds the headers, the pad and the ICRC.
+    gathers: Vec<Option<Gather>>,
     /// Packets before this one are sent.
     head: usize,
     /// An empty vector kept for its allocation: the datagram list of each flush (see
@@ -151,6 +156,7 @@ impl TxBatch {
             buf: vec![0u8; TX_SLOTS * MAX_PACKET],
             meta: Vec::with_capacity(TX_SLOTS),
             ids: Vec::with_capacity(TX_SLOTS),
+            gathers: Vec::with_capacity(TX_SLOTS),
             head: 0,
             spare: Vec::with_capacity(TX_SLOTS),
         }
@@ -158,6 +164,14 @@ impl TxBatch {
 
     fn pending(&self) -> bool {
         self.head < self.meta.len()
+    }
+
+    /// Forgets every packet (all sent or lost).
+    fn clear(&mut self) {
+        self.meta.clear();
+        self.ids.clear();
+        self.gathers.clear();
+        self.head = 0;
     }
 
     /// The next free slot, if any.
@@ -203,6 +217,9 @@ pub(crate) struct Engine {
     gsi_deadline: Option<Instant>,
     /// The UDP source port QP1 sends from, once the link has prepared it.
     gsi_port: Option<u16>,
+    /// The link sends payloads from their regions (`Link::gathers`): RC payloads are not
+    /// copied into the transmit batch.
+    gather: bool,
 }
 
 impl std::fmt::Debug for Engine {
@@ -224,6 +241,7 @@ impl Engine {
         poll.registry()
             .register(&mut timer, TIMER, Interest::READABLE)?;
         let endpoint = Endpoint::new(dev.local, dev.remote_port, Arc::clone(&dev.counters));
+        let gather = link.gathers();
         Ok(Engine {
             dev,
             poll,
@@ -246,6 +264,7 @@ impl Engine {
             gsi_due: false,
             gsi_deadline: None,
             gsi_port: None,
+            gather,
         })
     }
 
@@ -535,11 +554,20 @@ impl Engine {
                             full = true;
                             break;
                         };
-                        let Some(t) = self.endpoint.poll_transmit(now, &mut core, slot) else {
-                            break;
+                        let (t, g) = if self.gather {
+                            match self.endpoint.poll_transmit_gather(now, &mut core, slot) {
+                                Some(tg) => tg,
+                                None => break,
+                            }
+                        } else {
+                            match self.endpoint.poll_transmit(now, &mut core, slot) {
+                                Some(t) => (t, None),
+                                None => break,
+                            }
                         };
                         self.tx.meta.push(t);
                         self.tx.ids.push(0);
+                        self.tx.gathers.push(g);
                         budget -= 1;
                     }
                 }
@@ -612,36 +640,70 @@ impl Engine {
             };
             self.tx.meta.push(t);
             self.tx.ids.push(0);
+            self.tx.gathers.push(None);
         }
         self.gsi_deadline = g.deadline();
         drop(g);
         self.dev.gsi.events.notify_all();
     }
 
-    /// Sends the batch's pending packets. Stops at EAGAIN or ENOBUFS, keeping the rest.
+    /// Sends the batch's pending packets. Stops at EAGAIN or ENOBUFS, keeping the rest. The
+    /// regions that gathered payloads come from are pinned for the send; a packet whose region
+    /// the application took back meanwhile is lost (counted in `send_err`), as one the wire
+    /// dropped, and its request fails on the retransmission's read.
     fn flush(&mut self) {
         if !self.tx.pending() {
             return;
         }
         self.reseal(self.tx.head);
+        let n = self.tx.meta.len();
+        let mut pins: [Option<crate::memory::Pinned<'_>>; TX_SLOTS] = [const { None }; TX_SLOTS];
+        let mut refs: [Option<GatherRef>; TX_SLOTS] = [None; TX_SLOTS];
+        // Packets from `end` on wait for the next flush: the one at `end` cannot be sent.
+        let mut end = n;
+        for i in self.tx.head..n {
+            let Some(g) = &self.tx.gathers[i] else {
+                continue;
+            };
+            let pinned = g.bytes.pin().ok();
+            let Some(ptr) = pinned.as_ref().and_then(|p| p.ptr(g.offset, g.len)) else {
+                end = i;
+                break;
+            };
+            refs[i] = Some(GatherRef {
+                at: g.at,
+                ptr,
+                len: g.len,
+            });
+            pins[i] = pinned;
+        }
         // The datagram list borrows the batch buffer; it reuses the allocation of `spare`
         // (an empty vector of any lifetime has the same layout), so a flush allocates nothing.
         let mut ds: Vec<OutDatagram<'_>> = std::mem::take(&mut self.tx.spare)
             .into_iter()
             .map(|_| unreachable!("spare is empty"))
             .collect();
-        ds.extend(self.tx.meta.iter().enumerate().map(|(i, t)| OutDatagram {
-            src_port: t.src_port,
-            dst: t.dst,
-            hop_limit: t.hop_limit,
-            traffic_class: t.traffic_class,
-            payload: &self.tx.buf[i * MAX_PACKET..i * MAX_PACKET + t.len],
+        ds.extend(self.tx.meta[..end].iter().enumerate().map(|(i, t)| {
+            // A gathered packet's slot holds all of it but the payload.
+            let len = t.len - refs[i].map_or(0, |g| g.len);
+            OutDatagram {
+                src_port: t.src_port,
+                dst: t.dst,
+                hop_limit: t.hop_limit,
+                traffic_class: t.traffic_class,
+                payload: &self.tx.buf[i * MAX_PACKET..i * MAX_PACKET + len],
+            }
         }));
         let at = Instant::now();
         let mut head = self.tx.head;
         while head < ds.len() {
-            let (n, err) = self.link.send_batch(at, &ds[head..]);
-            head += n;
+            let (sent, err) = if self.gather {
+                self.link
+                    .send_gathered(at, &ds[head..], &refs[head..ds.len()])
+            } else {
+                self.link.send_batch(at, &ds[head..])
+            };
+            head += sent;
             let Some(e) = err else { continue };
             if e.kind() == io::ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOBUFS) {
                 // Back-pressure, not loss: keep the packet for when there is room.
@@ -659,10 +721,14 @@ impl Engine {
         }
         ds.clear();
         self.tx.spare = ds.into_iter().map(|_| unreachable!("cleared")).collect();
-        if head >= self.tx.meta.len() {
-            self.tx.meta.clear();
-            self.tx.ids.clear();
-            self.tx.head = 0;
+        drop(pins);
+        if head == end && end < n && !self.blocked {
+            // Everything before it went: the packet whose region is gone is lost.
+            Counters::inc(&self.dev.counters.send_err);
+            head += 1;
+        }
+        if head >= n {
+            self.tx.clear();
         } else {
             self.tx.head = head;
             if !self.blocked {
@@ -701,7 +767,21 @@ impl Engine {
                 let t = tx.meta[k];
                 if tx.ids[k] != id && t.dst.is_ipv4() {
                     let slot = &mut tx.buf[k * MAX_PACKET..(k + 1) * MAX_PACKET];
-                    crate::wire::icrc::reseal_ipv4_id(&mut slot[..t.len], tx.ids[k], id);
+                    match &tx.gathers[k] {
+                        // The ICRC ends the slot's bytes, which lack the payload.
+                        Some(g) => {
+                            let icrc = t.len - g.len - ICRC_LEN;
+                            crate::wire::icrc::reseal_ipv4_id_of(
+                                &mut slot[icrc..icrc + ICRC_LEN],
+                                t.len - ICRC_LEN,
+                                tx.ids[k],
+                                id,
+                            );
+                        }
+                        None => {
+                            crate::wire::icrc::reseal_ipv4_id(&mut slot[..t.len], tx.ids[k], id)
+                        }
+                    }
                 }
                 tx.ids[k] = id;
             }
@@ -795,6 +875,7 @@ mod tests {
             traffic_class: 0,
         });
         e.tx.ids.push(0);
+        e.tx.gathers.push(None);
     }
 
     #[test]

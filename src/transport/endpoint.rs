@@ -23,7 +23,7 @@ use std::time::Duration;
 use super::cc::{self, CcConfig};
 use super::counters::Counters;
 use super::mr::MrTable;
-use super::qp::{rxe_hash_port, NetHeader, QpCore, Transmit};
+use super::qp::{rxe_hash_port, Gather, NetHeader, QpCore, Transmit};
 use crate::ib::QpType;
 use crate::wire::bth::DEFAULT_PKEY;
 use crate::wire::deth::GSI_QKEY;
@@ -146,6 +146,28 @@ impl Endpoint {
         Some(t)
     }
 
+    /// As [`Endpoint::poll_transmit`], but an RC request's payload may be left in its region
+    /// ([`QpCore::poll_transmit_gather`]): then `buf` holds the headers, the pad and the ICRC
+    /// (the layout [`Gather`] describes), the ICRC computed over the payload where it lies,
+    /// read once; the caller sends the payload from there.
+    pub fn poll_transmit_gather(
+        &self,
+        now: Duration,
+        qp: &mut QpCore,
+        buf: &mut [u8],
+    ) -> Option<(Transmit, Option<Gather>)> {
+        if self.cc.enabled {
+            // Congestion control's pacing and marking: the copying path.
+            return self.poll_transmit(now, qp, buf).map(|t| (t, None));
+        }
+        let (t, g) = qp.poll_transmit_gather(now, buf)?;
+        match &g {
+            Some(g) => self.seal_gathered(&t, g, buf),
+            None => self.seal(&t, buf),
+        }
+        Some((t, g))
+    }
+
     /// Builds QP1's packet for a MAD the communication manager sends to `to`: a UD SEND ONLY
     /// from QP1 to QP1 with the GSI Q_Key, from UDP port `src_port`, sealed, in `buf` (at
     /// least [`super::MAX_PACKET`] bytes).
@@ -202,6 +224,27 @@ impl Endpoint {
         if !icrc::seal_socket_datagram(src, t.dst, pkt) {
             pkt[t.len - ICRC_LEN..].fill(0);
         }
+    }
+
+    /// [`Endpoint::seal`] for a packet whose payload is gathered from a region (`g`): the
+    /// ICRC goes in the last four bytes of the buffer's part after the headers. A region
+    /// taken back since the packet was built leaves the ICRC zero (and the send fails on
+    /// it, `Pinned`).
+    pub fn seal_gathered(&self, t: &Transmit, g: &Gather, buf: &mut [u8]) {
+        let src = SocketAddr::new(self.local.ip(), t.src_port);
+        let tail = t.len - g.at - g.len;
+        let (head, rest) = buf.split_at_mut(g.at);
+        let tail = &mut rest[..tail];
+        let crc = icrc::socket_datagram_icrc_parts(
+            src,
+            t.dst,
+            t.len,
+            head,
+            |crc| g.bytes.crc(g.offset, g.len, crc).ok(),
+            tail,
+        );
+        let n = tail.len();
+        tail[n - ICRC_LEN..].copy_from_slice(&crc.unwrap_or([0; ICRC_LEN]));
     }
 
     /// Handles one received datagram: `data` (BTH .. ICRC) from `remote` to `local` with the IP
