@@ -894,6 +894,66 @@ mod tests {
         );
     }
 
+    /// Datagrams whose payload is gathered from a region reach the peer whole, the region's
+    /// bytes between their own, in a GSO run and alone, beside a whole datagram.
+    #[test]
+    fn gathered_payloads_arrive_between_their_datagrams_bytes() {
+        let mut peer = UdpLink::bind("127.0.23.1:0".parse().unwrap()).unwrap();
+        let mut a = UdpLink::bind("127.0.23.2:0".parse().unwrap()).unwrap();
+        assert!(a.gathers());
+        let sport = a.prepare_source_port(0xC417).unwrap();
+        let region = crate::memory::SharedBytes::new(4096);
+        let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
+        region.write(0, &pattern).unwrap();
+        let pinned = region.pin().unwrap();
+        let g = |off: u64, at: usize, len: usize| {
+            Some(GatherRef {
+                at,
+                ptr: pinned.ptr(off, len).unwrap(),
+                len,
+            })
+        };
+        // Three of one length (a GSO run: 20 + 1000 + 8 bytes each), a shorter one that ends
+        // the run, and a whole datagram.
+        let own: [&[u8]; 5] = [
+            &[1; 28][..],
+            &[2; 28][..],
+            &[3; 28][..],
+            &[4; 12][..],
+            b"whole datagram",
+        ];
+        let gathers = [
+            g(0, 20, 1000),
+            g(1000, 20, 1000),
+            g(2001, 20, 1000),
+            g(3001, 4, 17),
+            None,
+        ];
+        let dst = peer.local_addr();
+        let ds: Vec<OutDatagram> = own
+            .iter()
+            .map(|p| OutDatagram {
+                src_port: sport,
+                dst,
+                hop_limit: 0,
+                traffic_class: 0,
+                payload: p,
+            })
+            .collect();
+        let (sent, err) = a.send_gathered(Instant::now(), &ds, &gathers);
+        assert!(err.is_none(), "{err:?}");
+        assert_eq!(sent, 5);
+        drop(pinned);
+        for (p, gr) in own.iter().zip(gathers) {
+            let mut want = p.to_vec();
+            if let Some(gr) = gr {
+                let off = gr.ptr as usize - region.addr() as usize;
+                want.splice(gr.at..gr.at, pattern[off..off + gr.len].iter().copied());
+            }
+            assert_eq!(recv_with_ip_fields(&mut peer).0, want);
+        }
+    }
+
     #[test]
     fn ipv4_receives_report_ttl_and_tos() {
         received_ip_fields_are_reported("127.0.0.6:0", "127.0.0.7:0");

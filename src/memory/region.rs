@@ -390,6 +390,31 @@ mod tests {
     }
 
     #[test]
+    fn crc_reads_the_bytes_it_covers_at_every_alignment() {
+        let m = SharedBytes::new(700);
+        let data: Vec<u8> = (0..700u32).map(|i| (i * 31 + 5) as u8).collect();
+        m.write(0, &data).unwrap();
+        for start in 0..17usize {
+            for len in [0, 1, 7, 8, 9, 100, 127, 128, 129, 300, 683 - start] {
+                let mut h = crc32fast::Hasher::new_with_initial(0x1234_5678);
+                h.update(&data[start..start + len]);
+                assert_eq!(
+                    m.crc(start as u64, len, 0x1234_5678).unwrap(),
+                    h.finalize(),
+                    "start {start} len {len}"
+                );
+            }
+        }
+        assert!(m.crc(690, 11, 0).is_err(), "bounds are checked");
+        let p = m.pin().unwrap();
+        assert_eq!(
+            p.ptr(8, 692),
+            Some(m.addr() as *const u8).map(|b| b.wrapping_add(8))
+        );
+        assert_eq!(p.ptr(8, 693), None);
+    }
+
+    #[test]
     fn partial_writes_keep_neighbouring_bytes() {
         let m = SharedBytes::new(24);
         m.fill(0, 24, 0xEE).unwrap();
