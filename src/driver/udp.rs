@@ -70,6 +70,9 @@ pub struct UdpLink {
     names: Vec<SockAddr>,
     /// Most datagrams per GSO send; 1 when the kernel lacks UDP GSO.
     gso_segments: usize,
+    /// Whether the engine may hand over payloads to gather from their regions
+    /// ([`UdpLink::enable_gather`]).
+    gather: bool,
 }
 
 fn set_int_opt(
@@ -304,6 +307,7 @@ impl UdpLink {
             registry: None,
             names: Vec::with_capacity(MMSG_BATCH),
             gso_segments: if gso { GSO_MAX_SEGMENTS } else { 1 },
+            gather: false,
         })
     }
 
@@ -471,6 +475,14 @@ impl UdpLink {
         set_int_opt(&s, libc::SOL_UDP, UDP_GRO, 1).is_ok()
     }
 
+    /// Lets the engine send RC payloads straight from their regions (sendmmsg iovecs that
+    /// point into them; `Link::send_gathered`) instead of copies in its transmit batch. Off
+    /// by default: on the machine measured it cost more CPU than the copy (BENCHMARKS.md,
+    /// issue #23); `SOFTROCE_GATHER=1` turns it on for a device (`driver::open`).
+    pub fn enable_gather(&mut self) {
+        self.gather = true;
+    }
+
     /// Sends every packet as its own datagram, even where the kernel offers UDP GSO.
     pub fn disable_gso(&mut self) {
         self.gso_segments = 1;
@@ -599,7 +611,7 @@ impl Link for UdpLink {
     }
 
     fn gathers(&self) -> bool {
-        true
+        self.gather
     }
 
     fn send_gathered(
@@ -900,6 +912,8 @@ mod tests {
     fn gathered_payloads_arrive_between_their_datagrams_bytes() {
         let mut peer = UdpLink::bind("127.0.23.1:0".parse().unwrap()).unwrap();
         let mut a = UdpLink::bind("127.0.23.2:0".parse().unwrap()).unwrap();
+        assert!(!a.gathers(), "off unless asked for");
+        a.enable_gather();
         assert!(a.gathers());
         let sport = a.prepare_source_port(0xC417).unwrap();
         let region = crate::memory::SharedBytes::new(4096);
