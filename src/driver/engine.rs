@@ -809,6 +809,8 @@ mod tests {
         errors: VecDeque<io::ErrorKind>,
         sent: Arc<Mutex<Vec<Vec<u8>>>>,
         gso: usize,
+        /// Takes gathered payloads (and assembles them as the kernel would).
+        gather: bool,
     }
 
     impl Link for Scripted {
@@ -833,6 +835,31 @@ mod tests {
         }
         fn gso_max_segments(&self) -> usize {
             self.gso
+        }
+        fn gathers(&self) -> bool {
+            self.gather
+        }
+        fn send_gathered(
+            &mut self,
+            now: Instant,
+            ds: &[OutDatagram],
+            gathers: &[Option<GatherRef>],
+        ) -> (usize, Option<io::Error>) {
+            for (i, d) in ds.iter().enumerate() {
+                let Some(g) = gathers.get(i).copied().flatten() else {
+                    if let Err(e) = self.send(now, d) {
+                        return (i, Some(e));
+                    }
+                    continue;
+                };
+                let mut whole = d.payload[..g.at].to_vec();
+                // SAFETY: the engine keeps the region pinned across the call and `ptr` is
+                // valid for `len` bytes (GatherRef); nothing writes the region in this test.
+                whole.extend_from_slice(unsafe { std::slice::from_raw_parts(g.ptr, g.len) });
+                whole.extend_from_slice(&d.payload[g.at..]);
+                self.sent.lock().unwrap().push(whole);
+            }
+            (ds.len(), None)
         }
     }
 
@@ -905,6 +932,7 @@ mod tests {
             errors: VecDeque::from([io::ErrorKind::WouldBlock]),
             sent: Arc::clone(&sent),
             gso: 1,
+            gather: false,
         });
         queue_packet(&mut e, 1);
         queue_packet(&mut e, 2);
@@ -928,6 +956,7 @@ mod tests {
             errors: VecDeque::from([io::ErrorKind::PermissionDenied]),
             sent: Arc::clone(&sent),
             gso: 1,
+            gather: false,
         });
         for tag in 1..=3 {
             queue_packet(&mut e, tag);
@@ -946,6 +975,7 @@ mod tests {
             errors: VecDeque::new(),
             sent: Arc::clone(&sent),
             gso: 3,
+            gather: false,
         });
         for tag in 0..5 {
             queue_packet(&mut e, tag);
@@ -966,5 +996,75 @@ mod tests {
             verdicts,
             [Exact, RecoveredId(1), RecoveredId(2), Exact, RecoveredId(1)]
         );
+    }
+
+    /// Puts a WRITE MIDDLE in the batch whose 1000-byte payload stays in `region` from
+    /// `offset` (a gathered packet, sealed for identification 0).
+    fn queue_gathered(e: &mut Engine, region: &Arc<crate::memory::SharedBytes>, offset: u64) {
+        let dst: SocketAddr = "127.0.0.2:4791".parse().unwrap();
+        let (at, len) = (12, 1000);
+        let t = Transmit {
+            len: at + len + ICRC_LEN,
+            dst,
+            src_port: 49152,
+            hop_limit: 0,
+            traffic_class: 0,
+        };
+        let g = Gather {
+            bytes: Arc::clone(region),
+            offset,
+            len,
+            at,
+        };
+        let slot = e.tx.free_slot().unwrap();
+        slot[..at + ICRC_LEN].fill(0);
+        slot[0] = 0x07; // RC RDMA WRITE MIDDLE
+        e.endpoint.seal_gathered(&t, &g, slot);
+        e.tx.meta.push(t);
+        e.tx.ids.push(0);
+        e.tx.gathers.push(Some(g));
+    }
+
+    /// Gathered packets go out whole (headers, the region's bytes, ICRC), sealed for the GSO
+    /// identifications of their runs; one whose region the application took back is lost
+    /// and counted, and the others still go.
+    #[test]
+    fn gathered_packets_are_resealed_and_a_revoked_region_loses_only_its_own() {
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let mut e = engine(Scripted {
+            errors: VecDeque::new(),
+            sent: Arc::clone(&sent),
+            gso: 3,
+            gather: true,
+        });
+        let owned = Arc::new(crate::memory::SharedBytes::new(4096));
+        let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 5 + 2) as u8).collect();
+        owned.write(0, &pattern).unwrap();
+        let mut app = vec![0xA5u8; 2048];
+        // SAFETY: `app` outlives the region, which is revoked (and dropped) before it.
+        let foreign =
+            Arc::new(unsafe { crate::memory::SharedBytes::foreign(app.as_mut_ptr(), app.len()) });
+        for k in 0..4 {
+            queue_gathered(&mut e, &owned, k * 1000);
+        }
+        queue_gathered(&mut e, &foreign, 0);
+        foreign.revoke();
+        e.flush();
+        assert!(!e.tx.pending());
+        assert_eq!(e.dev.counters.get("send_err"), Some(1), "the revoked one");
+        let src: SocketAddr = "127.0.0.1:49152".parse().unwrap();
+        let dst: SocketAddr = "127.0.0.2:4791".parse().unwrap();
+        let sent = sent.lock().unwrap();
+        use crate::wire::icrc::SocketVerdict::{Exact, RecoveredId};
+        let verdicts: Vec<_> = sent
+            .iter()
+            .map(|p| crate::wire::icrc::verify_socket_datagram(src, dst, p))
+            .collect();
+        assert_eq!(verdicts, [Exact, RecoveredId(1), RecoveredId(2), Exact]);
+        for (k, p) in sent.iter().enumerate() {
+            assert_eq!(&p[12..1012], &pattern[k * 1000..k * 1000 + 1000]);
+        }
+        drop(foreign);
+        drop(app);
     }
 }
