@@ -9,6 +9,9 @@
 //! the same source port, `recv_batch` one recvmmsg(2). Within a sendmmsg, the equal-sized
 //! datagrams of one message to one destination go as one UDP GSO message (UDP_SEGMENT):
 //! the kernel segments it, so the stack is walked once for up to 15 packets of a 4096 MTU.
+//! A link with gathering on ([`UdpLink::enable_gather`]) sends a datagram as up to three
+//! iovecs, the middle one pointing into a registered region, so that the kernel copies an RC
+//! payload straight from where the application put it.
 //! On receive, with UDP GRO on (`enable_gro`), the kernel hands over such runs as one
 //! datagram with the segment size in a control message, and `recv_batch` splits it. GRO is
 //! for a link used through `recv_batch` only: `recv` returns datagrams as they come, so a

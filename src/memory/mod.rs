@@ -32,8 +32,9 @@
 //!    of old and new bytes. Safe Rust code cannot race at all: owned memory is reachable only
 //!    through [`SharedBytes`], whose every access is atomic.
 //!
-//! 4. **The one exception is the kernel's copy out of a region on transmit.** An RC packet's
-//!    payload is not copied into a transmit buffer: sendmmsg(2) gets an iovec that points at
+//! 4. **The one exception is the kernel's copy out of a region on transmit**, where a device
+//!    gathers (`SOFTROCE_GATHER=1`; off by default, BENCHMARKS.md says why). An RC packet's
+//!    payload is then not copied into a transmit buffer: sendmmsg(2) gets an iovec that points at
 //!    the bytes in the region ([`SharedBytes::pin`]), and the kernel copies them into the
 //!    socket buffer with its own plain `copy_from_user`, while the ICRC was computed by the
 //!    engine over the same bytes with atomic word loads ([`SharedBytes::crc`]). The kernel is
