@@ -43,12 +43,14 @@ use mio::{Events, Interest, Poll, Token};
 use super::cq::CqInner;
 use super::device::{Device, QpEntry};
 use super::gsi::GSI_QPN;
-use super::link::{gso_run, GsoKey, Link, OutDatagram, RxBatch};
+use super::link::{gso_run, GatherRef, GsoKey, Link, OutDatagram, RxBatch};
 use super::timer::Timer;
 use crate::ib::{QpType, WorkCompletion};
 use crate::transport::{
-    Counters, CqSide, DatagramEvent, Endpoint, IpFields, QpCore, QpSet, Transmit, MAX_PACKET,
+    Counters, CqSide, DatagramEvent, Endpoint, Gather, IpFields, QpCore, QpSet, Transmit,
+    MAX_PACKET,
 };
+use crate::wire::ICRC_LEN;
 
 /// Token of the link's sockets in the poll set (readable: datagrams; writable: send space).
 pub(crate) const SOCKET: Token = Token(0);
@@ -147,6 +149,9 @@ struct TxBatch {
     /// The IPv4 identification each packet's ICRC was computed for (0 from the transport;
     /// see `Engine::reseal`).
     ids: Vec<u16>,
+    /// Each packet's payload left in its region, if it was (`Gather`; only when the link
+    /// gathers): the slot then holds the headers, the pad and the ICRC.
+    gathers: Vec<Option<Gather>>,
     /// Packets before this one are sent.
     head: usize,
     /// An empty vector kept for its allocation: the datagram list of each flush (see
@@ -160,6 +165,7 @@ impl TxBatch {
             buf: vec![0u8; TX_SLOTS * MAX_PACKET],
             meta: Vec::with_capacity(TX_SLOTS),
             ids: Vec::with_capacity(TX_SLOTS),
+            gathers: Vec::with_capacity(TX_SLOTS),
             head: 0,
             spare: Vec::with_capacity(TX_SLOTS),
         }
@@ -167,6 +173,14 @@ impl TxBatch {
 
     fn pending(&self) -> bool {
         self.head < self.meta.len()
+    }
+
+    /// Forgets every packet (all sent or lost).
+    fn clear(&mut self) {
+        self.meta.clear();
+        self.ids.clear();
+        self.gathers.clear();
+        self.head = 0;
     }
 
     /// The next free slot, if any.
@@ -215,6 +229,9 @@ pub(crate) struct Engine {
     gsi_deadline: Option<Instant>,
     /// The UDP source port QP1 sends from, once the link has prepared it.
     gsi_port: Option<u16>,
+    /// The link sends payloads from their regions (`Link::gathers`): RC payloads are not
+    /// copied into the transmit batch.
+    gather: bool,
 }
 
 impl std::fmt::Debug for Engine {
@@ -236,6 +253,7 @@ impl Engine {
         poll.registry()
             .register(&mut timer, TIMER, Interest::READABLE)?;
         let endpoint = Endpoint::new(dev.local, dev.remote_port, Arc::clone(&dev.counters));
+        let gather = link.gathers();
         Ok(Engine {
             dev,
             poll,
@@ -259,6 +277,7 @@ impl Engine {
             gsi_due: false,
             gsi_deadline: None,
             gsi_port: None,
+            gather,
         })
     }
 
@@ -569,11 +588,20 @@ impl Engine {
                             full = true;
                             break;
                         };
-                        let Some(t) = self.endpoint.poll_transmit(now, &mut core, slot) else {
-                            break;
+                        let (t, g) = if self.gather {
+                            match self.endpoint.poll_transmit_gather(now, &mut core, slot) {
+                                Some(tg) => tg,
+                                None => break,
+                            }
+                        } else {
+                            match self.endpoint.poll_transmit(now, &mut core, slot) {
+                                Some(t) => (t, None),
+                                None => break,
+                            }
                         };
                         self.tx.meta.push(t);
                         self.tx.ids.push(0);
+                        self.tx.gathers.push(g);
                         budget -= 1;
                     }
                 }
@@ -652,36 +680,70 @@ impl Engine {
             };
             self.tx.meta.push(t);
             self.tx.ids.push(0);
+            self.tx.gathers.push(None);
         }
         self.gsi_deadline = g.deadline();
         drop(g);
         self.dev.gsi.events.notify_all();
     }
 
-    /// Sends the batch's pending packets. Stops at EAGAIN or ENOBUFS, keeping the rest.
+    /// Sends the batch's pending packets. Stops at EAGAIN or ENOBUFS, keeping the rest. The
+    /// regions that gathered payloads come from are pinned for the send; a packet whose region
+    /// the application took back meanwhile is lost (counted in `send_err`), as one the wire
+    /// dropped, and its request fails on the retransmission's read.
     fn flush(&mut self) {
         if !self.tx.pending() {
             return;
         }
         self.reseal(self.tx.head);
+        let n = self.tx.meta.len();
+        let mut pins: [Option<crate::memory::Pinned<'_>>; TX_SLOTS] = [const { None }; TX_SLOTS];
+        let mut refs: [Option<GatherRef>; TX_SLOTS] = [None; TX_SLOTS];
+        // Packets from `end` on wait for the next flush: the one at `end` cannot be sent.
+        let mut end = n;
+        for i in self.tx.head..n {
+            let Some(g) = &self.tx.gathers[i] else {
+                continue;
+            };
+            let pinned = g.bytes.pin().ok();
+            let Some(ptr) = pinned.as_ref().and_then(|p| p.ptr(g.offset, g.len)) else {
+                end = i;
+                break;
+            };
+            refs[i] = Some(GatherRef {
+                at: g.at,
+                ptr,
+                len: g.len,
+            });
+            pins[i] = pinned;
+        }
         // The datagram list borrows the batch buffer; it reuses the allocation of `spare`
         // (an empty vector of any lifetime has the same layout), so a flush allocates nothing.
         let mut ds: Vec<OutDatagram<'_>> = std::mem::take(&mut self.tx.spare)
             .into_iter()
             .map(|_| unreachable!("spare is empty"))
             .collect();
-        ds.extend(self.tx.meta.iter().enumerate().map(|(i, t)| OutDatagram {
-            src_port: t.src_port,
-            dst: t.dst,
-            hop_limit: t.hop_limit,
-            traffic_class: t.traffic_class,
-            payload: &self.tx.buf[i * MAX_PACKET..i * MAX_PACKET + t.len],
+        ds.extend(self.tx.meta[..end].iter().enumerate().map(|(i, t)| {
+            // A gathered packet's slot holds all of it but the payload.
+            let len = t.len - refs[i].map_or(0, |g| g.len);
+            OutDatagram {
+                src_port: t.src_port,
+                dst: t.dst,
+                hop_limit: t.hop_limit,
+                traffic_class: t.traffic_class,
+                payload: &self.tx.buf[i * MAX_PACKET..i * MAX_PACKET + len],
+            }
         }));
         let at = Instant::now();
         let mut head = self.tx.head;
         while head < ds.len() {
-            let (n, err) = self.link.send_batch(at, &ds[head..]);
-            head += n;
+            let (sent, err) = if self.gather {
+                self.link
+                    .send_gathered(at, &ds[head..], &refs[head..ds.len()])
+            } else {
+                self.link.send_batch(at, &ds[head..])
+            };
+            head += sent;
             let Some(e) = err else { continue };
             if e.kind() == io::ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOBUFS) {
                 // Back-pressure, not loss: keep the packet for when there is room.
@@ -699,10 +761,14 @@ impl Engine {
         }
         ds.clear();
         self.tx.spare = ds.into_iter().map(|_| unreachable!("cleared")).collect();
-        if head >= self.tx.meta.len() {
-            self.tx.meta.clear();
-            self.tx.ids.clear();
-            self.tx.head = 0;
+        drop(pins);
+        if head == end && end < n && !self.blocked {
+            // Everything before it went: the packet whose region is gone is lost.
+            Counters::inc(&self.dev.counters.send_err);
+            head += 1;
+        }
+        if head >= n {
+            self.tx.clear();
             self.release_held();
         } else {
             self.tx.head = head;
@@ -762,7 +828,21 @@ impl Engine {
                 let t = tx.meta[k];
                 if tx.ids[k] != id && t.dst.is_ipv4() {
                     let slot = &mut tx.buf[k * MAX_PACKET..(k + 1) * MAX_PACKET];
-                    crate::wire::icrc::reseal_ipv4_id(&mut slot[..t.len], tx.ids[k], id);
+                    match &tx.gathers[k] {
+                        // The ICRC ends the slot's bytes, which lack the payload.
+                        Some(g) => {
+                            let icrc = t.len - g.len - ICRC_LEN;
+                            crate::wire::icrc::reseal_ipv4_id_of(
+                                &mut slot[icrc..icrc + ICRC_LEN],
+                                t.len - ICRC_LEN,
+                                tx.ids[k],
+                                id,
+                            );
+                        }
+                        None => {
+                            crate::wire::icrc::reseal_ipv4_id(&mut slot[..t.len], tx.ids[k], id)
+                        }
+                    }
                 }
                 tx.ids[k] = id;
             }
@@ -790,6 +870,8 @@ mod tests {
         errors: VecDeque<io::ErrorKind>,
         sent: Arc<Mutex<Vec<Vec<u8>>>>,
         gso: usize,
+        /// Takes gathered payloads (and assembles them as the kernel would).
+        gather: bool,
     }
 
     impl Link for Scripted {
@@ -814,6 +896,31 @@ mod tests {
         }
         fn gso_max_segments(&self) -> usize {
             self.gso
+        }
+        fn gathers(&self) -> bool {
+            self.gather
+        }
+        fn send_gathered(
+            &mut self,
+            now: Instant,
+            ds: &[OutDatagram],
+            gathers: &[Option<GatherRef>],
+        ) -> (usize, Option<io::Error>) {
+            for (i, d) in ds.iter().enumerate() {
+                let Some(g) = gathers.get(i).copied().flatten() else {
+                    if let Err(e) = self.send(now, d) {
+                        return (i, Some(e));
+                    }
+                    continue;
+                };
+                let mut whole = d.payload[..g.at].to_vec();
+                // SAFETY: the engine keeps the region pinned across the call and `ptr` is
+                // valid for `len` bytes (GatherRef); nothing writes the region in this test.
+                whole.extend_from_slice(unsafe { std::slice::from_raw_parts(g.ptr, g.len) });
+                whole.extend_from_slice(&d.payload[g.at..]);
+                self.sent.lock().unwrap().push(whole);
+            }
+            (ds.len(), None)
         }
     }
 
@@ -856,6 +963,7 @@ mod tests {
             traffic_class: 0,
         });
         e.tx.ids.push(0);
+        e.tx.gathers.push(None);
     }
 
     #[test]
@@ -885,6 +993,7 @@ mod tests {
             errors: VecDeque::from([io::ErrorKind::WouldBlock]),
             sent: Arc::clone(&sent),
             gso: 1,
+            gather: false,
         });
         queue_packet(&mut e, 1);
         queue_packet(&mut e, 2);
@@ -949,6 +1058,7 @@ mod tests {
             errors: VecDeque::from([io::ErrorKind::PermissionDenied]),
             sent: Arc::clone(&sent),
             gso: 1,
+            gather: false,
         });
         for tag in 1..=3 {
             queue_packet(&mut e, tag);
@@ -967,6 +1077,7 @@ mod tests {
             errors: VecDeque::new(),
             sent: Arc::clone(&sent),
             gso: 3,
+            gather: false,
         });
         for tag in 0..5 {
             queue_packet(&mut e, tag);
@@ -987,5 +1098,75 @@ mod tests {
             verdicts,
             [Exact, RecoveredId(1), RecoveredId(2), Exact, RecoveredId(1)]
         );
+    }
+
+    /// Puts a WRITE MIDDLE in the batch whose 1000-byte payload stays in `region` from
+    /// `offset` (a gathered packet, sealed for identification 0).
+    fn queue_gathered(e: &mut Engine, region: &Arc<crate::memory::SharedBytes>, offset: u64) {
+        let dst: SocketAddr = "127.0.0.2:4791".parse().unwrap();
+        let (at, len) = (12, 1000);
+        let t = Transmit {
+            len: at + len + ICRC_LEN,
+            dst,
+            src_port: 49152,
+            hop_limit: 0,
+            traffic_class: 0,
+        };
+        let g = Gather {
+            bytes: Arc::clone(region),
+            offset,
+            len,
+            at,
+        };
+        let slot = e.tx.free_slot().unwrap();
+        slot[..at + ICRC_LEN].fill(0);
+        slot[0] = 0x07; // RC RDMA WRITE MIDDLE
+        e.endpoint.seal_gathered(&t, &g, slot);
+        e.tx.meta.push(t);
+        e.tx.ids.push(0);
+        e.tx.gathers.push(Some(g));
+    }
+
+    /// Gathered packets go out whole (headers, the region's bytes, ICRC), sealed for the GSO
+    /// identifications of their runs; one whose region the application took back is lost
+    /// and counted, and the others still go.
+    #[test]
+    fn gathered_packets_are_resealed_and_a_revoked_region_loses_only_its_own() {
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let mut e = engine(Scripted {
+            errors: VecDeque::new(),
+            sent: Arc::clone(&sent),
+            gso: 3,
+            gather: true,
+        });
+        let owned = Arc::new(crate::memory::SharedBytes::new(4096));
+        let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 5 + 2) as u8).collect();
+        owned.write(0, &pattern).unwrap();
+        let mut app = vec![0xA5u8; 2048];
+        // SAFETY: `app` outlives the region, which is revoked (and dropped) before it.
+        let foreign =
+            Arc::new(unsafe { crate::memory::SharedBytes::foreign(app.as_mut_ptr(), app.len()) });
+        for k in 0..4 {
+            queue_gathered(&mut e, &owned, k * 1000);
+        }
+        queue_gathered(&mut e, &foreign, 0);
+        foreign.revoke();
+        e.flush();
+        assert!(!e.tx.pending());
+        assert_eq!(e.dev.counters.get("send_err"), Some(1), "the revoked one");
+        let src: SocketAddr = "127.0.0.1:49152".parse().unwrap();
+        let dst: SocketAddr = "127.0.0.2:4791".parse().unwrap();
+        let sent = sent.lock().unwrap();
+        use crate::wire::icrc::SocketVerdict::{Exact, RecoveredId};
+        let verdicts: Vec<_> = sent
+            .iter()
+            .map(|p| crate::wire::icrc::verify_socket_datagram(src, dst, p))
+            .collect();
+        assert_eq!(verdicts, [Exact, RecoveredId(1), RecoveredId(2), Exact]);
+        for (k, p) in sent.iter().enumerate() {
+            assert_eq!(&p[12..1012], &pattern[k * 1000..k * 1000 + 1000]);
+        }
+        drop(foreign);
+        drop(app);
     }
 }

@@ -21,6 +21,20 @@ pub struct OutDatagram<'a> {
     pub payload: &'a [u8],
 }
 
+/// Payload bytes of a datagram that stay where they are, in a registered region, for a link
+/// that gathers ([`Link::send_gathered`]): they go between `payload[..at]` and
+/// `payload[at..]` of their [`OutDatagram`].
+#[derive(Debug, Clone, Copy)]
+pub struct GatherRef {
+    /// Where in the datagram the bytes go.
+    pub at: usize,
+    /// The first byte, readable (by the kernel, `crate::memory` rule 4) for `len` bytes while
+    /// the region is pinned, which the caller keeps it across the send.
+    pub ptr: *const u8,
+    /// How many.
+    pub len: usize,
+}
+
 /// A received datagram; its bytes are at the start of the caller's buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InDatagram {
@@ -70,6 +84,28 @@ pub trait Link {
             }
         }
         (ds.len(), None)
+    }
+
+    /// Whether the link takes datagrams whose payload is partly elsewhere
+    /// ([`Link::send_gathered`]). Wrappers that look at or keep the bytes (capture,
+    /// impairment) keep the default, and are given whole datagrams.
+    fn gathers(&self) -> bool {
+        false
+    }
+
+    /// As [`Link::send_batch`], datagram i with the bytes of `gathers[i]` (if any) inserted
+    /// in its payload. Only for a link that [`gathers`](Link::gathers); the default takes
+    /// whole datagrams only.
+    fn send_gathered(
+        &mut self,
+        now: Instant,
+        ds: &[OutDatagram],
+        gathers: &[Option<GatherRef>],
+    ) -> (usize, Option<io::Error>) {
+        if gathers.iter().any(Option::is_some) {
+            return (0, Some(io::ErrorKind::Unsupported.into()));
+        }
+        self.send_batch(now, ds)
     }
 
     /// Most datagrams the link sends as one with UDP GSO (UDP_SEGMENT); 1: no GSO. The
@@ -227,6 +263,17 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn gso_max_segments(&self) -> usize {
         (**self).gso_max_segments()
+    }
+    fn gathers(&self) -> bool {
+        (**self).gathers()
+    }
+    fn send_gathered(
+        &mut self,
+        now: Instant,
+        ds: &[OutDatagram],
+        gathers: &[Option<GatherRef>],
+    ) -> (usize, Option<io::Error>) {
+        (**self).send_gathered(now, ds, gathers)
     }
 }
 

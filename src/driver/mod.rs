@@ -89,6 +89,10 @@ pub(crate) fn open(cfg: &DeviceConfig) -> Result<(Arc<Device>, JoinHandle<()>)> 
     if !cfg.gso {
         udp.disable_gso();
     }
+    if std::env::var_os("SOFTROCE_GATHER").is_some_and(|v| v == "1") {
+        // RC payloads sent from their regions: measured, not yet a gain (udp.rs).
+        udp.enable_gather();
+    }
     if cfg.impairment.is_none() && cfg.pcap.is_none() {
         // GRO only on a bare link: the wrappers receive one datagram at a time.
         udp.enable_gro();

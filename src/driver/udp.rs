@@ -9,6 +9,9 @@
 //! the same source port, `recv_batch` one recvmmsg(2). Within a sendmmsg, the equal-sized
 //! datagrams of one message to one destination go as one UDP GSO message (UDP_SEGMENT):
 //! the kernel segments it, so the stack is walked once for up to 15 packets of a 4096 MTU.
+//! A link with gathering on ([`UdpLink::enable_gather`]) sends a datagram as up to three
+//! iovecs, the middle one pointing into a registered region, so that the kernel copies an RC
+//! payload straight from where the application put it.
 //! On receive, with UDP GRO on (`enable_gro`), the kernel hands over such runs as one
 //! datagram with the segment size in a control message, and `recv_batch` splits it. GRO is
 //! for a link used through `recv_batch` only: `recv` returns datagrams as they come, so a
@@ -33,7 +36,7 @@ use std::time::Instant;
 use mio::unix::SourceFd;
 use socket2::{Domain, Protocol, SockAddr, SockAddrStorage, Socket, Type};
 
-use super::link::{gso_run, InDatagram, Link, OutDatagram, RxBatch};
+use super::link::{gso_run, GatherRef, GsoKey, InDatagram, Link, OutDatagram, RxBatch};
 
 /// Most distinct source ports (sockets) a link opens; beyond it QPs share ports.
 pub const MAX_SOURCE_PORTS: usize = 1024;
@@ -70,6 +73,9 @@ pub struct UdpLink {
     names: Vec<SockAddr>,
     /// Most datagrams per GSO send; 1 when the kernel lacks UDP GSO.
     gso_segments: usize,
+    /// Whether the engine may hand over payloads to gather from their regions
+    /// ([`UdpLink::enable_gather`]).
+    gather: bool,
 }
 
 fn set_int_opt(
@@ -304,12 +310,20 @@ impl UdpLink {
             registry: None,
             names: Vec::with_capacity(MMSG_BATCH),
             gso_segments: if gso { GSO_MAX_SEGMENTS } else { 1 },
+            gather: false,
         })
     }
 
     /// Sends `ds` (all from one source port) with sendmmsg, each GSO run (see [`gso_run`])
     /// as one message; returns how many went before the first error, and the error.
-    fn send_run(&mut self, ds: &[OutDatagram]) -> (usize, Option<io::Error>) {
+    /// `gathers` is empty, or says for each datagram which bytes to insert from a region:
+    /// each datagram is then up to three iovecs (its bytes before them, them, its bytes
+    /// after), so that the kernel copies the payload straight out of the region.
+    fn send_run(
+        &mut self,
+        ds: &[OutDatagram],
+        gathers: &[Option<GatherRef>],
+    ) -> (usize, Option<io::Error>) {
         let port = match self.prepare_source_port(ds[0].src_port) {
             Ok(p) => p,
             Err(e) => return (0, Some(e)),
@@ -318,15 +332,21 @@ impl UdpLink {
             return (0, Some(io::Error::other("source port not bound")));
         };
         let fd = sock.as_raw_fd();
+        let gather = |i: usize| gathers.get(i).copied().flatten();
+        // A datagram's GSO key, its length counting gathered bytes.
+        let key = |i: usize| GsoKey {
+            len: ds[i].payload.len() + gather(i).map_or(0, |g| g.len),
+            ..ds[i].gso_key()
+        };
         let mut sent = 0;
         while sent < ds.len() {
-            let rest = &ds[sent..];
+            let rest = sent;
             // Messages: (first datagram, datagrams), runs never split across calls.
             let mut msgs = [(0usize, 0usize); MMSG_BATCH];
             let (mut nm, mut nd) = (0, 0);
-            while nd < rest.len() && nm < MMSG_BATCH {
-                let run = gso_run(rest.len() - nd, self.gso_segments, |i| {
-                    rest[nd + i].gso_key()
+            while rest + nd < ds.len() && nm < MMSG_BATCH {
+                let run = gso_run(ds.len() - rest - nd, self.gso_segments, |i| {
+                    key(rest + nd + i)
                 });
                 if nd + run > MMSG_BATCH {
                     break;
@@ -336,40 +356,82 @@ impl UdpLink {
                 nd += run;
             }
             self.names.clear();
-            self.names
-                .extend(msgs[..nm].iter().map(|&(i, _)| SockAddr::from(rest[i].dst)));
-            // SAFETY: iovec, mmsghdr and the u64 words are plain C data for which all-zero
-            // bytes are a valid (empty) value.
-            let mut iovs: [libc::iovec; MMSG_BATCH] = unsafe { std::mem::zeroed() };
-            // SAFETY: as above.
-            let mut hdrs: [libc::mmsghdr; MMSG_BATCH] = unsafe { std::mem::zeroed() };
-            let mut cmsgs = [[0u64; TX_CMSG_WORDS]; MMSG_BATCH];
-            for (i, d) in rest[..nd].iter().enumerate() {
-                iovs[i] = libc::iovec {
-                    iov_base: d.payload.as_ptr() as *mut libc::c_void,
-                    iov_len: d.payload.len(),
-                };
-            }
+            self.names.extend(
+                msgs[..nm]
+                    .iter()
+                    .map(|&(i, _)| SockAddr::from(ds[rest + i].dst)),
+            );
+            // Only the entries used are initialised: zeroing these arrays whole (11 KiB) was
+            // a memset per call that cost as much as the rest of the function.
+            let mut iovs =
+                [const { std::mem::MaybeUninit::<libc::iovec>::uninit() }; 3 * MMSG_BATCH];
+            let mut hdrs = [const { std::mem::MaybeUninit::<libc::mmsghdr>::uninit() }; MMSG_BATCH];
+            let mut cmsgs =
+                [const { std::mem::MaybeUninit::<[u64; TX_CMSG_WORDS]>::uninit() }; MMSG_BATCH];
+            let mut niov = 0;
+            // Each message's first iovec.
+            let mut first_iov = [0usize; MMSG_BATCH];
             for (m, &(first, run)) in msgs[..nm].iter().enumerate() {
-                let h = &mut hdrs[m].msg_hdr;
+                first_iov[m] = niov;
+                let from = rest + first;
+                for (i, d) in ds.iter().enumerate().skip(from).take(run) {
+                    let p = d.payload;
+                    let mut push = |base: *const u8, len: usize| {
+                        if len > 0 {
+                            iovs[niov].write(libc::iovec {
+                                iov_base: base as *mut libc::c_void,
+                                iov_len: len,
+                            });
+                            niov += 1;
+                        }
+                    };
+                    match gather(i) {
+                        Some(g) => {
+                            push(p.as_ptr(), g.at);
+                            push(g.ptr, g.len);
+                            push(p[g.at..].as_ptr(), p.len() - g.at);
+                        }
+                        None => push(p.as_ptr(), p.len()),
+                    }
+                }
+            }
+            let iov_base = iovs.as_mut_ptr().cast::<libc::iovec>();
+            for (m, &(first, run)) in msgs[..nm].iter().enumerate() {
+                // SAFETY: all-zero bytes are a valid (empty) mmsghdr.
+                let hdr = hdrs[m].write(unsafe { std::mem::zeroed() });
+                let h = &mut hdr.msg_hdr;
                 h.msg_name = self.names[m].as_ptr() as *mut libc::c_void;
                 h.msg_namelen = self.names[m].len();
-                h.msg_iov = &mut iovs[first];
-                h.msg_iovlen = run;
-                let d = &rest[first];
+                let end = first_iov
+                    .get(m + 1)
+                    .filter(|_| m + 1 < nm)
+                    .copied()
+                    .unwrap_or(niov);
+                // In bounds: first_iov[m] <= niov <= 3 * MMSG_BATCH.
+                h.msg_iov = iov_base.wrapping_add(first_iov[m]);
+                h.msg_iovlen = end - first_iov[m];
+                let d = &ds[rest + first];
                 let control = SendControl {
-                    segment: (run > 1).then_some(d.payload.len() as u16),
+                    segment: (run > 1).then_some(key(rest + first).len as u16),
                     ipv4: d.dst.is_ipv4(),
                     hop_limit: d.hop_limit,
                     traffic_class: d.traffic_class,
                 };
-                set_send_cmsgs(h, &mut cmsgs[m], control);
+                set_send_cmsgs(h, cmsgs[m].write([0; TX_CMSG_WORDS]), control);
             }
-            // SAFETY: `fd` is the open socket of `sock`; each of the `nm` headers points at
-            // live iovecs (whose buffers are payloads borrowed for the call, which the kernel
-            // only reads), a live socket address of the length given and either no control
-            // buffer or a live one that `set_send_cmsgs` filled in.
-            let rc = unsafe { libc::sendmmsg(fd, hdrs.as_mut_ptr(), nm as libc::c_uint, 0) };
+            // SAFETY: `fd` is the open socket of `sock`; each of the `nm` headers (the ones
+            // initialised) points at its own initialised iovecs, whose buffers are payloads
+            // borrowed for the call or region bytes the caller keeps pinned across it (which
+            // the kernel only reads), a live socket address of the length given and either
+            // no control buffer or a live one that `set_send_cmsgs` filled in.
+            let rc = unsafe {
+                libc::sendmmsg(
+                    fd,
+                    hdrs.as_mut_ptr().cast::<libc::mmsghdr>(),
+                    nm as libc::c_uint,
+                    0,
+                )
+            };
             if rc < 0 {
                 let e = io::Error::last_os_error();
                 if e.kind() == io::ErrorKind::Interrupted {
@@ -414,6 +476,14 @@ impl UdpLink {
     pub fn enable_gro(&mut self) -> bool {
         let s = socket2::SockRef::from(&self.rx);
         set_int_opt(&s, libc::SOL_UDP, UDP_GRO, 1).is_ok()
+    }
+
+    /// Lets the engine send RC payloads straight from their regions (sendmmsg iovecs that
+    /// point into them; `Link::send_gathered`) instead of copies in its transmit batch. Off
+    /// by default: on the machine measured it cost more CPU than the copy (BENCHMARKS.md,
+    /// issue #23); `SOFTROCE_GATHER=1` turns it on for a device (`driver::open`).
+    pub fn enable_gather(&mut self) {
+        self.gather = true;
     }
 
     /// Sends every packet as its own datagram, even where the kernel offers UDP GSO.
@@ -464,7 +534,7 @@ impl Link for UdpLink {
 
     fn send(&mut self, _now: Instant, d: &OutDatagram) -> io::Result<()> {
         // One sendmsg with the datagram's TTL and TOS, as a batch of one.
-        match self.send_run(std::slice::from_ref(d)) {
+        match self.send_run(std::slice::from_ref(d), &[]) {
             (_, Some(e)) => Err(e),
             _ => Ok(()),
         }
@@ -530,7 +600,7 @@ impl Link for UdpLink {
         while done < ds.len() {
             let port = ds[done].src_port;
             let run = ds[done..].iter().take_while(|d| d.src_port == port).count();
-            let (n, err) = self.send_run(&ds[done..done + run]);
+            let (n, err) = self.send_run(&ds[done..done + run], &[]);
             done += n;
             if err.is_some() {
                 return (done, err);
@@ -541,6 +611,32 @@ impl Link for UdpLink {
 
     fn gso_max_segments(&self) -> usize {
         self.gso_segments
+    }
+
+    fn gathers(&self) -> bool {
+        self.gather
+    }
+
+    fn send_gathered(
+        &mut self,
+        _now: Instant,
+        ds: &[OutDatagram],
+        gathers: &[Option<GatherRef>],
+    ) -> (usize, Option<io::Error>) {
+        let mut done = 0;
+        while done < ds.len() {
+            let port = ds[done].src_port;
+            let run = ds[done..].iter().take_while(|d| d.src_port == port).count();
+            let (n, err) = self.send_run(
+                &ds[done..done + run],
+                gathers.get(done..done + run).unwrap_or(&[]),
+            );
+            done += n;
+            if err.is_some() {
+                return (done, err);
+            }
+        }
+        (done, None)
     }
 
     fn recv_batch(&mut self, _now: Instant, batch: &mut RxBatch) -> io::Result<()> {
@@ -811,6 +907,68 @@ mod tests {
             (bytes, d.hop_limit, d.traffic_class),
             (&b"two!"[..], 9, 0x28)
         );
+    }
+
+    /// Datagrams whose payload is gathered from a region reach the peer whole, the region's
+    /// bytes between their own, in a GSO run and alone, beside a whole datagram.
+    #[test]
+    fn gathered_payloads_arrive_between_their_datagrams_bytes() {
+        let mut peer = UdpLink::bind("127.0.23.1:0".parse().unwrap()).unwrap();
+        let mut a = UdpLink::bind("127.0.23.2:0".parse().unwrap()).unwrap();
+        assert!(!a.gathers(), "off unless asked for");
+        a.enable_gather();
+        assert!(a.gathers());
+        let sport = a.prepare_source_port(0xC417).unwrap();
+        let region = crate::memory::SharedBytes::new(4096);
+        let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
+        region.write(0, &pattern).unwrap();
+        let pinned = region.pin().unwrap();
+        let g = |off: u64, at: usize, len: usize| {
+            Some(GatherRef {
+                at,
+                ptr: pinned.ptr(off, len).unwrap(),
+                len,
+            })
+        };
+        // Three of one length (a GSO run: 20 + 1000 + 8 bytes each), a shorter one that ends
+        // the run, and a whole datagram.
+        let own: [&[u8]; 5] = [
+            &[1; 28][..],
+            &[2; 28][..],
+            &[3; 28][..],
+            &[4; 12][..],
+            b"whole datagram",
+        ];
+        let gathers = [
+            g(0, 20, 1000),
+            g(1000, 20, 1000),
+            g(2001, 20, 1000),
+            g(3001, 4, 17),
+            None,
+        ];
+        let dst = peer.local_addr();
+        let ds: Vec<OutDatagram> = own
+            .iter()
+            .map(|p| OutDatagram {
+                src_port: sport,
+                dst,
+                hop_limit: 0,
+                traffic_class: 0,
+                payload: p,
+            })
+            .collect();
+        let (sent, err) = a.send_gathered(Instant::now(), &ds, &gathers);
+        assert!(err.is_none(), "{err:?}");
+        assert_eq!(sent, 5);
+        drop(pinned);
+        for (p, gr) in own.iter().zip(gathers) {
+            let mut want = p.to_vec();
+            if let Some(gr) = gr {
+                let off = gr.ptr as usize - region.addr() as usize;
+                want.splice(gr.at..gr.at, pattern[off..off + gr.len].iter().copied());
+            }
+            assert_eq!(recv_with_ip_fields(&mut peer).0, want);
+        }
     }
 
     #[test]

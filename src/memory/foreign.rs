@@ -49,7 +49,8 @@ unsafe impl Send for ForeignBytes {}
 unsafe impl Sync for ForeignBytes {}
 
 /// An access in progress; keeps `revoke` waiting while it lives.
-struct Guard<'a>(&'a AtomicUsize);
+#[derive(Debug)]
+pub(super) struct Guard<'a>(&'a AtomicUsize);
 
 impl Drop for Guard<'_> {
     fn drop(&mut self) {
@@ -112,6 +113,13 @@ impl ForeignBytes {
             return Err(AccessError::Revoked);
         }
         Ok(guard)
+    }
+
+    /// Holds off `revoke` while the guard lives and gives the address of the region's first
+    /// byte, for a system call that reads the region in place ([`super::SharedBytes::pin`]).
+    pub(super) fn pin(&self) -> Result<(Guard<'_>, *const u8), AccessError> {
+        let g = self.enter()?;
+        Ok((g, self.ptr.cast_const()))
     }
 
     /// Runs `f` on the aligned words that cover the region and the index in them of the

@@ -32,11 +32,32 @@
 //!    of old and new bytes. Safe Rust code cannot race at all: owned memory is reachable only
 //!    through [`SharedBytes`], whose every access is atomic.
 //!
+//! 4. **The one exception is the kernel's copy out of a region on transmit**, where a device
+//!    gathers (`SOFTROCE_GATHER=1`; off by default, BENCHMARKS.md says why). An RC packet's
+//!    payload is then not copied into a transmit buffer: sendmmsg(2) gets an iovec that points at
+//!    the bytes in the region ([`SharedBytes::pin`]), and the kernel copies them into the
+//!    socket buffer with its own plain `copy_from_user`, while the ICRC was computed by the
+//!    engine over the same bytes with atomic word loads ([`SharedBytes::crc`]). The kernel is
+//!    outside Rust's abstract machine: its read is as a NIC's DMA read, or as rxe's
+//!    `copy_data` (a plain `memcpy` out of the user's pages, under exactly the same
+//!    concurrency: the application and RDMA WRITEs from other QPs may store into the region
+//!    meanwhile). It never writes, so no engine access can tear or lose, and the engine's
+//!    own accesses stay atomic. Whether it reads what the CRC covered follows rule 2: the
+//!    buffer is the engine's from post to completion, and an RC send completes only on an
+//!    acknowledgement, which comes after the packet left (the engine gathers only for RC; a
+//!    UC or UD send completes as its last packet is built, before the send call). If an
+//!    application breaks that contract, or a retransmission sits in the batch while the
+//!    first copy's acknowledgement completes the request, the kernel may send bytes the ICRC
+//!    does not cover: the peer drops the packet as corrupt (`icrc_err`), as it would drop any
+//!    corrupted packet, and for a retransmission of something already acknowledged nothing
+//!    is lost. [`Pinned`] keeps application memory from being taken back during the call.
+//!
 //! The inline-data buffer of the shim (a region of its own) follows rule 2: the shim writes it
 //! with plain copies under the QP's inline mutex and keeps the mutex until the post has copied
 //! the data out, on the same thread.
 
+pub mod crc;
 pub mod foreign;
 pub mod region;
 
-pub use region::{AccessError, SharedBytes};
+pub use region::{AccessError, Pinned, SharedBytes};

@@ -148,6 +148,57 @@ impl SharedBytes {
         self.with_words(|words, first| copy_in(words, first + offset as usize, src))
     }
 
+    /// The CRC-32 of the bytes so far (`crc`, crc32fast's value; 0 for none) extended by bytes
+    /// `offset .. offset + len`, read once, word by word ([`super::crc`]): how the transmit
+    /// path computes an ICRC over a payload that the kernel then copies out of the region.
+    pub fn crc(&self, offset: u64, len: usize, crc: u32) -> Result<u32, AccessError> {
+        self.check_range(offset, len as u64)?;
+        self.with_words(|words, first| {
+            let mut pos = first + offset as usize;
+            let end = pos + len;
+            let mut crc = crc;
+            let mut edge = [0u8; WORD];
+            // A partial first word, then whole words, then a partial last one.
+            let head = (WORD - pos % WORD) % WORD;
+            if head > 0 {
+                let n = head.min(len);
+                copy_out(words, pos, &mut edge[..n]);
+                crc = update_bytes(crc, &edge[..n]);
+                pos += n;
+            }
+            let whole = (end - pos) / WORD;
+            crc = super::crc::update_words(crc, &words[pos / WORD..pos / WORD + whole]);
+            pos += whole * WORD;
+            if pos < end {
+                copy_out(words, pos, &mut edge[..end - pos]);
+                crc = update_bytes(crc, &edge[..end - pos]);
+            }
+            crc
+        })
+    }
+
+    /// Holds the bytes in place for a system call that reads them where they are (the
+    /// transmit path's gather, [`Pinned::ptr`]): application memory cannot be taken back
+    /// while the value lives, so keep it only across the call. The memory model in
+    /// [`crate::memory`] argues why the kernel's plain reads are sound.
+    pub fn pin(&self) -> Result<Pinned<'_>, AccessError> {
+        match &self.foreign {
+            Some(f) => {
+                let (guard, base) = f.pin()?;
+                Ok(Pinned {
+                    base,
+                    len: self.len,
+                    _guard: Some(guard),
+                })
+            }
+            None => Ok(Pinned {
+                base: self.words.as_ptr().cast(),
+                len: self.len,
+                _guard: None,
+            }),
+        }
+    }
+
     /// Runs `f` on the words that hold the bytes and the index in them of byte 0: the owned
     /// words and 0, or the application's (while it has not taken its memory back).
     fn with_words<R>(&self, f: impl FnOnce(&[AtomicU64], usize) -> R) -> Result<R, AccessError> {
@@ -216,6 +267,32 @@ impl SharedBytes {
         self.read(offset, &mut v)?;
         Ok(v)
     }
+}
+
+/// A buffer held in place by [`SharedBytes::pin`].
+#[derive(Debug)]
+pub struct Pinned<'a> {
+    /// Byte 0.
+    base: *const u8,
+    len: usize,
+    /// For application memory: keeps `revoke` waiting.
+    _guard: Option<super::foreign::Guard<'a>>,
+}
+
+impl Pinned<'_> {
+    /// The address of byte `offset`, if `offset .. offset + len` lies within the buffer: valid
+    /// for reads of those bytes while `self` lives (by the kernel: see [`crate::memory`]).
+    pub fn ptr(&self, offset: u64, len: usize) -> Option<*const u8> {
+        let end = offset.checked_add(len as u64)?;
+        (end <= self.len as u64).then(|| self.base.wrapping_add(offset as usize))
+    }
+}
+
+/// crc32fast's CRC of `crc` extended by `bytes`.
+fn update_bytes(crc: u32, bytes: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new_with_initial(crc);
+    h.update(bytes);
+    h.finalize()
 }
 
 /// Copies bytes `pos .. pos + dst.len()` of `words` (byte `i` is byte `i % 8` of word `i / 8`
@@ -310,6 +387,31 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn crc_reads_the_bytes_it_covers_at_every_alignment() {
+        let m = SharedBytes::new(700);
+        let data: Vec<u8> = (0..700u32).map(|i| (i * 31 + 5) as u8).collect();
+        m.write(0, &data).unwrap();
+        for start in 0..17usize {
+            for len in [0, 1, 7, 8, 9, 100, 127, 128, 129, 300, 683 - start] {
+                let mut h = crc32fast::Hasher::new_with_initial(0x1234_5678);
+                h.update(&data[start..start + len]);
+                assert_eq!(
+                    m.crc(start as u64, len, 0x1234_5678).unwrap(),
+                    h.finalize(),
+                    "start {start} len {len}"
+                );
+            }
+        }
+        assert!(m.crc(690, 11, 0).is_err(), "bounds are checked");
+        let p = m.pin().unwrap();
+        assert_eq!(
+            p.ptr(8, 692),
+            Some(m.addr() as *const u8).map(|b| b.wrapping_add(8))
+        );
+        assert_eq!(p.ptr(8, 693), None);
     }
 
     #[test]

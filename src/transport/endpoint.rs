@@ -23,7 +23,7 @@ use std::time::Duration;
 use super::cc::{self, CcConfig};
 use super::counters::Counters;
 use super::mr::MrTable;
-use super::qp::{rxe_hash_port, NetHeader, QpCore, Transmit};
+use super::qp::{rxe_hash_port, Gather, NetHeader, QpCore, Transmit};
 use crate::ib::QpType;
 use crate::wire::bth::DEFAULT_PKEY;
 use crate::wire::deth::GSI_QKEY;
@@ -149,6 +149,28 @@ impl Endpoint {
         Some(t)
     }
 
+    /// As [`Endpoint::poll_transmit`], but an RC request's payload may be left in its region
+    /// ([`QpCore::poll_transmit_gather`]): then `buf` holds the headers, the pad and the ICRC
+    /// (the layout [`Gather`] describes), the ICRC computed over the payload where it lies,
+    /// read once; the caller sends the payload from there.
+    pub fn poll_transmit_gather(
+        &self,
+        now: Duration,
+        qp: &mut QpCore,
+        buf: &mut [u8],
+    ) -> Option<(Transmit, Option<Gather>)> {
+        if self.cc.enabled {
+            // Congestion control's pacing and marking: the copying path.
+            return self.poll_transmit(now, qp, buf).map(|t| (t, None));
+        }
+        let (t, g) = qp.poll_transmit_gather(now, buf)?;
+        match &g {
+            Some(g) => self.seal_gathered(&t, g, buf),
+            None => self.seal(&t, buf),
+        }
+        Some((t, g))
+    }
+
     /// Builds QP1's packet for a MAD the communication manager sends to `to`: a UD SEND ONLY
     /// from QP1 to QP1 with the GSI Q_Key, from UDP port `src_port`, sealed, in `buf` (at
     /// least [`super::MAX_PACKET`] bytes).
@@ -205,6 +227,27 @@ impl Endpoint {
         if !icrc::seal_socket_datagram(src, t.dst, pkt) {
             pkt[t.len - ICRC_LEN..].fill(0);
         }
+    }
+
+    /// [`Endpoint::seal`] for a packet whose payload is gathered from a region (`g`): the
+    /// ICRC goes in the last four bytes of the buffer's part after the headers. A region
+    /// taken back since the packet was built leaves the ICRC zero (and the send fails on
+    /// it, `Pinned`).
+    pub fn seal_gathered(&self, t: &Transmit, g: &Gather, buf: &mut [u8]) {
+        let src = SocketAddr::new(self.local.ip(), t.src_port);
+        let tail = t.len - g.at - g.len;
+        let (head, rest) = buf.split_at_mut(g.at);
+        let tail = &mut rest[..tail];
+        let crc = icrc::socket_datagram_icrc_parts(
+            src,
+            t.dst,
+            t.len,
+            head,
+            |crc| g.bytes.crc(g.offset, g.len, crc).ok(),
+            tail,
+        );
+        let n = tail.len();
+        tail[n - ICRC_LEN..].copy_from_slice(&crc.unwrap_or([0; ICRC_LEN]));
     }
 
     /// Handles one received datagram: `data` (BTH .. ICRC) from `remote` to `local` with the IP
@@ -303,5 +346,75 @@ pub struct OneQp<'a> {
 impl QpSet for OneQp<'_> {
     fn with_qp<R>(&mut self, qpn: u32, f: impl FnOnce(&mut QpCore, &MrTable) -> R) -> Option<R> {
         (qpn == self.qp.qpn()).then(|| f(self.qp, self.mrs))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::SharedBytes;
+    use crate::wire::icrc::{reseal_ipv4_id_of, verify_socket_datagram};
+
+    /// A packet whose payload stays in a region is sealed with the ICRC of the packet as the
+    /// kernel assembles it (headers, region bytes, pad), for IPv4 and IPv6, and its ICRC
+    /// resealed for a GSO identification is the one the receiver recovers.
+    #[test]
+    fn gathered_packets_are_sealed_over_the_bytes_the_kernel_sends() {
+        let region = SharedBytes::new(8192);
+        let pattern: Vec<u8> = (0..8192u32).map(|i| (i * 13 + 1) as u8).collect();
+        region.write(0, &pattern).unwrap();
+        let region = Arc::new(region);
+        for (local, dst) in [
+            ("127.0.0.2:4791", "127.0.0.1:4791"),
+            ("[::1]:4791", "[::1]:4791"),
+        ] {
+            let local: SocketAddr = local.parse().unwrap();
+            let ep = Endpoint::new(local, 4791, Arc::new(Counters::default()));
+            // RC RDMA WRITE MIDDLE: a BTH, then 1001 payload bytes (3 pad bytes), the ICRC.
+            let (offset, len) = (77u64, 1001usize);
+            let mut buf = [0u8; 64];
+            buf[0] = 0x07;
+            buf[1] = 0x30; // pad count 3
+            buf[7] = 0x12;
+            let at = 12;
+            let t = Transmit {
+                len: at + len + 3 + ICRC_LEN,
+                dst: dst.parse().unwrap(),
+                src_port: 0xC001,
+                hop_limit: 0,
+                traffic_class: 0,
+            };
+            let g = Gather {
+                bytes: Arc::clone(&region),
+                offset,
+                len,
+                at,
+            };
+            ep.seal_gathered(&t, &g, &mut buf);
+            let tail = 3 + ICRC_LEN;
+            let assemble = |buf: &[u8]| {
+                let mut whole = buf[..at].to_vec();
+                whole.extend_from_slice(&pattern[offset as usize..offset as usize + len]);
+                whole.extend_from_slice(&buf[at..at + tail]);
+                whole
+            };
+            let src = SocketAddr::new(local.ip(), t.src_port);
+            let whole = assemble(&buf);
+            assert_eq!(
+                verify_socket_datagram(src, t.dst, &whole),
+                SocketVerdict::Exact
+            );
+            let mut copied = whole.clone();
+            ep.seal(&t, &mut copied);
+            assert_eq!(copied, whole, "the same ICRC as sealing a copy");
+            if local.is_ipv4() {
+                let icrc = at + 3;
+                reseal_ipv4_id_of(&mut buf[icrc..icrc + ICRC_LEN], t.len - ICRC_LEN, 0, 5);
+                assert_eq!(
+                    verify_socket_datagram(src, t.dst, &assemble(&buf)),
+                    SocketVerdict::RecoveredId(5)
+                );
+            }
+        }
     }
 }

@@ -32,7 +32,7 @@ pub use endpoint::{DatagramEvent, Endpoint, IpFields, OneQp, QpSet, GSI_QPN};
 pub use mr::{DeregFault, Mr, MrFault, MrTable};
 pub use mw::{Mw, MwFault, MwState, MwType};
 pub use qp::{
-    wire_hop_limit, CqSide, NetHeader, QpConfig, QpCore, QueueDepths, Transmit, MAX_PACKET,
+    wire_hop_limit, CqSide, Gather, NetHeader, QpConfig, QpCore, QueueDepths, Transmit, MAX_PACKET,
 };
 pub use requester::{ACKREQ_EVERY, MAX_UNACKED_PSNS};
 pub use responder::MAX_QUEUED_RESPONSES;

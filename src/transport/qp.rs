@@ -28,6 +28,7 @@ use crate::ib::{
     AccessFlags, NetworkHdrType, QpAttr, QpAttrMask, QpCap, QpState, QpType, QueueKind, RecvWr,
     SendFlags, SendWr, SgeFault, UdDest, VerbsError, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
+use crate::memory::SharedBytes;
 use crate::wire::icrc;
 
 /// Largest message (IBTA: 2^31 bytes).
@@ -196,6 +197,25 @@ pub struct QpCore {
     pub(super) resp: RespState,
     pub(super) counters: Arc<Counters>,
     pub(super) cc: QpCc,
+    /// While [`QpCore::poll_transmit_gather`] runs: `Some`, and the payload the requester
+    /// left in the region for the caller to gather, if it did.
+    pub(super) gather: Option<Option<Gather>>,
+}
+
+/// A packet's payload left where it is, in a registered region, for the caller to send from
+/// there (an iovec of sendmmsg) instead of a copy in the packet buffer. The buffer then holds
+/// the headers (`..at`) and, right after them, the pad and the ICRC's room (`at..`); the
+/// payload goes between the two.
+#[derive(Debug, Clone)]
+pub struct Gather {
+    /// The region.
+    pub bytes: Arc<SharedBytes>,
+    /// First payload byte in it.
+    pub offset: u64,
+    /// Payload bytes.
+    pub len: usize,
+    /// Where the payload goes in the datagram (the headers' length).
+    pub at: usize,
 }
 
 /// A QP's congestion control state (spec-notes/congestion.md): its notification point, its
@@ -229,6 +249,7 @@ impl QpCore {
             resp: RespState::default(),
             counters,
             cc: QpCc::default(),
+            gather: None,
         }
     }
 
@@ -892,6 +913,23 @@ impl QpCore {
         if let Some(rp) = &mut self.cc.rp {
             rp.on_sent(now, len);
         }
+    }
+
+    /// As [`QpCore::poll_transmit`], but an RC request's payload that lies in one region is
+    /// not copied: it is left there ([`Gather`]) and the packet is `len` bytes of which the
+    /// buffer holds all but the payload. Only RC gathers: its sends complete on an
+    /// acknowledgement, after the packet has left, so the caller reads the payload while it
+    /// is still the engine's (the memory model of [`crate::memory`]); a UC or UD send
+    /// completes as its last packet is built.
+    pub fn poll_transmit_gather(
+        &mut self,
+        now: Duration,
+        buf: &mut [u8],
+    ) -> Option<(Transmit, Option<Gather>)> {
+        self.gather = (self.cfg.qp_type == QpType::Rc).then_some(None);
+        let t = self.poll_transmit(now, buf);
+        let g = self.gather.take().flatten();
+        t.map(|t| (t, g))
     }
 
     /// Writes the next packet to send into `buf` (at least [`MAX_PACKET`] bytes), without its

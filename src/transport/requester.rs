@@ -18,6 +18,7 @@
 //!   which may lie in the middle of a message; a READ resumes with a new request for the bytes
 //!   not yet received (IBTA 9.7.4.1.x; rxe_comp.c/rxe_req.c req_retry).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::counters::Counters;
@@ -40,6 +41,10 @@ pub const ACKREQ_EVERY: u32 = 64;
 /// of this many path MTUs, one piece outstanding at a time, so that a responder's burst fits
 /// in a socket's receive buffer (see `read_piece_end`).
 pub const READ_PIECE_PKTS: u64 = 256;
+
+/// Smallest payload worth gathering from its region instead of copying (two more iovecs
+/// cost more than copying a few hundred bytes).
+const MIN_GATHER: usize = 512;
 
 /// Where the READ request that covers byte `from` of a READ of `length` bytes ends: the next
 /// multiple of `READ_PIECE_PKTS` path MTUs, or the end. The pieces are fixed from the start of
@@ -399,6 +404,29 @@ impl QpCore {
         };
         let n = pkt.payload_len;
         let at = repr.emit_headers(buf, n).ok()?;
+        if self.gather.is_some() && n >= MIN_GATHER {
+            // Left in the region for the caller to gather (QpCore::poll_transmit_gather): the
+            // pad and the ICRC's room follow the headers. A region taken back meanwhile fails
+            // as the copy below would.
+            if let Some((bytes, off)) = self.sq[idx].data.locate(offset, n) {
+                if bytes.pin().is_err() {
+                    Counters::inc(&self.counters.mem_access_err);
+                    self.sq[idx].state = SendState::Done(WcStatus::LocProtErr);
+                    self.enter_error();
+                    return None;
+                }
+                let g = super::qp::Gather {
+                    bytes: Arc::clone(bytes),
+                    offset: off,
+                    len: n,
+                    at,
+                };
+                let tail = finish_payload(buf, at, n) - at - n;
+                buf[at..at + tail].fill(0);
+                self.gather = Some(Some(g));
+                return Some(at + n + tail);
+            }
+        }
         if self.sq[idx]
             .data
             .read(offset, &mut buf[at..at + n])

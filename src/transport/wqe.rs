@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::mr::{Mr, MrTable};
 use super::mw::{key_is_mw, Mw};
 use crate::ib::{AccessFlags, Sge, SgeFault, VerbsError, WcStatus, WrOpcode};
-use crate::memory::AccessError;
+use crate::memory::{AccessError, SharedBytes};
 use crate::wire::Psn;
 
 /// A scatter/gather element resolved at post time: its region and the offset into it.
@@ -103,6 +103,21 @@ impl LocalData {
                 Ok(())
             }
         }
+    }
+
+    /// Where message bytes `at .. at + len` lie, if in one region: the region and the offset
+    /// in it (for a transmit that gathers them from there instead of copying them).
+    pub fn locate(&self, mut at: u64, len: usize) -> Option<(&Arc<SharedBytes>, u64)> {
+        let LocalData::Sges(sges) = self else {
+            return None;
+        };
+        for s in sges {
+            if at < s.len as u64 {
+                return (at + len as u64 <= s.len as u64).then_some((&s.mr.storage, s.offset + at));
+            }
+            at -= s.len as u64;
+        }
+        None
     }
 
     /// Copies `src` into message bytes `at .. at + src.len()` (scatter). The caller has checked

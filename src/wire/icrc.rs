@@ -204,25 +204,34 @@ pub fn ipv4_id_delta(id_xor: u16, roce_len: usize) -> u32 {
         return 0;
     }
     use std::cell::Cell;
-    // x^(8 * bytes after the Identification field) for the last few lengths: a sender sees
-    // few (full-MTU packets, READ response FIRST/LAST with their AETH, ACKs), and computing
-    // the power is most of the cost.
+    // The effect of each identification bit, for the last few lengths: a sender sees few
+    // (full-MTU packets, READ response FIRST/LAST with their AETH, ACKs), and computing them
+    // is most of the cost; a GSO run's identifications 1, 2, 3, ... have few bits set.
     const CACHED: usize = 4;
+    type Bits = [u32; 16];
     thread_local! {
-        static SHIFTS: Cell<([(usize, u32); CACHED], usize)> =
-            const { Cell::new(([(usize::MAX, 0); CACHED], 0)) };
+        static EFFECTS: Cell<([(usize, Bits); CACHED], usize)> =
+            const { Cell::new(([(usize::MAX, [0; 16]); CACHED], 0)) };
     }
-    let shift = SHIFTS.with(|c| {
+    let bits = EFFECTS.with(|c| {
         let (mut entries, next) = c.get();
-        if let Some(&(_, shift)) = entries.iter().find(|(len, _)| *len == roce_len) {
-            return shift;
+        if let Some(&(_, bits)) = entries.iter().find(|(len, _)| *len == roce_len) {
+            return bits;
         }
+        // x^(8 * bytes after the Identification field).
         let shift = x_pow_8n((20 - 6) + UDP_HEADER_LEN + roce_len);
-        entries[next] = (roce_len, shift);
+        let bits: Bits = std::array::from_fn(|k| mul_mod_p(shift, raw_crc16(1 << k)));
+        entries[next] = (roce_len, bits);
         c.set((entries, (next + 1) % CACHED));
-        shift
+        bits
     });
-    mul_mod_p(shift, raw_crc16(id_xor))
+    let mut delta = 0;
+    let mut rest = id_xor;
+    while rest != 0 {
+        delta ^= bits[rest.trailing_zeros() as usize];
+        rest &= rest - 1;
+    }
+    delta
 }
 
 /// The row-echelon basis of the effect of the 16 Identification bits on the CRC of a packet
@@ -365,27 +374,49 @@ pub fn socket_datagram_icrc(
     dst: std::net::SocketAddr,
     payload: &[u8],
 ) -> Option<[u8; 4]> {
-    use std::net::IpAddr;
     let n = payload.len();
-    if n < 4 || n > u16::MAX as usize - UDP_HEADER_LEN {
+    if n < 4 {
         return None;
     }
-    let udp_len = (UDP_HEADER_LEN + n) as u16;
+    socket_datagram_icrc_parts(src, dst, n, &payload[..n - 4], Some, &payload[n - 4..])
+}
+
+/// [`socket_datagram_icrc`] of a payload of `len` bytes that is not in one piece: `head`
+/// (from the BTH on), then bytes that `middle` adds to the CRC it is given (crc32fast's
+/// value; `None` if it cannot read them), then `tail`, whose last four bytes are the ICRC's
+/// room (not covered). Used for a packet whose payload is gathered from a region
+/// (`crate::memory::SharedBytes::crc` reads it there).
+pub fn socket_datagram_icrc_parts(
+    src: std::net::SocketAddr,
+    dst: std::net::SocketAddr,
+    len: usize,
+    head: &[u8],
+    middle: impl FnOnce(u32) -> Option<u32>,
+    tail: &[u8],
+) -> Option<[u8; 4]> {
+    use std::net::IpAddr;
+    if len < 4 || len > u16::MAX as usize - UDP_HEADER_LEN || tail.len() < 4 {
+        return None;
+    }
+    let udp_len = (UDP_HEADER_LEN + len) as u16;
     let mut udp = [0u8; UDP_HEADER_LEN];
     udp[0..2].copy_from_slice(&src.port().to_be_bytes());
     udp[2..4].copy_from_slice(&dst.port().to_be_bytes());
     udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
-    let covered = &payload[..n - 4];
     let crc = match (src.ip(), dst.ip()) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
-            compute(&ipv4_header_for_socket(s, d, udp_len, true), &udp, covered)
+            compute(&ipv4_header_for_socket(s, d, udp_len, true), &udp, head)
         }
         (IpAddr::V6(s), IpAddr::V6(d)) => {
-            compute(&ipv6_header_for_socket(s, d, udp_len), &udp, covered)
+            compute(&ipv6_header_for_socket(s, d, udp_len), &udp, head)
         }
         _ => return None,
-    };
-    crc.ok().map(to_wire)
+    }
+    .ok()?;
+    let crc = middle(crc)?;
+    let mut h = crc32fast::Hasher::new_with_initial(crc);
+    h.update(&tail[..tail.len() - 4]);
+    Some(to_wire(h.finalize()))
 }
 
 /// Writes [`socket_datagram_icrc`] into the last four bytes of `payload`; returns false (and
@@ -409,10 +440,16 @@ pub fn seal_socket_datagram(
 /// what a plain send gets.
 pub fn reseal_ipv4_id(packet: &mut [u8], from: u16, to: u16) {
     let at = packet.len() - ICRC_LEN;
+    reseal_ipv4_id_of(&mut packet[at..], at, from, to);
+}
+
+/// [`reseal_ipv4_id`] for a packet whose ICRC (`icrc`, its four bytes) covers `covered` bytes
+/// of RoCE payload but is not stored after them (a packet whose payload is gathered).
+pub fn reseal_ipv4_id_of(icrc: &mut [u8], covered: usize, from: u16, to: u16) {
     let mut crc = [0u8; 4];
-    crc.copy_from_slice(&packet[at..]);
-    let crc = u32::from_le_bytes(crc) ^ ipv4_id_delta(from ^ to, at);
-    packet[at..].copy_from_slice(&to_wire(crc));
+    crc.copy_from_slice(&icrc[..ICRC_LEN]);
+    let crc = u32::from_le_bytes(crc) ^ ipv4_id_delta(from ^ to, covered);
+    icrc[..ICRC_LEN].copy_from_slice(&to_wire(crc));
 }
 
 #[cfg(test)]

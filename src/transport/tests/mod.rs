@@ -9,6 +9,7 @@
 
 mod cc;
 mod endpoint;
+mod gather;
 mod hostile;
 mod mw;
 mod node;
