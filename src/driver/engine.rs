@@ -1019,6 +1019,7 @@ mod tests {
             errors: VecDeque::from([io::ErrorKind::WouldBlock]),
             sent: Arc::clone(&sent),
             gso: 1,
+            gather: false,
         });
         let cq = Arc::new(CqInner::new(16, &e.dev));
         let wc = WorkCompletion {
