@@ -248,6 +248,9 @@ struct IdState {
     psn: u32,
     param: ConnParam,
     peer: Option<Box<PeerParams>>,
+    /// `RDMA_OPTION_ID_ACK_TIMEOUT`: the QP's local ACK timeout at RTS in place of the one
+    /// the connection would give it.
+    ack_timeout: Option<u8>,
 }
 
 #[derive(Debug)]
@@ -318,6 +321,7 @@ impl EventChannel {
                 psn: random_start().value(),
                 param: ConnParam::default(),
                 peer: None,
+                ack_timeout: None,
             })),
         }
     }
@@ -536,6 +540,7 @@ impl Shared {
                 psn: random_start().value(),
                 param: param.clone(),
                 peer: Some(peer),
+                ack_timeout: None,
             })),
         };
         lock(&self.state).conns.insert(conn, id.clone());
@@ -589,6 +594,7 @@ impl Shared {
                 psn: random_start().value(),
                 param: param.clone(),
                 peer: None,
+                ack_timeout: None,
             })),
         };
         lock(&self.state).conns.insert(conn, id.clone());
@@ -648,7 +654,7 @@ impl Shared {
             let (Some(qp), Some(remote)) = (st.qp.clone(), st.remote) else {
                 return;
             };
-            let c = RcConnect {
+            let mut c = RcConnect {
                 path_mtu: Mtu::Mtu1024,
                 // The path the REQ described (ConnectParams::rc): hop limit 64, class 0.
                 hop_limit: 64,
@@ -667,6 +673,9 @@ impl Shared {
                     peer.starting_psn,
                 )
             };
+            if let Some(t) = st.ack_timeout {
+                c.timeout = t;
+            }
             st.peer = Some(peer);
             qp.ready_to_receive(&c).and_then(|()| qp.ready_to_send(&c))
         };
@@ -798,6 +807,14 @@ impl CmId {
         }
         st.qp = Some(Arc::clone(&qp));
         Ok(qp)
+    }
+
+    /// `rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT)`: the local ACK timeout (4.096 us x
+    /// 2^`t`) the QP gets when connect or accept moves it to RTS, in place of the path's
+    /// (Linux cma.c: `timeout_set`, used by rdma_init_qp_attr for RTS). It cannot change
+    /// later: RTS to RTS does not take a timeout (IBTA 11.2.1, Table 91).
+    pub fn set_ack_timeout(&self, t: u8) {
+        self.state().ack_timeout = Some(t);
     }
 
     /// Gives the identifier a QP the caller created and moved to INIT with the access it
@@ -980,7 +997,7 @@ impl CmId {
             path_mtu: Mtu::from_bytes(128 << peer.path_mtu.clamp(1, 5)).unwrap_or(Mtu::Mtu1024),
             max_dest_rd_atomic: param.responder_resources,
             max_rd_atomic: param.initiator_depth.min(peer.responder_resources),
-            timeout: peer.local_ack_timeout,
+            timeout: st.ack_timeout.unwrap_or(peer.local_ack_timeout),
             retry_cnt: peer.retry_count,
             rnr_retry: peer.rnr_retry_count.min(7),
             // The path as the REQ gave it (Linux: cm_format_paths_from_req).
