@@ -676,3 +676,81 @@ fn qperf_cm1_rc_tests_between_two_shimmed_processes() {
     assert_eq!(all.matches("bw  =").count(), 2, "{all}");
     assert_eq!(all.matches("latency  =").count(), 1, "{all}");
 }
+
+/// One side of a reject over pyverbs (Python's multiprocessing children leave with `_exit`,
+/// which runs no exit handler: rdma-core's reject test).
+const PY_REJECT: &str = r#"
+import os, sys
+import pyverbs.cm_enums as ce
+from pyverbs.cmid import CMID, AddrInfo, CMEventChannel, CMEvent, ConnParam
+from pyverbs.qp import QPInitAttr, QPCap
+import pyverbs.enums as e
+role, ip, port = sys.argv[1:4]
+ch = CMEventChannel()
+cm = CMID(creator=ch, port_space=ce.RDMA_PS_TCP)
+def event(want):
+    ev = CMEvent(ch)
+    got, data = ev.event_type, ev.private_data
+    ev.ack_cm_event()
+    if got != want:
+        print("event", got, "wanted", want, flush=True)
+        os._exit(3)
+    return data
+if role == "server":
+    cm.bind_addr(AddrInfo(src=ip, src_service=port, port_space=ce.RDMA_PS_TCP, flags=ce.RAI_PASSIVE))
+    cm.listen()
+    print("listening", flush=True)
+    ev = CMEvent(ch)
+    child = CMID(creator=ev, listen_id=cm)
+    ev.ack_cm_event()
+    child.reject(b"not today")
+    os._exit(0)
+else:
+    cm.resolve_addr(AddrInfo(dst=ip, dst_service=port, port_space=ce.RDMA_PS_TCP))
+    event(ce.RDMA_CM_EVENT_ADDR_RESOLVED)
+    cm.resolve_route()
+    event(ce.RDMA_CM_EVENT_ROUTE_RESOLVED)
+    cm.create_qp(QPInitAttr(qp_type=e.IBV_QPT_RC, cap=QPCap()))
+    cm.connect(ConnParam())
+    data = event(ce.RDMA_CM_EVENT_REJECTED)
+    print("rejected:", bytes(data[:9]).decode(), flush=True)
+    os._exit(0)
+"#;
+
+#[test]
+fn a_reject_reaches_the_peer_when_the_rejecter_exits_at_once() {
+    let py = Path::new("/usr/bin/python3");
+    assert!(
+        Path::new("/usr/lib/python3/dist-packages/pyverbs/__init__.py").is_file(),
+        "python3-pyverbs is not installed (scripts/setup.sh installs it)"
+    );
+    let (sip, cip, port) = ("127.0.23.2", "127.0.23.3", "7303");
+    let mut server = shimmed(py, sip, &["-c", PY_REJECT, "server", sip, port])
+        .spawn()
+        .unwrap();
+    // Wait for "listening" on the server's stdout (bounded: a reader thread and a timeout).
+    let out = server.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let ready = rx.recv_timeout(Duration::from_secs(30));
+    assert_eq!(ready.as_deref(), Ok("listening"), "server not listening");
+    let (co, fin) = wait_for(
+        shimmed(py, cip, &["-c", PY_REJECT, "client", sip, port])
+            .spawn()
+            .unwrap(),
+        Duration::from_secs(20),
+    );
+    let (so, _) = wait_for(server, Duration::from_secs(5));
+    let ct = text(&co);
+    assert!(
+        fin && co.status.success(),
+        "client (in time: {fin}):\n{ct}\nserver:\n{}",
+        text(&so)
+    );
+    assert!(ct.contains("rejected: not today"), "client:\n{ct}");
+}

@@ -180,7 +180,10 @@ pub unsafe extern "C" fn rdma_reject(
     };
     drop_request_event(&obj);
     match c.reject(&data) {
-        Ok(()) => 0,
+        Ok(()) => {
+            super::sent_before_return();
+            0
+        }
         Err(e) => fail(errno_of(&e)),
     }
 }
@@ -201,6 +204,7 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
     lock(&obj.st).connected = false;
     // SAFETY: raw read of the live identifier.
     cm_hooks::sync_qp_state(unsafe { ptr::addr_of!((*obj.c()).qp).read() });
+    super::sent_before_return();
     0
 }
 
