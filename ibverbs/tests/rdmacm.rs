@@ -754,3 +754,61 @@ fn a_reject_reaches_the_peer_when_the_rejecter_exits_at_once() {
     );
     assert!(ct.contains("rejected: not today"), "client:\n{ct}");
 }
+
+/// Under `softroce run`, rping's server and client (two processes on the run's one device,
+/// the client standing in at its own loopback address) while the script reads the view's
+/// `hw_counters/sent_pkts`: 0 before, then growing while the pings run. Every wait is for a
+/// state (a counter's value, a process alive), polled and bounded.
+const HW_COUNTERS_SCRIPT: &str = r#"
+f=/sys/class/infiniband/softroce0/ports/1/hw_counters/sent_pkts
+ip=$1; port=$2
+echo "before $(cat $f)"
+rping -s -a $ip -p $port -C 1000000 -S 64 >/dev/null 2>&1 & s=$!
+c=
+client() {
+    # A client too early (the listener not up yet) is refused and exits: start another.
+    if [ -z "$c" ] || ! kill -0 $c 2>/dev/null; then
+        rping -c -a $ip -p $port -C 1000000 -S 64 >/dev/null 2>&1 & c=$!
+    fi
+}
+a=0
+for i in $(seq 1 100); do client; a=$(cat $f); [ "$a" -gt 0 ] && break; sleep 0.1; done
+b=$a
+for i in $(seq 1 100); do client; b=$(cat $f); [ "$b" -gt "$a" ] && break; sleep 0.1; done
+kill -0 $c 2>/dev/null && alive=yes || alive=no
+echo "first $a later $b client-alive $alive"
+kill $s $c 2>/dev/null
+exit 0
+"#;
+
+#[test]
+fn hw_counters_in_the_device_view_move_while_traffic_runs() {
+    let (ip, port) = ("127.0.23.5", "7304");
+    let _ = rping(); // rdmacm-utils must be there
+    let (o, fin) = wait_for(
+        softroce_cmd(&[
+            "run",
+            "--bind",
+            ip,
+            "--",
+            "sh",
+            "-c",
+            HW_COUNTERS_SCRIPT,
+            "sh",
+            ip,
+            port,
+        ])
+        .spawn()
+        .unwrap(),
+        Duration::from_secs(60),
+    );
+    let t = text(&o);
+    assert!(fin && o.status.success(), "run:\n{t}");
+    assert!(t.contains("before 0\n"), "{t}");
+    let line = t.lines().find(|l| l.starts_with("first ")).unwrap_or("");
+    let f: Vec<&str> = line.split(' ').collect();
+    assert_eq!(f.len(), 6, "{t}");
+    let (a, b): (u64, u64) = (f[1].parse().unwrap(), f[3].parse().unwrap());
+    assert!(a > 0 && b > a, "sent_pkts did not grow: {t}");
+    assert_eq!(f[5], "yes", "the traffic had stopped: {t}");
+}
