@@ -14,6 +14,11 @@
 //! statx families) and programs that make system calls themselves bypass an interposer,
 //! while the namespace shows the same files to every path lookup of every library.
 //!
+//! The device's entry names its interface under `device/net/<ifname>` (rdma-core's tests find
+//! the address to bind there), and `ports/1/hw_counters` holds the live counters, which
+//! `softroce run` rewrites every [`HW_COUNTERS_PERIOD`] from its programs' stat sockets
+//! (spec-notes/device-view.md, rules 4 and 5).
+//!
 //! `/dev/infiniband/<dev_name>` is `/dev/null` bound there: a character device that stat,
 //! access and open accept; the shim never opens it (it talks UDP). `/dev/infiniband/rdma_cm`
 //! is not laid: the real librdmacm (which UCX's rdmacm transport loads) would open it and wait
