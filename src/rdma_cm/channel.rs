@@ -868,11 +868,15 @@ impl CmId {
         if self.port_space() == PortSpace::Udp {
             return self.connect_ud(param);
         }
-        let qpn = match self.state().qp.as_ref() {
-            Some(qp) => qp.qp_num(),
-            None => return Err(Self::wrong("connect", self.state().phase)),
+        // One lock at a time: the guard of a match scrutinee lives through its arms.
+        let (qp, phase) = {
+            let st = self.state();
+            (st.qp.clone(), st.phase)
         };
-        self.connect_rc(param, qpn, false)
+        let Some(qp) = qp else {
+            return Err(Self::wrong("connect", phase));
+        };
+        self.connect_rc(param, qp.qp_num(), false)
     }
 
     /// `rdma_connect` for a QP the application moves itself (rdma_cm's identifier has none;
@@ -880,8 +884,12 @@ impl CmId {
     /// [`EventKind::ConnectResponse`] follows the REP; the application then moves the QP with
     /// [`CmId::rc_connect`]'s attributes and calls [`CmId::establish`].
     pub fn connect_external(&self, param: &ConnParam, qpn: u32) -> Result<()> {
-        if self.port_space() == PortSpace::Udp || self.state().qp.is_some() {
-            return Err(Self::wrong("connect_external", self.state().phase));
+        let (own_qp, phase) = {
+            let st = self.state();
+            (st.qp.is_some(), st.phase)
+        };
+        if self.port_space() == PortSpace::Udp || own_qp {
+            return Err(Self::wrong("connect_external", phase));
         }
         self.connect_rc(param, qpn, true)
     }
@@ -1013,10 +1021,13 @@ impl CmId {
         if self.port_space() == PortSpace::Udp {
             return self.sidr_answer("accept", sidr_status::SUCCESS, &param.private_data);
         }
-        let qp = self.state().qp.clone();
+        let (qp, phase) = {
+            let st = self.state();
+            (st.qp.clone(), st.phase)
+        };
         match qp {
             Some(qp) => self.accept_rc(param, Some(&qp), qp.qp_num()),
-            None => Err(Self::wrong("accept", self.state().phase)),
+            None => Err(Self::wrong("accept", phase)),
         }
     }
 
@@ -1024,8 +1035,12 @@ impl CmId {
     /// attributes; `qpn` is the one `rdma_conn_param.qp_num` names): sends the REP naming it.
     /// [`EventKind::Established`] follows the RTU.
     pub fn accept_external(&self, param: &ConnParam, qpn: u32) -> Result<()> {
-        if self.port_space() == PortSpace::Udp || self.state().qp.is_some() {
-            return Err(Self::wrong("accept_external", self.state().phase));
+        let (own_qp, phase) = {
+            let st = self.state();
+            (st.qp.is_some(), st.phase)
+        };
+        if self.port_space() == PortSpace::Udp || own_qp {
+            return Err(Self::wrong("accept_external", phase));
         }
         self.state().ext_qpn = Some(qpn);
         self.accept_rc(param, None, qpn)
