@@ -678,3 +678,139 @@ fn qperf_cm1_rc_tests_between_two_shimmed_processes() {
     assert_eq!(all.matches("bw  =").count(), 2, "{all}");
     assert_eq!(all.matches("latency  =").count(), 1, "{all}");
 }
+
+/// One side of a reject over pyverbs (Python's multiprocessing children leave with `_exit`,
+/// which runs no exit handler: rdma-core's reject test).
+const PY_REJECT: &str = r#"
+import os, sys
+import pyverbs.cm_enums as ce
+from pyverbs.cmid import CMID, AddrInfo, CMEventChannel, CMEvent, ConnParam
+from pyverbs.qp import QPInitAttr, QPCap
+import pyverbs.enums as e
+role, ip, port = sys.argv[1:4]
+ch = CMEventChannel()
+cm = CMID(creator=ch, port_space=ce.RDMA_PS_TCP)
+def event(want):
+    ev = CMEvent(ch)
+    got, data = ev.event_type, ev.private_data
+    ev.ack_cm_event()
+    if got != want:
+        print("event", got, "wanted", want, flush=True)
+        os._exit(3)
+    return data
+if role == "server":
+    cm.bind_addr(AddrInfo(src=ip, src_service=port, port_space=ce.RDMA_PS_TCP, flags=ce.RAI_PASSIVE))
+    cm.listen()
+    print("listening", flush=True)
+    ev = CMEvent(ch)
+    child = CMID(creator=ev, listen_id=cm)
+    ev.ack_cm_event()
+    child.reject(b"not today")
+    os._exit(0)
+else:
+    cm.resolve_addr(AddrInfo(dst=ip, dst_service=port, port_space=ce.RDMA_PS_TCP))
+    event(ce.RDMA_CM_EVENT_ADDR_RESOLVED)
+    cm.resolve_route()
+    event(ce.RDMA_CM_EVENT_ROUTE_RESOLVED)
+    cm.create_qp(QPInitAttr(qp_type=e.IBV_QPT_RC, cap=QPCap()))
+    cm.connect(ConnParam())
+    data = event(ce.RDMA_CM_EVENT_REJECTED)
+    print("rejected:", bytes(data[:9]).decode(), flush=True)
+    os._exit(0)
+"#;
+
+#[test]
+fn a_reject_reaches_the_peer_when_the_rejecter_exits_at_once() {
+    let py = Path::new("/usr/bin/python3");
+    assert!(
+        Path::new("/usr/lib/python3/dist-packages/pyverbs/__init__.py").is_file(),
+        "python3-pyverbs is not installed (scripts/setup.sh installs it)"
+    );
+    let (sip, cip, port) = ("127.0.23.2", "127.0.23.3", "7303");
+    let mut server = shimmed(py, sip, &["-c", PY_REJECT, "server", sip, port])
+        .spawn()
+        .unwrap();
+    // Wait for "listening" on the server's stdout (bounded: a reader thread and a timeout).
+    let out = server.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let ready = rx.recv_timeout(Duration::from_secs(30));
+    assert_eq!(ready.as_deref(), Ok("listening"), "server not listening");
+    let (co, fin) = wait_for(
+        shimmed(py, cip, &["-c", PY_REJECT, "client", sip, port])
+            .spawn()
+            .unwrap(),
+        Duration::from_secs(20),
+    );
+    let (so, _) = wait_for(server, Duration::from_secs(5));
+    let ct = text(&co);
+    assert!(
+        fin && co.status.success(),
+        "client (in time: {fin}):\n{ct}\nserver:\n{}",
+        text(&so)
+    );
+    assert!(ct.contains("rejected: not today"), "client:\n{ct}");
+}
+
+/// Under `softroce run`, rping's server and client (two processes on the run's one device,
+/// the client standing in at its own loopback address) while the script reads the view's
+/// `hw_counters/sent_pkts`: 0 before, then growing while the pings run. Every wait is for a
+/// state (a counter's value, a process alive), polled and bounded.
+const HW_COUNTERS_SCRIPT: &str = r#"
+f=/sys/class/infiniband/softroce0/ports/1/hw_counters/sent_pkts
+ip=$1; port=$2
+echo "before $(cat $f)"
+rping -s -a $ip -p $port -C 1000000 -S 64 >/dev/null 2>&1 & s=$!
+c=
+client() {
+    # A client too early (the listener not up yet) is refused and exits: start another.
+    if [ -z "$c" ] || ! kill -0 $c 2>/dev/null; then
+        rping -c -a $ip -p $port -C 1000000 -S 64 >/dev/null 2>&1 & c=$!
+    fi
+}
+a=0
+for i in $(seq 1 100); do client; a=$(cat $f); [ "$a" -gt 0 ] && break; sleep 0.1; done
+b=$a
+for i in $(seq 1 100); do client; b=$(cat $f); [ "$b" -gt "$a" ] && break; sleep 0.1; done
+kill -0 $c 2>/dev/null && alive=yes || alive=no
+echo "first $a later $b client-alive $alive"
+kill $s $c 2>/dev/null
+exit 0
+"#;
+
+#[test]
+fn hw_counters_in_the_device_view_move_while_traffic_runs() {
+    let (ip, port) = ("127.0.23.5", "7304");
+    let _ = rping(); // rdmacm-utils must be there
+    let (o, fin) = wait_for(
+        softroce_cmd(&[
+            "run",
+            "--bind",
+            ip,
+            "--",
+            "sh",
+            "-c",
+            HW_COUNTERS_SCRIPT,
+            "sh",
+            ip,
+            port,
+        ])
+        .spawn()
+        .unwrap(),
+        Duration::from_secs(60),
+    );
+    let t = text(&o);
+    assert!(fin && o.status.success(), "run:\n{t}");
+    assert!(t.contains("before 0\n"), "{t}");
+    let line = t.lines().find(|l| l.starts_with("first ")).unwrap_or("");
+    let f: Vec<&str> = line.split(' ').collect();
+    assert_eq!(f.len(), 6, "{t}");
+    let (a, b): (u64, u64) = (f[1].parse().unwrap(), f[3].parse().unwrap());
+    assert!(a > 0 && b > a, "sent_pkts did not grow: {t}");
+    assert_eq!(f[5], "yes", "the traffic had stopped: {t}");
+}

@@ -140,6 +140,7 @@ fn event_name(k: &EventKind) -> &'static str {
         EventKind::RouteResolved => "RDMA_CM_EVENT_ROUTE_RESOLVED",
         EventKind::ConnectRequest => "RDMA_CM_EVENT_CONNECT_REQUEST",
         EventKind::Established => "RDMA_CM_EVENT_ESTABLISHED",
+        EventKind::ConnectResponse => "RDMA_CM_EVENT_CONNECT_RESPONSE",
         EventKind::Rejected { .. } => "RDMA_CM_EVENT_REJECTED",
         EventKind::Unreachable => "RDMA_CM_EVENT_UNREACHABLE",
         EventKind::Disconnected => "RDMA_CM_EVENT_DISCONNECTED",

@@ -128,6 +128,8 @@ pub fn run(args: &RunArgs) -> Result<u8, CliError> {
                 super::run_ns::UVERBS,
                 super::run_ns::IBDEV
             );
+        } else {
+            super::run_ns::keep_hw_counters_live();
         }
     }
     let dir = LibDir::new(&lib)?;

@@ -14,6 +14,11 @@
 //! statx families) and programs that make system calls themselves bypass an interposer,
 //! while the namespace shows the same files to every path lookup of every library.
 //!
+//! The device's entry names its interface under `device/net/<ifname>` (rdma-core's tests find
+//! the address to bind there), and `ports/1/hw_counters` holds the live counters, which
+//! `softroce run` rewrites every [`HW_COUNTERS_PERIOD`] from its programs' stat sockets
+//! (spec-notes/device-view.md, rules 4 and 5).
+//!
 //! `/dev/infiniband/<dev_name>` is `/dev/null` bound there: a character device that stat,
 //! access and open accept; the shim never opens it (it talks UDP). `/dev/infiniband/rdma_cm`
 //! is not laid: the real librdmacm (which UCX's rdmacm transport loads) would open it and wait
@@ -130,7 +135,12 @@ pub fn sysfs_entries(v: &DeviceView) -> Vec<Entry> {
         Entry::Dir(format!("{port}/gid_attrs")),
         Entry::Dir(format!("{port}/gid_attrs/types")),
         Entry::Dir(format!("{port}/gid_attrs/ndevs")),
+        Entry::Dir(format!("{port}/{HW_COUNTERS}")),
     ];
+    // rxe's hw_counters, one integer a file, 0 until the refresher writes the live values.
+    for name in counter_names() {
+        e.push(f(format!("{port}/{HW_COUNTERS}/{name}"), "0"));
+    }
     for i in 0..GID_TABLE_LEN {
         e.push(f(format!("{port}/gids/{i}"), &gid));
         e.push(f(format!("{port}/gid_attrs/types/{i}"), "RoCE v2"));
@@ -174,6 +184,128 @@ pub fn sysfs_entries(v: &DeviceView) -> Vec<Entry> {
         ),
     ]);
     e
+}
+
+/// The port's counters directory, as rxe's (drivers/infiniband/sw/rxe/rxe_hw_counters.c).
+const HW_COUNTERS: &str = "hw_counters";
+
+/// The device's counters (`softroce stat`'s, rxe's names where rxe has them).
+fn counter_names() -> Vec<&'static str> {
+    softroce::transport::Counters::default()
+        .snapshot()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect()
+}
+
+/// How often `softroce run` rewrites the view's hw_counters from the programs' counters.
+pub const HW_COUNTERS_PERIOD: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The device's counters as the view shows them: the sum over the processes of this
+/// `softroce run` (all in its mount namespace, each with its own engine for the one device),
+/// read through their `softroce stat` sockets; a process that has exited keeps counting
+/// with the values last read from it, so that the counters only grow, as a device's do.
+#[derive(Debug, Default)]
+pub struct HwCounters {
+    /// The last values read from each live process.
+    live: std::collections::HashMap<u32, Vec<(String, u64)>>,
+    /// What exited processes had counted.
+    retired: std::collections::HashMap<String, u64>,
+}
+
+impl HwCounters {
+    /// Takes a round of reads: `procs` maps each process found to its devices' counters
+    /// (None: it could not be read, e.g. it exited). Processes missing from `procs` or
+    /// unreadable are retired with their last values.
+    pub fn update(&mut self, procs: Vec<ProcessCounters>) {
+        let mut seen = std::collections::HashSet::new();
+        for (pid, c) in procs {
+            if let Some(c) = c {
+                seen.insert(pid);
+                self.live.insert(pid, c);
+            }
+        }
+        let gone: Vec<u32> = self
+            .live
+            .keys()
+            .filter(|p| !seen.contains(p))
+            .copied()
+            .collect();
+        for pid in gone {
+            for (n, v) in self.live.remove(&pid).unwrap_or_default() {
+                *self.retired.entry(n).or_default() += v;
+            }
+        }
+    }
+
+    /// The value of counter `name` now.
+    pub fn value(&self, name: &str) -> u64 {
+        let live: u64 = self
+            .live
+            .values()
+            .flat_map(|c| c.iter().filter(|(n, _)| n == name).map(|(_, v)| *v))
+            .sum();
+        live + self.retired.get(name).copied().unwrap_or(0)
+    }
+}
+
+/// One process's counters in a round of reads: its PID and, if it could be read, the
+/// counters of its devices.
+pub type ProcessCounters = (u32, Option<Vec<(String, u64)>>);
+
+/// This process's mount namespace (the `softroce run` whose view it is in).
+fn mount_ns(pid: &str) -> Option<PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok()
+}
+
+/// One round: reads the counters of every softroce process in this mount namespace.
+fn read_processes() -> Vec<ProcessCounters> {
+    let me = mount_ns("self");
+    softroce::driver::stats::list()
+        .into_iter()
+        .filter(|p| *p != std::process::id() && me.is_some() && mount_ns(&p.to_string()) == me)
+        .map(|p| {
+            let c = softroce::driver::stats::query(p).ok().map(|devs| {
+                devs.into_iter()
+                    .flat_map(|d| d.counters)
+                    .collect::<Vec<(String, u64)>>()
+            });
+            (p, c)
+        })
+        .collect()
+}
+
+/// Writes each counter's value into `dir` (the view's hw_counters directory): a new file
+/// renamed over the old one, so that a reader sees the old or the new value, never half.
+fn write_counters(dir: &Path, c: &HwCounters) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    for name in counter_names() {
+        let tmp = dir.join(format!(".{name}.new"));
+        std::fs::write(&tmp, format!("{}\n", c.value(name)))?;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o444))?;
+        std::fs::rename(&tmp, dir.join(name))?;
+    }
+    Ok(())
+}
+
+/// Starts the thread that keeps the view's hw_counters live: every [`HW_COUNTERS_PERIOD`] it
+/// reads the programs' counters (their stat sockets, the relaxed atomics the engines update:
+/// nothing on the data path waits for it) and rewrites the files. It runs as long as
+/// `softroce run` does; a failed round is tried again the next period.
+pub fn keep_hw_counters_live() {
+    let dir = Path::new("/sys")
+        .join(format!("devices/virtual/infiniband/{IBDEV}/ports/1"))
+        .join(HW_COUNTERS);
+    let _ = std::thread::Builder::new()
+        .name("hw-counters".into())
+        .spawn(move || {
+            let mut c = HwCounters::default();
+            loop {
+                c.update(read_processes());
+                let _ = write_counters(&dir, &c);
+                std::thread::sleep(HW_COUNTERS_PERIOD);
+            }
+        });
 }
 
 /// The interface that owns `ip`: the one with that address, else for a loopback address the
@@ -538,6 +670,32 @@ mod tests {
             p
         });
         assert_eq!(norm, Path::new("/sys/class/net/lo"));
+    }
+
+    #[test]
+    fn hw_counters_sum_processes_and_keep_what_exited_ones_counted() {
+        let c = |v: u64| Some(vec![("sent_pkts".to_string(), v), ("rcvd_pkts".into(), 1)]);
+        let mut h = HwCounters::default();
+        h.update(vec![(10, c(5)), (11, c(7))]);
+        assert_eq!(h.value("sent_pkts"), 12);
+        assert_eq!(h.value("rcvd_pkts"), 2);
+        // 10 counts on; 11 exits (unreadable, then gone): its last values stay counted.
+        h.update(vec![(10, c(9)), (11, None)]);
+        assert_eq!(h.value("sent_pkts"), 16);
+        h.update(vec![(10, c(20))]);
+        assert_eq!(h.value("sent_pkts"), 27);
+        assert_eq!(h.value("no_such_counter"), 0);
+        // The files are laid with every counter name, at 0.
+        let e = sysfs_entries(&view());
+        let hw = "devices/virtual/infiniband/softroce0/ports/1/hw_counters";
+        for n in [
+            "sent_pkts",
+            "rcvd_pkts",
+            "retry_exceeded_err",
+            "np_cnp_sent",
+        ] {
+            assert_eq!(file(&e, &format!("{hw}/{n}")), Some("0\n"), "{n}");
+        }
     }
 
     #[test]

@@ -171,6 +171,10 @@ pub enum EventKind {
     ConnectRequest,
     /// The connection is up.
     Established,
+    /// The REP came for a connect whose QP the application moves itself
+    /// ([`CmId::connect_external`]): it takes the QP to RTR and RTS with
+    /// [`CmId::rc_connect`]'s attributes, then calls [`CmId::establish`].
+    ConnectResponse,
     /// The peer refused, with IBTA's reason ([`crate::wire::cm::rej_reason`]).
     Rejected {
         /// The REJ's reason.
@@ -248,6 +252,12 @@ struct IdState {
     psn: u32,
     param: ConnParam,
     peer: Option<Box<PeerParams>>,
+    /// `RDMA_OPTION_ID_ACK_TIMEOUT`: the QP's local ACK timeout at RTS in place of the one
+    /// the connection would give it.
+    ack_timeout: Option<u8>,
+    /// The number of a QP the application moves itself (connect or accept without a QP of
+    /// the identifier's: [`CmId::connect_external`], [`CmId::accept_external`]).
+    ext_qpn: Option<u32>,
 }
 
 #[derive(Debug)]
@@ -318,6 +328,8 @@ impl EventChannel {
                 psn: random_start().value(),
                 param: ConnParam::default(),
                 peer: None,
+                ack_timeout: None,
+                ext_qpn: None,
             })),
         }
     }
@@ -439,6 +451,12 @@ impl Shared {
                 let id = self.id_of(conn)?;
                 let pd = {
                     let mut st = lock(&id.st);
+                    if st.ext_qpn.is_some() && st.phase == Phase::Connected {
+                        // The active side of an external QP: CONNECT_RESPONSE was its event
+                        // and `establish` sent the RTU (the kernel's rdma_cm reports nothing
+                        // more).
+                        return None;
+                    }
                     // The active side (still connecting: its peer parameters are the REP's)
                     // reports the REP's private data with ESTABLISHED; the passive side none.
                     let active = st.phase == Phase::Connecting;
@@ -531,6 +549,8 @@ impl Shared {
                 psn: random_start().value(),
                 param: param.clone(),
                 peer: Some(peer),
+                ack_timeout: None,
+                ext_qpn: None,
             })),
         };
         lock(&self.state).conns.insert(conn, id.clone());
@@ -576,6 +596,8 @@ impl Shared {
                 psn: random_start().value(),
                 param: param.clone(),
                 peer: None,
+                ack_timeout: None,
+                ext_qpn: None,
             })),
         };
         lock(&self.state).conns.insert(conn, id.clone());
@@ -632,27 +654,23 @@ impl Shared {
         };
         let moved = {
             let mut st = lock(&id.st);
-            let (Some(qp), Some(remote)) = (st.qp.clone(), st.remote) else {
+            if st.ext_qpn.is_some() && st.qp.is_none() {
+                // The application moves its QP: it hears of the REP, and sends the RTU
+                // with `establish` (Linux cma.c: RDMA_CM_EVENT_CONNECT_RESPONSE when the
+                // identifier has no QP).
+                let data = peer.private_data.clone();
+                st.peer = Some(peer);
+                drop(st);
+                lock(&self.state).queued.push_back(Self::event(
+                    id,
+                    EventKind::ConnectResponse,
+                    data,
+                ));
+                self.kick();
                 return;
-            };
-            let c = RcConnect {
-                path_mtu: Mtu::Mtu1024,
-                // The path the REQ described (ConnectParams::rc): hop limit 64, class 0.
-                hop_limit: 64,
-                max_dest_rd_atomic: st.param.responder_resources,
-                max_rd_atomic: st.param.initiator_depth.min(peer.responder_resources),
-                retry_cnt: st.param.retry_count,
-                // Each side's RNR retry count is the one its peer sent (Linux cm.c
-                // cm_rep_handler / cm_req_handler).
-                rnr_retry: peer.rnr_retry_count.min(7),
-                // A starting PSN is what its sender expects to receive: ours (in the REQ) is
-                // our receive PSN, the REP's is our send PSN (tests/data/rxe/rping.pcap).
-                ..RcConnect::new(
-                    peer.qpn,
-                    st.psn,
-                    Gid::from_ip(remote.ip()),
-                    peer.starting_psn,
-                )
+            }
+            let (Some(qp), Some(c)) = (st.qp.clone(), active_connect(&st, &peer)) else {
+                return;
             };
             st.peer = Some(peer);
             qp.ready_to_receive(&c).and_then(|()| qp.ready_to_send(&c))
@@ -787,6 +805,14 @@ impl CmId {
         Ok(qp)
     }
 
+    /// `rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT)`: the local ACK timeout (4.096 us x
+    /// 2^`t`) the QP gets when connect or accept moves it to RTS, in place of the path's
+    /// (Linux cma.c: `timeout_set`, used by rdma_init_qp_attr for RTS). It cannot change
+    /// later: RTS to RTS does not take a timeout (IBTA 11.2.1, Table 91).
+    pub fn set_ack_timeout(&self, t: u8) {
+        self.state().ack_timeout = Some(t);
+    }
+
     /// Gives the identifier a QP the caller created and moved to INIT with the access it
     /// wants (in place of [`CmId::create_qp`], whose INIT has no remote atomics): connect and
     /// accept move it to RTR and RTS as they move a QP of their own. A UD identifier takes a
@@ -829,9 +855,35 @@ impl CmId {
         if self.port_space() == PortSpace::Udp {
             return self.connect_ud(param);
         }
+        // One lock at a time: the guard of a match scrutinee lives through its arms.
+        let (qp, phase) = {
+            let st = self.state();
+            (st.qp.clone(), st.phase)
+        };
+        let Some(qp) = qp else {
+            return Err(Self::wrong("connect", phase));
+        };
+        self.connect_rc(param, qp.qp_num(), false)
+    }
+
+    /// `rdma_connect` for a QP the application moves itself (rdma_cm's identifier has none;
+    /// `qpn` is the one `rdma_conn_param.qp_num` names): sends the REQ for it.
+    /// [`EventKind::ConnectResponse`] follows the REP; the application then moves the QP with
+    /// [`CmId::rc_connect`]'s attributes and calls [`CmId::establish`].
+    pub fn connect_external(&self, param: &ConnParam, qpn: u32) -> Result<()> {
+        let (own_qp, phase) = {
+            let st = self.state();
+            (st.qp.is_some(), st.phase)
+        };
+        if self.port_space() == PortSpace::Udp || own_qp {
+            return Err(Self::wrong("connect_external", phase));
+        }
+        self.connect_rc(param, qpn, true)
+    }
+
+    fn connect_rc(&self, param: &ConnParam, qpn: u32, external: bool) -> Result<()> {
         let mut st = self.state();
-        let (Phase::RouteResolved, Some(qp), Some(remote)) = (st.phase, st.qp.clone(), st.remote)
-        else {
+        let (Phase::RouteResolved, Some(remote)) = (st.phase, st.remote) else {
             return Err(Self::wrong("connect", st.phase));
         };
         let dev = &self.shared.dev;
@@ -844,7 +896,7 @@ impl CmId {
         )?;
         let mut p = ConnectParams::rc(
             rdma_tcp_service_id(remote.port()),
-            qp.qp_num(),
+            qpn,
             st.psn,
             Gid::from_ip(dev.local.ip()).0,
             Gid::from_ip(remote.ip()).0,
@@ -864,6 +916,7 @@ impl CmId {
         st.conn = Some(conn);
         st.param = param.clone();
         st.phase = Phase::Connecting;
+        st.ext_qpn = external.then_some(qpn);
         drop(st);
         lock(&self.shared.state).conns.insert(conn, self.clone());
         self.shared.kick();
@@ -955,31 +1008,44 @@ impl CmId {
         if self.port_space() == PortSpace::Udp {
             return self.sidr_answer("accept", sidr_status::SUCCESS, &param.private_data);
         }
+        let (qp, phase) = {
+            let st = self.state();
+            (st.qp.clone(), st.phase)
+        };
+        match qp {
+            Some(qp) => self.accept_rc(param, Some(&qp), qp.qp_num()),
+            None => Err(Self::wrong("accept", phase)),
+        }
+    }
+
+    /// `rdma_accept` for a QP the application moved itself (with [`CmId::rc_connect`]'s
+    /// attributes; `qpn` is the one `rdma_conn_param.qp_num` names): sends the REP naming it.
+    /// [`EventKind::Established`] follows the RTU.
+    pub fn accept_external(&self, param: &ConnParam, qpn: u32) -> Result<()> {
+        let (own_qp, phase) = {
+            let st = self.state();
+            (st.qp.is_some(), st.phase)
+        };
+        if self.port_space() == PortSpace::Udp || own_qp {
+            return Err(Self::wrong("accept_external", phase));
+        }
+        self.state().ext_qpn = Some(qpn);
+        self.accept_rc(param, None, qpn)
+    }
+
+    fn accept_rc(&self, param: &ConnParam, qp: Option<&Arc<QueuePair>>, qpn: u32) -> Result<()> {
         let mut st = self.state();
-        let (Phase::ConnectRequest, Some(qp), Some(conn)) = (st.phase, st.qp.clone(), st.conn)
+        let (Phase::ConnectRequest, Some(conn), Some(peer)) = (st.phase, st.conn, st.peer.clone())
         else {
             return Err(Self::wrong("accept", st.phase));
         };
-        let Some(peer) = st.peer.clone() else {
-            return Err(Self::wrong("accept", st.phase));
-        };
-        let c = RcConnect {
-            path_mtu: Mtu::from_bytes(128 << peer.path_mtu.clamp(1, 5)).unwrap_or(Mtu::Mtu1024),
-            max_dest_rd_atomic: param.responder_resources,
-            max_rd_atomic: param.initiator_depth.min(peer.responder_resources),
-            timeout: peer.local_ack_timeout,
-            retry_cnt: peer.retry_count,
-            rnr_retry: peer.rnr_retry_count.min(7),
-            // The path as the REQ gave it (Linux: cm_format_paths_from_req).
-            hop_limit: peer.hop_limit,
-            traffic_class: peer.traffic_class,
-            // Ours (in the REP) is our receive PSN; the REQ's is our send PSN.
-            ..RcConnect::new(peer.qpn, st.psn, Gid(peer.gid), peer.starting_psn)
-        };
-        qp.ready_to_receive(&c)?;
-        qp.ready_to_send(&c)?;
+        if let Some(qp) = qp {
+            let c = passive_connect(&st, &peer, param);
+            qp.ready_to_receive(&c)?;
+            qp.ready_to_send(&c)?;
+        }
         let a = AcceptParams {
-            qpn: qp.qp_num(),
+            qpn,
             starting_psn: st.psn,
             responder_resources: param.responder_resources,
             initiator_depth: param.initiator_depth,
@@ -1041,6 +1107,49 @@ impl CmId {
         }
         self.shared.kick();
         Ok(())
+    }
+
+    /// `rdma_establish`: after [`EventKind::ConnectResponse`] and the application's move of
+    /// its QP to RTS, sends the RTU; the connection is up (no event follows, as with the
+    /// kernel's rdma_cm).
+    pub fn establish(&self) -> Result<()> {
+        let mut st = self.state();
+        let (Phase::Connecting, Some(conn), Some(_), Some(_)) =
+            (st.phase, st.conn, st.ext_qpn, st.peer.as_ref())
+        else {
+            return Err(Self::wrong("establish", st.phase));
+        };
+        self.shared.dev.gsi.lock().cm.establish(conn)?;
+        st.phase = Phase::Connected;
+        drop(st);
+        self.shared.kick();
+        Ok(())
+    }
+
+    /// The attributes the connection gives an RC QP for RTR and RTS (what `rdma_init_qp_attr`
+    /// reports): on the active side once the REP came, on the passive side once the REQ came
+    /// (with the requester's resources, as Linux's cm_req_handler keeps them). The same the
+    /// CM uses when it moves a QP of the identifier's own.
+    pub fn rc_connect(&self) -> Result<RcConnect> {
+        let st = self.state();
+        let Some(peer) = st.peer.clone() else {
+            return Err(Self::wrong("init_qp_attr", st.phase));
+        };
+        let c = match st.phase {
+            Phase::Connecting | Phase::Connected if st.remote.is_some() && st.ext_qpn.is_some() => {
+                active_connect(&st, &peer)
+            }
+            Phase::ConnectRequest => {
+                let param = ConnParam {
+                    responder_resources: peer.initiator_depth,
+                    initiator_depth: peer.responder_resources,
+                    ..st.param.clone()
+                };
+                Some(passive_connect(&st, &peer, &param))
+            }
+            _ => None,
+        };
+        c.ok_or_else(|| Self::wrong("init_qp_attr", st.phase))
     }
 
     /// Answers a UD connect request with a SIDR_REP: `status` 0 (accept) names the QP and
@@ -1110,6 +1219,51 @@ fn requester_view(
                 .to_vec(),
         ),
         None => (from, private_data.to_vec()),
+    }
+}
+
+/// The active side's RTR and RTS attributes from the REP (`peer`): None without a remote.
+fn active_connect(st: &IdState, peer: &PeerParams) -> Option<RcConnect> {
+    let remote = st.remote?;
+    let mut c = RcConnect {
+        path_mtu: Mtu::Mtu1024,
+        // The path the REQ described (ConnectParams::rc): hop limit 64, class 0.
+        hop_limit: 64,
+        max_dest_rd_atomic: st.param.responder_resources,
+        max_rd_atomic: st.param.initiator_depth.min(peer.responder_resources),
+        retry_cnt: st.param.retry_count,
+        // Each side's RNR retry count is the one its peer sent (Linux cm.c
+        // cm_rep_handler / cm_req_handler).
+        rnr_retry: peer.rnr_retry_count.min(7),
+        // A starting PSN is what its sender expects to receive: ours (in the REQ) is
+        // our receive PSN, the REP's is our send PSN (tests/data/rxe/rping.pcap).
+        ..RcConnect::new(
+            peer.qpn,
+            st.psn,
+            Gid::from_ip(remote.ip()),
+            peer.starting_psn,
+        )
+    };
+    if let Some(t) = st.ack_timeout {
+        c.timeout = t;
+    }
+    Some(c)
+}
+
+/// The passive side's RTR and RTS attributes from the REQ (`peer`) and the accept's `param`.
+fn passive_connect(st: &IdState, peer: &PeerParams, param: &ConnParam) -> RcConnect {
+    RcConnect {
+        path_mtu: Mtu::from_bytes(128 << peer.path_mtu.clamp(1, 5)).unwrap_or(Mtu::Mtu1024),
+        max_dest_rd_atomic: param.responder_resources,
+        max_rd_atomic: param.initiator_depth.min(peer.responder_resources),
+        timeout: st.ack_timeout.unwrap_or(peer.local_ack_timeout),
+        retry_cnt: peer.retry_count,
+        rnr_retry: peer.rnr_retry_count.min(7),
+        // The path as the REQ gave it (Linux: cm_format_paths_from_req).
+        hop_limit: peer.hop_limit,
+        traffic_class: peer.traffic_class,
+        // Ours (in the REP) is our receive PSN; the REQ's is our send PSN.
+        ..RcConnect::new(peer.qpn, st.psn, Gid(peer.gid), peer.starting_psn)
     }
 }
 

@@ -117,10 +117,30 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn
     let Some(c) = lock(&obj.st).cm.clone() else {
         return fail(EINVAL);
     };
-    if let Err(e) = c.connect(&p) {
-        return fail(errno_of(&e));
+    let r = match external_qpn(&obj, param) {
+        // CONNECT_RESPONSE follows; the application moves its QP and calls rdma_establish.
+        Some(qpn) => c
+            .connect_external(&p, qpn)
+            .map(|()| RDMA_CM_EVENT_CONNECT_RESPONSE),
+        None => c.connect(&p).map(|()| RDMA_CM_EVENT_ESTABLISHED),
+    };
+    match r {
+        Ok(want) => complete(&obj, want),
+        Err(e) => fail(errno_of(&e)),
     }
-    complete(&obj, RDMA_CM_EVENT_ESTABLISHED)
+}
+
+/// The QP number `param.qp_num` names when the identifier has no QP of its own (the
+/// application created and moves its QP itself, with rdma_init_qp_attr): librdmacm then
+/// sends that number in the REQ or REP (ucma_copy_conn_param_to_kern).
+fn external_qpn(id: &Obj<Id>, param: *const rdma_conn_param) -> Option<u32> {
+    // SAFETY: raw read of the live identifier.
+    let own = unsafe { ptr::addr_of!((*id.c()).qp).read() };
+    if !own.is_null() || param.is_null() || id.ps == RDMA_PS_UDP {
+        return None;
+    }
+    // SAFETY: the caller passes NULL (checked) or a valid rdma_conn_param.
+    Some(unsafe { (*param).qp_num } & 0x00ff_ffff)
 }
 
 /// `rdma_accept` of a connect request: moves the QP to RTR and RTS and sends the REP;
@@ -145,7 +165,11 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_
         p.initiator_depth = max_rd_atom();
     }
     drop_request_event(&obj);
-    if let Err(e) = c.accept(&p) {
+    let r = match external_qpn(&obj, param) {
+        Some(qpn) => c.accept_external(&p, qpn),
+        None => c.accept(&p),
+    };
+    if let Err(e) = r {
         return fail(errno_of(&e));
     }
     if obj.ps == RDMA_PS_UDP {
@@ -180,7 +204,10 @@ pub unsafe extern "C" fn rdma_reject(
     };
     drop_request_event(&obj);
     match c.reject(&data) {
-        Ok(()) => 0,
+        Ok(()) => {
+            super::sent_before_return();
+            0
+        }
         Err(e) => fail(errno_of(&e)),
     }
 }
@@ -201,15 +228,28 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
     lock(&obj.st).connected = false;
     // SAFETY: raw read of the live identifier.
     cm_hooks::sync_qp_state(unsafe { ptr::addr_of!((*obj.c()).qp).read() });
+    super::sent_before_return();
     0
 }
 
-/// `rdma_establish`: for an identifier without a QP that got CONNECT_RESPONSE. softroce's
-/// connect needs a QP on the identifier, so that event never comes: EINVAL.
+/// `rdma_establish`: for an identifier without a QP that got CONNECT_RESPONSE, once the
+/// application moved its QP to RTS: sends the RTU (no event follows). 0, or -1 and EINVAL
+/// in any other state.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
-    let _ = id;
-    fail(EINVAL)
+    let Some(obj) = id_of(id) else {
+        return fail(EINVAL);
+    };
+    let Some(c) = lock(&obj.st).cm.clone() else {
+        return fail(EINVAL);
+    };
+    match c.establish() {
+        Ok(()) => {
+            lock(&obj.st).connected = true;
+            0
+        }
+        Err(e) => fail(errno_of(&e)),
+    }
 }
 
 /// `rdma_notify`: an event on the QP that the CM should know of (the first receive before the
@@ -287,7 +327,29 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
     let Some(obj) = id_of(id) else {
         return fail(EINVAL);
     };
-    if attr.is_null() || mask.is_null() || lock(&obj.st).connected {
+    if attr.is_null() || mask.is_null() {
+        return fail(EINVAL);
+    }
+    // SAFETY: the caller passes a readable ibv_qp_attr (checked non-null): its qp_state is
+    // the state asked for, as librdmacm's rdma_init_qp_attr reads it.
+    let want = unsafe { ptr::addr_of!((*attr).qp_state).read() };
+    if want == IBV_QPS_RTR || want == IBV_QPS_RTS {
+        let rc = lock(&obj.st).cm.as_ref().map(|c| c.rc_connect());
+        let (a, m) = match rc {
+            Some(Ok(rc)) if obj.ps != RDMA_PS_UDP && obj.ps != RDMA_PS_IPOIB => {
+                rc_attr(&rc, want == IBV_QPS_RTR)
+            }
+            Some(Err(e)) => return fail(errno_of(&e)),
+            _ => return fail(EINVAL),
+        };
+        // SAFETY: the caller passes writable structs (checked non-null).
+        unsafe {
+            attr.write(a);
+            mask.write(m);
+        }
+        return 0;
+    }
+    if lock(&obj.st).connected {
         return fail(EINVAL);
     }
     let mut a = ibv_qp_attr {
@@ -309,6 +371,61 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
         mask.write(m);
     }
     0
+}
+
+/// The RTR (`rtr`) or RTS attributes and mask of an RC connection, as the kernel's
+/// ib_cm_init_qp_attr gives them (cm.c `cm_init_qp_rtr_attr`, `cm_init_qp_rts_attr`).
+fn rc_attr(c: &softroce::verbs::RcConnect, rtr: bool) -> (ibv_qp_attr, c_int) {
+    const STATE: c_int = 1;
+    const AV: c_int = 1 << 7;
+    const PATH_MTU: c_int = 1 << 8;
+    const TIMEOUT: c_int = 1 << 9;
+    const RETRY_CNT: c_int = 1 << 10;
+    const RNR_RETRY: c_int = 1 << 11;
+    const RQ_PSN: c_int = 1 << 12;
+    const MAX_QP_RD_ATOMIC: c_int = 1 << 13;
+    const MIN_RNR_TIMER: c_int = 1 << 15;
+    const SQ_PSN: c_int = 1 << 16;
+    const MAX_DEST_RD_ATOMIC: c_int = 1 << 17;
+    const DEST_QPN: c_int = 1 << 20;
+    if rtr {
+        let a = ibv_qp_attr {
+            qp_state: IBV_QPS_RTR,
+            path_mtu: c.path_mtu as libc::c_uint,
+            dest_qp_num: c.remote_qpn,
+            rq_psn: c.remote_psn,
+            max_dest_rd_atomic: c.max_dest_rd_atomic,
+            min_rnr_timer: c.min_rnr_timer,
+            ah_attr: ibv_ah_attr {
+                grh: ibv_global_route {
+                    dgid: c.remote_gid.0,
+                    flow_label: 0,
+                    sgid_index: c.sgid_index,
+                    hop_limit: c.hop_limit,
+                    traffic_class: c.traffic_class,
+                },
+                is_global: 1,
+                port_num: 1,
+                ..Default::default()
+            },
+            port_num: 1,
+            ..Default::default()
+        };
+        let m = STATE | AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER;
+        (a, m)
+    } else {
+        let a = ibv_qp_attr {
+            qp_state: IBV_QPS_RTS,
+            timeout: c.timeout,
+            retry_cnt: c.retry_cnt,
+            rnr_retry: c.rnr_retry,
+            sq_psn: c.local_psn,
+            max_rd_atomic: c.max_rd_atomic,
+            ..Default::default()
+        };
+        let m = STATE | TIMEOUT | RETRY_CNT | RNR_RETRY | SQ_PSN | MAX_QP_RD_ATOMIC;
+        (a, m)
+    }
 }
 
 /// `struct ibv_ece`.
@@ -376,6 +493,7 @@ fn route(m: &Cm, ev: RdmaCmEvent) {
         EventKind::AddrResolved | EventKind::RouteResolved => return,
         EventKind::ConnectRequest => return connect_request(m, ev),
         EventKind::Established => (RDMA_CM_EVENT_ESTABLISHED, 0),
+        EventKind::ConnectResponse => (RDMA_CM_EVENT_CONNECT_RESPONSE, 0),
         // The kernel reports the IB reject reason as the status (8: no listener).
         EventKind::Rejected { reason } => (RDMA_CM_EVENT_REJECTED, *reason as c_int),
         // No answer: -ETIMEDOUT; a UD peer's refusal: its SIDR status (cma_sidr_rep_handler).
@@ -406,20 +524,21 @@ fn route(m: &Cm, ev: RdmaCmEvent) {
     // SAFETY: raw read of the live identifier.
     let qp = unsafe { ptr::addr_of!((*id.c()).qp).read() };
     cm_hooks::sync_qp_state(qp);
-    let conn = (kind == RDMA_CM_EVENT_ESTABLISHED).then(|| {
-        let p = lock(&id.st)
-            .cm
-            .as_ref()
-            .map(|_| ConnParam::default())
-            .unwrap_or_default();
-        // SAFETY: `qp` is NULL or the identifier's live QP (raw read of qp_num).
-        let n = if qp.is_null() {
-            0
-        } else {
-            unsafe { ptr::addr_of!((*qp).qp_num).read() }
-        };
-        param_to_c(&p, n)
-    });
+    let conn =
+        (kind == RDMA_CM_EVENT_ESTABLISHED || kind == RDMA_CM_EVENT_CONNECT_RESPONSE).then(|| {
+            let p = lock(&id.st)
+                .cm
+                .as_ref()
+                .map(|_| ConnParam::default())
+                .unwrap_or_default();
+            // SAFETY: `qp` is NULL or the identifier's live QP (raw read of qp_num).
+            let n = if qp.is_null() {
+                0
+            } else {
+                unsafe { ptr::addr_of!((*qp).qp_num).read() }
+            };
+            param_to_c(&p, n)
+        });
     let ud = ev.ud.as_ref().map(ud_to_c);
     Obj::event(
         &id,

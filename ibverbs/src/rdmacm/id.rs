@@ -135,6 +135,9 @@ impl Obj<Id> {
         if st.port != 0 {
             c.bind_addr(st.port).map_err(|e| errno_of(&e))?;
         }
+        if let Some(t) = st.ack_timeout {
+            c.set_ack_timeout(t);
+        }
         m.register(&c, this);
         st.cm = Some(c.clone());
         Ok(c)
@@ -227,14 +230,22 @@ pub(super) fn set_addrs(id: &Obj<Id>, src: Option<SocketAddr>, dst: Option<Socke
     }
 }
 
-/// Points the C struct at the device (`verbs`, `port_num`), as binding to its address does.
+/// Points the C struct at the device (`verbs`, `port_num`) and, if it has none yet, at the
+/// device's PD (`pd`), as binding to its address does: librdmacm's ucma_get_device gives
+/// every identifier on a device the PD it allocates once per device, and programs use
+/// `id->pd` before they create a QP (pyverbs' CMID wraps it when the address resolves, and
+/// its UD test makes AHs on it).
 pub(super) fn set_device(id: &Obj<Id>) -> Result<(), c_int> {
     let v = verbs()?;
+    let pd = default_pd(v)?;
     let c = id.c();
-    // SAFETY: raw writes into the live identifier's C struct.
+    // SAFETY: raw reads and writes of the live identifier's C struct.
     unsafe {
         ptr::addr_of_mut!((*c).verbs).write(v);
         ptr::addr_of_mut!((*c).port_num).write(1);
+        if ptr::addr_of!((*c).pd).read().is_null() {
+            ptr::addr_of_mut!((*c).pd).write(pd);
+        }
     }
     Ok(())
 }
@@ -642,19 +653,22 @@ const QP_SQ_PSN: c_int = 1 << 16;
 /// rdma_cm's QKEY for the UDP port space.
 const RDMA_UDP_QKEY: u32 = 0x0123_4567;
 
-/// The PD `rdma_create_qp` uses when given none (librdmacm's per-device PD).
+/// The device's PD (librdmacm's per-device PD): every identifier's `pd` once it is on the
+/// device, and what `rdma_create_qp` uses when given none. A child after fork allocates its
+/// own (its parent's is on the parent's engine, which did not come with it).
 fn default_pd(v: *mut ibv_context) -> Result<*mut ibv_pd, c_int> {
-    static PD: Mutex<usize> = Mutex::new(0);
+    static PD: Mutex<(usize, u32)> = Mutex::new((0, 0));
     let mut g = lock(&PD);
-    if *g == 0 {
+    let me = std::process::id();
+    if g.0 == 0 || g.1 != me {
         // SAFETY: `v` is the shim's own context.
         let pd = unsafe { crate::ibv_alloc_pd(v) };
         if pd.is_null() {
             return Err(errno());
         }
-        *g = pd as usize;
+        *g = (pd as usize, me);
     }
-    Ok(*g as *mut ibv_pd)
+    Ok(g.0 as *mut ibv_pd)
 }
 
 /// Creates the CQs (and their completion channels) an `rdma_create_qp` without CQs asks for.
@@ -914,7 +928,15 @@ pub unsafe extern "C" fn rdma_set_option(
         // SAFETY (each read): the caller passes `optlen` readable bytes, checked to be the
         // option's size.
         (RDMA_OPTION_ID_TOS, 1) => st.tos = Some(unsafe { *(optval as *const u8) }),
-        (RDMA_OPTION_ID_ACK_TIMEOUT, 1) => st.ack_timeout = Some(unsafe { *(optval as *const u8) }),
+        (RDMA_OPTION_ID_ACK_TIMEOUT, 1) => {
+            let t = unsafe { *(optval as *const u8) };
+            st.ack_timeout = Some(t);
+            // The CM gives the QP this timeout when it moves it to RTS (an identifier made
+            // later gets it in `cm_id`).
+            if let Some(c) = &st.cm {
+                c.set_ack_timeout(t);
+            }
+        }
         (RDMA_OPTION_ID_REUSEADDR, 4) => {
             if st.port != 0 {
                 return fail(EINVAL);

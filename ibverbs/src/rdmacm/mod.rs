@@ -58,6 +58,22 @@ struct Cm {
 /// How long the process's exit waits for CM messages still queued (see [`flush_at_exit`]).
 const EXIT_FLUSH_WAIT: Duration = Duration::from_millis(500);
 
+/// How long a call that sends a closing message (`rdma_reject`, `rdma_disconnect`) waits for
+/// the engine to have sent it (see [`sent_before_return`]).
+const CALL_FLUSH_WAIT: Duration = Duration::from_millis(200);
+
+/// Waits (at most [`CALL_FLUSH_WAIT`]) until the engine has sent the CM messages queued so
+/// far. The kernel's CM has a REJ or DREQ on the wire whatever its process does after the
+/// call; softroce's engine is a thread of the process, and a process that leaves with
+/// `_exit` right after the call (Python's multiprocessing children do: rdma-core's reject
+/// test) runs no exit handler, so without this the message is lost and the peer waits.
+fn sent_before_return() {
+    let cm = lock(&CM).clone();
+    if let Some(cm) = cm {
+        cm.chan.flush(CALL_FLUSH_WAIT);
+    }
+}
+
 /// The started connection manager, for the exit handler.
 static CM: Mutex<Option<Arc<Cm>>> = Mutex::new(None);
 
