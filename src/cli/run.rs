@@ -91,8 +91,24 @@ struct LibDir(PathBuf);
 
 impl LibDir {
     fn new(lib: &Path) -> Result<LibDir, CliError> {
-        let dir = std::env::temp_dir().join(format!("softroce-run-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(CliError::Io)?;
+        // A fresh directory of our own: a name with the PID alone met the directory a killed
+        // run with the same PID left behind (EEXIST), and /tmp is everyone's.
+        let mut attempts = 0;
+        let dir = loop {
+            let name = format!(
+                "softroce-run-{}-{:08x}",
+                std::process::id(),
+                softroce::random::u32()
+            );
+            let dir = std::env::temp_dir().join(name);
+            match std::fs::create_dir(&dir) {
+                Ok(()) => break dir,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempts < 16 => {
+                    attempts += 1;
+                }
+                Err(e) => return Err(CliError::Io(e)),
+            }
+        };
         let guard = LibDir(dir);
         let target = lib.canonicalize().map_err(CliError::Io)?;
         for name in ["libibverbs.so.1", "librdmacm.so.1"] {
