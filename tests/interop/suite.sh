@@ -938,7 +938,8 @@ if [ -n "$RECORD" ] && [ "$ONLY" = all ]; then
         echo "average and Mpps, or t_min, t_max, t_typical, t_avg, t_stdev, 99%, 99.9% in us; the guest's"
         echo "when softroce is the passive end), measured against a guest emulated without KVM, so the"
         echo "figures say that the runs complete, not how fast rxe is. \`sr_datacheck\` is"
-        echo "\`tests/interop/datacheck.c\`, the libibverbs peer of \`softroce perf --check\`."
+        echo "\`tests/interop/datacheck.c\`, the libibverbs peer of \`softroce perf --check\`; \`sr_mwcheck\` is"
+        echo "\`tests/interop/mwcheck.c\`, the memory-window program run at both ends."
     } >"$RECORD"
     log "wrote $RECORD"
 fi
