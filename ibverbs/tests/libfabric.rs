@@ -170,13 +170,11 @@ fn listening(port: u16) -> bool {
     })
 }
 
-// Known defect, open under issue 21: in one full-suite run on a loaded machine both
-// fi_pingpong processes of the rdm case died with SIGSEGV in a shim thread's exit path
-// (std's thread_start freeing its alternate signal stack); 8 runs of this file alone passed.
-// Until that is found, the case runs by hand (`cargo test -p softroce-ibverbs --test
-// libfabric -- --ignored`), not in CI, where one flaky crash would fail the whole run.
+// libfabric's rxd (reliability over UD) on softroce's UD. Two defects once made this case fail
+// under load, both fixed: a starting shim thread ran munmap while libfabric's memory monitor
+// was rewriting it (src/driver/thread.rs), and a datagram whose send had completed could still
+// be in the engine's batch when the process exited (spec-notes/uc-ud-srq.md rule 29).
 #[test]
-#[ignore = "a shim thread can crash at exit under load (issue 21 notes); run with --ignored"]
 fn fi_pingpong_dgram_and_rdm_over_rxd_on_lo() {
     for (ep, srv, cli) in [
         ("dgram", "127.0.51.2", "127.0.51.3"),
