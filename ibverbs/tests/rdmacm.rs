@@ -71,7 +71,7 @@ fn text(o: &Output) -> String {
 /// Starts `server`, waits until its device at `server_ip` is up, then runs the client that
 /// `client` makes; a client refused because the listener was not registered yet (the
 /// socket binds just before `rdma_listen` registers it: REJECTED, or ECONNREFUSED from a
-/// synchronous identifier) is run again, at most 3 times. Both
+/// synchronous identifier) is run again, at most 8 times, each a little later. Both
 /// must exit 0 within `limit`. Returns (server output, client output).
 fn serve(
     mut server: Command,
@@ -86,7 +86,8 @@ fn serve(
     }
     let mut ct = String::new();
     let mut cok = false;
-    for _ in 0..3 {
+    for attempt in 0..8u64 {
+        std::thread::sleep(Duration::from_millis(100 * attempt));
         let (co, fin) = wait_for(client().spawn().unwrap(), limit);
         ct = text(&co);
         cok = fin && co.status.success();
@@ -530,6 +531,34 @@ fn perftest_rdma_cm_under_the_shim_against_softroce_perf_both_roles() {
     );
     assert!(perftest_result(&ct, "65536", 3), "shim client:\n{ct}");
     assert!(perftest_result(&st, "65536", 3), "softroce server:\n{st}");
+}
+
+/// ib_write_bw -R and ib_send_lat -R with both ends under the shim: the exchange and the data
+/// QPs connected through rdma_cm on both sides.
+#[test]
+fn perftest_rdma_cm_between_two_shimmed_processes() {
+    for (prog, col, port) in [("ib_write_bw", 3, "7318"), ("ib_send_lat", 4, "7319")] {
+        let p = program(prog, "perftest");
+        let args = ["-R", "-p", port, "-n", "200"];
+        let size = if prog == "ib_write_bw" { "65536" } else { "2" };
+        let (st, ct) = serve(
+            shimmed(&p, "127.0.0.25", &args),
+            "127.0.0.25",
+            || {
+                let mut a = args.to_vec();
+                a.push("127.0.0.25");
+                shimmed(&p, "127.0.0.26", &a)
+            },
+            Duration::from_secs(60),
+        );
+        assert!(perftest_result(&ct, size, col), "{prog} client:\n{ct}");
+        if prog == "ib_write_bw" {
+            assert!(perftest_result(&st, size, col), "{prog} server:\n{st}");
+        }
+        for t in [&st, &ct] {
+            assert!(t.contains("Data ex. method : rdma_cm"), "{prog}:\n{t}");
+        }
+    }
 }
 
 #[test]
