@@ -414,6 +414,60 @@ fn ucmatose_many_connections_between_two_shimmed_processes() {
     assert!(st.contains("disconnected"), "server:\n{st}");
 }
 
+/// ucmatose in the IB port space (`-P ib`: RDMA_PS_IB, service IDs of their own) between two
+/// shimmed processes.
+#[test]
+fn ucmatose_in_the_ib_port_space_between_two_shimmed_processes() {
+    let ucmatose = program("ucmatose", "rdmacm-utils");
+    let common = ["-P", "ib", "-p", "7306", "-c", "2", "-C", "10"];
+    let mut sargs = vec!["-b", "127.0.0.81"];
+    sargs.extend_from_slice(&common);
+    let (st, ct) = serve(
+        shimmed(&ucmatose, "127.0.0.81", &sargs),
+        "127.0.0.81",
+        || {
+            let mut cargs = vec!["-s", "127.0.0.81"];
+            cargs.extend_from_slice(&common);
+            shimmed(&ucmatose, "127.0.0.82", &cargs)
+        },
+        Duration::from_secs(30),
+    );
+    for t in [&st, &ct] {
+        assert!(t.contains("data transfers complete"), "{t}");
+        assert!(t.contains("return status 0"), "{t}");
+    }
+}
+
+/// rping's largest message it accepts (65535 B; its check refuses the 65536 its usage names),
+/// 20 pings with -V verifying each one's data, between two shimmed processes. (Without -v: the
+/// server's 64 KiB lines would fill the pipe that nobody reads until the client is done.)
+#[test]
+fn rping_verifies_64k_pings_between_two_shimmed_processes() {
+    let args = |role: &'static str| {
+        [
+            role,
+            "-a",
+            "127.0.0.83",
+            "-p",
+            "7307",
+            "-V",
+            "-C",
+            "20",
+            "-S",
+            "65535",
+        ]
+    };
+    let (st, ct) = serve(
+        shimmed(&rping(), "127.0.0.83", &args("-s")),
+        "127.0.0.83",
+        || shimmed(&rping(), "127.0.0.84", &args("-c")),
+        Duration::from_secs(30),
+    );
+    for t in [&st, &ct] {
+        assert!(!t.contains("mismatch") && !t.contains("error"), "{t}");
+    }
+}
+
 /// udaddy's UD exchange (RDMA_PS_UDP: SIDR_REQ / SIDR_REP over QP1, then datagrams with
 /// immediate data both ways, the server answering with an AH made from the completion) between
 /// two shimmed processes, 3 identifiers of 20 messages each; the client names the port space
