@@ -25,6 +25,9 @@ command -v ucx_perftest >/dev/null 2>&1 || need_apt+=(ucx-utils libucx0)
 # libfabric's verbs provider and OpenMPI over UCX (ibverbs/tests/libfabric.rs, mpi.rs,
 # scripts/mpi-run.sh): fi_info, fi_pingpong, mpirun, mpicc.
 { command -v fi_pingpong && command -v mpirun && command -v mpicc; } >/dev/null 2>&1 || need_apt+=(libfabric-bin libfabric1 openmpi-bin libopenmpi-dev)
+# rdma-core's rdmacm tests ask `ip -j addr` for the device's address; the libfabric MSG test
+# makes a network namespace with `unshare -n` and `ip link`.
+{ command -v ip && command -v unshare; } >/dev/null 2>&1 || need_apt+=(iproute2 util-linux)
 if [ ${#need_apt[@]} -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"
