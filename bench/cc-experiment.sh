@@ -37,7 +37,7 @@ QUEUE=$((1 << 20))
 MARK=$((32 << 10))
 MARK_MAX=
 MARK_PROB=1
-CC_PARAMS=${CC_PARAMS:-"rpg_max_rate=4000,rpg_time_reset=300,rpg_ai_rate=5,rpg_hai_rate=50,rpg_byte_reset=1000000,dce_tcp_rtt=300,rate_reduce_monitor_period=500"}
+CC_PARAMS=${CC_PARAMS:-"rpg_max_rate=4000,rpg_time_reset=150,rpg_ai_rate=10,rpg_hai_rate=100,rpg_byte_reset=1000000,dce_tcp_rtt=300,rate_reduce_monitor_period=300"}
 while [ $# -gt 0 ]; do
     case "$1" in
         --out) OUT=$2; shift 2 ;;
