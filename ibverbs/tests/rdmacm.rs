@@ -587,6 +587,36 @@ fn perftest_rdma_cm_under_the_shim_against_softroce_perf_both_roles() {
     assert!(perftest_result(&st, "65536", 3), "softroce server:\n{st}");
 }
 
+/// ib_write_bw -R and ib_send_lat -R with both ends under the shim: the exchange and the data
+/// QPs connected through rdma_cm on both sides. (perftest's server hands its port from the
+/// exchange's listener to the data QPs' one after a handshake; the client's REQs that come in
+/// between wait for it, spec-notes/cm-state.md.)
+#[test]
+fn perftest_rdma_cm_between_two_shimmed_processes() {
+    for (prog, col, port) in [("ib_write_bw", 3, "7318"), ("ib_send_lat", 4, "7319")] {
+        let p = program(prog, "perftest");
+        let args = ["-R", "-p", port, "-n", "200"];
+        let size = if prog == "ib_write_bw" { "65536" } else { "2" };
+        let (st, ct) = serve(
+            shimmed(&p, "127.0.0.25", &args),
+            "127.0.0.25",
+            || {
+                let mut a = args.to_vec();
+                a.push("127.0.0.25");
+                shimmed(&p, "127.0.0.26", &a)
+            },
+            Duration::from_secs(60),
+        );
+        assert!(perftest_result(&ct, size, col), "{prog} client:\n{ct}");
+        if prog == "ib_write_bw" {
+            assert!(perftest_result(&st, size, col), "{prog} server:\n{st}");
+        }
+        for t in [&st, &ct] {
+            assert!(t.contains("Data ex. method : rdma_cm"), "{prog}:\n{t}");
+        }
+    }
+}
+
 #[test]
 fn rdma_server_and_rdma_client_synchronous_endpoints() {
     // rdma_getaddrinfo, rdma_create_ep (passive with QP attributes, active), rdma_get_request,

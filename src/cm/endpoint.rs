@@ -264,6 +264,21 @@ impl IdSource {
     }
 }
 
+/// How long a REQ for a service whose listener just went away waits for it to listen again.
+const RELISTEN_GRACE: Duration = Duration::from_millis(200);
+/// At most this many REQs wait for a listener, and this many service IDs are remembered as
+/// about to listen again: a peer cannot grow either.
+const MAX_PARKED: usize = 64;
+
+/// A REQ waiting for its service to listen again.
+#[derive(Debug, Clone)]
+struct ParkedReq {
+    arrived: Duration,
+    from: SocketAddr,
+    tid: u64,
+    req: CmReq,
+}
+
 /// The communication manager of one device.
 #[derive(Debug)]
 pub struct Endpoint {
@@ -278,6 +293,12 @@ pub struct Endpoint {
     sidr_by_remote: HashMap<(SocketAddr, u32), u32>,
     /// Undecided connect requests per source address (those with a `listener`).
     half_open_by_source: HashMap<IpAddr, usize>,
+    /// Service IDs whose listener went away and has not come back: a REQ for one waits a
+    /// moment for the new listener instead of being refused at once (see `park_req`).
+    relisten: VecDeque<u64>,
+    /// REQs waiting for a listener to come back, with when they arrived and when they are
+    /// refused.
+    parked: Vec<ParkedReq>,
     out: VecDeque<Outgoing>,
     events: VecDeque<CmEvent>,
     ids: IdSource,
@@ -298,6 +319,8 @@ impl Endpoint {
             sidr_by_remote: HashMap::new(),
             listeners: HashMap::new(),
             half_open_by_source: HashMap::new(),
+            relisten: VecDeque::new(),
+            parked: Vec::new(),
             out: VecDeque::new(),
             events: VecDeque::new(),
             counters: CmCounters::default(),
@@ -361,7 +384,12 @@ impl Endpoint {
 
     /// When [`Endpoint::handle_timeout`] must next be called.
     pub fn poll_timeout(&self) -> Option<Duration> {
-        self.conns.values().filter_map(Conn::deadline).min()
+        let parked = self.parked.iter().map(|p| p.arrived + RELISTEN_GRACE).min();
+        self.conns
+            .values()
+            .filter_map(Conn::deadline)
+            .chain(parked)
+            .min()
     }
 
     /// Accepts REQs for `service_id`, at most `backlog` of them undecided at once.
@@ -376,12 +404,69 @@ impl Endpoint {
                 half_open: 0,
             },
         );
+        self.relisten.retain(|&s| s != service_id);
+        // The REQs that came while the service was between listeners are taken now, as if
+        // they had come now (their own times: they have been waiting that long).
+        let (waiting, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.parked)
+            .into_iter()
+            .partition(|p| p.req.service_id == service_id);
+        self.parked = rest;
+        for p in waiting {
+            self.on_req(p.arrived, p.from, p.tid, &p.req);
+        }
         Ok(())
     }
 
-    /// Stops listening on `service_id`; later REQs for it are rejected.
+    /// Stops listening on `service_id`; later REQs for it are rejected (after a moment in
+    /// which a new listener on it takes them: see `park_req`).
     pub fn unlisten(&mut self, service_id: u64) {
-        self.listeners.remove(&service_id);
+        if self.listeners.remove(&service_id).is_some() {
+            self.relisten.retain(|&s| s != service_id);
+            if self.relisten.len() >= MAX_PARKED {
+                self.relisten.pop_front();
+            }
+            self.relisten.push_back(service_id);
+        }
+    }
+
+    /// A REQ for a service with no listener, whose listener went away since it last listened:
+    /// kept for up to `RELISTEN_GRACE` for a new listener on it (returns true) instead of
+    /// being refused at once. A server that hands its port from one listener to the next
+    /// (perftest -R: the exchange's listener, then one for the data QPs, after a handshake
+    /// its client may answer with a REQ before the new listener is up) loses no connection
+    /// to that window; the kernel's CM refuses such a REQ and perftest's retry then fails.
+    /// A service nobody listened on is refused at once, as by the kernel.
+    fn park_req(&mut self, now: Duration, from: SocketAddr, tid: u64, r: &CmReq) -> bool {
+        if !self.relisten.contains(&r.service_id) || self.parked.len() >= MAX_PARKED {
+            return false;
+        }
+        let same = |p: &ParkedReq| {
+            p.from == from
+                && p.req.local_comm_id == r.local_comm_id
+                && p.req.local_ca_guid == r.local_ca_guid
+        };
+        if !self.parked.iter().any(same) {
+            self.parked.push(ParkedReq {
+                arrived: now,
+                from,
+                tid,
+                req: *r,
+            });
+        }
+        true
+    }
+
+    /// Refuses the parked REQs whose grace is over; their services are no longer waited for.
+    fn expire_parked(&mut self, now: Duration) {
+        let (over, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.parked)
+            .into_iter()
+            .partition(|p| p.arrived + RELISTEN_GRACE <= now);
+        self.parked = rest;
+        for p in over {
+            self.relisten.retain(|&s| s != p.req.service_id);
+            self.counters.rej_no_listener += 1;
+            self.reject_req(p.from, p.tid, &p.req, rej_reason::INVALID_SERVICE_ID);
+        }
     }
 
     /// Admits one more half-open connection (a REQ or SIDR_REQ not yet answered) to the
@@ -773,6 +858,9 @@ impl Endpoint {
             return;
         }
         if !self.listeners.contains_key(&r.service_id) {
+            if self.park_req(now, from, tid, r) {
+                return;
+            }
             self.counters.rej_no_listener += 1;
             self.reject_req(from, tid, r, rej_reason::INVALID_SERVICE_ID);
             return;
@@ -1222,6 +1310,7 @@ impl Endpoint {
     /// Runs every deadline that has passed: repeats unanswered messages, gives up on those
     /// out of retries, ends time-waits and forgets abandoned half-open connections.
     pub fn handle_timeout(&mut self, now: Duration) {
+        self.expire_parked(now);
         let due: Vec<u32> = self
             .conns
             .iter()

@@ -214,6 +214,38 @@ fn req_rep_rtu_establishes_both_sides() {
     assert_eq!(p.a.counters().retransmits + p.b.counters().retransmits, 0);
 }
 
+/// A server handing its port from one listener to the next (perftest -R) loses no REQ that
+/// comes in between: it waits for the new listener. Without one it is refused after the grace.
+#[test]
+fn a_req_between_two_listeners_waits_for_the_second() {
+    let mut p = Pair::new();
+    p.b.unlisten(SERVICE);
+    let a = p.connect();
+    p.run_for(Duration::from_millis(50));
+    assert!(
+        p.events_a.is_empty() && p.events_b.is_empty(),
+        "parked, not refused"
+    );
+    p.b.listen(SERVICE, 4).unwrap();
+    p.run_for(Duration::from_secs(1));
+    assert_eq!(established(&p.events_a), 1, "{:?}", p.events_a);
+    assert_eq!(established(&p.events_b), 1, "{:?}", p.events_b);
+    assert!(p.a.state(a).is_some());
+    assert_eq!(p.b.counters().rej_no_listener, 0);
+
+    // The listener goes for good: the next REQ waits its grace, then is refused, and the
+    // service is no longer waited for.
+    let mut p = Pair::new();
+    p.b.unlisten(SERVICE);
+    let a = p.connect();
+    p.run_for(Duration::from_secs(1));
+    assert!(matches!(
+        p.events_a.as_slice(),
+        [CmEvent::Rejected { conn, reason: rej_reason::INVALID_SERVICE_ID, .. }] if *conn == a
+    ));
+    assert_eq!(p.b.counters().rej_no_listener, 1);
+}
+
 #[test]
 fn req_for_a_service_nobody_listens_on_is_rejected_with_invalid_service_id() {
     let mut p = Pair::new();

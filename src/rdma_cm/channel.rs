@@ -979,12 +979,23 @@ impl CmId {
             return Err(Self::wrong("listen", st.phase));
         }
         let service = st.ps.service_id(st.port);
-        self.shared.dev.gsi.lock().cm.listen(service, backlog)?;
+        // Registered before the CM listens: REQs that waited for a listener on this port
+        // (the CM keeps them a moment after the last one went) become connect requests at
+        // once, and their events look the listener up.
+        {
+            let mut shared = lock(&self.shared.state);
+            if shared.listeners.contains_key(&service) {
+                return Err(CmError::AlreadyListening(service).into());
+            }
+            shared.listeners.insert(service, self.clone());
+        }
+        if let Err(e) = self.shared.dev.gsi.lock().cm.listen(service, backlog) {
+            lock(&self.shared.state).listeners.remove(&service);
+            return Err(e.into());
+        }
         st.phase = Phase::Listening;
         drop(st);
-        lock(&self.shared.state)
-            .listeners
-            .insert(service, self.clone());
+        self.shared.kick();
         Ok(())
     }
 
