@@ -658,7 +658,9 @@ shim_cm_run() {
             "$CASE_TIMEOUT" >"$glog" 2>&1 || GRC=$?
         wait "$srv" || SRC=$?
     else
-        "${LAB[@]}" exec "$GUEST" "rm -f /tmp/srv.log; timeout $CASE_TIMEOUT $prog $sargs >/tmp/srv.log 2>&1 & echo \$! >/tmp/srv.pid" 30 >/dev/null
+        # A failed start (the guest's console timing out) fails this case, not the suite.
+        "${LAB[@]}" exec "$GUEST" "rm -f /tmp/srv.log; timeout $CASE_TIMEOUT $prog $sargs >/tmp/srv.log 2>&1 & echo \$! >/tmp/srv.pid" 30 >/dev/null ||
+            log "could not start the guest's $prog"
         guest_cm_listening "${CM_PORT:-$PORT}" || log "the guest's $prog does not listen on ${CM_PORT:-$PORT}"
         # shellcheck disable=SC2086 # the flags are words
         timeout "$CASE_TIMEOUT" ip netns exec "$NETNS" "$BIN" run --bind "$HOST_IP" -- "$prog" $cargs \
