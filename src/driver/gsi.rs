@@ -62,16 +62,27 @@ impl GsiShared {
             if let Some(e) = g.cm.poll_event() {
                 return Some(e);
             }
-            let now = Instant::now();
-            if now >= end {
-                return None;
-            }
-            g = self
-                .events
+            g = self.wait_until(g, end)?;
+        }
+    }
+
+    /// Waits, with `g` released, until the engine next wakes QP1's waiters or `end` comes;
+    /// None (the lock given back) once `end` has passed.
+    pub(crate) fn wait_until<'a>(
+        &'a self,
+        g: MutexGuard<'a, Gsi>,
+        end: Instant,
+    ) -> Option<MutexGuard<'a, Gsi>> {
+        let now = Instant::now();
+        if now >= end {
+            return None;
+        }
+        Some(
+            self.events
                 .wait_timeout(g, end - now)
                 .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
+                .0,
+        )
     }
 }
 

@@ -373,35 +373,20 @@ impl EventChannel {
     pub fn flush(&self, timeout: Duration) -> bool {
         let end = Instant::now() + timeout;
         self.shared.kick();
-        let mut g = self.shared.dev.gsi.lock();
+        let gsi = &self.shared.dev.gsi;
+        let mut g = gsi.lock();
         while g.cm.has_transmit() {
-            let now = Instant::now();
-            if now >= end {
+            let Some(next) = gsi.wait_until(g, end) else {
                 return false;
-            }
-            g = self
-                .shared
-                .dev
-                .gsi
-                .events
-                .wait_timeout(g, end - now)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            };
+            g = next;
         }
         for _ in 0..2 {
             self.shared.kick();
-            let now = Instant::now();
-            if now >= end {
+            let Some(next) = gsi.wait_until(g, end) else {
                 return false;
-            }
-            g = self
-                .shared
-                .dev
-                .gsi
-                .events
-                .wait_timeout(g, end - now)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            };
+            g = next;
         }
         true
     }
