@@ -113,6 +113,16 @@ fn rping() -> PathBuf {
     program("rping", "rdmacm-utils")
 }
 
+/// Asserts that rping's server (`st`) and client (`ct`) each printed `n` pings with -v.
+fn assert_pings(st: &str, ct: &str, n: usize) {
+    assert_eq!(lines_with(ct, "ping data: rdma-ping-"), n, "client:\n{ct}");
+    assert_eq!(
+        lines_with(st, "server ping data: rdma-ping-"),
+        n,
+        "server:\n{st}"
+    );
+}
+
 /// Counts the lines holding `needle`.
 fn lines_with(t: &str, needle: &str) -> usize {
     t.lines().filter(|l| l.contains(needle)).count()
@@ -160,16 +170,7 @@ fn rping_between_two_shimmed_processes() {
         },
         Duration::from_secs(30),
     );
-    assert_eq!(
-        lines_with(&ct, "ping data: rdma-ping-"),
-        10,
-        "client:\n{ct}"
-    );
-    assert_eq!(
-        lines_with(&st, "server ping data: rdma-ping-"),
-        10,
-        "server:\n{st}"
-    );
+    assert_pings(&st, &ct, 10);
     assert!(
         ct.contains("rdma-ping-9: JKLMNOPQRSTUVWXYZ"),
         "client:\n{ct}"
@@ -191,16 +192,7 @@ fn rping_between_two_processes_on_one_loopback_device_address() {
         || shimmed(&rping(), ip, &args("-c")),
         Duration::from_secs(30),
     );
-    assert_eq!(
-        lines_with(&ct, "ping data: rdma-ping-"),
-        10,
-        "client:\n{ct}"
-    );
-    assert_eq!(
-        lines_with(&st, "server ping data: rdma-ping-"),
-        10,
-        "server:\n{st}"
-    );
+    assert_pings(&st, &ct, 10);
 }
 
 #[test]
@@ -244,12 +236,7 @@ fn rping_under_the_shim_against_softroce_rping_both_roles() {
         },
         Duration::from_secs(30),
     );
-    assert_eq!(lines_with(&ct, "ping data: rdma-ping-"), 5, "client:\n{ct}");
-    assert_eq!(
-        lines_with(&st, "server ping data: rdma-ping-"),
-        5,
-        "server:\n{st}"
-    );
+    assert_pings(&st, &ct, 5);
 
     // softroce serves, Debian's rping connects with data validation.
     let server = softroce_cmd(&[
