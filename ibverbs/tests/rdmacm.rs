@@ -862,6 +862,8 @@ fn hw_counters_in_the_device_view_move_while_traffic_runs() {
     let (o, fin) = wait_for(
         softroce_cmd(&[
             "run",
+            "--lib",
+            shim_lib().to_str().unwrap(),
             "--bind",
             ip,
             "--",
