@@ -507,3 +507,164 @@ fn ud_sends_posted_just_before_destroy_are_delivered() {
         }
     }
 }
+
+/// A second UD QP on `e`'s PD and CQ, ready with the test's Q_Key.
+fn another_ud_qp(e: &End) -> QueuePair {
+    let qp =
+        e.pd.create_qp(&QpInitAttr {
+            send_cq: &e.cq,
+            recv_cq: &e.cq,
+            cap: cap(),
+            qp_type: QpType::Ud,
+            sq_sig_all: false,
+        })
+        .unwrap();
+    qp.ready_ud(QKEY, 1).unwrap();
+    qp
+}
+
+/// Posts one receive of 2048 bytes at `off` of `e`'s region on `qp`.
+fn recv_on(e: &End, qp: &QueuePair, wr_id: u64, off: u64) {
+    qp.post_recv(&[RecvWr {
+        wr_id,
+        sg_list: &[e.mr.sge(off, 2048)],
+    }])
+    .unwrap();
+}
+
+/// The completions `e`'s CQ has within `limit`, at most `n`.
+fn completions(e: &End, n: usize, limit: Duration) -> Vec<WorkCompletion> {
+    let end = Instant::now() + limit;
+    let mut got = Vec::new();
+    while got.len() < n && Instant::now() < end {
+        let mut wc = [WorkCompletion::default(); 8];
+        let k = e.cq.wait(&mut wc, Duration::from_millis(50)).unwrap_or(0);
+        got.extend_from_slice(&wc[..k]);
+    }
+    got
+}
+
+#[test]
+fn ud_multicast_reaches_every_attached_qp_and_stops_at_detach() {
+    let group: std::net::IpAddr = "230.91.0.1".parse().unwrap();
+    let mgid = Gid::from_ip(group);
+    let mut c = contexts(2);
+    let b = end(c.pop().unwrap(), QpType::Ud);
+    let a = end(c.pop().unwrap(), QpType::Ud);
+    a.qp.ready_ud(QKEY, 1).unwrap();
+    b.qp.ready_ud(QKEY, 1).unwrap();
+    // The sender's own device has a QP in the group too (it hears its device's multicast, as
+    // rxe's looped-back packets are); the other device has two.
+    let a1 = another_ud_qp(&a);
+    let b2 = another_ud_qp(&b);
+    for (e, qp) in [(&a, &a1), (&b, &b.qp), (&b, &b2)] {
+        qp.attach_mcast(mgid, 0).unwrap();
+        // Attaching again changes nothing.
+        qp.attach_mcast(mgid, 0).unwrap();
+        recv_on(
+            e,
+            qp,
+            u64::from(qp.qp_num()),
+            u64::from(qp.qp_num() % 8) * 2048,
+        );
+        recv_on(
+            e,
+            qp,
+            u64::from(qp.qp_num()) + 100,
+            16384 + u64::from(qp.qp_num() % 8) * 2048,
+        );
+    }
+    assert!(a1.is_attached_to_mcast() && !a.qp.is_attached_to_mcast());
+    let ah =
+        a.pd.create_ah(&AhAttr {
+            dgid: mgid,
+            hop_limit: 8,
+            ..Default::default()
+        })
+        .unwrap();
+    a.mr.write(0, &pattern(7, 300)).unwrap();
+    ud_send(&a, &ah, 0xFF_FFFF, QKEY, 1, WrOpcode::Send, 300).unwrap();
+    // The sender's completion and a1's receive on a's CQ; b.qp's and b2's on b's.
+    let got_a = completions(&a, 2, Duration::from_secs(10));
+    let got_b = completions(&b, 2, Duration::from_secs(10));
+    let mut recv_qps: Vec<u32> = got_a
+        .iter()
+        .chain(&got_b)
+        .filter(|w| w.opcode == WcOpcode::Recv)
+        .map(|w| w.qp_num)
+        .collect();
+    recv_qps.sort_unstable();
+    let mut want = vec![a1.qp_num(), b.qp.qp_num(), b2.qp_num()];
+    want.sort_unstable();
+    assert_eq!(
+        recv_qps,
+        want,
+        "a: {got_a:?} b: {got_b:?} {:?} {:?}",
+        a.ctx.counters(),
+        b.ctx.counters()
+    );
+    for w in got_a
+        .iter()
+        .chain(&got_b)
+        .filter(|w| w.opcode == WcOpcode::Recv)
+    {
+        assert_eq!(
+            (w.status, w.byte_len, w.src_qp),
+            (WcStatus::Success, 340, a.qp.qp_num())
+        );
+        assert!(w.grh);
+    }
+    // The GRH area: from the sender's address to the group's, with the AH's hop limit.
+    let off = u64::from(b2.qp_num() % 8) * 2048;
+    let mut grh = [0u8; 40];
+    b.mr.read(off, &mut grh).unwrap();
+    assert_eq!(&grh[32..36], &[127, 0, 0, 1], "source address");
+    assert_eq!(&grh[36..40], &[230, 91, 0, 1], "the group's address");
+    assert_eq!(grh[28], 8, "TTL");
+    let mut data = vec![0u8; 300];
+    b.mr.read(off + 40, &mut data).unwrap();
+    assert_eq!(data, pattern(7, 300));
+    // Detached, b.qp hears no more; b2 and a1 still do.
+    b.qp.detach_mcast(mgid, 0).unwrap();
+    assert!(matches!(
+        b.qp.detach_mcast(mgid, 0),
+        Err(VerbsError::NotFound(_))
+    ));
+    ud_send(&a, &ah, 0xFF_FFFF, QKEY, 2, WrOpcode::Send, 300).unwrap();
+    let got_b = completions(&b, 2, Duration::from_secs(2));
+    assert_eq!(
+        got_b.iter().map(|w| w.qp_num).collect::<Vec<_>>(),
+        vec![b2.qp_num()],
+        "{got_b:?}"
+    );
+    let got_a = completions(&a, 2, Duration::from_secs(10));
+    assert!(got_a
+        .iter()
+        .any(|w| w.qp_num == a1.qp_num() && w.opcode == WcOpcode::Recv));
+    // The last QP of b detached: b's device left the group, and a packet to it finds nobody.
+    b2.detach_mcast(mgid, 0).unwrap();
+    // ib_attach_mcast's checks.
+    assert!(matches!(
+        b2.attach_mcast(Gid::from_ip("127.0.0.9".parse().unwrap()), 0),
+        Err(VerbsError::InvalidAttribute { attr: "gid", .. })
+    ));
+    let rc =
+        b.pd.create_qp(&QpInitAttr {
+            send_cq: &b.cq,
+            recv_cq: &b.cq,
+            cap: cap(),
+            qp_type: QpType::Rc,
+            sq_sig_all: false,
+        })
+        .unwrap();
+    assert!(matches!(
+        rc.attach_mcast(mgid, 0),
+        Err(VerbsError::InvalidAttribute { attr: "qp", .. })
+    ));
+    // Dropping an attached QP detaches it.
+    drop(a1);
+    assert!(matches!(
+        a.qp.detach_mcast(mgid, 0),
+        Err(VerbsError::NotFound(_))
+    ));
+}

@@ -12,7 +12,7 @@
 //! all that arrived, junk included.
 
 use std::io::{self, Write};
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::Instant;
 
 use super::link::{InDatagram, Link, OutDatagram};
@@ -231,6 +231,14 @@ impl<L: Link, W: Write> Link for CaptureLink<L, W> {
 
     fn register(&mut self, registry: &mio::Registry, token: mio::Token) -> io::Result<()> {
         self.inner.register(registry, token)
+    }
+
+    fn join_group(&mut self, group: IpAddr, socket: UdpSocket) -> io::Result<()> {
+        self.inner.join_group(group, socket)
+    }
+
+    fn leave_group(&mut self, group: IpAddr) {
+        self.inner.leave_group(group)
     }
 }
 

@@ -3,12 +3,13 @@
 //! (above) holds an `Arc<Device>`; the engine (beside it) reads the same.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use super::cq::CqInner;
 use super::gsi::GsiShared;
+use super::multicast::{GroupChange, Groups};
 use crate::ib::DeviceLimits;
 use crate::ib::VerbsError;
 use crate::transport::{Counters, MrTable, QpCore};
@@ -51,6 +52,12 @@ pub(crate) struct Device {
     pub(crate) gsi: GsiShared,
     /// Engine passes completed (see `settle`).
     pub(crate) passes: AtomicU64,
+    /// The multicast groups QPs are attached to (multicast.rs).
+    pub(crate) groups: RwLock<Groups>,
+    /// Sockets to start or stop receiving groups on, for the engine's link.
+    group_changes: Mutex<Vec<GroupChange>>,
+    /// `group_changes` has entries: the engine looks at it only then.
+    pub(crate) groups_changed: AtomicBool,
     next_qpn: AtomicU32,
     next_handle: AtomicU32,
 }
@@ -76,6 +83,9 @@ impl Device {
             closed: AtomicBool::new(false),
             busy_poll,
             passes: AtomicU64::new(0),
+            groups: RwLock::new(Groups::default()),
+            group_changes: Mutex::new(Vec::new()),
+            groups_changed: AtomicBool::new(false),
             engine: Mutex::new(None),
             gsi: GsiShared::new(local),
             // rxe hands out QPNs from 17 (0x11) upwards; 0 and 1 are the special QPs.
@@ -193,6 +203,61 @@ impl Device {
         self.qps_generation.fetch_add(1, Ordering::AcqRel);
         // The engine drops its copy of the entry on its next pass.
         self.ring(qpn);
+    }
+
+    /// Attaches QP `qpn` to the multicast group at `group` (multicast.rs): the group's
+    /// first QP opens its socket, which the engine's link receives from from its next pass.
+    pub(crate) fn attach_mcast(&self, qpn: u32, group: IpAddr) -> Result<()> {
+        let port = self.local.port();
+        let local = self.local.ip();
+        let change = self
+            .groups
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .attach(&self.limits, group, qpn, || {
+                super::udp::group_socket(group, port, local)
+            })?;
+        self.apply_group_changes(qpn, change);
+        Ok(())
+    }
+
+    /// Detaches QP `qpn` from the multicast group at `group`; NotFound if it is not attached.
+    pub(crate) fn detach_mcast(&self, qpn: u32, group: IpAddr) -> Result<()> {
+        let change = self
+            .groups
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .detach(group, qpn)?;
+        self.apply_group_changes(qpn, change);
+        Ok(())
+    }
+
+    /// Detaches QP `qpn` from every group it is attached to.
+    pub(crate) fn detach_all_mcast(&self, qpn: u32) {
+        let changes = self
+            .groups
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .detach_all(qpn);
+        self.apply_group_changes(qpn, changes);
+    }
+
+    /// Hands group changes to the engine and wakes it (through QP `qpn`'s doorbell).
+    fn apply_group_changes(&self, qpn: u32, changes: impl IntoIterator<Item = GroupChange>) {
+        let mut q = self.group_changes.lock().unwrap_or_else(|e| e.into_inner());
+        let before = q.len();
+        q.extend(changes);
+        if q.len() > before {
+            self.groups_changed.store(true, Ordering::Release);
+            drop(q);
+            self.ring(qpn);
+        }
+    }
+
+    /// The group changes not yet taken by the engine.
+    pub(crate) fn take_group_changes(&self) -> Vec<GroupChange> {
+        self.groups_changed.store(false, Ordering::Release);
+        std::mem::take(&mut *self.group_changes.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// A QP number not in use (rxe's scheme).

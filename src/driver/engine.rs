@@ -44,6 +44,7 @@ use super::cq::CqInner;
 use super::device::{Device, QpEntry};
 use super::gsi::GSI_QPN;
 use super::link::{gso_run, GatherRef, GsoKey, Link, OutDatagram, RxBatch};
+use super::multicast::GroupChange;
 use super::timer::Timer;
 use crate::ib::{QpType, WorkCompletion};
 use crate::transport::{
@@ -139,6 +140,14 @@ impl QpSet for EngineQps<'_> {
         let mut core = lock(&q.entry.core);
         let mrs = self.dev.mrs.read().unwrap_or_else(|e| e.into_inner());
         Some(f(&mut core, &mrs))
+    }
+
+    fn multicast_members(&mut self, group: std::net::IpAddr) -> crate::transport::Members {
+        self.dev
+            .groups
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .members(group)
     }
 }
 
@@ -358,6 +367,9 @@ impl Engine {
         }
         // After a wait: a QP created meanwhile may already be rung or addressed.
         self.sync_qps();
+        if self.dev.groups_changed.load(Ordering::Acquire) {
+            self.change_groups();
+        }
         self.more_rx = self.receive();
         self.take_doorbell();
         self.fire_deadlines();
@@ -479,6 +491,21 @@ impl Engine {
         }
     }
 
+    /// Starts and stops receiving the multicast groups that QPs were attached to or detached
+    /// from since the last pass. A link that cannot receive a group (a test's) drops its
+    /// socket: the group's datagrams then reach nobody here, as on a device without
+    /// multicast.
+    fn change_groups(&mut self) {
+        for c in self.dev.take_group_changes() {
+            match c {
+                GroupChange::Join(group, socket) => {
+                    let _ = self.link.join_group(group, socket);
+                }
+                GroupChange::Leave(group) => self.link.leave_group(group),
+            }
+        }
+    }
+
     /// Receives a batch and hands each datagram to the transport's endpoint, which checks it
     /// and feeds it to its QP (or gives back QP1's). Returns true if the batch was full (more
     /// may be waiting).
@@ -503,6 +530,11 @@ impl Engine {
                 .handle(now, d.src, d.dst, ip, payload, &mut qps)
             {
                 Some(DatagramEvent::Qp(qpn)) => Self::enqueue(qps.qps, &mut self.work, qpn),
+                Some(DatagramEvent::Multicast(members)) => {
+                    for &qpn in members.as_slice() {
+                        Self::enqueue(qps.qps, &mut self.work, qpn);
+                    }
+                }
                 Some(DatagramEvent::Mad { from, mad }) => {
                     self.dev.gsi.lock().handle_mad(from, mad);
                     self.gsi_due = true;

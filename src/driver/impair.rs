@@ -15,7 +15,7 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -522,6 +522,14 @@ impl<L: Link> Link for ImpairLink<L> {
 
     fn register(&mut self, registry: &mio::Registry, token: mio::Token) -> io::Result<()> {
         self.inner.register(registry, token)
+    }
+
+    fn join_group(&mut self, group: IpAddr, socket: UdpSocket) -> io::Result<()> {
+        self.inner.join_group(group, socket)
+    }
+
+    fn leave_group(&mut self, group: IpAddr) {
+        self.inner.leave_group(group)
     }
 }
 

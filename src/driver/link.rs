@@ -3,7 +3,7 @@
 //! pcap_writer and fault_injector wrap a device.
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::Instant;
 
 /// A datagram to send: a whole RoCE packet (BTH .. ICRC, ICRC filled in).
@@ -73,6 +73,19 @@ pub trait Link {
 
     /// Registers the receiving socket with a mio registry, for readability.
     fn register(&mut self, registry: &mio::Registry, token: mio::Token) -> io::Result<()>;
+
+    /// Starts receiving the datagrams of multicast group `group` from `socket` (made by
+    /// [`super::udp::group_socket`]), as datagrams to the group's address. A link that cannot
+    /// (the default) says Unsupported, and the device's QPs hear no multicast.
+    fn join_group(&mut self, group: IpAddr, socket: UdpSocket) -> io::Result<()> {
+        let _ = (group, socket);
+        Err(io::ErrorKind::Unsupported.into())
+    }
+
+    /// Stops receiving multicast group `group` (closing its socket leaves the group).
+    fn leave_group(&mut self, group: IpAddr) {
+        let _ = group;
+    }
 
     /// Sends `ds` in order and returns how many were sent before the first error, with that
     /// error. The default sends one datagram at a time; the UDP link sends the batch in one
@@ -254,6 +267,12 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn register(&mut self, registry: &mio::Registry, token: mio::Token) -> io::Result<()> {
         (**self).register(registry, token)
+    }
+    fn join_group(&mut self, group: IpAddr, socket: UdpSocket) -> io::Result<()> {
+        (**self).join_group(group, socket)
+    }
+    fn leave_group(&mut self, group: IpAddr) {
+        (**self).leave_group(group)
     }
     fn send_batch(&mut self, now: Instant, ds: &[OutDatagram]) -> (usize, Option<io::Error>) {
         (**self).send_batch(now, ds)

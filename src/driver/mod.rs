@@ -10,6 +10,7 @@ pub(crate) mod engine;
 pub(crate) mod gsi;
 pub mod impair;
 pub mod link;
+mod multicast;
 pub mod stats;
 pub mod thread;
 mod timer;

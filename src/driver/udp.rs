@@ -29,8 +29,8 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::Instant;
 
 use mio::unix::SourceFd;
@@ -76,6 +76,8 @@ pub struct UdpLink {
     /// Whether the engine may hand over payloads to gather from their regions
     /// ([`UdpLink::enable_gather`]).
     gather: bool,
+    /// The multicast groups received, each from its own socket (`group_socket`).
+    groups: Vec<(IpAddr, mio::net::UdpSocket)>,
 }
 
 fn set_int_opt(
@@ -287,19 +289,98 @@ fn set_send_cmsgs(h: &mut libc::msghdr, buf: &mut [u64; TX_CMSG_WORDS], c: SendC
     }
 }
 
+/// Asks the kernel for the TTL and TOS each datagram arrives with, for the GRH area of UD
+/// receives and for captures (it reports them as control messages).
+fn ask_ip_fields(s: &Socket, ipv4: bool) -> io::Result<()> {
+    if ipv4 {
+        set_int_opt(s, libc::IPPROTO_IP, libc::IP_RECVTTL, 1)?;
+        set_int_opt(s, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)
+    } else {
+        set_int_opt(s, libc::IPPROTO_IPV6, libc::IPV6_RECVHOPLIMIT, 1)?;
+        set_int_opt(s, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)
+    }
+}
+
+/// A socket that receives the datagrams sent to `group` on UDP port `port`, on the interface
+/// of the local address `local` (IPv4: the interface that has it; IPv6: its index, found
+/// among the machine's interfaces). Several sockets, in this process and others, may hold the
+/// same group (SO_REUSEADDR): each gets every datagram, as each device attached to a group
+/// does. IP_MULTICAST_ALL is off, so the socket hears only the group it joined.
+pub fn group_socket(group: IpAddr, port: u16, local: IpAddr) -> io::Result<UdpSocket> {
+    let s = match (group, local) {
+        (IpAddr::V4(g), IpAddr::V4(l)) => {
+            let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+            s.set_reuse_address(true)?;
+            s.set_multicast_all_v4(false)?;
+            ask_ip_fields(&s, true)?;
+            s.bind(&SocketAddr::new(group, port).into())?;
+            s.join_multicast_v4(&g, &l)?;
+            s
+        }
+        (IpAddr::V6(g), IpAddr::V6(l)) => {
+            let s = Socket::new(Domain::IPV6, Type::DGRAM, Some(Protocol::UDP))?;
+            s.set_only_v6(true)?;
+            s.set_reuse_address(true)?;
+            s.set_multicast_all_v6(false)?;
+            ask_ip_fields(&s, false)?;
+            s.bind(&SocketAddr::new(group, port).into())?;
+            s.join_multicast_v6(&g, interface_index(IpAddr::V6(l))?)?;
+            s
+        }
+        _ => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the group and the device address are of different families",
+            ))
+        }
+    };
+    s.set_nonblocking(true)?;
+    Ok(s.into())
+}
+
+/// The index of the interface that has address `ip`.
+fn interface_index(ip: IpAddr) -> io::Result<u32> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs writes a list head into `head`, which freeifaddrs frees below.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut found = None;
+    let mut p = head;
+    while !p.is_null() {
+        // SAFETY: `p` is a node of the list getifaddrs returned, alive until freeifaddrs; its
+        // ifa_addr is null or a sockaddr of the family it names (sockaddr_in6 for AF_INET6),
+        // and ifa_name a NUL-terminated string.
+        unsafe {
+            let a = (*p).ifa_addr;
+            if !a.is_null() && i32::from((*a).sa_family) == libc::AF_INET6 {
+                let a6 = &*(a as *const libc::sockaddr_in6);
+                if IpAddr::from(a6.sin6_addr.s6_addr) == ip {
+                    found = Some(libc::if_nametoindex((*p).ifa_name));
+                }
+            }
+            p = (*p).ifa_next;
+        }
+        if found.is_some() {
+            break;
+        }
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    match found {
+        Some(i) if i != 0 => Ok(i),
+        _ => Err(io::Error::new(
+            io::ErrorKind::AddrNotAvailable,
+            format!("no interface has {ip}"),
+        )),
+    }
+}
+
 impl UdpLink {
     /// Binds the receiving socket to `local` (an address of this machine and the RoCEv2 port).
     pub fn bind(local: SocketAddr) -> io::Result<UdpLink> {
         let s = roce_socket(local)?;
-        // The TTL and TOS each datagram arrived with, for the GRH area of UD receives and
-        // for captures (the kernel reports them as control messages).
-        if local.is_ipv4() {
-            set_int_opt(&s, libc::IPPROTO_IP, libc::IP_RECVTTL, 1)?;
-            set_int_opt(&s, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)?;
-        } else {
-            set_int_opt(&s, libc::IPPROTO_IPV6, libc::IPV6_RECVHOPLIMIT, 1)?;
-            set_int_opt(&s, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)?;
-        }
+        ask_ip_fields(&s, local.is_ipv4())?;
         let std_sock: UdpSocket = s.into();
         let gso = gso_supported(&std_sock);
         let local = std_sock.local_addr()?;
@@ -311,6 +392,7 @@ impl UdpLink {
             names: Vec::with_capacity(MMSG_BATCH),
             gso_segments: if gso { GSO_MAX_SEGMENTS } else { 1 },
             gather: false,
+            groups: Vec::new(),
         })
     }
 
@@ -495,6 +577,145 @@ impl UdpLink {
     pub fn source_ports(&self) -> usize {
         self.tx.len()
     }
+
+    /// Receives one datagram from socket `fd`, which receives what is sent to `dst`, without
+    /// blocking; `Ok(None)` when none is ready.
+    fn recv_one(fd: RawFd, dst: SocketAddr, buf: &mut [u8]) -> io::Result<Option<InDatagram>> {
+        loop {
+            let mut name = std::mem::MaybeUninit::<libc::sockaddr_storage>::uninit();
+            let mut control = [0u64; CMSG_WORDS];
+            let mut iov = libc::iovec {
+                iov_base: buf.as_mut_ptr().cast(),
+                iov_len: buf.len(),
+            };
+            // SAFETY: all-zero bytes are a valid (empty) msghdr.
+            let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+            h.msg_name = name.as_mut_ptr().cast();
+            h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_iov = &mut iov;
+            h.msg_iovlen = 1;
+            h.msg_control = control.as_mut_ptr().cast();
+            h.msg_controllen = std::mem::size_of_val(&control);
+            // SAFETY: `fd` is an open socket of the link; `h` points at a live iovec over `buf`, a
+            // live sockaddr_storage and a live control buffer whose sizes are given;
+            // MSG_DONTWAIT keeps the call from blocking.
+            let rc = unsafe { libc::recvmsg(fd, &mut h, libc::MSG_DONTWAIT) };
+            if rc < 0 {
+                let e = io::Error::last_os_error();
+                return match e.kind() {
+                    io::ErrorKind::WouldBlock => Ok(None),
+                    io::ErrorKind::Interrupted => continue,
+                    // ICMP errors reported on the socket (port unreachable): not a datagram.
+                    io::ErrorKind::ConnectionRefused => Ok(None),
+                    _ => Err(e),
+                };
+            }
+            // SAFETY: the kernel wrote msg_namelen bytes of the address into `name`.
+            let Some(src) = (unsafe { socket_addr(name.as_ptr(), h.msg_namelen) }) else {
+                // Not IPv4 or IPv6 (cannot happen on these sockets): skip it.
+                continue;
+            };
+            let c = recv_control(&h);
+            return Ok(Some(InDatagram {
+                len: rc as usize,
+                src,
+                dst,
+                hop_limit: c.hop_limit,
+                traffic_class: c.traffic_class,
+            }));
+        }
+    }
+
+    /// Receives up to `batch.free_slot_count()` ready datagrams from socket `fd`, which
+    /// receives what is sent to `dst`, into `batch`'s free slots, in one call.
+    fn recv_many(fd: RawFd, dst: SocketAddr, batch: &mut RxBatch) -> io::Result<()> {
+        let want = batch.free_slot_count().min(MMSG_BATCH);
+        let (slot, bufs) = batch.free_slots();
+        // Only the `want` entries used are initialised: zeroing all of these arrays (15 KiB)
+        // cost more than the call itself when one packet is waiting.
+        let mut names =
+            [const { std::mem::MaybeUninit::<libc::sockaddr_storage>::uninit() }; MMSG_BATCH];
+        let mut iovs = [const { std::mem::MaybeUninit::<libc::iovec>::uninit() }; MMSG_BATCH];
+        let mut hdrs = [const { std::mem::MaybeUninit::<libc::mmsghdr>::uninit() }; MMSG_BATCH];
+        let mut cmsgs =
+            [const { std::mem::MaybeUninit::<[u64; CMSG_WORDS]>::uninit() }; MMSG_BATCH];
+        for i in 0..want {
+            let iov = iovs[i].write(libc::iovec {
+                iov_base: bufs[i * slot..].as_mut_ptr().cast(),
+                iov_len: slot,
+            });
+            // SAFETY: all-zero bytes are a valid (empty) mmsghdr.
+            let hdr = hdrs[i].write(unsafe { std::mem::zeroed() });
+            let h = &mut hdr.msg_hdr;
+            h.msg_name = names[i].as_mut_ptr().cast();
+            h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_iov = iov;
+            h.msg_iovlen = 1;
+            h.msg_control = cmsgs[i].write([0; CMSG_WORDS]).as_mut_ptr().cast();
+            h.msg_controllen = std::mem::size_of::<[u64; CMSG_WORDS]>();
+        }
+        // SAFETY: `fd` is an open socket of the link; each of the first `want` headers (those
+        // initialised) points at a live iovec over its own disjoint `slot`-byte slot of
+        // `bufs` (which holds at least `want` free slots), a live sockaddr_storage and a live
+        // control buffer whose sizes are given; the kernel writes the addresses before they
+        // are read; MSG_DONTWAIT keeps the call from blocking.
+        let rc = unsafe {
+            libc::recvmmsg(
+                fd,
+                hdrs.as_mut_ptr().cast::<libc::mmsghdr>(),
+                want as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(()),
+                // ICMP errors reported on the socket (port unreachable): not a datagram.
+                io::ErrorKind::ConnectionRefused => Ok(()),
+                _ => Err(e),
+            };
+        }
+        for h in &mut hdrs[..rc as usize] {
+            // SAFETY: the first `want` headers were initialised above, and rc <= want.
+            let h = unsafe { h.assume_init_mut() };
+            // SAFETY: msg_name points at names[i], a sockaddr_storage into which the kernel
+            // wrote msg_namelen bytes (at most its size, which was given as the room).
+            let src = unsafe {
+                socket_addr(
+                    h.msg_hdr.msg_name.cast::<libc::sockaddr_storage>(),
+                    h.msg_hdr.msg_namelen,
+                )
+            };
+            // A datagram longer than the slot is no RoCE packet: it is kept empty so that the
+            // engine counts it as bad instead of parsing a truncated copy. Every datagram is
+            // recorded, even one without a usable address, so that record i stays slot i.
+            let truncated = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+            let d = InDatagram {
+                len: if truncated || src.is_none() {
+                    0
+                } else {
+                    h.msg_len as usize
+                },
+                src: src.unwrap_or(dst),
+                dst,
+                hop_limit: 0,
+                traffic_class: 0,
+            };
+            let c = recv_control(&h.msg_hdr);
+            let d = InDatagram {
+                hop_limit: c.hop_limit,
+                traffic_class: c.traffic_class,
+                ..d
+            };
+            match c.segment {
+                Some(seg) => batch.push_split(d, seg),
+                None => batch.push(d),
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Link for UdpLink {
@@ -541,49 +762,17 @@ impl Link for UdpLink {
     }
 
     fn recv(&mut self, _now: Instant, buf: &mut [u8]) -> io::Result<Option<InDatagram>> {
-        loop {
-            let mut name = std::mem::MaybeUninit::<libc::sockaddr_storage>::uninit();
-            let mut control = [0u64; CMSG_WORDS];
-            let mut iov = libc::iovec {
-                iov_base: buf.as_mut_ptr().cast(),
-                iov_len: buf.len(),
-            };
-            // SAFETY: all-zero bytes are a valid (empty) msghdr.
-            let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
-            h.msg_name = name.as_mut_ptr().cast();
-            h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            h.msg_iov = &mut iov;
-            h.msg_iovlen = 1;
-            h.msg_control = control.as_mut_ptr().cast();
-            h.msg_controllen = std::mem::size_of_val(&control);
-            // SAFETY: the receiving socket is open; `h` points at a live iovec over `buf`, a
-            // live sockaddr_storage and a live control buffer whose sizes are given;
-            // MSG_DONTWAIT keeps the call from blocking.
-            let rc = unsafe { libc::recvmsg(self.rx.as_raw_fd(), &mut h, libc::MSG_DONTWAIT) };
-            if rc < 0 {
-                let e = io::Error::last_os_error();
-                return match e.kind() {
-                    io::ErrorKind::WouldBlock => Ok(None),
-                    io::ErrorKind::Interrupted => continue,
-                    // ICMP errors reported on the socket (port unreachable): not a datagram.
-                    io::ErrorKind::ConnectionRefused => Ok(None),
-                    _ => Err(e),
-                };
-            }
-            // SAFETY: the kernel wrote msg_namelen bytes of the address into `name`.
-            let Some(src) = (unsafe { socket_addr(name.as_ptr(), h.msg_namelen) }) else {
-                // Not IPv4 or IPv6 (cannot happen on these sockets): skip it.
-                continue;
-            };
-            let c = recv_control(&h);
-            return Ok(Some(InDatagram {
-                len: rc as usize,
-                src,
-                dst: self.local,
-                hop_limit: c.hop_limit,
-                traffic_class: c.traffic_class,
-            }));
+        let got = Self::recv_one(self.rx.as_raw_fd(), self.local, buf)?;
+        if got.is_some() {
+            return Ok(got);
         }
+        for (group, sock) in &self.groups {
+            let dst = SocketAddr::new(*group, self.local.port());
+            if let Ok(Some(d)) = Self::recv_one(sock.as_raw_fd(), dst, buf) {
+                return Ok(Some(d));
+            }
+        }
+        Ok(None)
     }
 
     fn register(&mut self, registry: &mio::Registry, token: mio::Token) -> io::Result<()> {
@@ -591,6 +780,9 @@ impl Link for UdpLink {
         self.registry = Some((registry.try_clone()?, token));
         for s in self.tx.values() {
             self.watch_writable(s)?;
+        }
+        for (_, s) in &mut self.groups {
+            registry.register(s, token, mio::Interest::READABLE)?;
         }
         Ok(())
     }
@@ -641,92 +833,35 @@ impl Link for UdpLink {
 
     fn recv_batch(&mut self, _now: Instant, batch: &mut RxBatch) -> io::Result<()> {
         batch.clear();
-        let want = batch.free_slot_count().min(MMSG_BATCH);
-        let (slot, bufs) = batch.free_slots();
-        // Only the `want` entries used are initialised: zeroing all of these arrays (15 KiB)
-        // cost more than the call itself when one packet is waiting.
-        let mut names =
-            [const { std::mem::MaybeUninit::<libc::sockaddr_storage>::uninit() }; MMSG_BATCH];
-        let mut iovs = [const { std::mem::MaybeUninit::<libc::iovec>::uninit() }; MMSG_BATCH];
-        let mut hdrs = [const { std::mem::MaybeUninit::<libc::mmsghdr>::uninit() }; MMSG_BATCH];
-        let mut cmsgs =
-            [const { std::mem::MaybeUninit::<[u64; CMSG_WORDS]>::uninit() }; MMSG_BATCH];
-        for i in 0..want {
-            let iov = iovs[i].write(libc::iovec {
-                iov_base: bufs[i * slot..].as_mut_ptr().cast(),
-                iov_len: slot,
-            });
-            // SAFETY: all-zero bytes are a valid (empty) mmsghdr.
-            let hdr = hdrs[i].write(unsafe { std::mem::zeroed() });
-            let h = &mut hdr.msg_hdr;
-            h.msg_name = names[i].as_mut_ptr().cast();
-            h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            h.msg_iov = iov;
-            h.msg_iovlen = 1;
-            h.msg_control = cmsgs[i].write([0; CMSG_WORDS]).as_mut_ptr().cast();
-            h.msg_controllen = std::mem::size_of::<[u64; CMSG_WORDS]>();
-        }
-        // SAFETY: the receiving socket is open; each of the first `want` headers (those
-        // initialised) points at a live iovec over its own disjoint `slot`-byte slot of
-        // `bufs` (which holds at least `want` free slots), a live sockaddr_storage and a live
-        // control buffer whose sizes are given; the kernel writes the addresses before they
-        // are read; MSG_DONTWAIT keeps the call from blocking.
-        let rc = unsafe {
-            libc::recvmmsg(
-                self.rx.as_raw_fd(),
-                hdrs.as_mut_ptr().cast::<libc::mmsghdr>(),
-                want as libc::c_uint,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
-        };
-        if rc < 0 {
-            let e = io::Error::last_os_error();
-            return match e.kind() {
-                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(()),
-                // ICMP errors reported on the socket (port unreachable): not a datagram.
-                io::ErrorKind::ConnectionRefused => Ok(()),
-                _ => Err(e),
-            };
-        }
-        for h in &mut hdrs[..rc as usize] {
-            // SAFETY: the first `want` headers were initialised above, and rc <= want.
-            let h = unsafe { h.assume_init_mut() };
-            // SAFETY: msg_name points at names[i], a sockaddr_storage into which the kernel
-            // wrote msg_namelen bytes (at most its size, which was given as the room).
-            let src = unsafe {
-                socket_addr(
-                    h.msg_hdr.msg_name.cast::<libc::sockaddr_storage>(),
-                    h.msg_hdr.msg_namelen,
-                )
-            };
-            // A datagram longer than the slot is no RoCE packet: it is kept empty so that the
-            // engine counts it as bad instead of parsing a truncated copy. Every datagram is
-            // recorded, even one without a usable address, so that record i stays slot i.
-            let truncated = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
-            let d = InDatagram {
-                len: if truncated || src.is_none() {
-                    0
-                } else {
-                    h.msg_len as usize
-                },
-                src: src.unwrap_or(self.local),
-                dst: self.local,
-                hop_limit: 0,
-                traffic_class: 0,
-            };
-            let c = recv_control(&h.msg_hdr);
-            let d = InDatagram {
-                hop_limit: c.hop_limit,
-                traffic_class: c.traffic_class,
-                ..d
-            };
-            match c.segment {
-                Some(seg) => batch.push_split(d, seg),
-                None => batch.push(d),
+        Self::recv_many(self.rx.as_raw_fd(), self.local, batch)?;
+        for (group, sock) in &self.groups {
+            if batch.free_slot_count() == 0 {
+                break;
             }
+            // A group's socket fails alone (the device's datagrams are already in the batch).
+            let dst = SocketAddr::new(*group, self.local.port());
+            let _ = Self::recv_many(sock.as_raw_fd(), dst, batch);
         }
         Ok(())
+    }
+
+    fn join_group(&mut self, group: IpAddr, socket: UdpSocket) -> io::Result<()> {
+        let mut sock = mio::net::UdpSocket::from_std(socket);
+        if let Some((registry, token)) = &self.registry {
+            registry.register(&mut sock, *token, mio::Interest::READABLE)?;
+        }
+        self.leave_group(group);
+        self.groups.push((group, sock));
+        Ok(())
+    }
+
+    fn leave_group(&mut self, group: IpAddr) {
+        if let Some(i) = self.groups.iter().position(|(g, _)| *g == group) {
+            let (_, mut sock) = self.groups.swap_remove(i);
+            if let Some((registry, _)) = &self.registry {
+                let _ = registry.deregister(&mut sock);
+            }
+        }
     }
 }
 

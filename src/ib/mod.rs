@@ -12,5 +12,8 @@ mod qp_attr;
 mod types;
 
 pub use error::{QueueKind, Result, SgeFault, VerbsError};
-pub use qp_attr::{apply_modify, check_cap, check_modify, check_sqd_exit, DeviceLimits};
+pub use qp_attr::{
+    apply_modify, check_cap, check_modify, check_sqd_exit, DeviceLimits, MAX_MCAST_GROUPS,
+    MAX_MCAST_QP_ATTACH,
+};
 pub use types::*;

@@ -37,7 +37,22 @@ pub struct DeviceLimits {
     /// GID table length: softroce has 2 entries, both its own address, so that the `-g 0` and
     /// `-g 1` habits of rxe users both work.
     pub gid_table_len: u8,
+    /// Most multicast groups with QPs attached at once. Each group is a socket of the device
+    /// (a socket bound to one group address receives only that group), so the bound is the
+    /// process's file descriptors, not rxe's `RXE_MAX_MCAST_GRP` = 8192.
+    pub max_mcast_grp: u32,
+    /// Most QPs attached to one group (`RXE_MAX_MCAST_QP_ATTACH` = 56).
+    pub max_mcast_qp_attach: u32,
+    /// Most attachments in all (`max_mcast_grp` times `max_mcast_qp_attach`).
+    pub max_total_mcast_qp_attach: u32,
 }
+
+/// Most QPs attached to one multicast group (rxe's `RXE_MAX_MCAST_QP_ATTACH`).
+pub const MAX_MCAST_QP_ATTACH: usize = 56;
+
+/// Most multicast groups a device has QPs attached to at once (see
+/// [`DeviceLimits::max_mcast_grp`]).
+pub const MAX_MCAST_GROUPS: usize = 256;
 
 impl Default for DeviceLimits {
     fn default() -> Self {
@@ -51,6 +66,9 @@ impl Default for DeviceLimits {
             max_cqe: 0x7FFF,
             pkey_table_len: 1,
             gid_table_len: 2,
+            max_mcast_grp: MAX_MCAST_GROUPS as u32,
+            max_mcast_qp_attach: MAX_MCAST_QP_ATTACH as u32,
+            max_total_mcast_qp_attach: (MAX_MCAST_GROUPS * MAX_MCAST_QP_ATTACH) as u32,
         }
     }
 }

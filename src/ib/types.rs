@@ -225,6 +225,12 @@ impl Gid {
             None => IpAddr::V6(v6),
         }
     }
+    /// Whether the GID names a multicast group: an IPv6 multicast address (ff00::/8) or an
+    /// IPv4-mapped IPv4 multicast one (224.0.0.0/4), as the kernel's `rdma_is_multicast_addr`
+    /// decides for `ib_attach_mcast`.
+    pub fn is_multicast(self) -> bool {
+        self.to_ip().is_multicast()
+    }
     /// Whether the GID is all zeros (no GID: e.g. an InfiniBand peer without GRH).
     pub fn is_zero(self) -> bool {
         self.0 == [0; 16]

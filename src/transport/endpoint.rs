@@ -16,7 +16,7 @@
 //! transport run ([`QpCore::handle_datagram`]). Every drop is counted in the device's counters,
 //! nothing is allocated and nothing is locked here (the set locks the one QP it lends).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,8 +24,8 @@ use super::cc::{self, CcConfig};
 use super::counters::Counters;
 use super::mr::MrTable;
 use super::qp::{rxe_hash_port, Gather, NetHeader, QpCore, Transmit};
-use crate::ib::QpType;
-use crate::wire::bth::DEFAULT_PKEY;
+use crate::ib::{QpType, MAX_MCAST_QP_ATTACH};
+use crate::wire::bth::{DEFAULT_PKEY, MULTICAST_QPN};
 use crate::wire::deth::GSI_QKEY;
 use crate::wire::icrc::{self, verify_socket_datagram, SocketVerdict};
 use crate::wire::{mad, BthRepr, DethRepr, ExtHeaders, Opcode, PacketRepr, ICRC_LEN};
@@ -54,6 +54,47 @@ pub trait QpSet {
     /// Runs `f` on QP `qpn` with the memory regions its requests may reach, if the set has
     /// that QP, and returns what `f` returned.
     fn with_qp<R>(&mut self, qpn: u32, f: impl FnOnce(&mut QpCore, &MrTable) -> R) -> Option<R>;
+
+    /// The QPs attached to the multicast group at `group` (rxe's mcg list for that MGID).
+    /// By default a set has none.
+    fn multicast_members(&mut self, group: IpAddr) -> Members {
+        let _ = group;
+        Members::default()
+    }
+}
+
+/// QP numbers, as many as one multicast group may have attached: what a multicast packet
+/// was delivered to, kept in place so that no packet allocates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Members {
+    qpns: [u32; MAX_MCAST_QP_ATTACH],
+    len: usize,
+}
+
+impl Default for Members {
+    fn default() -> Self {
+        Members {
+            qpns: [0; MAX_MCAST_QP_ATTACH],
+            len: 0,
+        }
+    }
+}
+
+impl Members {
+    /// Adds `qpn`; false (and nothing added) when the list is full.
+    pub fn push(&mut self, qpn: u32) -> bool {
+        if self.len == MAX_MCAST_QP_ATTACH {
+            return false;
+        }
+        self.qpns[self.len] = qpn;
+        self.len += 1;
+        true
+    }
+
+    /// The QP numbers, in the order added.
+    pub fn as_slice(&self) -> &[u32] {
+        &self.qpns[..self.len]
+    }
 }
 
 /// What became of a datagram that passed the endpoint's checks.
@@ -62,6 +103,9 @@ pub enum DatagramEvent<'a> {
     /// QP `qpn` took the packet: it may have packets, completions or a deadline for the
     /// caller now.
     Qp(u32),
+    /// A multicast packet that these QPs, attached to its group, took (each may have
+    /// completions for the caller now).
+    Multicast(Members),
     /// A MAD for QP1, which belongs to the caller's communication manager. `from` is the
     /// sender's address with the port its CM answers on (the RoCEv2 port, not the packet's
     /// source port).
@@ -287,6 +331,9 @@ impl Endpoint {
                 mad: &pkt.payload[..mad::LEN],
             });
         }
+        if qpn == MULTICAST_QPN {
+            return self.handle_multicast(now, remote, local, ip, &pkt, data.len(), qps);
+        }
         let is_cnp = pkt.bth.opcode == Opcode::CNP;
         let taken = qps.with_qp(qpn, |qp, mrs| {
             // Only the connected peer may talk to an RC or UC QP; a UD QP hears anyone.
@@ -304,20 +351,7 @@ impl Endpoint {
                 qp.cc_on_ce(now, &self.cc);
             }
             if qp.qp_type() == QpType::Ud {
-                // The GRH area of the receive buffer: the IP header as it arrived, with the
-                // TTL and TOS the socket reported (64 if it did not say).
-                let ttl = if ip.hop_limit == 0 {
-                    DEFAULT_TTL
-                } else {
-                    ip.hop_limit
-                };
-                let net = NetHeader::from_addrs(
-                    remote.ip(),
-                    local.ip(),
-                    (data.len() + 8) as u16,
-                    ttl,
-                    ip.traffic_class,
-                );
+                let net = grh_area(remote, local, ip, data.len());
                 qp.handle_datagram(now, &pkt, Some(&net), mrs);
             } else {
                 qp.handle_datagram(now, &pkt, None, mrs);
@@ -331,6 +365,72 @@ impl Endpoint {
             None
         }
     }
+}
+
+impl Endpoint {
+    /// A packet to the multicast QP (rxe_recv.c rxe_rcv_mcast_pkt): the destination address it
+    /// was sent to names the group (its GID, IPv4-mapped for IPv4, is the MGID); every QP
+    /// attached to that group gets a copy, through its own type, state and key checks, and a
+    /// QP that refuses it does not keep the others from theirs (unreliable datagrams). Only
+    /// UD SENDs may be multicast (IBTA 10.8.2: a UD QP is the only kind that attaches).
+    #[allow(clippy::too_many_arguments)]
+    fn handle_multicast<'a, S: QpSet>(
+        &self,
+        now: Duration,
+        remote: SocketAddr,
+        local: SocketAddr,
+        ip: IpFields,
+        pkt: &PacketRepr,
+        len: usize,
+        qps: &mut S,
+    ) -> Option<DatagramEvent<'a>> {
+        let c = &self.counters;
+        let group = local.ip();
+        let members = if group.is_multicast() {
+            qps.multicast_members(group)
+        } else {
+            Members::default()
+        };
+        let mut took = Members::default();
+        for &qpn in members.as_slice() {
+            let ok = qps.with_qp(qpn, |qp, mrs| {
+                if qp.qp_type() != QpType::Ud {
+                    return false;
+                }
+                let net = grh_area(remote, local, ip, len);
+                qp.handle_datagram(now, pkt, Some(&net), mrs);
+                true
+            });
+            if ok == Some(true) {
+                took.push(qpn);
+            }
+        }
+        if took.as_slice().is_empty() {
+            // No QP of this device is attached to the group (or it was sent to a unicast
+            // address): as a packet for a QP that does not exist.
+            Counters::inc(&c.unknown_qp_pkts);
+            return None;
+        }
+        Some(DatagramEvent::Multicast(took))
+    }
+}
+
+/// The GRH area of a UD receive buffer: the IP header as the datagram arrived, with the TTL
+/// and TOS the socket reported (64 if it did not say), and its destination address (the
+/// device's, or the multicast group's).
+fn grh_area(remote: SocketAddr, local: SocketAddr, ip: IpFields, len: usize) -> NetHeader {
+    let ttl = if ip.hop_limit == 0 {
+        DEFAULT_TTL
+    } else {
+        ip.hop_limit
+    };
+    NetHeader::from_addrs(
+        remote.ip(),
+        local.ip(),
+        (len + 8) as u16,
+        ttl,
+        ip.traffic_class,
+    )
 }
 
 /// A set of one QP and its memory regions: a simulation's node, or any caller that keeps a

@@ -28,7 +28,7 @@ pub mod wqe;
 mod tests;
 
 pub use counters::Counters;
-pub use endpoint::{DatagramEvent, Endpoint, IpFields, OneQp, QpSet, GSI_QPN};
+pub use endpoint::{DatagramEvent, Endpoint, IpFields, Members, OneQp, QpSet, GSI_QPN};
 pub use mr::{DeregFault, Mr, MrFault, MrTable};
 pub use mw::{Mw, MwFault, MwState, MwType};
 pub use qp::{

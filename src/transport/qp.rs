@@ -152,10 +152,12 @@ pub struct Transmit {
 /// The TTL / hop limit a packet to `dst` leaves with, given its address vector's hop limit
 /// (0: the route's, which the kernel fills in). On RoCE the kernel replaces an address
 /// vector's hop limit with its route's (ib_resolve_eth_dmac at modify_qp and create_ah: 64 by
-/// default, ip_default_ttl), except towards IPv6 link-local and multicast GIDs, whose address
-/// vectors keep their own: rxe then writes that into the IP header.
+/// default, ip_default_ttl), except towards multicast GIDs (IPv6, or IPv4-mapped IPv4) and
+/// IPv6 link-local ones, whose address vectors keep their own: rxe then writes that into the
+/// IP header.
 pub fn wire_hop_limit(dst: IpAddr, av_hop_limit: u8) -> u8 {
     match dst {
+        IpAddr::V4(a) if a.is_multicast() => av_hop_limit,
         IpAddr::V6(a) if a.is_multicast() || (a.segments()[0] & 0xffc0) == 0xfe80 => av_hop_limit,
         _ => 0,
     }

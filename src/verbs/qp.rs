@@ -326,6 +326,56 @@ impl QueuePair {
     pub fn send_queue_len(&self) -> usize {
         self.lock().send_queue_len()
     }
+
+    /// Attaches this UD QP to the multicast group `gid` (`ibv_attach_mcast`): from now on it
+    /// receives the UD SENDs to QPN 0xFFFFFF whose destination is the group's IP address
+    /// (its GID: IPv4-mapped for IPv4), each a copy of its own. `lid` is an InfiniBand
+    /// multicast LID; RoCE has none, and ignores it (the kernel's is_valid_mcast_lid). The
+    /// first QP of the device attached to a group joins the IP group on the device's
+    /// interface. Attaching twice succeeds. InvalidAttribute for a GID that is not a
+    /// multicast address or a QP that is not UD; ExceedsDeviceLimit past the device's
+    /// multicast limits; Io if the group cannot be joined.
+    pub fn attach_mcast(&self, gid: Gid, lid: u16) -> Result<()> {
+        let _ = lid;
+        self.check_mcast(gid)?;
+        self.dev.attach_mcast(self.qpn, gid.to_ip())
+    }
+
+    /// Detaches this QP from the multicast group `gid` (`ibv_detach_mcast`); NotFound if it
+    /// is not attached to it. The device's last QP leaves the IP group.
+    pub fn detach_mcast(&self, gid: Gid, lid: u16) -> Result<()> {
+        let _ = lid;
+        self.check_mcast(gid)?;
+        self.dev.detach_mcast(self.qpn, gid.to_ip())
+    }
+
+    /// Whether this QP is attached to a multicast group (the shim refuses to destroy it then,
+    /// as rxe does: IBTA o10-2.2.3).
+    pub fn is_attached_to_mcast(&self) -> bool {
+        self.dev
+            .groups
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .has_qp(self.qpn)
+    }
+
+    /// ib_attach_mcast's checks (verbs.c): a multicast GID and a UD QP.
+    fn check_mcast(&self, gid: Gid) -> Result<()> {
+        self.dev.check_open()?;
+        if !gid.is_multicast() {
+            return Err(VerbsError::InvalidAttribute {
+                attr: "gid",
+                reason: "not a multicast group address",
+            });
+        }
+        if self.lock().qp_type() != QpType::Ud {
+            return Err(VerbsError::InvalidAttribute {
+                attr: "qp",
+                reason: "only UD QPs attach to multicast groups",
+            });
+        }
+        Ok(())
+    }
 }
 
 /// How long destroying a QP waits for the engine (to send what a UD or UC QP holds, and to
@@ -344,6 +394,9 @@ impl Drop for QueuePair {
         if unsent {
             self.dev.settle(ENGINE_AT_DESTROY);
         }
+        // A QP dropped while attached leaves its groups (the shim refuses to destroy one, as
+        // rxe does; the native API's drop cannot fail).
+        self.dev.detach_all_mcast(self.qpn);
         self.dev.remove_qp(self.qpn);
         // Once ibv_destroy_qp has returned, no completion of the QP may appear in a CQ (the
         // application frees what its wr_ids point at: libfabric's verbs provider crashed on

@@ -13,6 +13,10 @@ pub const LEN: usize = 12;
 /// The default partition key (full membership of the default partition).
 pub const DEFAULT_PKEY: u16 = 0xFFFF;
 
+/// The destination QP of a multicast packet (IBTA 9.2.4: DestQP 0xFFFFFF is the multicast
+/// QP; the packets go to every QP attached to the group the destination GID names).
+pub const MULTICAST_QPN: u32 = 0xFF_FFFF;
+
 mod field {
     pub const OPCODE: usize = 0;
     pub const FLAGS: usize = 1;

@@ -118,7 +118,7 @@ fn each_send_leaves_with_its_address_handles_traffic_class_and_the_routes_hop_li
 }
 
 #[test]
-fn ipv6_link_local_and_multicast_destinations_keep_the_address_handles_hop_limit() {
+fn link_local_and_multicast_destinations_keep_the_address_handles_hop_limit() {
     use crate::transport::wire_hop_limit;
     let ip = |s: &str| s.parse::<IpAddr>().unwrap();
     assert_eq!(wire_hop_limit(ip("fe80::2"), 3), 3);
@@ -128,6 +128,9 @@ fn ipv6_link_local_and_multicast_destinations_keep_the_address_handles_hop_limit
     assert_eq!(wire_hop_limit(ip("2001:db8::2"), 3), 0);
     assert_eq!(wire_hop_limit(ip("::ffff:192.0.2.2"), 3), 0);
     assert_eq!(wire_hop_limit(ip("192.0.2.2"), 255), 0);
+    // ib_resolve_eth_dmac keeps the hop limit of any multicast address vector.
+    assert_eq!(wire_hop_limit(ip("230.0.0.1"), 5), 5);
+    assert_eq!(wire_hop_limit(ip("224.0.0.251"), 1), 1);
     let mut a = ud(0x31, "fe80::1");
     let mut b = ud(0x32, "fe80::2");
     b.post_recv(1, 0, 40 + 16);
