@@ -475,7 +475,7 @@ fn one_srq_feeds_an_rc_and_a_ud_qp_with_limit_event_and_guarded_destroy() {
 /// it with it. Both engine modes; the sender's QP, CQ, PD and context go right after the post.
 #[test]
 fn ud_sends_posted_just_before_destroy_are_delivered() {
-    for busy_poll in [false, true] {
+    for (busy_poll, multicast) in [(false, false), (true, false), (false, true), (true, true)] {
         let mut c = common::contexts_with(2, busy_poll);
         let r = end(c.pop().unwrap(), QpType::Ud);
         let s = end(c.pop().unwrap(), QpType::Ud);
@@ -486,14 +486,23 @@ fn ud_sends_posted_just_before_destroy_are_delivered() {
         for i in 0..N {
             recv(&r, i, i * 2048, 2048);
         }
+        // To the receiver, or to a group it is attached to.
+        let group = Gid::from_ip("230.91.0.2".parse().unwrap());
+        if multicast {
+            r.qp.attach_mcast(group, 0).unwrap();
+        }
         let ah =
             s.pd.create_ah(&AhAttr {
-                dgid: r.ctx.gid(0).unwrap(),
+                dgid: if multicast {
+                    group
+                } else {
+                    r.ctx.gid(0).unwrap()
+                },
                 hop_limit: 64,
                 ..Default::default()
             })
             .unwrap();
-        let rq = r.qp.qp_num();
+        let rq = if multicast { 0xFF_FFFF } else { r.qp.qp_num() };
         for i in 0..N {
             ud_send(&s, &ah, rq, QKEY, i, WrOpcode::Send, 100).unwrap();
         }
@@ -502,7 +511,7 @@ fn ud_sends_posted_just_before_destroy_are_delivered() {
             assert_eq!(
                 wait(&r.cq).status,
                 WcStatus::Success,
-                "busy_poll {busy_poll}"
+                "busy_poll {busy_poll} multicast {multicast}"
             );
         }
     }

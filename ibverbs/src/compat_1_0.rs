@@ -968,12 +968,12 @@ unsafe extern "C" fn destroy_ah_1_0(p: *mut ibv_ah_1_0) -> c_int {
 
 unsafe extern "C" fn attach_mcast_1_0(p: *mut ibv_qp_1_0, gid: *const c_void, lid: u16) -> c_int {
     let qp = handle_or!(p, EINVAL);
-    crate::provider_abi::ibv_attach_mcast(qp.real_qp as *mut c_void, gid, lid)
+    crate::objects::ibv_attach_mcast(qp.real_qp as *mut c_void, gid, lid)
 }
 
 unsafe extern "C" fn detach_mcast_1_0(p: *mut ibv_qp_1_0, gid: *const c_void, lid: u16) -> c_int {
     let qp = handle_or!(p, EINVAL);
-    crate::provider_abi::ibv_detach_mcast(qp.real_qp as *mut c_void, gid, lid)
+    crate::objects::ibv_detach_mcast(qp.real_qp as *mut c_void, gid, lid)
 }
 
 /// A trampoline `softroce_compat_NAME_1_0`, exported as `NAME@IBVERBS_1.0`, that jumps to

@@ -172,18 +172,6 @@ pub extern "C" fn ibv_resolve_eth_l2_from_gid(
     -EINVAL
 }
 
-/// `ibv_attach_mcast`: multicast (UD) is not implemented; EOPNOTSUPP.
-#[no_mangle]
-pub extern "C" fn ibv_attach_mcast(_qp: *mut c_void, _gid: *const c_void, _lid: u16) -> c_int {
-    libc::EOPNOTSUPP
-}
-
-/// `ibv_detach_mcast`: multicast (UD) is not implemented; EOPNOTSUPP.
-#[no_mangle]
-pub extern "C" fn ibv_detach_mcast(_qp: *mut c_void, _gid: *const c_void, _lid: u16) -> c_int {
-    libc::EOPNOTSUPP
-}
-
 /// `ibv_set_ece`: no enhanced connection establishment options; EOPNOTSUPP (libibverbs' answer
 /// for a provider without them).
 #[no_mangle]

@@ -382,11 +382,13 @@ impl QueuePair {
 /// finish a pass that may still serve the QP).
 const ENGINE_AT_DESTROY: std::time::Duration = std::time::Duration::from_secs(1);
 
-impl Drop for QueuePair {
-    fn drop(&mut self) {
-        // rxe's post_send runs the requester before it returns, so a UD or UC send posted
-        // and then destroyed has left already (nothing acknowledges it): let the engine send
-        // what this QP still holds before it goes.
+impl QueuePair {
+    /// rxe's post_send runs the requester before it returns, so a UD or UC send posted and
+    /// then destroyed has left already (nothing acknowledges it): lets the engine send what
+    /// this QP still holds (at most 1 s). Run when the QP is dropped, and by a caller whose
+    /// destroy may not be the last reference (the shim's `ibv_destroy_qp`, while rdma_cm
+    /// still holds the QP).
+    pub fn send_what_is_posted(&self) {
         let unsent = {
             let core = self.lock();
             matches!(core.qp_type(), QpType::Ud | QpType::Uc) && core.send_queue_len() > 0
@@ -394,6 +396,12 @@ impl Drop for QueuePair {
         if unsent {
             self.dev.settle(ENGINE_AT_DESTROY);
         }
+    }
+}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        self.send_what_is_posted();
         // A QP dropped while attached leaves its groups (the shim refuses to destroy one, as
         // rxe does; the native API's drop cannot fail).
         self.dev.detach_all_mcast(self.qpn);

@@ -78,6 +78,15 @@ pub(super) fn fix_address() -> SocketAddr {
     g.stand_in_here().unwrap_or_else(nominal_bind)
 }
 
+/// Unsettles the address after the engine failed to bind it (another process holds it), so
+/// that the rdma_cm shim may still choose a stand-in (spec-notes/librdmacm.md, rule 10).
+pub(super) fn unfix_address() {
+    let mut g = lock_addr();
+    if g.fixed_by == Some(std::process::id()) {
+        g.fixed_by = None;
+    }
+}
+
 /// Makes `a` this process's device address instead of `SOFTROCE_BIND`'s, if its engine has
 /// not bound a socket yet (then true). Used by the rdma_cm shim for a process that connects
 /// to its own loopback device address from another process (spec-notes/librdmacm.md, rule 10).

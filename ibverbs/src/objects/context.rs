@@ -9,7 +9,8 @@ use softroce::driver::DeviceConfig;
 use softroce::verbs::Context;
 
 use super::common::{
-    config, errno_of, fail, fail_neg, fail_null, fix_address, mutex_init, Config, EVENTFD_COUNT,
+    config, errno_of, fail, fail_neg, fail_null, fix_address, mutex_init, unfix_address, Config,
+    EVENTFD_COUNT,
 };
 use super::cq::{op_poll_cq, op_req_notify_cq};
 use super::device::{device, node_guid};
@@ -89,7 +90,10 @@ impl Obj<Ctx> {
                             cc: self.cfg.cc.ok_or(EINVAL)?,
                             ..DeviceConfig::new(fix_address())
                         })
-                        .map_err(|e| errno_of(&e))?,
+                        .map_err(|e| {
+                            unfix_address();
+                            errno_of(&e)
+                        })?,
                     );
                     *shared = (Arc::downgrade(&c), me);
                     c
@@ -248,9 +252,9 @@ fn device_attr(cfg: &Config) -> ibv_device_attr {
         max_mw: softroce::transport::mr::MAX_MW as c_int,
         max_raw_ipv6_qp: 0,
         max_raw_ethy_qp: 0,
-        max_mcast_grp: 0,
-        max_mcast_qp_attach: 0,
-        max_total_mcast_qp_attach: 0,
+        max_mcast_grp: l.max_mcast_grp as c_int,
+        max_mcast_qp_attach: l.max_mcast_qp_attach as c_int,
+        max_total_mcast_qp_attach: l.max_total_mcast_qp_attach as c_int,
         // Address handles and SRQs: no count limit of softroce's own, so rxe's (Linux 6.1,
         // RXE_MAX_AH and RXE_MAX_SRQ); an SRQ's WRs and SGEs: the limits it enforces.
         max_ah: 0x7fff,

@@ -242,11 +242,17 @@ pub unsafe extern "C" fn ibv_create_qp(
     handle::publish(&obj)
 }
 
-/// `ibv_destroy_qp`: 0 or an errno value (EBUSY while a call on another thread uses it).
+/// `ibv_destroy_qp`: 0 or an errno value (EBUSY while a call on another thread uses it, or
+/// while the QP is attached to a multicast group: rxe refuses that, IBTA o10-2.2.3).
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_qp(p: *mut ibv_qp) -> c_int {
+    if qp_of(p).is_some_and(|q| q.qp.is_attached_to_mcast()) {
+        return fail(libc::EBUSY);
+    }
     match handle::remove::<Qp>(p) {
         Ok(q) => {
+            // rdma_cm may hold the QP past this call: what was posted leaves now, as on rxe.
+            q.qp.send_what_is_posted();
             drop(q);
             0
         }
@@ -434,4 +440,43 @@ pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut c_void {
         Some(q) if q.ex.enabled() => qp.cast(),
         _ => null_mut(),
     }
+}
+
+/// What `ibv_attach_mcast` and `ibv_detach_mcast` do on rxe: 0 or an errno value (EINVAL
+/// for a GID that is not a multicast address, a QP that is not UD, or a detach of a QP that
+/// is not attached; ENOMEM past the device's multicast limits).
+fn mcast(p: *mut c_void, gid: *const c_void, attach: bool) -> c_int {
+    let Some(q) = qp_of(p.cast()) else {
+        return fail(EINVAL);
+    };
+    if gid.is_null() {
+        return fail(EINVAL);
+    }
+    // SAFETY: the caller passes a `union ibv_gid`, 16 bytes.
+    let raw = unsafe { std::ptr::read_unaligned(gid.cast::<[u8; 16]>()) };
+    let r = if attach {
+        q.qp.attach_mcast(Gid(raw), 0)
+    } else {
+        q.qp.detach_mcast(Gid(raw), 0)
+    };
+    match r {
+        Ok(()) => 0,
+        Err(VerbsError::ExceedsDeviceLimit { .. }) => fail(libc::ENOMEM),
+        Err(VerbsError::NotFound(_)) => fail(EINVAL),
+        Err(e) => fail(errno_of(&e)),
+    }
+}
+
+/// `ibv_attach_mcast`: attaches the UD QP to the multicast group `gid` (its IP multicast
+/// address; softroce joins it on the device's interface). The LID is ignored (RoCE has
+/// none). 0 or an errno value.
+#[no_mangle]
+pub extern "C" fn ibv_attach_mcast(qp: *mut c_void, gid: *const c_void, _lid: u16) -> c_int {
+    mcast(qp, gid, true)
+}
+
+/// `ibv_detach_mcast`: detaches the QP from the group `gid`. 0 or an errno value.
+#[no_mangle]
+pub extern "C" fn ibv_detach_mcast(qp: *mut c_void, gid: *const c_void, _lid: u16) -> c_int {
+    mcast(qp, gid, false)
 }

@@ -18,6 +18,7 @@ use crate::objects::handle::{self, Obj, Object};
 pub(super) struct EventBox {
     ev: rdma_cm_event,
     data: Vec<u8>,
+    join: Option<McJoin>,
     _id: Arc<Obj<Id>>,
     _listen: Option<Arc<Obj<Id>>>,
 }
@@ -62,6 +63,17 @@ pub(super) struct EventInfo {
     /// A UD identifier's parameters (connect request, established), in place of `conn`;
     /// private data is `data`.
     pub(super) ud: Option<rdma_ud_param>,
+    /// A MULTICAST_JOIN's group, for the attach done when the application takes the event.
+    pub(super) join: Option<McJoin>,
+}
+
+/// The group of a MULTICAST_JOIN event (multicast.rs `process_join`).
+#[derive(Clone, Copy)]
+pub(super) struct McJoin {
+    /// The group's GID.
+    pub(super) mgid: [u8; 16],
+    /// Whether to attach the identifier's QP (not for a send-only join).
+    pub(super) attach: bool,
 }
 
 impl EventInfo {
@@ -72,6 +84,7 @@ impl EventInfo {
             data: Vec::new(),
             conn: None,
             ud: None,
+            join: None,
         }
     }
 }
@@ -91,6 +104,7 @@ impl Obj<Chan> {
                 param: unsafe { std::mem::zeroed() },
             },
             data: info.data,
+            join: info.join,
             _id: Arc::clone(id),
             _listen: listen.cloned(),
         });
@@ -212,7 +226,15 @@ pub(super) fn next_event(ch: &Obj<Chan>) -> Result<*mut rdma_cm_event, c_int> {
             }
             return Err(e);
         }
-        if let Some(Queued(b)) = lock(&ch.queue).pop_front() {
+        let next = lock(&ch.queue).pop_front();
+        if let Some(Queued(mut b)) = next {
+            if let Some(join) = b.join.take() {
+                let status = super::multicast::process_join(b.ev.id, &join);
+                if status != 0 {
+                    b.ev.event = RDMA_CM_EVENT_MULTICAST_ERROR;
+                    b.ev.status = status;
+                }
+            }
             let p = Box::into_raw(b);
             outstanding().insert(p as usize);
             return Ok(p as *mut rdma_cm_event);

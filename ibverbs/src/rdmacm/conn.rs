@@ -548,6 +548,7 @@ fn route(m: &Cm, ev: RdmaCmEvent) {
             data: ev.private_data,
             conn: conn.filter(|_| ud.is_none()),
             ud,
+            join: None,
         },
     );
 }
@@ -627,6 +628,7 @@ fn connect_request(m: &Cm, ev: RdmaCmEvent) {
             data: ev.private_data,
             conn: conn.filter(|_| ud.is_none()),
             ud,
+            join: None,
         },
     );
 }

@@ -129,6 +129,26 @@ pub struct rdma_ud_param {
     pub qkey: u32,
 }
 
+/// `struct rdma_cm_join_mc_attr_ex`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct rdma_cm_join_mc_attr_ex {
+    pub comp_mask: u32,
+    pub join_flags: u32,
+    pub addr: *mut libc::sockaddr,
+}
+
+/// `rdma_cm_join_mc_attr_ex.comp_mask`: `addr` is given.
+pub const RDMA_CM_JOIN_MC_ATTR_ADDRESS: u32 = 1 << 0;
+/// `rdma_cm_join_mc_attr_ex.comp_mask`: `join_flags` is given.
+pub const RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS: u32 = 1 << 1;
+/// A full member: sends to and receives from the group.
+pub const RDMA_MC_JOIN_FLAG_FULLMEMBER: u32 = 0;
+/// A send-only full member: its QP is not attached.
+pub const RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER: u32 = 1;
+/// The first join flag value that is not one.
+pub const RDMA_MC_JOIN_FLAG_RESERVED: u32 = 2;
+
 /// The event's `param` union.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -187,6 +207,8 @@ const _: () = {
     assert!(offset_of!(rdma_cm_event, param) == 24);
     assert!(size_of::<rdma_conn_param>() == 24);
     assert!(offset_of!(rdma_conn_param, qp_num) == 16);
+    assert!(size_of::<rdma_cm_join_mc_attr_ex>() == 16);
+    assert!(offset_of!(rdma_cm_join_mc_attr_ex, addr) == 8);
     assert!(size_of::<rdma_ud_param>() == 56);
     assert!(offset_of!(rdma_ud_param, ah_attr) == 16);
     assert!(offset_of!(rdma_ud_param, qp_num) == 48);

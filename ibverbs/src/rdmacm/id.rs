@@ -59,6 +59,8 @@ pub(super) struct IdSt {
     pub(super) ack_timeout: Option<u8>,
     /// `rdma_create_ep`'s QP attributes for a synchronous listener's requests.
     pub(super) qp_init: Option<QpInit>,
+    /// The multicast groups joined and not left.
+    pub(super) mcs: Vec<super::multicast::Mc>,
 }
 
 /// A copy of an `ibv_qp_init_attr` (whose CQ and context pointers the application owns).
@@ -397,9 +399,17 @@ pub(super) fn bind(id: &Arc<Obj<Id>>, addr: SocketAddr) -> Result<(), c_int> {
     drop(st);
     set_addrs(id, Some(SocketAddr::new(ip, port)), None);
     if !ip.is_unspecified() {
-        set_device(id)?;
+        match set_device(id) {
+            Err(EADDRINUSE) if is_ud(id) && stand_in_for_ud() => set_device(id)?,
+            r => r?,
+        }
     }
     Ok(())
+}
+
+/// Whether the identifier is of a UD port space (UDP or IPoIB).
+fn is_ud(id: &Obj<Id>) -> bool {
+    id.ps == RDMA_PS_UDP || id.ps == RDMA_PS_IPOIB
 }
 
 /// `rdma_bind_addr`: 0, or -1 and errno (EINVAL when bound already, EADDRINUSE, ENODEV for
@@ -476,6 +486,25 @@ fn stand_in_to_reach_own_address(dst: IpAddr) {
             return;
         }
     }
+}
+
+/// A UD identifier bound to a loopback IPv4 device address whose socket another process
+/// holds: this process's device stands in at a loopback address of its own, and true if it
+/// could. The other process is a peer on the same device (mckey's receiver and sender under
+/// one `softroce run`, rdma-core's multicast tests fork two members): a UD peer's address
+/// is only where its datagrams come from, which every answer follows (spec-notes/librdmacm.md,
+/// rule 10).
+fn stand_in_for_ud() -> bool {
+    let nominal = cm_hooks::nominal_addr();
+    let IpAddr::V4(v4) = nominal.ip() else {
+        return false;
+    };
+    if !v4.is_loopback() {
+        return false;
+    }
+    stand_in_candidates(std::process::id(), nominal.port())
+        .into_iter()
+        .any(|a| UdpSocket::bind(a).is_ok() && cm_hooks::stand_in(a))
 }
 
 /// Loopback addresses for process `pid`'s device to stand in at, on `port`: 127.128.0.0/9,

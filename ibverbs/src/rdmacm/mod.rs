@@ -25,6 +25,7 @@ mod channel;
 mod conn;
 pub mod ffi;
 mod id;
+mod multicast;
 mod refused;
 
 use std::net::SocketAddr;
@@ -44,6 +45,7 @@ pub use addrinfo::*;
 pub use channel::*;
 pub use conn::*;
 pub use id::*;
+pub use multicast::*;
 pub use refused::*;
 
 /// The process's connection manager: the engine, its rdma_cm channel, and which C identifier

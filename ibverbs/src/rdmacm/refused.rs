@@ -1,7 +1,7 @@
-//! What this librdmacm refuses: multicast (no multicast groups in softroce: mckey) and
-//! rsockets (a socket library over rdma_cm: rstream, riostream, rcopy). Each call fails with
-//! ENOSYS and, the first time in the process, says on stderr which function it was, so that a
-//! program's own "failed" message has a cause; it never aborts and never writes to stdout.
+//! What this librdmacm refuses: rsockets (a socket library over rdma_cm: rstream, riostream,
+//! rcopy). Each call fails with ENOSYS and, the first time in the process, says on stderr
+//! which function it was, so that a program's own "failed" message has a cause; it never
+//! aborts and never writes to stdout.
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -10,7 +10,6 @@ use std::sync::Mutex;
 use libc::{c_int, c_void, off_t, size_t, ssize_t, ENOSYS};
 
 use super::fail;
-use super::ffi::rdma_cm_id;
 
 /// Says once per function on stderr that softroce does not implement it, and sets ENOSYS.
 fn refuse(func: &'static str) -> c_int {
@@ -27,32 +26,6 @@ fn refuse(func: &'static str) -> c_int {
         );
     }
     fail(ENOSYS)
-}
-
-/// `rdma_join_multicast`: ENOSYS (no multicast in softroce).
-#[no_mangle]
-pub unsafe extern "C" fn rdma_join_multicast(
-    _id: *mut rdma_cm_id,
-    _addr: *mut c_void,
-    _context: *mut c_void,
-) -> c_int {
-    refuse("rdma_join_multicast")
-}
-
-/// `rdma_join_multicast_ex`: ENOSYS.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_join_multicast_ex(
-    _id: *mut rdma_cm_id,
-    _attr: *mut c_void,
-    _context: *mut c_void,
-) -> c_int {
-    refuse("rdma_join_multicast_ex")
-}
-
-/// `rdma_leave_multicast`: ENOSYS.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_leave_multicast(_id: *mut rdma_cm_id, _addr: *mut c_void) -> c_int {
-    refuse("rdma_leave_multicast")
 }
 
 /// Defines rsocket functions that fail with ENOSYS, returning -1 in their C return type.
