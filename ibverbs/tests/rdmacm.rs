@@ -888,3 +888,41 @@ fn hw_counters_in_the_device_view_move_while_traffic_runs() {
     assert!(a > 0 && b > a, "sent_pkts did not grow: {t}");
     assert_eq!(f[5], "yes", "the traffic had stopped: {t}");
 }
+
+#[test]
+fn mckey_multicast_between_two_processes_on_one_loopback_device_address() {
+    // mckey's receiver joins 230.0.23.7 and waits for 20 datagrams; its sender, on the same
+    // device address (it stands in: spec-notes/librdmacm.md rule 10), joins, then sends
+    // them to the group (QPN 0xFFFFFF) and leaves at once: what it posted must still leave
+    // (rxe sends within ibv_post_send).
+    let ip = "127.0.23.7";
+    let mckey = program("mckey", "rdmacm-utils");
+    let args = |extra: &[&'static str]| {
+        let mut a = vec!["-m", "230.0.23.7", "-b", ip, "-C", "20", "-S", "256"];
+        a.extend_from_slice(extra);
+        a
+    };
+    let receiver = shimmed(&mckey, ip, &args(&[])).spawn().unwrap();
+    let start = Instant::now();
+    while !device_up(ip) {
+        assert!(start.elapsed() < Duration::from_secs(20), "receiver never bound");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (so, sfin) = wait_for(
+        shimmed(&mckey, ip, &args(&["-s"])).spawn().unwrap(),
+        Duration::from_secs(30),
+    );
+    let (ro, rfin) = wait_for(receiver, Duration::from_secs(30));
+    let (s, r) = (text(&so), text(&ro));
+    assert!(sfin && so.status.success(), "sender:\n{s}\nreceiver:\n{r}");
+    assert!(rfin && ro.status.success(), "receiver:\n{r}\nsender:\n{s}");
+    for t in [&s, &r] {
+        assert!(t.contains("joined dgid: ::ffff:230.0.23.7"), "{t}");
+        assert!(t.contains("return status 0"), "{t}");
+    }
+    // The receiver says so only once it has polled 20 receive completions.
+    assert!(
+        r.contains("receiving data transfers\ndata transfers complete"),
+        "{r}"
+    );
+}
