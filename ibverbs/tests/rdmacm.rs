@@ -666,16 +666,11 @@ fn rdmacm_api_c_passes_every_check() {
         .unwrap_or_else(|| panic!("{stdout}{stderr}"));
     assert!(n > 100, "only {n} checks ran");
     // The refused functions name themselves on stderr, once each; nothing else is printed.
-    for f in [
-        "rdma_join_multicast",
-        "rdma_leave_multicast",
-        "rsocket",
-        "rclose",
-    ] {
+    for f in ["rsocket", "rclose"] {
         let line = format!("librdmacm (softroce): {f} is not implemented (ENOSYS)");
         assert_eq!(stderr.lines().filter(|l| *l == line).count(), 1, "{stderr}");
     }
-    assert_eq!(stderr.lines().count(), 4, "{stderr}");
+    assert_eq!(stderr.lines().count(), 2, "{stderr}");
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -905,7 +900,10 @@ fn mckey_multicast_between_two_processes_on_one_loopback_device_address() {
     let receiver = shimmed(&mckey, ip, &args(&[])).spawn().unwrap();
     let start = Instant::now();
     while !device_up(ip) {
-        assert!(start.elapsed() < Duration::from_secs(20), "receiver never bound");
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "receiver never bound"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let (so, sfin) = wait_for(

@@ -142,6 +142,8 @@ pub struct rdma_cm_join_mc_attr_ex {
 pub const RDMA_CM_JOIN_MC_ATTR_ADDRESS: u32 = 1 << 0;
 /// `rdma_cm_join_mc_attr_ex.comp_mask`: `join_flags` is given.
 pub const RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS: u32 = 1 << 1;
+/// The first `comp_mask` bit that means nothing.
+pub const RDMA_CM_JOIN_MC_ATTR_RESERVED: u32 = 1 << 2;
 /// A full member: sends to and receives from the group.
 pub const RDMA_MC_JOIN_FLAG_FULLMEMBER: u32 = 0;
 /// A send-only full member: its QP is not attached.

@@ -4,7 +4,7 @@
 //! group's IPv4-mapped address, hop limit 64), QPN 0xFFFFFF and the UDP port space's Q_Key;
 //! when the application takes that event, the identifier's QP is attached to the group, as
 //! librdmacm's ucma_process_join does (MULTICAST_ERROR, status -1, if that fails).
-//! spec-notes/librdmacm.md, rule 12.
+//! spec-notes/librdmacm.md, rule 16.
 
 use std::net::{IpAddr, SocketAddr};
 use std::ptr;
@@ -46,7 +46,8 @@ pub unsafe extern "C" fn rdma_join_multicast(
 }
 
 /// `rdma_join_multicast_ex`: the address and join flags must both be given (EINVAL
-/// otherwise, as librdmacm checks). 0, or -1 and errno.
+/// otherwise, as librdmacm checks; EOPNOTSUPP for an unknown `comp_mask` bit). 0, or -1 and
+/// errno.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_join_multicast_ex(
     id: *mut rdma_cm_id,
@@ -58,6 +59,9 @@ pub unsafe extern "C" fn rdma_join_multicast_ex(
     }
     // SAFETY: the caller passes a live attribute struct (checked non-null).
     let a = unsafe { ptr::read(attr) };
+    if a.comp_mask >= RDMA_CM_JOIN_MC_ATTR_RESERVED {
+        return fail_neg(libc::EOPNOTSUPP);
+    }
     let need = RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS;
     if a.comp_mask & need != need || a.join_flags >= RDMA_MC_JOIN_FLAG_RESERVED {
         return fail_neg(EINVAL);

@@ -122,10 +122,22 @@ int main(int argc, char **argv)
 	FAILS(rdma_get_request(client, &id), EINVAL); /* not a synchronous listener */
 	FAILS(rdma_create_qp(client, NULL, NULL), EINVAL);
 
-	/* Refused families: ENOSYS, never a crash. */
+	/* Multicast out of order: not on the device (EINVAL), a group not joined
+	 * (EADDRNOTAVAIL), attributes librdmacm refuses (EINVAL, ENOTSUP). */
 	struct sockaddr_in mc = sin_of("239.1.1.1", 0);
-	FAILS(rdma_join_multicast(client, (struct sockaddr *)&mc, NULL), ENOSYS);
-	FAILS(rdma_leave_multicast(client, (struct sockaddr *)&mc), ENOSYS);
+	FAILS(rdma_join_multicast(client, (struct sockaddr *)&mc, NULL), EINVAL);
+	FAILS(rdma_leave_multicast(client, (struct sockaddr *)&mc), EADDRNOTAVAIL);
+	struct rdma_cm_join_mc_attr_ex mca = {
+		.comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS, .addr = (struct sockaddr *)&mc};
+	FAILS(rdma_join_multicast_ex(client, &mca, NULL), EINVAL);
+	mca.comp_mask |= RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS;
+	mca.join_flags = RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER + 1;
+	FAILS(rdma_join_multicast_ex(client, &mca, NULL), EINVAL);
+	mca.join_flags = RDMA_MC_JOIN_FLAG_FULLMEMBER;
+	mca.comp_mask = 1 << 2;
+	FAILS(rdma_join_multicast_ex(client, &mca, NULL), ENOTSUP);
+
+	/* Refused families: ENOSYS, never a crash. */
 	FAILS(rsocket(AF_INET, SOCK_STREAM, 0), ENOSYS);
 	FAILS(rclose(3), ENOSYS);
 	struct rdma_cm_id *ud;
