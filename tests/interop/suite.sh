@@ -392,7 +392,7 @@ rping_case() {
         "$detail" pass "$cap" "$slog" "$glog"
 }
 
-ONLY=${SOFTROCE_INTEROP_ONLY:-all}   # all | pingpong | perftest | perftest_flags | datacheck | gso | rping | ucud | perftest_ud | shim | tclass | perftest_rdma_cm | shim_rdma_cm | memwin | cc
+ONLY=${SOFTROCE_INTEROP_ONLY:-all}   # all | pingpong | perftest | perftest_flags | datacheck | gso | rping | ucud | perftest_ud | shim | tclass | perftest_rdma_cm | shim_rdma_cm | mcast | memwin | cc
 if [ "$ONLY" = all ] || [ "$ONLY" = pingpong ]; then
     for role in server client; do
         for sm in "1 1024" "4096 1024" "10000 1024" "3000 512" "4096 256"; do
@@ -774,6 +774,96 @@ shim_rdma_cm_group() {
 }
 if [ "$ONLY" = all ] || [ "$ONLY" = shim_rdma_cm ]; then
     shim_rdma_cm_group
+fi
+
+# Multicast against rxe (issue 22): Debian's mckey on the shim against mckey on the guest's rxe,
+# the shim's end receiving or sending. Both ends join the group with rdma_join_multicast (the
+# kernel's rdma_cm on the guest: an IGMP join on eth0; the shim: its device joins the group on
+# the namespace's link); the receiver starts first, and the sender once the receiver's
+# membership shows in `ip maddr` (the sender waits 3 s after its own join before it sends).
+# Passes when the receiver polled every datagram ("data transfers complete"), both ends say
+# "return status 0", and the wire's capture holds the group's packets (DestQP 0xFFFFFF) from the
+# sender with every ICRC verified.
+
+# Waits (bounded, 20 s) until GROUP shows in `ip maddr` (the guest's if WHERE is guest, the
+# namespace's otherwise).
+#   mcast_member WHERE GROUP
+mcast_member() {
+    if [ "$1" = guest ]; then
+        "${LAB[@]}" exec "$GUEST" "i=0; while [ \$i -lt 100 ] && ! ip maddr show dev eth0 | grep -q 'inet $2\$'; do i=\$((i+1)); sleep 0.2; done; ip maddr show dev eth0 | grep -q 'inet $2\$'" 30 >/dev/null
+    else
+        local i
+        for i in $(seq 100); do
+            ip netns exec "$NETNS" ip maddr show | grep -q "inet $2\$" && return 0
+            sleep 0.2
+        done
+        return 1
+    fi
+}
+
+#   mcast_case ROLE COUNT SIZE   (ROLE: the shim's, receiver or sender)
+mcast_case() {
+    local role=$1 count=$2 size=$3 group=239.1.2.$((PORT % 200 + 1))
+    local name="mckey_shim_${role}_C${count}_S${size}"
+    local pcap=$OUT/$name.pcap slog=$OUT/$name.softroce.log glog=$OUT/$name.guest.log
+    local flags="-m $group -C $count -S $size" sflag="" gflag="-s" srv
+    [ "$role" = sender ] && sflag="-s" gflag=""
+    log "case $name"
+    local saved=$CAPTURE_AT
+    CAPTURE_AT=wire
+    wire_capture_start "$pcap"
+    SRC=0 GRC=0
+    if [ "$role" = receiver ]; then
+        # shellcheck disable=SC2086 # the flags are words
+        timeout "$CASE_TIMEOUT" ip netns exec "$NETNS" "$BIN" run --bind "$HOST_IP" -- \
+            mckey $flags -b "$HOST_IP" >"$slog" 2>&1 &
+        srv=$!
+        mcast_member host "$group" || log "the shim's device did not join $group within 20 s"
+        "${LAB[@]}" exec "$GUEST" "mckey $flags -b 192.0.2.11 $gflag >/tmp/mc.out 2>&1; r=\$?; cat /tmp/mc.out; $(guest_counts /tmp/mc.out); (exit \$r)" \
+            "$CASE_TIMEOUT" >"$glog" 2>&1 || GRC=$?
+        wait "$srv" || SRC=$?
+    else
+        "${LAB[@]}" exec "$GUEST" "rm -f /tmp/srv.log; timeout $CASE_TIMEOUT mckey $flags -b 192.0.2.11 >/tmp/srv.log 2>&1 & echo \$! >/tmp/srv.pid" 30 >/dev/null ||
+            log "could not start the guest's mckey"
+        mcast_member guest "$group" || log "the guest did not join $group within 20 s"
+        # shellcheck disable=SC2086 # the flags are words
+        timeout "$CASE_TIMEOUT" ip netns exec "$NETNS" "$BIN" run --bind "$HOST_IP" -- \
+            mckey $flags -b "$HOST_IP" $sflag >"$slog" 2>&1 || SRC=$?
+        "${LAB[@]}" exec "$GUEST" "wait \$(cat /tmp/srv.pid); r=\$?; cat /tmp/srv.log; $(guest_counts /tmp/srv.log); (exit \$r)" \
+            "$CASE_TIMEOUT" >"$glog" 2>&1 || GRC=$?
+    fi
+    wire_capture_stop
+    CAPTURE_AT=$saved
+    local detail="" cap sent from
+    [ "$SRC" = 0 ] || detail+="shim mckey exit $SRC; "
+    [ "$GRC" = 0 ] || detail+="guest mckey exit $GRC; "
+    grep -q "return status 0" "$slog" || detail+="shim: no 'return status 0'; "
+    [ "$(guest_count "$glog" status0)" = 1 ] || detail+="guest: no 'return status 0'; "
+    if [ "$role" = receiver ]; then
+        grep -q "data transfers complete" "$slog" || detail+="shim receiver: not every datagram; "
+        from=192.0.2.11
+    else
+        [ "$(guest_count "$glog" done)" -ge 1 ] || detail+="guest receiver: not every datagram; "
+        from=$HOST_IP
+    fi
+    cap=$(check_capture "$pcap") || detail+="capture: $cap; "
+    # The sender's UD SENDs to the group's multicast QP, each ICRC verified.
+    sent=$("$BIN" decode "$pcap" | grep -c " $from:[0-9]* > $group:4791 UD_SEND.* dqpn=0xffffff .*icrc=ok" || true)
+    [ "$sent" -ge "$count" ] || detail+="$sent UD SENDs from $from to $group, QPN 0xFFFFFF, in the capture, not $count; "
+    record_case "$name" "mckey (unmodified) on the shim, librdmacm" "$role" \
+        "UD multicast to $group, $count datagrams of $size B, captured on the guest's link" "$detail" \
+        "pass: every datagram received, $sent to the group on the wire" "$cap" "$slog" "$glog"
+}
+
+mcast_group() {
+    local shim_lib
+    shim_lib=$(dirname "$BIN")/libibverbs.so
+    [ -f "$shim_lib" ] || (cd "$ROOT" && cargo build --release --locked -p softroce-ibverbs)
+    mcast_case receiver 10 500
+    mcast_case sender 10 500
+}
+if [ "$ONLY" = all ] || [ "$ONLY" = mcast ]; then
+    mcast_group
 fi
 
 # Memory windows and the extended work-request API against rxe (issue 22): sr_mwcheck
