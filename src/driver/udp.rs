@@ -137,6 +137,18 @@ fn roce_socket(addr: SocketAddr) -> io::Result<Socket> {
         let _ = s.set_recv_buffer_size(RECV_BUFFER as usize);
     }
     let _ = s.set_send_buffer_size(4 << 20);
+    // A datagram to a multicast group leaves through the device's own interface, never the
+    // one the route to the group names (a default route's: the machine's network); IPv6 by
+    // the interface's index, where none is found only unicast is sent right.
+    match addr.ip() {
+        IpAddr::V4(a) if !a.is_unspecified() => s.set_multicast_if_v4(&a)?,
+        IpAddr::V6(a) if !a.is_unspecified() => {
+            if let Ok(i) = interface_index(addr.ip()) {
+                s.set_multicast_if_v6(i)?;
+            }
+        }
+        _ => {}
+    }
     s.set_nonblocking(true)?;
     s.bind(&addr.into())?;
     Ok(s)

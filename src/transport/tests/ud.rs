@@ -351,3 +351,149 @@ fn random_ud_packets_never_panic_and_every_drop_is_counted() {
         "every packet either completes or is a counted drop"
     );
 }
+
+/// A device's QPs by number, each with its own node, and the groups they are attached to: the
+/// set the engine hands the endpoint, in plain values.
+struct Device<'a> {
+    nodes: Vec<&'a mut Node>,
+    groups: Vec<(IpAddr, Vec<u32>)>,
+}
+
+impl crate::transport::QpSet for Device<'_> {
+    fn with_qp<R>(
+        &mut self,
+        qpn: u32,
+        f: impl FnOnce(&mut crate::transport::QpCore, &crate::transport::MrTable) -> R,
+    ) -> Option<R> {
+        let n = self.nodes.iter_mut().find(|n| n.qp.qpn() == qpn)?;
+        Some(f(&mut n.qp, &n.mrs))
+    }
+
+    fn multicast_members(&mut self, group: IpAddr) -> crate::transport::Members {
+        let mut m = crate::transport::Members::default();
+        for (_, qpns) in self.groups.iter().filter(|(g, _)| *g == group) {
+            for &q in qpns {
+                m.push(q);
+            }
+        }
+        m
+    }
+}
+
+#[test]
+fn a_multicast_send_reaches_every_attached_qp_through_its_own_checks() {
+    use crate::transport::{DatagramEvent, IpFields, MAX_PACKET};
+    use std::net::SocketAddr;
+    let group: IpAddr = "230.0.0.9".parse().unwrap();
+    let mut a = ud(0x31, "192.0.2.1");
+    let mut b = ud(0x32, "192.0.2.2");
+    let mut c = ud(0x33, "192.0.2.2");
+    // d is in the group with another Q_Key: it drops its copy, the others still get theirs.
+    let mut d = node(0x34, "192.0.2.2", QpType::Ud, None);
+    ready_ud(&mut d, 0x2222);
+    let mut e = ud(0x35, "192.0.2.2"); // not attached
+    for n in [&mut b, &mut c, &mut d, &mut e] {
+        n.post_recv(1, 0, 40 + 64);
+    }
+    let to_group = UdDest {
+        ah: AhAttr {
+            dgid: Gid::from_ip(group),
+            hop_limit: 5,
+            ..Default::default()
+        },
+        remote_qpn: crate::wire::bth::MULTICAST_QPN,
+        remote_qkey: QKEY,
+    };
+    a.post_ud(7, WrOpcode::Send, 64, &to_group).unwrap();
+    let mut buf = vec![0u8; MAX_PACKET];
+    let t = a
+        .endpoint
+        .poll_transmit(std::time::Duration::ZERO, &mut a.qp, &mut buf)
+        .unwrap();
+    assert_eq!(
+        t.dst,
+        SocketAddr::new(group, 4791),
+        "to the group's address"
+    );
+    assert_eq!(
+        t.hop_limit, 5,
+        "a multicast address vector keeps its hop limit"
+    );
+    let from = SocketAddr::new(a.addr.ip(), t.src_port);
+    let ip = IpFields {
+        hop_limit: 5,
+        traffic_class: 0,
+    };
+    let counters = std::sync::Arc::clone(&b.counters);
+    let endpoint = crate::transport::Endpoint::new(b.addr, 4791, std::sync::Arc::clone(&counters));
+    let mut dev = Device {
+        nodes: vec![&mut b, &mut c, &mut d, &mut e],
+        groups: vec![(group, vec![0x32, 0x33, 0x34])],
+    };
+    let ev = endpoint.handle(
+        std::time::Duration::ZERO,
+        from,
+        SocketAddr::new(group, 4791),
+        ip,
+        &buf[..t.len],
+        &mut dev,
+    );
+    let Some(DatagramEvent::Multicast(took)) = ev else {
+        panic!("{ev:?}");
+    };
+    assert_eq!(took.as_slice(), &[0x32, 0x33, 0x34]);
+    // QPN 0xFFFFFF sent to the device's own (unicast) address: nobody's packet.
+    let unicast = UdDest {
+        ah: AhAttr {
+            dgid: Gid::from_ip("192.0.2.2".parse().unwrap()),
+            ..to_group.ah
+        },
+        ..to_group
+    };
+    a.post_ud(8, WrOpcode::Send, 64, &unicast).unwrap();
+    let t = a
+        .endpoint
+        .poll_transmit(std::time::Duration::ZERO, &mut a.qp, &mut buf)
+        .unwrap();
+    let unknown = || {
+        counters
+            .unknown_qp_pkts
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let before = unknown();
+    assert!(endpoint
+        .handle(
+            std::time::Duration::ZERO,
+            from,
+            t.dst,
+            ip,
+            &buf[..t.len],
+            &mut dev,
+        )
+        .is_none());
+    assert_eq!(unknown(), before + 1);
+    drop(dev);
+    for n in [&mut b, &mut c, &mut d, &mut e] {
+        n.collect();
+    }
+    for n in [&b, &c] {
+        assert_eq!(n.recv_wcs.len(), 1);
+        assert_eq!(
+            (
+                n.recv_wcs[0].status,
+                n.recv_wcs[0].src_qp,
+                n.recv_wcs[0].byte_len
+            ),
+            (WcStatus::Success, 0x31, 40 + 64)
+        );
+        // The GRH area's destination is the group.
+        assert_eq!(n.recv_bytes(36, 4), vec![230, 0, 0, 9]);
+    }
+    assert!(d.recv_wcs.is_empty() && e.recv_wcs.is_empty());
+    assert_eq!(
+        d.counters
+            .qkey_viol_cntr
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+}
