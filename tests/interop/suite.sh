@@ -785,16 +785,19 @@ fi
 # "return status 0", and the wire's capture holds the group's packets (DestQP 0xFFFFFF) from the
 # sender with every ICRC verified.
 
-# Waits (bounded, 20 s) until GROUP shows in `ip maddr` (the guest's if WHERE is guest, the
-# namespace's otherwise).
+# Waits (bounded, 20 s) until GROUP (IPv4) is joined on an interface, as /proc/net/igmp lists
+# it (the group's address as a little-endian hex word): the guest's if WHERE is guest, the
+# namespace's otherwise.
 #   mcast_member WHERE GROUP
 mcast_member() {
+    local a b c d hex i
+    IFS=. read -r a b c d <<<"$2"
+    hex=$(printf '%02X%02X%02X%02X' "$d" "$c" "$b" "$a")
     if [ "$1" = guest ]; then
-        "${LAB[@]}" exec "$GUEST" "i=0; while [ \$i -lt 100 ] && ! ip maddr show dev eth0 | grep -q 'inet $2\$'; do i=\$((i+1)); sleep 0.2; done; ip maddr show dev eth0 | grep -q 'inet $2\$'" 30 >/dev/null
+        "${LAB[@]}" exec "$GUEST" "i=0; while [ \$i -lt 100 ] && ! grep -q $hex /proc/net/igmp; do i=\$((i+1)); sleep 0.2; done; grep -q $hex /proc/net/igmp" 30 >/dev/null
     else
-        local i
         for i in $(seq 100); do
-            ip netns exec "$NETNS" ip maddr show | grep -q "inet $2\$" && return 0
+            ip netns exec "$NETNS" grep -q "$hex" /proc/net/igmp && return 0
             sleep 0.2
         done
         return 1
