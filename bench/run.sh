@@ -307,19 +307,24 @@ fi
 # tests take UCX_TLS: rc_verbs,ud_verbs over softroce (UCP wires rc_verbs up over ud_verbs;
 # ibverbs/tests/ucx.rs runs the same), tcp otherwise. UCX_LOG_LEVEL=info makes UCP print the
 # lanes it chose ("ep_cfg[0]: tag(rc_verbs/softroce0:1)"); the client's are kept for the notes.
+# softroce run gives the port the active MTU 1024 unless told (--mtu), as rxe on a 1500-byte
+# netdev, and UCX sets its QPs' path MTU from it; with UCX_RUN_MTU set both ends get --mtu.
 # Prints column COL of the client's Final row: 3 = the latency percentile (-R, default the
-# 50th; half the round trip in the ping-pong tests), 6 = bandwidth (ucx_perftest's MB/s).
+# 50th, over ucx_perftest's timing queue of the last 2048 iterations; half the round trip in
+# the ping-pong tests), 7 = the bandwidth over the whole run (ucx_perftest's MB/s; column 6
+# is only the last report interval's).
 UCX=0
 command -v ucx_perftest >/dev/null 2>&1 && UCX=1
 UCX_LIB=$(dirname "$BIN")/libibverbs.so
 ucx_perftest_pair() { # softroce|tcp uct|ucp COL TEST ARGS...
     local via=$1 api=$2 col=$3 test=$4; shift 4
     next_port
-    local env=(UCX_LOG_LEVEL=info) srv=() cli=() uct=()
+    local env=(UCX_LOG_LEVEL=info) srv=() cli=() uct=() mtu=()
+    [ -n "${UCX_RUN_MTU:-}" ] && mtu=(--mtu "$UCX_RUN_MTU")
     if [ "$via" = softroce ]; then
         env+=(UCX_NET_DEVICES=softroce0:1 UCX_TLS=rc_verbs,ud_verbs)
-        srv=("$BIN" run --lib "$UCX_LIB" --bind 127.0.77.1 --)
-        cli=("$BIN" run --lib "$UCX_LIB" --bind 127.0.77.2 --)
+        srv=("$BIN" run --lib "$UCX_LIB" --bind 127.0.77.1 "${mtu[@]}" --)
+        cli=("$BIN" run --lib "$UCX_LIB" --bind 127.0.77.2 "${mtu[@]}" --)
         uct=(-x rc_verbs -d softroce0:1)
     else
         env+=(UCX_NET_DEVICES=lo UCX_TLS=tcp)
@@ -337,14 +342,16 @@ ucx_perftest_pair() { # softroce|tcp uct|ucp COL TEST ARGS...
 ucx_lanes() { # softroce|tcp TEST: the distinct lanes UCP printed over the runs
     sort -u "$TMP/ucx_lanes.$1.$2" 2>/dev/null | paste -sd';' | sed 's/;/; /g'
 }
-UCX_KEYS="ucx_put_bw ucx_put_bw_tcp ucx_am_lat ucx_am_lat_tcp ucx_ucp_put_bw ucx_ucp_put_bw_tcp ucx_tag_lat ucx_tag_lat_tcp"
+UCX_KEYS="ucx_put_bw ucx_put_bw_mtu4096 ucx_put_bw_tcp ucx_am_lat ucx_am_lat_tcp ucx_ucp_put_bw ucx_ucp_put_bw_tcp ucx_tag_lat ucx_tag_lat_tcp"
 if [ $UCX = 1 ]; then
     for via in softroce tcp; do
         sfx=""
         [ $via = tcp ] && sfx=_tcp
-        measure "ucx_put_bw$sfx" ucx_perftest_pair $via uct 6 put_bw -D zcopy -s 65536 -n "$UCX_BW_ITERS"
+        measure "ucx_put_bw$sfx" ucx_perftest_pair $via uct 7 put_bw -D zcopy -s 65536 -n "$UCX_BW_ITERS"
+        [ $via = softroce ] && UCX_RUN_MTU=4096 measure ucx_put_bw_mtu4096 \
+            ucx_perftest_pair $via uct 7 put_bw -D zcopy -s 65536 -n "$UCX_BW_ITERS"
         measure "ucx_am_lat$sfx" ucx_perftest_pair $via uct 3 am_lat -s 8 -n "$LAT_ITERS"
-        measure "ucx_ucp_put_bw$sfx" ucx_perftest_pair $via ucp 6 ucp_put_bw -s 65536 -n "$UCX_BW_ITERS"
+        measure "ucx_ucp_put_bw$sfx" ucx_perftest_pair $via ucp 7 ucp_put_bw -s 65536 -n "$UCX_BW_ITERS"
         measure "ucx_tag_lat$sfx" ucx_perftest_pair $via ucp 3 tag_lat -s 8 -n "$LAT_ITERS"
     done
 else
@@ -475,6 +482,8 @@ r=$(ratio "${VAL[shim_lat]}" "${VAL[shim_lat_sr]}")
 row shim-lat-2b "ib_send_lat -x 1 -s 2 t_typical through the shim vs softroce perf send --lat -s 2" "$(us "${VAL[shim_lat]}")" "$(us "${VAL[shim_lat_sr]}")" "$r" "<= 1.1x" "$(met "$r" '<=' 1.1)"
 r=$(ratio "${VAL[ucx_put_bw]}" "${VAL[ucx_put_bw_tcp]}")
 row ucx-put-bw-64k "UCX put_bw -D zcopy -s 65536 (UCT rc_verbs on softroce0:1, both ends under softroce run) vs UCT tcp on lo (ucx_perftest's MB/s)" "$(mbs "${VAL[ucx_put_bw]}")" "$(mbs "${VAL[ucx_put_bw_tcp]}")" "$r" ">= 1x" "$(met "$r" '>=' 1)"
+r=$(ratio "${VAL[ucx_put_bw_mtu4096]}" "${VAL[ucx_put_bw_tcp]}")
+row ucx-put-bw-64k-mtu4096 "the same with softroce run --mtu 4096 at both ends (UCX takes the port's active MTU, 1024 by default) vs UCT tcp on lo" "$(mbs "${VAL[ucx_put_bw_mtu4096]}")" "$(mbs "${VAL[ucx_put_bw_tcp]}")" "$r" "-" "-"
 r=$(ratio "${VAL[ucx_am_lat]}" "${VAL[ucx_am_lat_tcp]}")
 row ucx-am-lat-8b "UCX am_lat -s 8 one-way p50 (UCT rc_verbs) vs UCT tcp on lo" "$(us "${VAL[ucx_am_lat]}")" "$(us "${VAL[ucx_am_lat_tcp]}")" "$r" "<= 1.3x" "$(met "$r" '<=' 1.3)"
 r=$(ratio "${VAL[ucx_ucp_put_bw]}" "${VAL[ucx_ucp_put_bw_tcp]}")
