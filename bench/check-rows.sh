@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks that a table written by bench/run.sh has every row, each with a softroce figure (a
 # number, or "n/a (flag missing)" where the binary lacks --busy-poll, "n/a (perftest missing)"
-# for the shim's rows where perftest could not be installed). It does not judge how
+# for the shim's rows where perftest could not be installed, "n/a (ucx-utils missing)" for the
+# UCX rows where ucx_perftest could not be installed). It does not judge how
 # fast anything was (benchmarks are not tests with timing assertions), with one exception: the
 # README impairment example must finish in seconds, as README promises (see the end).
 #
@@ -10,7 +11,8 @@ set -euo pipefail
 f=${1:?usage: bench/check-rows.sh FILE.md}
 rows="write-64k-vs-tcp write-64k-vs-udp-gso write-64k-vs-udp-plain send-64k read-64k lat-2b
 lat-2b-busy rate-64b-q1 rate-64b-q2 rate-64b-q4 rate-64b-q8 rate-64b-q16 rate-64b-q32
-rate-64b-q64 write-64k-q1024 shim-write-64k shim-write-64b shim-lat-2b send-q4-wall send-q4-rnr
+rate-64b-q64 write-64k-q1024 shim-write-64k shim-write-64b shim-lat-2b ucx-put-bw-64k
+ucx-put-bw-64k-mtu4096 ucx-am-lat-8b ucx-ucp-put-bw-64k ucx-tag-lat-8b send-q4-wall send-q4-rnr
 readme-impair sweep-write mem-per-qp-client mem-per-qp-server"
 bad=0
 n=0
@@ -23,7 +25,8 @@ for r in $rows; do
     # | id | figure | softroce | baseline | ...: the softroce column is the fourth field.
     sr=$(echo "$line" | awk -F'|' '{gsub(/^ +| +$/, "", $4); print $4}')
     base=$(echo "$line" | awk -F'|' '{gsub(/^ +| +$/, "", $5); print $5}')
-    if ! [[ $sr =~ ^[0-9.]+\ (MB/s|us|Mpps|B|s|NAKs)$ || $sr == "n/a (flag missing)" || $sr == "n/a (perftest missing)" ]]; then
+    if ! [[ $sr =~ ^[0-9.]+\ (MB/s|us|Mpps|B|s|NAKs)$ || $sr == "n/a (flag missing)" || $sr == "n/a (perftest missing)"
+        || $sr == "n/a (ucx-utils missing)" ]]; then
         echo "check-rows: row $r has no softroce figure: '$sr'" >&2; bad=1
     fi
     if [[ $base == FAILED* ]]; then

@@ -27,6 +27,11 @@
 #   - the shim: Debian's perftest (ib_write_bw -s 65536 and -s 64, ib_send_lat -s 2, all -x 1)
 #     under `softroce run` at both ends beside `softroce perf` with the same flags, both read from
 #     perftest's table (so the units are perftest's either way);
+#   - UCX (Debian's ucx-utils): ucx_perftest between two processes, over softroce (both under
+#     `softroce run` with the release shim, 127.0.77.1 and 127.0.77.2, UCX_NET_DEVICES=softroce0:1)
+#     beside the same test over UCX's TCP transport on lo: UCT put_bw -D zcopy (64 KiB) and am_lat
+#     (8 B) on rc_verbs, UCP ucp_put_bw (64 KiB) and tag_lat (8 B) with UCX_TLS=rc_verbs,ud_verbs
+#     as ibverbs/tests/ucx.rs runs them; the lanes UCP chose (UCX_LOG_LEVEL=info) go in the notes;
 #   - `softroce perf send -q 4 --check` (perftest's SEND shape on 4 QPs): wall clock of the pair
 #     against the measured interval, and the RNR NAKs the client received (--counters);
 #   - the sweep: `softroce perf write -a` and `send -a` (every size 2 B..8 MiB, one run each) and,
@@ -34,10 +39,11 @@
 #     drawn by `softroce plot` as bandwidth and message rate by size: target/bench-sweep.svg,
 #     or bench/sweep.svg with --update (BENCHMARKS.md shows that picture).
 #
-# Units: MB/s = 10^6 bytes/s everywhere (iperf3's bits/s / 8e6; softroce's bw_avg_mbps).
+# Units: MB/s = 10^6 bytes/s (iperf3's bits/s / 8e6; softroce's bw_avg_mbps), except in the
+# rows that read perftest's or ucx_perftest's own tables, which say so (2^20 bytes/s there).
 # Benchmarks are not tests: nothing here asserts a timing. bench/check-rows.sh checks that
-# every row was produced. Every process runs under timeout(1); all talk only to 127.0.0.1 and
-# 127.0.0.2; an exit trap stops whatever this script started.
+# every row was produced. Every process runs under timeout(1); all talk only to loopback
+# (127.0.0.1-3, and 127.0.77.1-2 for UCX); an exit trap stops whatever this script started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -64,6 +70,7 @@ command -v iperf3 >/dev/null 2>&1 || need_apt+=(iperf3)
 command -v jq >/dev/null 2>&1 || need_apt+=(jq)
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
 command -v ib_write_bw >/dev/null 2>&1 || need_apt+=(perftest)
+command -v ucx_perftest >/dev/null 2>&1 || need_apt+=(ucx-utils)
 if [ ${#need_apt[@]} -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -86,9 +93,11 @@ BL=target/bench-baselines/release
 if [ $QUICK = 1 ]; then
     RUNS=1 T=30 IPERF_SECS=1 UDP_BYTES=50000000 BW_ITERS=300 LAT_ITERS=500 RATE_MSGS=5000
     Q1024_ITERS=1 SWEEP_ITERS=5 SHIM_BW_ITERS=300 SHIM_RATE_ITERS=5000 SENDQ4_ITERS=200
+    UCX_BW_ITERS=300
 else
     RUNS=3 T=90 IPERF_SECS=2 UDP_BYTES=1000000000 BW_ITERS=5000 LAT_ITERS=10000 RATE_MSGS=100000
     Q1024_ITERS=5 SWEEP_ITERS=1000 SHIM_BW_ITERS=20000 SHIM_RATE_ITERS=100000 SENDQ4_ITERS=5000
+    UCX_BW_ITERS=20000
 fi
 RATE_QPS="1 2 4 8 16 32 64"
 MTU=4096
@@ -291,6 +300,67 @@ if [ $SHIM = 1 ]; then
 else
     for k in shim_write shim_write_sr shim_rate shim_rate_sr shim_lat shim_lat_sr; do VAL[$k]="n/a (perftest missing)"; done
 fi
+# ---- UCX over softroce beside UCX over TCP -------------------------------------------------------
+# ucx_perftest's server (-p PORT) and client, each side either under `softroce run` with the
+# release shim and UCX_NET_DEVICES=softroce0:1 (server 127.0.77.1, client 127.0.77.2), or plain
+# with UCX's TCP transport on lo; the client reaches the server's port on 127.0.77.1 either way.
+# UCT tests name their transport and device (-x, -d): rc_verbs on softroce0:1, tcp on lo. UCP
+# tests take UCX_TLS: rc_verbs,ud_verbs over softroce (UCP wires rc_verbs up over ud_verbs;
+# ibverbs/tests/ucx.rs runs the same), tcp otherwise. UCX_LOG_LEVEL=info makes UCP print the
+# lanes it chose ("ep_cfg[0]: tag(rc_verbs/softroce0:1)"); the client's are kept for the notes.
+# softroce run gives the port the active MTU 1024 unless told (--mtu), as rxe on a 1500-byte
+# netdev, and UCX sets its QPs' path MTU from it; with UCX_RUN_MTU set both ends get --mtu.
+# Prints column COL of the client's Final row: 3 = the latency percentile (-R, default the
+# 50th, over ucx_perftest's timing queue of the last 2048 iterations; half the round trip in
+# the ping-pong tests), 7 = the bandwidth over the whole run (ucx_perftest's MB/s, 2^20 bytes
+# per second as perftest's: 65536 B / its overall overhead in us / 1.048576; column 6 is only
+# the last report interval's).
+UCX=0
+command -v ucx_perftest >/dev/null 2>&1 && UCX=1
+UCX_LIB=$(dirname "$BIN")/libibverbs.so
+ucx_perftest_pair() { # softroce|tcp uct|ucp COL TEST ARGS...
+    local via=$1 api=$2 col=$3 test=$4; shift 4
+    next_port
+    local env=(UCX_LOG_LEVEL=info) srv=() cli=() uct=() mtu=()
+    [ -n "${UCX_RUN_MTU:-}" ] && mtu=(--mtu "$UCX_RUN_MTU")
+    if [ "$via" = softroce ]; then
+        env+=(UCX_NET_DEVICES=softroce0:1 UCX_TLS=rc_verbs,ud_verbs)
+        srv=("$BIN" run --lib "$UCX_LIB" --bind 127.0.77.1 "${mtu[@]}" --)
+        cli=("$BIN" run --lib "$UCX_LIB" --bind 127.0.77.2 "${mtu[@]}" --)
+        uct=(-x rc_verbs -d softroce0:1)
+    else
+        env+=(UCX_NET_DEVICES=lo UCX_TLS=tcp)
+        uct=(-x tcp -d lo)
+    fi
+    [ "$api" = uct ] || uct=()
+    pair "$TMP/ucx.out" :: env "${env[@]}" "${srv[@]}" ucx_perftest -p "$PORT" \
+        :: env "${env[@]}" "${cli[@]}" ucx_perftest 127.0.77.1 -p "$PORT" -t "$test" "${uct[@]}" "$@" || return 1
+    if [ "$api" = ucp ]; then
+        local lane
+        lane=$(grep -h -o 'ep_cfg\[0\]: .*' "$TMP/ucx.out" "$TMP/client.err" | sed -n 1p || true)
+        echo "${lane:-(no ep_cfg line)}" >>"$TMP/ucx_lanes.$via.$test"
+    fi
+    awk -v col="$col" '$1 == "Final:" {print $col; exit}' "$TMP/ucx.out" | grep -E '^[0-9.]+$'
+}
+ucx_lanes() { # softroce|tcp TEST: the distinct lanes UCP printed over the runs
+    sort -u "$TMP/ucx_lanes.$1.$2" 2>/dev/null | paste -sd';' | sed 's/;/; /g'
+}
+UCX_KEYS="ucx_put_bw ucx_put_bw_mtu4096 ucx_put_bw_tcp ucx_am_lat ucx_am_lat_tcp ucx_ucp_put_bw ucx_ucp_put_bw_tcp ucx_tag_lat ucx_tag_lat_tcp"
+if [ $UCX = 1 ]; then
+    for via in softroce tcp; do
+        sfx=""
+        [ $via = tcp ] && sfx=_tcp
+        measure "ucx_put_bw$sfx" ucx_perftest_pair $via uct 7 put_bw -D zcopy -s 65536 -n "$UCX_BW_ITERS"
+        [ $via = softroce ] && UCX_RUN_MTU=4096 measure ucx_put_bw_mtu4096 \
+            ucx_perftest_pair $via uct 7 put_bw -D zcopy -s 65536 -n "$UCX_BW_ITERS"
+        measure "ucx_am_lat$sfx" ucx_perftest_pair $via uct 3 am_lat -s 8 -n "$LAT_ITERS"
+        measure "ucx_ucp_put_bw$sfx" ucx_perftest_pair $via ucp 7 ucp_put_bw -s 65536 -n "$UCX_BW_ITERS"
+        measure "ucx_tag_lat$sfx" ucx_perftest_pair $via ucp 3 tag_lat -s 8 -n "$LAT_ITERS"
+    done
+else
+    for k in $UCX_KEYS; do VAL[$k]="n/a (ucx-utils missing)"; done
+fi
+
 # perf send -q 4 --check: the pair's wall clock, the measured interval (bytes / BW average of
 # the client, perftest's MB = 2^20 bytes) and the client's RNR NAKs received.
 send_q4() {
@@ -413,6 +483,16 @@ r=$(ratio "${VAL[shim_rate]}" "${VAL[shim_rate_sr]}")
 row shim-write-64b "ib_write_bw -x 1 -s 64 message rate through the shim vs softroce perf write -s 64" "$(mpps "${VAL[shim_rate]}")" "$(mpps "${VAL[shim_rate_sr]}")" "$r" ">= 0.9x" "$(met "$r" '>=' 0.9)"
 r=$(ratio "${VAL[shim_lat]}" "${VAL[shim_lat_sr]}")
 row shim-lat-2b "ib_send_lat -x 1 -s 2 t_typical through the shim vs softroce perf send --lat -s 2" "$(us "${VAL[shim_lat]}")" "$(us "${VAL[shim_lat_sr]}")" "$r" "<= 1.1x" "$(met "$r" '<=' 1.1)"
+r=$(ratio "${VAL[ucx_put_bw]}" "${VAL[ucx_put_bw_tcp]}")
+row ucx-put-bw-64k "UCX put_bw -D zcopy -s 65536 (UCT rc_verbs on softroce0:1, both ends under softroce run) vs UCT tcp on lo (ucx_perftest's MB/s, 2^20 B/s)" "$(mbs "${VAL[ucx_put_bw]}")" "$(mbs "${VAL[ucx_put_bw_tcp]}")" "$r" ">= 1x" "$(met "$r" '>=' 1)"
+r=$(ratio "${VAL[ucx_put_bw_mtu4096]}" "${VAL[ucx_put_bw_tcp]}")
+row ucx-put-bw-64k-mtu4096 "the same with softroce run --mtu 4096 at both ends (UCX takes the port's active MTU, 1024 by default) vs UCT tcp on lo" "$(mbs "${VAL[ucx_put_bw_mtu4096]}")" "$(mbs "${VAL[ucx_put_bw_tcp]}")" "$r" "-" "-"
+r=$(ratio "${VAL[ucx_am_lat]}" "${VAL[ucx_am_lat_tcp]}")
+row ucx-am-lat-8b "UCX am_lat -s 8 one-way p50 (UCT rc_verbs) vs UCT tcp on lo" "$(us "${VAL[ucx_am_lat]}")" "$(us "${VAL[ucx_am_lat_tcp]}")" "$r" "<= 1.3x" "$(met "$r" '<=' 1.3)"
+r=$(ratio "${VAL[ucx_ucp_put_bw]}" "${VAL[ucx_ucp_put_bw_tcp]}")
+row ucx-ucp-put-bw-64k "UCX ucp_put_bw -s 65536 (UCP, UCX_TLS=rc_verbs,ud_verbs) vs UCX_TLS=tcp (ucx_perftest's MB/s, 2^20 B/s)" "$(mbs "${VAL[ucx_ucp_put_bw]}")" "$(mbs "${VAL[ucx_ucp_put_bw_tcp]}")" "$r" ">= 1x" "$(met "$r" '>=' 1)"
+r=$(ratio "${VAL[ucx_tag_lat]}" "${VAL[ucx_tag_lat_tcp]}")
+row ucx-tag-lat-8b "UCX tag_lat -s 8 one-way p50 (UCP, UCX_TLS=rc_verbs,ud_verbs) vs UCX_TLS=tcp" "$(us "${VAL[ucx_tag_lat]}")" "$(us "${VAL[ucx_tag_lat_tcp]}")" "$r" "<= 1.3x" "$(met "$r" '<=' 1.3)"
 r=$(ratio "${VAL[send_q4_wall]}" "${VAL[send_q4_meas]}")
 row send-q4-wall "perf send -q 4 --check (64 KiB, -n $SENDQ4_ITERS per QP), both ends' wall clock vs the measured interval" "$(fmt "${VAL[send_q4_wall]}" '%.2f s')" "$(fmt "${VAL[send_q4_meas]}" '%.2f s')" "$r" "<= 2x" "$(met "$r" '<=' 2)"
 row send-q4-rnr "perf send -q 4 --check: RNR NAKs the sender received (the most of the runs)" "$(fmt "${VAL[send_q4_rnr]}" '%.0f NAKs')" "-" "-" "0" "$( [ "${VAL[send_q4_rnr]}" = 0 ] && echo yes || echo no)"
@@ -436,15 +516,20 @@ rss_note() { # client|server
     echo
     echo "Each figure is the median of $RUNS run(s); the runs, in order:"
     echo
-    for k in tcp udp_plain udp_gso write send read pp_block lat pp_busy lat_busy $(for q in $RATE_QPS; do echo "rate_q$q"; done) write_q1024 shim_write shim_write_sr shim_rate shim_rate_sr shim_lat shim_lat_sr send_q4_wall readme_impair mem_client mem_server; do
+    for k in tcp udp_plain udp_gso write send read pp_block lat pp_busy lat_busy $(for q in $RATE_QPS; do echo "rate_q$q"; done) write_q1024 shim_write shim_write_sr shim_rate shim_rate_sr shim_lat shim_lat_sr $UCX_KEYS send_q4_wall readme_impair mem_client mem_server; do
         echo "- $k: ${SAMPLES[$k]:-${VAL[$k]}}"
     done
     echo "- send_q4: RNR NAKs per run $(paste -sd' ' "$TMP/q4.rnr" 2>/dev/null); measured intervals $(awk '{print $2}' "$TMP/q4.times" 2>/dev/null | paste -sd' ')"
     echo "- peak RSS with 1 -> 1024 QPs: requester $(rss_note client); responder $(rss_note server)"
+    if [ $UCX = 1 ]; then
+        echo "- UCP's lanes (UCX_LOG_LEVEL=info, client): ucp_put_bw over softroce $(ucx_lanes softroce ucp_put_bw), over TCP $(ucx_lanes tcp ucp_put_bw);" \
+            "tag_lat over softroce $(ucx_lanes softroce tag_lat), over TCP $(ucx_lanes tcp tag_lat)"
+    fi
     echo
     echo "Sizes: iperf3 -t $IPERF_SECS; UDP $UDP_BYTES bytes in ${ROCE_UDP_PAYLOAD}-byte datagrams; 64 KiB runs -n $BW_ITERS;" \
         "latency -n $LAT_ITERS; message rate $RATE_MSGS messages over all QPs; 1024 QPs -n $Q1024_ITERS each;" \
-        "memory: write -s 2 -n 10; sweep -n $SWEEP_ITERS per size."
+        "memory: write -s 2 -n 10; sweep -n $SWEEP_ITERS per size;" \
+        "UCX: 64 KiB -n $UCX_BW_ITERS, 8 B latency -n $LAT_ITERS (ucx_perftest's default warm-up, at most a tenth of -n)."
     [ $BUSY = 1 ] || echo "This softroce has no --busy-poll flag: its row says n/a."
 } >"$TMP/table.md"
 
