@@ -9,11 +9,13 @@ use std::time::{Duration, Instant};
 
 use softroce::driver::DeviceConfig;
 use softroce::verbs::Context;
+use softroce::wire::{icrc, BthRepr, DethRepr, ExtHeaders, ImmDtRepr, Opcode, PacketRepr};
 
 /// Opens `n` contexts on one free UDP port of 127.0.0.1, 127.0.0.2, ... (the same port, as
-/// RoCE devices on different hosts all use 4791), busy-polling or not, each with its own
-/// engine. Retries with another port if one of the addresses has it taken.
-pub fn contexts_with(n: u8, busy_poll: bool) -> Vec<Context> {
+/// RoCE devices on different hosts all use 4791), each with its own engine and its
+/// configuration as `configure` leaves it (given the last byte of the address). Retries with
+/// another port if one of the addresses has it taken.
+pub fn contexts_configured(n: u8, configure: impl Fn(u8, &mut DeviceConfig)) -> Vec<Context> {
     for _ in 0..50 {
         let port = UdpSocket::bind("127.0.0.1:0")
             .unwrap()
@@ -24,7 +26,7 @@ pub fn contexts_with(n: u8, busy_poll: bool) -> Vec<Context> {
             .map(|i| {
                 let mut cfg =
                     DeviceConfig::new(SocketAddr::new(IpAddr::from([127, 0, 0, i]), port));
-                cfg.busy_poll = busy_poll;
+                configure(i, &mut cfg);
                 Context::open(&cfg)
             })
             .collect();
@@ -33,6 +35,11 @@ pub fn contexts_with(n: u8, busy_poll: bool) -> Vec<Context> {
         }
     }
     panic!("no free UDP port for {n} contexts");
+}
+
+/// [`contexts_configured`] for `n` contexts, busy-polling or not.
+pub fn contexts_with(n: u8, busy_poll: bool) -> Vec<Context> {
+    contexts_configured(n, |_, cfg| cfg.busy_poll = busy_poll)
 }
 
 /// [`contexts_with`] for `n` blocking contexts.
@@ -56,6 +63,40 @@ pub fn two_contexts() -> (Context, Context) {
 /// The `softroce` binary this test build made.
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_softroce")
+}
+
+/// The arguments `v` as owned strings, for a command line being built.
+pub fn s(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+/// Runs `softroce` with `args`, which must fail within 5 s: the callers' runs have no peer, so
+/// only a check of their flags or files can end them that soon. Returns the output.
+pub fn fails_fast(args: &[&str]) -> Output {
+    let t = Instant::now();
+    let o = Command::new(bin()).args(args).output().unwrap();
+    assert!(!o.status.success(), "{args:?} succeeded");
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "{args:?} took {:?} to fail",
+        t.elapsed()
+    );
+    o
+}
+
+/// Runs the client command line `args` (each run given `limit`) until it gets past
+/// connecting: a client started before its server listens fails at once with "connect to",
+/// and is started again then, as a user would, for up to 10 s. Returns the last run's output.
+pub fn client_until_connected(args: &[String], limit: Duration) -> Output {
+    let t = Instant::now();
+    loop {
+        let out = finish(spawn(args), "client", limit);
+        let refused = String::from_utf8_lossy(&out.stderr).contains("connect to");
+        if out.status.success() || !refused || t.elapsed() > Duration::from_secs(10) {
+            return out;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// A free TCP port (for the out-of-band exchange) and a UDP port free on both 127.0.0.1 and
@@ -228,4 +269,33 @@ pub fn program(name: &str, package: &str) -> std::path::PathBuf {
         .map(|d| d.join(name))
         .find(|p| p.is_file())
         .unwrap_or_else(|| panic!("{name} not found: install {package} (scripts/setup.sh does)"))
+}
+
+/// A UD SEND ONLY (with immediate data 1 if `opcode` is UD_SEND_ONLY_WITH_IMMEDIATE) from QP1
+/// to QP1 with Q_Key `qkey`, carrying `payload`: a MAD as a peer's CM sends it, or a broken one.
+pub fn qp1_packet(opcode: Opcode, qkey: u32, payload: &[u8]) -> PacketRepr<'_> {
+    PacketRepr {
+        bth: BthRepr {
+            opcode,
+            pkey: 0xffff,
+            dest_qp: 1,
+            ..BthRepr::default()
+        },
+        ext: ExtHeaders {
+            deth: Some(DethRepr { qkey, src_qp: 1 }),
+            imm: (opcode == Opcode::UD_SEND_ONLY_WITH_IMMEDIATE).then_some(ImmDtRepr { imm: 1 }),
+            ..ExtHeaders::default()
+        },
+        payload,
+    }
+}
+
+/// `pkt`'s bytes as the UDP payload of a datagram from `from` to `to`, with the ICRC the
+/// receiver will check (for the IPv4 and UDP headers the kernel builds for that datagram).
+pub fn sealed(pkt: &PacketRepr, from: SocketAddr, to: SocketAddr) -> Vec<u8> {
+    let mut buf = vec![0u8; pkt.buffer_len()];
+    let n = pkt.emit(&mut buf).unwrap();
+    buf.truncate(n);
+    assert!(icrc::seal_socket_datagram(from, to, &mut buf));
+    buf
 }
