@@ -99,6 +99,20 @@ pub fn client_until_connected(args: &[String], limit: Duration) -> Output {
     }
 }
 
+/// Starts a server with `sv`, then its client with `cv` until it gets past connecting
+/// ([`client_until_connected`], each run given `client_limit`), then waits up to
+/// `server_limit` for the server. Returns the server's output and the client's.
+pub fn server_then_client(
+    sv: &[String],
+    cv: &[String],
+    client_limit: Duration,
+    server_limit: Duration,
+) -> (Output, Output) {
+    let server = spawn(sv);
+    let client = client_until_connected(cv, client_limit);
+    (finish(server, "server", server_limit), client)
+}
+
 /// A free TCP port (for the out-of-band exchange) and a UDP port free on both 127.0.0.1 and
 /// 127.0.0.2 (the RoCE port of two devices).
 pub fn ports() -> (u16, u16) {
