@@ -5,11 +5,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{bin, counters, decode_json, finish, ok, ports, spawn};
-
-fn s(v: &[&str]) -> Vec<String> {
-    v.iter().map(|x| x.to_string()).collect()
-}
+use common::{bin, counters, decode_json, ok, ports, s, server_then_client, spawn};
 
 /// A `softroce` process whose stdout and stderr are read as they come, so that a test can wait
 /// for the state a line announces (a server's "Waiting for client" banner, a progress line, a
@@ -138,20 +134,7 @@ fn run_pair(
 
 /// Starts a server with `sv`, then a client with `cv`; returns both outputs.
 fn run_server_then_client(sv: &[String], cv: &[String]) -> (Output, Output) {
-    let server = spawn(sv);
-    // The client fails at once while the server is not listening yet; start it again then,
-    // as a user would.
-    let t = Instant::now();
-    let c = loop {
-        let out = finish(spawn(cv), "client", Duration::from_secs(120));
-        let refused = String::from_utf8_lossy(&out.stderr).contains("connect to");
-        if out.status.success() || !refused || t.elapsed() > Duration::from_secs(10) {
-            break out;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let sv = finish(server, "server", Duration::from_secs(30));
-    (sv, c)
+    server_then_client(sv, cv, Duration::from_secs(120), Duration::from_secs(30))
 }
 
 #[test]

@@ -7,10 +7,6 @@ mod common;
 use common::*;
 use std::time::{Duration, Instant};
 
-fn s(v: &[&str]) -> Vec<String> {
-    v.iter().map(|x| x.to_string()).collect()
-}
-
 #[test]
 fn a_roce_port_mismatch_ends_in_the_retry_count_error_within_seconds() {
     for op in ["write", "send"] {
@@ -34,14 +30,7 @@ fn a_roce_port_mismatch_ends_in_the_retry_count_error_within_seconds() {
         let mut cv = end("127.0.0.2", udp + 1);
         cv.push("127.0.0.1".into());
         let t = Instant::now();
-        let client = loop {
-            let c = finish(spawn(&cv), "client", Duration::from_secs(60));
-            let refused = String::from_utf8_lossy(&c.stderr).contains("connect to");
-            if !refused || t.elapsed() > Duration::from_secs(10) {
-                break c;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        let client = client_until_connected(&cv, Duration::from_secs(60));
         let client_took = t.elapsed();
         let server = finish(server, "server", Duration::from_secs(60));
         let server_took = t.elapsed();

@@ -6,10 +6,6 @@ mod common;
 use common::*;
 use std::time::Duration;
 
-fn s(v: &[&str]) -> Vec<String> {
-    v.iter().map(|x| x.to_string()).collect()
-}
-
 /// The "perf: N s: ..." lines of a run's stderr.
 fn progress_lines(o: &std::process::Output) -> Vec<String> {
     String::from_utf8_lossy(&o.stderr)
@@ -45,15 +41,7 @@ fn a_run_of_more_than_three_seconds_reports_progress_at_both_ends() {
     let mut cv = common("127.0.0.2");
     cv.push("127.0.0.1".into());
     // The client may start before the server listens: retry while refused (bounded).
-    let t = std::time::Instant::now();
-    let client = loop {
-        let c = finish(spawn(&cv), "client", Duration::from_secs(60));
-        let refused = String::from_utf8_lossy(&c.stderr).contains("connect to");
-        if c.status.success() || !refused || t.elapsed() > Duration::from_secs(10) {
-            break c;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let client = client_until_connected(&cv, Duration::from_secs(60));
     let server = finish(server, "server", Duration::from_secs(60));
     ok(&client, "client");
     ok(&server, "server");
@@ -102,15 +90,7 @@ fn a_short_run_prints_no_progress() {
     let server = spawn(&common("127.0.0.1"));
     let mut cv = common("127.0.0.2");
     cv.push("127.0.0.1".into());
-    let t = std::time::Instant::now();
-    let client = loop {
-        let c = finish(spawn(&cv), "client", Duration::from_secs(60));
-        let refused = String::from_utf8_lossy(&c.stderr).contains("connect to");
-        if c.status.success() || !refused || t.elapsed() > Duration::from_secs(10) {
-            break c;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let client = client_until_connected(&cv, Duration::from_secs(60));
     let server = finish(server, "server", Duration::from_secs(60));
     ok(&client, "client");
     ok(&server, "server");

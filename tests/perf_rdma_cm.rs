@@ -6,11 +6,7 @@ use std::net::TcpListener;
 use std::time::Duration;
 
 mod common;
-use common::{finish, ok, ports, spawn};
-
-fn s(v: &[&str]) -> Vec<String> {
-    v.iter().map(|x| x.to_string()).collect()
-}
+use common::{finish, ok, ports, s, spawn};
 
 /// Runs `perf OP FLAGS` as server and client on one rdma_cm port; returns both stdouts.
 fn pair(op: &[&str], flags: &[&str]) -> (String, String) {

@@ -9,10 +9,6 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn s(v: &[&str]) -> Vec<String> {
-    v.iter().map(|x| x.to_string()).collect()
-}
-
 /// " local address: LID 0000 QPN 0x0011 PSN 0x1a2b3c RKey 0x000101 VAddr 0x007f..." and the
 /// GID line after it, checked field by field in perftest's formats.
 fn check_address(line: &str, gid: &str, side: &str, read: bool, rdma: bool, ip: [u8; 4]) {
@@ -153,15 +149,7 @@ fn json_output_has_neither_banner_nor_address_lines() {
     let mut cv = common("127.0.0.2");
     cv.push("127.0.0.1".into());
     // The client retries until the server listens (no banner to wait for under --json).
-    let t = Instant::now();
-    let client = loop {
-        let c = finish(spawn(&cv), "client", Duration::from_secs(60));
-        let refused = String::from_utf8_lossy(&c.stderr).contains("connect to");
-        if c.status.success() || !refused || t.elapsed() > Duration::from_secs(10) {
-            break c;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let client = client_until_connected(&cv, Duration::from_secs(60));
     let server = finish(server, "server", Duration::from_secs(60));
     for o in [&client, &server] {
         let text = ok(o, "--json end");
