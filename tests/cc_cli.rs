@@ -10,7 +10,7 @@ use std::process::Output;
 use std::time::Duration;
 
 mod common;
-use common::{counters, fails_fast, ok, ports, s, server_then_client};
+use common::{counters, end_args, fails_fast, ok, ports, s, server_then_client};
 
 /// Runs softroce with `args`, which must fail within 5 s (no peer listens: the error must come
 /// from the flag check); returns the exit status and stderr.
@@ -195,14 +195,7 @@ fn perf_pair(
     let args = |ip: &str, own: &[&str]| {
         let mut v = s(&["perf", "write"]);
         v.extend(s(flags));
-        v.extend(s(&[
-            "-p",
-            &tcp.to_string(),
-            "--roce-port",
-            &udp.to_string(),
-            "--bind",
-            ip,
-        ]));
+        v.extend(end_args(&[], tcp, udp, ip));
         v.extend(s(extra));
         v.extend(s(own));
         v

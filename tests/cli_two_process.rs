@@ -5,7 +5,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{bin, counters, decode_json, ok, ports, s, server_then_client, spawn};
+use common::{bin, counters, decode_json, end_args, ok, ports, s, server_then_client, spawn};
 
 /// A `softroce` process whose stdout and stderr are read as they come, so that a test can wait
 /// for the state a line announces (a server's "Waiting for client" banner, a progress line, a
@@ -113,14 +113,7 @@ fn run_pair(
     let common = |ip: &str| {
         let mut v = s(sub);
         v.extend(s(extra));
-        v.extend(s(&[
-            "-p",
-            &tcp.to_string(),
-            "--roce-port",
-            &udp.to_string(),
-            "--bind",
-            ip,
-        ]));
+        v.extend(end_args(&[], tcp, udp, ip));
         v
     };
     let mut sv = common("127.0.0.1");
@@ -404,26 +397,25 @@ fn perf_write_with_64_qps_at_the_default_depths() {
 fn a_peer_killed_mid_transfer_ends_in_retry_exceeded_not_a_hang() {
     let (tcp, udp) = ports();
     let common = |ip: &str| {
-        s(&[
-            "perf",
-            "write",
-            "-n",
-            "1000000",
-            "-s",
-            "65536",
-            "-u",
-            "12",
-            "--retry-cnt",
-            "3",
-            "--timeout",
-            "20",
-            "-p",
-            &tcp.to_string(),
-            "--roce-port",
-            &udp.to_string(),
-            "--bind",
+        end_args(
+            &[
+                "perf",
+                "write",
+                "-n",
+                "1000000",
+                "-s",
+                "65536",
+                "-u",
+                "12",
+                "--retry-cnt",
+                "3",
+                "--timeout",
+                "20",
+            ],
+            tcp,
+            udp,
             ip,
-        ])
+        )
     };
     let mut server = Watched::start(&common("127.0.0.1"));
     server.wait_for("listening server", Duration::from_secs(10), listening);
@@ -530,22 +522,8 @@ fn perf_check_prints_what_it_verified() {
 #[test]
 fn perf_refuses_a_peer_that_runs_another_test() {
     let (tcp, udp) = ports();
-    let common = |op: &str, ip: &str| {
-        s(&[
-            "perf",
-            op,
-            "-n",
-            "10",
-            "--timeout",
-            "5",
-            "-p",
-            &tcp.to_string(),
-            "--roce-port",
-            &udp.to_string(),
-            "--bind",
-            ip,
-        ])
-    };
+    let common =
+        |op: &str, ip: &str| end_args(&["perf", op, "-n", "10", "--timeout", "5"], tcp, udp, ip);
     let mut cv = common("read", "127.0.0.2");
     cv.push("127.0.0.1".into());
     let (sv, c) = run_server_then_client(&common("write", "127.0.0.1"), &cv);
@@ -994,21 +972,12 @@ fn perf_reversed_cpu_util_and_run_infinitely() {
     // --run_infinitely -D 1: a row every second until killed.
     let (tcp, udp) = ports();
     let args = |ip: &str| {
-        s(&[
-            "perf",
-            "write",
-            "--run_infinitely",
-            "-D",
-            "1",
-            "-s",
-            "4096",
-            "-p",
-            &tcp.to_string(),
-            "--roce-port",
-            &udp.to_string(),
-            "--bind",
+        end_args(
+            &["perf", "write", "--run_infinitely", "-D", "1", "-s", "4096"],
+            tcp,
+            udp,
             ip,
-        ])
+        )
     };
     let mut server = Watched::start(&args("127.0.0.1"));
     server.wait_for("listening server", Duration::from_secs(10), listening);

@@ -20,22 +20,12 @@ fn a_run_of_more_than_three_seconds_reports_progress_at_both_ends() {
     // -D 5 lasts five seconds whatever the machine's speed: a line comes at 3 s.
     let (tcp, udp) = ports();
     let common = |ip: &str| {
-        s(&[
-            "perf",
-            "write",
-            "-D",
-            "5",
-            "-f",
-            "1",
-            "-s",
-            "4096",
-            "-p",
-            &tcp.to_string(),
-            "--roce-port",
-            &udp.to_string(),
-            "--bind",
+        end_args(
+            &["perf", "write", "-D", "5", "-f", "1", "-s", "4096"],
+            tcp,
+            udp,
             ip,
-        ])
+        )
     };
     let server = spawn(&common("127.0.0.1"));
     let mut cv = common("127.0.0.2");
@@ -73,20 +63,7 @@ fn a_run_of_more_than_three_seconds_reports_progress_at_both_ends() {
 #[test]
 fn a_short_run_prints_no_progress() {
     let (tcp, udp) = ports();
-    let common = |ip: &str| {
-        s(&[
-            "perf",
-            "write",
-            "-n",
-            "50",
-            "-p",
-            &tcp.to_string(),
-            "--roce-port",
-            &udp.to_string(),
-            "--bind",
-            ip,
-        ])
-    };
+    let common = |ip: &str| end_args(&["perf", "write", "-n", "50"], tcp, udp, ip);
     let server = spawn(&common("127.0.0.1"));
     let mut cv = common("127.0.0.2");
     cv.push("127.0.0.1".into());

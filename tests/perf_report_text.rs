@@ -48,22 +48,7 @@ fn the_server_says_it_waits_and_both_ends_print_every_qps_addresses() {
         ("send", false, false),
     ] {
         let (tcp, udp) = ports();
-        let common = |ip: &str| {
-            s(&[
-                "perf",
-                op,
-                "-q",
-                "2",
-                "-n",
-                "20",
-                "-p",
-                &tcp.to_string(),
-                "--roce-port",
-                &udp.to_string(),
-                "--bind",
-                ip,
-            ])
-        };
+        let common = |ip: &str| end_args(&["perf", op, "-q", "2", "-n", "20"], tcp, udp, ip);
         let mut server = Command::new(bin())
             .args(common("127.0.0.1"))
             .stdout(Stdio::piped())
@@ -130,21 +115,7 @@ fn the_server_says_it_waits_and_both_ends_print_every_qps_addresses() {
 #[test]
 fn json_output_has_neither_banner_nor_address_lines() {
     let (tcp, udp) = ports();
-    let common = |ip: &str| {
-        s(&[
-            "perf",
-            "write",
-            "--json",
-            "-n",
-            "20",
-            "-p",
-            &tcp.to_string(),
-            "--roce-port",
-            &udp.to_string(),
-            "--bind",
-            ip,
-        ])
-    };
+    let common = |ip: &str| end_args(&["perf", "write", "--json", "-n", "20"], tcp, udp, ip);
     let server = spawn(&common("127.0.0.1"));
     let mut cv = common("127.0.0.2");
     cv.push("127.0.0.1".into());

@@ -6,7 +6,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 mod common;
-use common::{bin, client_until_connected, counters, finish, ok, ports, s, spawn};
+use common::{bin, client_until_connected, counters, end_args, finish, ok, ports, s, spawn};
 
 /// Runs `softroce perf send -c UD` as a server with `sv` and as a client with `cv` (each after
 /// the flags both share, `both`); returns both outputs.
@@ -16,14 +16,7 @@ fn pair(both: &[&str], sv: &[&str], cv: &[&str]) -> (Output, Output) {
         let mut v = s(&["perf", "send", "-c", "UD"]);
         v.extend(s(both));
         v.extend(s(own));
-        v.extend(s(&[
-            "-p",
-            &tcp.to_string(),
-            "--roce-port",
-            &udp.to_string(),
-            "--bind",
-            ip,
-        ]));
+        v.extend(end_args(&[], tcp, udp, ip));
         v
     };
     let server = spawn(&args("127.0.0.1", sv));

@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 mod common;
-use common::{bin, client_until_connected, decode_json, finish, ok, ports, spawn};
+use common::{bin, client_until_connected, decode_json, end_args, finish, ok, ports, spawn};
 
 /// Runs a pingpong pair with `extra` flags; the client writes a capture. Returns the server's
 /// and client's stdout and the capture's packets as decoded JSON.
@@ -24,16 +24,7 @@ fn run_sub(sub: &str, extra: &[&str]) -> (String, String, Vec<serde_json::Value>
     let args = |ip: &str| {
         let mut v: Vec<String> = vec![sub.to_string()];
         v.extend(extra.iter().map(|s| s.to_string()));
-        for s in [
-            "-p",
-            &tcp.to_string(),
-            "--roce-port",
-            &udp.to_string(),
-            "--bind",
-            ip,
-        ] {
-            v.push(s.to_string());
-        }
+        v.extend(end_args(&[], tcp, udp, ip));
         v
     };
     let server = spawn(&args("127.0.0.1"));

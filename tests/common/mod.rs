@@ -70,6 +70,21 @@ pub fn s(v: &[&str]) -> Vec<String> {
     v.iter().map(|x| x.to_string()).collect()
 }
 
+/// One end's command line in a two-process run: `head`, then the flags that put it on `ip`
+/// with its out-of-band exchange on TCP port `tcp` and RoCE on UDP port `udp`.
+pub fn end_args(head: &[&str], tcp: u16, udp: u16, ip: &str) -> Vec<String> {
+    let mut v = s(head);
+    v.extend(s(&[
+        "-p",
+        &tcp.to_string(),
+        "--roce-port",
+        &udp.to_string(),
+        "--bind",
+        ip,
+    ]));
+    v
+}
+
 /// Runs `softroce` with `args`, which must fail within 5 s: the callers' runs have no peer, so
 /// only a check of their flags or files can end them that soon. Returns the output.
 pub fn fails_fast(args: &[&str]) -> Output {
