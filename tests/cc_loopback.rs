@@ -4,15 +4,15 @@
 //! vector's DSCP kept, and traffic runs as without it; with it off, the TOS stays the address
 //! vector's (0), as rxe sends it.
 
-use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use softroce::capture::CaptureReader;
-use softroce::driver::DeviceConfig;
 use softroce::ib::*;
 use softroce::transport::cc::CcConfig;
 use softroce::verbs::*;
+
+mod common;
 
 const FULL: AccessFlags = AccessFlags(
     AccessFlags::LOCAL_WRITE.0
@@ -27,22 +27,12 @@ fn pcap_path(tag: &str) -> PathBuf {
 
 /// Two contexts on 127.0.0.1 and 127.0.0.2, congestion control as `cc`, B capturing.
 fn two(cc: CcConfig, pcap: &Path) -> (Context, Context) {
-    for _ in 0..50 {
-        let port = UdpSocket::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut ca = DeviceConfig::new(SocketAddr::new(IpAddr::from([127, 0, 0, 1]), port));
-        ca.cc = cc;
-        let mut cb = DeviceConfig::new(SocketAddr::new(IpAddr::from([127, 0, 0, 2]), port));
-        cb.cc = cc;
-        cb.pcap = Some(pcap.to_path_buf());
-        if let (Ok(a), Ok(b)) = (Context::open(&ca), Context::open(&cb)) {
-            return (a, b);
+    common::two_contexts_configured(|i, cfg| {
+        cfg.cc = cc;
+        if i == 2 {
+            cfg.pcap = Some(pcap.to_path_buf());
         }
-    }
-    panic!("no free UDP port");
+    })
 }
 
 /// Runs a 256 KiB RDMA WRITE and a SEND from A to B with traffic class `tclass`, and returns

@@ -47,12 +47,17 @@ pub fn contexts(n: u8) -> Vec<Context> {
     contexts_with(n, false)
 }
 
-/// Two contexts, on 127.0.0.1 and 127.0.0.2, busy-polling or not.
-pub fn two_contexts_with(busy_poll: bool) -> (Context, Context) {
-    let mut v = contexts_with(2, busy_poll);
+/// Two contexts, on 127.0.0.1 and 127.0.0.2, configured as [`contexts_configured`] says.
+pub fn two_contexts_configured(configure: impl Fn(u8, &mut DeviceConfig)) -> (Context, Context) {
+    let mut v = contexts_configured(2, configure);
     let b = v.pop().unwrap();
     let a = v.pop().unwrap();
     (a, b)
+}
+
+/// Two contexts, on 127.0.0.1 and 127.0.0.2, busy-polling or not.
+pub fn two_contexts_with(busy_poll: bool) -> (Context, Context) {
+    two_contexts_configured(|_, cfg| cfg.busy_poll = busy_poll)
 }
 
 /// Two blocking contexts, on 127.0.0.1 and 127.0.0.2.
