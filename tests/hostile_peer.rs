@@ -237,12 +237,7 @@ fn atomic(va: u64, rkey: u32) -> ExtHeaders {
 }
 
 fn wait(cq: &CompletionQueue) -> WorkCompletion {
-    let mut wc = [WorkCompletion::default(); 1];
-    let n = cq
-        .wait(&mut wc, Duration::from_secs(2))
-        .expect("a completion within 2 s");
-    assert_eq!(n, 1);
-    wc[0]
+    common::wait_one(cq, Duration::from_secs(2))
 }
 
 /// An honest WRITE and SEND between the two softroce devices complete: other QPs progress.

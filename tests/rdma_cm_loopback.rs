@@ -93,9 +93,7 @@ fn client(ch: &EventChannel, r: &Res, dst: &Context) -> (CmId, std::sync::Arc<Qu
 }
 
 fn wait_wc(cq: &CompletionQueue) -> WorkCompletion {
-    let mut wc = [WorkCompletion::default(); 1];
-    assert_eq!(cq.wait(&mut wc, T).unwrap(), 1);
-    wc[0]
+    common::wait_one(cq, T)
 }
 
 #[test]

@@ -12,15 +12,7 @@ const QKEY: u32 = 0x1111_1111;
 const MR_LEN: usize = 1 << 16;
 
 mod common;
-use common::contexts;
-
-struct End {
-    ctx: Context,
-    pd: ProtectionDomain,
-    mr: MemoryRegion,
-    cq: CompletionQueue,
-    qp: QueuePair,
-}
+use common::{contexts, wait_one, End, EndSpec};
 
 fn cap() -> QpCap {
     QpCap {
@@ -33,36 +25,21 @@ fn cap() -> QpCap {
 }
 
 fn end(ctx: Context, qp_type: QpType) -> End {
-    let pd = ctx.alloc_pd().unwrap();
-    let mr = pd
-        .register_mr(MR_LEN, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
-        .unwrap();
-    let cq = ctx.create_cq(256).unwrap();
-    let qp = pd
-        .create_qp(&QpInitAttr {
-            send_cq: &cq,
-            recv_cq: &cq,
-            cap: cap(),
-            qp_type,
-            sq_sig_all: false,
-        })
-        .unwrap();
-    End {
+    End::open(
         ctx,
-        pd,
-        mr,
-        cq,
-        qp,
-    }
+        &EndSpec {
+            mr_len: MR_LEN,
+            mr_access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+            cq_len: 256,
+            qp_type,
+            cap: cap(),
+            sq_sig_all: false,
+        },
+    )
 }
 
 fn wait(cq: &CompletionQueue) -> WorkCompletion {
-    let mut wc = [WorkCompletion::default(); 1];
-    let n = cq
-        .wait(&mut wc, Duration::from_secs(30))
-        .expect("a completion");
-    assert_eq!(n, 1);
-    wc[0]
+    wait_one(cq, Duration::from_secs(30))
 }
 
 /// Waits until `cond` holds (bounded).

@@ -8,7 +8,10 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use softroce::driver::DeviceConfig;
-use softroce::verbs::Context;
+use softroce::ib::{AccessFlags, QpCap, QpType, WorkCompletion};
+use softroce::verbs::{
+    CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpInitAttr, QueuePair,
+};
 use softroce::wire::{icrc, BthRepr, DethRepr, ExtHeaders, ImmDtRepr, Opcode, PacketRepr};
 
 /// Opens `n` contexts on one free UDP port of 127.0.0.1, 127.0.0.2, ... (the same port, as
@@ -63,6 +66,80 @@ pub fn two_contexts_with(busy_poll: bool) -> (Context, Context) {
 /// Two blocking contexts, on 127.0.0.1 and 127.0.0.2.
 pub fn two_contexts() -> (Context, Context) {
     two_contexts_with(false)
+}
+
+/// One device's objects in a verbs test: its context, a PD, an MR on it, one CQ for both of
+/// the QP's queues, and the QP.
+pub struct End {
+    /// The device.
+    pub ctx: Context,
+    /// The protection domain the MR and the QP belong to.
+    pub pd: ProtectionDomain,
+    /// The end's buffer.
+    pub mr: MemoryRegion,
+    /// The CQ of both queues.
+    pub cq: CompletionQueue,
+    /// The QP, in RESET as [`End::open`] leaves it.
+    pub qp: QueuePair,
+}
+
+/// What [`End::open`] makes.
+pub struct EndSpec {
+    /// Bytes of the MR.
+    pub mr_len: usize,
+    /// The MR's access rights.
+    pub mr_access: AccessFlags,
+    /// Entries of the CQ.
+    pub cq_len: usize,
+    /// The QP's transport.
+    pub qp_type: QpType,
+    /// The QP's queue sizes.
+    pub cap: QpCap,
+    /// Whether every send is signaled.
+    pub sq_sig_all: bool,
+}
+
+impl End {
+    /// Makes an end on `ctx` as `spec` says; its QP stays in RESET.
+    pub fn open(ctx: Context, spec: &EndSpec) -> End {
+        let pd = ctx.alloc_pd().unwrap();
+        let mr = pd.register_mr(spec.mr_len, spec.mr_access).unwrap();
+        let cq = ctx.create_cq(spec.cq_len).unwrap();
+        let qp = pd
+            .create_qp(&QpInitAttr {
+                send_cq: &cq,
+                recv_cq: &cq,
+                cap: spec.cap,
+                qp_type: spec.qp_type,
+                sq_sig_all: spec.sq_sig_all,
+            })
+            .unwrap();
+        End {
+            ctx,
+            pd,
+            mr,
+            cq,
+            qp,
+        }
+    }
+}
+
+/// The next completion on `cq`, which must come within `limit`.
+pub fn wait_one(cq: &CompletionQueue, limit: Duration) -> WorkCompletion {
+    let mut wc = [WorkCompletion::default(); 1];
+    let n = cq
+        .wait(&mut wc, limit)
+        .unwrap_or_else(|e| panic!("a completion within {limit:?}: {e}"));
+    assert_eq!(n, 1);
+    wc[0]
+}
+
+/// `len` bytes of a pattern that differs with `seed` and along its length, so that a byte
+/// placed at the wrong offset or taken from the wrong message shows.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    (0..len as u64)
+        .map(|i| (i.wrapping_mul(131).wrapping_add(seed * 17) >> 2) as u8)
+        .collect()
 }
 
 /// The `softroce` binary this test build made.
