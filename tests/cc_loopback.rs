@@ -41,13 +41,7 @@ fn run(cc: CcConfig, tclass: u8, tag: &str) -> Vec<u8> {
     let path = pcap_path(tag);
     {
         let (ca, cb) = two(cc, &path);
-        let cap = QpCap {
-            max_send_wr: 16,
-            max_recv_wr: 16,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        };
+        let cap = common::queues(16);
         let mut ends = Vec::new();
         for ctx in [&ca, &cb] {
             let pd = ctx.alloc_pd().unwrap();

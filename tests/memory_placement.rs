@@ -26,13 +26,7 @@ fn end(ctx: Context) -> End {
             mr_access: RIGHTS,
             cq_len: 64,
             qp_type: QpType::Rc,
-            cap: QpCap {
-                max_send_wr: 16,
-                max_recv_wr: 16,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
+            cap: common::queues(16),
             sq_sig_all: true,
         },
     );

@@ -15,13 +15,7 @@ mod common;
 use common::{contexts, wait_one, End, EndSpec};
 
 fn cap() -> QpCap {
-    QpCap {
-        max_send_wr: 64,
-        max_recv_wr: 64,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    }
+    common::queues(64)
 }
 
 fn end(ctx: Context, qp_type: QpType) -> End {
@@ -463,13 +457,7 @@ fn ud_sends_posted_just_before_destroy_are_delivered() {
         for i in 0..N {
             recv(&r, i, i * 2048, 2048);
         }
-        let ah =
-            s.pd.create_ah(&AhAttr {
-                dgid: r.ctx.gid(0).unwrap(),
-                hop_limit: 64,
-                ..Default::default()
-            })
-            .unwrap();
+        let ah = s.ah_to(&r);
         let rq = r.qp.qp_num();
         for i in 0..N {
             ud_send(&s, &ah, rq, QKEY, i, WrOpcode::Send, 100).unwrap();

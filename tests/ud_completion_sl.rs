@@ -22,13 +22,7 @@ fn ud_end(ctx: Context) -> End {
             mr_access: AccessFlags::LOCAL_WRITE,
             cq_len: 64,
             qp_type: QpType::Ud,
-            cap: QpCap {
-                max_send_wr: 8,
-                max_recv_wr: 8,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
+            cap: common::queues(8),
             sq_sig_all: false,
         },
     );
@@ -49,13 +43,7 @@ fn datagram(s: &End, r: &End) -> (WorkCompletion, WorkCompletion, [u8; 40]) {
         sg_list: &[r.mr.sge(0, 1024)],
     }])
     .unwrap();
-    let ah =
-        s.pd.create_ah(&AhAttr {
-            dgid: r.ctx.gid(0).unwrap(),
-            hop_limit: 64,
-            ..Default::default()
-        })
-        .unwrap();
+    let ah = s.ah_to(&r);
     s.qp.post_send_ud(&[UdSendWr {
         wr: SendWr {
             wr_id: 1,

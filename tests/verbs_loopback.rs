@@ -804,13 +804,7 @@ fn ipv6_send_write_read_and_atomic() {
         cfg.remote_port = Some(peer);
         Context::open(&cfg).expect("IPv6 loopback device")
     };
-    let cap = QpCap {
-        max_send_wr: 16,
-        max_recv_wr: 16,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
+    let cap = common::queues(16);
     let a = end(open(a_port, b_port), 1 << 16, cap);
     let b = end(open(b_port, a_port), 1 << 16, cap);
     assert_eq!(

@@ -8,9 +8,9 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use softroce::driver::DeviceConfig;
-use softroce::ib::{AccessFlags, QpCap, QpType, WorkCompletion};
+use softroce::ib::{AccessFlags, AhAttr, QpCap, QpType, WorkCompletion};
 use softroce::verbs::{
-    CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpInitAttr, QueuePair,
+    AddressHandle, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpInitAttr, QueuePair,
 };
 use softroce::wire::{icrc, BthRepr, DethRepr, ExtHeaders, ImmDtRepr, Opcode, PacketRepr};
 
@@ -121,6 +121,29 @@ impl End {
             cq,
             qp,
         }
+    }
+
+    /// An address handle on this end's PD for `peer`'s GID 0, hop limit 64: where a UD QP
+    /// sends to reach `peer`.
+    pub fn ah_to(&self, peer: &End) -> AddressHandle {
+        self.pd
+            .create_ah(&AhAttr {
+                dgid: peer.ctx.gid(0).unwrap(),
+                hop_limit: 64,
+                ..Default::default()
+            })
+            .unwrap()
+    }
+}
+
+/// QP queues `wr` deep (both), with one SGE per WR and no inline data.
+pub fn queues(wr: u32) -> QpCap {
+    QpCap {
+        max_send_wr: wr,
+        max_recv_wr: wr,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
     }
 }
 
