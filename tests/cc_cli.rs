@@ -10,7 +10,7 @@ use std::process::Output;
 use std::time::Duration;
 
 mod common;
-use common::{counters, end_args, fails_fast, ok, ports, s, server_then_client};
+use common::{counters, end_args, fails_fast, ok, ports, s, server_then_client, tos_from};
 
 /// Runs softroce with `args`, which must fail within 5 s (no peer listens: the error must come
 /// from the flag check); returns the exit status and stderr.
@@ -163,20 +163,6 @@ fn run_checks_its_cc_flags_before_starting_the_program() {
         e.contains("softroce: error: --cc-param: cnp_dscp=64: cnp_dscp must be a DSCP of 0..63"),
         "{e}"
     );
-}
-
-/// The TOS of every IPv4 packet a capture saw arrive from `src`.
-fn tos_from(pcap: &std::path::Path, src: std::net::Ipv4Addr) -> Vec<u8> {
-    let f = std::fs::File::open(pcap).unwrap();
-    let mut r = softroce::capture::CaptureReader::new(f).unwrap();
-    let mut v = Vec::new();
-    while let Some(fr) = r.next_frame().unwrap() {
-        let ip = &fr.data[14..];
-        if ip[0] >> 4 == 4 && ip[12..16] == src.octets() {
-            v.push(ip[1]);
-        }
-    }
-    v
 }
 
 /// A `perf write` server on 127.0.0.1 (`flags` then `extra`, then `server_extra`) and its

@@ -7,7 +7,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use softroce::capture::CaptureReader;
 use softroce::ib::*;
 use softroce::transport::cc::CcConfig;
 use softroce::verbs::*;
@@ -119,15 +118,7 @@ fn run(cc: CcConfig, tclass: u8, tag: &str) -> Vec<u8> {
         assert_eq!(ca.counter("np_cnp_sent"), Some(0), "loopback marks nothing");
         drop(ends);
     }
-    let file = std::fs::File::open(&path).unwrap();
-    let mut r = CaptureReader::new(std::io::BufReader::new(file)).unwrap();
-    let mut tos = Vec::new();
-    while let Some(f) = r.next_frame().unwrap() {
-        let ip = &f.data[14..];
-        if ip[0] >> 4 == 4 && ip[12..16] == [127, 0, 0, 1] {
-            tos.push(ip[1]);
-        }
-    }
+    let tos = common::tos_from(&path, [127, 0, 0, 1].into());
     let _ = std::fs::remove_file(&path);
     tos
 }

@@ -375,6 +375,20 @@ impl Lines {
     }
 }
 
+/// The TOS of every IPv4 packet the capture `pcap` (Ethernet frames) saw arrive from `src`.
+pub fn tos_from(pcap: &std::path::Path, src: std::net::Ipv4Addr) -> Vec<u8> {
+    let f = std::io::BufReader::new(std::fs::File::open(pcap).unwrap());
+    let mut r = softroce::capture::CaptureReader::new(f).unwrap();
+    let mut v = Vec::new();
+    while let Some(fr) = r.next_frame().unwrap() {
+        let ip = &fr.data[14..];
+        if ip[0] >> 4 == 4 && ip[12..16] == src.octets() {
+            v.push(ip[1]);
+        }
+    }
+    v
+}
+
 /// The libibverbs shim (which is also librdmacm.so.1) this build made, for `softroce run
 /// --lib`. `cargo test` from the workspace root builds it into target/<profile>/deps/ and
 /// copies it up to target/<profile>/ only on `cargo build`, so the copy in deps/ is the
