@@ -53,6 +53,14 @@ fn expect(ch: &EventChannel, kind: EventKind) -> RdmaCmEvent {
     e
 }
 
+/// Connection parameters carrying `data` as private data, the rest default.
+fn carrying(data: &[u8]) -> ConnParam {
+    ConnParam {
+        private_data: data.to_vec(),
+        ..ConnParam::default()
+    }
+}
+
 /// An event channel on each device.
 fn channels(a: &Context, b: &Context) -> (EventChannel, EventChannel) {
     (EventChannel::new(a).unwrap(), EventChannel::new(b).unwrap())
@@ -105,11 +113,7 @@ fn connect_send_and_disconnect_through_the_cm() {
     let _listener = listen(&chb, PortSpace::Tcp, 8);
 
     let (id_a, qp_a) = client(&cha, &ra, &cb);
-    id_a.connect(&ConnParam {
-        private_data: b"hello".to_vec(),
-        ..ConnParam::default()
-    })
-    .unwrap();
+    id_a.connect(&carrying(b"hello")).unwrap();
 
     let req = expect(&chb, EventKind::ConnectRequest);
     assert!(req.listen_id.is_some());
@@ -120,11 +124,7 @@ fn connect_send_and_disconnect_through_the_cm() {
     let qp_b = id_b.create_qp(&rb.pd, &init(&rb)).unwrap();
     // The server posts its receive before accepting, as rping does.
     post_recv(&qp_b, &rb, 7);
-    id_b.accept(&ConnParam {
-        private_data: b"welcome".to_vec(),
-        ..ConnParam::default()
-    })
-    .unwrap();
+    id_b.accept(&carrying(b"welcome")).unwrap();
     assert_eq!(qp_b.query().qp_state, QpState::Rts);
 
     let est = expect(&cha, EventKind::Established);
@@ -247,10 +247,7 @@ fn misuse_is_a_typed_error() {
     );
     let ra = res(&ca);
     let (id, _qp) = client(&cha, &ra, &cb);
-    let long = ConnParam {
-        private_data: vec![0; 57],
-        ..ConnParam::default()
-    };
+    let long = carrying(&[0; 57]);
     assert!(matches!(
         id.connect(&long),
         Err(RdmaCmError::Cm(softroce::cm::CmError::PrivateDataTooLong {
@@ -442,11 +439,7 @@ fn one_listener_takes_several_connections_to_qps_the_caller_made() {
             Err(RdmaCmError::WrongState { .. })
         ));
         resolve(&cha, &id_a, cb.local_addr().ip(), PORT);
-        id_a.connect(&ConnParam {
-            private_data: vec![i],
-            ..ConnParam::default()
-        })
-        .unwrap();
+        id_a.connect(&carrying(&[i])).unwrap();
         let req = expect(&chb, EventKind::ConnectRequest);
         assert!(req.listen_id.as_ref().unwrap().same(&listener));
         assert!(!req.id.same(&listener));
@@ -629,11 +622,7 @@ fn ud_ids_resolve_with_sidr_and_exchange_datagrams() {
     let _tcp = listen(&chb, PortSpace::Tcp, 8);
 
     let (id_a, qp_a) = ud_client(&cha, &ra, &cb);
-    id_a.connect(&ConnParam {
-        private_data: b"udaddy?".to_vec(),
-        ..ConnParam::default()
-    })
-    .unwrap();
+    id_a.connect(&carrying(b"udaddy?")).unwrap();
 
     let req = expect(&chb, EventKind::ConnectRequest);
     assert!(req.listen_id.unwrap().same(&listener));
@@ -646,11 +635,7 @@ fn ud_ids_resolve_with_sidr_and_exchange_datagrams() {
     assert_eq!(id_b.port_space(), PortSpace::Udp);
     let qp_b = id_b.create_qp(&rb.pd, &ud_init(&rb)).unwrap();
     post_recv(&qp_b, &rb, 7);
-    id_b.accept(&ConnParam {
-        private_data: b"served".to_vec(),
-        ..ConnParam::default()
-    })
-    .unwrap();
+    id_b.accept(&carrying(b"served")).unwrap();
 
     let est = expect(&cha, EventKind::Established);
     assert_eq!(est.status, 0);
