@@ -43,7 +43,7 @@ fn datagram(s: &End, r: &End) -> (WorkCompletion, WorkCompletion, [u8; 40]) {
         sg_list: &[r.mr.sge(0, 1024)],
     }])
     .unwrap();
-    let ah = s.ah_to(&r);
+    let ah = s.ah_to(r);
     s.qp.post_send_ud(&[UdSendWr {
         wr: SendWr {
             wr_id: 1,
