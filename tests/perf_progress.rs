@@ -27,12 +27,15 @@ fn a_run_of_more_than_three_seconds_reports_progress_at_both_ends() {
             ip,
         )
     };
-    let server = spawn(&common("127.0.0.1"));
     let mut cv = common("127.0.0.2");
     cv.push("127.0.0.1".into());
     // The client may start before the server listens: retry while refused (bounded).
-    let client = client_until_connected(&cv, Duration::from_secs(60));
-    let server = finish(server, "server", Duration::from_secs(60));
+    let (server, client) = server_then_client(
+        &common("127.0.0.1"),
+        &cv,
+        Duration::from_secs(60),
+        Duration::from_secs(60),
+    );
     ok(&client, "client");
     ok(&server, "server");
     let (c, sv) = (progress_lines(&client), progress_lines(&server));
@@ -64,11 +67,14 @@ fn a_run_of_more_than_three_seconds_reports_progress_at_both_ends() {
 fn a_short_run_prints_no_progress() {
     let (tcp, udp) = ports();
     let common = |ip: &str| end_args(&["perf", "write", "-n", "50"], tcp, udp, ip);
-    let server = spawn(&common("127.0.0.1"));
     let mut cv = common("127.0.0.2");
     cv.push("127.0.0.1".into());
-    let client = client_until_connected(&cv, Duration::from_secs(60));
-    let server = finish(server, "server", Duration::from_secs(60));
+    let (server, client) = server_then_client(
+        &common("127.0.0.1"),
+        &cv,
+        Duration::from_secs(60),
+        Duration::from_secs(60),
+    );
     ok(&client, "client");
     ok(&server, "server");
     assert!(progress_lines(&client).is_empty(), "{client:?}");

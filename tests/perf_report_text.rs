@@ -116,12 +116,15 @@ fn the_server_says_it_waits_and_both_ends_print_every_qps_addresses() {
 fn json_output_has_neither_banner_nor_address_lines() {
     let (tcp, udp) = ports();
     let common = |ip: &str| end_args(&["perf", "write", "--json", "-n", "20"], tcp, udp, ip);
-    let server = spawn(&common("127.0.0.1"));
     let mut cv = common("127.0.0.2");
     cv.push("127.0.0.1".into());
     // The client retries until the server listens (no banner to wait for under --json).
-    let client = client_until_connected(&cv, Duration::from_secs(60));
-    let server = finish(server, "server", Duration::from_secs(60));
+    let (server, client) = server_then_client(
+        &common("127.0.0.1"),
+        &cv,
+        Duration::from_secs(60),
+        Duration::from_secs(60),
+    );
     for o in [&client, &server] {
         let text = ok(o, "--json end");
         for l in text.lines() {

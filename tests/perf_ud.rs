@@ -6,7 +6,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 mod common;
-use common::{bin, client_until_connected, counters, end_args, finish, ok, ports, s, spawn};
+use common::{bin, counters, end_args, ok, ports, s, server_then_client};
 
 /// Runs `softroce perf send -c UD` as a server with `sv` and as a client with `cv` (each after
 /// the flags both share, `both`); returns both outputs.
@@ -19,12 +19,15 @@ fn pair(both: &[&str], sv: &[&str], cv: &[&str]) -> (Output, Output) {
         v.extend(end_args(&[], tcp, udp, ip));
         v
     };
-    let server = spawn(&args("127.0.0.1", sv));
     let mut c = args("127.0.0.2", cv);
     c.push("127.0.0.1".into());
     // The client fails at once while the server is not listening yet; start it again then.
-    let cl = client_until_connected(&c, Duration::from_secs(90));
-    let sv = finish(server, "server", Duration::from_secs(30));
+    let (sv, cl) = server_then_client(
+        &args("127.0.0.1", sv),
+        &c,
+        Duration::from_secs(90),
+        Duration::from_secs(30),
+    );
     (sv, cl)
 }
 

@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 mod common;
-use common::{bin, client_until_connected, decode_json, end_args, finish, ok, ports, spawn};
+use common::{bin, decode_json, end_args, ok, ports, server_then_client};
 
 /// Runs a pingpong pair with `extra` flags; the client writes a capture. Returns the server's
 /// and client's stdout and the capture's packets as decoded JSON.
@@ -27,12 +27,15 @@ fn run_sub(sub: &str, extra: &[&str]) -> (String, String, Vec<serde_json::Value>
         v.extend(end_args(&[], tcp, udp, ip));
         v
     };
-    let server = spawn(&args("127.0.0.1"));
     let mut cv = args("127.0.0.2");
     cv.extend(["--pcap".to_string(), pcap.to_str().unwrap().to_string()]);
     cv.push("127.0.0.1".into());
-    let client = client_until_connected(&cv, Duration::from_secs(60));
-    let sv = finish(server, "server", Duration::from_secs(30));
+    let (sv, client) = server_then_client(
+        &args("127.0.0.1"),
+        &cv,
+        Duration::from_secs(60),
+        Duration::from_secs(30),
+    );
     let s = ok(&sv, "server");
     let c = ok(&client, "client");
     let pkts = decode_json(&pcap, udp);
