@@ -10,7 +10,7 @@ use std::process::Output;
 use std::time::Duration;
 
 mod common;
-use common::{counters, end_args, fails_fast, ok, ports, s, server_then_client, tos_from};
+use common::{counters, fails_fast, ok, s, tos_from, two_ends};
 
 /// Runs softroce with `args`, which must fail within 5 s (no peer listens: the error must come
 /// from the flag check); returns the exit status and stderr.
@@ -165,10 +165,10 @@ fn run_checks_its_cc_flags_before_starting_the_program() {
     );
 }
 
-/// A `perf write` server on 127.0.0.1 (`flags` then `extra`, then `server_extra`) and its
-/// client on 127.0.0.2 (`flags` then `extra`, then `client_extra`) on free ports, each client
-/// run given `limit` and the server half that; returns the client's output and the server's,
-/// each checked to have succeeded (`what` names the run).
+/// `perf write` with `flags` and `extra` as a server (also `server_extra`) and its client (also
+/// `client_extra`) on fresh ports ([`two_ends`]), each client run given `limit` and the server
+/// half that; returns the client's output and the server's, each checked to have succeeded
+/// (`what` names the run).
 fn perf_pair(
     flags: &[&str],
     extra: &[&str],
@@ -177,21 +177,13 @@ fn perf_pair(
     limit: Duration,
     what: &str,
 ) -> (Output, Output) {
-    let (tcp, udp) = ports();
-    let args = |ip: &str, own: &[&str]| {
-        let mut v = s(&["perf", "write"]);
-        v.extend(s(flags));
-        v.extend(end_args(&[], tcp, udp, ip));
-        v.extend(s(extra));
-        v.extend(s(own));
-        v
-    };
-    let (sv, c) = server_then_client(
-        &args("127.0.0.1", server_extra),
-        &args("127.0.0.2", client_extra),
-        limit,
-        limit / 2,
-    );
+    let head: Vec<&str> = ["perf", "write"]
+        .iter()
+        .chain(flags)
+        .chain(extra)
+        .copied()
+        .collect();
+    let (sv, c, _) = two_ends(&head, server_extra, client_extra, limit, limit / 2);
     ok(&c, what);
     ok(&sv, what);
     (c, sv)
@@ -206,7 +198,7 @@ fn perf_tos(extra: &[&str], tag: &str) -> Vec<u8> {
         &["-s", "8192", "-n", "50", "--tclass", "96"],
         extra,
         &["--pcap", pcap.to_str().unwrap()],
-        &["127.0.0.1"],
+        &[],
         Duration::from_secs(60),
         tag,
     );
@@ -250,7 +242,6 @@ fn through_bottleneck(extra: &[&str]) -> (HashMap<String, u64>, HashMap<String, 
             "262144",
             "--bottleneck-mark",
             "32768",
-            "127.0.0.1",
         ],
         Duration::from_secs(120),
         "perf through the bottleneck",

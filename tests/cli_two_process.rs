@@ -5,7 +5,9 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{bin, counters, decode_json, end_args, ok, ports, s, server_then_client, spawn};
+use common::{
+    bin, counters, decode_json, end_args, ok, ports, server_then_client, spawn, two_ends,
+};
 
 /// A `softroce` process whose stdout and stderr are read as they come, so that a test can wait
 /// for the state a line announces (a server's "Waiting for client" banner, a progress line, a
@@ -109,20 +111,14 @@ fn run_pair(
     server_extra: &[&str],
     client_extra: &[&str],
 ) -> (Output, Output, u16) {
-    let (tcp, udp) = ports();
-    let common = |ip: &str| {
-        let mut v = s(sub);
-        v.extend(s(extra));
-        v.extend(end_args(&[], tcp, udp, ip));
-        v
-    };
-    let mut sv = common("127.0.0.1");
-    sv.extend(s(server_extra));
-    let mut cv = common("127.0.0.2");
-    cv.extend(s(client_extra));
-    cv.push("127.0.0.1".into());
-    let (sv, c) = run_server_then_client(&sv, &cv);
-    (sv, c, udp)
+    let head: Vec<&str> = sub.iter().chain(extra).copied().collect();
+    two_ends(
+        &head,
+        server_extra,
+        client_extra,
+        Duration::from_secs(120),
+        Duration::from_secs(30),
+    )
 }
 
 /// Starts a server with `sv`, then a client with `cv`; returns both outputs.

@@ -18,21 +18,11 @@ fn progress_lines(o: &std::process::Output) -> Vec<String> {
 #[test]
 fn a_run_of_more_than_three_seconds_reports_progress_at_both_ends() {
     // -D 5 lasts five seconds whatever the machine's speed: a line comes at 3 s.
-    let (tcp, udp) = ports();
-    let common = |ip: &str| {
-        end_args(
-            &["perf", "write", "-D", "5", "-f", "1", "-s", "4096"],
-            tcp,
-            udp,
-            ip,
-        )
-    };
-    let mut cv = common("127.0.0.2");
-    cv.push("127.0.0.1".into());
     // The client may start before the server listens: retry while refused (bounded).
-    let (server, client) = server_then_client(
-        &common("127.0.0.1"),
-        &cv,
+    let (server, client, _) = two_ends(
+        &["perf", "write", "-D", "5", "-f", "1", "-s", "4096"],
+        &[],
+        &[],
         Duration::from_secs(60),
         Duration::from_secs(60),
     );
@@ -65,13 +55,10 @@ fn a_run_of_more_than_three_seconds_reports_progress_at_both_ends() {
 
 #[test]
 fn a_short_run_prints_no_progress() {
-    let (tcp, udp) = ports();
-    let common = |ip: &str| end_args(&["perf", "write", "-n", "50"], tcp, udp, ip);
-    let mut cv = common("127.0.0.2");
-    cv.push("127.0.0.1".into());
-    let (server, client) = server_then_client(
-        &common("127.0.0.1"),
-        &cv,
+    let (server, client, _) = two_ends(
+        &["perf", "write", "-n", "50"],
+        &[],
+        &[],
         Duration::from_secs(60),
         Duration::from_secs(60),
     );

@@ -114,14 +114,11 @@ fn the_server_says_it_waits_and_both_ends_print_every_qps_addresses() {
 
 #[test]
 fn json_output_has_neither_banner_nor_address_lines() {
-    let (tcp, udp) = ports();
-    let common = |ip: &str| end_args(&["perf", "write", "--json", "-n", "20"], tcp, udp, ip);
-    let mut cv = common("127.0.0.2");
-    cv.push("127.0.0.1".into());
     // The client retries until the server listens (no banner to wait for under --json).
-    let (server, client) = server_then_client(
-        &common("127.0.0.1"),
-        &cv,
+    let (server, client, _) = two_ends(
+        &["perf", "write", "--json", "-n", "20"],
+        &[],
+        &[],
         Duration::from_secs(60),
         Duration::from_secs(60),
     );

@@ -6,25 +6,20 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 mod common;
-use common::{bin, counters, end_args, ok, ports, s, server_then_client};
+use common::{bin, counters, ok, two_ends};
 
 /// Runs `softroce perf send -c UD` as a server with `sv` and as a client with `cv` (each after
 /// the flags both share, `both`); returns both outputs.
 fn pair(both: &[&str], sv: &[&str], cv: &[&str]) -> (Output, Output) {
-    let (tcp, udp) = ports();
-    let args = |ip: &str, own: &[&str]| {
-        let mut v = s(&["perf", "send", "-c", "UD"]);
-        v.extend(s(both));
-        v.extend(s(own));
-        v.extend(end_args(&[], tcp, udp, ip));
-        v
-    };
-    let mut c = args("127.0.0.2", cv);
-    c.push("127.0.0.1".into());
-    // The client fails at once while the server is not listening yet; start it again then.
-    let (sv, cl) = server_then_client(
-        &args("127.0.0.1", sv),
-        &c,
+    let head: Vec<&str> = ["perf", "send", "-c", "UD"]
+        .iter()
+        .chain(both)
+        .copied()
+        .collect();
+    let (sv, cl, _) = two_ends(
+        &head,
+        sv,
+        cv,
         Duration::from_secs(90),
         Duration::from_secs(30),
     );

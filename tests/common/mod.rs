@@ -233,6 +233,28 @@ pub fn server_then_client(
     (finish(server, "server", server_limit), client)
 }
 
+/// Runs the two-process command line `head` on fresh ports ([`ports`], [`end_args`]): its
+/// server on 127.0.0.1 with `server_extra`, then its client on 127.0.0.2 with `client_extra`
+/// and the server's address, as [`server_then_client`] does (each client run given
+/// `client_limit`, the server `server_limit`). Returns the server's output, the client's and
+/// the UDP port RoCE used.
+pub fn two_ends(
+    head: &[&str],
+    server_extra: &[&str],
+    client_extra: &[&str],
+    client_limit: Duration,
+    server_limit: Duration,
+) -> (Output, Output, u16) {
+    let (tcp, udp) = ports();
+    let mut sv = end_args(head, tcp, udp, "127.0.0.1");
+    sv.extend(s(server_extra));
+    let mut cv = end_args(head, tcp, udp, "127.0.0.2");
+    cv.extend(s(client_extra));
+    cv.push("127.0.0.1".into());
+    let (sv, c) = server_then_client(&sv, &cv, client_limit, server_limit);
+    (sv, c, udp)
+}
+
 /// A free TCP port (for the out-of-band exchange) and a UDP port free on both 127.0.0.1 and
 /// 127.0.0.2 (the RoCE port of two devices).
 pub fn ports() -> (u16, u16) {
