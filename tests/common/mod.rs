@@ -1,5 +1,6 @@
-//! Helpers shared by the integration tests: device contexts over real sockets, and the
-//! `softroce` binary run as a child process.
+//! Helpers shared by the integration tests: device contexts over real sockets and one end's
+//! verbs objects on them, QP1 datagrams built and sealed by hand, and the `softroce` binary run
+//! as a child process (a server and its client, flag checks that must fail fast).
 // Each test binary uses a subset.
 #![allow(dead_code)]
 
