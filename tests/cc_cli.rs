@@ -6,27 +6,16 @@
 //! cross the kernel to the receiver, which answers with CNPs.
 
 use std::collections::HashMap;
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::process::Output;
+use std::time::Duration;
 
 mod common;
-use common::{bin, counters, finish, ok, ports, spawn};
-
-fn s(v: &[&str]) -> Vec<String> {
-    v.iter().map(|x| x.to_string()).collect()
-}
+use common::{counters, fails_fast, ok, s, tos_from, two_ends};
 
 /// Runs softroce with `args`, which must fail within 5 s (no peer listens: the error must come
 /// from the flag check); returns the exit status and stderr.
 fn fails(args: &[&str]) -> (i32, String) {
-    let t = Instant::now();
-    let o: Output = Command::new(bin()).args(args).output().unwrap();
-    assert!(!o.status.success(), "{args:?} succeeded");
-    assert!(
-        t.elapsed() < Duration::from_secs(5),
-        "{args:?} took {:?} to fail",
-        t.elapsed()
-    );
+    let o = fails_fast(args);
     (
         o.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&o.stderr).into_owned(),
@@ -55,11 +44,22 @@ fn each_subcommand(extra: &[&str]) -> Vec<Vec<String>> {
     .collect()
 }
 
+/// Runs each subcommand with `extra` ([`each_subcommand`]), each of which must fail
+/// ([`fails`]): its arguments, exit status and stderr.
+fn each_subcommand_fails(extra: &[&str]) -> Vec<(Vec<String>, i32, String)> {
+    each_subcommand(extra)
+        .into_iter()
+        .map(|args| {
+            let a: Vec<&str> = args.iter().map(String::as_str).collect();
+            let (code, e) = fails(&a);
+            (args, code, e)
+        })
+        .collect()
+}
+
 #[test]
 fn an_unknown_mode_is_a_usage_error_of_every_subcommand() {
-    for args in each_subcommand(&["--cc", "reno"]) {
-        let a: Vec<&str> = args.iter().map(String::as_str).collect();
-        let (code, e) = fails(&a);
+    for (a, code, e) in each_subcommand_fails(&["--cc", "reno"]) {
         assert_eq!(code, 2, "{a:?}: {e}");
         assert!(
             e.contains("invalid value 'reno' for '--cc <CC>'"),
@@ -101,9 +101,7 @@ fn bad_parameters_name_the_parameter_before_any_connection() {
             "--cc-param: congestion control parameters need congestion control on (dcqcn)",
         ),
     ] {
-        for args in each_subcommand(extra) {
-            let a: Vec<&str> = args.iter().map(String::as_str).collect();
-            let (code, e) = fails(&a);
+        for (a, code, e) in each_subcommand_fails(extra) {
             assert_eq!(code, 1, "{a:?}: {e}");
             assert!(
                 e.contains(&format!("softroce: error: {want}")),
@@ -141,9 +139,7 @@ fn bad_bottleneck_flags_are_refused_before_any_connection() {
             "--bottleneck-mark-prob 1.5: must be a probability in 0..1",
         ),
     ] {
-        for args in each_subcommand(extra) {
-            let a: Vec<&str> = args.iter().map(String::as_str).collect();
-            let (code, e) = fails(&a);
+        for (a, code, e) in each_subcommand_fails(extra) {
             assert_eq!(code, 1, "{a:?}: {e}");
             assert!(e.contains(&format!("softroce: error: {want}")), "{a:?}: {e}");
         }
@@ -169,18 +165,28 @@ fn run_checks_its_cc_flags_before_starting_the_program() {
     );
 }
 
-/// The TOS of every IPv4 packet a capture saw arrive from `src`.
-fn tos_from(pcap: &std::path::Path, src: std::net::Ipv4Addr) -> Vec<u8> {
-    let f = std::fs::File::open(pcap).unwrap();
-    let mut r = softroce::capture::CaptureReader::new(f).unwrap();
-    let mut v = Vec::new();
-    while let Some(fr) = r.next_frame().unwrap() {
-        let ip = &fr.data[14..];
-        if ip[0] >> 4 == 4 && ip[12..16] == src.octets() {
-            v.push(ip[1]);
-        }
-    }
-    v
+/// `perf write` with `flags` and `extra` as a server (also `server_extra`) and its client (also
+/// `client_extra`) on fresh ports ([`two_ends`]), each client run given `limit` and the server
+/// half that; returns the client's output and the server's, each checked to have succeeded
+/// (`what` names the run).
+fn perf_pair(
+    flags: &[&str],
+    extra: &[&str],
+    server_extra: &[&str],
+    client_extra: &[&str],
+    limit: Duration,
+    what: &str,
+) -> (Output, Output) {
+    let head: Vec<&str> = ["perf", "write"]
+        .iter()
+        .chain(flags)
+        .chain(extra)
+        .copied()
+        .collect();
+    let (sv, c, _) = two_ends(&head, server_extra, client_extra, limit, limit / 2);
+    ok(&c, what);
+    ok(&sv, what);
+    (c, sv)
 }
 
 /// A server and a client `perf write` with `extra` on both; the server captures. Returns the
@@ -188,44 +194,14 @@ fn tos_from(pcap: &std::path::Path, src: std::net::Ipv4Addr) -> Vec<u8> {
 fn perf_tos(extra: &[&str], tag: &str) -> Vec<u8> {
     let pcap =
         std::env::temp_dir().join(format!("softroce-cc-cli-{}-{tag}.pcap", std::process::id()));
-    let (tcp, udp) = ports();
-    let args = |ip: &str| {
-        let mut v = s(&[
-            "perf",
-            "write",
-            "-s",
-            "8192",
-            "-n",
-            "50",
-            "--tclass",
-            "96",
-            "-p",
-            &tcp.to_string(),
-            "--roce-port",
-            &udp.to_string(),
-            "--bind",
-            ip,
-        ]);
-        v.extend(s(extra));
-        v
-    };
-    let mut sv = args("127.0.0.1");
-    sv.extend(s(&["--pcap", pcap.to_str().unwrap()]));
-    let server = spawn(&sv);
-    let mut cv = args("127.0.0.2");
-    cv.push("127.0.0.1".into());
-    // The client fails at once while the server is not listening yet; start it again then.
-    let t = Instant::now();
-    let c = loop {
-        let out = finish(spawn(&cv), "client", Duration::from_secs(60));
-        let refused = String::from_utf8_lossy(&out.stderr).contains("connect to");
-        if out.status.success() || !refused || t.elapsed() > Duration::from_secs(10) {
-            break out;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    ok(&c, tag);
-    ok(&finish(server, "server", Duration::from_secs(30)), tag);
+    perf_pair(
+        &["-s", "8192", "-n", "50", "--tclass", "96"],
+        extra,
+        &["--pcap", pcap.to_str().unwrap()],
+        &[],
+        Duration::from_secs(60),
+        tag,
+    );
     let tos = tos_from(&pcap, "127.0.0.2".parse().unwrap());
     let _ = std::fs::remove_file(&pcap);
     tos
@@ -253,53 +229,23 @@ fn cc_dcqcn_on_the_command_line_marks_every_packet_ect0() {
 /// A `perf write` pair through a bottleneck on the client's sends (`extra` on both ends);
 /// returns the client's and the server's `--counters`.
 fn through_bottleneck(extra: &[&str]) -> (HashMap<String, u64>, HashMap<String, u64>) {
-    let (tcp, udp) = ports();
-    let args = |ip: &str| {
-        let mut v = s(&[
-            "perf",
-            "write",
-            "-q",
-            "2",
-            "-s",
-            "65536",
-            "-n",
-            "100",
-            "--counters",
-            "-p",
-            &tcp.to_string(),
-            "--roce-port",
-            &udp.to_string(),
-            "--bind",
-            ip,
-        ]);
-        v.extend(s(extra));
-        v
-    };
-    let server = spawn(&args("127.0.0.1"));
     // 200 Mb/s with a 256 KiB queue: 13 MB take about 0.5 s at the bottleneck's rate, and a
     // window of 2 x 128 x 64 KiB overflows the queue at once without a reaction.
-    let mut cv = args("127.0.0.2");
-    cv.extend(s(&[
-        "--bottleneck",
-        "200",
-        "--bottleneck-queue",
-        "262144",
-        "--bottleneck-mark",
-        "32768",
-        "127.0.0.1",
-    ]));
-    let t = Instant::now();
-    let c = loop {
-        let out = finish(spawn(&cv), "client", Duration::from_secs(120));
-        let refused = String::from_utf8_lossy(&out.stderr).contains("connect to");
-        if out.status.success() || !refused || t.elapsed() > Duration::from_secs(10) {
-            break out;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    ok(&c, "client through the bottleneck");
-    let sv = finish(server, "server", Duration::from_secs(60));
-    ok(&sv, "server");
+    let (c, sv) = perf_pair(
+        &["-q", "2", "-s", "65536", "-n", "100", "--counters"],
+        extra,
+        &[],
+        &[
+            "--bottleneck",
+            "200",
+            "--bottleneck-queue",
+            "262144",
+            "--bottleneck-mark",
+            "32768",
+        ],
+        Duration::from_secs(120),
+        "perf through the bottleneck",
+    );
     (counters(&c), counters(&sv))
 }
 

@@ -4,15 +4,14 @@
 //! vector's DSCP kept, and traffic runs as without it; with it off, the TOS stays the address
 //! vector's (0), as rxe sends it.
 
-use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use softroce::capture::CaptureReader;
-use softroce::driver::DeviceConfig;
 use softroce::ib::*;
 use softroce::transport::cc::CcConfig;
 use softroce::verbs::*;
+
+mod common;
 
 const FULL: AccessFlags = AccessFlags(
     AccessFlags::LOCAL_WRITE.0
@@ -27,22 +26,12 @@ fn pcap_path(tag: &str) -> PathBuf {
 
 /// Two contexts on 127.0.0.1 and 127.0.0.2, congestion control as `cc`, B capturing.
 fn two(cc: CcConfig, pcap: &Path) -> (Context, Context) {
-    for _ in 0..50 {
-        let port = UdpSocket::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut ca = DeviceConfig::new(SocketAddr::new(IpAddr::from([127, 0, 0, 1]), port));
-        ca.cc = cc;
-        let mut cb = DeviceConfig::new(SocketAddr::new(IpAddr::from([127, 0, 0, 2]), port));
-        cb.cc = cc;
-        cb.pcap = Some(pcap.to_path_buf());
-        if let (Ok(a), Ok(b)) = (Context::open(&ca), Context::open(&cb)) {
-            return (a, b);
+    common::two_contexts_configured(|i, cfg| {
+        cfg.cc = cc;
+        if i == 2 {
+            cfg.pcap = Some(pcap.to_path_buf());
         }
-    }
-    panic!("no free UDP port");
+    })
 }
 
 /// Runs a 256 KiB RDMA WRITE and a SEND from A to B with traffic class `tclass`, and returns
@@ -51,13 +40,7 @@ fn run(cc: CcConfig, tclass: u8, tag: &str) -> Vec<u8> {
     let path = pcap_path(tag);
     {
         let (ca, cb) = two(cc, &path);
-        let cap = QpCap {
-            max_send_wr: 16,
-            max_recv_wr: 16,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        };
+        let cap = common::queues(16);
         let mut ends = Vec::new();
         for ctx in [&ca, &cb] {
             let pd = ctx.alloc_pd().unwrap();
@@ -135,15 +118,7 @@ fn run(cc: CcConfig, tclass: u8, tag: &str) -> Vec<u8> {
         assert_eq!(ca.counter("np_cnp_sent"), Some(0), "loopback marks nothing");
         drop(ends);
     }
-    let file = std::fs::File::open(&path).unwrap();
-    let mut r = CaptureReader::new(std::io::BufReader::new(file)).unwrap();
-    let mut tos = Vec::new();
-    while let Some(f) = r.next_frame().unwrap() {
-        let ip = &f.data[14..];
-        if ip[0] >> 4 == 4 && ip[12..16] == [127, 0, 0, 1] {
-            tos.push(ip[1]);
-        }
-    }
+    let tos = common::tos_from(&path, [127, 0, 0, 1].into());
     let _ = std::fs::remove_file(&path);
     tos
 }

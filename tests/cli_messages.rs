@@ -4,20 +4,10 @@
 mod common;
 
 use common::*;
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
 
-/// Runs softroce with `args` (no peer needed: each must fail before connecting).
+/// Runs softroce with `args` (no peer needed: each must fail before connecting); its stderr.
 fn fails(args: &[&str]) -> String {
-    let t = Instant::now();
-    let o: Output = Command::new(bin()).args(args).output().unwrap();
-    assert!(!o.status.success(), "{args:?} succeeded");
-    assert!(
-        t.elapsed() < Duration::from_secs(5),
-        "{args:?} took {:?} to fail",
-        t.elapsed()
-    );
-    String::from_utf8_lossy(&o.stderr).into_owned()
+    String::from_utf8_lossy(&fails_fast(args).stderr).into_owned()
 }
 
 #[test]

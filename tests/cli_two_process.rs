@@ -5,11 +5,9 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{bin, counters, decode_json, finish, ok, ports, spawn};
-
-fn s(v: &[&str]) -> Vec<String> {
-    v.iter().map(|x| x.to_string()).collect()
-}
+use common::{
+    bin, counters, decode_json, end_args, ok, ports, server_then_client, spawn, two_ends,
+};
 
 /// A `softroce` process whose stdout and stderr are read as they come, so that a test can wait
 /// for the state a line announces (a server's "Waiting for client" banner, a progress line, a
@@ -113,45 +111,19 @@ fn run_pair(
     server_extra: &[&str],
     client_extra: &[&str],
 ) -> (Output, Output, u16) {
-    let (tcp, udp) = ports();
-    let common = |ip: &str| {
-        let mut v = s(sub);
-        v.extend(s(extra));
-        v.extend(s(&[
-            "-p",
-            &tcp.to_string(),
-            "--roce-port",
-            &udp.to_string(),
-            "--bind",
-            ip,
-        ]));
-        v
-    };
-    let mut sv = common("127.0.0.1");
-    sv.extend(s(server_extra));
-    let mut cv = common("127.0.0.2");
-    cv.extend(s(client_extra));
-    cv.push("127.0.0.1".into());
-    let (sv, c) = run_server_then_client(&sv, &cv);
-    (sv, c, udp)
+    let head: Vec<&str> = sub.iter().chain(extra).copied().collect();
+    two_ends(
+        &head,
+        server_extra,
+        client_extra,
+        Duration::from_secs(120),
+        Duration::from_secs(30),
+    )
 }
 
 /// Starts a server with `sv`, then a client with `cv`; returns both outputs.
 fn run_server_then_client(sv: &[String], cv: &[String]) -> (Output, Output) {
-    let server = spawn(sv);
-    // The client fails at once while the server is not listening yet; start it again then,
-    // as a user would.
-    let t = Instant::now();
-    let c = loop {
-        let out = finish(spawn(cv), "client", Duration::from_secs(120));
-        let refused = String::from_utf8_lossy(&out.stderr).contains("connect to");
-        if out.status.success() || !refused || t.elapsed() > Duration::from_secs(10) {
-            break out;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let sv = finish(server, "server", Duration::from_secs(30));
-    (sv, c)
+    server_then_client(sv, cv, Duration::from_secs(120), Duration::from_secs(30))
 }
 
 #[test]
@@ -421,26 +393,25 @@ fn perf_write_with_64_qps_at_the_default_depths() {
 fn a_peer_killed_mid_transfer_ends_in_retry_exceeded_not_a_hang() {
     let (tcp, udp) = ports();
     let common = |ip: &str| {
-        s(&[
-            "perf",
-            "write",
-            "-n",
-            "1000000",
-            "-s",
-            "65536",
-            "-u",
-            "12",
-            "--retry-cnt",
-            "3",
-            "--timeout",
-            "20",
-            "-p",
-            &tcp.to_string(),
-            "--roce-port",
-            &udp.to_string(),
-            "--bind",
+        end_args(
+            &[
+                "perf",
+                "write",
+                "-n",
+                "1000000",
+                "-s",
+                "65536",
+                "-u",
+                "12",
+                "--retry-cnt",
+                "3",
+                "--timeout",
+                "20",
+            ],
+            tcp,
+            udp,
             ip,
-        ])
+        )
     };
     let mut server = Watched::start(&common("127.0.0.1"));
     server.wait_for("listening server", Duration::from_secs(10), listening);
@@ -547,22 +518,8 @@ fn perf_check_prints_what_it_verified() {
 #[test]
 fn perf_refuses_a_peer_that_runs_another_test() {
     let (tcp, udp) = ports();
-    let common = |op: &str, ip: &str| {
-        s(&[
-            "perf",
-            op,
-            "-n",
-            "10",
-            "--timeout",
-            "5",
-            "-p",
-            &tcp.to_string(),
-            "--roce-port",
-            &udp.to_string(),
-            "--bind",
-            ip,
-        ])
-    };
+    let common =
+        |op: &str, ip: &str| end_args(&["perf", op, "-n", "10", "--timeout", "5"], tcp, udp, ip);
     let mut cv = common("read", "127.0.0.2");
     cv.push("127.0.0.1".into());
     let (sv, c) = run_server_then_client(&common("write", "127.0.0.1"), &cv);
@@ -1011,21 +968,12 @@ fn perf_reversed_cpu_util_and_run_infinitely() {
     // --run_infinitely -D 1: a row every second until killed.
     let (tcp, udp) = ports();
     let args = |ip: &str| {
-        s(&[
-            "perf",
-            "write",
-            "--run_infinitely",
-            "-D",
-            "1",
-            "-s",
-            "4096",
-            "-p",
-            &tcp.to_string(),
-            "--roce-port",
-            &udp.to_string(),
-            "--bind",
+        end_args(
+            &["perf", "write", "--run_infinitely", "-D", "1", "-s", "4096"],
+            tcp,
+            udp,
             ip,
-        ])
+        )
     };
     let mut server = Watched::start(&args("127.0.0.1"));
     server.wait_for("listening server", Duration::from_secs(10), listening);

@@ -59,11 +59,7 @@ impl Hostile {
     /// Emits `pkt` with a valid ICRC for the IPv4 and UDP headers the kernel will build
     /// (identification 0 and DF, as for any single datagram a socket sends).
     fn seal(&self, pkt: &PacketRepr) -> Vec<u8> {
-        let mut buf = vec![0u8; pkt.buffer_len()];
-        let n = pkt.emit(&mut buf).unwrap();
-        buf.truncate(n);
-        reseal(self, &mut buf);
-        buf
+        common::sealed(pkt, self.addr, self.target)
     }
 
     fn send(&self, pkt: &PacketRepr) {
@@ -241,12 +237,7 @@ fn atomic(va: u64, rkey: u32) -> ExtHeaders {
 }
 
 fn wait(cq: &CompletionQueue) -> WorkCompletion {
-    let mut wc = [WorkCompletion::default(); 1];
-    let n = cq
-        .wait(&mut wc, Duration::from_secs(2))
-        .expect("a completion within 2 s");
-    assert_eq!(n, 1);
-    wc[0]
+    common::wait_one(cq, Duration::from_secs(2))
 }
 
 /// An honest WRITE and SEND between the two softroce devices complete: other QPs progress.
@@ -972,32 +963,9 @@ fn free_pair_port(net: u8) -> u16 {
 fn send_mad(from_ip: IpAddr, to: SocketAddr, msg: &softroce::wire::cm::CmMessage) {
     let mut mad = [0u8; softroce::wire::mad::LEN];
     msg.emit(0x1234, &mut mad).unwrap();
-    let pkt = PacketRepr {
-        bth: BthRepr {
-            opcode: Opcode::UD_SEND_ONLY,
-            pkey: 0xffff,
-            dest_qp: 1,
-            psn: 0,
-            ..BthRepr::default()
-        },
-        ext: ExtHeaders {
-            deth: Some(DethRepr {
-                qkey: softroce::wire::deth::GSI_QKEY,
-                src_qp: 1,
-            }),
-            ..ExtHeaders::default()
-        },
-        payload: &mad,
-    };
+    let pkt = common::qp1_packet(Opcode::UD_SEND_ONLY, softroce::wire::deth::GSI_QKEY, &mad);
     let sock = UdpSocket::bind(SocketAddr::new(from_ip, 0)).unwrap();
-    let mut buf = vec![0u8; pkt.buffer_len()];
-    let n = pkt.emit(&mut buf).unwrap();
-    buf.truncate(n);
-    assert!(icrc::seal_socket_datagram(
-        sock.local_addr().unwrap(),
-        to,
-        &mut buf
-    ));
+    let buf = common::sealed(&pkt, sock.local_addr().unwrap(), to);
     sock.send_to(&buf, to).unwrap();
 }
 
@@ -1332,23 +1300,11 @@ fn forged_replayed_and_flooded_cm_messages_from_a_third_address_leave_connection
     // Malformed MADs: a MAD's length of bytes that are no MAD (base version 0x5a).
     let garbage = [0x5au8; softroce::wire::mad::LEN];
     for _ in 0..50 {
-        let pkt = PacketRepr {
-            bth: BthRepr {
-                opcode: Opcode::UD_SEND_ONLY,
-                pkey: 0xffff,
-                dest_qp: 1,
-                ..BthRepr::default()
-            },
-            ext: ExtHeaders {
-                deth: Some(DethRepr {
-                    qkey: softroce::wire::deth::GSI_QKEY,
-                    src_qp: 1,
-                }),
-                ..ExtHeaders::default()
-            },
-            payload: &garbage,
-        };
-        l.hostile.send(&pkt);
+        l.hostile.send(&common::qp1_packet(
+            Opcode::UD_SEND_ONLY,
+            softroce::wire::deth::GSI_QKEY,
+            &garbage,
+        ));
     }
     cm_received(&chv, received + 5 + flood + 50);
     let c = chv.cm_counters();

@@ -9,16 +9,7 @@ use softroce::verbs::*;
 use softroce::wire::feth;
 
 mod common;
-use common::two_contexts;
-
-struct End {
-    ctx: Context,
-    #[allow(dead_code)]
-    pd: ProtectionDomain,
-    mr: MemoryRegion,
-    cq: CompletionQueue,
-    qp: QueuePair,
-}
+use common::{two_contexts, wait_one, End, EndSpec};
 
 const RIGHTS: AccessFlags = AccessFlags(
     AccessFlags::LOCAL_WRITE.0
@@ -28,33 +19,20 @@ const RIGHTS: AccessFlags = AccessFlags(
 );
 
 fn end(ctx: Context) -> End {
-    let pd = ctx.alloc_pd().unwrap();
-    let mr = pd.register_mr(1 << 16, RIGHTS).unwrap();
-    let cq = ctx.create_cq(64).unwrap();
-    let qp = pd
-        .create_qp(&QpInitAttr {
-            send_cq: &cq,
-            recv_cq: &cq,
-            cap: QpCap {
-                max_send_wr: 16,
-                max_recv_wr: 16,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            qp_type: QpType::Rc,
-            sq_sig_all: true,
-        })
-        .unwrap();
-    qp.init(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::FLUSH_GLOBAL)
-        .unwrap();
-    End {
+    let e = End::open(
         ctx,
-        pd,
-        mr,
-        cq,
-        qp,
-    }
+        &EndSpec {
+            mr_len: 1 << 16,
+            mr_access: RIGHTS,
+            cq_len: 64,
+            qp_type: QpType::Rc,
+            cap: common::queues(16),
+            sq_sig_all: true,
+        },
+    );
+    e.qp.init(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::FLUSH_GLOBAL)
+        .unwrap();
+    e
 }
 
 fn connect(e: &End, peer: &End) {
@@ -72,12 +50,7 @@ fn connect(e: &End, peer: &End) {
 }
 
 fn wait(cq: &CompletionQueue) -> WorkCompletion {
-    let mut wc = [WorkCompletion::default(); 1];
-    let n = cq
-        .wait(&mut wc, Duration::from_secs(30))
-        .expect("a completion");
-    assert_eq!(n, 1);
-    wc[0]
+    wait_one(cq, Duration::from_secs(30))
 }
 
 #[test]

@@ -8,7 +8,7 @@ use softroce::ib::*;
 use softroce::verbs::*;
 
 mod common;
-use common::two_contexts;
+use common::{pattern, two_contexts, wait_one};
 
 const FULL: AccessFlags = AccessFlags(
     AccessFlags::LOCAL_WRITE.0
@@ -91,18 +91,7 @@ fn pair() -> (Side, Side, MemoryRegion) {
 }
 
 fn wait(cq: &CompletionQueue) -> WorkCompletion {
-    let mut wc = [WorkCompletion::default(); 1];
-    let n = cq
-        .wait(&mut wc, Duration::from_secs(30))
-        .expect("a completion");
-    assert_eq!(n, 1);
-    wc[0]
-}
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    (0..len as u64)
-        .map(|i| (i.wrapping_mul(131).wrapping_add(seed * 17) >> 2) as u8)
-        .collect()
+    wait_one(cq, Duration::from_secs(30))
 }
 
 /// A's signaled RDMA WRITE of `len` bytes of pattern `seed` on `qp` to `va` with `rkey`;

@@ -7,41 +7,17 @@ mod common;
 use common::*;
 use std::time::{Duration, Instant};
 
-fn s(v: &[&str]) -> Vec<String> {
-    v.iter().map(|x| x.to_string()).collect()
-}
-
 #[test]
 fn a_roce_port_mismatch_ends_in_the_retry_count_error_within_seconds() {
     for op in ["write", "send"] {
         let (tcp, udp) = ports();
-        let end = |ip: &str, roce: u16| {
-            s(&[
-                "perf",
-                op,
-                "-n",
-                "100",
-                "-p",
-                &tcp.to_string(),
-                "--roce-port",
-                &roce.to_string(),
-                "--bind",
-                ip,
-            ])
-        };
+        let end = |ip: &str, roce: u16| end_args(&["perf", op, "-n", "100"], tcp, roce, ip);
         // The client sends to a RoCE port nobody listens on (its own, one above the server's).
         let server = spawn(&end("127.0.0.1", udp));
         let mut cv = end("127.0.0.2", udp + 1);
         cv.push("127.0.0.1".into());
         let t = Instant::now();
-        let client = loop {
-            let c = finish(spawn(&cv), "client", Duration::from_secs(60));
-            let refused = String::from_utf8_lossy(&c.stderr).contains("connect to");
-            if !refused || t.elapsed() > Duration::from_secs(10) {
-                break c;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        let client = client_until_connected(&cv, Duration::from_secs(60));
         let client_took = t.elapsed();
         let server = finish(server, "server", Duration::from_secs(60));
         let server_took = t.elapsed();
@@ -77,25 +53,15 @@ fn a_roce_port_mismatch_ends_in_the_retry_count_error_within_seconds() {
 #[test]
 fn an_rdma_cm_client_with_no_server_says_what_it_tried_and_where() {
     let (tcp, udp) = ports();
-    let t = Instant::now();
-    let o = finish(
-        spawn(&s(&[
-            "perf",
-            "write",
-            "-R",
-            "--timeout",
-            "2",
-            "-p",
-            &tcp.to_string(),
-            "--roce-port",
-            &udp.to_string(),
-            "--bind",
-            "127.0.0.2",
-            "127.0.0.1",
-        ])),
-        "client",
-        Duration::from_secs(30),
+    let mut client = end_args(
+        &["perf", "write", "-R", "--timeout", "2"],
+        tcp,
+        udp,
+        "127.0.0.2",
     );
+    client.push("127.0.0.1".into());
+    let t = Instant::now();
+    let o = finish(spawn(&client), "client", Duration::from_secs(30));
     assert!(!o.status.success());
     assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
     let e = String::from_utf8_lossy(&o.stderr);

@@ -6,10 +6,6 @@ mod common;
 use common::*;
 use std::time::Duration;
 
-fn s(v: &[&str]) -> Vec<String> {
-    v.iter().map(|x| x.to_string()).collect()
-}
-
 /// The "perf: N s: ..." lines of a run's stderr.
 fn progress_lines(o: &std::process::Output) -> Vec<String> {
     String::from_utf8_lossy(&o.stderr)
@@ -22,39 +18,14 @@ fn progress_lines(o: &std::process::Output) -> Vec<String> {
 #[test]
 fn a_run_of_more_than_three_seconds_reports_progress_at_both_ends() {
     // -D 5 lasts five seconds whatever the machine's speed: a line comes at 3 s.
-    let (tcp, udp) = ports();
-    let common = |ip: &str| {
-        s(&[
-            "perf",
-            "write",
-            "-D",
-            "5",
-            "-f",
-            "1",
-            "-s",
-            "4096",
-            "-p",
-            &tcp.to_string(),
-            "--roce-port",
-            &udp.to_string(),
-            "--bind",
-            ip,
-        ])
-    };
-    let server = spawn(&common("127.0.0.1"));
-    let mut cv = common("127.0.0.2");
-    cv.push("127.0.0.1".into());
     // The client may start before the server listens: retry while refused (bounded).
-    let t = std::time::Instant::now();
-    let client = loop {
-        let c = finish(spawn(&cv), "client", Duration::from_secs(60));
-        let refused = String::from_utf8_lossy(&c.stderr).contains("connect to");
-        if c.status.success() || !refused || t.elapsed() > Duration::from_secs(10) {
-            break c;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let server = finish(server, "server", Duration::from_secs(60));
+    let (server, client, _) = two_ends(
+        &["perf", "write", "-D", "5", "-f", "1", "-s", "4096"],
+        &[],
+        &[],
+        Duration::from_secs(60),
+        Duration::from_secs(60),
+    );
     ok(&client, "client");
     ok(&server, "server");
     let (c, sv) = (progress_lines(&client), progress_lines(&server));
@@ -84,34 +55,13 @@ fn a_run_of_more_than_three_seconds_reports_progress_at_both_ends() {
 
 #[test]
 fn a_short_run_prints_no_progress() {
-    let (tcp, udp) = ports();
-    let common = |ip: &str| {
-        s(&[
-            "perf",
-            "write",
-            "-n",
-            "50",
-            "-p",
-            &tcp.to_string(),
-            "--roce-port",
-            &udp.to_string(),
-            "--bind",
-            ip,
-        ])
-    };
-    let server = spawn(&common("127.0.0.1"));
-    let mut cv = common("127.0.0.2");
-    cv.push("127.0.0.1".into());
-    let t = std::time::Instant::now();
-    let client = loop {
-        let c = finish(spawn(&cv), "client", Duration::from_secs(60));
-        let refused = String::from_utf8_lossy(&c.stderr).contains("connect to");
-        if c.status.success() || !refused || t.elapsed() > Duration::from_secs(10) {
-            break c;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let server = finish(server, "server", Duration::from_secs(60));
+    let (server, client, _) = two_ends(
+        &["perf", "write", "-n", "50"],
+        &[],
+        &[],
+        Duration::from_secs(60),
+        Duration::from_secs(60),
+    );
     ok(&client, "client");
     ok(&server, "server");
     assert!(progress_lines(&client).is_empty(), "{client:?}");

@@ -6,11 +6,7 @@ use std::net::TcpListener;
 use std::time::Duration;
 
 mod common;
-use common::{finish, ok, ports, spawn};
-
-fn s(v: &[&str]) -> Vec<String> {
-    v.iter().map(|x| x.to_string()).collect()
-}
+use common::{end_args, finish, ok, ports, s, spawn};
 
 /// Runs `perf OP FLAGS` as server and client on one rdma_cm port; returns both stdouts.
 fn pair(op: &[&str], flags: &[&str]) -> (String, String) {
@@ -19,16 +15,7 @@ fn pair(op: &[&str], flags: &[&str]) -> (String, String) {
         let mut v = s(&["perf"]);
         v.extend(s(op));
         v.extend(s(flags));
-        v.extend(s(&[
-            "-p",
-            &port.to_string(),
-            "--roce-port",
-            &udp.to_string(),
-            "--bind",
-            ip,
-            "--timeout",
-            "20",
-        ]));
+        v.extend(end_args(&["--timeout", "20"], port, udp, ip));
         v
     };
     let server = spawn(&args("127.0.0.1"));
@@ -100,19 +87,12 @@ fn exchange_over_rdma_cm_with_qps_connected_from_the_keys() {
 fn no_tcp_port_is_opened_and_uc_is_refused() {
     // The server of a -R run listens with rdma_cm only: its -p port stays free for TCP.
     let (port, udp) = ports();
-    let server = spawn(&s(&[
-        "perf",
-        "write",
-        "-R",
-        "-p",
-        &port.to_string(),
-        "--roce-port",
-        &udp.to_string(),
-        "--bind",
+    let server = spawn(&end_args(
+        &["perf", "write", "-R", "--timeout", "5"],
+        port,
+        udp,
         "127.0.0.1",
-        "--timeout",
-        "5",
-    ]));
+    ));
     std::thread::sleep(Duration::from_millis(300));
     let free = TcpListener::bind(("127.0.0.1", port)).is_ok();
     let mut server = server;

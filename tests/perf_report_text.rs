@@ -9,10 +9,6 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn s(v: &[&str]) -> Vec<String> {
-    v.iter().map(|x| x.to_string()).collect()
-}
-
 /// " local address: LID 0000 QPN 0x0011 PSN 0x1a2b3c RKey 0x000101 VAddr 0x007f..." and the
 /// GID line after it, checked field by field in perftest's formats.
 fn check_address(line: &str, gid: &str, side: &str, read: bool, rdma: bool, ip: [u8; 4]) {
@@ -52,22 +48,7 @@ fn the_server_says_it_waits_and_both_ends_print_every_qps_addresses() {
         ("send", false, false),
     ] {
         let (tcp, udp) = ports();
-        let common = |ip: &str| {
-            s(&[
-                "perf",
-                op,
-                "-q",
-                "2",
-                "-n",
-                "20",
-                "-p",
-                &tcp.to_string(),
-                "--roce-port",
-                &udp.to_string(),
-                "--bind",
-                ip,
-            ])
-        };
+        let common = |ip: &str| end_args(&["perf", op, "-q", "2", "-n", "20"], tcp, udp, ip);
         let mut server = Command::new(bin())
             .args(common("127.0.0.1"))
             .stdout(Stdio::piped())
@@ -133,36 +114,14 @@ fn the_server_says_it_waits_and_both_ends_print_every_qps_addresses() {
 
 #[test]
 fn json_output_has_neither_banner_nor_address_lines() {
-    let (tcp, udp) = ports();
-    let common = |ip: &str| {
-        s(&[
-            "perf",
-            "write",
-            "--json",
-            "-n",
-            "20",
-            "-p",
-            &tcp.to_string(),
-            "--roce-port",
-            &udp.to_string(),
-            "--bind",
-            ip,
-        ])
-    };
-    let server = spawn(&common("127.0.0.1"));
-    let mut cv = common("127.0.0.2");
-    cv.push("127.0.0.1".into());
     // The client retries until the server listens (no banner to wait for under --json).
-    let t = Instant::now();
-    let client = loop {
-        let c = finish(spawn(&cv), "client", Duration::from_secs(60));
-        let refused = String::from_utf8_lossy(&c.stderr).contains("connect to");
-        if c.status.success() || !refused || t.elapsed() > Duration::from_secs(10) {
-            break c;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let server = finish(server, "server", Duration::from_secs(60));
+    let (server, client, _) = two_ends(
+        &["perf", "write", "--json", "-n", "20"],
+        &[],
+        &[],
+        Duration::from_secs(60),
+        Duration::from_secs(60),
+    );
     for o in [&client, &server] {
         let text = ok(o, "--json end");
         for l in text.lines() {

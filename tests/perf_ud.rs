@@ -3,47 +3,26 @@
 //! datagrams over UDP. The rules are perftest 4.5's (spec-notes/uc-ud-srq.md "perftest UD").
 
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
-use common::{bin, counters, finish, ok, ports, spawn};
-
-fn s(v: &[&str]) -> Vec<String> {
-    v.iter().map(|x| x.to_string()).collect()
-}
+use common::{bin, counters, ok, two_ends};
 
 /// Runs `softroce perf send -c UD` as a server with `sv` and as a client with `cv` (each after
 /// the flags both share, `both`); returns both outputs.
 fn pair(both: &[&str], sv: &[&str], cv: &[&str]) -> (Output, Output) {
-    let (tcp, udp) = ports();
-    let args = |ip: &str, own: &[&str]| {
-        let mut v = s(&["perf", "send", "-c", "UD"]);
-        v.extend(s(both));
-        v.extend(s(own));
-        v.extend(s(&[
-            "-p",
-            &tcp.to_string(),
-            "--roce-port",
-            &udp.to_string(),
-            "--bind",
-            ip,
-        ]));
-        v
-    };
-    let server = spawn(&args("127.0.0.1", sv));
-    let mut c = args("127.0.0.2", cv);
-    c.push("127.0.0.1".into());
-    // The client fails at once while the server is not listening yet; start it again then.
-    let t = Instant::now();
-    let cl = loop {
-        let out = finish(spawn(&c), "client", Duration::from_secs(90));
-        let refused = String::from_utf8_lossy(&out.stderr).contains("connect to");
-        if out.status.success() || !refused || t.elapsed() > Duration::from_secs(10) {
-            break out;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let sv = finish(server, "server", Duration::from_secs(30));
+    let head: Vec<&str> = ["perf", "send", "-c", "UD"]
+        .iter()
+        .chain(both)
+        .copied()
+        .collect();
+    let (sv, cl, _) = two_ends(
+        &head,
+        sv,
+        cv,
+        Duration::from_secs(90),
+        Duration::from_secs(30),
+    );
     (sv, cl)
 }
 

@@ -4,10 +4,10 @@
 //! client's capture decoded with every ICRC valid.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
-use common::{bin, decode_json, finish, ok, ports, spawn};
+use common::{bin, decode_json, end_args, ok, ports, server_then_client};
 
 /// Runs a pingpong pair with `extra` flags; the client writes a capture. Returns the server's
 /// and client's stdout and the capture's packets as decoded JSON.
@@ -24,32 +24,18 @@ fn run_sub(sub: &str, extra: &[&str]) -> (String, String, Vec<serde_json::Value>
     let args = |ip: &str| {
         let mut v: Vec<String> = vec![sub.to_string()];
         v.extend(extra.iter().map(|s| s.to_string()));
-        for s in [
-            "-p",
-            &tcp.to_string(),
-            "--roce-port",
-            &udp.to_string(),
-            "--bind",
-            ip,
-        ] {
-            v.push(s.to_string());
-        }
+        v.extend(end_args(&[], tcp, udp, ip));
         v
     };
-    let server = spawn(&args("127.0.0.1"));
     let mut cv = args("127.0.0.2");
     cv.extend(["--pcap".to_string(), pcap.to_str().unwrap().to_string()]);
     cv.push("127.0.0.1".into());
-    let t = Instant::now();
-    let client = loop {
-        let out = finish(spawn(&cv), "client", Duration::from_secs(60));
-        let refused = String::from_utf8_lossy(&out.stderr).contains("connect to");
-        if out.status.success() || !refused || t.elapsed() > Duration::from_secs(10) {
-            break out;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let sv = finish(server, "server", Duration::from_secs(30));
+    let (sv, client) = server_then_client(
+        &args("127.0.0.1"),
+        &cv,
+        Duration::from_secs(60),
+        Duration::from_secs(30),
+    );
     let s = ok(&sv, "server");
     let c = ok(&client, "client");
     let pkts = decode_json(&pcap, udp);

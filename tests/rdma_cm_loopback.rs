@@ -2,19 +2,20 @@
 //! rdma_cm-shaped API: IB CM MADs over QP1, no side channel. Each test checks the events both
 //! sides see, that the QPs carry data afterwards, and how the connection ends.
 
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::Duration;
 
 use softroce::ib::*;
 use softroce::rdma_cm::*;
 use softroce::verbs::*;
 use softroce::wire::cm::rej_reason;
+use softroce::wire::Opcode;
 
 const T: Duration = Duration::from_secs(10);
 const PORT: u16 = 7174;
 
 mod common;
-use common::two_contexts;
+use common::{qp1_packet, sealed, two_contexts};
 
 struct Res {
     pd: ProtectionDomain,
@@ -52,43 +53,67 @@ fn expect(ch: &EventChannel, kind: EventKind) -> RdmaCmEvent {
     e
 }
 
-/// The client side up to (not including) connect: address and route resolved, QP created.
-fn client(ch: &EventChannel, r: &Res, dst: &Context) -> (CmId, std::sync::Arc<QueuePair>) {
-    let id = ch.create_id();
-    id.resolve_addr(dst.local_addr().ip(), PORT).unwrap();
+/// Connection parameters carrying `data` as private data, the rest default.
+fn carrying(data: &[u8]) -> ConnParam {
+    ConnParam {
+        private_data: data.to_vec(),
+        ..ConnParam::default()
+    }
+}
+
+/// An event channel on each device.
+fn channels(a: &Context, b: &Context) -> (EventChannel, EventChannel) {
+    (EventChannel::new(a).unwrap(), EventChannel::new(b).unwrap())
+}
+
+/// An identifier in port space `ps` on `ch`, listening on PORT with room for `backlog`.
+fn listen(ch: &EventChannel, ps: PortSpace, backlog: usize) -> CmId {
+    let id = ch.create_id_in(ps);
+    id.bind_addr(PORT).unwrap();
+    id.listen(backlog).unwrap();
+    id
+}
+
+/// Resolves `id`'s address (`ip`, `port`), then its route, each up to its event.
+fn resolve(ch: &EventChannel, id: &CmId, ip: IpAddr, port: u16) {
+    id.resolve_addr(ip, port).unwrap();
     expect(ch, EventKind::AddrResolved);
     id.resolve_route().unwrap();
     expect(ch, EventKind::RouteResolved);
+}
+
+/// Posts a receive of the first 4096 bytes of `r.mr` on `qp`.
+fn post_recv(qp: &QueuePair, r: &Res, wr_id: u64) {
+    qp.post_recv(&[RecvWr {
+        wr_id,
+        sg_list: &[r.mr.sge(0, 4096)],
+    }])
+    .unwrap();
+}
+
+/// The client side up to (not including) connect: address and route resolved, QP created.
+fn client(ch: &EventChannel, r: &Res, dst: &Context) -> (CmId, std::sync::Arc<QueuePair>) {
+    let id = ch.create_id();
+    resolve(ch, &id, dst.local_addr().ip(), PORT);
     let qp = id.create_qp(&r.pd, &init(r)).unwrap();
     assert_eq!(qp.query().qp_state, QpState::Init);
     (id, qp)
 }
 
 fn wait_wc(cq: &CompletionQueue) -> WorkCompletion {
-    let mut wc = [WorkCompletion::default(); 1];
-    assert_eq!(cq.wait(&mut wc, T).unwrap(), 1);
-    wc[0]
+    common::wait_one(cq, T)
 }
 
 #[test]
 fn connect_send_and_disconnect_through_the_cm() {
     let (ca, cb) = two_contexts();
-    let (cha, chb) = (
-        EventChannel::new(&ca).unwrap(),
-        EventChannel::new(&cb).unwrap(),
-    );
+    let (cha, chb) = channels(&ca, &cb);
     let (ra, rb) = (res(&ca), res(&cb));
 
-    let listener = chb.create_id();
-    listener.bind_addr(PORT).unwrap();
-    listener.listen(8).unwrap();
+    let _listener = listen(&chb, PortSpace::Tcp, 8);
 
     let (id_a, qp_a) = client(&cha, &ra, &cb);
-    id_a.connect(&ConnParam {
-        private_data: b"hello".to_vec(),
-        ..ConnParam::default()
-    })
-    .unwrap();
+    id_a.connect(&carrying(b"hello")).unwrap();
 
     let req = expect(&chb, EventKind::ConnectRequest);
     assert!(req.listen_id.is_some());
@@ -98,17 +123,8 @@ fn connect_send_and_disconnect_through_the_cm() {
     assert_eq!(id_b.remote_addr().unwrap().ip(), ca.local_addr().ip());
     let qp_b = id_b.create_qp(&rb.pd, &init(&rb)).unwrap();
     // The server posts its receive before accepting, as rping does.
-    let rsge = [rb.mr.sge(0, 4096)];
-    qp_b.post_recv(&[RecvWr {
-        wr_id: 7,
-        sg_list: &rsge,
-    }])
-    .unwrap();
-    id_b.accept(&ConnParam {
-        private_data: b"welcome".to_vec(),
-        ..ConnParam::default()
-    })
-    .unwrap();
+    post_recv(&qp_b, &rb, 7);
+    id_b.accept(&carrying(b"welcome")).unwrap();
     assert_eq!(qp_b.query().qp_state, QpState::Rts);
 
     let est = expect(&cha, EventKind::Established);
@@ -180,14 +196,9 @@ fn connecting_to_a_port_nobody_listens_on_is_rejected() {
 #[test]
 fn the_application_can_reject_with_private_data() {
     let (ca, cb) = two_contexts();
-    let (cha, chb) = (
-        EventChannel::new(&ca).unwrap(),
-        EventChannel::new(&cb).unwrap(),
-    );
+    let (cha, chb) = channels(&ca, &cb);
     let ra = res(&ca);
-    let listener = chb.create_id();
-    listener.bind_addr(PORT).unwrap();
-    listener.listen(8).unwrap();
+    let _listener = listen(&chb, PortSpace::Tcp, 8);
     let (id, _qp) = client(&cha, &ra, &cb);
     id.connect(&ConnParam::default()).unwrap();
     let req = expect(&chb, EventKind::ConnectRequest);
@@ -236,10 +247,7 @@ fn misuse_is_a_typed_error() {
     );
     let ra = res(&ca);
     let (id, _qp) = client(&cha, &ra, &cb);
-    let long = ConnParam {
-        private_data: vec![0; 57],
-        ..ConnParam::default()
-    };
+    let long = carrying(&[0; 57]);
     assert!(matches!(
         id.connect(&long),
         Err(RdmaCmError::Cm(softroce::cm::CmError::PrivateDataTooLong {
@@ -252,6 +260,33 @@ fn misuse_is_a_typed_error() {
     assert!(EventChannel::new(&ca).is_ok());
 }
 
+/// Device B (127.0.0.2) listening on PORT with a backlog of 1, and in device A's place a raw
+/// socket on 127.0.0.1's RoCE port (reads timing out after `read_timeout`) that plays a peer's
+/// CM by hand. Returns the socket, B's address, B, its channel and its listener.
+fn raw_peer(read_timeout: Duration) -> (UdpSocket, SocketAddr, Context, EventChannel, CmId) {
+    let (ca, cb) = two_contexts();
+    let port = ca.local_addr().port();
+    drop(ca); // the raw socket takes 127.0.0.1's RoCE port instead
+    let raw = UdpSocket::bind(SocketAddr::from(([127, 0, 0, 1], port))).unwrap();
+    raw.set_read_timeout(Some(read_timeout)).unwrap();
+    let chb = EventChannel::new(&cb).unwrap();
+    let listener = listen(&chb, PortSpace::Tcp, 1);
+    (
+        raw,
+        SocketAddr::from(([127, 0, 0, 2], port)),
+        cb,
+        chb,
+        listener,
+    )
+}
+
+/// Sends `payload` from the raw socket to QP1 at `to` ([`qp1_packet`]), sealed.
+fn send_raw(raw: &UdpSocket, to: SocketAddr, opcode: Opcode, qkey: u32, payload: &[u8]) {
+    let pkt = qp1_packet(opcode, qkey, payload);
+    let buf = sealed(&pkt, raw.local_addr().unwrap(), to);
+    raw.send_to(&buf, to).unwrap();
+}
+
 /// A REQ as Linux's CM sends it, from a raw socket: the accepted QP sends from the REQ's
 /// starting PSN and receives from the one in its own REP (a starting PSN names what its
 /// sender expects to receive, as in tests/data/rxe/rping.pcap).
@@ -259,18 +294,10 @@ fn misuse_is_a_typed_error() {
 fn starting_psns_mean_what_they_mean_to_linux() {
     use softroce::wire::cm::{rdma_tcp_service_id, CmMessage, CmPath, CmReq};
     use softroce::wire::cma::CmaHeader;
-    use softroce::wire::{icrc, mad, BthRepr, DethRepr, ExtHeaders, Opcode, PacketRepr};
+    use softroce::wire::{mad, PacketRepr};
 
-    let (ca, cb) = two_contexts();
-    let port = ca.local_addr().port();
-    drop(ca); // the raw socket takes 127.0.0.1's RoCE port instead
-    let raw = UdpSocket::bind(SocketAddr::from(([127, 0, 0, 1], port))).unwrap();
-    raw.set_read_timeout(Some(T)).unwrap();
-    let chb = EventChannel::new(&cb).unwrap();
+    let (raw, to, cb, chb, _listener) = raw_peer(T);
     let rb = res(&cb);
-    let listener = chb.create_id();
-    listener.bind_addr(PORT).unwrap();
-    listener.listen(1).unwrap();
 
     let mut pd = [0u8; 92];
     CmaHeader {
@@ -319,31 +346,7 @@ fn starting_psns_mean_what_they_mean_to_linux() {
     };
     let mut m = [0u8; mad::LEN];
     CmMessage::Req(req).emit(0x2_8edc_46a2, &mut m).unwrap();
-    let pkt = PacketRepr {
-        bth: BthRepr {
-            opcode: Opcode::UD_SEND_ONLY,
-            pkey: 0xffff,
-            dest_qp: 1,
-            ..BthRepr::default()
-        },
-        ext: ExtHeaders {
-            deth: Some(DethRepr {
-                qkey: 0x8001_0000,
-                src_qp: 1,
-            }),
-            ..ExtHeaders::default()
-        },
-        payload: &m,
-    };
-    let mut buf = vec![0u8; pkt.buffer_len()];
-    pkt.emit(&mut buf).unwrap();
-    let to = SocketAddr::from(([127, 0, 0, 2], port));
-    assert!(icrc::seal_socket_datagram(
-        raw.local_addr().unwrap(),
-        to,
-        &mut buf
-    ));
-    raw.send_to(&buf, to).unwrap();
+    send_raw(&raw, to, Opcode::UD_SEND_ONLY, 0x8001_0000, &m);
 
     let ev = expect(&chb, EventKind::ConnectRequest);
     let qp = ev.id.create_qp(&rb.pd, &init(&rb)).unwrap();
@@ -371,44 +374,11 @@ fn starting_psns_mean_what_they_mean_to_linux() {
 /// Bytes to QP1 that are not a CM MAD: dropped, counted, never answered, no state kept.
 #[test]
 fn malformed_mads_are_counted_and_dropped() {
-    use softroce::wire::{icrc, mad, BthRepr, DethRepr, ExtHeaders, Opcode, PacketRepr};
+    use softroce::wire::mad;
 
-    let (ca, cb) = two_contexts();
-    let port = ca.local_addr().port();
-    drop(ca);
-    let raw = UdpSocket::bind(SocketAddr::from(([127, 0, 0, 1], port))).unwrap();
-    raw.set_read_timeout(Some(Duration::from_millis(300)))
-        .unwrap();
-    let chb = EventChannel::new(&cb).unwrap();
-    let listener = chb.create_id();
-    listener.bind_addr(PORT).unwrap();
-    listener.listen(1).unwrap();
-    let to = SocketAddr::from(([127, 0, 0, 2], port));
-    let send = |opcode: Opcode, qkey: u32, payload: &[u8]| {
-        let pkt = PacketRepr {
-            bth: BthRepr {
-                opcode,
-                pkey: 0xffff,
-                dest_qp: 1,
-                ..BthRepr::default()
-            },
-            ext: ExtHeaders {
-                deth: Some(DethRepr { qkey, src_qp: 1 }),
-                imm: (opcode == Opcode::UD_SEND_ONLY_WITH_IMMEDIATE)
-                    .then_some(softroce::wire::ImmDtRepr { imm: 1 }),
-                ..ExtHeaders::default()
-            },
-            payload,
-        };
-        let mut buf = vec![0u8; pkt.buffer_len()];
-        pkt.emit(&mut buf).unwrap();
-        assert!(icrc::seal_socket_datagram(
-            raw.local_addr().unwrap(),
-            to,
-            &mut buf
-        ));
-        raw.send_to(&buf, to).unwrap();
-    };
+    let (raw, to, cb, chb, _listener) = raw_peer(Duration::from_millis(300));
+    let send =
+        |opcode: Opcode, qkey: u32, payload: &[u8]| send_raw(&raw, to, opcode, qkey, payload);
     // Too short to be a MAD; the wrong Q_Key; not a SEND ONLY: dropped by QP1.
     send(Opcode::UD_SEND_ONLY, 0x8001_0000, &[0u8; 100]);
     send(Opcode::UD_SEND_ONLY, 0x1234, &[0u8; mad::LEN]);
@@ -449,14 +419,9 @@ fn one_listener_takes_several_connections_to_qps_the_caller_made() {
     // perftest -R's shape: one port, a connection per data QP, QPs created (with remote
     // atomics) by the application and handed to rdma_cm with set_qp.
     let (ca, cb) = two_contexts();
-    let (cha, chb) = (
-        EventChannel::new(&ca).unwrap(),
-        EventChannel::new(&cb).unwrap(),
-    );
+    let (cha, chb) = channels(&ca, &cb);
     let (ra, rb) = (res(&ca), res(&cb));
-    let listener = chb.create_id();
-    listener.bind_addr(PORT).unwrap();
-    listener.listen(4).unwrap();
+    let listener = listen(&chb, PortSpace::Tcp, 4);
     let own_qp = |r: &Res| {
         let qp = std::sync::Arc::new(r.pd.create_qp(&init(r)).unwrap());
         qp.init(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC)
@@ -473,15 +438,8 @@ fn one_listener_takes_several_connections_to_qps_the_caller_made() {
             id_a.set_qp(own_qp(&ra)),
             Err(RdmaCmError::WrongState { .. })
         ));
-        id_a.resolve_addr(cb.local_addr().ip(), PORT).unwrap();
-        expect(&cha, EventKind::AddrResolved);
-        id_a.resolve_route().unwrap();
-        expect(&cha, EventKind::RouteResolved);
-        id_a.connect(&ConnParam {
-            private_data: vec![i],
-            ..ConnParam::default()
-        })
-        .unwrap();
+        resolve(&cha, &id_a, cb.local_addr().ip(), PORT);
+        id_a.connect(&carrying(&[i])).unwrap();
         let req = expect(&chb, EventKind::ConnectRequest);
         assert!(req.listen_id.as_ref().unwrap().same(&listener));
         assert!(!req.id.same(&listener));
@@ -550,9 +508,7 @@ fn perftests_exchange_runs_over_an_rdma_cm_connection() {
     };
     let server = std::thread::spawn(move || {
         let ev = CmEvents::new(&cb).unwrap();
-        let l = ev.channel().create_id();
-        l.bind_addr(PORT).unwrap();
-        l.listen(2).unwrap();
+        let l = listen(ev.channel(), PortSpace::Tcp, 2);
         let link = CmLink::accept(&cb, ev.clone(), &l, T).unwrap();
         let mut x = Exchange::over(Box::new(link), Role::Server);
         let v = x.versions(None).unwrap();
@@ -621,14 +577,20 @@ fn ud_init(r: &Res) -> QpInitAttr<'_> {
 /// Q_Key.
 fn ud_client(ch: &EventChannel, r: &Res, dst: &Context) -> (CmId, std::sync::Arc<QueuePair>) {
     let id = ch.create_id_in(PortSpace::Udp);
-    id.resolve_addr(dst.local_addr().ip(), PORT).unwrap();
-    expect(ch, EventKind::AddrResolved);
-    id.resolve_route().unwrap();
-    expect(ch, EventKind::RouteResolved);
+    resolve(ch, &id, dst.local_addr().ip(), PORT);
     let qp = id.create_qp(&r.pd, &ud_init(r)).unwrap();
     assert_eq!(qp.query().qp_state, QpState::Rts);
     assert_eq!(qp.query().qkey, RDMA_UDP_QKEY);
     (id, qp)
+}
+
+/// An address handle on `r.pd` for `ip`.
+fn ah_to(r: &Res, ip: IpAddr) -> AddressHandle {
+    r.pd.create_ah(&AhAttr {
+        dgid: Gid::from_ip(ip),
+        ..Default::default()
+    })
+    .unwrap()
 }
 
 fn ud_send(r: &Res, qp: &QueuePair, ah: &AddressHandle, qpn: u32, qkey: u32, len: u32) {
@@ -653,25 +615,14 @@ fn ud_send(r: &Res, qp: &QueuePair, ah: &AddressHandle, qpn: u32, qkey: u32, len
 #[test]
 fn ud_ids_resolve_with_sidr_and_exchange_datagrams() {
     let (ca, cb) = two_contexts();
-    let (cha, chb) = (
-        EventChannel::new(&ca).unwrap(),
-        EventChannel::new(&cb).unwrap(),
-    );
+    let (cha, chb) = channels(&ca, &cb);
     let (ra, rb) = (res(&ca), res(&cb));
-    let listener = chb.create_id_in(PortSpace::Udp);
-    listener.bind_addr(PORT).unwrap();
-    listener.listen(8).unwrap();
+    let listener = listen(&chb, PortSpace::Udp, 8);
     // A TCP listener on the same port is another service: both coexist.
-    let tcp = chb.create_id();
-    tcp.bind_addr(PORT).unwrap();
-    tcp.listen(8).unwrap();
+    let _tcp = listen(&chb, PortSpace::Tcp, 8);
 
     let (id_a, qp_a) = ud_client(&cha, &ra, &cb);
-    id_a.connect(&ConnParam {
-        private_data: b"udaddy?".to_vec(),
-        ..ConnParam::default()
-    })
-    .unwrap();
+    id_a.connect(&carrying(b"udaddy?")).unwrap();
 
     let req = expect(&chb, EventKind::ConnectRequest);
     assert!(req.listen_id.unwrap().same(&listener));
@@ -683,17 +634,8 @@ fn ud_ids_resolve_with_sidr_and_exchange_datagrams() {
     let id_b = req.id.clone();
     assert_eq!(id_b.port_space(), PortSpace::Udp);
     let qp_b = id_b.create_qp(&rb.pd, &ud_init(&rb)).unwrap();
-    let rsge = [rb.mr.sge(0, 4096)];
-    qp_b.post_recv(&[RecvWr {
-        wr_id: 7,
-        sg_list: &rsge,
-    }])
-    .unwrap();
-    id_b.accept(&ConnParam {
-        private_data: b"served".to_vec(),
-        ..ConnParam::default()
-    })
-    .unwrap();
+    post_recv(&qp_b, &rb, 7);
+    id_b.accept(&carrying(b"served")).unwrap();
 
     let est = expect(&cha, EventKind::Established);
     assert_eq!(est.status, 0);
@@ -709,13 +651,7 @@ fn ud_ids_resolve_with_sidr_and_exchange_datagrams() {
         Err(RdmaCmError::Timeout)
     ));
 
-    let ah_a = ra
-        .pd
-        .create_ah(&AhAttr {
-            dgid: Gid::from_ip(ud.addr),
-            ..Default::default()
-        })
-        .unwrap();
+    let ah_a = ah_to(&ra, ud.addr);
     ud_send(&ra, &qp_a, &ah_a, ud.qp_num, ud.qkey, 100);
     let wc = wait_wc(&rb.cq);
     assert_eq!(wc.status, WcStatus::Success);
@@ -724,19 +660,8 @@ fn ud_ids_resolve_with_sidr_and_exchange_datagrams() {
     assert_eq!(wait_wc(&ra.cq).status, WcStatus::Success);
 
     // The server answers the QP the datagram came from.
-    let asge = [ra.mr.sge(0, 4096)];
-    qp_a.post_recv(&[RecvWr {
-        wr_id: 9,
-        sg_list: &asge,
-    }])
-    .unwrap();
-    let ah_b = rb
-        .pd
-        .create_ah(&AhAttr {
-            dgid: Gid::from_ip(ca.local_addr().ip()),
-            ..Default::default()
-        })
-        .unwrap();
+    post_recv(&qp_a, &ra, 9);
+    let ah_b = ah_to(&rb, ca.local_addr().ip());
     ud_send(&rb, &qp_b, &ah_b, wc.src_qp, RDMA_UDP_QKEY, 64);
     assert_eq!(wait_wc(&rb.cq).status, WcStatus::Success);
     let back = wait_wc(&ra.cq);
@@ -753,14 +678,9 @@ fn ud_ids_resolve_with_sidr_and_exchange_datagrams() {
 #[test]
 fn a_rejected_ud_connect_is_unreachable_with_the_sidr_status() {
     let (ca, cb) = two_contexts();
-    let (cha, chb) = (
-        EventChannel::new(&ca).unwrap(),
-        EventChannel::new(&cb).unwrap(),
-    );
+    let (cha, chb) = channels(&ca, &cb);
     let (ra, _rb) = (res(&ca), res(&cb));
-    let listener = chb.create_id_in(PortSpace::Udp);
-    listener.bind_addr(PORT).unwrap();
-    listener.listen(8).unwrap();
+    let _listener = listen(&chb, PortSpace::Udp, 8);
     let (id_a, _qp_a) = ud_client(&cha, &ra, &cb);
     id_a.connect(&ConnParam::default()).unwrap();
     let req = expect(&chb, EventKind::ConnectRequest);
@@ -777,10 +697,7 @@ fn a_rejected_ud_connect_is_unreachable_with_the_sidr_status() {
 
     // Nobody listens on another port: the CM itself answers "unsupported" (status 1).
     let id2 = cha.create_id_in(PortSpace::Udp);
-    id2.resolve_addr(cb.local_addr().ip(), PORT + 1).unwrap();
-    expect(&cha, EventKind::AddrResolved);
-    id2.resolve_route().unwrap();
-    expect(&cha, EventKind::RouteResolved);
+    resolve(&cha, &id2, cb.local_addr().ip(), PORT + 1);
     id2.connect(&ConnParam::default()).unwrap();
     assert_eq!(expect(&cha, EventKind::Unreachable).status, 1);
 }

@@ -12,7 +12,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{bin, finish, ports};
+use common::{bin, end_args, finish, ports};
 
 /// The counter names `softroce stat` must show, as rxe's hw_counters and mlx5 name them.
 const NAMES: [&str; 18] = [
@@ -171,22 +171,9 @@ fn stat_watches_a_live_perf_run() {
 fn live_pair(dir: &Path, extra: &[&str], client_extra: &[&str]) -> (Child, Child) {
     let (tcp, udp) = ports();
     let args = |ip: &str| -> Vec<String> {
-        [
-            "perf",
-            "write",
-            "-D",
-            "4",
-            "-p",
-            &tcp.to_string(),
-            "--roce-port",
-            &udp.to_string(),
-            "--bind",
-            ip,
-        ]
-        .iter()
-        .chain(extra)
-        .map(|s| s.to_string())
-        .collect()
+        let mut v = end_args(&["perf", "write", "-D", "4"], tcp, udp, ip);
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
     };
     let server = softroce(dir, &args("127.0.0.1"));
     let mut c = args("127.0.0.2");

@@ -12,57 +12,28 @@ const QKEY: u32 = 0x1111_1111;
 const MR_LEN: usize = 1 << 16;
 
 mod common;
-use common::contexts;
-
-struct End {
-    ctx: Context,
-    pd: ProtectionDomain,
-    mr: MemoryRegion,
-    cq: CompletionQueue,
-    qp: QueuePair,
-}
+use common::{contexts, wait_one, End, EndSpec};
 
 fn cap() -> QpCap {
-    QpCap {
-        max_send_wr: 64,
-        max_recv_wr: 64,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    }
+    common::queues(64)
 }
 
 fn end(ctx: Context, qp_type: QpType) -> End {
-    let pd = ctx.alloc_pd().unwrap();
-    let mr = pd
-        .register_mr(MR_LEN, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
-        .unwrap();
-    let cq = ctx.create_cq(256).unwrap();
-    let qp = pd
-        .create_qp(&QpInitAttr {
-            send_cq: &cq,
-            recv_cq: &cq,
-            cap: cap(),
-            qp_type,
-            sq_sig_all: false,
-        })
-        .unwrap();
-    End {
+    End::open(
         ctx,
-        pd,
-        mr,
-        cq,
-        qp,
-    }
+        &EndSpec {
+            mr_len: MR_LEN,
+            mr_access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+            cq_len: 256,
+            qp_type,
+            cap: cap(),
+            sq_sig_all: false,
+        },
+    )
 }
 
 fn wait(cq: &CompletionQueue) -> WorkCompletion {
-    let mut wc = [WorkCompletion::default(); 1];
-    let n = cq
-        .wait(&mut wc, Duration::from_secs(30))
-        .expect("a completion");
-    assert_eq!(n, 1);
-    wc[0]
+    wait_one(cq, Duration::from_secs(30))
 }
 
 /// Waits until `cond` holds (bounded).
@@ -491,17 +462,16 @@ fn ud_sends_posted_just_before_destroy_are_delivered() {
         if multicast {
             r.qp.attach_mcast(group, 0).unwrap();
         }
-        let ah =
+        let ah = if multicast {
             s.pd.create_ah(&AhAttr {
-                dgid: if multicast {
-                    group
-                } else {
-                    r.ctx.gid(0).unwrap()
-                },
+                dgid: group,
                 hop_limit: 64,
                 ..Default::default()
             })
-            .unwrap();
+            .unwrap()
+        } else {
+            s.ah_to(&r)
+        };
         let rq = if multicast { 0xFF_FFFF } else { r.qp.qp_num() };
         for i in 0..N {
             ud_send(&s, &ah, rq, QKEY, i, WrOpcode::Send, 100).unwrap();

@@ -10,55 +10,30 @@ use softroce::ib::*;
 use softroce::verbs::*;
 
 mod common;
-use common::contexts;
+use common::{contexts, wait_one, End, EndSpec};
 
 const QKEY: u32 = 0x1111_1111;
 
-struct End {
-    ctx: Context,
-    pd: ProtectionDomain,
-    mr: MemoryRegion,
-    cq: CompletionQueue,
-    qp: QueuePair,
-}
-
 fn ud_end(ctx: Context) -> End {
-    let pd = ctx.alloc_pd().unwrap();
-    let mr = pd.register_mr(1 << 14, AccessFlags::LOCAL_WRITE).unwrap();
-    let cq = ctx.create_cq(64).unwrap();
-    let qp = pd
-        .create_qp(&QpInitAttr {
-            send_cq: &cq,
-            recv_cq: &cq,
-            cap: QpCap {
-                max_send_wr: 8,
-                max_recv_wr: 8,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            qp_type: QpType::Ud,
-            sq_sig_all: false,
-        })
-        .unwrap();
-    qp.ready_ud(QKEY, 0x4321).unwrap();
-    End {
+    let e = End::open(
         ctx,
-        pd,
-        mr,
-        cq,
-        qp,
-    }
+        &EndSpec {
+            mr_len: 1 << 14,
+            mr_access: AccessFlags::LOCAL_WRITE,
+            cq_len: 64,
+            qp_type: QpType::Ud,
+            cap: common::queues(8),
+            sq_sig_all: false,
+        },
+    );
+    e.qp.ready_ud(QKEY, 0x4321).unwrap();
+    e
 }
 
 fn wait(cq: &CompletionQueue) -> WorkCompletion {
-    let mut wc = [WorkCompletion::default(); 1];
-    let n = cq
-        .wait(&mut wc, Duration::from_secs(30))
-        .expect("a completion");
-    assert_eq!(n, 1);
-    assert_eq!(wc[0].status, WcStatus::Success);
-    wc[0]
+    let wc = wait_one(cq, Duration::from_secs(30));
+    assert_eq!(wc.status, WcStatus::Success);
+    wc
 }
 
 /// One datagram from `s` to `r`; the sender's and the receiver's completions.
@@ -68,13 +43,7 @@ fn datagram(s: &End, r: &End) -> (WorkCompletion, WorkCompletion, [u8; 40]) {
         sg_list: &[r.mr.sge(0, 1024)],
     }])
     .unwrap();
-    let ah =
-        s.pd.create_ah(&AhAttr {
-            dgid: r.ctx.gid(0).unwrap(),
-            hop_limit: 64,
-            ..Default::default()
-        })
-        .unwrap();
+    let ah = s.ah_to(r);
     s.qp.post_send_ud(&[UdSendWr {
         wr: SendWr {
             wr_id: 1,

@@ -18,37 +18,20 @@ const FULL: AccessFlags = AccessFlags(
 );
 
 mod common;
-use common::{two_contexts, two_contexts_with};
-
-struct End {
-    ctx: Context,
-    #[allow(dead_code)]
-    pd: ProtectionDomain,
-    mr: MemoryRegion,
-    cq: CompletionQueue,
-    qp: QueuePair,
-}
+use common::{pattern, two_contexts, two_contexts_with, wait_one, End, EndSpec};
 
 fn end(ctx: Context, mr_len: usize, cap: QpCap) -> End {
-    let pd = ctx.alloc_pd().unwrap();
-    let mr = pd.register_mr(mr_len, FULL).unwrap();
-    let cq = ctx.create_cq(1024).unwrap();
-    let qp = pd
-        .create_qp(&QpInitAttr {
-            send_cq: &cq,
-            recv_cq: &cq,
-            cap,
-            qp_type: QpType::Rc,
-            sq_sig_all: false,
-        })
-        .unwrap();
-    End {
+    End::open(
         ctx,
-        pd,
-        mr,
-        cq,
-        qp,
-    }
+        &EndSpec {
+            mr_len,
+            mr_access: FULL,
+            cq_len: 1024,
+            qp_type: QpType::Rc,
+            cap,
+            sq_sig_all: false,
+        },
+    )
 }
 
 fn init(qp: &QueuePair) {
@@ -110,18 +93,7 @@ fn connected_on(
 }
 
 fn wait(cq: &CompletionQueue) -> WorkCompletion {
-    let mut wc = [WorkCompletion::default(); 1];
-    let n = cq
-        .wait(&mut wc, Duration::from_secs(60))
-        .expect("a completion");
-    assert_eq!(n, 1);
-    wc[0]
-}
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    (0..len as u64)
-        .map(|i| (i.wrapping_mul(131).wrapping_add(seed * 17) >> 2) as u8)
-        .collect()
+    wait_one(cq, Duration::from_secs(60))
 }
 
 fn post(e: &End, wr_id: u64, opcode: WrOpcode, off: u64, len: u32) {
@@ -832,13 +804,7 @@ fn ipv6_send_write_read_and_atomic() {
         cfg.remote_port = Some(peer);
         Context::open(&cfg).expect("IPv6 loopback device")
     };
-    let cap = QpCap {
-        max_send_wr: 16,
-        max_recv_wr: 16,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
+    let cap = common::queues(16);
     let a = end(open(a_port, b_port), 1 << 16, cap);
     let b = end(open(b_port, a_port), 1 << 16, cap);
     assert_eq!(

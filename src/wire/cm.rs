@@ -6,8 +6,9 @@
 //! offset into the message data, a bit offset from that byte's most significant bit and a
 //! width. Each message is declared once with `message!`, one line per field (doc, name, type,
 //! place), from which come its struct, its layout constants and the parse and emit that go
-//! through them. Reserved bits are sent as zero and ignored on receipt. Private data has no
-//! length on the wire: the whole area travels, zero-filled after what the consumer gave.
+//! through them; `messages!` lists which attribute ID carries which message. Reserved bits are
+//! sent as zero and ignored on receipt. Private data has no length on the wire: the whole area
+//! travels, zero-filled after what the consumer gave.
 
 use super::mad::{self, BitField, Field, MadRepr};
 use super::{check_emit_len, Error, Result};
@@ -550,45 +551,67 @@ message! {
     }
 }
 
-/// One CM message, as the attribute ID of its MAD names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CmMessage {
+/// Declares [`CmMessage`] from one list: per variant its doc, the message type it holds and
+/// the attribute ID that carries it. From that list come the enum, `attr_id`, and the
+/// dispatch by attribute ID that `parse` and `emit` go through, so that a message's variant,
+/// type and attribute are written down once, side by side.
+macro_rules! messages {
+    ($($(#[$doc:meta])* $variant:ident($ty:ty) = $attr:path,)*) => {
+        /// One CM message, as the attribute ID of its MAD names it.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum CmMessage {
+            $($(#[$doc])* $variant($ty),)*
+        }
+
+        impl CmMessage {
+            /// The attribute ID that carries this message.
+            pub fn attr_id(&self) -> u16 {
+                match self {
+                    $(CmMessage::$variant(_) => $attr,)*
+                }
+            }
+
+            /// The message attribute `attr_id` names, read from the message data of the whole
+            /// MAD `mad`; `None` if the attribute carries none of these messages.
+            fn parse_data(attr_id: u16, mad: &[u8]) -> Option<CmMessage> {
+                Some(match attr_id {
+                    $($attr => CmMessage::$variant(<$ty>::parse_at(mad, 0)),)*
+                    _ => return None,
+                })
+            }
+
+            /// Writes the message into the message data of the whole MAD `mad`.
+            fn emit_data(&self, mad: &mut [u8]) {
+                match self {
+                    $(CmMessage::$variant(m) => m.emit_at(mad, 0),)*
+                }
+            }
+        }
+    };
+}
+
+messages! {
     /// Connection request.
-    Req(CmReq),
+    Req(CmReq) = attr::REQ,
     /// Message receipt acknowledgement.
-    Mra(CmMra),
+    Mra(CmMra) = attr::MRA,
     /// Reject.
-    Rej(CmRej),
+    Rej(CmRej) = attr::REJ,
     /// Reply.
-    Rep(CmRep),
+    Rep(CmRep) = attr::REP,
     /// Ready to use.
-    Rtu(CmIds),
+    Rtu(CmIds) = attr::RTU,
     /// Disconnect request.
-    Dreq(CmDreq),
+    Dreq(CmDreq) = attr::DREQ,
     /// Disconnect reply.
-    Drep(CmIds),
+    Drep(CmIds) = attr::DREP,
     /// Service ID resolution request.
-    SidrReq(CmSidrReq),
+    SidrReq(CmSidrReq) = attr::SIDR_REQ,
     /// Service ID resolution reply.
-    SidrRep(CmSidrRep),
+    SidrRep(CmSidrRep) = attr::SIDR_REP,
 }
 
 impl CmMessage {
-    /// The attribute ID that carries this message.
-    pub fn attr_id(&self) -> u16 {
-        match self {
-            CmMessage::Req(_) => attr::REQ,
-            CmMessage::Mra(_) => attr::MRA,
-            CmMessage::Rej(_) => attr::REJ,
-            CmMessage::Rep(_) => attr::REP,
-            CmMessage::Rtu(_) => attr::RTU,
-            CmMessage::Dreq(_) => attr::DREQ,
-            CmMessage::Drep(_) => attr::DREP,
-            CmMessage::SidrReq(_) => attr::SIDR_REQ,
-            CmMessage::SidrRep(_) => attr::SIDR_REP,
-        }
-    }
-
     /// The message's name.
     pub fn name(&self) -> &'static str {
         attr_name(self.attr_id()).unwrap_or("?")
@@ -625,19 +648,7 @@ impl CmMessage {
         {
             return Err(unsupported);
         }
-        let m = &mad[..mad::LEN];
-        let msg = match hdr.attr_id {
-            attr::REQ => CmMessage::Req(CmReq::parse_at(m, 0)),
-            attr::MRA => CmMessage::Mra(CmMra::parse_at(m, 0)),
-            attr::REJ => CmMessage::Rej(CmRej::parse_at(m, 0)),
-            attr::REP => CmMessage::Rep(CmRep::parse_at(m, 0)),
-            attr::RTU => CmMessage::Rtu(CmIds::parse_at(m, 0)),
-            attr::DREQ => CmMessage::Dreq(CmDreq::parse_at(m, 0)),
-            attr::DREP => CmMessage::Drep(CmIds::parse_at(m, 0)),
-            attr::SIDR_REQ => CmMessage::SidrReq(CmSidrReq::parse_at(m, 0)),
-            attr::SIDR_REP => CmMessage::SidrRep(CmSidrRep::parse_at(m, 0)),
-            _ => return Err(unsupported),
-        };
+        let msg = CmMessage::parse_data(hdr.attr_id, &mad[..mad::LEN]).ok_or(unsupported)?;
         Ok((hdr, msg))
     }
 
@@ -645,17 +656,7 @@ impl CmMessage {
     /// front of `mad`, which holds at least [`mad::LEN`] bytes.
     pub fn emit(&self, tid: u64, mad: &mut [u8]) -> Result<()> {
         start(mad, tid, self.attr_id())?;
-        let m = &mut mad[..mad::LEN];
-        match self {
-            CmMessage::Req(x) => x.emit_at(m, 0),
-            CmMessage::Mra(x) => x.emit_at(m, 0),
-            CmMessage::Rej(x) => x.emit_at(m, 0),
-            CmMessage::Rep(x) => x.emit_at(m, 0),
-            CmMessage::Rtu(x) | CmMessage::Drep(x) => x.emit_at(m, 0),
-            CmMessage::Dreq(x) => x.emit_at(m, 0),
-            CmMessage::SidrReq(x) => x.emit_at(m, 0),
-            CmMessage::SidrRep(x) => x.emit_at(m, 0),
-        }
+        self.emit_data(&mut mad[..mad::LEN]);
         Ok(())
     }
 }
@@ -688,6 +689,15 @@ mod tests {
         let h = hex(head);
         m[mad::HEADER_LEN..mad::HEADER_LEN + h.len()].copy_from_slice(&h);
         m
+    }
+
+    /// `N` zero bytes but for the first, `first`, and the last, `last`: an area whose ends show
+    /// where it landed.
+    fn marked<const N: usize>(first: u8, last: u8) -> [u8; N] {
+        let mut a = [0u8; N];
+        a[0] = first;
+        a[N - 1] = last;
+        a
     }
 
     fn roundtrip(m: &[u8; mad::LEN]) -> CmMessage {
@@ -827,14 +837,11 @@ mod tests {
     /// request ID 4, partition key 2, reserved 2, service ID 8, private data 216.
     #[test]
     fn sidr_req_bytes_are_linuxs_layout() {
-        let mut pd = [0u8; SIDR_REQ_PRIVATE_DATA_LEN];
-        pd[0] = 0xa1;
-        pd[SIDR_REQ_PRIVATE_DATA_LEN - 1] = 0xa2;
         let req = CmSidrReq {
             request_id: 0x1122_3344,
             partition_key: 0xffff,
             service_id: rdma_udp_service_id(7174),
-            private_data: pd,
+            private_data: marked(0xa1, 0xa2),
         };
         let mut m = [0u8; mad::LEN];
         CmMessage::SidrReq(req)
@@ -857,12 +864,6 @@ mod tests {
     /// information 72, private data 136.
     #[test]
     fn sidr_rep_bytes_are_linuxs_layout() {
-        let mut pd = [0u8; SIDR_REP_PRIVATE_DATA_LEN];
-        pd[0] = 0xb1;
-        pd[SIDR_REP_PRIVATE_DATA_LEN - 1] = 0xb2;
-        let mut info = [0u8; SIDR_REP_INFO_LEN];
-        info[0] = 0xc1;
-        info[SIDR_REP_INFO_LEN - 1] = 0xc2;
         let rep = CmSidrRep {
             request_id: 0xdead_beef,
             status: sidr_status::REJECT,
@@ -870,8 +871,8 @@ mod tests {
             qpn: 0x00ab_cdef,
             service_id: rdma_udp_service_id(0x1234),
             qkey: 0x0123_4567,
-            additional_information: info,
-            private_data: pd,
+            additional_information: marked(0xc1, 0xc2),
+            private_data: marked(0xb1, 0xb2),
         };
         let mut m = [0u8; mad::LEN];
         CmMessage::SidrRep(rep).emit(9, &mut m).unwrap();
