@@ -24,9 +24,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
     pub bind: String,
     /// The port's active MTU in bytes (256, 512, 1024, 2048 or 4096), what programs read with
-    /// ibv_query_port and usually use as the path MTU.
-    #[arg(long, value_name = "MTU", default_value_t = 1024)]
-    pub mtu: u32,
+    /// ibv_query_port and usually use as the path MTU [default: as rxe derives it from the
+    /// address's interface: 4096 on loopback, 1024 on a 1500-byte link].
+    #[arg(long, value_name = "MTU")]
+    pub mtu: Option<u32>,
     /// The shim library (default: $SOFTROCE_LIBIBVERBS, else libibverbs.so next to this
     /// executable, where cargo builds it).
     #[arg(long, value_name = "FILE")]
@@ -128,12 +129,12 @@ impl Drop for LibDir {
 pub fn run(args: &RunArgs) -> Result<u8, CliError> {
     let bind = parse_bind(&args.bind)
         .ok_or_else(|| CliError::Usage(format!("--bind {}: not an IP or IP:PORT", args.bind)))?;
-    Mtu::from_bytes(args.mtu).ok_or_else(|| {
-        CliError::Usage(format!(
-            "--mtu {}: must be 256, 512, 1024, 2048 or 4096",
-            args.mtu
-        ))
-    })?;
+    let mtu = match args.mtu {
+        Some(m) => Mtu::from_bytes(m).ok_or_else(|| {
+            CliError::Usage(format!("--mtu {m}: must be 256, 512, 1024, 2048 or 4096"))
+        })?,
+        None => softroce::driver::interface::default_active_mtu(bind.ip()),
+    };
     // Checked here, where the message reaches the user; the shim would only fail to open.
     cc_config(args.cc, &args.cc_param)?;
     let lib = find_lib(args.lib.as_deref())?;
@@ -175,7 +176,7 @@ pub fn run(args: &RunArgs) -> Result<u8, CliError> {
         .args(rest)
         .env("LD_LIBRARY_PATH", path)
         .env("SOFTROCE_BIND", bind.to_string())
-        .env("SOFTROCE_MTU", args.mtu.to_string())
+        .env("SOFTROCE_MTU", mtu.bytes().to_string())
         .env(
             "SOFTROCE_CC",
             match args.cc {

@@ -9,6 +9,7 @@ pub(crate) mod device;
 pub(crate) mod engine;
 pub(crate) mod gsi;
 pub mod impair;
+pub mod interface;
 pub mod link;
 mod multicast;
 pub mod stats;

@@ -143,8 +143,8 @@ fn roce_socket(addr: SocketAddr) -> io::Result<Socket> {
     match addr.ip() {
         IpAddr::V4(a) if !a.is_unspecified() => s.set_multicast_if_v4(&a)?,
         IpAddr::V6(a) if !a.is_unspecified() => {
-            if let Ok(i) = interface_index(addr.ip()) {
-                s.set_multicast_if_v6(i)?;
+            if let Ok(i) = super::interface::interface_of(addr.ip()) {
+                s.set_multicast_if_v6(i.index)?;
             }
         }
         _ => {}
@@ -336,7 +336,7 @@ pub fn group_socket(group: IpAddr, port: u16, local: IpAddr) -> io::Result<UdpSo
             s.set_multicast_all_v6(false)?;
             ask_ip_fields(&s, false)?;
             s.bind(&SocketAddr::new(group, port).into())?;
-            s.join_multicast_v6(&g, interface_index(IpAddr::V6(l))?)?;
+            s.join_multicast_v6(&g, super::interface::interface_of(IpAddr::V6(l))?.index)?;
             s
         }
         _ => {
@@ -348,44 +348,6 @@ pub fn group_socket(group: IpAddr, port: u16, local: IpAddr) -> io::Result<UdpSo
     };
     s.set_nonblocking(true)?;
     Ok(s.into())
-}
-
-/// The index of the interface that has address `ip`.
-fn interface_index(ip: IpAddr) -> io::Result<u32> {
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs writes a list head into `head`, which freeifaddrs frees below.
-    if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut found = None;
-    let mut p = head;
-    while !p.is_null() {
-        // SAFETY: `p` is a node of the list getifaddrs returned, alive until freeifaddrs; its
-        // ifa_addr is null or a sockaddr of the family it names (sockaddr_in6 for AF_INET6),
-        // and ifa_name a NUL-terminated string.
-        unsafe {
-            let a = (*p).ifa_addr;
-            if !a.is_null() && i32::from((*a).sa_family) == libc::AF_INET6 {
-                let a6 = &*(a as *const libc::sockaddr_in6);
-                if IpAddr::from(a6.sin6_addr.s6_addr) == ip {
-                    found = Some(libc::if_nametoindex((*p).ifa_name));
-                }
-            }
-            p = (*p).ifa_next;
-        }
-        if found.is_some() {
-            break;
-        }
-    }
-    // SAFETY: `head` came from getifaddrs and is freed once.
-    unsafe { libc::freeifaddrs(head) };
-    match found {
-        Some(i) if i != 0 => Ok(i),
-        _ => Err(io::Error::new(
-            io::ErrorKind::AddrNotAvailable,
-            format!("no interface has {ip}"),
-        )),
-    }
 }
 
 impl UdpLink {

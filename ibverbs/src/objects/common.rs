@@ -112,7 +112,8 @@ fn env_config() -> Config {
             .ok()
             .and_then(|s| s.trim().parse::<u32>().ok())
             .and_then(Mtu::from_bytes)
-            .unwrap_or(Mtu::Mtu1024);
+            // rxe's active MTU follows its netdev's: 4096 on loopback, 1024 on 1500 bytes.
+            .unwrap_or_else(|| softroce::driver::interface::default_active_mtu(bind.ip()));
         let cc = cc_from_env(
             std::env::var("SOFTROCE_CC").ok().as_deref(),
             std::env::var("SOFTROCE_CC_PARAMS").ok().as_deref(),
