@@ -472,8 +472,27 @@ int main(void)
 	CHECK(mw1 && mw1->pd == pd && mw1->context == ctx && mw1->type == IBV_MW_TYPE_1);
 	CHECK(ibv_dealloc_pd(pd) == EBUSY); /* the window holds its PD */
 	CHECK(ibv_dealloc_mw(mw1) == 0);
-	CHECK(ibv_attach_mcast(q1, &gid, 0) == EOPNOTSUPP);
-	CHECK(ibv_detach_mcast(q1, &gid, 0) == EOPNOTSUPP);
+
+	/* ---- multicast: UD QPs attach to IPv4-mapped multicast GIDs (ib_attach_mcast's checks,
+	 * rxe's limits and its EBUSY for destroying an attached QP) ---- */
+	struct ibv_device_attr mda;
+	CHECK(ibv_query_device(ctx, &mda) == 0 && mda.max_mcast_grp > 0 &&
+	      mda.max_mcast_qp_attach == 56 &&
+	      mda.max_total_mcast_qp_attach == mda.max_mcast_grp * mda.max_mcast_qp_attach);
+	union ibv_gid mg = {.raw = {[10] = 0xff, [11] = 0xff, [12] = 230, [13] = 0, [14] = 31, [15] = 77}};
+	CHECK(ibv_attach_mcast(q1, &gid, 0) == EINVAL); /* the device's own GID is no group */
+	CHECK(ibv_attach_mcast(q1, &mg, 0) == EINVAL);  /* an RC QP */
+	struct ibv_qp_init_attr uda = {.send_cq = cq2, .recv_cq = cq2, .qp_type = IBV_QPT_UD,
+				       .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
+	struct ibv_qp *ud = ibv_create_qp(pd, &uda);
+	CHECK(ud != NULL);
+	CHECK(ibv_detach_mcast(ud, &mg, 0) == EINVAL); /* not attached */
+	CHECK(ibv_attach_mcast(ud, &mg, 0) == 0);
+	CHECK(ibv_attach_mcast(ud, &mg, 0) == 0); /* again: nothing changes */
+	CHECK(ibv_destroy_qp(ud) == EBUSY);       /* attached */
+	CHECK(ibv_detach_mcast(ud, &mg, 0) == 0);
+	CHECK(ibv_detach_mcast(ud, &mg, 0) == EINVAL);
+	CHECK(ibv_destroy_qp(ud) == 0);
 
 	/* ---- async events: none; a non-blocking fd says so ---- */
 	CHECK(fcntl(ctx->async_fd, F_SETFL, fcntl(ctx->async_fd, F_GETFL) | O_NONBLOCK) == 0);
