@@ -557,16 +557,24 @@ fn route(m: &Cm, ev: RdmaCmEvent) {
 /// limit 64, source GID index 0 = the device's address, port 1, no LID), the peer's QPN and
 /// Q_Key; private data is added by the channel.
 fn ud_to_c(u: &UdParam) -> rdma_ud_param {
+    roce_ud_param(Gid::from_ip(u.addr).0, 0, u.qp_num, u.qkey)
+}
+
+/// A RoCE `rdma_ud_param` towards `dgid` (a peer's GID, or a multicast group's): a global AH
+/// with hop limit 64 (the route's, and IPV6_DEFAULT_HOPLIMIT for a group), traffic class
+/// `tos`, source GID index 0 (the device's address), port 1, no LID; QPN and Q_Key as given;
+/// no private data.
+pub(super) fn roce_ud_param(dgid: [u8; 16], tos: u8, qp_num: u32, qkey: u32) -> rdma_ud_param {
     rdma_ud_param {
         private_data: ptr::null(),
         private_data_len: 0,
         ah_attr: ibv_ah_attr {
             grh: ibv_global_route {
-                dgid: Gid::from_ip(u.addr).0,
+                dgid,
                 flow_label: 0,
                 sgid_index: 0,
                 hop_limit: 64,
-                traffic_class: 0,
+                traffic_class: tos,
             },
             dlid: 0,
             sl: 0,
@@ -575,8 +583,8 @@ fn ud_to_c(u: &UdParam) -> rdma_ud_param {
             is_global: 1,
             port_num: 1,
         },
-        qp_num: u.qp_num,
-        qkey: u.qkey,
+        qp_num,
+        qkey,
     }
 }
 

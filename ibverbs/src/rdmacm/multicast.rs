@@ -17,7 +17,6 @@ use super::channel::{EventInfo, McJoin};
 use super::ffi::*;
 use super::id::{complete, id_of, sockaddr_from_c, Id};
 use super::{fail, lock};
-use crate::ffi::*;
 use crate::objects::handle::Obj;
 
 /// The kernel's ENOTSUPP (524): cma_iboe_join_multicast's answer for an IPv6 group on
@@ -105,28 +104,16 @@ fn join(id: *mut rdma_cm_id, addr: *mut sockaddr, flags: u32, context: *mut c_vo
         send_only,
     });
     let tos = lock(&obj.st).tos.unwrap_or(0);
+    // cma_make_mc_event: hop limit 64 (IPV6_DEFAULT_HOPLIMIT for an IPv4 RoCEv2 group), the
+    // identifier's TOS; librdmacm hands the join's context back as the private data.
     let ud = rdma_ud_param {
-        // librdmacm hands the join's context back here.
         private_data: context,
-        private_data_len: 0,
-        ah_attr: ibv_ah_attr {
-            grh: ibv_global_route {
-                dgid: mgid.0,
-                flow_label: 0,
-                sgid_index: 0,
-                // cma_iboe_join_multicast: IPV6_DEFAULT_HOPLIMIT for an IPv4 RoCEv2 group.
-                hop_limit: 64,
-                traffic_class: tos,
-            },
-            dlid: 0,
-            sl: 0,
-            src_path_bits: 0,
-            static_rate: 0,
-            is_global: 1,
-            port_num: 1,
-        },
-        qp_num: softroce::wire::bth::MULTICAST_QPN,
-        qkey: RDMA_UDP_QKEY,
+        ..super::conn::roce_ud_param(
+            mgid.0,
+            tos,
+            softroce::wire::bth::MULTICAST_QPN,
+            RDMA_UDP_QKEY,
+        )
     };
     let mut info = EventInfo::plain(RDMA_CM_EVENT_MULTICAST_JOIN, 0);
     info.ud = Some(ud);
