@@ -52,6 +52,9 @@ pub(crate) struct Device {
     pub(crate) gsi: GsiShared,
     /// Engine passes completed (see `settle`).
     pub(crate) passes: AtomicU64,
+    /// Passes application threads ran (busy-poll mode): while they move, the background
+    /// thread stays out of their way (`Engine::run_busy`).
+    pub(crate) app_passes: AtomicU64,
     /// The multicast groups QPs are attached to (multicast.rs).
     pub(crate) groups: RwLock<Groups>,
     /// Sockets to start or stop receiving groups on, for the engine's link.
@@ -83,6 +86,7 @@ impl Device {
             closed: AtomicBool::new(false),
             busy_poll,
             passes: AtomicU64::new(0),
+            app_passes: AtomicU64::new(0),
             groups: RwLock::new(Groups::default()),
             group_changes: Mutex::new(Vec::new()),
             groups_changed: AtomicBool::new(false),
@@ -138,6 +142,7 @@ impl Device {
         if let Ok(mut e) = self.engine.try_lock() {
             if let Some(e) = e.as_mut() {
                 pass(e);
+                self.app_passes.fetch_add(1, Ordering::Relaxed);
             }
         }
     }

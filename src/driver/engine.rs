@@ -61,6 +61,11 @@ pub(crate) const WAKER: Token = Token(1);
 const TIMER: Token = Token(2);
 /// How often the background thread of a busy-polling device runs a pass.
 const BUSY_BACKGROUND_PERIOD: Duration = Duration::from_micros(50);
+/// How long an application thread's passes may leave the packets of a completion (its ACK)
+/// for the application's next post.
+const DEFER_LIMIT: Duration = Duration::from_micros(20);
+/// How long it sleeps while application threads run passes themselves.
+const BUSY_BACKGROUND_IDLE: Duration = Duration::from_micros(500);
 
 /// Datagrams received per pass before timers and transmission get a turn.
 const RX_BATCH: usize = 32;
@@ -231,6 +236,11 @@ pub(crate) struct Engine {
     more_rx: bool,
     /// The current pass delivered completions.
     delivered: bool,
+    /// The last pass, an application thread's, left its packets for the next one
+    /// (`pass_for_application`).
+    deferred: bool,
+    /// When packets were first left for a later pass.
+    deferred_at: Option<Instant>,
     /// QP1 has received MADs or been given some to send.
     gsi_due: bool,
     /// QP1's next deadline, as of the last time the engine served it (only the engine moves
@@ -283,6 +293,8 @@ impl Engine {
             blocked: false,
             more_rx: false,
             delivered: false,
+            deferred: false,
+            deferred_at: None,
             gsi_due: false,
             gsi_deadline: None,
             gsi_port: None,
@@ -333,15 +345,28 @@ impl Engine {
     /// as they poll their CQs and post (`Device::drive`), as a user-space RDMA provider does;
     /// this thread only makes sure that timers fire and packets are taken in while no
     /// application thread polls. It sleeps between passes so as not to take a CPU from the
-    /// threads that poll.
+    /// threads that poll; while they run passes themselves it sleeps longer
+    /// (`BUSY_BACKGROUND_IDLE`), waking only to send what an application pass left for later
+    /// (`deferred`): on a machine with as many polling threads as cores, each of its wake-ups
+    /// preempted one of them.
     pub(crate) fn run_busy(dev: Arc<Device>) {
+        let mut seen = dev.app_passes.load(Ordering::Relaxed);
         while !dev.closed.load(Ordering::Acquire) {
+            let now = dev.app_passes.load(Ordering::Relaxed);
+            let apps_drive = now != seen;
+            seen = now;
             if let Ok(mut e) = dev.engine.try_lock() {
                 if let Some(e) = e.as_mut() {
-                    e.pass();
+                    if !apps_drive || e.deferred {
+                        e.pass();
+                    }
                 }
             }
-            std::thread::sleep(BUSY_BACKGROUND_PERIOD);
+            std::thread::sleep(if apps_drive {
+                BUSY_BACKGROUND_IDLE
+            } else {
+                BUSY_BACKGROUND_PERIOD
+            });
         }
     }
 
@@ -354,8 +379,8 @@ impl Engine {
     /// A pass run by an application thread in busy-poll mode. If it delivered completions,
     /// the packets it produced (typically the ACK of what just completed) are not sent yet:
     /// the thread returns to the application with the completion at once, and the packets go
-    /// with the next pass, usually in the same system call as the reply the application
-    /// posts, or from the background thread within 50 us.
+    /// with the pass of the application's next post, in the same system call as its reply, or
+    /// with the first application pass after 20 us, or from the background thread.
     pub(crate) fn pass_for_application(&mut self) {
         self.pass_inner(true);
     }
@@ -376,9 +401,22 @@ impl Engine {
         self.delivered = false;
         self.service_work();
         self.service_gsi();
-        if !(defer_after_completion && self.delivered) {
+        // An application pass that delivered completions leaves its packets (the ACK of what
+        // completed) for the reply the application posts next, which sends them in the same
+        // system call; so do the passes that follow it (the application often polls once more
+        // before it posts), for at most DEFER_LIMIT from the first.
+        let now = Instant::now();
+        let keep = defer_after_completion
+            && self.tx.pending()
+            && (self.delivered || self.deferred_at.is_some())
+            && self.deferred_at.is_none_or(|t| now - t < DEFER_LIMIT);
+        if keep {
+            self.deferred_at.get_or_insert(now);
+        } else {
+            self.deferred_at = None;
             self.flush();
         }
+        self.deferred = keep;
         self.dev.passes.fetch_add(1, Ordering::Release);
     }
 

@@ -265,17 +265,21 @@ impl QueuePair {
     /// (a message over one MTU is refused with [`VerbsError::UdMessageTooLong`]).
     pub fn post_send_ud(&self, wrs: &[UdSendWr]) -> core::result::Result<(), PostError> {
         let pd = self.pd;
-        self.post(wrs, move |core, w, mrs| {
-            if w.ah.pd != pd {
-                return Err(VerbsError::ForeignObject("address handle"));
-            }
-            let dest = UdDest {
-                ah: w.ah.attr,
-                remote_qpn: w.remote_qpn,
-                remote_qkey: w.remote_qkey,
-            };
-            core.post_send_ud(&w.wr, &dest, mrs)
-        })
+        self.post(
+            wrs,
+            move |core, w, mrs| {
+                if w.ah.pd != pd {
+                    return Err(VerbsError::ForeignObject("address handle"));
+                }
+                let dest = UdDest {
+                    ah: w.ah.attr,
+                    remote_qpn: w.remote_qpn,
+                    remote_qkey: w.remote_qkey,
+                };
+                core.post_send_ud(&w.wr, &dest, mrs)
+            },
+            true,
+        )
     }
 
     /// `ibv_query_qp`: the current attributes.
@@ -285,7 +289,7 @@ impl QueuePair {
 
     /// `ibv_post_send`: queues the WRs in order; stops at the first one refused.
     pub fn post_send(&self, wrs: &[SendWr]) -> core::result::Result<(), PostError> {
-        self.post(wrs, QpCore::post_send)
+        self.post(wrs, QpCore::post_send, true)
     }
 
     /// `ibv_post_recv`: queues the WRs in order; stops at the first one refused.
@@ -293,16 +297,21 @@ impl QueuePair {
     /// The engine is rung as for a send: a post in ERROR completes at once and the engine
     /// delivers that completion.
     pub fn post_recv(&self, wrs: &[RecvWr]) -> core::result::Result<(), PostError> {
-        self.post(wrs, QpCore::post_recv)
+        // Busy-poll: no pass on this thread. A receive makes no packet, and a pass would send
+        // the ACK a completion left for the application's next send (`pass_for_application`)
+        // on its own: ping-pong programs repost their receive before they send.
+        self.post(wrs, QpCore::post_recv, false)
     }
 
     /// Posts `wrs` one by one with `post_one` and rings the engine for those posted, also
     /// when a later one is refused: WRs before the refused one are queued and must go out
-    /// without waiting for an unrelated event.
+    /// without waiting for an unrelated event. With `drive`, a busy-polling device runs a pass
+    /// on this thread, so that what was posted leaves now.
     fn post<W>(
         &self,
         wrs: &[W],
         post_one: impl Fn(&mut QpCore, &W, &MrTable) -> Result<()>,
+        drive: bool,
     ) -> core::result::Result<(), PostError> {
         self.dev
             .check_open()
@@ -316,8 +325,10 @@ impl QueuePair {
         };
         if !matches!(&result, Err(PostError { bad_wr: 0, .. })) {
             self.dev.ring(self.qpn);
-            // Busy-poll: send now, on this thread.
-            self.dev.drive();
+            if drive {
+                // Busy-poll: send now, on this thread.
+                self.dev.drive();
+            }
         }
         result
     }
