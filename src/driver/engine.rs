@@ -409,7 +409,7 @@ impl Engine {
         let keep = defer_after_completion
             && self.tx.pending()
             && (self.delivered || self.deferred_at.is_some())
-            && self.deferred_at.is_none_or(|t| now - t < DEFER_LIMIT);
+            && self.deferred_at.map_or(true, |t| now - t < DEFER_LIMIT);
         if keep {
             self.deferred_at.get_or_insert(now);
         } else {
