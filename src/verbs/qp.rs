@@ -324,11 +324,9 @@ impl QueuePair {
             })
         };
         if !matches!(&result, Err(PostError { bad_wr: 0, .. })) {
-            self.dev.ring(self.qpn);
-            if drive {
-                // Busy-poll: send now, on this thread.
-                self.dev.drive();
-            }
+            // Send now, on this thread, when the engine is idle (busy-poll, or a sleeping
+            // engine thread).
+            self.dev.ring_and_drive(self.qpn, drive);
         }
         result
     }
