@@ -45,10 +45,8 @@ pub(crate) struct Device {
     pub(crate) closed: AtomicBool,
     /// Busy-poll mode: the application threads drive the engine as they poll and post.
     pub(crate) busy_poll: bool,
-    /// The engine: its thread runs passes under this lock, and so do application threads
-    /// (busy-poll mode: as they poll and post; blocking mode: as they post while the engine
-    /// thread sleeps). Emptied when the context closes, which breaks the engine's reference
-    /// back to the device.
+    /// The engine, in busy-poll mode (otherwise its thread owns it). Emptied when the
+    /// context closes, which breaks the engine's reference back to the device.
     pub(crate) engine: Mutex<Option<Box<super::engine::Engine>>>,
     /// QP1: the connection manager's MADs.
     pub(crate) gsi: GsiShared,
@@ -124,34 +122,6 @@ impl Device {
         }
     }
 
-    /// Tells the engine that QP `qpn` has work the caller just posted, and, with `drive`, gets
-    /// it sent now: in busy-poll mode by a pass on this thread (`drive`); in blocking mode,
-    /// while the engine thread sleeps, by a pass on this thread too, which saves waking it
-    /// (rxe's post_send runs the requester inline). If the engine is busy, the engine thread
-    /// takes the doorbell on its own before it sleeps again, or is woken.
-    pub(crate) fn ring_and_drive(&self, qpn: u32, drive: bool) {
-        if self.busy_poll || !drive || !self.engine_sleeping.load(Ordering::SeqCst) {
-            self.ring(qpn);
-            if drive {
-                self.drive();
-            }
-            return;
-        }
-        self.doorbell
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(qpn);
-        if let Ok(mut e) = self.engine.try_lock() {
-            if let Some(e) = e.as_mut() {
-                e.pass_inline();
-                return;
-            }
-        }
-        // Someone else runs a pass, which may have taken the doorbell before our entry: the
-        // engine thread must look (it may have gone to sleep meanwhile).
-        let _ = self.waker.wake();
-    }
-
     /// In busy-poll mode, runs one engine pass on the calling (application) thread unless
     /// another thread is running one, and sends what it produced: for a post. Without
     /// busy-poll, nothing (the engine thread does the work).
@@ -207,7 +177,7 @@ impl Device {
     }
 
     /// Stops the engine: marks the device closed, wakes the engine thread and waits for it,
-    /// then sends what the engine still holds and drops it.
+    /// then sends what a busy-poll engine still holds and drops it.
     pub(crate) fn shut_down(&self, engine_thread: Option<std::thread::JoinHandle<()>>) {
         self.closed.store(true, Ordering::Release);
         let _ = self.waker.wake();

@@ -206,6 +206,7 @@ impl TxBatch {
 
 pub(crate) struct Engine {
     dev: Arc<Device>,
+    poll: Poll,
     /// Wakes the loop at the next deadline with microsecond resolution (timer.rs says why
     /// the poll timeout cannot).
     timer: Timer,
@@ -264,15 +265,17 @@ impl std::fmt::Debug for Engine {
 impl Engine {
     pub(crate) fn new(
         dev: Arc<Device>,
-        registry: &mio::Registry,
+        poll: Poll,
         link: Box<dyn Link + Send>,
     ) -> io::Result<Engine> {
         let mut timer = Timer::new()?;
-        registry.register(&mut timer, TIMER, Interest::READABLE)?;
+        poll.registry()
+            .register(&mut timer, TIMER, Interest::READABLE)?;
         let endpoint = Endpoint::new(dev.local, dev.remote_port, Arc::clone(&dev.counters));
         let gather = link.gathers();
         Ok(Engine {
             dev,
+            poll,
             timer,
             link,
             origin: Instant::now(),
@@ -308,69 +311,16 @@ impl Engine {
         self.origin.elapsed()
     }
 
-    /// The engine thread of a blocking device. It sleeps in poll without holding the engine,
-    /// so that an application thread that posts while it sleeps can run the pass itself
-    /// (`Device::ring_and_drive`, as rxe's post_send runs the requester inline): the post's
-    /// packets leave without waking this thread. Woken by a datagram, a doorbell or the timer,
-    /// it runs a pass. The device's `shut_down` runs the last one (`finish`).
-    pub(crate) fn run(dev: Arc<Device>, mut poll: Poll) {
+    pub(crate) fn run(mut self) {
         let mut events = Events::with_capacity(64);
-        while !dev.closed.load(Ordering::Acquire) {
-            let timeout = match lock_engine(&dev).as_mut() {
-                Some(e) => e.prepare_wait(),
-                None => return,
-            };
-            let r = poll.poll(&mut events, timeout);
-            dev.engine_sleeping.store(false, Ordering::SeqCst);
-            if let Err(e) = r {
-                if e.kind() != io::ErrorKind::Interrupted {
-                    // The poll set is broken; nothing can make progress. Close the device so
-                    // that callers get DeviceClosed instead of hanging.
-                    dev.closed.store(true, Ordering::Release);
-                    return;
-                }
+        while !self.dev.closed.load(Ordering::Acquire) {
+            let ready = self.more_rx || (!self.work.is_empty() && !self.blocked);
+            if !self.wait(&mut events, ready) {
+                break;
             }
-            let timer_fired = events.iter().any(|e| e.token() == TIMER);
-            let mut g = lock_engine(&dev);
-            let Some(e) = g.as_mut() else {
-                return;
-            };
-            if timer_fired {
-                e.timer.clear();
-            }
-            e.pass();
+            self.pass();
         }
-    }
-
-    /// How long the engine thread may sleep before its next pass (zero: not at all; None:
-    /// until an event). When it may sleep, it says so first (`engine_sleeping`): from then on
-    /// a doorbell wakes it, or is served by the thread that rang it.
-    fn prepare_wait(&mut self) -> Option<Duration> {
-        if self.more_rx || (!self.work.is_empty() && !self.blocked) {
-            return Some(Duration::ZERO);
-        }
-        self.dev.engine_sleeping.store(true, Ordering::SeqCst);
-        let rung = !self
-            .dev
-            .doorbell
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty();
-        if rung {
-            return Some(Duration::ZERO);
-        }
-        self.sleep_timeout()
-    }
-
-    /// A pass run by the application thread that posted, while the engine thread sleeps:
-    /// what was posted leaves from this thread. The engine thread's timer is then set for the
-    /// deadlines the pass armed, and the thread woken if work is left over.
-    pub(crate) fn pass_inline(&mut self) {
-        self.pass();
-        let _ = self.sleep_timeout();
-        if self.more_rx || (!self.work.is_empty() && !self.blocked) {
-            let _ = self.dev.waker.wake();
-        }
+        self.finish();
     }
 
     /// Before the engine stops: one last pass, so that work requests posted before the
@@ -468,6 +418,38 @@ impl Engine {
         }
         self.deferred = keep;
         self.dev.passes.fetch_add(1, Ordering::Release);
+    }
+
+    /// Waits in poll until there is something to do; returns false if the poll set broke.
+    fn wait(&mut self, events: &mut Events, ready: bool) -> bool {
+        let mut timeout = Some(Duration::ZERO);
+        if !ready {
+            // From here on, a doorbell wakes us (see Device::ring); look at it once more.
+            self.dev.engine_sleeping.store(true, Ordering::SeqCst);
+            let rung = !self
+                .dev
+                .doorbell
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_empty();
+            if !rung {
+                timeout = self.sleep_timeout();
+            }
+        }
+        let r = self.poll.poll(events, timeout);
+        self.dev.engine_sleeping.store(false, Ordering::SeqCst);
+        if let Err(e) = r {
+            if e.kind() != io::ErrorKind::Interrupted {
+                // The poll set is broken; nothing can make progress. Close the device so
+                // that callers get DeviceClosed instead of hanging.
+                self.dev.closed.store(true, Ordering::Release);
+                return false;
+            }
+        }
+        if events.iter().any(|e| e.token() == TIMER) {
+            self.timer.clear();
+        }
+        true
     }
 
     /// How long poll may sleep: until the earliest deadline (the timerfd wakes us; without
@@ -943,11 +925,6 @@ fn lock(core: &std::sync::Mutex<QpCore>) -> MutexGuard<'_, QpCore> {
     core.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The device's engine, locked (None once the device has shut down).
-fn lock_engine(dev: &Device) -> MutexGuard<'_, Option<Box<Engine>>> {
-    dev.engine.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::VecDeque;
@@ -1026,7 +1003,7 @@ mod tests {
             waker,
             false,
         ));
-        Engine::new(dev, poll.registry(), Box::new(link)).unwrap()
+        Engine::new(dev, poll, Box::new(link)).unwrap()
     }
 
     /// Puts a sealed 64-byte packet (a BTH, zeros, its ICRC for identification 0) in the batch.

@@ -113,15 +113,15 @@ pub(crate) fn open(cfg: &DeviceConfig) -> Result<(Arc<Device>, JoinHandle<()>)> 
         link = Box::new(capture::CaptureLink::new(link, BufWriter::new(f))?);
     }
     link.register(poll.registry(), engine::SOCKET)?;
-    let mut engine = engine::Engine::new(Arc::clone(&dev), poll.registry(), link)?;
+    let mut engine = engine::Engine::new(Arc::clone(&dev), poll, link)?;
     engine.set_congestion_control(cfg.cc);
     let name = format!("softroce-{local}");
-    *dev.engine.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(engine));
-    let d = Arc::clone(&dev);
     let handle = if cfg.busy_poll {
+        *dev.engine.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(engine));
+        let d = Arc::clone(&dev);
         thread::spawn_settled(name, move || engine::Engine::run_busy(d))
     } else {
-        thread::spawn_settled(name, move || engine::Engine::run(d, poll))
+        thread::spawn_settled(name, move || engine.run())
     };
     match handle {
         Ok(h) => Ok((dev, h)),

@@ -324,9 +324,11 @@ impl QueuePair {
             })
         };
         if !matches!(&result, Err(PostError { bad_wr: 0, .. })) {
-            // Send now, on this thread, when the engine is idle (busy-poll, or a sleeping
-            // engine thread).
-            self.dev.ring_and_drive(self.qpn, drive);
+            self.dev.ring(self.qpn);
+            if drive {
+                // Busy-poll: send now, on this thread.
+                self.dev.drive();
+            }
         }
         result
     }
