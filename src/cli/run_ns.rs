@@ -311,62 +311,9 @@ pub fn keep_hw_counters_live() {
 /// The interface that owns `ip`: the one with that address, else for a loopback address the
 /// loopback interface (which answers all of 127.0.0.0/8); None when no interface has it.
 pub fn owning_netdev(ip: IpAddr) -> Option<String> {
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs writes a list head we free below with freeifaddrs.
-    if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return None;
-    }
-    let mut exact = None;
-    let mut loopback = None;
-    let mut p = head;
-    while !p.is_null() {
-        // SAFETY: p is a node of the list getifaddrs returned, not yet freed.
-        let ifa = unsafe { &*p };
-        p = ifa.ifa_next;
-        if ifa.ifa_name.is_null() {
-            continue;
-        }
-        // SAFETY: ifa_name is a NUL-terminated interface name owned by the list.
-        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
-            .to_string_lossy()
-            .into_owned();
-        if ifa.ifa_flags & libc::IFF_LOOPBACK as u32 != 0 {
-            loopback.get_or_insert(name.clone());
-        }
-        // SAFETY: a non-null ifa_addr points at a sockaddr of the family it names.
-        if let Some(a) = unsafe { sockaddr_ip(ifa.ifa_addr) } {
-            if a == ip && exact.is_none() {
-                exact = Some(name);
-            }
-        }
-    }
-    // SAFETY: head came from getifaddrs and is freed once.
-    unsafe { libc::freeifaddrs(head) };
-    exact.or(if ip.is_loopback() { loopback } else { None })
-}
-
-/// The IP address of a sockaddr_in or sockaddr_in6; None for other families or null.
-///
-/// # Safety
-/// `sa` is null or points at a sockaddr whose length fits its family.
-unsafe fn sockaddr_ip(sa: *const libc::sockaddr) -> Option<IpAddr> {
-    if sa.is_null() {
-        return None;
-    }
-    // SAFETY: the caller's pointer is a sockaddr; the family says which struct it is.
-    unsafe {
-        match (*sa).sa_family as i32 {
-            libc::AF_INET => {
-                let s = &*(sa as *const libc::sockaddr_in);
-                Some(IpAddr::from(u32::from_be(s.sin_addr.s_addr).to_be_bytes()))
-            }
-            libc::AF_INET6 => {
-                let s = &*(sa as *const libc::sockaddr_in6);
-                Some(IpAddr::from(s.sin6_addr.s6_addr))
-            }
-            _ => None,
-        }
-    }
+    softroce::driver::interface::interface_of(ip)
+        .ok()
+        .map(|i| i.name.to_string_lossy().into_owned())
 }
 
 /// Why the device view could not be laid.

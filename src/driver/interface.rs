@@ -16,8 +16,8 @@ pub struct Interface {
     pub index: u32,
 }
 
-/// The interface that has address `ip`, or whose subnet holds it (127.0.0.2 is on `lo`, which
-/// has 127.0.0.1/8): an interface with the very address first.
+/// The interface that has address `ip`, or for a loopback address the one whose subnet holds
+/// it (127.0.0.2 is on `lo`, which has 127.0.0.1/8, and answers for all of it).
 pub fn interface_of(ip: IpAddr) -> io::Result<Interface> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs writes a list head into `head`, which freeifaddrs frees below.
@@ -36,7 +36,9 @@ pub fn interface_of(ip: IpAddr) -> io::Result<Interface> {
                 let name = std::ffi::CStr::from_ptr((*p).ifa_name).to_owned();
                 if addr == ip {
                     exact.get_or_insert(name);
-                } else if ip_of(m).is_some_and(|mask| same_subnet(addr, ip, mask)) {
+                } else if ip.is_loopback()
+                    && ip_of(m).is_some_and(|mask| same_subnet(addr, ip, mask))
+                {
                     subnet.get_or_insert(name);
                 }
             }
