@@ -405,13 +405,12 @@ impl Engine {
         // completed) for the reply the application posts next, which sends them in the same
         // system call; so do the passes that follow it (the application often polls once more
         // before it posts), for at most DEFER_LIMIT from the first.
-        let now = Instant::now();
         let keep = defer_after_completion
             && self.tx.pending()
             && (self.delivered || self.deferred_at.is_some())
-            && self.deferred_at.map_or(true, |t| now - t < DEFER_LIMIT);
+            && self.deferred_at.map_or(true, |t| t.elapsed() < DEFER_LIMIT);
         if keep {
-            self.deferred_at.get_or_insert(now);
+            self.deferred_at.get_or_insert_with(Instant::now);
         } else {
             self.deferred_at = None;
             self.flush();

@@ -139,12 +139,17 @@ fn roce_socket(addr: SocketAddr) -> io::Result<Socket> {
     let _ = s.set_send_buffer_size(4 << 20);
     // A datagram to a multicast group leaves through the device's own interface, never the
     // one the route to the group names (a default route's: the machine's network); IPv6 by
-    // the interface's index, where none is found only unicast is sent right.
+    // the interface's index. Not fatal: an IPv4 socket bound to a local address already sends
+    // multicast through that address's interface (Linux's output route for a multicast
+    // destination with a source and no interface), and a device that cannot set it still
+    // serves unicast.
     match addr.ip() {
-        IpAddr::V4(a) if !a.is_unspecified() => s.set_multicast_if_v4(&a)?,
+        IpAddr::V4(a) if !a.is_unspecified() => {
+            let _ = s.set_multicast_if_v4(&a);
+        }
         IpAddr::V6(a) if !a.is_unspecified() => {
             if let Ok(i) = super::interface::interface_of(addr.ip()) {
-                s.set_multicast_if_v6(i.index)?;
+                let _ = s.set_multicast_if_v6(i.index);
             }
         }
         _ => {}
