@@ -34,22 +34,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#define OOB_PROGRAM "sr_datacheck"
+#include "oob.h"
+
 enum op { OP_SEND = 1, OP_WRITE = 2, OP_READ = 3, OP_ATOMIC = 4 }; /* softroce's Program codes */
 
-static int sock = -1, is_client;
 static int failures;
 static char first_failure[256];
-
-static void die(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fprintf(stderr, "sr_datacheck: ");
-	vfprintf(stderr, fmt, ap);
-	fprintf(stderr, "\n");
-	va_end(ap);
-	exit(2);
-}
 
 static void fail(const char *fmt, ...)
 {
@@ -58,35 +49,6 @@ static void fail(const char *fmt, ...)
 		va_start(ap, fmt);
 		vsnprintf(first_failure, sizeof(first_failure), fmt, ap);
 		va_end(ap);
-	}
-}
-
-static void read_all(void *buf, size_t len)
-{
-	size_t got = 0;
-	while (got < len) {
-		ssize_t n = read(sock, (char *)buf + got, len - got);
-		if (n <= 0)
-			die("out-of-band read: %s", n == 0 ? "peer closed" : strerror(errno));
-		got += n;
-	}
-}
-
-static void write_all(const void *buf, size_t len)
-{
-	if (write(sock, buf, len) != (ssize_t)len)
-		die("out-of-band write: %s", strerror(errno));
-}
-
-/* perftest's lock-step exchange: the client writes first, the server reads first. */
-static void xchg(const void *mine, void *theirs, size_t len)
-{
-	if (is_client) {
-		write_all(mine, len);
-		read_all(theirs, len);
-	} else {
-		read_all(theirs, len);
-		write_all(mine, len);
 	}
 }
 
@@ -210,33 +172,7 @@ int main(int argc, char **argv)
 	half = stride * iters;
 
 	/* The out-of-band connection. */
-	if (is_client) {
-		struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res;
-		char ps[16];
-		snprintf(ps, sizeof(ps), "%d", port);
-		if (getaddrinfo(server, ps, &hints, &res))
-			die("cannot resolve %s", server);
-		for (int tries = 0;; tries++) {
-			sock = socket(AF_INET, SOCK_STREAM, 0);
-			if (!connect(sock, res->ai_addr, res->ai_addrlen))
-				break;
-			close(sock);
-			if (tries > 100)
-				die("couldn't connect to %s:%d", server, port);
-			usleep(100000);
-		}
-		freeaddrinfo(res);
-	} else {
-		struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-		int one = 1, l = socket(AF_INET, SOCK_STREAM, 0);
-		setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-		if (bind(l, (struct sockaddr *)&a, sizeof(a)) || listen(l, 1))
-			die("couldn't listen on port %d: %s", port, strerror(errno));
-		sock = accept(l, NULL, NULL);
-		if (sock < 0)
-			die("accept: %s", strerror(errno));
-		close(l);
-	}
+	oob_connect(server, port);
 
 	/* Versions with softroce's signature: both ends must run the same checked test. */
 	uint8_t ver[16] = "6.06", pver[16];

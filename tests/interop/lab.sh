@@ -66,6 +66,7 @@ set -euo pipefail
 LAB_DIR=${SOFTROCE_LAB_DIR:-/var/tmp/softroce-lab}
 DATACHECK_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/datacheck.c
 MWCHECK_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/mwcheck.c
+OOB_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/oob.h # included by both
 NETNS=${SOFTROCE_LAB_NETNS:-srlab}
 BOOT_TIMEOUT=${SOFTROCE_LAB_BOOT_TIMEOUT:-240}
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -192,7 +193,7 @@ cmd_build() {
 
     # initramfs, rebuilt when this script (or the kernel) changes
     local stamp
-    stamp=$( { echo "$kver"; sha256sum "${BASH_SOURCE[0]}" "$DATACHECK_SRC" "$MWCHECK_SRC" | cut -d' ' -f1; dpkg-query -W busybox-static rdma-core ibverbs-providers perftest iproute2 rdmacm-utils ibverbs-utils libc6; } | sha256sum | cut -d' ' -f1)
+    stamp=$( { echo "$kver"; sha256sum "${BASH_SOURCE[0]}" "$DATACHECK_SRC" "$MWCHECK_SRC" "$OOB_SRC" | cut -d' ' -f1; dpkg-query -W busybox-static rdma-core ibverbs-providers perftest iproute2 rdmacm-utils ibverbs-utils libc6; } | sha256sum | cut -d' ' -f1)
     if [ -f "$LAB_DIR/initrd.cpio.gz" ] && [ "$(cat "$LAB_DIR/initrd.stamp" 2>/dev/null)" = "$stamp" ]; then
         log "build: up to date ($kver, $LAB_DIR/initrd.cpio.gz)"
         return 0

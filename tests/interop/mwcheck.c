@@ -41,10 +41,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#define OOB_PROGRAM "sr_mwcheck"
+#include "oob.h"
+
 enum { NQP = 5, REGION = 65536, WIN_LEN = 4096, W1 = 4096, W2 = 16384, W3 = 32768,
        RECV_AT = 61440, MSG = 64, OOB_OVER = 32, INV_LEN = 16 };
 
-static int sock = -1, is_client, failures, checks;
+static int failures, checks;
 
 /* Kernel rxe (Linux 6.1) differs from the IBTA in two ways this program meets, both on rxe's
  * side as the owner:
@@ -58,17 +61,6 @@ static int sock = -1, is_client, failures, checks;
  *   (IBV_WC_WITH_INV is 1 << 3): on rxe the owner accepts either bit. */
 enum { KERNEL_IB_WC_WITH_INVALIDATE = 1 << 2 };
 
-static void die(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fprintf(stderr, "sr_mwcheck: ");
-	vfprintf(stderr, fmt, ap);
-	fprintf(stderr, "\n");
-	va_end(ap);
-	exit(2);
-}
-
 /* One named check: printed either way, counted when it fails. */
 static void check(int ok, const char *fmt, ...)
 {
@@ -81,35 +73,6 @@ static void check(int ok, const char *fmt, ...)
 	va_end(ap);
 	printf("\n");
 	fflush(stdout);
-}
-
-static void read_all(void *buf, size_t len)
-{
-	size_t got = 0;
-	while (got < len) {
-		ssize_t n = read(sock, (char *)buf + got, len - got);
-		if (n <= 0)
-			die("out-of-band read: %s", n == 0 ? "peer closed" : strerror(errno));
-		got += n;
-	}
-}
-
-static void write_all(const void *buf, size_t len)
-{
-	if (write(sock, buf, len) != (ssize_t)len)
-		die("out-of-band write: %s", strerror(errno));
-}
-
-/* Lock-step exchange of equal-sized messages: the client writes first. */
-static void xchg(const void *mine, void *theirs, size_t len)
-{
-	if (is_client) {
-		write_all(mine, len);
-		read_all(theirs, len);
-	} else {
-		read_all(theirs, len);
-		write_all(mine, len);
-	}
 }
 
 static uint8_t pattern(int win, int k)
@@ -464,33 +427,7 @@ int main(int argc, char **argv)
 		server = argv[optind];
 	is_client = server != NULL;
 
-	if (is_client) {
-		struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res;
-		char ps[16];
-		snprintf(ps, sizeof(ps), "%d", port);
-		if (getaddrinfo(server, ps, &hints, &res))
-			die("cannot resolve %s", server);
-		for (int tries = 0;; tries++) {
-			sock = socket(AF_INET, SOCK_STREAM, 0);
-			if (!connect(sock, res->ai_addr, res->ai_addrlen))
-				break;
-			close(sock);
-			if (tries > 100)
-				die("couldn't connect to %s:%d", server, port);
-			usleep(100000);
-		}
-		freeaddrinfo(res);
-	} else {
-		struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-		int one = 1, l = socket(AF_INET, SOCK_STREAM, 0);
-		setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-		if (bind(l, (struct sockaddr *)&a, sizeof(a)) || listen(l, 1))
-			die("couldn't listen on port %d: %s", port, strerror(errno));
-		sock = accept(l, NULL, NULL);
-		if (sock < 0)
-			die("accept: %s", strerror(errno));
-		close(l);
-	}
+	oob_connect(server, port);
 
 	struct ibv_device **devs = ibv_get_device_list(NULL);
 	if (!devs || !devs[0])
