@@ -236,10 +236,8 @@ pub(crate) struct Engine {
     more_rx: bool,
     /// The current pass delivered completions.
     delivered: bool,
-    /// The last pass, an application thread's, left its packets for the next one
-    /// (`pass_for_application`).
-    deferred: bool,
-    /// When packets were first left for a later pass.
+    /// When an application thread's pass first left its packets for a later one
+    /// (`pass_for_application`); None when nothing waits.
     deferred_at: Option<Instant>,
     /// QP1 has received MADs or been given some to send.
     gsi_due: bool,
@@ -293,7 +291,6 @@ impl Engine {
             blocked: false,
             more_rx: false,
             delivered: false,
-            deferred: false,
             deferred_at: None,
             gsi_due: false,
             gsi_deadline: None,
@@ -347,7 +344,7 @@ impl Engine {
     /// application thread polls. It sleeps between passes so as not to take a CPU from the
     /// threads that poll; while they run passes themselves it sleeps longer
     /// (`BUSY_BACKGROUND_IDLE`), waking only to send what an application pass left for later
-    /// (`deferred`): on a machine with as many polling threads as cores, each of its wake-ups
+    /// (`deferred_at`): on a machine with as many polling threads as cores, each of its wake-ups
     /// preempted one of them.
     pub(crate) fn run_busy(dev: Arc<Device>) {
         let mut seen = dev.app_passes.load(Ordering::Relaxed);
@@ -357,7 +354,7 @@ impl Engine {
             seen = now;
             if let Ok(mut e) = dev.engine.try_lock() {
                 if let Some(e) = e.as_mut() {
-                    if !apps_drive || e.deferred {
+                    if !apps_drive || e.deferred_at.is_some() {
                         e.pass();
                     }
                 }
@@ -415,7 +412,6 @@ impl Engine {
             self.deferred_at = None;
             self.flush();
         }
-        self.deferred = keep;
         self.dev.passes.fetch_add(1, Ordering::Release);
     }
 

@@ -478,14 +478,17 @@ fn stand_in_to_reach_own_address(dst: IpAddr) {
     if !v4.is_loopback() || dst != nominal.ip() || !ports().is_empty() {
         return;
     }
-    for a in stand_in_candidates(std::process::id(), nominal.port()) {
-        // The candidate must be free; the engine binds it soon after (a process that takes
-        // it in between makes that bind fail with EADDRINUSE, as without a stand-in).
-        if UdpSocket::bind(a).is_ok() {
-            cm_hooks::stand_in(a);
-            return;
-        }
-    }
+    take_stand_in(nominal.port());
+}
+
+/// Makes the first free stand-in address on `port` this process's device address; true if
+/// one was free and the engine had not bound yet. The candidate must be free; the engine binds
+/// it soon after (a process that takes it in between makes that bind fail with EADDRINUSE, as
+/// without a stand-in).
+fn take_stand_in(port: u16) -> bool {
+    stand_in_candidates(std::process::id(), port)
+        .into_iter()
+        .any(|a| UdpSocket::bind(a).is_ok() && cm_hooks::stand_in(a))
 }
 
 /// A UD identifier bound to a loopback IPv4 device address whose socket another process
@@ -499,12 +502,7 @@ fn stand_in_for_ud() -> bool {
     let IpAddr::V4(v4) = nominal.ip() else {
         return false;
     };
-    if !v4.is_loopback() {
-        return false;
-    }
-    stand_in_candidates(std::process::id(), nominal.port())
-        .into_iter()
-        .any(|a| UdpSocket::bind(a).is_ok() && cm_hooks::stand_in(a))
+    v4.is_loopback() && take_stand_in(nominal.port())
 }
 
 /// Loopback addresses for process `pid`'s device to stand in at, on `port`: 127.128.0.0/9,
