@@ -498,6 +498,13 @@ fn sge_faults_and_limits_on_a_connected_qp() {
         a.pd.register_mr(64, AccessFlags::REMOTE_WRITE),
         Err(VerbsError::InvalidAttribute { .. })
     ));
+    // A region the allocator cannot give is refused (ibv_reg_mr: ENOMEM), not an abort.
+    assert_eq!(
+        a.pd.register_mr(usize::MAX / 2, AccessFlags::LOCAL_WRITE).unwrap_err(),
+        VerbsError::OutOfMemory {
+            bytes: (usize::MAX / 2) as u64
+        }
+    );
     // An empty CQ times out.
     let mut wc = [WorkCompletion::default(); 1];
     assert_eq!(

@@ -139,6 +139,11 @@ pub enum VerbsError {
     DeviceClosed,
     /// An operating-system error (socket, thread).
     Io(String),
+    /// The memory for an object (a region's bytes) could not be allocated.
+    OutOfMemory {
+        /// Bytes asked for.
+        bytes: u64,
+    },
 }
 
 impl core::fmt::Display for VerbsError {
@@ -189,6 +194,7 @@ impl core::fmt::Display for VerbsError {
             VerbsError::Timeout => f.write_str("timed out"),
             VerbsError::DeviceClosed => f.write_str("the device context is closed"),
             VerbsError::Io(e) => write!(f, "I/O error: {e}"),
+            VerbsError::OutOfMemory { bytes } => write!(f, "cannot allocate {bytes} bytes"),
         }
     }
 }

@@ -69,16 +69,48 @@ impl core::fmt::Display for AccessError {
 
 impl std::error::Error for AccessError {}
 
+/// `n` words of value 0, from the allocator's zeroed memory; `None` if the allocator has no
+/// such block (or `n` words exceed the address space).
+fn zeroed_words(n: usize) -> Option<Box<[AtomicU64]>> {
+    if n == 0 {
+        return Some(Box::new([]));
+    }
+    let layout = std::alloc::Layout::array::<AtomicU64>(n).ok()?;
+    // SAFETY: `layout` has a non-zero size (n > 0). `alloc_zeroed` returns memory of that
+    // layout or null (checked). All-zero bytes are a valid `AtomicU64` holding 0 (it has the
+    // bit validity of u64), so the n elements are initialised. The pointer comes from the
+    // global allocator with `Layout::array::<AtomicU64>(n)`, which is what `Box<[AtomicU64]>`
+    // frees it with.
+    unsafe {
+        let p = std::alloc::alloc_zeroed(layout).cast::<AtomicU64>();
+        (!p.is_null()).then(|| Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n)))
+    }
+}
+
 impl SharedBytes {
-    /// Allocates `len` zero bytes.
+    /// Allocates `len` zero bytes. The pages come zeroed from the allocator (for a large
+    /// region, fresh anonymous memory) and are touched only when used: registering a large
+    /// region costs neither its time to write nor its resident memory up front, as with
+    /// ibv_reg_mr of malloc'd memory.
+    ///
+    /// Aborts as a `Vec` does if the memory is not there; [`try_new`](Self::try_new) says so
+    /// instead.
     pub fn new(len: usize) -> SharedBytes {
-        let n = len.div_ceil(WORD);
-        let words: Box<[AtomicU64]> = (0..n).map(|_| AtomicU64::new(0)).collect();
-        SharedBytes {
-            words,
+        SharedBytes::try_new(len).unwrap_or_else(|| {
+            std::alloc::handle_alloc_error(
+                std::alloc::Layout::from_size_align(len.max(1), WORD)
+                    .unwrap_or(std::alloc::Layout::new::<u64>()),
+            )
+        })
+    }
+
+    /// [`new`](Self::new), or `None` if the allocator cannot give `len` bytes.
+    pub fn try_new(len: usize) -> Option<SharedBytes> {
+        Some(SharedBytes {
+            words: zeroed_words(len.div_ceil(WORD))?,
             len,
             foreign: None,
-        }
+        })
     }
 
     /// Wraps `len` bytes of application memory at `ptr` (see [`super::foreign`]).
@@ -369,6 +401,41 @@ fn copy_in(words: &[AtomicU64], mut pos: usize, src: &[u8]) {
 mod tests {
     use super::*;
     use std::sync::Arc;
+
+    /// This process's resident memory, from /proc/self/status.
+    fn resident_bytes() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let kb = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap();
+        kb * 1024
+    }
+
+    #[test]
+    fn a_large_region_costs_memory_only_where_it_is_used() {
+        let before = resident_bytes();
+        let big = SharedBytes::new(1 << 30);
+        let after = resident_bytes();
+        // Other tests' threads allocate too: a quarter of the region is the margin.
+        assert!(
+            after.saturating_sub(before) < 256 << 20,
+            "1 GiB region made {} bytes resident",
+            after.saturating_sub(before)
+        );
+        // Still zero wherever it is read, and usable at its far end.
+        assert_eq!(big.to_vec((1 << 30) - 16, 16).unwrap(), vec![0u8; 16]);
+        big.write((1 << 30) - 8, &[7; 8]).unwrap();
+        assert_eq!(big.to_vec((1 << 30) - 8, 8).unwrap(), vec![7u8; 8]);
+    }
+
+    #[test]
+    fn a_region_beyond_the_address_space_is_refused_not_aborted() {
+        assert!(SharedBytes::try_new(usize::MAX).is_none());
+        assert!(SharedBytes::try_new(usize::MAX / 2).is_none());
+        assert_eq!(SharedBytes::try_new(0).unwrap().len(), 0);
+    }
 
     #[test]
     fn starts_zeroed_and_round_trips_at_every_alignment() {

@@ -39,7 +39,9 @@ impl MemoryRegion {
                 reason: "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE",
             });
         }
-        let storage = Arc::new(SharedBytes::new(len));
+        let storage = Arc::new(
+            SharedBytes::try_new(len).ok_or(VerbsError::OutOfMemory { bytes: len as u64 })?,
+        );
         let iova = storage.addr();
         Self::register_storage(dev, pd, storage, iova, access)
     }

@@ -9,7 +9,7 @@ use softroce::oob::perftest::{Exchange, KeyMsg};
 use std::result::Result;
 
 use super::params::{Params, Program};
-use super::pattern::check_pattern;
+use super::pattern::check_region;
 use super::render::print_forever_row;
 use super::report::{cpu_stat, cpu_util, BwFigures, BwRun, Outcome};
 use super::resources::{Test, PREALLOCATED_TIMESTAMPS};
@@ -307,11 +307,7 @@ impl Test<'_> {
                     "message {msg}: {byte_len} bytes received, expected {want}"
                 ))
             } else {
-                self.conns[c]
-                    .mr
-                    .to_vec(self.payload_at(msg), self.p.size as usize)
-                    .map_err(|e| e.to_string())
-                    .and_then(|b| check_pattern(&b, msg))
+                check_region(&self.conns[c].mr, self.payload_at(msg), self.p.size, msg)
                     .map(|()| (1, self.p.size))
             };
             self.note(r);
@@ -334,10 +330,12 @@ impl Test<'_> {
             let mr = &self.conns[c].mr;
             let write_ok = || {
                 (0..p.iters).try_for_each(|iter| {
-                    let got = mr
-                        .to_vec(self.layout.half + self.layout.offset(iter), p.size as usize)
-                        .map_err(|e| e.to_string())?;
-                    check_pattern(&got, iter)
+                    check_region(
+                        mr,
+                        self.layout.half + self.layout.offset(iter),
+                        p.size,
+                        iter,
+                    )
                 })
             };
             let r = match p.op {

@@ -8,7 +8,7 @@ use softroce::oob::perftest::{Exchange, KeyMsg};
 use std::result::Result;
 
 use super::params::Program;
-use super::pattern::{check_pattern, fill_pattern};
+use super::pattern::{check_pattern, check_region, fill_pattern};
 use super::report::{LatStats, Outcome};
 use super::resources::{Test, PREALLOCATED_TIMESTAMPS};
 use crate::cli::activity::PeerActivity;
@@ -98,12 +98,9 @@ impl Test<'_> {
                 if wc.opcode == WcOpcode::Recv {
                     let msg = wc.wr_id;
                     if self.p.check {
-                        let r = self.conns[0]
-                            .mr
-                            .to_vec(self.payload_at(msg), self.p.size as usize)
-                            .map_err(|e| e.to_string())
-                            .and_then(|b| check_pattern(&b, msg))
-                            .map(|()| (1, self.p.size));
+                        let r =
+                            check_region(&self.conns[0].mr, self.payload_at(msg), self.p.size, msg)
+                                .map(|()| (1, self.p.size));
                         self.note(r);
                     }
                     received += 1;

@@ -9,7 +9,7 @@ use softroce::oob::perftest::{Exchange, KeyMsg, Transport};
 use softroce::oob::OobError;
 use std::result::Result;
 
-use super::pattern::{check_pattern, fill_pattern};
+use super::pattern::{check_region, write_pattern};
 use super::progress::ack_timeout_text;
 use super::resources::Test;
 use super::{Connection, PerfOp};
@@ -172,9 +172,7 @@ impl Test<'_> {
         // Under --check the atomics all hit one word, so that their results form a sequence.
         let atomic_addr = if p.check { r.vaddr } else { r.vaddr + off };
         if p.check && matches!(p.op, PerfOp::Send | PerfOp::Write) {
-            let mut buf = vec![0u8; p.size as usize];
-            fill_pattern(&mut buf, iter);
-            conn.mr.write(off, &buf).map_err(CliError::Verbs)?;
+            write_pattern(&conn.mr, off, p.size, iter).map_err(CliError::Verbs)?;
         }
         Ok(match p.op {
             PerfOp::Send => WrOpcode::Send,
@@ -210,11 +208,7 @@ impl Test<'_> {
         let off = self.layout.offset(iter);
         match self.p.op {
             PerfOp::Read => {
-                let got = conn
-                    .mr
-                    .to_vec(off, self.p.size as usize)
-                    .map_err(|e| e.to_string())?;
-                check_pattern(&got, iter).map(|()| (1, self.p.size))
+                check_region(&conn.mr, off, self.p.size, iter).map(|()| (1, self.p.size))
             }
             PerfOp::Atomic => {
                 let got = conn.mr.load_u64(off).map_err(|e| e.to_string())?;

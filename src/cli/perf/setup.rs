@@ -10,7 +10,7 @@ use softroce::verbs::*;
 use std::result::Result;
 
 use super::params::{Params, Program};
-use super::pattern::fill_pattern;
+use super::pattern::write_pattern;
 use super::progress::Progress;
 use super::render::{print_addresses, print_banner};
 use super::resources::{Agreed, Conn, Layout, Test};
@@ -84,12 +84,15 @@ impl<'a> Test<'a> {
     /// --check of READ: the server writes every message's pattern where the client will read
     /// it.
     fn fill_read_sources(&self) -> Result<(), CliError> {
-        let mut buf = vec![0u8; self.p.size as usize];
         for c in &self.conns {
             for it in 0..self.p.iters {
-                fill_pattern(&mut buf, it);
-                c.mr.write(self.layout.half + self.layout.offset(it), &buf)
-                    .map_err(CliError::Verbs)?;
+                write_pattern(
+                    &c.mr,
+                    self.layout.half + self.layout.offset(it),
+                    self.p.size,
+                    it,
+                )
+                .map_err(CliError::Verbs)?;
             }
         }
         Ok(())
