@@ -500,7 +500,8 @@ fn sge_faults_and_limits_on_a_connected_qp() {
     ));
     // A region the allocator cannot give is refused (ibv_reg_mr: ENOMEM), not an abort.
     assert_eq!(
-        a.pd.register_mr(usize::MAX / 2, AccessFlags::LOCAL_WRITE).unwrap_err(),
+        a.pd.register_mr(usize::MAX / 2, AccessFlags::LOCAL_WRITE)
+            .unwrap_err(),
         VerbsError::OutOfMemory {
             bytes: (usize::MAX / 2) as u64
         }

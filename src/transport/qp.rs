@@ -22,7 +22,7 @@ use super::mr::MrTable;
 use super::requester::ReqState;
 use super::responder::RespState;
 use super::srq::Srq;
-use super::wqe::{LocalData, LocalOp, RecvWqe, SendState, SendWqe, UdTarget};
+use super::wqe::{LocalData, LocalOp, RecvWqe, SendState, SendWqe, SgeList, UdTarget};
 use crate::ib::{apply_modify, check_modify, check_sqd_exit, DeviceLimits};
 use crate::ib::{
     AccessFlags, NetworkHdrType, QpAttr, QpAttrMask, QpCap, QpState, QpType, QueueKind, RecvWr,
@@ -588,7 +588,7 @@ impl QpCore {
         } else if matches!(wr.opcode, WrOpcode::Flush { .. }) || wr.opcode.is_local() {
             // FLUSH carries no payload (IBTA oA19-2); BIND_MW and LOCAL_INV move no data:
             // their SGEs are not looked at (as rxe).
-            LocalData::Sges(Vec::new())
+            LocalData::Sges(SgeList::Empty)
         } else if inline {
             let total: u64 = wr.sg_list.iter().map(|s| s.length as u64).sum();
             if total > self.cfg.cap.max_inline_data as u64 {

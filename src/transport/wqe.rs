@@ -20,11 +20,61 @@ pub struct ResolvedSge {
     pub len: u32,
 }
 
+/// A WR's resolved scatter/gather list. Nearly every WR has one SGE, and posting one must not
+/// allocate (the per-message path is allocation-free): one SGE is kept in place, longer lists
+/// in a vector.
+#[derive(Debug, Clone, Default)]
+pub enum SgeList {
+    /// No SGE (or only zero-length ones).
+    #[default]
+    Empty,
+    /// One SGE.
+    One(ResolvedSge),
+    /// Two or more.
+    Many(Vec<ResolvedSge>),
+}
+
+impl SgeList {
+    /// The SGEs in order.
+    pub fn as_slice(&self) -> &[ResolvedSge] {
+        match self {
+            SgeList::Empty => &[],
+            SgeList::One(s) => std::slice::from_ref(s),
+            SgeList::Many(v) => v,
+        }
+    }
+
+    /// Appends `sge`; only the second one allocates.
+    fn push(&mut self, sge: ResolvedSge, capacity: usize) {
+        *self = match std::mem::take(self) {
+            SgeList::Empty => SgeList::One(sge),
+            SgeList::One(first) => {
+                let mut v = Vec::with_capacity(capacity.max(2));
+                v.push(first);
+                v.push(sge);
+                SgeList::Many(v)
+            }
+            SgeList::Many(mut v) => {
+                v.push(sge);
+                SgeList::Many(v)
+            }
+        };
+    }
+}
+
+impl<'a> IntoIterator for &'a SgeList {
+    type Item = &'a ResolvedSge;
+    type IntoIter = std::slice::Iter<'a, ResolvedSge>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.as_slice().iter()
+    }
+}
+
 /// Where a WR's local data lives.
 #[derive(Debug, Clone)]
 pub enum LocalData {
     /// Scatter/gather list.
-    Sges(Vec<ResolvedSge>),
+    Sges(SgeList),
     /// Data copied at post time (IBV_SEND_INLINE).
     Inline(Vec<u8>),
 }
@@ -37,7 +87,7 @@ impl LocalData {
         pd: u32,
         need: AccessFlags,
     ) -> Result<LocalData, VerbsError> {
-        let mut out = Vec::with_capacity(sges.len());
+        let mut out = SgeList::Empty;
         for (index, sge) in sges.iter().enumerate() {
             if sge.length == 0 {
                 continue; // a zero-length SGE contributes nothing and is not checked (as rxe)
@@ -53,11 +103,14 @@ impl LocalData {
                     super::mr::MrFault::AccessDenied => bad(SgeFault::AccessDenied),
                     _ => bad(SgeFault::OutOfRange),
                 })?;
-            out.push(ResolvedSge {
-                mr: Arc::clone(mr),
-                offset,
-                len: sge.length,
-            });
+            out.push(
+                ResolvedSge {
+                    mr: Arc::clone(mr),
+                    offset,
+                    len: sge.length,
+                },
+                sges.len(),
+            );
         }
         Ok(LocalData::Sges(out))
     }
@@ -65,7 +118,7 @@ impl LocalData {
     /// Total length in bytes.
     pub fn len(&self) -> u64 {
         match self {
-            LocalData::Sges(s) => s.iter().map(|s| s.len as u64).sum(),
+            LocalData::Sges(s) => s.as_slice().iter().map(|s| s.len as u64).sum(),
             LocalData::Inline(v) => v.len() as u64,
         }
     }
