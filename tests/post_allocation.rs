@@ -73,7 +73,10 @@ fn connected(busy_poll: bool) -> (End, End) {
         mr_access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
         cq_len: 256,
         qp_type: QpType::Rc,
-        cap: queues(128),
+        cap: QpCap {
+            max_inline_data: 64,
+            ..queues(128)
+        },
         sq_sig_all: false,
     };
     let (a, b) = (End::open(ca, &spec), End::open(cb, &spec));
@@ -109,8 +112,8 @@ fn write_and_complete(a: &End, b: &End, n: u64) {
     }
 }
 
-/// Posts 64 unsignaled one-SGE WRITEs from `a` to `b` at once.
-fn post_burst(a: &End, b: &End) {
+/// Posts 64 unsignaled one-SGE WRITEs from `a` to `b` at once, with `flags`.
+fn post_burst(a: &End, b: &End, flags: SendFlags) {
     let sge = [a.mr.sge(0, 64)];
     for i in 0..64u64 {
         a.qp.post_send(&[SendWr {
@@ -120,7 +123,7 @@ fn post_burst(a: &End, b: &End) {
                 remote_addr: b.mr.addr() + 64 * i,
                 rkey: b.mr.rkey(),
             },
-            send_flags: SendFlags::EMPTY,
+            send_flags: flags,
         }])
         .unwrap();
     }
@@ -128,16 +131,19 @@ fn post_burst(a: &End, b: &End) {
 
 #[test]
 fn posting_a_one_sge_write_allocates_nothing() {
-    let (a, b) = connected(false);
-    // Warm-up: the send queue grows (amortised) to the depth the bursts reach.
-    for _ in 0..4 {
-        post_burst(&a, &b);
+    for flags in [SendFlags::EMPTY, SendFlags::INLINE] {
+        let (a, b) = connected(false);
+        // Warm-up: the send queue grows (amortised) to the depth the bursts reach, and
+        // completed inline WRs leave their buffers for the next.
+        for _ in 0..4 {
+            post_burst(&a, &b, flags);
+            write_and_complete(&a, &b, 1);
+        }
+        let n = allocations_in(|| post_burst(&a, &b, flags));
+        assert_eq!(n, 0, "64 posts with {flags:?} allocated {n} times");
+        // They all went through: a signaled one after them completes.
         write_and_complete(&a, &b, 1);
     }
-    let n = allocations_in(|| post_burst(&a, &b));
-    assert_eq!(n, 0, "64 posts allocated {n} times");
-    // They all went through: a signaled one after them completes.
-    write_and_complete(&a, &b, 1);
 }
 
 #[test]

@@ -195,6 +195,9 @@ pub struct QpCore {
     pub(super) sq: VecDeque<SendWqe>,
     pub(super) rq: VecDeque<RecvWqe>,
     pub(super) completions: VecDeque<(CqSide, WorkCompletion)>,
+    /// Buffers of completed inline WRs, for the next ones: an inline post does not allocate
+    /// once the QP is warm. At most `max_send_wr` are kept.
+    inline_spare: Vec<Vec<u8>>,
     pub(super) req: ReqState,
     pub(super) resp: RespState,
     pub(super) counters: Arc<Counters>,
@@ -247,6 +250,7 @@ impl QpCore {
             sq: VecDeque::new(),
             rq: VecDeque::new(),
             completions: VecDeque::new(),
+            inline_spare: Vec::new(),
             req: ReqState::default(),
             resp: RespState::default(),
             counters,
@@ -442,10 +446,28 @@ impl QpCore {
         ));
     }
 
+    /// Keeps an inline WR's buffer for a later inline post.
+    fn spare_inline(&mut self, v: Vec<u8>) {
+        if self.inline_spare.len() < self.cfg.cap.max_send_wr as usize {
+            self.inline_spare.push(v);
+        }
+    }
+
+    /// A buffer of `len` zero bytes for an inline WR's data, a spare one if there is one.
+    fn inline_buffer(&mut self, len: usize) -> Vec<u8> {
+        let mut v = self.inline_spare.pop().unwrap_or_default();
+        v.clear();
+        v.resize(len, 0);
+        v
+    }
+
     /// Completes, in posting order, the send WQEs at the front of the queue that are done.
     pub(super) fn generate_send_completions(&mut self) {
         while let Some(SendState::Done(status)) = self.sq.front().map(|w| w.state) {
-            let w = self.sq.pop_front().expect("front exists");
+            let mut w = self.sq.pop_front().expect("front exists");
+            if let LocalData::Inline(v) = std::mem::take(&mut w.data) {
+                self.spare_inline(v);
+            }
             self.req.next = self.req.next.saturating_sub(1);
             if w.opcode.holds_rd_atomic() && w.started {
                 self.req.rd_atomic_outstanding -= 1;
@@ -584,7 +606,9 @@ impl QpCore {
         let data = if let WrOpcode::AtomicWrite { data, .. } = wr.opcode {
             // ATOMIC WRITE's 8 bytes travel in the WR (`atomic_wr` of ibv_wr_atomic_write,
             // copied at post time as rxe's provider does); its SGEs are not looked at.
-            LocalData::Inline(data.to_vec())
+            let mut v = self.inline_buffer(data.len());
+            v.copy_from_slice(&data);
+            LocalData::Inline(v)
         } else if matches!(wr.opcode, WrOpcode::Flush { .. }) || wr.opcode.is_local() {
             // FLUSH carries no payload (IBTA oA19-2); BIND_MW and LOCAL_INV move no data:
             // their SGEs are not looked at (as rxe).
@@ -600,7 +624,7 @@ impl QpCore {
             // Inline data is read from the regions now; the lkeys are still resolved to find
             // the bytes (softroce has no raw pointers), but no access right is needed.
             let resolved = LocalData::resolve(wr.sg_list, mrs, self.cfg.pd, AccessFlags::EMPTY)?;
-            let mut v = vec![0u8; total as usize];
+            let mut v = self.inline_buffer(total as usize);
             resolved.read(0, &mut v).map_err(|_| {
                 VerbsError::InvalidWr("an inline SGE's memory was deregistered during the post")
             })?;

@@ -79,6 +79,13 @@ pub enum LocalData {
     Inline(Vec<u8>),
 }
 
+impl Default for LocalData {
+    /// No data.
+    fn default() -> Self {
+        LocalData::Sges(SgeList::Empty)
+    }
+}
+
 impl LocalData {
     /// Resolves an SGE list against the table, checking keys, PD, bounds and rights.
     pub fn resolve(
