@@ -38,8 +38,10 @@ rm -f "$OUT"/*.pcap "$OUT"/*.log "$OUT/results.md"
 cleanup() { "${LAB[@]}" down >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 # A command that stops the suite (set -e) names itself and its line: CI shows only the log.
+# (-E carries the trap into functions; in a command substitution's subshell a failure is the
+# caller's to judge, so only the suite's own shell reports.)
 set -E
-trap 'log "suite stopped: line $LINENO exited $?: $BASH_COMMAND"' ERR
+trap 'rc=$?; [ "$BASH_SUBSHELL" != 0 ] || log "suite stopped: line $LINENO exited $rc: $BASH_COMMAND"' ERR
 
 t0=$(date +%s)
 "${LAB[@]}" deps
