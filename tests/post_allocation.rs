@@ -1,9 +1,11 @@
-//! The per-message path allocates nothing: posting a one-SGE WRITE, and (in busy-poll mode,
-//! where the application's own thread runs the engine's passes) sending it, taking its ACK and
-//! polling its completion, make no heap allocation once the QP is warm. Counted by a global
-//! allocator that counts the allocations of the thread under test only.
+//! The per-message path allocates nothing: posting a one-SGE WRITE (inline or not), and (in
+//! busy-poll mode, where the application's own thread runs the engine's passes) sending it,
+//! taking its ACK and polling its completion, make no heap allocation once the QP is warm; nor
+//! do both devices' engine threads while WRITEs and SENDs go through. Counted by a global
+//! allocator that counts the thread under test's allocations, or every thread's.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use softroce::ib::*;
@@ -15,6 +17,10 @@ use common::{queues, two_contexts_with, End, EndSpec};
 /// The system allocator, counting the calls made on threads that asked to be counted.
 struct Counting;
 
+/// Whether every thread's allocations are counted (the engines' too), and how many there were.
+static EVERY_THREAD: AtomicBool = AtomicBool::new(false);
+static EVERY_THREAD_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
 thread_local! {
     /// Whether this thread's allocations are counted, and how many there were.
     static COUNTING: Cell<bool> = const { Cell::new(false) };
@@ -22,6 +28,9 @@ thread_local! {
 }
 
 fn note_allocation() {
+    if EVERY_THREAD.load(Ordering::Relaxed) {
+        EVERY_THREAD_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+    }
     // try_with: a thread's allocations during its own teardown are not counted.
     let _ = COUNTING.try_with(|on| {
         if on.get() {
@@ -64,6 +73,15 @@ fn allocations_in(f: impl FnOnce()) -> u64 {
     f();
     COUNTING.with(|on| on.set(false));
     ALLOCATIONS.with(|n| n.get())
+}
+
+/// Allocations on every thread of the process while running `f`.
+fn every_threads_allocations_in(f: impl FnOnce()) -> u64 {
+    EVERY_THREAD_ALLOCATIONS.store(0, Ordering::SeqCst);
+    EVERY_THREAD.store(true, Ordering::SeqCst);
+    f();
+    EVERY_THREAD.store(false, Ordering::SeqCst);
+    EVERY_THREAD_ALLOCATIONS.load(Ordering::SeqCst)
 }
 
 fn connected(busy_poll: bool) -> (End, End) {
@@ -129,7 +147,6 @@ fn post_burst(a: &End, b: &End, flags: SendFlags) {
     }
 }
 
-#[test]
 fn posting_a_one_sge_write_allocates_nothing() {
     for flags in [SendFlags::EMPTY, SendFlags::INLINE] {
         let (a, b) = connected(false);
@@ -146,7 +163,6 @@ fn posting_a_one_sge_write_allocates_nothing() {
     }
 }
 
-#[test]
 fn a_busy_poll_round_trip_allocates_nothing_once_warm() {
     let (a, b) = connected(true);
     // Warm-up: the engine's batches and tables reach their working size.
@@ -156,4 +172,58 @@ fn a_busy_poll_round_trip_allocates_nothing_once_warm() {
         n, 0,
         "200 WRITEs posted, sent, acknowledged and polled on this thread allocated {n} times"
     );
+}
+
+/// SENDs of 64 bytes from `a` to `b`, one at a time: `b` posts a receive, `a` sends, both
+/// poll their completion.
+fn send_and_receive(a: &End, b: &End, n: u64) {
+    let sge = [a.mr.sge(0, 64)];
+    let rsge = [b.mr.sge(4096, 64)];
+    let mut wc = [WorkCompletion::default(); 4];
+    for i in 0..n {
+        b.qp.post_recv(&[RecvWr {
+            wr_id: i,
+            sg_list: &rsge,
+        }])
+        .unwrap();
+        a.qp.post_send(&[SendWr {
+            wr_id: i,
+            sg_list: &sge,
+            opcode: WrOpcode::Send,
+            send_flags: SendFlags::SIGNALED,
+        }])
+        .unwrap();
+        for (cq, opcode) in [(&a.cq, WcOpcode::Send), (&b.cq, WcOpcode::Recv)] {
+            assert_eq!(cq.wait(&mut wc, Duration::from_secs(30)).unwrap(), 1);
+            assert_eq!(
+                (wc[0].status, wc[0].opcode, wc[0].wr_id),
+                (WcStatus::Success, opcode, i)
+            );
+        }
+    }
+}
+
+fn both_engines_carry_writes_and_sends_without_allocating_once_warm() {
+    for busy_poll in [false, true] {
+        let (a, b) = connected(busy_poll);
+        write_and_complete(&a, &b, 300);
+        send_and_receive(&a, &b, 300);
+        let n = every_threads_allocations_in(|| {
+            write_and_complete(&a, &b, 300);
+            send_and_receive(&a, &b, 300);
+        });
+        assert_eq!(
+            n, 0,
+            "300 WRITEs and 300 SENDs (busy_poll {busy_poll}) allocated {n} times on the process's threads"
+        );
+    }
+}
+
+/// One test, so that no other test (nor the harness starting one) allocates on another thread
+/// while every thread's allocations are counted.
+#[test]
+fn the_per_message_path_allocates_nothing_once_warm() {
+    posting_a_one_sge_write_allocates_nothing();
+    a_busy_poll_round_trip_allocates_nothing_once_warm();
+    both_engines_carry_writes_and_sends_without_allocating_once_warm();
 }
