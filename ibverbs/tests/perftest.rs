@@ -21,13 +21,35 @@ fn perf(
     extra: &[&str],
     passive_server: bool,
 ) {
+    perf_with(
+        prog,
+        size,
+        (server_ip, client_ip),
+        extra,
+        passive_server,
+        &[],
+    );
+}
+
+/// [`perf`] with `env` added to both ends' environment.
+fn perf_with(
+    prog: &str,
+    size: &str,
+    (server_ip, client_ip): (&str, &str),
+    extra: &[&str],
+    passive_server: bool,
+    env: &[(&str, &str)],
+) {
     let p = program(prog, "perftest");
     let port = free_tcp_port().to_string();
     let args = ["-x", "1", "-p", &port, "-n", "200", "-s", size];
     let mut s = under_shim(&p, server_ip);
-    s.args(args).args(extra);
+    s.args(args).args(extra).envs(env.iter().copied());
     let mut c = under_shim(&p, client_ip);
-    c.args(args).args(extra).arg("127.0.0.1");
+    c.args(args)
+        .args(extra)
+        .arg("127.0.0.1")
+        .envs(env.iter().copied());
     let (st, ct) = pair(s, c, Duration::from_secs(90));
     for (t, me, server) in [(&st, server_ip, true), (&ct, client_ip, false)] {
         assert!(t.contains("Device         : softroce0"), "{t}");
@@ -102,4 +124,19 @@ fn latency_programs_two_processes() {
         &[],
         true,
     );
+}
+
+#[test]
+fn busy_poll_mode_runs_the_programs() {
+    // SOFTROCE_BUSY_POLL=1 (`softroce run --busy-poll`): the threads that poll and post run
+    // the engine; a completion channel (-e) still wakes its waiter.
+    let busy = [("SOFTROCE_BUSY_POLL", "1")];
+    let ips = [
+        ("127.0.18.1", "127.0.18.2"),
+        ("127.0.18.3", "127.0.18.4"),
+        ("127.0.18.5", "127.0.18.6"),
+    ];
+    perf_with("ib_send_lat", "2", ips[0], &[], false, &busy);
+    perf_with("ib_write_bw", "65536", ips[1], &[], false, &busy);
+    perf_with("ib_send_bw", "65536", ips[2], &["-e"], false, &busy);
 }

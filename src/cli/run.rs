@@ -44,6 +44,12 @@ pub struct RunArgs {
     /// as SOFTROCE_CC_PARAMS).
     #[arg(long = "cc-param", value_name = "NAME=VALUE")]
     pub cc_param: Vec<String>,
+    /// Busy-poll mode for the program's device (passed to the shim as SOFTROCE_BUSY_POLL=1):
+    /// the program's threads that poll CQs and post run the engine themselves, as with a
+    /// user-space RDMA provider, for programs that spin on ibv_poll_cq (perftest, UCX, MPI).
+    /// Lower latency; the engine's own thread then wakes every 50 us while nobody polls.
+    #[arg(long)]
+    pub busy_poll: bool,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     pub program: Vec<OsString>,
@@ -185,6 +191,7 @@ pub fn run(args: &RunArgs) -> Result<u8, CliError> {
             },
         )
         .env("SOFTROCE_CC_PARAMS", args.cc_param.join(","))
+        .env("SOFTROCE_BUSY_POLL", if args.busy_poll { "1" } else { "0" })
         .status()
         .map_err(|e| CliError::Usage(format!("cannot run {}: {e}", prog.to_string_lossy())))?;
     drop(dir);

@@ -15,6 +15,10 @@ pub(super) struct Config {
     /// Congestion control (`SOFTROCE_CC`, `SOFTROCE_CC_PARAMS`); `None` when they are not
     /// usable: the device then does not open (EINVAL) rather than run without what was asked.
     pub(super) cc: Option<CcConfig>,
+    /// Busy-poll mode (`SOFTROCE_BUSY_POLL=1`, `softroce run --busy-poll`): the threads that
+    /// poll CQs and post run the engine's passes themselves, as a user-space RDMA provider
+    /// does, instead of waking the engine's thread for every packet.
+    pub(super) busy_poll: bool,
 }
 
 /// The device's one port (ports are numbered from 1).
@@ -118,8 +122,31 @@ fn env_config() -> Config {
             std::env::var("SOFTROCE_CC").ok().as_deref(),
             std::env::var("SOFTROCE_CC_PARAMS").ok().as_deref(),
         );
-        Config { bind, mtu, cc }
+        let busy_poll = busy_poll_from_env(std::env::var("SOFTROCE_BUSY_POLL").ok().as_deref());
+        Config {
+            bind,
+            mtu,
+            cc,
+            busy_poll,
+        }
     })
+}
+
+/// Whether `SOFTROCE_BUSY_POLL` asks for busy-poll mode: `1`, `true` or `yes`; unset, empty,
+/// `0`, `false` or `no` do not; anything else does not either, after one line on stderr.
+fn busy_poll_from_env(v: Option<&str>) -> bool {
+    match v.map(str::trim) {
+        Some("1" | "true" | "yes") => true,
+        None | Some("" | "0" | "false" | "no") => false,
+        Some(other) => {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "libibverbs: softroce: SOFTROCE_BUSY_POLL={other:?} is not 1 or 0; not busy-polling"
+            );
+            false
+        }
+    }
 }
 
 /// The congestion control `SOFTROCE_CC` (`dcqcn` or `none`, default none) and
@@ -210,6 +237,22 @@ pub(super) fn copy_cstr(dst: &mut [c_char], s: &str) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn busy_poll_is_asked_for_by_one_true_or_yes_only() {
+        for (v, want) in [
+            (None, false),
+            (Some(""), false),
+            (Some("0"), false),
+            (Some("no"), false),
+            (Some("1"), true),
+            (Some(" true "), true),
+            (Some("yes"), true),
+            (Some("fast"), false),
+        ] {
+            assert_eq!(super::busy_poll_from_env(v), want, "{v:?}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -88,6 +88,7 @@ impl Obj<Ctx> {
                         Context::open(&DeviceConfig {
                             // ibv_open_device refused a context without a usable one.
                             cc: self.cfg.cc.ok_or(EINVAL)?,
+                            busy_poll: self.cfg.busy_poll,
                             ..DeviceConfig::new(fix_address())
                         })
                         .map_err(|e| {
