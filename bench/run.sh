@@ -274,12 +274,15 @@ table_field() { # COL FILE
 }
 SHIM=0
 command -v ib_write_bw >/dev/null 2>&1 && command -v ib_send_lat >/dev/null 2>&1 && SHIM=1
-# A perftest program under `softroce run`, server 127.0.0.2, client 127.0.0.3.
+# A perftest program under `softroce run`, server 127.0.0.2, client 127.0.0.3; with
+# SHIM_BUSY=1 both under `softroce run --busy-poll`.
 shim_perftest() { # COL PROGRAM ARGS...
     local col=$1 prog=$2; shift 2
+    local busy=()
+    [ -n "${SHIM_BUSY:-}" ] && busy=(--busy-poll)
     next_port
-    pair "$TMP/shim.out" :: "$BIN" run --bind 127.0.0.2 -- "$prog" "$@" -p "$PORT" \
-        :: "$BIN" run --bind 127.0.0.3 -- "$prog" "$@" -p "$PORT" 127.0.0.2 || return 1
+    pair "$TMP/shim.out" :: "$BIN" run --bind 127.0.0.2 "${busy[@]}" -- "$prog" "$@" -p "$PORT" \
+        :: "$BIN" run --bind 127.0.0.3 "${busy[@]}" -- "$prog" "$@" -p "$PORT" 127.0.0.2 || return 1
     table_field "$col" "$TMP/shim.out"
 }
 # softroce perf with the same flags, its perftest-shaped table read the same way.
@@ -297,8 +300,10 @@ if [ $SHIM = 1 ]; then
     measure shim_rate_sr softroce_table 5 write -x 1 -s 64 -n "$SHIM_RATE_ITERS"
     measure shim_lat shim_perftest 5 ib_send_lat -x 1 -s 2 -n "$LAT_ITERS"
     measure shim_lat_sr softroce_table 5 send --lat -x 1 -s 2 -n "$LAT_ITERS"
+    SHIM_BUSY=1 measure shim_lat_busy shim_perftest 5 ib_send_lat -x 1 -s 2 -n "$LAT_ITERS"
+    measure shim_lat_busy_sr softroce_table 5 send --lat --busy-poll -x 1 -s 2 -n "$LAT_ITERS"
 else
-    for k in shim_write shim_write_sr shim_rate shim_rate_sr shim_lat shim_lat_sr; do VAL[$k]="n/a (perftest missing)"; done
+    for k in shim_write shim_write_sr shim_rate shim_rate_sr shim_lat shim_lat_sr shim_lat_busy shim_lat_busy_sr; do VAL[$k]="n/a (perftest missing)"; done
 fi
 # ---- UCX over softroce beside UCX over TCP -------------------------------------------------------
 # ucx_perftest's server (-p PORT) and client, each side either under `softroce run` with the
@@ -324,6 +329,7 @@ ucx_perftest_pair() { # softroce|tcp uct|ucp COL TEST ARGS...
     next_port
     local env=(UCX_LOG_LEVEL=info) srv=() cli=() uct=() mtu=()
     [ -n "${UCX_RUN_MTU:-}" ] && mtu=(--mtu "$UCX_RUN_MTU")
+    [ -n "${UCX_RUN_BUSY:-}" ] && mtu+=(--busy-poll)
     if [ "$via" = softroce ]; then
         env+=(UCX_NET_DEVICES=softroce0:1 UCX_TLS=rc_verbs,ud_verbs)
         srv=("$BIN" run --lib "$UCX_LIB" --bind 127.0.77.1 "${mtu[@]}" --)
@@ -346,7 +352,7 @@ ucx_perftest_pair() { # softroce|tcp uct|ucp COL TEST ARGS...
 ucx_lanes() { # softroce|tcp TEST: the distinct lanes UCP printed over the runs
     sort -u "$TMP/ucx_lanes.$1.$2" 2>/dev/null | paste -sd';' | sed 's/;/; /g'
 }
-UCX_KEYS="ucx_put_bw ucx_put_bw_mtu1024 ucx_put_bw_tcp ucx_am_lat ucx_am_lat_tcp ucx_ucp_put_bw ucx_ucp_put_bw_tcp ucx_tag_lat ucx_tag_lat_tcp"
+UCX_KEYS="ucx_put_bw ucx_put_bw_mtu1024 ucx_put_bw_busy ucx_put_bw_tcp ucx_am_lat ucx_am_lat_busy ucx_am_lat_tcp ucx_ucp_put_bw ucx_ucp_put_bw_tcp ucx_tag_lat ucx_tag_lat_tcp"
 if [ $UCX = 1 ]; then
     for via in softroce tcp; do
         sfx=""
@@ -354,7 +360,11 @@ if [ $UCX = 1 ]; then
         measure "ucx_put_bw$sfx" ucx_perftest_pair $via uct 7 put_bw -D zcopy -s 65536 -n "$UCX_BW_ITERS"
         [ $via = softroce ] && UCX_RUN_MTU=1024 measure ucx_put_bw_mtu1024 \
             ucx_perftest_pair $via uct 7 put_bw -D zcopy -s 65536 -n "$UCX_BW_ITERS"
+        [ $via = softroce ] && UCX_RUN_BUSY=1 measure ucx_put_bw_busy \
+            ucx_perftest_pair $via uct 7 put_bw -D zcopy -s 65536 -n "$UCX_BW_ITERS"
         measure "ucx_am_lat$sfx" ucx_perftest_pair $via uct 3 am_lat -s 8 -n "$LAT_ITERS"
+        [ $via = softroce ] && UCX_RUN_BUSY=1 measure ucx_am_lat_busy \
+            ucx_perftest_pair $via uct 3 am_lat -s 8 -n "$LAT_ITERS"
         measure "ucx_ucp_put_bw$sfx" ucx_perftest_pair $via ucp 7 ucp_put_bw -s 65536 -n "$UCX_BW_ITERS"
         measure "ucx_tag_lat$sfx" ucx_perftest_pair $via ucp 3 tag_lat -s 8 -n "$LAT_ITERS"
     done
@@ -484,12 +494,18 @@ r=$(ratio "${VAL[shim_rate]}" "${VAL[shim_rate_sr]}")
 row shim-write-64b "ib_write_bw -x 1 -s 64 message rate through the shim vs softroce perf write -s 64" "$(mpps "${VAL[shim_rate]}")" "$(mpps "${VAL[shim_rate_sr]}")" "$r" ">= 0.9x" "$(met "$r" '>=' 0.9)"
 r=$(ratio "${VAL[shim_lat]}" "${VAL[shim_lat_sr]}")
 row shim-lat-2b "ib_send_lat -x 1 -s 2 t_typical through the shim vs softroce perf send --lat -s 2" "$(us "${VAL[shim_lat]}")" "$(us "${VAL[shim_lat_sr]}")" "$r" "<= 1.1x" "$(met "$r" '<=' 1.1)"
+r=$(ratio "${VAL[shim_lat_busy]}" "${VAL[shim_lat_busy_sr]}")
+row shim-lat-2b-busy "ib_send_lat -x 1 -s 2 t_typical through the shim under softroce run --busy-poll vs softroce perf send --lat --busy-poll -s 2" "$(us "${VAL[shim_lat_busy]}")" "$(us "${VAL[shim_lat_busy_sr]}")" "$r" "<= 1.1x" "$(met "$r" '<=' 1.1)"
 r=$(ratio "${VAL[ucx_put_bw]}" "${VAL[ucx_put_bw_tcp]}")
 row ucx-put-bw-64k "UCX put_bw -D zcopy -s 65536 (UCT rc_verbs on softroce0:1, both ends under softroce run) vs UCT tcp on lo (ucx_perftest's MB/s, 2^20 B/s)" "$(mbs "${VAL[ucx_put_bw]}")" "$(mbs "${VAL[ucx_put_bw_tcp]}")" "$r" ">= 1x" "$(met "$r" '>=' 1)"
 r=$(ratio "${VAL[ucx_put_bw_mtu1024]}" "${VAL[ucx_put_bw_tcp]}")
 row ucx-put-bw-64k-mtu1024 "the same with softroce run --mtu 1024 at both ends (a 1500-byte link's MTU; UCX takes the port's active MTU, 4096 by default on loopback) vs UCT tcp on lo" "$(mbs "${VAL[ucx_put_bw_mtu1024]}")" "$(mbs "${VAL[ucx_put_bw_tcp]}")" "$r" "-" "-"
+r=$(ratio "${VAL[ucx_put_bw_busy]}" "${VAL[ucx_put_bw_tcp]}")
+row ucx-put-bw-64k-busy "the same with softroce run --busy-poll at both ends (UCX's threads, which spin on ibv_poll_cq, run the engine) vs UCT tcp on lo" "$(mbs "${VAL[ucx_put_bw_busy]}")" "$(mbs "${VAL[ucx_put_bw_tcp]}")" "$r" ">= 1x" "$(met "$r" '>=' 1)"
 r=$(ratio "${VAL[ucx_am_lat]}" "${VAL[ucx_am_lat_tcp]}")
 row ucx-am-lat-8b "UCX am_lat -s 8 one-way p50 (UCT rc_verbs) vs UCT tcp on lo" "$(us "${VAL[ucx_am_lat]}")" "$(us "${VAL[ucx_am_lat_tcp]}")" "$r" "<= 1.3x" "$(met "$r" '<=' 1.3)"
+r=$(ratio "${VAL[ucx_am_lat_busy]}" "${VAL[ucx_am_lat_tcp]}")
+row ucx-am-lat-8b-busy "the same with softroce run --busy-poll at both ends vs UCT tcp on lo" "$(us "${VAL[ucx_am_lat_busy]}")" "$(us "${VAL[ucx_am_lat_tcp]}")" "$r" "<= 1.3x" "$(met "$r" '<=' 1.3)"
 r=$(ratio "${VAL[ucx_ucp_put_bw]}" "${VAL[ucx_ucp_put_bw_tcp]}")
 row ucx-ucp-put-bw-64k "UCX ucp_put_bw -s 65536 (UCP, UCX_TLS=rc_verbs,ud_verbs) vs UCX_TLS=tcp (ucx_perftest's MB/s, 2^20 B/s)" "$(mbs "${VAL[ucx_ucp_put_bw]}")" "$(mbs "${VAL[ucx_ucp_put_bw_tcp]}")" "$r" ">= 1x" "$(met "$r" '>=' 1)"
 r=$(ratio "${VAL[ucx_tag_lat]}" "${VAL[ucx_tag_lat_tcp]}")
@@ -517,7 +533,7 @@ rss_note() { # client|server
     echo
     echo "Each figure is the median of $RUNS run(s); the runs, in order:"
     echo
-    for k in tcp udp_plain udp_gso write send read pp_block lat pp_busy lat_busy $(for q in $RATE_QPS; do echo "rate_q$q"; done) write_q1024 shim_write shim_write_sr shim_rate shim_rate_sr shim_lat shim_lat_sr $UCX_KEYS send_q4_wall readme_impair mem_client mem_server; do
+    for k in tcp udp_plain udp_gso write send read pp_block lat pp_busy lat_busy $(for q in $RATE_QPS; do echo "rate_q$q"; done) write_q1024 shim_write shim_write_sr shim_rate shim_rate_sr shim_lat shim_lat_sr shim_lat_busy shim_lat_busy_sr $UCX_KEYS send_q4_wall readme_impair mem_client mem_server; do
         echo "- $k: ${SAMPLES[$k]:-${VAL[$k]}}"
     done
     echo "- send_q4: RNR NAKs per run $(paste -sd' ' "$TMP/q4.rnr" 2>/dev/null); measured intervals $(awk '{print $2}' "$TMP/q4.times" 2>/dev/null | paste -sd' ')"
