@@ -117,6 +117,10 @@ pub struct ProtectionDomain {
 
 impl ProtectionDomain {
     /// `ibv_reg_mr`: allocates and registers `len` zeroed bytes with the given rights.
+    ///
+    /// The bytes are the allocator's zeroed pages, resident only once touched (rxe pins, and so
+    /// faults in, every page at registration; here the first write to a page does, once).
+    /// `VerbsError::OutOfMemory` if the allocator cannot give `len` bytes.
     pub fn register_mr(&self, len: usize, access: AccessFlags) -> Result<MemoryRegion> {
         self.dev.check_open()?;
         MemoryRegion::register(&self.dev, self.handle, len, access)
