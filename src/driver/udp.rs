@@ -78,6 +78,9 @@ pub struct UdpLink {
     gather: bool,
     /// The multicast groups received, each from its own socket (`group_socket`).
     groups: Vec<(IpAddr, mio::net::UdpSocket)>,
+    /// IPv6: the device interface's index, for every source-port socket's multicast
+    /// ([`multicast_if_v6`]).
+    mcast_if_v6: Option<u32>,
 }
 
 fn set_int_opt(
@@ -104,7 +107,21 @@ fn set_int_opt(
     }
 }
 
-fn roce_socket(addr: SocketAddr) -> io::Result<Socket> {
+/// The interface index IPv6 multicast leaves through for a device at `addr` (its own
+/// interface's), found once per device: every source-port socket needs it, and finding it reads
+/// the machine's interface list. `None` for IPv4 (an IPv4 socket is given its address) or when
+/// the interface is not found.
+fn multicast_if_v6(addr: SocketAddr) -> Option<u32> {
+    match addr.ip() {
+        IpAddr::V6(a) if !a.is_unspecified() => super::interface::interface_of(addr.ip())
+            .ok()
+            .map(|i| i.index),
+        _ => None,
+    }
+}
+
+/// A RoCE socket bound to `addr`; `mcast_if_v6` is [`multicast_if_v6`] of the device.
+fn roce_socket(addr: SocketAddr, mcast_if_v6: Option<u32>) -> io::Result<Socket> {
     let domain = if addr.is_ipv4() {
         Domain::IPV4
     } else {
@@ -147,9 +164,9 @@ fn roce_socket(addr: SocketAddr) -> io::Result<Socket> {
         IpAddr::V4(a) if !a.is_unspecified() => {
             let _ = s.set_multicast_if_v4(&a);
         }
-        IpAddr::V6(a) if !a.is_unspecified() => {
-            if let Ok(i) = super::interface::interface_of(addr.ip()) {
-                let _ = s.set_multicast_if_v6(i.index);
+        IpAddr::V6(_) => {
+            if let Some(index) = mcast_if_v6 {
+                let _ = s.set_multicast_if_v6(index);
             }
         }
         _ => {}
@@ -358,7 +375,8 @@ pub fn group_socket(group: IpAddr, port: u16, local: IpAddr) -> io::Result<UdpSo
 impl UdpLink {
     /// Binds the receiving socket to `local` (an address of this machine and the RoCEv2 port).
     pub fn bind(local: SocketAddr) -> io::Result<UdpLink> {
-        let s = roce_socket(local)?;
+        let mcast_if_v6 = multicast_if_v6(local);
+        let s = roce_socket(local, mcast_if_v6)?;
         ask_ip_fields(&s, local.is_ipv4())?;
         let std_sock: UdpSocket = s.into();
         let gso = gso_supported(&std_sock);
@@ -372,6 +390,7 @@ impl UdpLink {
             gso_segments: if gso { GSO_MAX_SEGMENTS } else { 1 },
             gather: false,
             groups: Vec::new(),
+            mcast_if_v6,
         })
     }
 
@@ -719,7 +738,7 @@ impl Link for UdpLink {
             if let Some(_s) = self.tx.get(&port) {
                 return Ok(port);
             }
-            match roce_socket(SocketAddr::new(self.local.ip(), port)) {
+            match roce_socket(SocketAddr::new(self.local.ip(), port), self.mcast_if_v6) {
                 Ok(s) => {
                     let s: UdpSocket = s.into();
                     self.watch_writable(&s)?;
