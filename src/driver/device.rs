@@ -123,10 +123,11 @@ impl Device {
     }
 
     /// In busy-poll mode, runs one engine pass on the calling (application) thread unless
-    /// another thread is running one, and sends what it produced: for a post. Without
-    /// busy-poll, nothing (the engine thread does the work).
+    /// another thread is running one, and sends what it produced: for a post (a pass that does
+    /// not receive, `Engine::pass_for_post`). Without busy-poll, nothing (the engine thread
+    /// does the work).
     pub(crate) fn drive(&self) {
-        self.drive_with(super::engine::Engine::pass);
+        self.drive_with(super::engine::Engine::pass_for_post);
     }
 
     /// [`drive`](Self::drive) for a CQ poll: packets produced along with completions go with

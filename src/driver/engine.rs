@@ -370,7 +370,15 @@ impl Engine {
     /// One pass without waiting: send what back-pressure held, receive a batch, take the
     /// doorbell, fire due deadlines, visit the QPs with work, send.
     pub(crate) fn pass(&mut self) {
-        self.pass_inner(false);
+        self.pass_inner(false, true);
+    }
+
+    /// A pass run by an application thread in busy-poll mode as it posts: what the post rang is
+    /// served and sent (with any ACK a poll left for it), but nothing is received. On the way
+    /// from a completion to its reply that would be one more `recvmmsg` before the reply
+    /// leaves, almost always finding nothing; the thread's next poll receives.
+    pub(crate) fn pass_for_post(&mut self) {
+        self.pass_inner(false, false);
     }
 
     /// A pass run by an application thread in busy-poll mode. If it delivered completions,
@@ -379,10 +387,10 @@ impl Engine {
     /// with the pass of the application's next post, in the same system call as its reply, or
     /// with the first application pass after 20 us, or from the background thread.
     pub(crate) fn pass_for_application(&mut self) {
-        self.pass_inner(true);
+        self.pass_inner(true, true);
     }
 
-    fn pass_inner(&mut self, defer_after_completion: bool) {
+    fn pass_inner(&mut self, defer_after_completion: bool, receive: bool) {
         if self.blocked && self.tx.pending() {
             self.blocked = false;
             self.flush();
@@ -392,7 +400,9 @@ impl Engine {
         if self.dev.groups_changed.load(Ordering::Acquire) {
             self.change_groups();
         }
-        self.more_rx = self.receive();
+        if receive {
+            self.more_rx = self.receive();
+        }
         self.take_doorbell();
         self.fire_deadlines();
         self.delivered = false;
