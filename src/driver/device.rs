@@ -168,7 +168,8 @@ impl Device {
                 // Once per pass seen: the engine may be asleep until a doorbell.
                 seen = now_at;
                 if self.busy_poll {
-                    self.drive();
+                    // A whole pass, which sends all it produced (a post's may hold some).
+                    self.drive_with(super::engine::Engine::pass);
                 } else {
                     let _ = self.waker.wake();
                 }

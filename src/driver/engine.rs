@@ -64,6 +64,24 @@ const BUSY_BACKGROUND_PERIOD: Duration = Duration::from_micros(50);
 /// How long an application thread's passes may leave the packets of a completion (its ACK)
 /// for the application's next post.
 const DEFER_LIMIT: Duration = Duration::from_micros(20);
+/// Who runs a pass, which decides what it receives and what it may leave unsent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    /// The engine's own thread (or the background thread of a busy-polling device): receives
+    /// and sends everything.
+    Engine,
+    /// An application thread polling a CQ (busy-poll): receives; leaves the packets of what it
+    /// completed (their ACKs) for the reply the application posts next, up to DEFER_LIMIT.
+    Poll,
+    /// An application thread posting (busy-poll): does not receive; leaves fewer than
+    /// POST_BATCH packets for its next poll or post, up to DEFER_LIMIT.
+    Post,
+}
+
+/// A busy-poll post's pass sends once this many packets wait, and otherwise leaves them for
+/// the thread's next poll (or post): a program posting a burst sends it in a few `sendmmsg`
+/// instead of one per post, and one that posts and then polls sends at its poll.
+const POST_BATCH: usize = 16;
 /// How long it sleeps while application threads run passes themselves.
 const BUSY_BACKGROUND_IDLE: Duration = Duration::from_micros(500);
 
@@ -189,6 +207,11 @@ impl TxBatch {
         self.head < self.meta.len()
     }
 
+    /// How many packets wait to be sent.
+    fn waiting(&self) -> usize {
+        self.meta.len() - self.head
+    }
+
     /// Forgets every packet (all sent or lost).
     fn clear(&mut self) {
         self.meta.clear();
@@ -239,6 +262,9 @@ pub(crate) struct Engine {
     /// When an application thread's pass first left its packets for a later one
     /// (`pass_for_application`); None when nothing waits.
     deferred_at: Option<Instant>,
+    /// Whether the packets held (`deferred_at`) include a busy-poll post's: the next poll
+    /// sends them first.
+    post_held: bool,
     /// QP1 has received MADs or been given some to send.
     gsi_due: bool,
     /// QP1's next deadline, as of the last time the engine served it (only the engine moves
@@ -292,6 +318,7 @@ impl Engine {
             more_rx: false,
             delivered: false,
             deferred_at: None,
+            post_held: false,
             gsi_due: false,
             gsi_deadline: None,
             gsi_port: None,
@@ -370,7 +397,7 @@ impl Engine {
     /// One pass without waiting: send what back-pressure held, receive a batch, take the
     /// doorbell, fire due deadlines, visit the QPs with work, send.
     pub(crate) fn pass(&mut self) {
-        self.pass_inner(false, true);
+        self.pass_inner(Pass::Engine);
     }
 
     /// A pass run by an application thread in busy-poll mode as it posts: what the post rang is
@@ -378,7 +405,7 @@ impl Engine {
     /// from a completion to its reply that would be one more `recvmmsg` before the reply
     /// leaves, almost always finding nothing; the thread's next poll receives.
     pub(crate) fn pass_for_post(&mut self) {
-        self.pass_inner(false, false);
+        self.pass_inner(Pass::Post);
     }
 
     /// A pass run by an application thread in busy-poll mode. If it delivered completions,
@@ -387,10 +414,17 @@ impl Engine {
     /// with the pass of the application's next post, in the same system call as its reply, or
     /// with the first application pass after 20 us, or from the background thread.
     pub(crate) fn pass_for_application(&mut self) {
-        self.pass_inner(true, true);
+        self.pass_inner(Pass::Poll);
     }
 
-    fn pass_inner(&mut self, defer_after_completion: bool, receive: bool) {
+    fn pass_inner(&mut self, kind: Pass) {
+        // What a post left is sent before anything else the poll does (its receive first of
+        // all): it is the reply the program is waiting on.
+        if kind == Pass::Poll && self.post_held {
+            self.post_held = false;
+            self.deferred_at = None;
+            self.flush();
+        }
         if self.blocked && self.tx.pending() {
             self.blocked = false;
             self.flush();
@@ -400,7 +434,7 @@ impl Engine {
         if self.dev.groups_changed.load(Ordering::Acquire) {
             self.change_groups();
         }
-        if receive {
+        if kind != Pass::Post {
             self.more_rx = self.receive();
         }
         self.take_doorbell();
@@ -412,14 +446,20 @@ impl Engine {
         // completed) for the reply the application posts next, which sends them in the same
         // system call; so do the passes that follow it (the application often polls once more
         // before it posts), for at most DEFER_LIMIT from the first.
-        let keep = defer_after_completion
-            && self.tx.pending()
-            && (self.delivered || self.deferred_at.is_some())
-            && self.deferred_at.map_or(true, |t| t.elapsed() < DEFER_LIMIT);
+        let within_limit = self.deferred_at.map_or(true, |t| t.elapsed() < DEFER_LIMIT);
+        let keep = match kind {
+            Pass::Poll => {
+                self.tx.pending() && (self.delivered || self.deferred_at.is_some()) && within_limit
+            }
+            Pass::Post => self.tx.pending() && self.tx.waiting() < POST_BATCH && within_limit,
+            Pass::Engine => false,
+        };
         if keep {
             self.deferred_at.get_or_insert_with(Instant::now);
+            self.post_held |= kind == Pass::Post;
         } else {
             self.deferred_at = None;
+            self.post_held = false;
             self.flush();
         }
         self.dev.passes.fetch_add(1, Ordering::Release);
