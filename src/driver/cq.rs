@@ -149,18 +149,29 @@ impl CqInner {
     /// `ibv_poll_cq`: moves up to `out.len()` completions into `out`, oldest first; returns how
     /// many. Fails once the CQ has overflowed (completions were lost).
     pub(crate) fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
+        self.poll_each(out.len(), |i, wc| out[i] = wc)
+    }
+
+    /// [`poll`](Self::poll) handing each completion to `put` with its index (0, 1, ...)
+    /// instead of into a slice: the shim writes them straight into the application's array,
+    /// and an empty poll, what a spinning program mostly makes, prepares no buffer.
+    pub(crate) fn poll_each(
+        &self,
+        max: usize,
+        mut put: impl FnMut(usize, WorkCompletion),
+    ) -> Result<usize, VerbsError> {
         if self.busy_poll {
-            let n = self.take(out)?;
-            if n > 0 || out.is_empty() {
+            let n = self.take(max, &mut put)?;
+            if n > 0 || max == 0 {
                 return Ok(n);
             }
             // Nothing yet: run an engine pass on this thread (busy-poll mode), then look again.
             if let Some(dev) = self.device.upgrade() {
                 dev.drive_for_poll();
             }
-            return self.take(out);
+            return self.take(max, &mut put);
         }
-        if self.pending.load(Ordering::Acquire) == 0 && !out.is_empty() {
+        if self.pending.load(Ordering::Acquire) == 0 && max > 0 {
             // Nothing to report: the engine thread fills the queue, so leave it the CPU now
             // and then rather than spin on a lock it needs.
             let n = self.empty_polls.fetch_add(1, Ordering::Relaxed);
@@ -170,11 +181,15 @@ impl CqInner {
             return Ok(0);
         }
         self.empty_polls.store(0, Ordering::Relaxed);
-        self.take(out)
+        self.take(max, &mut put)
     }
 
-    /// Moves completions out, without driving the engine.
-    fn take(&self, out: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
+    /// Moves up to `max` completions out to `put`, without driving the engine.
+    fn take(
+        &self,
+        max: usize,
+        put: &mut impl FnMut(usize, WorkCompletion),
+    ) -> Result<usize, VerbsError> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if st.overflowed {
             return Err(VerbsError::QueueFull {
@@ -182,9 +197,9 @@ impl CqInner {
                 depth: self.capacity.load(Ordering::Relaxed) as u32,
             });
         }
-        let n = out.len().min(st.queue.len());
-        for (slot, wc) in out.iter_mut().zip(st.queue.drain(..n)) {
-            *slot = wc;
+        let n = max.min(st.queue.len());
+        for (i, wc) in st.queue.drain(..n).enumerate() {
+            put(i, wc);
         }
         self.publish(&st);
         Ok(n)

@@ -25,6 +25,18 @@ impl CompletionQueue {
         self.inner.poll(out)
     }
 
+    /// Like [`poll`](Self::poll), but hands each completion to `put` with its index (0, 1, ...)
+    /// instead of into a slice, for up to `max`: the caller writes them where it wants them
+    /// (the libibverbs shim: into the application's `ibv_wc` array) with no buffer between.
+    /// `put` runs while the CQ is held; it must not use the CQ.
+    pub fn poll_each(
+        &self,
+        max: usize,
+        put: impl FnMut(usize, WorkCompletion),
+    ) -> Result<usize, VerbsError> {
+        self.inner.poll_each(max, put)
+    }
+
     /// Polls one completion.
     pub fn poll_one(&self) -> Result<Option<WorkCompletion>, VerbsError> {
         self.inner.poll_one()

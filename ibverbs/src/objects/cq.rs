@@ -369,22 +369,13 @@ pub(super) unsafe extern "C" fn op_poll_cq(p: *mut ibv_cq, n: c_int, wc: *mut ib
     // SAFETY: the data path trusts its handle as rdma-core's providers do (crate doc): `p` is
     // a CQ the application has not destroyed, which stays alive for this call.
     let cq = unsafe { Obj::<Cq>::trusted(p) };
-    let mut buf = [WorkCompletion::default(); 16];
-    let mut done = 0usize;
-    while done < n as usize {
-        let want = (n as usize - done).min(buf.len());
-        let got = match cq.cq.poll(&mut buf[..want]) {
-            Ok(g) => g,
-            Err(e) => return fail_neg(errno_of(&e)),
-        };
-        for (i, w) in buf[..got].iter().enumerate() {
-            // SAFETY: the caller's array holds n entries; done + i < n.
-            unsafe { wc.add(done + i).write(wc_to_c(w)) };
-        }
-        done += got;
-        if got < want {
-            break;
-        }
+    let got = cq.cq.poll_each(n as usize, |i, w| {
+        // SAFETY: the caller's array holds n entries, and poll_each hands out at most n
+        // (i < n).
+        unsafe { wc.add(i).write(wc_to_c(&w)) };
+    });
+    match got {
+        Ok(g) => g as c_int,
+        Err(e) => fail_neg(errno_of(&e)),
     }
-    done as c_int
 }
