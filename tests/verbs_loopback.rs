@@ -875,3 +875,40 @@ fn ipv6_send_write_read_and_atomic() {
     assert_eq!(a.ctx.counter("icrc_err"), Some(0));
     assert_eq!(b.ctx.counter("icrc_err"), Some(0));
 }
+
+#[test]
+fn poll_each_hands_out_at_most_max_completions_oldest_first() {
+    let (a, b) = connected(Mtu::Mtu1024, 1 << 16);
+    for i in 0..5u64 {
+        post(
+            &a,
+            i,
+            WrOpcode::RdmaWrite {
+                remote_addr: b.mr.addr() + 64 * i,
+                rkey: b.mr.rkey(),
+            },
+            0,
+            64,
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while a.cq.len() < 5 {
+        assert!(Instant::now() < deadline, "5 WRITEs did not complete");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut got = Vec::new();
+    let n = a.cq.poll_each(3, |i, wc| got.push((i, wc.wr_id))).unwrap();
+    assert_eq!((n, got), (3, vec![(0, 0), (1, 1), (2, 2)]));
+    let mut rest = Vec::new();
+    let n =
+        a.cq.poll_each(10, |i, wc| rest.push((i, wc.wr_id, wc.status)))
+            .unwrap();
+    assert_eq!(
+        (n, rest),
+        (
+            2,
+            vec![(0, 3, WcStatus::Success), (1, 4, WcStatus::Success)]
+        )
+    );
+    assert_eq!(a.cq.poll_each(10, |_, _| panic!("an empty CQ")), Ok(0));
+}
