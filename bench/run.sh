@@ -327,13 +327,13 @@ UCX_LIB=$(dirname "$BIN")/libibverbs.so
 ucx_perftest_pair() { # softroce|tcp uct|ucp COL TEST ARGS...
     local via=$1 api=$2 col=$3 test=$4; shift 4
     next_port
-    local env=(UCX_LOG_LEVEL=info) srv=() cli=() uct=() mtu=()
-    [ -n "${UCX_RUN_MTU:-}" ] && mtu=(--mtu "$UCX_RUN_MTU")
-    [ -n "${UCX_RUN_BUSY:-}" ] && mtu+=(--busy-poll)
+    local env=(UCX_LOG_LEVEL=info) srv=() cli=() uct=() run_flags=()
+    [ -n "${UCX_RUN_MTU:-}" ] && run_flags=(--mtu "$UCX_RUN_MTU")
+    [ -n "${UCX_RUN_BUSY:-}" ] && run_flags+=(--busy-poll)
     if [ "$via" = softroce ]; then
         env+=(UCX_NET_DEVICES=softroce0:1 UCX_TLS=rc_verbs,ud_verbs)
-        srv=("$BIN" run --lib "$UCX_LIB" --bind 127.0.77.1 "${mtu[@]}" --)
-        cli=("$BIN" run --lib "$UCX_LIB" --bind 127.0.77.2 "${mtu[@]}" --)
+        srv=("$BIN" run --lib "$UCX_LIB" --bind 127.0.77.1 "${run_flags[@]}" --)
+        cli=("$BIN" run --lib "$UCX_LIB" --bind 127.0.77.2 "${run_flags[@]}" --)
         uct=(-x rc_verbs -d softroce0:1)
     else
         env+=(UCX_NET_DEVICES=lo UCX_TLS=tcp)

@@ -108,22 +108,27 @@ fn connected(busy_poll: bool) -> (End, End) {
     (a, b)
 }
 
+/// Posts WR `wr_id` from `a`: a one-SGE WRITE of `a`'s first 64 bytes into slot
+/// `wr_id % 512` of `b`'s region, with `flags`.
+fn post_write(a: &End, b: &End, wr_id: u64, flags: SendFlags) {
+    a.qp.post_send(&[SendWr {
+        wr_id,
+        sg_list: &[a.mr.sge(0, 64)],
+        opcode: WrOpcode::RdmaWrite {
+            remote_addr: b.mr.addr() + 64 * (wr_id % 512),
+            rkey: b.mr.rkey(),
+        },
+        send_flags: flags,
+    }])
+    .unwrap();
+}
+
 /// Posts `n` signaled 64-byte WRITEs from `a` to `b` one at a time, each polled to its
 /// completion before the next.
 fn write_and_complete(a: &End, b: &End, n: u64) {
-    let sge = [a.mr.sge(0, 64)];
     let mut wc = [WorkCompletion::default(); 4];
     for i in 0..n {
-        a.qp.post_send(&[SendWr {
-            wr_id: i,
-            sg_list: &sge,
-            opcode: WrOpcode::RdmaWrite {
-                remote_addr: b.mr.addr() + 64 * (i % 512),
-                rkey: b.mr.rkey(),
-            },
-            send_flags: SendFlags::SIGNALED,
-        }])
-        .unwrap();
+        post_write(a, b, i, SendFlags::SIGNALED);
         let got = a.cq.wait(&mut wc, Duration::from_secs(30)).unwrap();
         assert_eq!(got, 1);
         assert_eq!(wc[0].status, WcStatus::Success);
@@ -133,18 +138,8 @@ fn write_and_complete(a: &End, b: &End, n: u64) {
 
 /// Posts 64 unsignaled one-SGE WRITEs from `a` to `b` at once, with `flags`.
 fn post_burst(a: &End, b: &End, flags: SendFlags) {
-    let sge = [a.mr.sge(0, 64)];
     for i in 0..64u64 {
-        a.qp.post_send(&[SendWr {
-            wr_id: i,
-            sg_list: &sge,
-            opcode: WrOpcode::RdmaWrite {
-                remote_addr: b.mr.addr() + 64 * i,
-                rkey: b.mr.rkey(),
-            },
-            send_flags: flags,
-        }])
-        .unwrap();
+        post_write(a, b, i, flags);
     }
 }
 

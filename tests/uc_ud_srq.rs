@@ -376,16 +376,7 @@ fn one_srq_feeds_an_rc_and_a_ud_qp_with_limit_event_and_guarded_destroy() {
     .unwrap();
     // Sender: one RC and one UD QP.
     let s_rc = end(sctx, QpType::Rc);
-    let s_ud = s_rc
-        .pd
-        .create_qp(&QpInitAttr {
-            send_cq: &s_rc.cq,
-            recv_cq: &s_rc.cq,
-            cap: cap(),
-            qp_type: QpType::Ud,
-            sq_sig_all: false,
-        })
-        .unwrap();
+    let s_ud = qp_on(&s_rc, QpType::Ud);
     s_rc.qp.init(AccessFlags::EMPTY).unwrap();
     r_rc.init(AccessFlags::EMPTY).unwrap();
     let to_r = RcConnect::new(r_rc.qp_num(), 5, rctx.gid(1).unwrap(), 7);
@@ -487,17 +478,21 @@ fn ud_sends_posted_just_before_destroy_are_delivered() {
     }
 }
 
+/// Another QP of `qp_type` on `e`'s PD and CQ, in RESET.
+fn qp_on(e: &End, qp_type: QpType) -> QueuePair {
+    e.pd.create_qp(&QpInitAttr {
+        send_cq: &e.cq,
+        recv_cq: &e.cq,
+        cap: cap(),
+        qp_type,
+        sq_sig_all: false,
+    })
+    .unwrap()
+}
+
 /// A second UD QP on `e`'s PD and CQ, ready with the test's Q_Key.
 fn another_ud_qp(e: &End) -> QueuePair {
-    let qp =
-        e.pd.create_qp(&QpInitAttr {
-            send_cq: &e.cq,
-            recv_cq: &e.cq,
-            cap: cap(),
-            qp_type: QpType::Ud,
-            sq_sig_all: false,
-        })
-        .unwrap();
+    let qp = qp_on(e, QpType::Ud);
     qp.ready_ud(QKEY, 1).unwrap();
     qp
 }
@@ -627,15 +622,7 @@ fn ud_multicast_reaches_every_attached_qp_and_stops_at_detach() {
         b2.attach_mcast(Gid::from_ip("127.0.0.9".parse().unwrap()), 0),
         Err(VerbsError::InvalidAttribute { attr: "gid", .. })
     ));
-    let rc =
-        b.pd.create_qp(&QpInitAttr {
-            send_cq: &b.cq,
-            recv_cq: &b.cq,
-            cap: cap(),
-            qp_type: QpType::Rc,
-            sq_sig_all: false,
-        })
-        .unwrap();
+    let rc = qp_on(&b, QpType::Rc);
     assert!(matches!(
         rc.attach_mcast(mgid, 0),
         Err(VerbsError::InvalidAttribute { attr: "qp", .. })
