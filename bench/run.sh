@@ -19,13 +19,13 @@
 #   - bench/baselines udp_pingpong: 2-byte ping-pong between two processes, blocking recv
 #     and busy-polling recv(MSG_DONTWAIT), one-way p50 = half the round trip (perftest's rule);
 #   - softroce perf --json: 64 KiB WRITE/SEND/READ, 2-byte SEND latency (and with
-#     --busy-poll when the binary has it), 64-byte WRITE message rate on 1..64 QPs, 1024 QPs
+#     --busy-poll when the binary has it; p50, and p99 and p999 against it), 64-byte WRITE message rate on 1..64 QPs, 1024 QPs
 #     (aggregate 64 KiB WRITE, and peak RSS with 1 vs 1024 QPs for the memory per QP);
 #   - README's "impair the link" example, word for word at both ends (README_IMPAIR below), and
 #     `softroce decode --analyze` of its client's capture: the wall-clock seconds of the pair
 #     (check-rows.sh holds it to README's promise of seconds, not minutes);
-#   - the shim: Debian's perftest (ib_write_bw -s 65536 and -s 64, ib_send_lat -s 2, all -x 1)
-#     under `softroce run` at both ends beside `softroce perf` with the same flags, both read from
+#   - the shim: Debian's perftest (ib_write_bw -s 65536 and -s 64, ib_send_lat -s 2 with its
+#     99% and 99.9% percentiles, all -x 1) under `softroce run` at both ends beside `softroce perf` with the same flags, both read from
 #     perftest's table (so the units are perftest's either way);
 #   - UCX (Debian's ucx-utils): ucx_perftest between two processes, over softroce (both under
 #     `softroce run` with the release shim, 127.0.77.1 and 127.0.77.2, UCX_NET_DEVICES=softroce0:1)
@@ -160,6 +160,9 @@ softroce() {
     fi
     pair "$TMP/sr.json" :: "${wrap_s[@]}" "$BIN" perf "$@" -p "$PORT" --roce-port "$PORT" --json \
         :: "${wrap_c[@]}" "$BIN" perf "$@" -p "$PORT" --roce-port "$PORT" --json 127.0.0.1 || return 1
+    if [ -n "${TAILS:-}" ]; then
+        jq -er '"\(.lat_us.p99) \(.lat_us.p999)"' "$TMP/sr.json" >>"$TMP/tails.$TAILS" || return 1
+    fi
     jq -er "$field" "$TMP/sr.json"
 }
 
@@ -199,6 +202,22 @@ udp_pingpong() { # extra flags (--busy)
 
 median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) exit 1; print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 
+# tails KEY: the p99 and p999 that the runs of `TAILS=KEY measure KEY ...` left in
+# $TMP/tails.KEY (one "P99 P999" line per run) as VAL/SAMPLES[KEY_p99] and [KEY_p999].
+tails() {
+    local key=$1 c
+    for c in 1 2; do
+        local k=${key}_p99
+        [ $c = 2 ] && k=${key}_p999
+        if [[ ${VAL[$key]} == FAILED* || ! -s $TMP/tails.$key ]]; then
+            VAL[$k]=${VAL[$key]}
+            continue
+        fi
+        SAMPLES[$k]=$(awk -v c=$c '{printf "%.6g ", $c}' "$TMP/tails.$key")
+        VAL[$k]=$(awk -v c=$c '{print $c}' "$TMP/tails.$key" | median)
+    done
+}
+
 # measure KEY CMD...: runs CMD $RUNS times, keeps the values as SAMPLES[KEY] and the median
 # as VAL[KEY] (FAILED when any run failed).
 declare -A VAL SAMPLES
@@ -223,13 +242,15 @@ measure write softroce .bw_avg_mbps write -s 65536 -n "$BW_ITERS"
 measure send softroce .bw_avg_mbps send -s 65536 -n "$BW_ITERS"
 measure read softroce .bw_avg_mbps read -s 65536 -n "$BW_ITERS"
 measure pp_block udp_pingpong
-measure lat softroce .lat_us.p50 send --lat -s 2 -n "$LAT_ITERS"
+TAILS=lat measure lat softroce .lat_us.p50 send --lat -s 2 -n "$LAT_ITERS"
+tails lat
 measure pp_busy udp_pingpong --busy
 if [ $BUSY = 1 ]; then
-    measure lat_busy softroce .lat_us.p50 send --lat -s 2 -n "$LAT_ITERS" --busy-poll
+    TAILS=lat_busy measure lat_busy softroce .lat_us.p50 send --lat -s 2 -n "$LAT_ITERS" --busy-poll
 else
     VAL[lat_busy]="n/a (flag missing)"
 fi
+tails lat_busy
 for q in $RATE_QPS; do
     n=$(( (RATE_MSGS + q - 1) / q ))
     measure "rate_q$q" softroce .msg_rate_mpps write -s 64 -n "$n" -q "$q"
@@ -283,6 +304,9 @@ shim_perftest() { # COL PROGRAM ARGS...
     next_port
     pair "$TMP/shim.out" :: "$BIN" run --bind 127.0.0.2 "${busy[@]}" -- "$prog" "$@" -p "$PORT" \
         :: "$BIN" run --bind 127.0.0.3 "${busy[@]}" -- "$prog" "$@" -p "$PORT" 127.0.0.2 || return 1
+    if [ -n "${TAILS:-}" ]; then # perftest's latency table: 99% and 99.9% percentile
+        echo "$(table_field 8 "$TMP/shim.out") $(table_field 9 "$TMP/shim.out")" >>"$TMP/tails.$TAILS" || return 1
+    fi
     table_field "$col" "$TMP/shim.out"
 }
 # softroce perf with the same flags, its perftest-shaped table read the same way.
@@ -298,13 +322,15 @@ if [ $SHIM = 1 ]; then
     measure shim_write_sr softroce_table 4 write -x 1 -s 65536 -n "$SHIM_BW_ITERS"
     measure shim_rate shim_perftest 5 ib_write_bw -x 1 -s 64 -n "$SHIM_RATE_ITERS"
     measure shim_rate_sr softroce_table 5 write -x 1 -s 64 -n "$SHIM_RATE_ITERS"
-    measure shim_lat shim_perftest 5 ib_send_lat -x 1 -s 2 -n "$LAT_ITERS"
+    TAILS=shim_lat measure shim_lat shim_perftest 5 ib_send_lat -x 1 -s 2 -n "$LAT_ITERS"
     measure shim_lat_sr softroce_table 5 send --lat -x 1 -s 2 -n "$LAT_ITERS"
-    SHIM_BUSY=1 measure shim_lat_busy shim_perftest 5 ib_send_lat -x 1 -s 2 -n "$LAT_ITERS"
+    TAILS=shim_lat_busy SHIM_BUSY=1 measure shim_lat_busy shim_perftest 5 ib_send_lat -x 1 -s 2 -n "$LAT_ITERS"
     measure shim_lat_busy_sr softroce_table 5 send --lat --busy-poll -x 1 -s 2 -n "$LAT_ITERS"
 else
     for k in shim_write shim_write_sr shim_rate shim_rate_sr shim_lat shim_lat_sr shim_lat_busy shim_lat_busy_sr; do VAL[$k]="n/a (perftest missing)"; done
 fi
+tails shim_lat
+tails shim_lat_busy
 # ---- UCX over softroce beside UCX over TCP -------------------------------------------------------
 # ucx_perftest's server (-p PORT) and client, each side either under `softroce run` with the
 # release shim and UCX_NET_DEVICES=softroce0:1 (server 127.0.77.1, client 127.0.77.2), or plain
@@ -479,6 +505,18 @@ r=$(ratio "${VAL[lat]}" "${VAL[pp_block]}")
 row lat-2b "2-byte SEND one-way p50 vs blocking UDP ping-pong" "$(us "${VAL[lat]}")" "$(us "${VAL[pp_block]}")" "$r" "<= 1.3x" "$(met "$r" '<=' 1.3)"
 r=$(ratio "${VAL[lat_busy]}" "${VAL[pp_busy]}")
 row lat-2b-busy "2-byte SEND one-way p50, --busy-poll vs busy-polling UDP ping-pong" "$(us "${VAL[lat_busy]}")" "$(us "${VAL[pp_busy]}")" "$r" "<= 1.5x" "$(met "$r" '<=' 1.5)"
+# tail_rows ID KEY WHAT: the p99 and p999 of a latency row against its own p50.
+tail_rows() {
+    local p
+    for p in 99 999; do
+        local goal=2 name="p$p"
+        [ $p = 999 ] && goal=5
+        r=$(ratio "${VAL[${2}_p$p]}" "${VAL[$2]}")
+        row "$1-p$p" "$3: one-way $name vs its own p50 (same runs)" "$(us "${VAL[${2}_p$p]}")" "$(us "${VAL[$2]}")" "$r" "<= ${goal}x" "$(met "$r" '<=' $goal)"
+    done
+}
+tail_rows lat-2b lat "2-byte SEND, blocking"
+tail_rows lat-2b-busy lat_busy "2-byte SEND, --busy-poll"
 r=$(ratio "${VAL[rate_q1]}" 1)
 row rate-64b-q1 "64-byte WRITE message rate, 1 QP vs the 1 Mpps goal" "$(mpps "${VAL[rate_q1]}")" "1 Mpps" "$r" ">= 1x" "$(met "$r" '>=' 1)"
 for q in $RATE_QPS; do
@@ -496,6 +534,8 @@ r=$(ratio "${VAL[shim_lat]}" "${VAL[shim_lat_sr]}")
 row shim-lat-2b "ib_send_lat -x 1 -s 2 t_typical through the shim vs softroce perf send --lat -s 2" "$(us "${VAL[shim_lat]}")" "$(us "${VAL[shim_lat_sr]}")" "$r" "<= 1.1x" "$(met "$r" '<=' 1.1)"
 r=$(ratio "${VAL[shim_lat_busy]}" "${VAL[shim_lat_busy_sr]}")
 row shim-lat-2b-busy "ib_send_lat -x 1 -s 2 t_typical through the shim under softroce run --busy-poll vs softroce perf send --lat --busy-poll -s 2" "$(us "${VAL[shim_lat_busy]}")" "$(us "${VAL[shim_lat_busy_sr]}")" "$r" "<= 1.1x" "$(met "$r" '<=' 1.1)"
+tail_rows shim-lat-2b shim_lat "ib_send_lat -x 1 -s 2 through the shim (perftest's 99% and 99.9% percentiles; p50 its t_typical)"
+tail_rows shim-lat-2b-busy shim_lat_busy "the same under softroce run --busy-poll"
 r=$(ratio "${VAL[ucx_put_bw]}" "${VAL[ucx_put_bw_tcp]}")
 row ucx-put-bw-64k "UCX put_bw -D zcopy -s 65536 (UCT rc_verbs on softroce0:1, both ends under softroce run) vs UCT tcp on lo (ucx_perftest's MB/s, 2^20 B/s)" "$(mbs "${VAL[ucx_put_bw]}")" "$(mbs "${VAL[ucx_put_bw_tcp]}")" "$r" ">= 1x" "$(met "$r" '>=' 1)"
 r=$(ratio "${VAL[ucx_put_bw_mtu1024]}" "${VAL[ucx_put_bw_tcp]}")
@@ -533,7 +573,7 @@ rss_note() { # client|server
     echo
     echo "Each figure is the median of $RUNS run(s); the runs, in order:"
     echo
-    for k in tcp udp_plain udp_gso write send read pp_block lat pp_busy lat_busy $(for q in $RATE_QPS; do echo "rate_q$q"; done) write_q1024 shim_write shim_write_sr shim_rate shim_rate_sr shim_lat shim_lat_sr shim_lat_busy shim_lat_busy_sr $UCX_KEYS send_q4_wall readme_impair mem_client mem_server; do
+    for k in tcp udp_plain udp_gso write send read pp_block lat lat_p99 lat_p999 pp_busy lat_busy lat_busy_p99 lat_busy_p999 $(for q in $RATE_QPS; do echo "rate_q$q"; done) write_q1024 shim_write shim_write_sr shim_rate shim_rate_sr shim_lat shim_lat_p99 shim_lat_p999 shim_lat_sr shim_lat_busy shim_lat_busy_p99 shim_lat_busy_p999 shim_lat_busy_sr $UCX_KEYS send_q4_wall readme_impair mem_client mem_server; do
         echo "- $k: ${SAMPLES[$k]:-${VAL[$k]}}"
     done
     echo "- send_q4: RNR NAKs per run $(paste -sd' ' "$TMP/q4.rnr" 2>/dev/null); measured intervals $(awk '{print $2}' "$TMP/q4.times" 2>/dev/null | paste -sd' ')"

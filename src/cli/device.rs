@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use softroce::driver::{Bottleneck, DeviceConfig, Direction, Impairment};
+use softroce::driver::{Bottleneck, DeviceConfig, Direction, Impairment, DEFAULT_IDLE_SPIN};
 use softroce::transport::cc::CcConfig;
 use softroce::transport::Counters;
 use softroce::verbs::Context;
@@ -79,6 +79,11 @@ pub struct DeviceArgs {
     /// of sleeping until woken. Lower latency, at the cost of two busy CPUs per process.
     #[arg(long)]
     pub busy_poll: bool,
+    /// Without --busy-poll: how long the engine thread keeps looking for packets and posts
+    /// after it has served some, before it sleeps until woken (microseconds; 0: sleep at
+    /// once). It spins only while traffic is that dense, so an idle device costs no CPU.
+    #[arg(long, value_name = "US", default_value_t = DEFAULT_IDLE_SPIN.as_micros() as u64)]
+    pub idle_spin_us: u64,
     /// Send each packet as its own datagram instead of runs of equal-sized packets as one
     /// UDP GSO send.
     #[arg(long)]
@@ -302,6 +307,7 @@ impl DeviceArgs {
             impairment: self.impairment()?,
             remote_port: None,
             busy_poll: self.busy_poll,
+            idle_spin: Duration::from_micros(self.idle_spin_us),
             gso: !self.no_gso,
             cc: self.congestion_control()?,
         };

@@ -14,6 +14,7 @@ use clap::Args;
 
 use super::device::{cc_config, CcMode};
 use super::CliError;
+use softroce::driver::DEFAULT_IDLE_SPIN;
 use softroce::ib::Mtu;
 
 /// Flags of `softroce run`.
@@ -50,6 +51,11 @@ pub struct RunArgs {
     /// Lower latency; the engine's own thread then wakes every 50 us while nobody polls.
     #[arg(long)]
     pub busy_poll: bool,
+    /// Without --busy-poll: how long the device's engine thread spins for packets and posts
+    /// before it sleeps, as the other subcommands' --idle-spin-us (passed to the shim as
+    /// SOFTROCE_IDLE_SPIN_US).
+    #[arg(long, value_name = "US", default_value_t = DEFAULT_IDLE_SPIN.as_micros() as u64)]
+    pub idle_spin_us: u64,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     pub program: Vec<OsString>,
@@ -192,6 +198,7 @@ pub fn run(args: &RunArgs) -> Result<u8, CliError> {
         )
         .env("SOFTROCE_CC_PARAMS", args.cc_param.join(","))
         .env("SOFTROCE_BUSY_POLL", if args.busy_poll { "1" } else { "0" })
+        .env("SOFTROCE_IDLE_SPIN_US", args.idle_spin_us.to_string())
         .status()
         .map_err(|e| CliError::Usage(format!("cannot run {}: {e}", prog.to_string_lossy())))?;
     drop(dir);

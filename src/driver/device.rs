@@ -41,6 +41,10 @@ pub(crate) struct Device {
     /// The engine is about to wait or waiting in poll: a doorbell must wake it. While it
     /// runs, it reads the doorbell before it next waits, so no wake (a system call) is needed.
     pub(crate) engine_sleeping: AtomicBool,
+    /// The doorbell may have entries the engine has not taken: set by every ring, cleared by
+    /// the engine before it takes the list, so that its spin before sleeping (`Engine::wait`)
+    /// notices a post with one load instead of the list's lock or the waker's system call.
+    pub(crate) rung: AtomicBool,
     pub(crate) waker: mio::Waker,
     pub(crate) closed: AtomicBool,
     /// Busy-poll mode: the application threads drive the engine as they poll and post.
@@ -82,6 +86,7 @@ impl Device {
             qps_generation: AtomicU64::new(0),
             doorbell: Mutex::new(Vec::new()),
             engine_sleeping: AtomicBool::new(false),
+            rung: AtomicBool::new(false),
             waker,
             closed: AtomicBool::new(false),
             busy_poll,
@@ -114,6 +119,9 @@ impl Device {
             d.push(qpn);
             e
         };
+        if was_empty {
+            self.rung.store(true, Ordering::Release);
+        }
         // The engine sets `engine_sleeping` before it last looks at the doorbell and then
         // waits; SeqCst on both sides means that either it saw our entry or we see the flag.
         // A non-empty list was rung by someone who made the same check.

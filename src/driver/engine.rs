@@ -2,8 +2,8 @@
 //! timers, and runs the transport core of every QP.
 //!
 //! One pass of the loop: wait (mio) until a datagram arrives, send space frees up, the
-//! application rings the doorbell, or the earliest deadline passes (in busy-poll mode: no
-//! wait, the loop spins on the socket); then receive a batch of datagrams and hand each to the
+//! application rings the doorbell, or the earliest deadline passes (spinning for a while
+//! before it sleeps while traffic is dense: `Engine::wait`); then receive a batch of datagrams and hand each to the
 //! transport's endpoint (which checks it and feeds it to its QP, or gives back QP1's MADs for
 //! the CM), take the doorbell list, pop due deadlines, and visit only the QPs so marked: each
 //! one's packets are taken out (sealed by the endpoint) into the transmit batch and its
@@ -61,6 +61,19 @@ pub(crate) const WAKER: Token = Token(1);
 const TIMER: Token = Token(2);
 /// How often the background thread of a busy-polling device runs a pass.
 const BUSY_BACKGROUND_PERIOD: Duration = Duration::from_micros(50);
+/// A wait that ended within this many `idle_spin`s of its start means spinning pays: the
+/// next wait spins first (see `Engine::wait`).
+const SPIN_PAYS_WITHIN: u32 = 4;
+/// How an engine's spin before sleeping ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Spin {
+    /// An event in the poll set, or a doorbell.
+    Found,
+    /// Nothing within the spin: sleep.
+    Idle,
+    /// The poll set broke (the device is closed).
+    Broken,
+}
 /// How long an application thread's passes may leave the packets of a completion (its ACK)
 /// for the application's next post.
 const DEFER_LIMIT: Duration = Duration::from_micros(20);
@@ -275,6 +288,11 @@ pub(crate) struct Engine {
     /// The link sends payloads from their regions (`Link::gathers`): RC payloads are not
     /// copied into the transmit batch.
     gather: bool,
+    /// How long `wait` may spin before it sleeps (`DeviceConfig::idle_spin`).
+    idle_spin: Duration,
+    /// The last wait ended soon enough after it began that spinning would have caught it:
+    /// the next wait spins (see `wait`).
+    spin_pays: bool,
 }
 
 impl std::fmt::Debug for Engine {
@@ -298,6 +316,8 @@ impl Engine {
         let endpoint = Endpoint::new(dev.local, dev.remote_port, Arc::clone(&dev.counters));
         let gather = link.gathers();
         Ok(Engine {
+            idle_spin: Duration::ZERO,
+            spin_pays: true,
             dev,
             poll,
             timer,
@@ -329,6 +349,11 @@ impl Engine {
     /// Sets the device's congestion control (the endpoint applies it to every QP).
     pub(crate) fn set_congestion_control(&mut self, cc: crate::transport::cc::CcConfig) {
         self.endpoint.set_congestion_control(cc);
+    }
+
+    /// See `DeviceConfig::idle_spin`.
+    pub(crate) fn set_idle_spin(&mut self, spin: Duration) {
+        self.idle_spin = spin;
     }
 
     fn now(&self) -> Duration {
@@ -466,9 +491,61 @@ impl Engine {
     }
 
     /// Waits in poll until there is something to do; returns false if the poll set broke.
+    ///
+    /// With nothing ready, the engine first spins for up to `idle_spin` (never past its next
+    /// deadline), looking at the poll set without sleeping and at the doorbell's flag,
+    /// yielding the CPU between looks to any other thread that wants it. A sleeping engine
+    /// costs every packet and every post that finds it asleep a wake-up (the waker's system
+    /// call on the poster's side, a context switch on ours: 10-20 us on this kind of machine),
+    /// which is what bounded a blocking ping-pong's latency and a window-limited message
+    /// rate. It spins only while that pays: after a wait that lasted longer than
+    /// `SPIN_PAYS_WITHIN` spins, the next one sleeps at once, so an idle device, or one whose
+    /// peer answers in milliseconds (rxe in an emulated guest), takes no CPU for it.
     fn wait(&mut self, events: &mut Events, ready: bool) -> bool {
+        if ready {
+            return self.poll_once(events, Some(Duration::ZERO));
+        }
+        let began = Instant::now();
+        if self.spin_pays && !self.idle_spin.is_zero() {
+            match self.spin(events, began) {
+                Spin::Found => return true,
+                Spin::Broken => return false,
+                Spin::Idle => {}
+            }
+        }
+        let r = self.sleep(events);
+        self.spin_pays = began.elapsed() <= self.idle_spin * SPIN_PAYS_WITHIN;
+        r
+    }
+
+    /// Spins for up to `idle_spin` from `began` (and not past the next deadline) until the
+    /// poll set has an event or the doorbell was rung.
+    fn spin(&mut self, events: &mut Events, began: Instant) -> Spin {
+        let mut until = began + self.idle_spin;
+        if let Some(at) = self.next_wake(began) {
+            until = until.min(at);
+        }
+        loop {
+            if self.dev.rung.load(Ordering::Acquire) {
+                return Spin::Found;
+            }
+            if !self.poll_once(events, Some(Duration::ZERO)) {
+                return Spin::Broken;
+            }
+            if !events.is_empty() {
+                return Spin::Found;
+            }
+            if Instant::now() >= until {
+                return Spin::Idle;
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Sleeps in poll until a datagram, a doorbell or the next deadline.
+    fn sleep(&mut self, events: &mut Events) -> bool {
         let mut timeout = Some(Duration::ZERO);
-        if !ready {
+        {
             // From here on, a doorbell wakes us (see Device::ring); look at it once more.
             self.dev.engine_sleeping.store(true, Ordering::SeqCst);
             let rung = !self
@@ -481,8 +558,15 @@ impl Engine {
                 timeout = self.sleep_timeout();
             }
         }
-        let r = self.poll.poll(events, timeout);
+        let r = self.poll_once(events, timeout);
         self.dev.engine_sleeping.store(false, Ordering::SeqCst);
+        r
+    }
+
+    /// One poll of the poll set; returns false if it broke (then the device is closed, so
+    /// that callers get DeviceClosed instead of hanging).
+    fn poll_once(&mut self, events: &mut Events, timeout: Option<Duration>) -> bool {
+        let r = self.poll.poll(events, timeout);
         if let Err(e) = r {
             if e.kind() != io::ErrorKind::Interrupted {
                 // The poll set is broken; nothing can make progress. Close the device so
@@ -502,6 +586,17 @@ impl Engine {
     /// are blocked.
     fn sleep_timeout(&mut self) -> Option<Duration> {
         let now = Instant::now();
+        let next = self.next_wake(now);
+        if self.timer.fire_by(next, now).is_err() {
+            next.map(|at| at.saturating_duration_since(now))
+        } else {
+            None
+        }
+    }
+
+    /// When the engine must run next with nothing arriving: its earliest deadline, the
+    /// link's (an impairment's delayed packet), QP1's, or a retry of blocked sends.
+    fn next_wake(&self, now: Instant) -> Option<Instant> {
         let mut next = self.link.poll_timeout();
         if let Some(Reverse((t, _))) = self.deadlines.peek() {
             let at = self.origin + *t;
@@ -514,11 +609,7 @@ impl Engine {
             let at = now + BACKPRESSURE_RETRY;
             next = Some(next.map_or(at, |n| n.min(at)));
         }
-        if self.timer.fire_by(next, now).is_err() {
-            next.map(|at| at.saturating_duration_since(now))
-        } else {
-            None
-        }
+        next
     }
 
     /// Refreshes the engine's copy of the QP table if the device's changed.
@@ -541,6 +632,9 @@ impl Engine {
     }
 
     fn take_doorbell(&mut self) {
+        // Cleared before the list is taken: a ring after this sets it again (Device::ring),
+        // one before it at worst leaves it set for an empty look.
+        self.dev.rung.store(false, Ordering::Release);
         std::mem::swap(
             &mut *self.dev.doorbell.lock().unwrap_or_else(|e| e.into_inner()),
             &mut self.bell,

@@ -24,6 +24,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 pub(crate) use cq::CqInner;
 pub use device::node_guid;
@@ -35,6 +36,10 @@ use crate::ib::VerbsError;
 use device::Device;
 
 type Result<T> = core::result::Result<T, VerbsError>;
+
+/// The engine thread's spin before it sleeps, by default ([`DeviceConfig::idle_spin`]): as
+/// Linux's `net.core.busy_poll` suggests for sockets, 50 us, a few one-way trips on loopback.
+pub const DEFAULT_IDLE_SPIN: Duration = Duration::from_micros(50);
 
 /// How to open a device context.
 #[derive(Debug, Clone, PartialEq)]
@@ -49,9 +54,16 @@ pub struct DeviceConfig {
     /// RoCEv2 has it). Two devices that share an IP address (e.g. on ::1, the only IPv6
     /// loopback address) need different ports and so must name each other's.
     pub remote_port: Option<u16>,
-    /// Busy-poll mode: the engine thread spins on the socket instead of sleeping in poll, and
-    /// waits on the context's CQs spin instead of sleeping. Lower latency for a CPU each.
+    /// Busy-poll mode: the application threads that poll CQs and post run the engine's passes
+    /// themselves (the engine's own thread only covers timers while nobody polls), and waits
+    /// on the context's CQs spin instead of sleeping. Lower latency for a CPU per thread.
     pub busy_poll: bool,
+    /// Without busy-poll: how long the engine thread keeps looking for a datagram or a
+    /// doorbell after a pass before it sleeps (`DEFAULT_IDLE_SPIN`; zero: never). It spins
+    /// only while traffic is dense enough for that to pay (the engine's `wait` says how), so
+    /// an idle device costs no CPU. Saves the wake-up per packet that otherwise bounds a
+    /// ping-pong's latency and a window-limited message rate.
+    pub idle_spin: Duration,
     /// Send runs of equal-sized packets with UDP GSO where the kernel offers it (the
     /// default); `false` sends each packet as its own datagram (for comparison, or for a
     /// path whose segmentation does not number IPv4 identifications from 0 as Linux does).
@@ -71,6 +83,7 @@ impl DeviceConfig {
             impairment: None,
             remote_port: None,
             busy_poll: false,
+            idle_spin: DEFAULT_IDLE_SPIN,
             gso: true,
             cc: CcConfig::default(),
         }
@@ -115,6 +128,7 @@ pub(crate) fn open(cfg: &DeviceConfig) -> Result<(Arc<Device>, JoinHandle<()>)> 
     link.register(poll.registry(), engine::SOCKET)?;
     let mut engine = engine::Engine::new(Arc::clone(&dev), poll, link)?;
     engine.set_congestion_control(cfg.cc);
+    engine.set_idle_spin(cfg.idle_spin);
     let name = format!("softroce-{local}");
     let handle = if cfg.busy_poll {
         *dev.engine.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(engine));

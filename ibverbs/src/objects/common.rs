@@ -2,8 +2,10 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use libc::{c_char, c_int, EBUSY, EINVAL, ENOMEM};
+use softroce::driver::DEFAULT_IDLE_SPIN;
 use softroce::ib::{Mtu, VerbsError};
 use softroce::transport::cc::CcConfig;
 
@@ -19,6 +21,9 @@ pub(super) struct Config {
     /// poll CQs and post run the engine's passes themselves, as a user-space RDMA provider
     /// does, instead of waking the engine's thread for every packet.
     pub(super) busy_poll: bool,
+    /// Without busy-poll, how long the engine thread spins before it sleeps
+    /// (`SOFTROCE_IDLE_SPIN_US`, `softroce run --idle-spin-us`; `DeviceConfig::idle_spin`).
+    pub(super) idle_spin: Duration,
 }
 
 /// The device's one port (ports are numbered from 1).
@@ -123,7 +128,9 @@ fn env_config() -> Config {
             std::env::var("SOFTROCE_CC_PARAMS").ok().as_deref(),
         );
         let busy_poll = busy_poll_from_env(std::env::var("SOFTROCE_BUSY_POLL").ok().as_deref());
+        let idle_spin = idle_spin_from_env(std::env::var("SOFTROCE_IDLE_SPIN_US").ok().as_deref());
         Config {
+            idle_spin,
             bind,
             mtu,
             cc,
@@ -146,6 +153,27 @@ fn busy_poll_from_env(v: Option<&str>) -> bool {
             );
             false
         }
+    }
+}
+
+/// The engine's spin before sleeping that `SOFTROCE_IDLE_SPIN_US` asks for, in microseconds
+/// (0: none); unset or empty: the default; anything else: the default, after one line on
+/// stderr.
+fn idle_spin_from_env(v: Option<&str>) -> Duration {
+    match v.map(str::trim) {
+        None | Some("") => DEFAULT_IDLE_SPIN,
+        Some(us) => match us.parse::<u64>() {
+            Ok(us) => Duration::from_micros(us),
+            Err(_) => {
+                use std::io::Write;
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "libibverbs: softroce: SOFTROCE_IDLE_SPIN_US={us:?} is not a number of microseconds; using {}",
+                    DEFAULT_IDLE_SPIN.as_micros()
+                );
+                DEFAULT_IDLE_SPIN
+            }
+        },
     }
 }
 
@@ -254,6 +282,20 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn idle_spin_from_the_environment() {
+        for (v, want) in [
+            (None, DEFAULT_IDLE_SPIN),
+            (Some(""), DEFAULT_IDLE_SPIN),
+            (Some("0"), Duration::ZERO),
+            (Some(" 120 "), Duration::from_micros(120)),
+            (Some("-5"), DEFAULT_IDLE_SPIN),
+            (Some("fast"), DEFAULT_IDLE_SPIN),
+        ] {
+            assert_eq!(idle_spin_from_env(v), want, "{v:?}");
+        }
+    }
 
     #[test]
     fn cc_from_the_environment() {

@@ -89,6 +89,7 @@ impl Obj<Ctx> {
                             // ibv_open_device refused a context without a usable one.
                             cc: self.cfg.cc.ok_or(EINVAL)?,
                             busy_poll: self.cfg.busy_poll,
+                            idle_spin: self.cfg.idle_spin,
                             ..DeviceConfig::new(fix_address())
                         })
                         .map_err(|e| {
