@@ -95,8 +95,12 @@ enum Pass {
 /// the thread's next poll (or post): a program posting a burst sends it in a few `sendmmsg`
 /// instead of one per post, and one that posts and then polls sends at its poll.
 const POST_BATCH: usize = 16;
-/// How long it sleeps while application threads run passes themselves.
+/// How long it sleeps while application threads run passes themselves, at first; the sleep
+/// doubles while they keep doing so, up to `BUSY_BACKGROUND_IDLE_MAX`.
 const BUSY_BACKGROUND_IDLE: Duration = Duration::from_micros(500);
+/// The longest sleep of the background thread while application threads run passes and
+/// leave nothing for it.
+const BUSY_BACKGROUND_IDLE_MAX: Duration = Duration::from_millis(4);
 
 /// Datagrams received per pass before timers and transmission get a turn.
 const RX_BATCH: usize = 32;
@@ -394,28 +398,40 @@ impl Engine {
     /// as they poll their CQs and post (`Device::drive`), as a user-space RDMA provider does;
     /// this thread only makes sure that timers fire and packets are taken in while no
     /// application thread polls. It sleeps between passes so as not to take a CPU from the
-    /// threads that poll; while they run passes themselves it sleeps longer
-    /// (`BUSY_BACKGROUND_IDLE`), waking only to send what an application pass left for later
-    /// (`deferred_at`): on a machine with as many polling threads as cores, each of its wake-ups
-    /// preempted one of them.
+    /// threads that poll; while they run passes themselves it sleeps longer, from
+    /// `BUSY_BACKGROUND_IDLE` doubling up to `BUSY_BACKGROUND_IDLE_MAX` as long as they leave
+    /// nothing for it (`deferred_at`: what an application pass left for later, which it then
+    /// sends, and sleeps short again). On a machine with as many polling threads as cores
+    /// each of its wake-ups preempts one of them: at 0.5 ms, one round trip in 25 of a
+    /// busy-poll ping-pong, which was its p99.
     pub(crate) fn run_busy(dev: Arc<Device>) {
         let mut seen = dev.app_passes.load(Ordering::Relaxed);
+        let mut idle = BUSY_BACKGROUND_IDLE;
         while !dev.closed.load(Ordering::Acquire) {
             let now = dev.app_passes.load(Ordering::Relaxed);
             let apps_drive = now != seen;
             seen = now;
+            let mut left_behind = false;
             if let Ok(mut e) = dev.engine.try_lock() {
                 if let Some(e) = e.as_mut() {
-                    if !apps_drive || e.deferred_at.is_some() {
+                    left_behind = e.deferred_at.is_some();
+                    if !apps_drive || left_behind {
                         e.pass();
                     }
                 }
             }
-            std::thread::sleep(if apps_drive {
-                BUSY_BACKGROUND_IDLE
-            } else {
+            let sleep = if !apps_drive {
+                idle = BUSY_BACKGROUND_IDLE;
                 BUSY_BACKGROUND_PERIOD
-            });
+            } else if left_behind {
+                idle = BUSY_BACKGROUND_IDLE;
+                idle
+            } else {
+                let s = idle;
+                idle = (idle * 2).min(BUSY_BACKGROUND_IDLE_MAX);
+                s
+            };
+            std::thread::sleep(sleep);
         }
     }
 

@@ -81,6 +81,37 @@ pub struct UdpLink {
     /// IPv6: the device interface's index, for every source-port socket's multicast
     /// ([`multicast_if_v6`]).
     mcast_if_v6: Option<u32>,
+    /// The arrays of one recvmmsg, kept between calls.
+    rx_scratch: Box<RecvScratch>,
+}
+
+/// The headers, addresses, iovecs and control buffers of one `recvmmsg`, kept between calls so
+/// that a call sets only the entries it uses and zeroes nothing.
+struct RecvScratch {
+    names: [std::mem::MaybeUninit<libc::sockaddr_storage>; MMSG_BATCH],
+    iovs: [libc::iovec; MMSG_BATCH],
+    hdrs: [libc::mmsghdr; MMSG_BATCH],
+    cmsgs: [[u64; CMSG_WORDS]; MMSG_BATCH],
+}
+
+// SAFETY: the raw pointers in `iovs` and `hdrs` are never read by Rust code: `recv_many`
+// rewrites every one of the entries it passes to the kernel before the call, and between calls
+// they are dead values. Nothing in the scratch is shared; the link that owns it is used by one
+// thread at a time.
+unsafe impl Send for RecvScratch {}
+
+impl std::fmt::Debug for RecvScratch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecvScratch").finish_non_exhaustive()
+    }
+}
+
+impl RecvScratch {
+    fn new() -> Box<RecvScratch> {
+        // SAFETY: all-zero bytes are a valid value of every field: null pointers and zero
+        // lengths in the iovecs and headers, zero words, and uninitialised addresses.
+        unsafe { Box::<RecvScratch>::new_zeroed().assume_init() }
+    }
 }
 
 fn set_int_opt(
@@ -391,6 +422,7 @@ impl UdpLink {
             gather: false,
             groups: Vec::new(),
             mcast_if_v6,
+            rx_scratch: RecvScratch::new(),
         })
     }
 
@@ -626,30 +658,35 @@ impl UdpLink {
 
     /// Receives up to `batch.free_slot_count()` ready datagrams from socket `fd`, which
     /// receives what is sent to `dst`, into `batch`'s free slots, in one call.
-    fn recv_many(fd: RawFd, dst: SocketAddr, batch: &mut RxBatch) -> io::Result<()> {
+    fn recv_many(
+        fd: RawFd,
+        dst: SocketAddr,
+        batch: &mut RxBatch,
+        scratch: &mut RecvScratch,
+    ) -> io::Result<()> {
         let want = batch.free_slot_count().min(MMSG_BATCH);
         let (slot, bufs) = batch.free_slots();
-        // Only the `want` entries used are initialised: zeroing all of these arrays (15 KiB)
-        // cost more than the call itself when one packet is waiting.
-        let mut names =
-            [const { std::mem::MaybeUninit::<libc::sockaddr_storage>::uninit() }; MMSG_BATCH];
-        let mut iovs = [const { std::mem::MaybeUninit::<libc::iovec>::uninit() }; MMSG_BATCH];
-        let mut hdrs = [const { std::mem::MaybeUninit::<libc::mmsghdr>::uninit() }; MMSG_BATCH];
-        let mut cmsgs =
-            [const { std::mem::MaybeUninit::<[u64; CMSG_WORDS]>::uninit() }; MMSG_BATCH];
+        // Only the `want` entries used are set, and nothing is zeroed (the kernel says how many
+        // bytes of each address and control buffer it wrote): building all 64 headers afresh
+        // cost more than the call itself when at most one datagram is waiting, which is every
+        // call of a busy-polling ping-pong.
+        let RecvScratch {
+            names,
+            iovs,
+            hdrs,
+            cmsgs,
+        } = scratch;
         for i in 0..want {
-            let iov = iovs[i].write(libc::iovec {
+            iovs[i] = libc::iovec {
                 iov_base: bufs[i * slot..].as_mut_ptr().cast(),
                 iov_len: slot,
-            });
-            // SAFETY: all-zero bytes are a valid (empty) mmsghdr.
-            let hdr = hdrs[i].write(unsafe { std::mem::zeroed() });
-            let h = &mut hdr.msg_hdr;
+            };
+            let h = &mut hdrs[i].msg_hdr;
             h.msg_name = names[i].as_mut_ptr().cast();
             h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            h.msg_iov = iov;
+            h.msg_iov = &mut iovs[i];
             h.msg_iovlen = 1;
-            h.msg_control = cmsgs[i].write([0; CMSG_WORDS]).as_mut_ptr().cast();
+            h.msg_control = cmsgs[i].as_mut_ptr().cast();
             h.msg_controllen = std::mem::size_of::<[u64; CMSG_WORDS]>();
         }
         // SAFETY: `fd` is an open socket of the link; each of the first `want` headers (those
@@ -660,7 +697,7 @@ impl UdpLink {
         let rc = unsafe {
             libc::recvmmsg(
                 fd,
-                hdrs.as_mut_ptr().cast::<libc::mmsghdr>(),
+                hdrs.as_mut_ptr(),
                 want as libc::c_uint,
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
@@ -675,9 +712,7 @@ impl UdpLink {
                 _ => Err(e),
             };
         }
-        for h in &mut hdrs[..rc as usize] {
-            // SAFETY: the first `want` headers were initialised above, and rc <= want.
-            let h = unsafe { h.assume_init_mut() };
+        for h in &hdrs[..rc as usize] {
             // SAFETY: msg_name points at names[i], a sockaddr_storage into which the kernel
             // wrote msg_namelen bytes (at most its size, which was given as the room).
             let src = unsafe {
@@ -831,14 +866,14 @@ impl Link for UdpLink {
 
     fn recv_batch(&mut self, _now: Instant, batch: &mut RxBatch) -> io::Result<()> {
         batch.clear();
-        Self::recv_many(self.rx.as_raw_fd(), self.local, batch)?;
+        Self::recv_many(self.rx.as_raw_fd(), self.local, batch, &mut self.rx_scratch)?;
         for (group, sock) in &self.groups {
             if batch.free_slot_count() == 0 {
                 break;
             }
             // A group's socket fails alone (the device's datagrams are already in the batch).
             let dst = SocketAddr::new(*group, self.local.port());
-            let _ = Self::recv_many(sock.as_raw_fd(), dst, batch);
+            let _ = Self::recv_many(sock.as_raw_fd(), dst, batch, &mut self.rx_scratch);
         }
         Ok(())
     }
