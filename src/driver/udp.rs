@@ -110,7 +110,7 @@ impl RecvScratch {
     fn new() -> Box<RecvScratch> {
         // SAFETY: all-zero bytes are a valid value of every field: null pointers and zero
         // lengths in the iovecs and headers, zero words, and uninitialised addresses.
-        unsafe { Box::<RecvScratch>::new_zeroed().assume_init() }
+        Box::new(unsafe { std::mem::zeroed::<RecvScratch>() })
     }
 }
 
