@@ -252,6 +252,9 @@ pub(crate) struct Engine {
     timer: Timer,
     link: Box<dyn Link + Send>,
     origin: Instant,
+    /// When the current pass began: its one reading of the clock, for everything it does
+    /// (timers are in milliseconds; a pass takes microseconds).
+    pass_at: Instant,
     rx: RxBatch,
     /// The transport's demultiplexer for received datagrams.
     endpoint: Endpoint,
@@ -327,6 +330,7 @@ impl Engine {
             timer,
             link,
             origin: Instant::now(),
+            pass_at: Instant::now(),
             rx: RxBatch::new(RX_BATCH, RX_SLOT, RX_PACKETS),
             endpoint,
             tx: TxBatch::new(),
@@ -360,8 +364,9 @@ impl Engine {
         self.idle_spin = spin;
     }
 
+    /// The current pass's time since the engine's origin (see `pass_at`).
     fn now(&self) -> Duration {
-        self.origin.elapsed()
+        self.pass_at.saturating_duration_since(self.origin)
     }
 
     pub(crate) fn run(mut self) {
@@ -459,6 +464,7 @@ impl Engine {
     }
 
     fn pass_inner(&mut self, kind: Pass) {
+        self.pass_at = Instant::now();
         // What a post left is sent before anything else the poll does (its receive first of
         // all): it is the reply the program is waiting on.
         if kind == Pass::Poll && self.post_held {
@@ -703,7 +709,7 @@ impl Engine {
     /// and feeds it to its QP (or gives back QP1's). Returns true if the batch was full (more
     /// may be waiting).
     fn receive(&mut self) -> bool {
-        if self.link.recv_batch(Instant::now(), &mut self.rx).is_err() {
+        if self.link.recv_batch(self.pass_at, &mut self.rx).is_err() {
             return false;
         }
         let now = self.now();
@@ -868,6 +874,9 @@ impl Engine {
             if self.blocked {
                 return true;
             }
+            // A full batch's send took real time: what the QP sends next (a paced QP's
+            // tokens) is reckoned from after it.
+            self.pass_at = Instant::now();
         }
     }
 
@@ -875,7 +884,7 @@ impl Engine {
     /// the CM's timers, takes its MADs into the transmit batch and wakes API calls waiting for
     /// CM events.
     fn service_gsi(&mut self) {
-        let due = self.gsi_deadline.is_some_and(|d| d <= Instant::now());
+        let due = self.gsi_deadline.is_some_and(|d| d <= self.pass_at);
         if !(self.gsi_due || due) {
             return;
         }

@@ -92,12 +92,23 @@ struct RecvScratch {
     iovs: [libc::iovec; MMSG_BATCH],
     hdrs: [libc::mmsghdr; MMSG_BATCH],
     cmsgs: [[u64; CMSG_WORDS]; MMSG_BATCH],
+    /// The receive buffer's free-space start (as an address) and slot length that the first
+    /// `set` entries were set up for.
+    base: usize,
+    slot: usize,
+    set: usize,
 }
 
-// SAFETY: the raw pointers in `iovs` and `hdrs` are never read by Rust code: `recv_many`
-// rewrites every one of the entries it passes to the kernel before the call, and between calls
-// they are dead values. Nothing in the scratch is shared; the link that owns it is used by one
-// thread at a time.
+/// The room given for a datagram's source address and control messages.
+const SOCKADDR_ROOM: libc::socklen_t =
+    std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+const CMSG_ROOM: usize = std::mem::size_of::<[u64; CMSG_WORDS]>();
+
+// SAFETY: the raw pointers in `iovs` and `hdrs` are never dereferenced by Rust code, only
+// handed to the kernel by `recv_many`, which points them into this same box (which does not
+// move) and at the receive batch of the call, setting them up again whenever that batch's layout
+// differs from the one they were made for. Nothing in the scratch is shared; the link that owns
+// it is used by one thread at a time.
 unsafe impl Send for RecvScratch {}
 
 impl std::fmt::Debug for RecvScratch {
@@ -666,34 +677,50 @@ impl UdpLink {
     ) -> io::Result<()> {
         let want = batch.free_slot_count().min(MMSG_BATCH);
         let (slot, bufs) = batch.free_slots();
-        // Only the `want` entries used are set, and nothing is zeroed (the kernel says how many
-        // bytes of each address and control buffer it wrote): building all 64 headers afresh
-        // cost more than the call itself when at most one datagram is waiting, which is every
-        // call of a busy-polling ping-pong.
+        // The entries stay set up between calls for the same buffer layout (the device's own
+        // socket always receives into a cleared batch, so its layout never changes); a call
+        // gives back the room of the address and control buffers (lengths the kernel
+        // overwrites) and sets up the entries not yet set for this layout. Building all 64
+        // headers afresh cost more than the call itself when at most one datagram is waiting,
+        // which is every call of a busy-polling ping-pong.
+        let base = bufs.as_mut_ptr() as usize;
+        if base != scratch.base || slot != scratch.slot {
+            scratch.base = base;
+            scratch.slot = slot;
+            scratch.set = 0;
+        }
         let RecvScratch {
             names,
             iovs,
             hdrs,
             cmsgs,
+            set,
+            ..
         } = scratch;
-        for i in 0..want {
+        for h in &mut hdrs[..(*set).min(want)] {
+            h.msg_hdr.msg_namelen = SOCKADDR_ROOM;
+            h.msg_hdr.msg_controllen = CMSG_ROOM;
+        }
+        for i in *set..want {
             iovs[i] = libc::iovec {
                 iov_base: bufs[i * slot..].as_mut_ptr().cast(),
                 iov_len: slot,
             };
             let h = &mut hdrs[i].msg_hdr;
             h.msg_name = names[i].as_mut_ptr().cast();
-            h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_namelen = SOCKADDR_ROOM;
             h.msg_iov = &mut iovs[i];
             h.msg_iovlen = 1;
             h.msg_control = cmsgs[i].as_mut_ptr().cast();
-            h.msg_controllen = std::mem::size_of::<[u64; CMSG_WORDS]>();
+            h.msg_controllen = CMSG_ROOM;
         }
-        // SAFETY: `fd` is an open socket of the link; each of the first `want` headers (those
-        // initialised) points at a live iovec over its own disjoint `slot`-byte slot of
-        // `bufs` (which holds at least `want` free slots), a live sockaddr_storage and a live
-        // control buffer whose sizes are given; the kernel writes the addresses before they
-        // are read; MSG_DONTWAIT keeps the call from blocking.
+        *set = (*set).max(want);
+        // SAFETY: `fd` is an open socket of the link; each of the first `want` headers (set up
+        // for this layout: the same `bufs` start and slot length) points at a live iovec over
+        // its own disjoint `slot`-byte slot of `bufs` (which holds at least `want` free
+        // slots), a live sockaddr_storage and a live control buffer, all in the boxed scratch,
+        // with their full sizes as room; the kernel writes the addresses before they are read;
+        // MSG_DONTWAIT keeps the call from blocking.
         let rc = unsafe {
             libc::recvmmsg(
                 fd,
