@@ -205,8 +205,8 @@ pingpong_case() {
 # program was still waiting when its time ran out (124), the guest's failed too, and the guest
 # had gone quiet (guest_went_quiet: the capture the calling case names `pcap` ends with the
 # guest acknowledging everything softroce sent, and nothing after) is run once more, and its
-# row says so. Seen twice in CI: rxe in the emulated guest (Debian 12's 6.1) stopped with a
-# completed exchange half done, sending nothing and retransmitting nothing.
+# row says so. Seen in CI: rxe in the emulated guest (Debian 12's 6.1) stopped halfway through
+# an ibv_rc_pingpong exchange, sending nothing and retransmitting nothing.
 run_against_guest() {
     local attempt
     for attempt in 1 2; do
