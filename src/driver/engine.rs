@@ -3,9 +3,9 @@
 //!
 //! One pass of the loop: wait (mio) until a datagram arrives, send space frees up, the
 //! application rings the doorbell, or the earliest deadline passes (spinning for a while
-//! before it sleeps while traffic is dense: `Engine::wait`); then receive a batch of datagrams and hand each to the
-//! transport's endpoint (which checks it and feeds it to its QP, or gives back QP1's MADs for
-//! the CM), take the doorbell list, pop due deadlines, and visit only the QPs so marked: each
+//! before it sleeps while traffic is dense: `Engine::wait`); then receive a batch of
+//! datagrams and hand each to the transport's endpoint (which checks it and feeds it to its
+//! QP, or gives back QP1's MADs for the CM), take the doorbell list, pop due deadlines, and visit only the QPs so marked: each
 //! one's packets are taken out (sealed by the endpoint) into the transmit batch and its
 //! completions delivered to its CQs, and the batch is sent after the QP lock is released.
 //!
@@ -566,20 +566,19 @@ impl Engine {
 
     /// Sleeps in poll until a datagram, a doorbell or the next deadline.
     fn sleep(&mut self, events: &mut Events) -> bool {
-        let mut timeout = Some(Duration::ZERO);
-        {
-            // From here on, a doorbell wakes us (see Device::ring); look at it once more.
-            self.dev.engine_sleeping.store(true, Ordering::SeqCst);
-            let rung = !self
-                .dev
-                .doorbell
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .is_empty();
-            if !rung {
-                timeout = self.sleep_timeout();
-            }
-        }
+        // From here on, a doorbell wakes us (see Device::ring); look at it once more.
+        self.dev.engine_sleeping.store(true, Ordering::SeqCst);
+        let rung = !self
+            .dev
+            .doorbell
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty();
+        let timeout = if rung {
+            Some(Duration::ZERO)
+        } else {
+            self.sleep_timeout()
+        };
         let r = self.poll_once(events, timeout);
         self.dev.engine_sleeping.store(false, Ordering::SeqCst);
         r
