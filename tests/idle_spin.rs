@@ -9,7 +9,6 @@
 use std::time::Duration;
 
 use softroce::ib::*;
-use softroce::verbs::*;
 
 mod common;
 use common::{queues, two_contexts_configured, End, EndSpec};
@@ -26,12 +25,7 @@ fn connected(idle_spin: Duration) -> (End, End) {
         sq_sig_all: false,
     };
     let (a, b) = (End::open(ca, &spec), End::open(cb, &spec));
-    for (e, peer) in [(&a, &b), (&b, &a)] {
-        e.qp.init(AccessFlags::REMOTE_WRITE).unwrap();
-        let c = RcConnect::new(peer.qp.qp_num(), 100, peer.ctx.gid(1).unwrap(), 100);
-        e.qp.ready_to_receive(&c).unwrap();
-        e.qp.ready_to_send(&c).unwrap();
-    }
+    a.connect_rc(&b, AccessFlags::REMOTE_WRITE);
     (a, b)
 }
 

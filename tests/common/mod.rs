@@ -12,6 +12,7 @@ use softroce::driver::DeviceConfig;
 use softroce::ib::{AccessFlags, AhAttr, QpCap, QpType, WorkCompletion};
 use softroce::verbs::{
     AddressHandle, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpInitAttr, QueuePair,
+    RcConnect,
 };
 use softroce::wire::{icrc, BthRepr, DethRepr, ExtHeaders, ImmDtRepr, Opcode, PacketRepr};
 
@@ -121,6 +122,17 @@ impl End {
             mr,
             cq,
             qp,
+        }
+    }
+
+    /// Connects this end's RC QP to `a_peer`'s and `a_peer`'s to this one's (INIT with
+    /// `access` for the remote side, RTR, RTS; PSN 100 both ways, the peers' GID 1).
+    pub fn connect_rc(&self, a_peer: &End, access: AccessFlags) {
+        for (e, peer) in [(self, a_peer), (a_peer, self)] {
+            e.qp.init(access).unwrap();
+            let c = RcConnect::new(peer.qp.qp_num(), 100, peer.ctx.gid(1).unwrap(), 100);
+            e.qp.ready_to_receive(&c).unwrap();
+            e.qp.ready_to_send(&c).unwrap();
         }
     }
 
