@@ -68,6 +68,20 @@ fn text(o: &Output) -> String {
     )
 }
 
+/// Whether an rping that exited 255 (`exit(-1)` from its CM thread) did so in rping's own
+/// teardown race, after a complete run: once the disconnect is handled, its main thread
+/// destroys the event channel while its CM thread, which nobody joins, calls
+/// `rdma_get_cm_event` once more and exits on the error (EINVAL here; with rdma-core's
+/// librdmacm, a read of the freed channel's closed fd: EBADF). Nothing else counts.
+fn rping_cm_thread_race(o: &Output, t: &str) -> bool {
+    o.status.code() == Some(255)
+        && t.contains("DISCONNECT EVENT...")
+        && t.trim_end()
+            .lines()
+            .last()
+            .is_some_and(|l| l.starts_with("rdma_get_cm_event: "))
+}
+
 /// Starts `server`, waits until its device at `server_ip` is up, then runs the client that
 /// `client` makes; a client refused because the listener was not registered yet (the
 /// socket binds just before `rdma_listen` registers it: REJECTED, or ECONNREFUSED from a
@@ -90,7 +104,7 @@ fn serve(
         std::thread::sleep(Duration::from_millis(100 * attempt));
         let (co, fin) = wait_for(client().spawn().unwrap(), limit);
         ct = text(&co);
-        cok = fin && co.status.success();
+        cok = fin && (co.status.success() || rping_cm_thread_race(&co, &ct));
         // A UD client too early is told "unsupported" (SIDR status 1) by the CM.
         let early = ct.contains("REJECTED")
             || ct.contains("Connection refused")
@@ -102,7 +116,7 @@ fn serve(
     let (so, sfin) = wait_for(s, limit);
     let st = text(&so);
     assert!(
-        sfin && so.status.success() && cok,
+        sfin && (so.status.success() || rping_cm_thread_race(&so, &st)) && cok,
         "server ({:?}, in time: {sfin}):\n{st}\nclient:\n{ct}",
         so.status
     );
