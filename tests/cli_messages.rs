@@ -118,3 +118,16 @@ fn plot_says_what_a_file_that_is_not_perf_output_is() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn an_idle_spin_beyond_a_second_is_refused_with_its_range() {
+    for sub in [&["perf", "write", "127.0.0.1"][..], &["run", "true"][..]] {
+        let mut args = vec![sub[0], "--idle-spin-us", "1000001"];
+        args.extend_from_slice(&sub[1..]);
+        let e = fails(&args);
+        assert!(
+            e.contains("--idle-spin-us") && e.contains("0..=1000000"),
+            "{args:?}: {e}"
+        );
+    }
+}

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use softroce::driver::{Bottleneck, DeviceConfig, Direction, Impairment, DEFAULT_IDLE_SPIN};
+use softroce::driver::{
+    Bottleneck, DeviceConfig, Direction, Impairment, DEFAULT_IDLE_SPIN, MAX_IDLE_SPIN,
+};
 use softroce::transport::cc::CcConfig;
 use softroce::transport::Counters;
 use softroce::verbs::Context;
@@ -82,7 +84,8 @@ pub struct DeviceArgs {
     /// Without --busy-poll: how long the engine thread keeps looking for packets and posts
     /// after it has served some, before it sleeps until woken (microseconds; 0: sleep at
     /// once). It spins only while traffic is that dense, so an idle device costs no CPU.
-    #[arg(long, value_name = "US", default_value_t = DEFAULT_IDLE_SPIN.as_micros() as u64)]
+    #[arg(long, value_name = "US", default_value_t = DEFAULT_IDLE_SPIN.as_micros() as u64,
+        value_parser = clap::value_parser!(u64).range(0..=MAX_IDLE_SPIN.as_micros() as u64))]
     pub idle_spin_us: u64,
     /// Send each packet as its own datagram instead of runs of equal-sized packets as one
     /// UDP GSO send.

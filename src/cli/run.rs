@@ -14,7 +14,7 @@ use clap::Args;
 
 use super::device::{cc_config, CcMode};
 use super::CliError;
-use softroce::driver::DEFAULT_IDLE_SPIN;
+use softroce::driver::{DEFAULT_IDLE_SPIN, MAX_IDLE_SPIN};
 use softroce::ib::Mtu;
 
 /// Flags of `softroce run`.
@@ -54,7 +54,8 @@ pub struct RunArgs {
     /// Without --busy-poll: how long the device's engine thread spins for packets and posts
     /// before it sleeps, as the other subcommands' --idle-spin-us (passed to the shim as
     /// SOFTROCE_IDLE_SPIN_US).
-    #[arg(long, value_name = "US", default_value_t = DEFAULT_IDLE_SPIN.as_micros() as u64)]
+    #[arg(long, value_name = "US", default_value_t = DEFAULT_IDLE_SPIN.as_micros() as u64,
+        value_parser = clap::value_parser!(u64).range(0..=MAX_IDLE_SPIN.as_micros() as u64))]
     pub idle_spin_us: u64,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]

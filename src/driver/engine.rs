@@ -5,9 +5,10 @@
 //! application rings the doorbell, or the earliest deadline passes (spinning for a while
 //! before it sleeps while traffic is dense: `Engine::wait`); then receive a batch of
 //! datagrams and hand each to the transport's endpoint (which checks it and feeds it to its
-//! QP, or gives back QP1's MADs for the CM), take the doorbell list, pop due deadlines, and visit only the QPs so marked: each
-//! one's packets are taken out (sealed by the endpoint) into the transmit batch and its
-//! completions delivered to its CQs, and the batch is sent after the QP lock is released.
+//! QP, or gives back QP1's MADs for the CM), take the doorbell list, pop due deadlines, and
+//! visit only the QPs so marked: each one's packets are taken out (sealed by the endpoint)
+//! into the transmit batch and its completions delivered to its CQs, and the batch is sent
+//! after the QP lock is released.
 //!
 //! Locks: a QP's mutex is shared with the application thread, which takes it to post and
 //! query. The engine holds it only to feed one received packet or to copy at most one batch
@@ -359,9 +360,10 @@ impl Engine {
         self.endpoint.set_congestion_control(cc);
     }
 
-    /// See `DeviceConfig::idle_spin`.
+    /// See `DeviceConfig::idle_spin`; cut to `MAX_IDLE_SPIN`, so that the spin's deadline
+    /// and `SPIN_PAYS_WITHIN` spins stay far from the clock's range.
     pub(crate) fn set_idle_spin(&mut self, spin: Duration) {
-        self.idle_spin = spin;
+        self.idle_spin = spin.min(super::MAX_IDLE_SPIN);
     }
 
     /// The current pass's time since the engine's origin (see `pass_at`).

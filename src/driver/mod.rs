@@ -40,6 +40,9 @@ type Result<T> = core::result::Result<T, VerbsError>;
 /// The engine thread's spin before it sleeps, by default ([`DeviceConfig::idle_spin`]): as
 /// Linux's `net.core.busy_poll` suggests for sockets, 50 us, a few one-way trips on loopback.
 pub const DEFAULT_IDLE_SPIN: Duration = Duration::from_micros(50);
+/// The longest spin [`DeviceConfig::idle_spin`] takes; a longer one is cut to it. A spin of a
+/// second is already a busy loop (`busy_poll` is the mode for that).
+pub const MAX_IDLE_SPIN: Duration = Duration::from_secs(1);
 
 /// How to open a device context.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,7 +65,7 @@ pub struct DeviceConfig {
     /// doorbell after a pass before it sleeps (`DEFAULT_IDLE_SPIN`; zero: never). It spins
     /// only while traffic is dense enough for that to pay (the engine's `wait` says how), so
     /// an idle device costs no CPU. Saves the wake-up per packet that otherwise bounds a
-    /// ping-pong's latency and a window-limited message rate.
+    /// ping-pong's latency and a window-limited message rate. At most `MAX_IDLE_SPIN`.
     pub idle_spin: Duration,
     /// Send runs of equal-sized packets with UDP GSO where the kernel offers it (the
     /// default); `false` sends each packet as its own datagram (for comparison, or for a

@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use libc::{c_char, c_int, EBUSY, EINVAL, ENOMEM};
-use softroce::driver::DEFAULT_IDLE_SPIN;
+use softroce::driver::{DEFAULT_IDLE_SPIN, MAX_IDLE_SPIN};
 use softroce::ib::{Mtu, VerbsError};
 use softroce::transport::cc::CcConfig;
 
@@ -157,18 +157,19 @@ fn busy_poll_from_env(v: Option<&str>) -> bool {
 }
 
 /// The engine's spin before sleeping that `SOFTROCE_IDLE_SPIN_US` asks for, in microseconds
-/// (0: none); unset or empty: the default; anything else: the default, after one line on
-/// stderr.
+/// (0: none, at most `MAX_IDLE_SPIN`); unset or empty: the default; anything else: the
+/// default, after one line on stderr.
 fn idle_spin_from_env(v: Option<&str>) -> Duration {
     match v.map(str::trim) {
         None | Some("") => DEFAULT_IDLE_SPIN,
         Some(us) => match us.parse::<u64>() {
-            Ok(us) => Duration::from_micros(us),
-            Err(_) => {
+            Ok(us) if Duration::from_micros(us) <= MAX_IDLE_SPIN => Duration::from_micros(us),
+            _ => {
                 use std::io::Write;
                 let _ = writeln!(
                     std::io::stderr(),
-                    "libibverbs: softroce: SOFTROCE_IDLE_SPIN_US={us:?} is not a number of microseconds; using {}",
+                    "libibverbs: softroce: SOFTROCE_IDLE_SPIN_US={us:?} is not a number of microseconds up to {}; using {}",
+                    MAX_IDLE_SPIN.as_micros(),
                     DEFAULT_IDLE_SPIN.as_micros()
                 );
                 DEFAULT_IDLE_SPIN
@@ -290,6 +291,9 @@ mod tests {
             (Some(""), DEFAULT_IDLE_SPIN),
             (Some("0"), Duration::ZERO),
             (Some(" 120 "), Duration::from_micros(120)),
+            (Some("1000000"), MAX_IDLE_SPIN),
+            (Some("1000001"), DEFAULT_IDLE_SPIN),
+            (Some("18446744073709551615"), DEFAULT_IDLE_SPIN),
             (Some("-5"), DEFAULT_IDLE_SPIN),
             (Some("fast"), DEFAULT_IDLE_SPIN),
         ] {
