@@ -313,6 +313,7 @@ impl DeviceArgs {
             idle_spin: Duration::from_micros(self.idle_spin_us),
             gso: !self.no_gso,
             cc: self.congestion_control()?,
+            share: true,
         };
         Context::open(&cfg).map_err(CliError::Verbs)
     }

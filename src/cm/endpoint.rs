@@ -302,6 +302,8 @@ pub struct Endpoint {
     out: VecDeque<Outgoing>,
     events: VecDeque<CmEvent>,
     ids: IdSource,
+    /// The top byte of every communication and request ID, if set (`set_comm_id_tag`).
+    comm_id_tag: Option<u8>,
     counters: CmCounters,
 }
 
@@ -323,8 +325,17 @@ impl Endpoint {
             parked: Vec::new(),
             out: VecDeque::new(),
             events: VecDeque::new(),
+            comm_id_tag: None,
             counters: CmCounters::default(),
         }
+    }
+
+    /// Makes `tag` the top byte of every communication and request ID from now on: a device
+    /// that shares its address with other processes routes a peer's answer (which names the
+    /// ID we chose) to the member in that slot (driver/group.rs). The other 24 bits stay
+    /// random.
+    pub fn set_comm_id_tag(&mut self, tag: u8) {
+        self.comm_id_tag = Some(tag);
     }
 
     /// What the endpoint counted.
@@ -502,7 +513,10 @@ impl Endpoint {
         // "not yet known" in REJs and is skipped. At most 4096 of 2^32 values are held, so
         // the loop ends at once but for a vanishing chance.
         loop {
-            let id = self.ids.next_u64() as u32;
+            let mut id = self.ids.next_u64() as u32;
+            if let Some(tag) = self.comm_id_tag {
+                id = (id & 0x00ff_ffff) | u32::from(tag) << 24;
+            }
             if id != 0 && !self.conns.contains_key(&id) {
                 return Ok(id);
             }

@@ -67,6 +67,13 @@ pub(crate) struct Device {
     pub(crate) groups_changed: AtomicBool,
     next_qpn: AtomicU32,
     next_handle: AtomicU32,
+    /// The device's membership of its address's group (driver/group.rs), if it shares the
+    /// address with other contexts; its slot is every QPN's top byte.
+    pub(crate) member: Option<Arc<super::group::Member>>,
+    /// The receiving socket's descriptor, which fork children must not keep (fork.rs).
+    pub(crate) rx_fd: Option<i32>,
+    /// The fork epoch the device was made in (fork.rs): in a child it is closed.
+    epoch: u32,
 }
 
 impl Device {
@@ -100,11 +107,23 @@ impl Device {
             // rxe hands out QPNs from 17 (0x11) upwards; 0 and 1 are the special QPs.
             next_qpn: AtomicU32::new(0x11),
             next_handle: AtomicU32::new(1),
+            member: None,
+            rx_fd: None,
+            epoch: super::fork::epoch(),
         }
     }
 
+    /// Makes the device a member of its address's group: its QPNs and communication IDs are
+    /// numbered in the member's slot.
+    pub(crate) fn set_member(&mut self, m: Arc<super::group::Member>, rx_fd: i32) {
+        self.gsi.lock().cm.set_comm_id_tag(m.slot);
+        self.member = Some(m);
+        self.rx_fd = Some(rx_fd);
+        super::fork::register(rx_fd);
+    }
+
     pub(crate) fn check_open(&self) -> Result<()> {
-        if self.closed.load(Ordering::Acquire) {
+        if self.closed.load(Ordering::Acquire) || super::fork::is_inherited(self.epoch) {
             Err(VerbsError::DeviceClosed)
         } else {
             Ok(())
@@ -188,7 +207,18 @@ impl Device {
 
     /// Stops the engine: marks the device closed, wakes the engine thread and waits for it,
     /// then sends what a busy-poll engine still holds and drops it.
+    ///
+    /// In a fork child, a device its parent opened has no engine here (fork.rs): it is only
+    /// marked closed, and its engine, sockets and membership are left as they are.
     pub(crate) fn shut_down(&self, engine_thread: Option<std::thread::JoinHandle<()>>) {
+        if super::fork::is_inherited(self.epoch) {
+            self.closed.store(true, Ordering::Release);
+            std::mem::forget(engine_thread);
+            return;
+        }
+        if let Some(fd) = self.rx_fd {
+            super::fork::unregister(fd);
+        }
         self.closed.store(true, Ordering::Release);
         let _ = self.waker.wake();
         if let Some(h) = engine_thread {
@@ -197,6 +227,11 @@ impl Device {
         let engine = self.engine.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(mut e) = engine {
             e.finish();
+        }
+        // The receiving socket is closed now (the engine owned it): the group is laid out
+        // for those who stay.
+        if let Some(m) = &self.member {
+            m.leave();
         }
     }
 
@@ -275,20 +310,56 @@ impl Device {
         std::mem::take(&mut *self.group_changes.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// A QP number not in use (rxe's scheme).
+    /// A QP number not in use (rxe's scheme: counting up from 0x11), in the member's slot
+    /// if the device shares its address: the slot is the QPN's top byte, by which the
+    /// group's program steers the QP's packets here.
     pub(crate) fn alloc_qpn(&self) -> Result<u32> {
         let qps = self.qps.read().unwrap_or_else(|e| e.into_inner());
-        for _ in 0..0x100_0000 {
-            let n = self.next_qpn.fetch_add(1, Ordering::Relaxed) & 0xFF_FFFF;
+        let (base, span) = match &self.member {
+            Some(m) => (u32::from(m.slot) << 16, 0x1_0000),
+            None => (0, 0x100_0000),
+        };
+        for _ in 0..span {
+            let n = base | (self.next_qpn.fetch_add(1, Ordering::Relaxed) & (span - 1));
             if n >= 2 && !qps.contains_key(&n) {
                 return Ok(n);
             }
         }
         Err(VerbsError::ExceedsDeviceLimit {
             what: "queue pairs",
-            requested: 0x100_0000,
-            limit: 0xFF_FFFE,
+            requested: u64::from(span),
+            limit: u64::from(span) - 2,
         })
+    }
+
+    /// Listens on CM service `service_id` (at most `backlog` requests undecided). On a shared
+    /// address the group's table says which member listens, so that REQs for the service
+    /// reach this process; AlreadyListening if another process listens on it.
+    pub(crate) fn listen(
+        &self,
+        service_id: u64,
+        backlog: usize,
+    ) -> core::result::Result<(), crate::cm::CmError> {
+        let mut g = self.gsi.lock();
+        if let Some(m) = &self.member {
+            m.listen(service_id)
+                .map_err(|_| crate::cm::CmError::AlreadyListening(service_id))?;
+        }
+        let r = g.cm.listen(service_id, backlog);
+        if r.is_err() {
+            if let Some(m) = &self.member {
+                m.unlisten(service_id);
+            }
+        }
+        r
+    }
+
+    /// Stops listening on CM service `service_id`.
+    pub(crate) fn unlisten(&self, service_id: u64) {
+        self.gsi.lock().cm.unlisten(service_id);
+        if let Some(m) = &self.member {
+            m.unlisten(service_id);
+        }
     }
 
     /// A new PD handle.

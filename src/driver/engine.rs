@@ -43,6 +43,7 @@ use mio::{Events, Interest, Poll, Token};
 
 use super::cq::CqInner;
 use super::device::{Device, QpEntry};
+use super::group::{MadRoute, Member};
 use super::gsi::GSI_QPN;
 use super::link::{gso_run, GatherRef, GsoKey, Link, OutDatagram, RxBatch};
 use super::multicast::GroupChange;
@@ -52,7 +53,9 @@ use crate::transport::{
     Counters, CqSide, DatagramEvent, Endpoint, Gather, IpFields, QpCore, QpSet, Transmit,
     MAX_PACKET,
 };
+use crate::wire::bth::MULTICAST_QPN;
 use crate::wire::ICRC_LEN;
+use std::net::SocketAddr;
 
 /// Token of the link's sockets in the poll set (readable: datagrams; writable: send space).
 pub(crate) const SOCKET: Token = Token(0);
@@ -298,6 +301,8 @@ pub(crate) struct Engine {
     gather: bool,
     /// How long `wait` may spin before it sleeps (`DeviceConfig::idle_spin`).
     idle_spin: Duration,
+    /// The device's membership of a shared address's group (driver/group.rs).
+    member: Option<Arc<Member>>,
     /// The last wait ended soon enough after it began that spinning would have caught it:
     /// the next wait spins (see `wait`).
     spin_pays: bool,
@@ -325,6 +330,7 @@ impl Engine {
         let gather = link.gathers();
         Ok(Engine {
             idle_spin: Duration::ZERO,
+            member: dev.member.clone(),
             spin_pays: true,
             dev,
             poll,
@@ -721,6 +727,17 @@ impl Engine {
         };
         for i in 0..self.rx.len() {
             let (d, payload) = self.rx.get(i);
+            if let Some(m) = &self.member {
+                match shared_device_filter(m, payload, &self.dev.counters) {
+                    Filter::Pass => {}
+                    Filter::Taken => continue,
+                    Filter::Mad(from, mad) => {
+                        self.dev.gsi.lock().handle_mad(from, mad);
+                        self.gsi_due = true;
+                        continue;
+                    }
+                }
+            }
             let ip = IpFields {
                 hop_limit: d.hop_limit,
                 traffic_class: d.traffic_class,
@@ -736,6 +753,15 @@ impl Engine {
                     }
                 }
                 Some(DatagramEvent::Mad { from, mad }) => {
+                    // A shared device's CM messages go to the member they are for.
+                    if let Some(m) = &self.member {
+                        if let MadRoute::Member(slot) = m.route(mad) {
+                            if m.forward(slot, from, mad) {
+                                Counters::inc(&self.dev.counters.forwarded_mads);
+                                continue;
+                            }
+                        }
+                    }
                     self.dev.gsi.lock().handle_mad(from, mad);
                     self.gsi_due = true;
                 }
@@ -1084,6 +1110,39 @@ impl Engine {
             i += run;
         }
     }
+}
+
+/// What a shared device's engine does with a datagram before the transport sees it.
+enum Filter<'a> {
+    /// The transport's.
+    Pass,
+    /// Answered or dropped here.
+    Taken,
+    /// A MAD another member forwarded (its source and bytes), for this member's CM.
+    Mad(SocketAddr, &'a [u8]),
+}
+
+/// Takes the group's own datagrams (probes and forwarded MADs, which start with 0xFF, as no
+/// RoCE packet does) and the packets for another member's QP, which reached this member
+/// because the group's program is stale (counted, reported, dropped: the sender retransmits
+/// once the group is laid out anew). QP1's packets and multicast are every member's.
+fn shared_device_filter<'a>(m: &Arc<Member>, payload: &'a [u8], counters: &Counters) -> Filter<'a> {
+    if payload.first() == Some(&0xFF) {
+        return match m.control(payload) {
+            Some((from, mad)) => Filter::Mad(from, mad),
+            None => Filter::Taken,
+        };
+    }
+    let Some(q) = payload.get(5..8) else {
+        return Filter::Pass;
+    };
+    let qpn = u32::from_be_bytes([0, q[0], q[1], q[2]]);
+    if qpn == GSI_QPN || qpn == MULTICAST_QPN || super::steering::qpn_slot(qpn) == m.slot {
+        return Filter::Pass;
+    }
+    Counters::inc(&counters.misrouted_pkts);
+    m.misrouted(qpn);
+    Filter::Taken
 }
 
 fn lock(core: &std::sync::Mutex<QpCore>) -> MutexGuard<'_, QpCore> {

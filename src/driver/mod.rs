@@ -7,12 +7,15 @@ pub mod capture;
 mod cq;
 pub(crate) mod device;
 pub(crate) mod engine;
+pub mod fork;
+pub mod group;
 pub(crate) mod gsi;
 pub mod impair;
 pub mod interface;
 pub mod link;
 mod multicast;
 pub mod stats;
+pub mod steering;
 pub mod thread;
 mod timer;
 pub mod udp;
@@ -75,6 +78,12 @@ pub struct DeviceConfig {
     /// marks, DCQCN pacing. Off by default (`CcConfig::default()`: `enabled: false`), as kernel
     /// rxe, which neither sends nor reacts to CNPs; `CcConfig::on()` for the defaults.
     pub cc: CcConfig,
+    /// Share the address with every other device context of this user that opens it, in
+    /// this process or another, as every process shares rxe0 (driver/group.rs; the default).
+    /// `false`: hold the address alone, as before; a second context then fails to open it
+    /// (AddrInUse). `SOFTROCE_SHARE=0` in the environment turns sharing off for every device.
+    /// An address with port 0 (a port the kernel chooses) is never shared.
+    pub share: bool,
 }
 
 impl DeviceConfig {
@@ -89,6 +98,7 @@ impl DeviceConfig {
             idle_spin: DEFAULT_IDLE_SPIN,
             gso: true,
             cc: CcConfig::default(),
+            share: true,
         }
     }
 }
@@ -102,8 +112,18 @@ impl DeviceConfig {
 pub(crate) fn open(cfg: &DeviceConfig) -> Result<(Arc<Device>, JoinHandle<()>)> {
     let poll = mio::Poll::new()?;
     let waker = mio::Waker::new(poll.registry(), engine::WAKER)?;
-    let mut udp = UdpLink::bind(cfg.addr)
-        .map_err(|e| VerbsError::Io(format!("cannot bind {}: {e}", cfg.addr)))?;
+    let share = cfg.share
+        && cfg.addr.port() != 0
+        && !std::env::var_os("SOFTROCE_SHARE").is_some_and(|v| v == "0");
+    let (member, mut udp) = if share {
+        let (m, udp) = group::Member::join(cfg.addr, UdpLink::bind_shared)
+            .map_err(|e| VerbsError::Io(bind_error(cfg.addr, &e)))?;
+        (Some(m), udp)
+    } else {
+        let udp = UdpLink::bind(cfg.addr)
+            .map_err(|e| VerbsError::Io(format!("cannot bind {}: {e}", cfg.addr)))?;
+        (None, udp)
+    };
     if !cfg.gso {
         udp.disable_gso();
     }
@@ -117,7 +137,11 @@ pub(crate) fn open(cfg: &DeviceConfig) -> Result<(Arc<Device>, JoinHandle<()>)> 
     }
     let local = udp.local_addr();
     let remote_port = cfg.remote_port.unwrap_or(local.port());
-    let dev = Arc::new(Device::new(local, remote_port, waker, cfg.busy_poll));
+    let mut dev = Device::new(local, remote_port, waker, cfg.busy_poll);
+    if let Some(m) = &member {
+        dev.set_member(Arc::clone(m), udp.rx_fd());
+    }
+    let dev = Arc::new(dev);
     stats::register(&dev);
     let mut link: Box<dyn Link + Send> = Box::new(udp);
     if let Some(imp) = cfg.impairment {
@@ -140,11 +164,36 @@ pub(crate) fn open(cfg: &DeviceConfig) -> Result<(Arc<Device>, JoinHandle<()>)> 
     } else {
         thread::spawn_settled(name, move || engine.run())
     };
-    match handle {
-        Ok(h) => Ok((dev, h)),
+    let handle = match handle {
+        Ok(h) => h,
         Err(e) => {
             dev.shut_down(None);
-            Err(e.into())
+            return Err(e.into());
         }
+    };
+    // The engine answers probes now: find where every member sits, this one included, and
+    // steer by it, before the first QP can be made.
+    if let Some(m) = &member {
+        if let Err(e) = m.relayout() {
+            dev.shut_down(Some(handle));
+            return Err(VerbsError::Io(format!(
+                "cannot steer {}'s datagrams to this process: {e}",
+                cfg.addr
+            )));
+        }
+    }
+    Ok((dev, handle))
+}
+
+/// What a failed bind of a shared device says: who may hold the address.
+fn bind_error(addr: SocketAddr, e: &std::io::Error) -> String {
+    if e.kind() == std::io::ErrorKind::AddrInUse {
+        format!(
+            "cannot bind {addr}: Address already in use (by another user's softroce, by a \
+             program that is not softroce, or by a softroce that holds it alone: \
+             SOFTROCE_SHARE=0)"
+        )
+    } else {
+        format!("cannot bind {addr}: {e}")
     }
 }

@@ -163,7 +163,7 @@ fn multicast_if_v6(addr: SocketAddr) -> Option<u32> {
 }
 
 /// A RoCE socket bound to `addr`; `mcast_if_v6` is [`multicast_if_v6`] of the device.
-fn roce_socket(addr: SocketAddr, mcast_if_v6: Option<u32>) -> io::Result<Socket> {
+fn roce_socket(addr: SocketAddr, mcast_if_v6: Option<u32>, reuse_port: bool) -> io::Result<Socket> {
     let domain = if addr.is_ipv4() {
         Domain::IPV4
     } else {
@@ -213,9 +213,29 @@ fn roce_socket(addr: SocketAddr, mcast_if_v6: Option<u32>) -> io::Result<Socket>
         }
         _ => {}
     }
+    if reuse_port {
+        s.set_reuse_port(true)?;
+    }
     s.set_nonblocking(true)?;
     s.bind(&addr.into())?;
     Ok(s)
+}
+
+/// A UDP socket on `addr` that joins the address's SO_REUSEPORT group (driver/group.rs), as
+/// a shared device's member does, with nothing else set: the group's layout probes use it.
+pub(crate) fn reuseport_socket(addr: SocketAddr) -> io::Result<UdpSocket> {
+    let domain = if addr.is_ipv4() {
+        Domain::IPV4
+    } else {
+        Domain::IPV6
+    };
+    let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() {
+        s.set_only_v6(true)?;
+    }
+    s.set_reuse_port(true)?;
+    s.bind(&addr.into())?;
+    Ok(s.into())
 }
 
 /// The address a receive call wrote at `ss` (`len` bytes; the rest of the storage may be
@@ -417,8 +437,18 @@ pub fn group_socket(group: IpAddr, port: u16, local: IpAddr) -> io::Result<UdpSo
 impl UdpLink {
     /// Binds the receiving socket to `local` (an address of this machine and the RoCEv2 port).
     pub fn bind(local: SocketAddr) -> io::Result<UdpLink> {
+        Self::bind_with(local, false)
+    }
+
+    /// [`bind`](Self::bind) with SO_REUSEPORT, so that other processes of the same user can
+    /// bind the address too: a member of a shared device's group (driver/group.rs).
+    pub fn bind_shared(local: SocketAddr) -> io::Result<UdpLink> {
+        Self::bind_with(local, true)
+    }
+
+    fn bind_with(local: SocketAddr, reuse_port: bool) -> io::Result<UdpLink> {
         let mcast_if_v6 = multicast_if_v6(local);
-        let s = roce_socket(local, mcast_if_v6)?;
+        let s = roce_socket(local, mcast_if_v6, reuse_port)?;
         ask_ip_fields(&s, local.is_ipv4())?;
         let std_sock: UdpSocket = s.into();
         let gso = gso_supported(&std_sock);
@@ -435,6 +465,11 @@ impl UdpLink {
             mcast_if_v6,
             rx_scratch: RecvScratch::new(),
         })
+    }
+
+    /// The receiving socket's descriptor (fork.rs keeps it from fork children).
+    pub fn rx_fd(&self) -> i32 {
+        self.rx.as_raw_fd()
     }
 
     /// Sends `ds` (all from one source port) with sendmmsg, each GSO run (see [`gso_run`])
@@ -800,7 +835,11 @@ impl Link for UdpLink {
             if let Some(_s) = self.tx.get(&port) {
                 return Ok(port);
             }
-            match roce_socket(SocketAddr::new(self.local.ip(), port), self.mcast_if_v6) {
+            match roce_socket(
+                SocketAddr::new(self.local.ip(), port),
+                self.mcast_if_v6,
+                false,
+            ) {
                 Ok(s) => {
                     let s: UdpSocket = s.into();
                     self.watch_writable(&s)?;

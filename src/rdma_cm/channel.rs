@@ -974,7 +974,7 @@ impl CmId {
             }
             shared.listeners.insert(service, self.clone());
         }
-        if let Err(e) = self.shared.dev.gsi.lock().cm.listen(service, backlog) {
+        if let Err(e) = self.shared.dev.listen(service, backlog) {
             lock(&self.shared.state).listeners.remove(&service);
             return Err(e.into());
         }
@@ -992,7 +992,7 @@ impl CmId {
             return;
         }
         let service = st.ps.service_id(st.port);
-        self.shared.dev.gsi.lock().cm.unlisten(service);
+        self.shared.dev.unlisten(service);
         lock(&self.shared.state).listeners.remove(&service);
         st.phase = Phase::Idle;
     }

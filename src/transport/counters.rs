@@ -108,6 +108,13 @@ counters! {
     rcvd_nak,
     /// Retransmission timer expiries.
     timeouts,
+    /// Packets for a QP of another process on a shared address that reached this one while
+    /// the address's steering was being laid out anew (driver/group.rs): dropped, and the
+    /// sender retransmits.
+    misrouted_pkts,
+    /// CM messages that arrived here for another process on a shared address and were
+    /// forwarded to it.
+    forwarded_mads,
     /// Notification point: CNPs sent (mlx5 `np_cnp_sent`).
     np_cnp_sent,
     /// Notification point: packets of a connected QP received with ECN CE in their IP header
