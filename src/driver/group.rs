@@ -277,9 +277,10 @@ fn group_dir(addr: SocketAddr) -> io::Result<PathBuf> {
     // SAFETY: getuid has no preconditions and cannot fail.
     let uid = unsafe { libc::getuid() };
     // The default directory's parent is the user's too (/tmp/softroce-<uid>).
-    let parent = base
-        .parent()
-        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("softroce-")));
+    let parent = base.parent().filter(|p| {
+        p.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("softroce-"))
+    });
     for d in parent.into_iter().chain([base.as_path(), dir.as_path()]) {
         let m = std::fs::symlink_metadata(d)?;
         if m.uid() != uid || m.mode() & 0o022 != 0 || !m.is_dir() {

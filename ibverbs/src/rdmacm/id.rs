@@ -403,6 +403,14 @@ pub(super) fn bind(id: &Arc<Obj<Id>>, addr: SocketAddr) -> Result<(), c_int> {
             Err(EADDRINUSE) if is_ud(id) && stand_in_for_ud() => set_device(id)?,
             r => r?,
         }
+    } else {
+        // A wildcard bind starts the device now, as the kernel's has long been up: what
+        // rdma_listen then does takes microseconds, as in the kernel. A server that tells
+        // its client its port between the bind and the listen (Debian's qperf 0.4.11, before
+        // upstream's 118a571 "Fix rdmacm race") otherwise races the device's start-up and
+        // its client's REQ is refused. Failing here is not this call's error: the listen
+        // or connect that needs the device reports it.
+        let _ = Obj::cm_id(id);
     }
     Ok(())
 }
