@@ -43,7 +43,7 @@ use mio::{Events, Interest, Poll, Token};
 
 use super::cq::CqInner;
 use super::device::{Device, QpEntry};
-use super::group::{MadRoute, Member};
+use super::group::{Control, MadRoute, Member};
 use super::gsi::GSI_QPN;
 use super::link::{gso_run, GatherRef, GsoKey, Link, OutDatagram, RxBatch};
 use super::multicast::GroupChange;
@@ -55,7 +55,6 @@ use crate::transport::{
 };
 use crate::wire::bth::MULTICAST_QPN;
 use crate::wire::ICRC_LEN;
-use std::net::SocketAddr;
 
 /// Token of the link's sockets in the poll set (readable: datagrams; writable: send space).
 pub(crate) const SOCKET: Token = Token(0);
@@ -727,16 +726,26 @@ impl Engine {
         };
         for i in 0..self.rx.len() {
             let (d, payload) = self.rx.get(i);
+            // A shared device's own datagrams (probes, forwarded MADs) carry the group's
+            // secret; anything else that starts as they do goes to the transport, which counts
+            // it.
+            let mut foreign = None;
             if let Some(m) = &self.member {
-                match shared_device_filter(m, payload, &self.dev.counters) {
-                    Filter::Pass => {}
-                    Filter::Taken => continue,
-                    Filter::Mad(from, mad) => {
+                match m.control(payload) {
+                    Control::Answered => continue,
+                    Control::Mad(from, mad) => {
                         self.dev.gsi.lock().handle_mad(from, mad);
                         self.gsi_due = true;
                         continue;
                     }
+                    Control::NotOurs => {}
                 }
+                foreign = foreign_qpn(m, payload).map(|qpn| {
+                    (
+                        qpn,
+                        self.dev.counters.unknown_qp_pkts.load(Ordering::Relaxed),
+                    )
+                });
             }
             let ip = IpFields {
                 hop_limit: d.hop_limit,
@@ -752,6 +761,19 @@ impl Engine {
                         Self::enqueue(qps.qps, &mut self.work, qpn);
                     }
                 }
+                None => {
+                    // A valid packet for another member's QP reached this one: the group's
+                    // program steers by a stale layout (a member left without laying the
+                    // group out anew: killed). Counted (a subset of unknown_qp_pkts) and
+                    // reported; the sender retransmits once the group is laid out anew.
+                    if let (Some((qpn, before)), Some(m)) = (foreign, &self.member) {
+                        let c = &self.dev.counters;
+                        if c.unknown_qp_pkts.load(Ordering::Relaxed) > before {
+                            Counters::inc(&c.misrouted_pkts);
+                            m.misrouted(qpn);
+                        }
+                    }
+                }
                 Some(DatagramEvent::Mad { from, mad }) => {
                     // A shared device's CM messages go to the member they are for.
                     if let Some(m) = &self.member {
@@ -765,7 +787,6 @@ impl Engine {
                     self.dev.gsi.lock().handle_mad(from, mad);
                     self.gsi_due = true;
                 }
-                None => {}
             }
         }
         self.rx.is_full()
@@ -1112,37 +1133,13 @@ impl Engine {
     }
 }
 
-/// What a shared device's engine does with a datagram before the transport sees it.
-enum Filter<'a> {
-    /// The transport's.
-    Pass,
-    /// Answered or dropped here.
-    Taken,
-    /// A MAD another member forwarded (its source and bytes), for this member's CM.
-    Mad(SocketAddr, &'a [u8]),
-}
-
-/// Takes the group's own datagrams (probes and forwarded MADs, which start with 0xFF, as no
-/// RoCE packet does) and the packets for another member's QP, which reached this member
-/// because the group's program is stale (counted, reported, dropped: the sender retransmits
-/// once the group is laid out anew). QP1's packets and multicast are every member's.
-fn shared_device_filter<'a>(m: &Arc<Member>, payload: &'a [u8], counters: &Counters) -> Filter<'a> {
-    if payload.first() == Some(&0xFF) {
-        return match m.control(payload) {
-            Some((from, mad)) => Filter::Mad(from, mad),
-            None => Filter::Taken,
-        };
-    }
-    let Some(q) = payload.get(5..8) else {
-        return Filter::Pass;
-    };
+/// The destination QPN of `payload` if it names another member's slot of `m`'s group (not
+/// QP1 or the multicast QPN, which are every member's).
+fn foreign_qpn(m: &Member, payload: &[u8]) -> Option<u32> {
+    let q = payload.get(5..8)?;
     let qpn = u32::from_be_bytes([0, q[0], q[1], q[2]]);
-    if qpn == GSI_QPN || qpn == MULTICAST_QPN || super::steering::qpn_slot(qpn) == m.slot {
-        return Filter::Pass;
-    }
-    Counters::inc(&counters.misrouted_pkts);
-    m.misrouted(qpn);
-    Filter::Taken
+    let ours = qpn == GSI_QPN || qpn == MULTICAST_QPN || super::steering::qpn_slot(qpn) == m.slot;
+    (!ours).then_some(qpn)
 }
 
 fn lock(core: &std::sync::Mutex<QpCore>) -> MutexGuard<'_, QpCore> {

@@ -131,6 +131,17 @@ pub fn parse_forward<'a>(
     Some((SocketAddr::new(ip, port), &data[FORWARD_HEADER..]))
 }
 
+/// What [`Member::control`] made of a datagram.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Control<'a> {
+    /// A probe, answered.
+    Answered,
+    /// A MAD another member forwarded: its source and bytes, for this member's CM.
+    Mad(SocketAddr, &'a [u8]),
+    /// Not the group's: the transport's.
+    NotOurs,
+}
+
 /// A process that holds a slot: its PID and its start time (so that a recycled PID is not
 /// taken for the holder).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -505,16 +516,22 @@ impl Member {
         self.tx.send_to(&env, self.addr).is_ok()
     }
 
-    /// Takes a datagram that starts with 0xFF (no RoCE packet does): answers a probe, or
-    /// unwraps a forwarded MAD (returned with its source). Anything else (without the
-    /// group's secret) is ignored.
-    pub fn control<'a>(&self, data: &'a [u8]) -> Option<(SocketAddr, &'a [u8])> {
+    /// Takes the group's own datagrams, which start with 0xFF as no RoCE packet does and carry
+    /// the group's secret: answers a probe, or unwraps a forwarded MAD (returned with its
+    /// source). Anything else is not ours.
+    pub fn control<'a>(&self, data: &'a [u8]) -> Control<'a> {
+        if data.first() != Some(&0xFF) {
+            return Control::NotOurs;
+        }
         if let Some((index, port)) = steering::parse_probe(data, &self.secret) {
             let a = steering::answer(index, &self.secret, self.slot);
             let _ = self.tx.send_to(&a, SocketAddr::new(self.addr.ip(), port));
-            return None;
+            return Control::Answered;
         }
-        parse_forward(data, &self.secret)
+        match parse_forward(data, &self.secret) {
+            Some((from, mad)) => Control::Mad(from, mad),
+            None => Control::NotOurs,
+        }
     }
 
     /// A packet for another member's QP (`qpn`) reached this one: the layout the program
@@ -738,7 +755,8 @@ mod tests {
         let dreq = CmMessage::Dreq(CmDreq {
             local_comm_id: 0x0511_2233,
             remote_comm_id: 0x0344_5566,
-            ..CmDreq::default()
+            remote_qpn: 0x11,
+            private_data: [0; crate::wire::cm::DREQ_PRIVATE_DATA_LEN],
         });
         let m = mad(&dreq);
         assert_eq!(route_mad(&m, 0, |_| None), MadRoute::Member(3));
