@@ -683,11 +683,18 @@ fn wait_readable(socks: &[&UdpSocket], timeout: Duration) {
     unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
 }
 
-/// Members whose layout was probed, for tests: (slot, index) of the group at `addr`.
+/// The layout last probed for the group at `addr`: (slot, index) of each member found.
 pub fn layout(addr: SocketAddr) -> io::Result<Vec<(u8, u32)>> {
     let dir = group_dir(addr)?;
     let text = std::fs::read_to_string(dir.join("table"))?;
     Ok(Table::parse(&text).map)
+}
+
+/// The CM service IDs listened on in the group at `addr`, with the listener's slot.
+pub fn listeners(addr: SocketAddr) -> io::Result<Vec<(u64, u8)>> {
+    let dir = group_dir(addr)?;
+    let text = std::fs::read_to_string(dir.join("table"))?;
+    Ok(Table::parse(&text).listeners.into_iter().collect())
 }
 
 #[cfg(test)]
