@@ -169,8 +169,7 @@ fn two_ucx_perftest_servers_and_their_clients_on_one_address() {
     };
     let pairs = [free_tcp_port().to_string(), free_tcp_port().to_string()];
     let threads: Vec<_> = pairs
-        .iter()
-        .cloned()
+        .into_iter()
         .map(|port| {
             let s = run(&["-p", &port]);
             let c = run(&[
