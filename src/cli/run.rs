@@ -20,8 +20,8 @@ use softroce::ib::Mtu;
 /// Flags of `softroce run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The device's address: an IP (UDP port 4791) or IP:PORT; each process on one host needs
-    /// its own (127.0.0.2, 127.0.0.3, ... on loopback).
+    /// The device's address: an IP (UDP port 4791) or IP:PORT, as the host's NIC address: any
+    /// number of processes share it, as processes share rxe0.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
     pub bind: String,
     /// The port's active MTU in bytes (256, 512, 1024, 2048 or 4096), what programs read with
