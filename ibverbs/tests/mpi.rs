@@ -294,3 +294,96 @@ fn openmpi_over_ucx_verbs_two_ranks() {
 fn openmpi_over_ucx_verbs_four_ranks_on_one_address() {
     mpi_over_softroce(4, "127.0.62", Addresses::One);
 }
+
+/// Two hosts of the test's own: network namespaces joined by a veth pair, 198.51.100.1/24 and
+/// .2/24 (TEST-NET-2, inside the namespaces only), each with one address and its own hostname.
+/// mpirun runs in the first and starts the second's daemon through an rsh agent that enters the
+/// second namespace; every rank runs under `softroce run --bind` its host's one address, two
+/// ranks per host. The ranks of one host share its device; those of two hosts talk RoCEv2 over
+/// the veth.
+#[test]
+fn openmpi_over_ucx_two_ranks_on_each_of_two_hosts() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch("two-hosts");
+    let prog = mpi_program(&dir);
+    let tag = std::process::id() % 100_000;
+    let (na, nb) = (format!("srma{tag}"), format!("srmb{tag}"));
+    let agent = dir.join("agent.sh");
+    std::fs::write(
+        &agent,
+        format!(
+            "#!/bin/sh\n# plm_rsh_agent: HOST CMD... runs CMD in HOST's namespace.\n\
+             host=$1; shift\n\
+             case $host in 198.51.100.1) ns={na} ;; 198.51.100.2) ns={nb} ;; *) exit 1 ;; esac\n\
+             exec ip netns exec \"$ns\" unshare --uts sh -c \"hostname $ns; $*\"\n"
+        ),
+    )
+    .unwrap();
+    let wrapper = dir.join("rank.sh");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\n# The rank's host address: its namespace's one global IPv4 address.\n\
+             ip=$(ip -o -4 addr show scope global | awk '{{print $4}}' | cut -d/ -f1 | head -n 1)\n\
+             exec '{}' run --lib '{}' --bind \"$ip\" -- \"$@\"\n",
+            softroce().display(),
+            shim_lib().display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    for f in [&agent, &wrapper] {
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let script = format!(
+        "set -e\n\
+         trap 'ip netns del {na} 2>/dev/null; ip netns del {nb} 2>/dev/null' EXIT\n\
+         ip netns add {na}; ip netns add {nb}\n\
+         ip link add {na}v type veth peer name {nb}v\n\
+         ip link set {na}v netns {na}; ip link set {nb}v netns {nb}\n\
+         ip -n {na} addr add 198.51.100.1/24 dev {na}v; ip -n {nb} addr add 198.51.100.2/24 dev {nb}v\n\
+         for n in {na} {nb}; do ip -n $n link set lo up; ip -n $n link set ${{n}}v up; done\n\
+         set +e\n\
+         ip netns exec {na} unshare --uts sh -c \"hostname {na}; exec timeout 150 mpirun \
+           --allow-run-as-root --oversubscribe --bind-to none \
+           -host 198.51.100.1:2,198.51.100.2:2 -np 4 \
+           --mca plm_rsh_agent '{agent}' --mca plm_rsh_no_tree_spawn 1 \
+           --mca oob_tcp_if_include {na}v,{nb}v --mca btl self --mca pml ucx \
+           -x UCX_TLS=rc_verbs,ud_verbs -x UCX_NET_DEVICES=softroce0:1 -x UCX_LOG_LEVEL=info \
+           '{wrapper}' '{prog}' 200 {BW_N}\"\n",
+        agent = agent.display(),
+        wrapper = wrapper.display(),
+        prog = prog.display(),
+    );
+    let child = Command::new("bash")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (o, in_time) = wait_for(child, Duration::from_secs(180));
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        in_time && o.status.success(),
+        "mpirun across two hosts: {:?}, in time: {in_time}\n{out}",
+        o.status
+    );
+    for r in 0..4 {
+        let line = format!("allreduce ok 10 rank {r} of 4");
+        assert!(out.contains(&line), "no '{line}':\n{out}");
+    }
+    // Both hosts' ranks chose rc_verbs on softroce0:1 (UCX names the host in its log lines).
+    for host in [&na, &nb] {
+        assert!(
+            out.lines()
+                .any(|l| l.contains(&format!("[{host}:")) && l.contains("rc_verbs/softroce0:1")),
+            "no rc_verbs endpoint on {host}:\n{out}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
