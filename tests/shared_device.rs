@@ -12,7 +12,7 @@ use common::{end_args, finish, ok, pattern, ports, queues, s, spawn, wait_one, E
 
 use softroce::driver::DeviceConfig;
 use softroce::ib::{AccessFlags, QpType, RecvWr, SendFlags, SendWr, WcStatus, WrOpcode};
-use softroce::verbs::Context;
+use softroce::verbs::{Context, UdSendWr};
 
 /// The QP number a `softroce perf` end printed for itself ("local address: ... QPN 0x...").
 fn local_qpn(out: &str) -> u32 {
@@ -286,5 +286,65 @@ fn spec() -> EndSpec {
         qp_type: QpType::Rc,
         cap: queues(4),
         sq_sig_all: false,
+    }
+}
+
+#[test]
+fn ud_datagrams_cross_between_contexts_on_one_address() {
+    // Three contexts on one address, each with a UD QP: each sends a datagram to each other
+    // one; every datagram reaches the QP it names (by the QPN's slot), data and sender checked.
+    const QKEY: u32 = 0x1111_1111;
+    let udp = ports().1;
+    let addr = SocketAddr::new(IpAddr::from([127, 0, 0, 1]), udp);
+    let ends: Vec<End> = (0..3)
+        .map(|_| {
+            let e = End::open(
+                Context::open(&DeviceConfig::new(addr)).unwrap(),
+                &EndSpec {
+                    qp_type: QpType::Ud,
+                    ..spec()
+                },
+            );
+            e.qp.ready_ud(QKEY, 1).unwrap();
+            e
+        })
+        .collect();
+    for (i, to) in ends.iter().enumerate() {
+        for k in 0..2u64 {
+            to.qp
+                .post_recv(&[RecvWr {
+                    wr_id: k,
+                    sg_list: &[to.mr.sge(k * 1024, 1024)],
+                }])
+                .unwrap();
+        }
+        for (j, from) in ends.iter().enumerate().filter(|&(j, _)| j != i) {
+            let msg = pattern((i * 10 + j) as u64, 100);
+            from.mr.write(2048, &msg).unwrap();
+            let ah = from.ah_to(to);
+            from.qp
+                .post_send_ud(&[UdSendWr {
+                    wr: SendWr {
+                        wr_id: 9,
+                        sg_list: &[from.mr.sge(2048, 100)],
+                        opcode: WrOpcode::Send,
+                        send_flags: SendFlags::SIGNALED,
+                    },
+                    ah: &ah,
+                    remote_qpn: to.qp.qp_num(),
+                    remote_qkey: QKEY,
+                }])
+                .unwrap();
+            assert_eq!(
+                wait_one(&from.cq, Duration::from_secs(10)).status,
+                WcStatus::Success
+            );
+            let wc = wait_one(&to.cq, Duration::from_secs(10));
+            assert_eq!(wc.status, WcStatus::Success, "{j} -> {i}");
+            assert_eq!(wc.src_qp, from.qp.qp_num(), "{j} -> {i}");
+            // The datagram's bytes follow the 40-byte GRH area.
+            let got = to.mr.to_vec(wc.wr_id * 1024 + 40, 100).unwrap();
+            assert_eq!(got, msg, "{j} -> {i}");
+        }
     }
 }
