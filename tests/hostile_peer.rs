@@ -1874,3 +1874,129 @@ fn librdmacm_rping_on_the_shim_outlives_a_dreq_and_rej_from_a_third_address_not_
     let _ = client.wait();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The requester's QPN in the REQ with comm ID `client_id` that a capture being written holds
+/// so far (as [`rep_qpn`]).
+fn req_qpn(pcap: &std::path::Path, client_id: u32) -> Option<u32> {
+    use softroce::wire::cm::CmMessage;
+    let bytes = std::fs::read(pcap).ok()?;
+    let mut r = softroce::capture::CaptureReader::new(&bytes[..]).ok()?;
+    while let Ok(Some(f)) = r.next_frame() {
+        let Some(pkt) = f.data.get(42..).and_then(|b| PacketRepr::parse(b).ok()) else {
+            continue;
+        };
+        if pkt.bth.dest_qp != 1 {
+            continue;
+        }
+        if let Ok((_, CmMessage::Req(req))) = CmMessage::parse(pkt.payload) {
+            if req.local_comm_id == client_id {
+                return Some(req.local_qpn);
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn librdmacm_rping_client_on_the_shim_ends_on_its_peers_dreq() {
+    // Debian's rping as the client under the shim, softroce's rping serving. The server's own
+    // DREQ (from its address, with both comm IDs and the client's QPN) mid-run: rping takes the
+    // DISCONNECTED event, leaves its loop, calls rdma_disconnect and joins its CQ thread,
+    // which sleeps in ibv_get_cq_event until the flush of the QP's move to ERR completes a
+    // receive with an error. Every link of that chain must hold for the client to end.
+    let net = 49;
+    let port = free_pair_port(net);
+    let (client_ip, server_ip) = (ip(net, 1), ip(net, 2));
+    let client_addr = SocketAddr::new(client_ip, port);
+    let cm_port = "7449";
+    let dir = std::env::temp_dir().join(format!("softroce-cmdreq-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (sfile, cfile, pcap) = (
+        dir.join("server.out"),
+        dir.join("client.out"),
+        dir.join("server.pcap"),
+    );
+    let mut server = Command::new(common::bin())
+        .args(["rping", "-s", "-v", "-d", "-S", "64", "-p", cm_port])
+        .args(["-a", &server_ip.to_string()])
+        .args(["--roce-port", &port.to_string()])
+        .arg("--pcap")
+        .arg(&pcap)
+        .stdout(std::fs::File::create(&sfile).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let up_by = Instant::now() + Duration::from_secs(30);
+    while !udp_bound(SocketAddr::new(server_ip, port)) {
+        assert!(
+            Instant::now() < up_by,
+            "the softroce rping server did not bind"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut client = Command::new(common::bin())
+        .args([
+            "run",
+            "--no-device-view",
+            "--bind",
+            &client_addr.to_string(),
+        ])
+        .arg("--lib")
+        .arg(common::shim_lib())
+        .arg("--")
+        .arg(common::program("stdbuf", "coreutils"))
+        .arg("-oL")
+        .arg(common::program("rping", "rdmacm-utils"))
+        .args(["-c", "-a", &server_ip.to_string(), "-p", cm_port])
+        .args(["-v", "-C", "100000", "-S", "64"])
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&cfile).unwrap())
+        .stderr(std::fs::File::create(dir.join("client.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let line = lines_in(&sfile, "cm_id ", 1, Duration::from_secs(30))
+        .pop()
+        .expect("no comm IDs from the server");
+    let (server_id, client_id, _) = parse_ids(&line);
+    let ten = Duration::from_secs(20);
+    assert!(lines_in(&cfile, "ping data: rdma-ping-", 10, ten).len() >= 10);
+    let qpn_by = Instant::now() + Duration::from_secs(20);
+    let client_qpn = loop {
+        if let Some(q) = req_qpn(&pcap, client_id) {
+            break q;
+        }
+        assert!(Instant::now() < qpn_by, "no REQ in the server's capture");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // The server's DREQ, from the server's address.
+    use softroce::wire::cm::{CmDreq, CmMessage, DREQ_PRIVATE_DATA_LEN};
+    let dreq = CmMessage::Dreq(CmDreq {
+        local_comm_id: server_id,
+        remote_comm_id: client_id,
+        remote_qpn: client_qpn,
+        private_data: [0; DREQ_PRIVATE_DATA_LEN],
+    });
+    send_mad(server_ip, client_addr, &dreq);
+    let t = Instant::now();
+    let o = loop {
+        if let Some(st) = client.try_wait().unwrap() {
+            break st;
+        }
+        if t.elapsed() > Duration::from_secs(10) {
+            let _ = client.kill();
+            let _ = client.wait();
+            let _ = server.kill();
+            panic!(
+                "the rping client did not end on its peer's DREQ:\n{}\n{}",
+                std::fs::read_to_string(&cfile).unwrap_or_default(),
+                std::fs::read_to_string(dir.join("client.err")).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let err = std::fs::read_to_string(dir.join("client.err")).unwrap_or_default();
+    assert!(err.contains("DISCONNECT EVENT"), "{o:?}\n{err}");
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -348,3 +348,53 @@ fn ud_datagrams_cross_between_contexts_on_one_address() {
         }
     }
 }
+
+#[test]
+fn another_user_cannot_join_an_address_and_is_told_why() {
+    // The kernel refuses a SO_REUSEPORT socket of another effective UID (EADDRINUSE): another
+    // user's process gets a clear error and none of this user's packets. Needs two users: run
+    // as root, the second one is nobody (65534), as CI runs; skipped otherwise.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to run a process as another user");
+        return;
+    }
+    let (tcp, udp) = ports();
+    let mine = spawn(&s(&[
+        "rping",
+        "-s",
+        "-a",
+        "127.0.0.1",
+        "-p",
+        &tcp.to_string(),
+        "--roce-port",
+        &udp.to_string(),
+    ]));
+    let addr = SocketAddr::new(IpAddr::from([127, 0, 0, 1]), udp);
+    assert!(
+        until(Duration::from_secs(20), || softroce::driver::group::layout(
+            addr
+        )
+        .is_ok_and(|m| m.len() == 1)),
+        "the first user's device never came up"
+    );
+    let theirs = std::process::Command::new(common::program("setpriv", "util-linux"))
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(common::bin())
+        .args(["rping", "-s", "-a", "127.0.0.1", "-p"])
+        .arg(ports().0.to_string())
+        .args(["--roce-port", &udp.to_string()])
+        .env("SOFTROCE_STAT", "0")
+        .env_remove("SOFTROCE_GROUP_DIR")
+        .output()
+        .unwrap();
+    let mut mine = mine;
+    let _ = mine.kill();
+    let _ = mine.wait();
+    let err = String::from_utf8_lossy(&theirs.stderr);
+    assert!(!theirs.status.success(), "another user joined: {err}");
+    assert!(
+        err.contains("Address already in use") && err.contains("another user's softroce"),
+        "{err}"
+    );
+}
