@@ -1678,10 +1678,13 @@ fn udp_bound(addr: SocketAddr) -> bool {
     })
 }
 
-/// The responder's QPN in the REP with `server_id` that a capture being written holds so far
-/// (its buffered writer flushes every few KiB, so the frame after the last complete one may be
-/// cut short: reading stops there).
-fn rep_qpn(pcap: &std::path::Path, server_id: u32) -> Option<u32> {
+/// The first QPN that `pick` finds in a CM message of a capture being written (its buffered
+/// writer flushes every few KiB, so the frame after the last complete one may be cut short:
+/// reading stops there).
+fn cm_qpn(
+    pcap: &std::path::Path,
+    pick: impl Fn(&softroce::wire::cm::CmMessage) -> Option<u32>,
+) -> Option<u32> {
     use softroce::wire::cm::CmMessage;
     let bytes = std::fs::read(pcap).ok()?;
     let mut r = softroce::capture::CaptureReader::new(&bytes[..]).ok()?;
@@ -1693,13 +1696,50 @@ fn rep_qpn(pcap: &std::path::Path, server_id: u32) -> Option<u32> {
         if pkt.bth.dest_qp != 1 {
             continue;
         }
-        if let Ok((_, CmMessage::Rep(rep))) = CmMessage::parse(pkt.payload) {
-            if rep.local_comm_id == server_id {
-                return Some(rep.local_qpn);
-            }
+        if let Some(q) = CmMessage::parse(pkt.payload)
+            .ok()
+            .and_then(|(_, m)| pick(&m))
+        {
+            return Some(q);
         }
     }
     None
+}
+
+/// The responder's QPN in the REP with `server_id` (see [`cm_qpn`]).
+fn rep_qpn(pcap: &std::path::Path, server_id: u32) -> Option<u32> {
+    use softroce::wire::cm::CmMessage;
+    cm_qpn(pcap, |m| match m {
+        CmMessage::Rep(rep) if rep.local_comm_id == server_id => Some(rep.local_qpn),
+        _ => None,
+    })
+}
+
+/// The requester's QPN in the REQ with `client_id` (see [`cm_qpn`]).
+fn req_qpn(pcap: &std::path::Path, client_id: u32) -> Option<u32> {
+    use softroce::wire::cm::CmMessage;
+    cm_qpn(pcap, |m| match m {
+        CmMessage::Req(req) if req.local_comm_id == client_id => Some(req.local_qpn),
+        _ => None,
+    })
+}
+
+/// Debian's rping (ROLE `-s` or `-c`, to or at `server_ip`'s rdma_cm port `cm_port`, -v, 64-byte
+/// pings until stopped) under the shim on a device at `bind`, its lines written one at a time
+/// (stdbuf); `softroce run` kills it when run itself is killed. The caller sets its output.
+fn shimmed_rping(bind: SocketAddr, role: &str, server_ip: IpAddr, cm_port: &str) -> Command {
+    let mut c = Command::new(common::bin());
+    c.args(["run", "--no-device-view", "--bind", &bind.to_string()])
+        .arg("--lib")
+        .arg(common::shim_lib())
+        .arg("--")
+        .arg(common::program("stdbuf", "coreutils"))
+        .arg("-oL")
+        .arg(common::program("rping", "rdmacm-utils"))
+        .args([role, "-a", &server_ip.to_string(), "-p", cm_port])
+        .args(["-v", "-C", "100000", "-S", "64"])
+        .stdin(Stdio::null());
+    c
 }
 
 /// The complete lines holding `needle` in `path`, the file a child writes its output to
@@ -1739,25 +1779,7 @@ fn librdmacm_rping_on_the_shim_outlives_a_dreq_and_rej_from_a_third_address_not_
         dir.join("client.out"),
         dir.join("client.pcap"),
     );
-    // Debian's rping serving under the shim (librdmacm.so.1 and libibverbs.so.1), its -v
-    // lines written one at a time (stdbuf) to a file; `softroce run` kills it when run itself
-    // is killed.
-    let mut server = Command::new(common::bin())
-        .args([
-            "run",
-            "--no-device-view",
-            "--bind",
-            &server_addr.to_string(),
-        ])
-        .arg("--lib")
-        .arg(common::shim_lib())
-        .arg("--")
-        .arg(common::program("stdbuf", "coreutils"))
-        .arg("-oL")
-        .arg(common::program("rping", "rdmacm-utils"))
-        .args(["-s", "-a", &server_ip.to_string(), "-p", cm_port])
-        .args(["-v", "-C", "100000", "-S", "64"])
-        .stdin(Stdio::null())
+    let mut server = shimmed_rping(server_addr, "-s", server_ip, cm_port)
         .stdout(std::fs::File::create(&sfile).unwrap())
         .stderr(Stdio::piped())
         .spawn()
@@ -1875,28 +1897,6 @@ fn librdmacm_rping_on_the_shim_outlives_a_dreq_and_rej_from_a_third_address_not_
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The requester's QPN in the REQ with comm ID `client_id` that a capture being written holds
-/// so far (as [`rep_qpn`]).
-fn req_qpn(pcap: &std::path::Path, client_id: u32) -> Option<u32> {
-    use softroce::wire::cm::CmMessage;
-    let bytes = std::fs::read(pcap).ok()?;
-    let mut r = softroce::capture::CaptureReader::new(&bytes[..]).ok()?;
-    while let Ok(Some(f)) = r.next_frame() {
-        let Some(pkt) = f.data.get(42..).and_then(|b| PacketRepr::parse(b).ok()) else {
-            continue;
-        };
-        if pkt.bth.dest_qp != 1 {
-            continue;
-        }
-        if let Ok((_, CmMessage::Req(req))) = CmMessage::parse(pkt.payload) {
-            if req.local_comm_id == client_id {
-                return Some(req.local_qpn);
-            }
-        }
-    }
-    None
-}
-
 #[test]
 fn librdmacm_rping_client_on_the_shim_ends_on_its_peers_dreq() {
     // Debian's rping as the client under the shim, softroce's rping serving. The server's own
@@ -1934,22 +1934,7 @@ fn librdmacm_rping_client_on_the_shim_ends_on_its_peers_dreq() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let mut client = Command::new(common::bin())
-        .args([
-            "run",
-            "--no-device-view",
-            "--bind",
-            &client_addr.to_string(),
-        ])
-        .arg("--lib")
-        .arg(common::shim_lib())
-        .arg("--")
-        .arg(common::program("stdbuf", "coreutils"))
-        .arg("-oL")
-        .arg(common::program("rping", "rdmacm-utils"))
-        .args(["-c", "-a", &server_ip.to_string(), "-p", cm_port])
-        .args(["-v", "-C", "100000", "-S", "64"])
-        .stdin(Stdio::null())
+    let mut client = shimmed_rping(client_addr, "-c", server_ip, cm_port)
         .stdout(std::fs::File::create(&cfile).unwrap())
         .stderr(std::fs::File::create(dir.join("client.err")).unwrap())
         .spawn()

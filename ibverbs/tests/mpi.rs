@@ -163,6 +163,28 @@ fn bytes_per_pair(pcap: &[u8]) -> HashMap<(Ipv4Addr, Ipv4Addr), u64> {
     m
 }
 
+/// Waits (at most 180 s) for an mpirun of the program on `ranks` ranks, which must exit 0 with
+/// every rank's allreduce checked (the sum 1 + 2 + ... + ranks); returns its output.
+fn mpirun_passed(child: std::process::Child, ranks: u32, what: &str) -> String {
+    let (o, in_time) = wait_for(child, Duration::from_secs(180));
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        in_time && o.status.success(),
+        "{what}: {:?}, in time: {in_time}\n{out}",
+        o.status
+    );
+    let want = ranks * (ranks + 1) / 2;
+    for r in 0..ranks {
+        let line = format!("allreduce ok {want} rank {r} of {ranks}");
+        assert!(out.contains(&line), "no '{line}':\n{out}");
+    }
+    out
+}
+
 /// Runs the program on `ranks` ranks bound as `addresses` says in `prefix`.0/24 and checks
 /// what the module documentation says.
 fn mpi_over_softroce(ranks: u32, prefix: &str, addresses: Addresses) {
@@ -206,25 +228,8 @@ fn mpi_over_softroce(ranks: u32, prefix: &str, addresses: Addresses) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let (o, in_time) = wait_for(child, Duration::from_secs(180));
+    let out = mpirun_passed(child, ranks, &format!("mpirun -np {ranks}"));
     let traffic = cap.stop();
-    let out = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(
-        in_time && o.status.success(),
-        "mpirun -np {ranks}: {:?}, in time: {in_time}\n{out}",
-        o.status
-    );
-
-    // Every rank checked the allreduce's sum, 1 + 2 + ... + ranks.
-    let want = ranks * (ranks + 1) / 2;
-    for r in 0..ranks {
-        let line = format!("allreduce ok {want} rank {r} of {ranks}");
-        assert!(out.contains(&line), "no '{line}':\n{out}");
-    }
     let figure = |key: &str| -> f64 {
         out.lines()
             .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
@@ -362,21 +367,7 @@ fn openmpi_over_ucx_two_ranks_on_each_of_two_hosts() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let (o, in_time) = wait_for(child, Duration::from_secs(180));
-    let out = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(
-        in_time && o.status.success(),
-        "mpirun across two hosts: {:?}, in time: {in_time}\n{out}",
-        o.status
-    );
-    for r in 0..4 {
-        let line = format!("allreduce ok 10 rank {r} of 4");
-        assert!(out.contains(&line), "no '{line}':\n{out}");
-    }
+    let out = mpirun_passed(child, 4, "mpirun across two hosts");
     // Both hosts' ranks chose rc_verbs on softroce0:1 (UCX names the host in its log lines).
     for host in [&na, &nb] {
         assert!(
