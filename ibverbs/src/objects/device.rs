@@ -67,13 +67,14 @@ pub(super) fn device_name(dev: usize) -> String {
     format!("softroce{dev}")
 }
 
-/// The devices, made on first use, one per address of `SOFTROCE_BIND`.
-fn devices() -> &'static [Box<Device>] {
-    static DEVS: OnceLock<Vec<Box<Device>>> = OnceLock::new();
+/// The devices, made on first use, one per address of `SOFTROCE_BIND` (never moved after:
+/// the pointers handed out stay valid for the process's life).
+fn devices() -> &'static [Device] {
+    static DEVS: OnceLock<Vec<Device>> = OnceLock::new();
     DEVS.get_or_init(|| (0..device_count()).map(make_device).collect())
 }
 
-fn make_device(dev: usize) -> Box<Device> {
+fn make_device(dev: usize) -> Device {
     let name = device_name(dev);
     let mut d = ibv_device {
         _ops: [null_mut(); 2],
@@ -93,14 +94,14 @@ fn make_device(dev: usize) -> Box<Device> {
         &format!("/sys/class/infiniband_verbs/uverbs_{name}"),
     );
     copy_cstr(&mut d.ibdev_path, &format!("/sys/class/infiniband/{name}"));
-    Box::new(Device(UnsafeCell::new(verbs_device {
+    Device(UnsafeCell::new(verbs_device {
         device: d,
         ops: ptr::null(),
         refcount: 0,
         entry: [null_mut(); 2],
         sysfs: null_mut(),
         core_support: 0,
-    })))
+    }))
 }
 
 /// Device `dev`'s handle (`dev` below [`device_count`]).
