@@ -406,7 +406,9 @@ fn destroy(obj: &Arc<Obj<Id>>) {
         destroy(&request);
     }
     let st = std::mem::take(&mut *lock(&obj.st));
-    if let (Some(c), Ok(m)) = (&st.cm, cm(st.cm_dev)) {
+    // (The manager is looked up only for an identifier that has a softroce one: destroying
+    // one that never bound starts no device.)
+    if let Some((c, Ok(m))) = st.cm.as_ref().map(|c| (c, cm(st.cm_dev))) {
         m.forget(obj);
         if st.listening {
             c.stop_listening();
