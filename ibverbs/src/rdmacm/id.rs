@@ -444,11 +444,13 @@ pub(super) fn bind(id: &Arc<Obj<Id>>, addr: SocketAddr) -> Result<(), c_int> {
     let ip = addr.ip();
     // The address SOFTROCE_BIND names stays the device's when the process stands in at
     // another (rule 10).
-    let dev = match ip.is_unspecified() {
-        true => None,
+    let dev = if ip.is_unspecified() {
+        None
+    } else {
         // The kernel: an address of no interface is EADDRNOTAVAIL; one of an interface
         // without an RDMA device is ENODEV.
-        false => Some(device_of_ip(ip).ok_or(if is_local(ip) { ENODEV } else { EADDRNOTAVAIL })?),
+        let e = || if is_local(ip) { ENODEV } else { EADDRNOTAVAIL };
+        Some(device_of_ip(ip).ok_or_else(e)?)
     };
     let mut st = lock(&id.st);
     if st.port != 0 {
