@@ -327,6 +327,37 @@ fn scatter_gather_lists_and_inline() {
 }
 
 #[test]
+fn a_qp_takes_cqs_of_its_own_device_only() {
+    // Each context has its own engine; a QP's completions are pushed by its device's engine,
+    // so a CQ of the other device is refused, as the kernel refuses another context's.
+    let (ca, cb) = two_contexts();
+    let pd = ca.alloc_pd().unwrap();
+    let own = ca.create_cq(4).unwrap();
+    let other = cb.create_cq(4).unwrap();
+    for (send_cq, recv_cq) in [(&own, &other), (&other, &own), (&other, &other)] {
+        let r = pd.create_qp(&QpInitAttr {
+            send_cq,
+            recv_cq,
+            cap: QpCap::default(),
+            qp_type: QpType::Rc,
+            sq_sig_all: false,
+        });
+        assert!(
+            matches!(r, Err(VerbsError::ForeignObject("completion queue"))),
+            "{r:?}"
+        );
+    }
+    let qp = pd.create_qp(&QpInitAttr {
+        send_cq: &own,
+        recv_cq: &own,
+        cap: QpCap::default(),
+        qp_type: QpType::Rc,
+        sq_sig_all: false,
+    });
+    assert!(qp.is_ok(), "{qp:?}");
+}
+
+#[test]
 fn post_errors_are_typed_and_nothing_is_queued() {
     let (ca, _cb) = two_contexts();
     let cap = QpCap {
