@@ -340,12 +340,13 @@ impl Device {
         service_id: u64,
         backlog: usize,
     ) -> core::result::Result<(), crate::cm::CmError> {
-        let mut g = self.gsi.lock();
+        // The group's table first, without QP1's lock: the engine takes that lock for every
+        // MAD, and the table's lock may be a while coming (another process holds it).
         if let Some(m) = &self.member {
             m.listen(service_id)
                 .map_err(|_| crate::cm::CmError::AlreadyListening(service_id))?;
         }
-        let r = g.cm.listen(service_id, backlog);
+        let r = self.gsi.lock().cm.listen(service_id, backlog);
         if r.is_err() {
             if let Some(m) = &self.member {
                 m.unlisten(service_id);
@@ -357,6 +358,7 @@ impl Device {
     /// Stops listening on CM service `service_id`.
     pub(crate) fn unlisten(&self, service_id: u64) {
         self.gsi.lock().cm.unlisten(service_id);
+        // After QP1's lock is let go (see `listen`).
         if let Some(m) = &self.member {
             m.unlisten(service_id);
         }

@@ -37,6 +37,8 @@ pub const FORWARD_LEN: usize = FORWARD_HEADER + crate::wire::mad::LEN;
 
 /// How long a member's engine waits between two reports of misrouted packets.
 const MISROUTE_REPORT_GAP: Duration = Duration::from_millis(20);
+/// How long a member waits for the group's lock before it gives up with an error.
+const LOCK_PATIENCE: Duration = Duration::from_secs(10);
 /// How long each probe round waits for answers; a member that answers in none of them is
 /// left out of the layout (its packets go by the kernel's hash until the next layout).
 const PROBE_ROUNDS: [Duration; 4] = [
@@ -323,15 +325,31 @@ impl Locked {
             .write(true)
             .mode(0o600)
             .open(dir.join("lock"))?;
+        // Polled, not waited for: a holder that never lets go (a stopped process, one stuck in
+        // its exit) must not hang every process that opens the address.
+        let give_up = Instant::now() + LOCK_PATIENCE;
+        let mut pause = Duration::from_micros(50);
         loop {
             // SAFETY: flock on a descriptor this function owns.
-            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
                 break;
             }
             let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
+            if e.kind() != io::ErrorKind::WouldBlock && e.kind() != io::ErrorKind::Interrupted {
                 return Err(e);
             }
+            if Instant::now() >= give_up {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "{} stayed locked by another process for {} s",
+                        dir.join("lock").display(),
+                        LOCK_PATIENCE.as_secs()
+                    ),
+                ));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(5));
         }
         Ok(Locked {
             file,

@@ -61,6 +61,9 @@ struct Cm {
 
 /// How long the process's exit waits for CM messages still queued (see [`flush_at_exit`]).
 const EXIT_FLUSH_WAIT: Duration = Duration::from_millis(500);
+/// How long the exit handler waits for the identifiers' teardown beyond the flush: a lock that
+/// the exiting thread itself holds never frees, and the process must still end.
+const EXIT_TEARDOWN_WAIT: Duration = Duration::from_millis(500);
 
 /// How long a call that sends a closing message (`rdma_reject`, `rdma_disconnect`) waits for
 /// the engine to have sent it (see [`sent_before_return`]).
@@ -92,10 +95,32 @@ extern "C" fn flush_at_exit() {
         Ok(g) => g.iter().flatten().cloned().collect(),
         Err(_) => Vec::new(),
     };
-    for cm in &cms {
-        // What closing the kernel's rdma_cm file does to the identifiers a process leaves:
-        // a DREQ for a connection up, the DREP for one the peer disconnected (qperf's server
-        // never destroys the identifier it accepted), a REJ for an undecided request.
+    if cms.is_empty() {
+        return;
+    }
+    // On a thread of its own, waited for a bounded while: the thread that calls exit may hold
+    // a lock the teardown needs (qperf's server exits from its SIGURG handler, which can
+    // interrupt the main thread inside rdma_listen, holding the listener's state), and an
+    // exit handler that waited for it would keep the process, and with it the address's
+    // group lock, forever.
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let teardown = std::thread::Builder::new()
+        .name("softroce-exit".into())
+        .spawn(move || {
+            close_identifiers(&cms);
+            let _ = done.send(());
+        });
+    if teardown.is_ok() {
+        let _ = finished.recv_timeout(EXIT_FLUSH_WAIT + EXIT_TEARDOWN_WAIT);
+    }
+}
+
+/// What closing the kernel's rdma_cm file does to the identifiers a process leaves: a DREQ
+/// for a connection up, the DREP for one the peer disconnected (qperf's server never destroys
+/// the identifier it accepted), a REJ for an undecided request; then a wait (at most
+/// [`EXIT_FLUSH_WAIT`]) until the engines have sent them.
+fn close_identifiers(cms: &[Arc<Cm>]) {
+    for cm in cms {
         let ids: Vec<CmId> = match cm.ids.try_lock() {
             Ok(g) => g.iter().map(|(c, _)| c.clone()).collect(),
             Err(_) => Vec::new(),
@@ -109,7 +134,7 @@ extern "C" fn flush_at_exit() {
     }
     // One wait for all: the devices' engines send at the same time.
     let end = std::time::Instant::now() + EXIT_FLUSH_WAIT;
-    for cm in &cms {
+    for cm in cms {
         cm.chan
             .flush(end.saturating_duration_since(std::time::Instant::now()));
     }
