@@ -1724,6 +1724,16 @@ fn req_qpn(pcap: &std::path::Path, client_id: u32) -> Option<u32> {
     })
 }
 
+/// A child process killed and reaped when dropped.
+struct Reap(std::process::Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Debian's rping (ROLE `-s` or `-c`, to or at `server_ip`'s rdma_cm port `cm_port`, -v, 64-byte
 /// pings until stopped) under the shim on a device at `bind`, its lines written one at a time
 /// (stdbuf); `softroce run` kills it when run itself is killed. The caller sets its output.
@@ -1916,16 +1926,20 @@ fn librdmacm_rping_client_on_the_shim_ends_on_its_peers_dreq() {
         dir.join("client.out"),
         dir.join("server.pcap"),
     );
-    let mut server = Command::new(common::bin())
-        .args(["rping", "-s", "-v", "-d", "-S", "64", "-p", cm_port])
-        .args(["-a", &server_ip.to_string()])
-        .args(["--roce-port", &port.to_string()])
-        .arg("--pcap")
-        .arg(&pcap)
-        .stdout(std::fs::File::create(&sfile).unwrap())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    // Killed when the test ends, passed or not (a failed assertion must not leave a server
+    // on the address for the next run).
+    let _server = Reap(
+        Command::new(common::bin())
+            .args(["rping", "-s", "-v", "-d", "-S", "64", "-p", cm_port])
+            .args(["-a", &server_ip.to_string()])
+            .args(["--roce-port", &port.to_string()])
+            .arg("--pcap")
+            .arg(&pcap)
+            .stdout(std::fs::File::create(&sfile).unwrap())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let up_by = Instant::now() + Duration::from_secs(30);
     while !udp_bound(SocketAddr::new(server_ip, port)) {
         assert!(
@@ -1970,7 +1984,6 @@ fn librdmacm_rping_client_on_the_shim_ends_on_its_peers_dreq() {
         if t.elapsed() > Duration::from_secs(10) {
             let _ = client.kill();
             let _ = client.wait();
-            let _ = server.kill();
             panic!(
                 "the rping client did not end on its peer's DREQ:\n{}\n{}",
                 std::fs::read_to_string(&cfile).unwrap_or_default(),
@@ -1981,7 +1994,5 @@ fn librdmacm_rping_client_on_the_shim_ends_on_its_peers_dreq() {
     };
     let err = std::fs::read_to_string(dir.join("client.err")).unwrap_or_default();
     assert!(err.contains("DISCONNECT EVENT"), "{o:?}\n{err}");
-    let _ = server.kill();
-    let _ = server.wait();
     let _ = std::fs::remove_dir_all(&dir);
 }
