@@ -194,9 +194,8 @@ fn rping_between_two_shimmed_processes() {
 #[test]
 fn rping_between_two_processes_on_one_loopback_device_address() {
     // Both processes have the device at 127.0.23.1, as two processes on one rxe device (what
-    // rdma-core's rdmacm tests do after fork): the server's engine holds the address, the
-    // client's device stands in at a loopback address of its own (rule 10 of
-    // spec-notes/librdmacm.md). Without it the client's engine cannot bind (EADDRINUSE).
+    // rdma-core's rdmacm tests do after fork): both are members of the address's group
+    // (spec-notes/shared-device.md; librdmacm.md rule 10).
     let (ip, port) = ("127.0.23.1", "7302");
     let args = |role: &'static str| [role, "-a", ip, "-p", port, "-v", "-C", "10", "-S", "64"];
     let server = shimmed(&rping(), ip, &args("-s"));

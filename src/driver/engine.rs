@@ -35,6 +35,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::io;
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
@@ -55,6 +56,13 @@ use crate::transport::{
 };
 use crate::wire::bth::MULTICAST_QPN;
 use crate::wire::ICRC_LEN;
+
+/// How long a shared device holds a REQ for a service no member listens on (see
+/// `Engine::retry_unclaimed`), and how often it looks for the listener meanwhile.
+const UNCLAIMED_GRACE: Duration = Duration::from_millis(200);
+const UNCLAIMED_RECHECK: Duration = Duration::from_millis(2);
+/// REQs held so at most; more are refused at once (a flood of REQs for nothing).
+const MAX_UNCLAIMED: usize = 32;
 
 /// Token of the link's sockets in the poll set (readable: datagrams; writable: send space).
 pub(crate) const SOCKET: Token = Token(0);
@@ -295,6 +303,11 @@ pub(crate) struct Engine {
     gsi_deadline: Option<Instant>,
     /// The UDP source port QP1 sends from, once the link has prepared it.
     gsi_port: Option<u16>,
+    /// A shared device's REQs for services no member listens on yet, each with when it is
+    /// given up and handed to this member's CM (see `retry_unclaimed`).
+    unclaimed: Vec<(Instant, SocketAddr, [u8; crate::wire::mad::LEN])>,
+    /// When `unclaimed` is looked at next.
+    unclaimed_check: Option<Instant>,
     /// The link sends payloads from their regions (`Link::gathers`): RC payloads are not
     /// copied into the transmit batch.
     gather: bool,
@@ -356,6 +369,8 @@ impl Engine {
             gsi_due: false,
             gsi_deadline: None,
             gsi_port: None,
+            unclaimed: Vec::new(),
+            unclaimed_check: None,
             gather,
         })
     }
@@ -495,6 +510,7 @@ impl Engine {
         self.fire_deadlines();
         self.delivered = false;
         self.service_work();
+        self.retry_unclaimed();
         self.service_gsi();
         // An application pass that delivered completions leaves its packets (the ACK of what
         // completed) for the reply the application posts next, which sends them in the same
@@ -631,6 +647,9 @@ impl Engine {
             next = Some(next.map_or(at, |n| n.min(at)));
         }
         if let Some(at) = self.gsi_deadline {
+            next = Some(next.map_or(at, |n| n.min(at)));
+        }
+        if let Some(at) = self.unclaimed_check {
             next = Some(next.map_or(at, |n| n.min(at)));
         }
         if self.blocked {
@@ -777,11 +796,20 @@ impl Engine {
                 Some(DatagramEvent::Mad { from, mad }) => {
                     // A shared device's CM messages go to the member they are for.
                     if let Some(m) = &self.member {
-                        if let MadRoute::Member(slot) = m.route(mad) {
-                            if m.forward(slot, from, mad) {
+                        match m.route(mad) {
+                            MadRoute::Member(slot) if m.forward(slot, from, mad) => {
                                 Counters::inc(&self.dev.counters.forwarded_mads);
                                 continue;
                             }
+                            MadRoute::Nobody if self.unclaimed.len() < MAX_UNCLAIMED => {
+                                if let Ok(copy) = mad.try_into() {
+                                    let at = Instant::now() + UNCLAIMED_GRACE;
+                                    self.unclaimed.push((at, from, copy));
+                                    self.unclaimed_check.get_or_insert(Instant::now());
+                                    continue;
+                                }
+                            }
+                            _ => {}
                         }
                     }
                     self.dev.gsi.lock().handle_mad(from, mad);
@@ -926,6 +954,45 @@ impl Engine {
             // tokens) is reckoned from after it.
             self.pass_at = Instant::now();
         }
+    }
+
+    /// Routes again the REQs that found no listener in the group (`unclaimed`), every
+    /// `UNCLAIMED_RECHECK`: one whose listener has registered meanwhile goes to it; one still
+    /// unclaimed after `UNCLAIMED_GRACE` goes to this member's CM, which refuses it. The
+    /// kernel's CM refuses a REQ that comes before the listen at once; a shared device's listen
+    /// (the group's table, under its lock) takes longer than the kernel's, and a server that
+    /// tells its client its port before it listens (Debian's qperf 0.4.11) must not lose the
+    /// race for that.
+    fn retry_unclaimed(&mut self) {
+        let (Some(m), Some(check)) = (&self.member, self.unclaimed_check) else {
+            return;
+        };
+        let now = Instant::now();
+        if now < check {
+            return;
+        }
+        let mut i = 0;
+        while i < self.unclaimed.len() {
+            let (until, from, mad) = self.unclaimed[i];
+            let done = match m.route(&mad) {
+                MadRoute::Member(slot) if m.forward(slot, from, &mad) => {
+                    Counters::inc(&self.dev.counters.forwarded_mads);
+                    true
+                }
+                MadRoute::Nobody if now < until => false,
+                _ => {
+                    self.dev.gsi.lock().handle_mad(from, &mad);
+                    self.gsi_due = true;
+                    true
+                }
+            };
+            if done {
+                self.unclaimed.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        self.unclaimed_check = (!self.unclaimed.is_empty()).then(|| now + UNCLAIMED_RECHECK);
     }
 
     /// Serves QP1 when it received MADs, was given some to send, or has a deadline due: runs

@@ -27,7 +27,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use super::steering::{self, FORWARD_MAGIC, MAX_SLOTS, SECRET_LEN};
-use crate::wire::cm::CmMessage;
+use crate::wire::cm::{CmMessage, CmReq, CmSidrReq};
 
 /// The envelope: magic, slot (and 3 bytes of padding), the secret, the MAD's source (an IPv6
 /// or IPv4-mapped address and a port), the MAD.
@@ -55,18 +55,25 @@ pub enum MadRoute {
     Here,
     /// By the member in this slot.
     Member(u8),
+    /// A REQ or SIDR_REQ for a service no member listens on (yet): the caller may hold it a
+    /// moment for a listener that is registering, then hands it to its own CM, which refuses
+    /// it.
+    Nobody,
 }
 
-/// Where `mad` belongs: a REQ or SIDR_REQ to the listener of its service ID (`listener`), any
-/// other CM message to the slot in its communication or request ID (the top byte of the ID
-/// the recipient chose), what does not parse here (the CM counts it).
+/// Where `mad` belongs: a REQ or SIDR_REQ to the listener of its service ID (`listener`;
+/// `Nobody` if none), any other CM message to the slot in its communication or request ID
+/// (the top byte of the ID the recipient chose), what does not parse here (the CM counts it).
 pub fn route_mad(mad: &[u8], me: u8, listener: impl FnOnce(u64) -> Option<u8>) -> MadRoute {
     let Ok((_, msg)) = CmMessage::parse(mad) else {
         return MadRoute::Here;
     };
     let slot = match msg {
-        CmMessage::Req(r) => listener(r.service_id),
-        CmMessage::SidrReq(r) => listener(r.service_id),
+        CmMessage::Req(CmReq { service_id, .. })
+        | CmMessage::SidrReq(CmSidrReq { service_id, .. }) => match listener(service_id) {
+            Some(s) => Some(s),
+            None => return MadRoute::Nobody,
+        },
         CmMessage::SidrRep(r) => Some(id_slot(r.request_id)),
         CmMessage::Mra(m) => Some(id_slot(m.remote_comm_id)),
         CmMessage::Rej(r) => Some(id_slot(r.remote_comm_id)),
@@ -788,6 +795,24 @@ mod tests {
         assert_eq!(route_mad(&m, 3, |_| None), MadRoute::Here);
         // Not a CM message: here, where the CM counts it.
         assert_eq!(route_mad(&[0u8; 10], 0, |_| Some(9)), MadRoute::Here);
+    }
+
+    #[test]
+    fn a_req_goes_to_its_services_listener_or_to_nobody() {
+        // A REQ as a peer's CM makes it.
+        let p = crate::cm::ConnectParams::rc(0x0106_0000_0000_1234, 0x11, 0, [1; 16], [2; 16]);
+        let mut peer = crate::cm::Endpoint::new(crate::cm::EndpointConfig::default());
+        peer.connect(
+            std::time::Duration::ZERO,
+            "127.0.0.9:4791".parse().unwrap(),
+            &p,
+        )
+        .unwrap();
+        let m = peer.poll_transmit().unwrap().mad;
+        let table = |svc: u64| (svc == 0x0106_0000_0000_1234).then_some(4);
+        assert_eq!(route_mad(&m, 0, table), MadRoute::Member(4));
+        assert_eq!(route_mad(&m, 4, table), MadRoute::Here);
+        assert_eq!(route_mad(&m, 0, |_| None), MadRoute::Nobody);
     }
 
     #[test]

@@ -549,14 +549,20 @@ pub(super) fn complete(id: &Arc<Obj<Id>>, want: c_int) -> c_int {
     }
 }
 
-/// Before a process's first identifier binds on device `dev`: if it is about to connect to
-/// that device's own loopback address, and has started no engine and bound no port (so
-/// nothing of its own listens there), the listener is another process on the same device,
-/// which holds that address's socket. The kernel shares one device among processes;
+/// Before a process's first identifier binds on device `dev`, when devices hold their
+/// addresses alone (`SOFTROCE_SHARE=0`): if it is about to connect to that device's own
+/// loopback address, and has started no engine and bound no port (so nothing of its own
+/// listens there), the listener is another process on the same device, which holds that
+/// address's socket. The kernel shares one device among processes;
 /// softroce's device is the process's own, so this process's device stands in at an address
 /// of its own on loopback, reachable from the other as any peer is (spec-notes/librdmacm.md,
 /// rule 10).
 fn stand_in_to_reach_own_address(dev: usize, dst: IpAddr) {
+    if softroce::driver::sharing_enabled() {
+        // Both processes are members of the address's group: the listener's REQs reach it
+        // there (spec-notes/shared-device.md), with no address of this process's own.
+        return;
+    }
     let nominal = cm_hooks::nominal_addr(dev);
     let IpAddr::V4(v4) = nominal.ip() else {
         return; // ::1 is IPv6's only loopback address: nowhere else to stand.
