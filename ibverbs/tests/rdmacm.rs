@@ -965,3 +965,28 @@ fn mckey_multicast_between_two_processes_on_one_loopback_device_address() {
         "{r}"
     );
 }
+
+#[test]
+fn rdma_xserver_and_rdma_xclient_in_rc_mode_on_one_address() {
+    // rdmacm-utils' rdma_xserver/rdma_xclient (RC, their default): each makes its QP with one
+    // SGE and no inline data, then posts a 16-byte IBV_SEND_INLINE send with lkey 0. rxe sizes
+    // a send WQE as the larger of its SGEs (16 bytes each) and its inline data, so that send
+    // fits; so does softroce now (ib::sized_as_rxe). Both end 0 with "end 0".
+    let ip = "127.0.23.9";
+    let port = free_tcp_port().to_string();
+    let server = shimmed(&program("rdma_xserver", "rdmacm-utils"), ip, &["-p", &port]);
+    let (st, ct) = serve(
+        server,
+        ip,
+        || {
+            shimmed(
+                &program("rdma_xclient", "rdmacm-utils"),
+                ip,
+                &["-s", ip, "-p", &port],
+            )
+        },
+        Duration::from_secs(30),
+    );
+    assert!(st.contains("rdma_xserver: end 0"), "server:\n{st}");
+    assert!(ct.contains("rdma_xclient: end 0"), "client:\n{ct}");
+}

@@ -178,12 +178,13 @@ impl ProtectionDomain {
             }
         }
         check_cap(&init.cap, &self.dev.limits)?;
+        let cap = crate::ib::sized_as_rxe(&init.cap);
         let qpn = self.dev.alloc_qpn()?;
         let core = QpCore::new(
             QpConfig {
                 qpn,
                 pd: self.handle,
-                cap: init.cap,
+                cap,
                 sq_sig_all: init.sq_sig_all,
                 local: self.dev.local,
                 remote_port: self.dev.remote_port,
