@@ -474,10 +474,12 @@ fn sge_faults_and_limits_on_a_connected_qp() {
             fault: SgeFault::OutOfRange
         }
     );
-    let three = [a.mr.sge(0, 1), a.mr.sge(1, 1), a.mr.sge(2, 1)];
+    // The QP asked for 2 SGEs and 64 bytes of inline data: a send WQE of 64 bytes, which
+    // holds 4 SGEs (rxe's sizing, ib::sized_as_rxe).
+    let five: Vec<Sge> = (0..5).map(|i| a.mr.sge(i, 1)).collect();
     assert_eq!(
-        post_err(&three, WrOpcode::Send, SendFlags::EMPTY),
-        VerbsError::TooManySge { given: 3, max: 2 }
+        post_err(&five, WrOpcode::Send, SendFlags::EMPTY),
+        VerbsError::TooManySge { given: 5, max: 4 }
     );
     let big = [a.mr.sge(0, 100)];
     assert_eq!(
@@ -607,7 +609,8 @@ fn a_partly_failed_post_sends_the_wrs_before_the_bad_one() {
     let (a, b) = connected(Mtu::Mtu1024, 4096);
     wait_engines_idle(&a, &b);
     let good = [a.mr.sge(0, 64)];
-    let too_many = [a.mr.sge(0, 8), a.mr.sge(8, 8), a.mr.sge(16, 8)];
+    // 5 SGEs: the QP holds 4 (2 asked, and 64 bytes of inline data: rxe's sizing).
+    let too_many: Vec<Sge> = (0..5).map(|i| a.mr.sge(i * 8, 8)).collect();
     let write = |wr_id, sg_list| SendWr {
         wr_id,
         sg_list,
