@@ -250,10 +250,14 @@ pub unsafe extern "C" fn ibv_create_qp(
 /// as the kernel's exclusive lock of a destroyed object orders the two.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_qp(p: *mut ibv_qp) -> c_int {
-    match handle::remove_if::<Qp>(p, |_, q| match q.qp.is_attached_to_mcast() {
-        true => Err(libc::EBUSY),
-        false => Ok(()),
-    }) {
+    let not_attached = |_: &handle::Locked, q: &Obj<Qp>| {
+        if q.qp.is_attached_to_mcast() {
+            Err(libc::EBUSY)
+        } else {
+            Ok(())
+        }
+    };
+    match handle::remove_if::<Qp>(p, not_attached) {
         Ok(q) => {
             // rdma_cm may hold the QP past this call: what was posted leaves now, as on rxe.
             q.qp.send_what_is_posted();
