@@ -10,7 +10,8 @@
 //!
 //! Then one program per race that issue #34 found, each forcing its interleavings and
 //! counting how often each outcome happened (printed; the forced ones asserted):
-//! ibv_get_cq_event and ibv_ack_cq_events against ibv_destroy_cq (c/race_cq_events.c).
+//! ibv_get_cq_event and ibv_ack_cq_events against ibv_destroy_cq (c/race_cq_events.c),
+//! ibv_attach_mcast against ibv_destroy_qp (c/race_mcast.c).
 
 mod common;
 
@@ -32,6 +33,15 @@ fn threads_racing_create_use_destroy_get_the_right_errno_and_leave_nothing_behin
 fn get_cq_event_racing_destroy_cq_returns_no_destroyed_cq_and_destroy_waits_for_the_ack() {
     let t = CTest::build("tests/c/race_cq_events.c", &["-pthread"], &["-libverbs"]);
     let mut cmd = under_shim(t.exe(), "127.0.16.91");
+    cmd.arg("3");
+    let text = t.check(cmd, Duration::from_secs(60), 1_000);
+    eprintln!("{text}");
+}
+
+#[test]
+fn attach_mcast_racing_destroy_qp_never_lets_an_attached_qp_be_destroyed() {
+    let t = CTest::build("tests/c/race_mcast.c", &["-pthread"], &["-libverbs"]);
+    let mut cmd = under_shim(t.exe(), "127.0.16.92");
     cmd.arg("3");
     let text = t.check(cmd, Duration::from_secs(60), 1_000);
     eprintln!("{text}");
