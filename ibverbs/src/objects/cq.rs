@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 use std::ptr::{self, null_mut};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use libc::{c_int, c_uint, c_void, EINVAL, ENODEV};
@@ -15,8 +15,10 @@ use super::handle::{self, CMutexGuard, Obj, Object};
 use crate::ffi::*;
 
 /// The engine side of a completion channel: the eventfd and the CQs that have fired, as
-/// `Weak`s (a CQ may be destroyed with events unread; see the handle module's doc for why no
-/// strong reference may be kept).
+/// `Weak`s (a CQ may be destroyed with events unread: a strong reference here would keep it
+/// past its destroy; see the handle module's doc). A `Weak` is never upgraded: it pins the
+/// CQ's allocation, so that its address stays its handle while the entry is queued, and
+/// `ibv_get_cq_event` looks that handle up under the registry lock.
 struct ChanInner {
     fd: c_int,
     fired: Mutex<VecDeque<Weak<Obj<Cq>>>>,
@@ -94,6 +96,10 @@ pub(super) struct Cq {
     _ctx: Arc<Obj<Ctx>>,
     /// The extended polling state (`ibv_create_cq_ex`'s CQs use it; see `cq_ex`).
     pub(super) ex: super::cq_ex::ExPoll,
+    /// The events `ibv_get_cq_event` returned for this CQ (the kernel's
+    /// `comp_events_reported`), counted under the C struct's mutex; `ibv_destroy_cq` waits
+    /// until `comp_events_completed` has caught up with it.
+    events_reported: AtomicU32,
 }
 
 impl Object for Cq {
@@ -193,6 +199,7 @@ pub unsafe extern "C" fn ibv_create_cq(
             channel: chan,
             _ctx: ctx,
             ex: Default::default(),
+            events_reported: AtomicU32::new(0),
         },
     );
     if let Some(ch) = &obj.channel {
@@ -217,23 +224,47 @@ pub unsafe extern "C" fn ibv_create_cq(
 }
 
 /// `ibv_destroy_cq`: 0 or an errno value (EBUSY while QPs use it, or a call on another thread
-/// does).
+/// does; EINVAL for a handle that is not a live CQ).
+///
+/// As rdma-core over the kernel: the CQ is destroyed first (no call reaches it any more, and
+/// its events not yet read are dropped), then this waits until the application has
+/// acknowledged (`ibv_ack_cq_events`, from any thread) every event `ibv_get_cq_event` returned
+/// for it, so that an acknowledgement never meets a freed CQ (ibv_get_cq_event(3): "destroying
+/// a CQ will wait for all completion events to be acknowledged"). An application that never
+/// acknowledges them blocks here for good, as with rdma-core.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_cq(p: *mut ibv_cq) -> c_int {
-    let cq = match handle::remove::<Cq>(p) {
+    let cq = match handle::retire::<Cq>(p, |_, _| Ok(())) {
         Ok(cq) => cq,
         Err(e) => return fail(e),
     };
     if let Some(ch) = &cq.channel {
         // Events of this CQ not yet read stay counted in the eventfd; drop their queue entries
-        // (ibv_get_cq_event skips a count without one).
+        // (ibv_get_cq_event skips a count without one, as it skips a retiring CQ's).
         ch.inner
             .fired
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .retain(|w| !ptr::eq(w.as_ptr(), Arc::as_ptr(&cq)));
+            .retain(|w| !ptr::eq(w.as_ptr(), &*cq));
     }
-    drop(cq);
+    let c = cq.cq_c();
+    // SAFETY: the mutex and condition variable of the retiring CQ's C struct, kept allocated
+    // by `cq`; rdma-core and the shim touch `comp_events_completed` only under that mutex, and
+    // `events_reported` is final: ibv_get_cq_event counts only for a live CQ, under the
+    // registry lock, which `retire` took to mark it retiring.
+    unsafe {
+        let m = ptr::addr_of_mut!((*c).mutex);
+        let _g = CMutexGuard::lock(m);
+        let reported = cq.events_reported.load(Ordering::Relaxed);
+        // rdma-core waits while the two differ; waiting only while fewer were acknowledged
+        // than returned is the same for a program that acknowledges what it got, and does not
+        // hang one that acknowledged more.
+        while (reported.wrapping_sub(ptr::addr_of!((*c).comp_events_completed).read()) as i32) > 0 {
+            libc::pthread_cond_wait(ptr::addr_of_mut!((*c).cond), m);
+        }
+    }
+    // The last reference (see `handle::Retiring::finish`): the CQ is freed here.
+    drop(cq.finish());
     0
 }
 
@@ -260,7 +291,10 @@ pub(super) unsafe extern "C" fn op_req_notify_cq(p: *mut ibv_cq, _solicited_only
 
 /// `ibv_get_cq_event`: waits (unless the fd is non-blocking) for an event; 0, or -1 and errno.
 /// The channel is referenced for the wait, so destroying it meanwhile is EBUSY, not a
-/// use-after-free; a CQ destroyed after its event fired is skipped.
+/// use-after-free. The event's CQ is looked up under the registry lock, and the event counted
+/// there for `ibv_destroy_cq` to wait for: a CQ whose destroy has begun is skipped (its event
+/// is dropped, as the kernel drops a destroyed CQ's), so a CQ returned here is one that
+/// `ibv_destroy_cq` has not reported destroyed, and cannot until this event is acknowledged.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_cq_event(
     ch: *mut ibv_comp_channel,
@@ -292,38 +326,67 @@ pub unsafe extern "C" fn ibv_get_cq_event(
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .pop_front();
-        // An event of a CQ destroyed since has no entry, or one that no longer upgrades: wait
+        // An event of a CQ destroyed since has no entry, or one of a CQ no longer live: wait
         // for the next.
-        if let Some(cq) = next.and_then(|w| w.upgrade()) {
-            // SAFETY: `cq` is referenced, so its C struct is live; `cq_context` is read raw.
-            // The caller's out-pointers were checked non-null and are writable (the API's
-            // contract).
-            unsafe {
-                *ctx_out = ptr::addr_of!((*cq.cq_c()).cq_context).read();
-                *cq_out = Obj::handle(&cq);
-            }
-            return 0;
+        let Some(pin) = next else {
+            continue;
+        };
+        // A CQ's handle is the start of its allocation (its C struct's `ibv_cq`), which the
+        // `Weak` points to with the allocation's provenance.
+        let h = pin.as_ptr().cast_mut().cast::<ibv_cq>();
+        let reg = handle::lock();
+        let Some(cq) = reg.find_live::<Cq>(h, &pin) else {
+            continue;
+        };
+        let c = cq.cq_c();
+        // SAFETY: `cq` is live while `reg` is held; its mutex guards the count ibv_destroy_cq
+        // waits on; `cq_context` is read raw. The caller's out-pointers were checked non-null
+        // and are writable (the API's contract).
+        unsafe {
+            let _g = CMutexGuard::lock(ptr::addr_of_mut!((*c).mutex));
+            cq.events_reported.fetch_add(1, Ordering::Relaxed);
+            *ctx_out = ptr::addr_of!((*c).cq_context).read();
+            *cq_out = h;
         }
+        return 0;
     }
 }
 
-/// `ibv_ack_cq_events`: counts the events in `comp_events_completed` under the CQ's mutex and
-/// signals its condition variable, as rdma-core does.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_ack_cq_events(p: *mut ibv_cq, nevents: c_uint) {
-    let Some(cq) = cq_of(p) else {
-        // void: errno is all there is to tell with.
-        fail(EINVAL);
-        return;
-    };
+/// Counts `nevents` acknowledged events of `cq` in `comp_events_completed` under its mutex and
+/// signals its condition variable, as rdma-core does (a destroy may be waiting on it).
+fn ack(cq: &Obj<Cq>, nevents: c_uint) {
     let c = cq.cq_c();
-    // SAFETY: the mutex and condition variable of the live, referenced CQ's C struct, which
-    // rdma-core and the shim only touch under that mutex.
+    // SAFETY: the mutex and condition variable of the CQ's C struct, which the caller keeps
+    // allocated, and which rdma-core and the shim only touch under that mutex.
     unsafe {
         let _g = CMutexGuard::lock(ptr::addr_of_mut!((*c).mutex));
         let n = ptr::addr_of_mut!((*c).comp_events_completed);
         n.write(n.read().wrapping_add(nevents));
         libc::pthread_cond_signal(ptr::addr_of_mut!((*c).cond));
+    }
+}
+
+/// `ibv_ack_cq_events`: counts the events in `comp_events_completed` under the CQ's mutex and
+/// signals its condition variable, as rdma-core does. The CQ may be in `ibv_destroy_cq`,
+/// which waits for this: it is found under the registry lock without a reference, which would
+/// make that destroy's object outlive it. errno EINVAL for a handle that is not a CQ (void:
+/// errno is all there is to tell with).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_ack_cq_events(p: *mut ibv_cq, nevents: c_uint) {
+    if !ack_cq_events_in(&handle::lock(), p, nevents) {
+        fail(EINVAL);
+    }
+}
+
+/// `ibv_ack_cq_events` with the registry already locked (the 1.0 layer's acknowledges its
+/// own CQ in the same critical section); false if `p` is not a live or retiring CQ.
+pub(crate) fn ack_cq_events_in(reg: &handle::Locked, p: *mut ibv_cq, nevents: c_uint) -> bool {
+    match reg.find::<Cq>(p) {
+        Some(cq) => {
+            ack(cq, nevents);
+            true
+        }
+        None => false,
     }
 }
 

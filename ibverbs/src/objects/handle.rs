@@ -28,9 +28,33 @@
 //! `Arc`s for its life. So "in use" is exactly "someone besides the registry holds an `Arc`",
 //! and [`remove`] unpublishes a handle, under the same lock, only when the registry's `Arc` is
 //! the only one: otherwise EBUSY, as the kernel answers a destroy while the object has users
-//! or a call in progress. Nothing can take a new strong reference to an object once it is out
-//! of the registry (lookups go through it; a completion channel's queue keeps only `Weak`s), so
-//! the `Arc` that [`remove`] returns is the last and dropping it frees the object there.
+//! or a call in progress. [`remove_if`] adds a check of the destroy's own under that lock
+//! (a QP attached to a multicast group), so that no call can change its answer in between.
+//!
+//! # Retiring: a destroy that waits for the application
+//!
+//! rdma-core's `ibv_destroy_cq` destroys the kernel object and then waits until the
+//! application has acknowledged every completion event it got for the CQ. [`retire`] is the
+//! first half: the same checks as [`remove`], after which the handle is destroyed for every
+//! call ([`get`] and [`remove`] no longer see it) but the object stays in the registry, where
+//! [`Locked::find`] still reaches it: the acknowledgement that the destroy waits for goes
+//! through there. [`Retiring::finish`] unpublishes it; [`Retiring::restore`] makes it live
+//! again (a 1.0 object whose current object refused to go).
+//!
+//! # Nothing takes a reference after `remove`
+//!
+//! [`get`] is the only way from a handle to a new strong reference, and it finds only live
+//! objects. The event path, which starts from a completion channel's queue of `Weak`s, never
+//! upgrades one: it looks the CQ up with [`Locked::find_live`] and reads what it needs under
+//! the registry lock. So the `Arc` that [`remove`] or [`Retiring::finish`] returns is the last,
+//! and dropping it frees the object there, on the destroying thread. Objects closed with
+//! [`remove_in_use`] (a context, rdmacm's identifiers and channels) are another matter: their
+//! users keep them, and the last of those frees them.
+//!
+//! # Lock order
+//!
+//! The registry lock comes first: a C struct's mutex (a CQ's) may be taken while it is held
+//! ([`Locked`]), and nothing takes the registry lock while holding a C struct's mutex.
 //!
 //! The data-path calls (post, poll, notify) do not look their handle up: they trust it, as
 //! rdma-core's providers do (no lock per work request). Destroying an object while another
@@ -41,7 +65,7 @@ use std::cell::UnsafeCell;
 use std::collections::HashMap;
 use std::ops::Deref;
 use std::ptr;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use libc::{c_int, EBUSY, EINVAL};
 
@@ -128,10 +152,17 @@ impl<T: Object> Obj<T> {
     }
 }
 
-type Entry = Arc<dyn Any + Send + Sync>;
+/// A published object.
+struct Entry {
+    obj: Arc<dyn Any + Send + Sync>,
+    /// Destroyed as far as C is concerned, its destroy not finished (see [`retire`]).
+    retiring: bool,
+}
 
-fn registry() -> MutexGuard<'static, HashMap<usize, Entry>> {
-    static LIVE: OnceLock<Mutex<HashMap<usize, Entry>>> = OnceLock::new();
+type Registry = HashMap<usize, Entry>;
+
+fn registry() -> MutexGuard<'static, Registry> {
+    static LIVE: OnceLock<Mutex<Registry>> = OnceLock::new();
     LIVE.get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -140,40 +171,135 @@ fn registry() -> MutexGuard<'static, HashMap<usize, Entry>> {
 /// Publishes `obj` and returns the handle to give C.
 pub(crate) fn publish<T: Object>(obj: &Arc<Obj<T>>) -> *mut T::Handle {
     let h = Obj::handle(obj);
-    let entry: Entry = obj.clone();
+    let entry = Entry {
+        obj: obj.clone(),
+        retiring: false,
+    };
     registry().insert(h as usize, entry);
     h
 }
 
 /// The live object of type `T` behind `h`, referenced under the registry lock: it stays
-/// allocated until the returned `Arc` is dropped. None for null, unknown, destroyed or
-/// other-typed handles.
+/// allocated until the returned `Arc` is dropped. None for null, unknown, destroyed (retiring
+/// included) or other-typed handles.
 pub(crate) fn get<T: Object>(h: *mut T::Handle) -> Option<Arc<Obj<T>>> {
     if h.is_null() {
         return None;
     }
-    let entry = registry().get(&(h as usize))?.clone();
+    let entry = registry()
+        .get(&(h as usize))
+        .filter(|e| !e.retiring)?
+        .obj
+        .clone();
     entry.downcast::<Obj<T>>().ok()
+}
+
+/// The checks of a destroy, under the registry lock: EINVAL unless `h` is a live `T`, EBUSY
+/// while anything but the registry holds it, then `check`'s answer.
+fn destroy_checks<T: Object>(
+    reg: &Locked,
+    h: *mut T::Handle,
+    check: impl FnOnce(&Locked, &Obj<T>) -> Result<(), c_int>,
+) -> Result<(), c_int> {
+    if h.is_null() {
+        return Err(EINVAL);
+    }
+    let entry = reg
+        .0
+        .get(&(h as usize))
+        .filter(|e| !e.retiring)
+        .ok_or(EINVAL)?;
+    let obj = entry.obj.downcast_ref::<Obj<T>>().ok_or(EINVAL)?;
+    if Arc::strong_count(&entry.obj) != 1 {
+        return Err(EBUSY);
+    }
+    check(reg, obj)
 }
 
 /// Unpublishes `h` if nothing but the registry holds its object, and returns the object (the
 /// last reference: dropping it frees it). EINVAL for a handle that is not a live `T`, EBUSY
 /// while other objects or calls in progress use it.
 pub(crate) fn remove<T: Object>(h: *mut T::Handle) -> Result<Arc<Obj<T>>, c_int> {
-    if h.is_null() {
-        return Err(EINVAL);
-    }
-    let mut reg = registry();
-    let entry = reg.get(&(h as usize)).ok_or(EINVAL)?;
-    if !entry.is::<Obj<T>>() {
-        return Err(EINVAL);
-    }
-    if Arc::strong_count(entry) != 1 {
-        return Err(EBUSY);
-    }
-    let entry = reg.remove(&(h as usize)).ok_or(EINVAL)?;
+    remove_if::<T>(h, |_, _| Ok(()))
+}
+
+/// As [`remove`], after `check` has also passed, under the same lock: nothing uses the object
+/// meanwhile (so no call can change what `check` reads through the shim) and nothing can
+/// reach it afterwards. `check` runs under the registry lock, which it is given to look other
+/// objects up with: it must be short, and take no lock that is held around a registry lookup.
+pub(crate) fn remove_if<T: Object>(
+    h: *mut T::Handle,
+    check: impl FnOnce(&Locked, &Obj<T>) -> Result<(), c_int>,
+) -> Result<Arc<Obj<T>>, c_int> {
+    let mut reg = lock();
+    destroy_checks::<T>(&reg, h, check)?;
+    let entry = reg.0.remove(&(h as usize)).ok_or(EINVAL)?;
     drop(reg);
-    entry.downcast::<Obj<T>>().map_err(|_| EINVAL)
+    entry.obj.downcast::<Obj<T>>().map_err(|_| EINVAL)
+}
+
+/// An object whose destroy has begun: destroyed for every call, still reachable through
+/// [`Locked::find`] until [`Retiring::finish`] (or dropping this) unpublishes it.
+pub(crate) struct Retiring<T: Object> {
+    h: usize,
+    obj: Arc<Obj<T>>,
+    /// Made live again: dropping leaves the registry alone.
+    restored: bool,
+}
+
+/// Begins the destroy of `h` (see the module doc): the checks of [`remove_if`], under the
+/// registry lock, after which no call finds the object with [`get`], and [`Locked::find`]
+/// alone reaches it. EINVAL for a handle that is not a live `T`, EBUSY while it is in use,
+/// or `check`'s error.
+pub(crate) fn retire<T: Object>(
+    h: *mut T::Handle,
+    check: impl FnOnce(&Locked, &Obj<T>) -> Result<(), c_int>,
+) -> Result<Retiring<T>, c_int> {
+    let mut reg = lock();
+    destroy_checks::<T>(&reg, h, check)?;
+    let entry = reg.0.get_mut(&(h as usize)).ok_or(EINVAL)?;
+    let obj = entry.obj.clone().downcast::<Obj<T>>().map_err(|_| EINVAL)?;
+    entry.retiring = true;
+    Ok(Retiring {
+        h: h as usize,
+        obj,
+        restored: false,
+    })
+}
+
+impl<T: Object> Deref for Retiring<T> {
+    type Target = Obj<T>;
+    fn deref(&self) -> &Obj<T> {
+        &self.obj
+    }
+}
+
+impl<T: Object> Retiring<T> {
+    /// Unpublishes the object and returns it: the last reference, as [`remove`]'s (nothing
+    /// took one since [`retire`], [`get`] not seeing it).
+    pub(crate) fn finish(self) -> Arc<Obj<T>> {
+        let obj = Arc::clone(&self.obj);
+        drop(self); // unpublishes it, and drops its own reference
+        obj
+    }
+
+    /// Makes the object live again under the same handle (its destroy failed).
+    pub(crate) fn restore(mut self) {
+        if let Some(e) = registry().get_mut(&self.h) {
+            e.retiring = false;
+        }
+        self.restored = true;
+    }
+}
+
+impl<T: Object> Drop for Retiring<T> {
+    fn drop(&mut self) {
+        if !self.restored {
+            let entry = registry().remove(&self.h);
+            // Not the last reference (`self.obj` is one): nothing is freed under the lock.
+            drop(entry);
+        }
+    }
 }
 
 /// Unpublishes `h` whoever uses it (closing a context that still has objects); None if it is
@@ -183,10 +309,47 @@ pub(crate) fn remove_in_use<T: Object>(h: *mut T::Handle) -> Option<Arc<Obj<T>>>
         return None;
     }
     let mut reg = registry();
-    if !reg.get(&(h as usize))?.is::<Obj<T>>() {
+    let e = reg.get(&(h as usize)).filter(|e| !e.retiring)?;
+    if !e.obj.is::<Obj<T>>() {
         return None;
     }
-    reg.remove(&(h as usize))?.downcast::<Obj<T>>().ok()
+    reg.remove(&(h as usize))?.obj.downcast::<Obj<T>>().ok()
+}
+
+/// The registry, locked: objects found through it stay allocated while it is held, without a
+/// reference being taken (so a destroy in progress is not made to fail with EBUSY, and one
+/// that waits for such a call, [`retire`], can still be reached). Every control call of every
+/// thread waits while it is held: keep it for a few field accesses. An object's C mutex may
+/// be taken under it (the module doc's lock order).
+pub(crate) struct Locked(MutexGuard<'static, Registry>);
+
+/// Locks the registry (see [`Locked`]).
+pub(crate) fn lock() -> Locked {
+    Locked(registry())
+}
+
+impl Locked {
+    /// The live or retiring object of type `T` behind `h`; None for null, unknown, destroyed
+    /// or other-typed handles.
+    pub(crate) fn find<T: Object>(&self, h: *mut T::Handle) -> Option<&Obj<T>> {
+        if h.is_null() {
+            return None;
+        }
+        self.0.get(&(h as usize))?.obj.downcast_ref::<Obj<T>>()
+    }
+
+    /// The live (published, not retiring) object behind `h`, if it is the one `w` points to.
+    /// A `Weak` taken when an event was queued pins its object's allocation, so that the
+    /// handle cannot meanwhile have become another object's (at the same address).
+    pub(crate) fn find_live<T: Object>(
+        &self,
+        h: *mut T::Handle,
+        w: &Weak<Obj<T>>,
+    ) -> Option<&Obj<T>> {
+        let e = self.0.get(&(h as usize)).filter(|e| !e.retiring)?;
+        let obj = e.obj.downcast_ref::<Obj<T>>()?;
+        ptr::eq(obj, w.as_ptr()).then_some(obj)
+    }
 }
 
 /// How many handles are live.

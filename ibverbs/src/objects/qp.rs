@@ -255,13 +255,21 @@ pub unsafe extern "C" fn ibv_create_qp(
 }
 
 /// `ibv_destroy_qp`: 0 or an errno value (EBUSY while a call on another thread uses it, or
-/// while the QP is attached to a multicast group: rxe refuses that, IBTA o10-2.2.3).
+/// while the QP is attached to a multicast group: the kernel refuses that, uverbs_free_qp's
+/// `mcast_list` check, IBTA o10-2.2.3). The attachment is checked under the registry lock
+/// with the QP's removal, while nothing else holds the QP: an `ibv_attach_mcast` holds it for
+/// the whole attach, so it either finished before (EBUSY here) or finds the QP gone (EINVAL),
+/// as the kernel's exclusive lock of a destroyed object orders the two.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_qp(p: *mut ibv_qp) -> c_int {
-    if qp_of(p).is_some_and(|q| q.qp.is_attached_to_mcast()) {
-        return fail(libc::EBUSY);
-    }
-    match handle::remove::<Qp>(p) {
+    let not_attached = |_: &handle::Locked, q: &Obj<Qp>| {
+        if q.qp.is_attached_to_mcast() {
+            Err(libc::EBUSY)
+        } else {
+            Ok(())
+        }
+    };
+    match handle::remove_if::<Qp>(p, not_attached) {
         Ok(q) => {
             // rdma_cm may hold the QP past this call: what was posted leaves now, as on rxe.
             q.qp.send_what_is_posted();
@@ -452,6 +460,13 @@ pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut c_void {
         Some(q) if q.ex.enabled() => qp.cast(),
         _ => null_mut(),
     }
+}
+
+/// Whether `p` is a live QP attached to a multicast group, for a destroy's check under the
+/// registry lock (the 1.0 layer's `ibv_destroy_qp`; see [`ibv_destroy_qp`]).
+pub(crate) fn attached_to_mcast_in(reg: &handle::Locked, p: *mut ibv_qp) -> bool {
+    reg.find::<Qp>(p)
+        .is_some_and(|q| q.qp.is_attached_to_mcast())
 }
 
 /// What `ibv_attach_mcast` and `ibv_detach_mcast` do on rxe: 0 or an errno value (EINVAL
