@@ -378,9 +378,18 @@ fn another_user_cannot_join_an_address_and_is_told_why() {
         .is_ok_and(|m| m.len() == 1)),
         "the first user's device never came up"
     );
+    // A copy of the binary that nobody may run (the build's directory may be root's alone).
+    let dir = std::env::temp_dir().join(format!("softroce-otheruser-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = dir.join("softroce");
+    std::fs::copy(common::bin(), &bin).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    for (p, mode) in [(&dir, 0o755), (&bin, 0o755)] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
     let theirs = std::process::Command::new(common::program("setpriv", "util-linux"))
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(common::bin())
+        .arg(&bin)
         .args(["rping", "-s", "-a", "127.0.0.1", "-p"])
         .arg(ports().0.to_string())
         .args(["--roce-port", &udp.to_string()])
@@ -391,6 +400,7 @@ fn another_user_cannot_join_an_address_and_is_told_why() {
     let mut mine = mine;
     let _ = mine.kill();
     let _ = mine.wait();
+    let _ = std::fs::remove_dir_all(&dir);
     let err = String::from_utf8_lossy(&theirs.stderr);
     assert!(!theirs.status.success(), "another user joined: {err}");
     assert!(
