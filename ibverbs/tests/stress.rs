@@ -11,7 +11,8 @@
 //! Then one program per race that issue #34 found, each forcing its interleavings and
 //! counting how often each outcome happened (printed; the forced ones asserted):
 //! ibv_get_cq_event and ibv_ack_cq_events against ibv_destroy_cq (c/race_cq_events.c),
-//! ibv_attach_mcast against ibv_destroy_qp (c/race_mcast.c).
+//! ibv_attach_mcast against ibv_destroy_qp (c/race_mcast.c), and the IBVERBS_1.0 functions
+//! against the destroy of their objects, events included (c/race_compat_1_0.c).
 
 mod common;
 
@@ -42,6 +43,19 @@ fn get_cq_event_racing_destroy_cq_returns_no_destroyed_cq_and_destroy_waits_for_
 fn attach_mcast_racing_destroy_qp_never_lets_an_attached_qp_be_destroyed() {
     let t = CTest::build("tests/c/race_mcast.c", &["-pthread"], &["-libverbs"]);
     let mut cmd = under_shim(t.exe(), "127.0.16.92");
+    cmd.arg("3");
+    let text = t.check(cmd, Duration::from_secs(60), 1_000);
+    eprintln!("{text}");
+}
+
+#[test]
+fn ibverbs_1_0_calls_racing_their_objects_destroy_hold_them_or_get_einval() {
+    let t = CTest::build(
+        "tests/c/race_compat_1_0.c",
+        &["-pthread"],
+        &["-libverbs", "-ldl"],
+    );
+    let mut cmd = under_shim(t.exe(), "127.0.16.93");
     cmd.arg("3");
     let text = t.check(cmd, Duration::from_secs(60), 1_000);
     eprintln!("{text}");
