@@ -433,7 +433,11 @@ mod tests {
         let o = Obj::new([1, 2], Thing(9));
         let h = publish(&o);
         let w = Arc::downgrade(&o);
-        assert_eq!(retire::<Thing>(h, |_, _| Ok(())).err(), Some(EBUSY), "`o` holds it");
+        assert_eq!(
+            retire::<Thing>(h, |_, _| Ok(())).err(),
+            Some(EBUSY),
+            "`o` holds it"
+        );
         drop(o);
         assert_eq!(
             retire::<Thing>(h, |_, _| Err(libc::EAGAIN)).err(),
@@ -448,13 +452,23 @@ mod tests {
         .unwrap();
         assert!(get::<Thing>(h).is_none(), "no new reference once retiring");
         assert_eq!(remove::<Thing>(h).err(), Some(EINVAL), "destroyed for C");
-        assert!(retire::<Thing>(h, |_, _| Ok(())).is_err(), "a second destroy");
+        assert!(
+            retire::<Thing>(h, |_, _| Ok(())).is_err(),
+            "a second destroy"
+        );
         assert!(remove_in_use::<Thing>(h).is_none());
         {
             let reg = lock();
-            assert_eq!(reg.find::<Thing>(h).map(|t| t.0), Some(9), "an ack reaches it");
+            assert_eq!(
+                reg.find::<Thing>(h).map(|t| t.0),
+                Some(9),
+                "an ack reaches it"
+            );
             assert!(reg.find::<Other>(h.cast()).is_none());
-            assert!(reg.find_live::<Thing>(h, &w).is_none(), "no new event for it");
+            assert!(
+                reg.find_live::<Thing>(h, &w).is_none(),
+                "no new event for it"
+            );
         }
         let last = r.finish();
         assert_eq!(Arc::strong_count(&last), 1, "the last reference");
@@ -472,7 +486,10 @@ mod tests {
         drop(o);
         assert!(lock().find_live::<Thing>(h, &w).is_some());
         let stranger = Arc::downgrade(&Obj::new([0, 0], Thing(2)));
-        assert!(lock().find_live::<Thing>(h, &stranger).is_none(), "another allocation");
+        assert!(
+            lock().find_live::<Thing>(h, &stranger).is_none(),
+            "another allocation"
+        );
         let r = retire::<Thing>(h, |_, _| Ok(())).unwrap();
         r.restore();
         assert!(lock().find_live::<Thing>(h, &w).is_some());
