@@ -158,8 +158,12 @@ softroce() {
         wrap_s=("$BL/maxrss" "$TMP/$RSS_TAG.server" --)
         wrap_c=("$BL/maxrss" "$TMP/$RSS_TAG.client" --)
     fi
+    # CLIENT_BIND: the client's device address (default: perf's, 127.0.0.2 for a server on
+    # 127.0.0.1); 127.0.0.1 puts both ends on one shared address.
+    local bind_c=()
+    [ -n "${CLIENT_BIND:-}" ] && bind_c=(--bind "$CLIENT_BIND")
     pair "$TMP/sr.json" :: "${wrap_s[@]}" "$BIN" perf "$@" -p "$PORT" --roce-port "$PORT" --json \
-        :: "${wrap_c[@]}" "$BIN" perf "$@" -p "$PORT" --roce-port "$PORT" --json 127.0.0.1 || return 1
+        :: "${wrap_c[@]}" "$BIN" perf "$@" "${bind_c[@]}" -p "$PORT" --roce-port "$PORT" --json 127.0.0.1 || return 1
     if [ -n "${TAILS:-}" ]; then
         jq -er '"\(.lat_us.p99) \(.lat_us.p999)"' "$TMP/sr.json" >>"$TMP/tails.$TAILS" || return 1
     fi
@@ -239,11 +243,16 @@ measure tcp iperf_tcp
 measure udp_plain udp_blast plain
 measure udp_gso udp_blast gso
 measure write softroce .bw_avg_mbps write -s 65536 -n "$BW_ITERS"
+# The shared device (spec-notes/shared-device.md): both ends on one address, and both ends
+# holding their addresses alone (no steering program), against the write row's own addresses.
+CLIENT_BIND=127.0.0.1 measure write_shared softroce .bw_avg_mbps write -s 65536 -n "$BW_ITERS"
+SOFTROCE_SHARE=0 measure write_alone softroce .bw_avg_mbps write -s 65536 -n "$BW_ITERS"
 measure send softroce .bw_avg_mbps send -s 65536 -n "$BW_ITERS"
 measure read softroce .bw_avg_mbps read -s 65536 -n "$BW_ITERS"
 measure pp_block udp_pingpong
 TAILS=lat measure lat softroce .lat_us.p50 send --lat -s 2 -n "$LAT_ITERS"
 tails lat
+CLIENT_BIND=127.0.0.1 measure lat_shared softroce .lat_us.p50 send --lat -s 2 -n "$LAT_ITERS"
 measure pp_busy udp_pingpong --busy
 if [ $BUSY = 1 ]; then
     TAILS=lat_busy measure lat_busy softroce .lat_us.p50 send --lat -s 2 -n "$LAT_ITERS" --busy-poll
@@ -497,12 +506,18 @@ r=$(ratio "${VAL[write]}" "${VAL[udp_gso]}")
 row write-64k-vs-udp-gso "64 KiB RC WRITE vs raw UDP GSO/GRO, 4128-byte datagrams" "$(mbs "${VAL[write]}")" "$(mbs "${VAL[udp_gso]}")" "$r" ">= 0.6x" "$(met "$r" '>=' 0.6)"
 r=$(ratio "${VAL[write]}" "${VAL[udp_plain]}")
 row write-64k-vs-udp-plain "64 KiB RC WRITE vs raw UDP without GSO/GRO (sendmmsg/recvmmsg)" "$(mbs "${VAL[write]}")" "$(mbs "${VAL[udp_plain]}")" "$r" "-" "-"
+r=$(ratio "${VAL[write_shared]}" "${VAL[write]}")
+row shared-write-64k "64 KiB RC WRITE, both ends on one shared address vs each on its own" "$(mbs "${VAL[write_shared]}")" "$(mbs "${VAL[write]}")" "$r" ">= 0.95x" "$(met "$r" '>=' 0.95)"
+r=$(ratio "${VAL[write]}" "${VAL[write_alone]}")
+row shared-write-64k-vs-alone "64 KiB RC WRITE, each end a member of its address's group (the default) vs holding its address alone (SOFTROCE_SHARE=0)" "$(mbs "${VAL[write]}")" "$(mbs "${VAL[write_alone]}")" "$r" ">= 0.95x" "$(met "$r" '>=' 0.95)"
 r=$(ratio "${VAL[send]}" "${VAL[write]}")
 row send-64k "64 KiB SEND vs 64 KiB WRITE" "$(mbs "${VAL[send]}")" "$(mbs "${VAL[write]}")" "$r" ">= 0.8x" "$(met "$r" '>=' 0.8)"
 r=$(ratio "${VAL[read]}" "${VAL[write]}")
 row read-64k "64 KiB READ vs 64 KiB WRITE" "$(mbs "${VAL[read]}")" "$(mbs "${VAL[write]}")" "$r" ">= 0.8x" "$(met "$r" '>=' 0.8)"
 r=$(ratio "${VAL[lat]}" "${VAL[pp_block]}")
 row lat-2b "2-byte SEND one-way p50 vs blocking UDP ping-pong" "$(us "${VAL[lat]}")" "$(us "${VAL[pp_block]}")" "$r" "<= 1.3x" "$(met "$r" '<=' 1.3)"
+r=$(ratio "${VAL[lat_shared]}" "${VAL[lat]}")
+row shared-lat-2b "2-byte SEND one-way p50, both ends on one shared address vs each on its own" "$(us "${VAL[lat_shared]}")" "$(us "${VAL[lat]}")" "$r" "<= 1.05x" "$(met "$r" '<=' 1.05)"
 r=$(ratio "${VAL[lat_busy]}" "${VAL[pp_busy]}")
 row lat-2b-busy "2-byte SEND one-way p50, --busy-poll vs busy-polling UDP ping-pong" "$(us "${VAL[lat_busy]}")" "$(us "${VAL[pp_busy]}")" "$r" "<= 1.5x" "$(met "$r" '<=' 1.5)"
 # tail_rows ID KEY WHAT: the p99 and p999 of a latency row against its own p50.
@@ -573,7 +588,7 @@ rss_note() { # client|server
     echo
     echo "Each figure is the median of $RUNS run(s); the runs, in order:"
     echo
-    for k in tcp udp_plain udp_gso write send read pp_block lat lat_p99 lat_p999 pp_busy lat_busy lat_busy_p99 lat_busy_p999 $(for q in $RATE_QPS; do echo "rate_q$q"; done) write_q1024 shim_write shim_write_sr shim_rate shim_rate_sr shim_lat shim_lat_p99 shim_lat_p999 shim_lat_sr shim_lat_busy shim_lat_busy_p99 shim_lat_busy_p999 shim_lat_busy_sr $UCX_KEYS send_q4_wall readme_impair mem_client mem_server; do
+    for k in tcp udp_plain udp_gso write write_shared write_alone send read pp_block lat lat_shared lat_p99 lat_p999 pp_busy lat_busy lat_busy_p99 lat_busy_p999 $(for q in $RATE_QPS; do echo "rate_q$q"; done) write_q1024 shim_write shim_write_sr shim_rate shim_rate_sr shim_lat shim_lat_p99 shim_lat_p999 shim_lat_sr shim_lat_busy shim_lat_busy_p99 shim_lat_busy_p999 shim_lat_busy_sr $UCX_KEYS send_q4_wall readme_impair mem_client mem_server; do
         echo "- $k: ${SAMPLES[$k]:-${VAL[$k]}}"
     done
     echo "- send_q4: RNR NAKs per run $(paste -sd' ' "$TMP/q4.rnr" 2>/dev/null); measured intervals $(awk '{print $2}' "$TMP/q4.times" 2>/dev/null | paste -sd' ')"

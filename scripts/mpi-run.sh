@@ -4,7 +4,8 @@
 # with NP ranks (default 2), as a Markdown table on stdout.
 #   scripts/mpi-run.sh [NP] [BIN_DIR]   (BIN_DIR default target/release; needs softroce and
 #                                        libibverbs.so there, mpicc from libopenmpi-dev)
-# softroce: every rank runs under `softroce run --bind 127.0.70.(10+rank)`, UCX_TLS=rc_verbs,
+# softroce: every rank runs under `softroce run --bind 127.0.70.10` (one address for the host,
+# shared by the ranks as rxe0 is), UCX_TLS=rc_verbs,
 # ud_verbs on softroce0:1, `--mca btl self` (no vader); the RoCEv2 bytes between the ranks
 # are counted from a capture (dumpcap, tshark's package) to show that they carried the data.
 # TCP: --mca pml ob1 --mca btl tcp,self on lo. Every run is bounded (timeout 300 s).
@@ -24,7 +25,7 @@ trap 'rm -rf "$work"' EXIT
 mpicc -O2 -Wall -o "$work/pingpong" tests/mpi/pingpong.c
 cat >"$work/rank.sh" <<EOF
 #!/bin/sh
-exec '$SOFTROCE' run --lib '$LIB' --bind 127.0.70.\$((10 + OMPI_COMM_WORLD_RANK)) -- "\$@"
+exec '$SOFTROCE' run --lib '$LIB' --bind 127.0.70.10 -- "\$@"
 EOF
 chmod +x "$work/rank.sh"
 common=(--allow-run-as-root --oversubscribe --bind-to none -np "$NP" --mca oob_tcp_if_include lo)
@@ -57,5 +58,5 @@ echo
 echo "UCX endpoint configurations (softroce run):"
 grep -o 'ep_cfg\[[0-9]*\]: .*' <<<"$out" | sort | uniq -c
 echo
-echo "RoCEv2 bytes per direction in the capture (rank 0 sent $BW_N MiB to rank 1):"
-tshark -r "$work/roce.pcap" -q -z conv,ip 2>/dev/null | grep '<->' || echo "(tshark not installed)"
+echo "RoCEv2 between the ranks in the capture, all on 127.0.70.10 (rank 0 sent $BW_N MiB to rank 1):"
+tshark -r "$work/roce.pcap" -q -z io,stat,0 2>/dev/null | grep -E 'Frames|<>' || echo "(tshark not installed)"

@@ -1,6 +1,7 @@
 //! softroce: a user-space RoCEv2 (SoftRoCE) engine.
 //!
 //! Layers, bottom up; each module uses only modules listed before it:
+//! - [`random`]: the kernel's random generator (getrandom), for keys, PSNs and IDs;
 //! - [`wire`]: bit-exact encoding and decoding of every RoCEv2 header, the packet codec, the
 //!   invariant CRC and the CM MADs, in the manner of smoltcp's `wire` module;
 //! - [`memory`]: storage that the network may write while the application reads it, without
@@ -14,8 +15,9 @@
 //! - [`cm`]: the InfiniBand communication manager (connection setup over QP1 MADs) as a
 //!   state machine without I/O, like the transport core;
 //! - [`driver`]: the UDP socket, the engine thread that runs the transport and CM cores, their
-//!   timers, the link wrappers (capture, impairment) and the device state shared with the
-//!   verbs API;
+//!   timers, the link wrappers (capture, impairment), the device state shared with the verbs
+//!   API, QP1 (`gsi`), multicast, live counters (`stats`), and the address shared by every
+//!   process that opens it (`group`, `steering`, `fork`);
 //! - [`verbs`]: libibverbs' objects and calls (device context, protection domain, memory
 //!   region, completion queue, queue pair, address handle, shared receive queue) over the
 //!   driver, with Rust ownership and typed errors;

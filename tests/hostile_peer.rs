@@ -1678,10 +1678,13 @@ fn udp_bound(addr: SocketAddr) -> bool {
     })
 }
 
-/// The responder's QPN in the REP with `server_id` that a capture being written holds so far
-/// (its buffered writer flushes every few KiB, so the frame after the last complete one may be
-/// cut short: reading stops there).
-fn rep_qpn(pcap: &std::path::Path, server_id: u32) -> Option<u32> {
+/// The first QPN that `pick` finds in a CM message of a capture being written (its buffered
+/// writer flushes every few KiB, so the frame after the last complete one may be cut short:
+/// reading stops there).
+fn cm_qpn(
+    pcap: &std::path::Path,
+    pick: impl Fn(&softroce::wire::cm::CmMessage) -> Option<u32>,
+) -> Option<u32> {
     use softroce::wire::cm::CmMessage;
     let bytes = std::fs::read(pcap).ok()?;
     let mut r = softroce::capture::CaptureReader::new(&bytes[..]).ok()?;
@@ -1693,13 +1696,60 @@ fn rep_qpn(pcap: &std::path::Path, server_id: u32) -> Option<u32> {
         if pkt.bth.dest_qp != 1 {
             continue;
         }
-        if let Ok((_, CmMessage::Rep(rep))) = CmMessage::parse(pkt.payload) {
-            if rep.local_comm_id == server_id {
-                return Some(rep.local_qpn);
-            }
+        if let Some(q) = CmMessage::parse(pkt.payload)
+            .ok()
+            .and_then(|(_, m)| pick(&m))
+        {
+            return Some(q);
         }
     }
     None
+}
+
+/// The responder's QPN in the REP with `server_id` (see [`cm_qpn`]).
+fn rep_qpn(pcap: &std::path::Path, server_id: u32) -> Option<u32> {
+    use softroce::wire::cm::CmMessage;
+    cm_qpn(pcap, |m| match m {
+        CmMessage::Rep(rep) if rep.local_comm_id == server_id => Some(rep.local_qpn),
+        _ => None,
+    })
+}
+
+/// The requester's QPN in the REQ with `client_id` (see [`cm_qpn`]).
+fn req_qpn(pcap: &std::path::Path, client_id: u32) -> Option<u32> {
+    use softroce::wire::cm::CmMessage;
+    cm_qpn(pcap, |m| match m {
+        CmMessage::Req(req) if req.local_comm_id == client_id => Some(req.local_qpn),
+        _ => None,
+    })
+}
+
+/// A child process killed and reaped when dropped.
+struct Reap(std::process::Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Debian's rping (ROLE `-s` or `-c`, to or at `server_ip`'s rdma_cm port `cm_port`, -v, 64-byte
+/// pings until stopped) under the shim on a device at `bind`, its lines written one at a time
+/// (stdbuf); `softroce run` kills it when run itself is killed. The caller sets its output.
+fn shimmed_rping(bind: SocketAddr, role: &str, server_ip: IpAddr, cm_port: &str) -> Command {
+    let mut c = Command::new(common::bin());
+    c.args(["run", "--no-device-view", "--bind", &bind.to_string()])
+        .arg("--lib")
+        .arg(common::shim_lib())
+        .arg("--")
+        .arg(common::program("stdbuf", "coreutils"))
+        .arg("-oL")
+        .arg(common::program("rping", "rdmacm-utils"))
+        .args([role, "-a", &server_ip.to_string(), "-p", cm_port])
+        .args(["-v", "-C", "100000", "-S", "64"])
+        .stdin(Stdio::null());
+    c
 }
 
 /// The complete lines holding `needle` in `path`, the file a child writes its output to
@@ -1739,25 +1789,7 @@ fn librdmacm_rping_on_the_shim_outlives_a_dreq_and_rej_from_a_third_address_not_
         dir.join("client.out"),
         dir.join("client.pcap"),
     );
-    // Debian's rping serving under the shim (librdmacm.so.1 and libibverbs.so.1), its -v
-    // lines written one at a time (stdbuf) to a file; `softroce run` kills it when run itself
-    // is killed.
-    let mut server = Command::new(common::bin())
-        .args([
-            "run",
-            "--no-device-view",
-            "--bind",
-            &server_addr.to_string(),
-        ])
-        .arg("--lib")
-        .arg(common::shim_lib())
-        .arg("--")
-        .arg(common::program("stdbuf", "coreutils"))
-        .arg("-oL")
-        .arg(common::program("rping", "rdmacm-utils"))
-        .args(["-s", "-a", &server_ip.to_string(), "-p", cm_port])
-        .args(["-v", "-C", "100000", "-S", "64"])
-        .stdin(Stdio::null())
+    let mut server = shimmed_rping(server_addr, "-s", server_ip, cm_port)
         .stdout(std::fs::File::create(&sfile).unwrap())
         .stderr(Stdio::piped())
         .spawn()
@@ -1872,5 +1904,95 @@ fn librdmacm_rping_on_the_shim_outlives_a_dreq_and_rej_from_a_third_address_not_
     // ended here.
     let _ = client.kill();
     let _ = client.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn librdmacm_rping_client_on_the_shim_ends_on_its_peers_dreq() {
+    // Debian's rping as the client under the shim, softroce's rping serving. The server's own
+    // DREQ (from its address, with both comm IDs and the client's QPN) mid-run: rping takes the
+    // DISCONNECTED event, leaves its loop, calls rdma_disconnect and joins its CQ thread,
+    // which sleeps in ibv_get_cq_event until the flush of the QP's move to ERR completes a
+    // receive with an error. Every link of that chain must hold for the client to end.
+    let net = 49;
+    let port = free_pair_port(net);
+    let (client_ip, server_ip) = (ip(net, 1), ip(net, 2));
+    let client_addr = SocketAddr::new(client_ip, port);
+    let cm_port = "7449";
+    let dir = std::env::temp_dir().join(format!("softroce-cmdreq-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (sfile, cfile, pcap) = (
+        dir.join("server.out"),
+        dir.join("client.out"),
+        dir.join("server.pcap"),
+    );
+    // Killed when the test ends, passed or not (a failed assertion must not leave a server
+    // on the address for the next run).
+    let _server = Reap(
+        Command::new(common::bin())
+            .args(["rping", "-s", "-v", "-d", "-S", "64", "-p", cm_port])
+            .args(["-a", &server_ip.to_string()])
+            .args(["--roce-port", &port.to_string()])
+            .arg("--pcap")
+            .arg(&pcap)
+            .stdout(std::fs::File::create(&sfile).unwrap())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let up_by = Instant::now() + Duration::from_secs(30);
+    while !udp_bound(SocketAddr::new(server_ip, port)) {
+        assert!(
+            Instant::now() < up_by,
+            "the softroce rping server did not bind"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut client = shimmed_rping(client_addr, "-c", server_ip, cm_port)
+        .stdout(std::fs::File::create(&cfile).unwrap())
+        .stderr(std::fs::File::create(dir.join("client.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let line = lines_in(&sfile, "cm_id ", 1, Duration::from_secs(30))
+        .pop()
+        .expect("no comm IDs from the server");
+    let (server_id, client_id, _) = parse_ids(&line);
+    let ten = Duration::from_secs(20);
+    assert!(lines_in(&cfile, "ping data: rdma-ping-", 10, ten).len() >= 10);
+    let qpn_by = Instant::now() + Duration::from_secs(20);
+    let client_qpn = loop {
+        if let Some(q) = req_qpn(&pcap, client_id) {
+            break q;
+        }
+        assert!(Instant::now() < qpn_by, "no REQ in the server's capture");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // The server's DREQ, from the server's address.
+    use softroce::wire::cm::{CmDreq, CmMessage, DREQ_PRIVATE_DATA_LEN};
+    let dreq = CmMessage::Dreq(CmDreq {
+        local_comm_id: server_id,
+        remote_comm_id: client_id,
+        remote_qpn: client_qpn,
+        private_data: [0; DREQ_PRIVATE_DATA_LEN],
+    });
+    send_mad(server_ip, client_addr, &dreq);
+    let t = Instant::now();
+    let o = loop {
+        if let Some(st) = client.try_wait().unwrap() {
+            break st;
+        }
+        if t.elapsed() > Duration::from_secs(10) {
+            let _ = client.kill();
+            let _ = client.wait();
+            panic!(
+                "the rping client did not end on its peer's DREQ:\n{}\n{}",
+                std::fs::read_to_string(&cfile).unwrap_or_default(),
+                std::fs::read_to_string(dir.join("client.err")).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let err = std::fs::read_to_string(dir.join("client.err")).unwrap_or_default();
+    assert!(err.contains("DISCONNECT EVENT"), "{o:?}\n{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -327,6 +327,37 @@ fn scatter_gather_lists_and_inline() {
 }
 
 #[test]
+fn a_qp_takes_cqs_of_its_own_device_only() {
+    // Each context has its own engine; a QP's completions are pushed by its device's engine,
+    // so a CQ of the other device is refused, as the kernel refuses another context's.
+    let (ca, cb) = two_contexts();
+    let pd = ca.alloc_pd().unwrap();
+    let own = ca.create_cq(4).unwrap();
+    let other = cb.create_cq(4).unwrap();
+    for (send_cq, recv_cq) in [(&own, &other), (&other, &own), (&other, &other)] {
+        let r = pd.create_qp(&QpInitAttr {
+            send_cq,
+            recv_cq,
+            cap: QpCap::default(),
+            qp_type: QpType::Rc,
+            sq_sig_all: false,
+        });
+        assert!(
+            matches!(r, Err(VerbsError::ForeignObject("completion queue"))),
+            "{r:?}"
+        );
+    }
+    let qp = pd.create_qp(&QpInitAttr {
+        send_cq: &own,
+        recv_cq: &own,
+        cap: QpCap::default(),
+        qp_type: QpType::Rc,
+        sq_sig_all: false,
+    });
+    assert!(qp.is_ok(), "{qp:?}");
+}
+
+#[test]
 fn post_errors_are_typed_and_nothing_is_queued() {
     let (ca, _cb) = two_contexts();
     let cap = QpCap {
@@ -443,10 +474,12 @@ fn sge_faults_and_limits_on_a_connected_qp() {
             fault: SgeFault::OutOfRange
         }
     );
-    let three = [a.mr.sge(0, 1), a.mr.sge(1, 1), a.mr.sge(2, 1)];
+    // The QP asked for 2 SGEs and 64 bytes of inline data: a send WQE of 64 bytes, which
+    // holds 4 SGEs (rxe's sizing, ib::sized_as_rxe).
+    let five: Vec<Sge> = (0..5).map(|i| a.mr.sge(i, 1)).collect();
     assert_eq!(
-        post_err(&three, WrOpcode::Send, SendFlags::EMPTY),
-        VerbsError::TooManySge { given: 3, max: 2 }
+        post_err(&five, WrOpcode::Send, SendFlags::EMPTY),
+        VerbsError::TooManySge { given: 5, max: 4 }
     );
     let big = [a.mr.sge(0, 100)];
     assert_eq!(
@@ -576,7 +609,8 @@ fn a_partly_failed_post_sends_the_wrs_before_the_bad_one() {
     let (a, b) = connected(Mtu::Mtu1024, 4096);
     wait_engines_idle(&a, &b);
     let good = [a.mr.sge(0, 64)];
-    let too_many = [a.mr.sge(0, 8), a.mr.sge(8, 8), a.mr.sge(16, 8)];
+    // 5 SGEs: the QP holds 4 (2 asked, and 64 bytes of inline data: rxe's sizing).
+    let too_many: Vec<Sge> = (0..5).map(|i| a.mr.sge(i * 8, 8)).collect();
     let write = |wr_id, sg_list| SendWr {
         wr_id,
         sg_list,

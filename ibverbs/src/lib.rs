@@ -5,7 +5,9 @@
 //! The device is `softroce0`; its address comes from the environment, as `softroce run` sets
 //! it: `SOFTROCE_BIND` (an IP, or IP:port; default 127.0.0.1:4791) and `SOFTROCE_MTU` (the
 //! port's active MTU in bytes, 256..4096; by default rxe's for the address's interface: 4096
-//! on loopback, 1024 on a 1500-byte link).
+//! on loopback, 1024 on a 1500-byte link). Several addresses, comma-separated, are one device
+//! each (`softroce0`, `softroce1`, ... in that order, each with its own engine), and
+//! `SOFTROCE_MTU` then takes one value for all or one per device, also comma-separated.
 //! Congestion control: `SOFTROCE_CC` (`dcqcn`, or `none`, the default, as kernel rxe) and
 //! `SOFTROCE_CC_PARAMS` (`name=value,...` under mlx5's names, as `softroce --cc-param` takes
 //! them); values that are not usable make `ibv_open_device` fail with EINVAL after one line on

@@ -60,12 +60,26 @@ fn mpi_program(dir: &Path) -> PathBuf {
     out
 }
 
-/// The wrapper mpirun starts per rank: the rank's program under `softroce run`, bound to
-/// `prefix.(10 + rank)`.
-fn rank_wrapper(dir: &Path, prefix: &str) -> PathBuf {
+/// How the ranks' devices are addressed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Addresses {
+    /// Every rank on `prefix.10`: one device for the host, as rxe0 (a cluster node has one
+    /// NIC address).
+    One,
+    /// Rank r on `prefix.(10 + r)`.
+    PerRank,
+}
+
+/// The wrapper mpirun starts per rank: the rank's program under `softroce run`, bound as
+/// `addresses` says.
+fn rank_wrapper(dir: &Path, prefix: &str, addresses: Addresses) -> PathBuf {
     let w = dir.join("rank.sh");
+    let host = match addresses {
+        Addresses::One => "10".to_string(),
+        Addresses::PerRank => "$((10 + OMPI_COMM_WORLD_RANK))".to_string(),
+    };
     let text = format!(
-        "#!/bin/sh\nexec '{}' run --lib '{}' --bind {prefix}.$((10 + OMPI_COMM_WORLD_RANK)) -- \"$@\"\n",
+        "#!/bin/sh\nexec '{}' run --lib '{}' --bind {prefix}.{host} -- \"$@\"\n",
         softroce().display(),
         shim_lib().display()
     );
@@ -149,13 +163,35 @@ fn bytes_per_pair(pcap: &[u8]) -> HashMap<(Ipv4Addr, Ipv4Addr), u64> {
     m
 }
 
-/// Runs the program on `ranks` ranks bound to `prefix.10`, `prefix.11`, ... and checks what
-/// the module documentation says.
-fn mpi_over_softroce(ranks: u32, prefix: &str) {
+/// Waits (at most 180 s) for an mpirun of the program on `ranks` ranks, which must exit 0 with
+/// every rank's allreduce checked (the sum 1 + 2 + ... + ranks); returns its output.
+fn mpirun_passed(child: std::process::Child, ranks: u32, what: &str) -> String {
+    let (o, in_time) = wait_for(child, Duration::from_secs(180));
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        in_time && o.status.success(),
+        "{what}: {:?}, in time: {in_time}\n{out}",
+        o.status
+    );
+    let want = ranks * (ranks + 1) / 2;
+    for r in 0..ranks {
+        let line = format!("allreduce ok {want} rank {r} of {ranks}");
+        assert!(out.contains(&line), "no '{line}':\n{out}");
+    }
+    out
+}
+
+/// Runs the program on `ranks` ranks bound as `addresses` says in `prefix`.0/24 and checks
+/// what the module documentation says.
+fn mpi_over_softroce(ranks: u32, prefix: &str, addresses: Addresses) {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = scratch(&format!("{ranks}"));
+    let dir = scratch(&format!("{ranks}-{prefix}"));
     let prog = mpi_program(&dir);
-    let wrapper = rank_wrapper(&dir, prefix);
+    let wrapper = rank_wrapper(&dir, prefix, addresses);
     let cap = Capture::start(&dir, prefix);
     let child = Command::new(program("mpirun", "openmpi-bin"))
         .args([
@@ -192,25 +228,8 @@ fn mpi_over_softroce(ranks: u32, prefix: &str) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let (o, in_time) = wait_for(child, Duration::from_secs(180));
+    let out = mpirun_passed(child, ranks, &format!("mpirun -np {ranks}"));
     let traffic = cap.stop();
-    let out = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(
-        in_time && o.status.success(),
-        "mpirun -np {ranks}: {:?}, in time: {in_time}\n{out}",
-        o.status
-    );
-
-    // Every rank checked the allreduce's sum, 1 + 2 + ... + ranks.
-    let want = ranks * (ranks + 1) / 2;
-    for r in 0..ranks {
-        let line = format!("allreduce ok {want} rank {r} of {ranks}");
-        assert!(out.contains(&line), "no '{line}':\n{out}");
-    }
     let figure = |key: &str| -> f64 {
         out.lines()
             .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
@@ -239,6 +258,16 @@ fn mpi_over_softroce(ranks: u32, prefix: &str) {
 
     // The bandwidth bytes crossed softroce's wire from rank 0 to rank 1.
     let r0: Ipv4Addr = format!("{prefix}.10").parse().unwrap();
+    if addresses == Addresses::One {
+        // Every rank's RoCEv2 goes from the one address to itself.
+        let sent = traffic.get(&(r0, r0)).copied().unwrap_or(0);
+        assert!(
+            sent >= BW_N * MIB * 9 / 10,
+            "only {sent} bytes of RoCEv2 on {r0} for {BW_N} MiB sent: {traffic:?}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
     let r1: Ipv4Addr = format!("{prefix}.11").parse().unwrap();
     // At least 90% of them: on a loaded machine the capture itself may drop a few frames
     // (it missed 0.6% once with 8 runnable threads per core), while a shared-memory path
@@ -263,10 +292,89 @@ fn mpi_over_softroce(ranks: u32, prefix: &str) {
 
 #[test]
 fn openmpi_over_ucx_verbs_two_ranks() {
-    mpi_over_softroce(2, "127.0.61");
+    mpi_over_softroce(2, "127.0.61", Addresses::PerRank);
 }
 
 #[test]
-fn openmpi_over_ucx_verbs_four_ranks() {
-    mpi_over_softroce(4, "127.0.62");
+fn openmpi_over_ucx_verbs_four_ranks_on_one_address() {
+    mpi_over_softroce(4, "127.0.62", Addresses::One);
+}
+
+/// Two hosts of the test's own: network namespaces joined by a veth pair, 198.51.100.1/24 and
+/// .2/24 (TEST-NET-2, inside the namespaces only), each with one address and its own hostname.
+/// mpirun runs in the first and starts the second's daemon through an rsh agent that enters the
+/// second namespace; every rank runs under `softroce run --bind` its host's one address, two
+/// ranks per host. The ranks of one host share its device; those of two hosts talk RoCEv2 over
+/// the veth.
+#[test]
+fn openmpi_over_ucx_two_ranks_on_each_of_two_hosts() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch("two-hosts");
+    let prog = mpi_program(&dir);
+    let tag = std::process::id() % 100_000;
+    let (na, nb) = (format!("srma{tag}"), format!("srmb{tag}"));
+    let agent = dir.join("agent.sh");
+    std::fs::write(
+        &agent,
+        format!(
+            "#!/bin/sh\n# plm_rsh_agent: HOST CMD... runs CMD in HOST's namespace.\n\
+             host=$1; shift\n\
+             case $host in 198.51.100.1) ns={na} ;; 198.51.100.2) ns={nb} ;; *) exit 1 ;; esac\n\
+             exec ip netns exec \"$ns\" unshare --uts sh -c \"hostname $ns; $*\"\n"
+        ),
+    )
+    .unwrap();
+    let wrapper = dir.join("rank.sh");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\n# The rank's host address: its namespace's one global IPv4 address.\n\
+             ip=$(ip -o -4 addr show scope global | awk '{{print $4}}' | cut -d/ -f1 | head -n 1)\n\
+             exec '{}' run --lib '{}' --bind \"$ip\" -- \"$@\"\n",
+            softroce().display(),
+            shim_lib().display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    for f in [&agent, &wrapper] {
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let script = format!(
+        "set -e\n\
+         trap 'ip netns del {na} 2>/dev/null; ip netns del {nb} 2>/dev/null' EXIT\n\
+         ip netns add {na}; ip netns add {nb}\n\
+         ip link add {na}v type veth peer name {nb}v\n\
+         ip link set {na}v netns {na}; ip link set {nb}v netns {nb}\n\
+         ip -n {na} addr add 198.51.100.1/24 dev {na}v; ip -n {nb} addr add 198.51.100.2/24 dev {nb}v\n\
+         for n in {na} {nb}; do ip -n $n link set lo up; ip -n $n link set ${{n}}v up; done\n\
+         set +e\n\
+         ip netns exec {na} unshare --uts sh -c \"hostname {na}; exec timeout 150 mpirun \
+           --allow-run-as-root --oversubscribe --bind-to none \
+           -host 198.51.100.1:2,198.51.100.2:2 -np 4 \
+           --mca plm_rsh_agent '{agent}' --mca plm_rsh_no_tree_spawn 1 \
+           --mca oob_tcp_if_include {na}v,{nb}v --mca btl self --mca pml ucx \
+           -x UCX_TLS=rc_verbs,ud_verbs -x UCX_NET_DEVICES=softroce0:1 -x UCX_LOG_LEVEL=info \
+           '{wrapper}' '{prog}' 200 {BW_N}\"\n",
+        agent = agent.display(),
+        wrapper = wrapper.display(),
+        prog = prog.display(),
+    );
+    let child = Command::new("bash")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = mpirun_passed(child, 4, "mpirun across two hosts");
+    // Both hosts' ranks chose rc_verbs on softroce0:1 (UCX names the host in its log lines).
+    for host in [&na, &nb] {
+        assert!(
+            out.lines()
+                .any(|l| l.contains(&format!("[{host}:")) && l.contains("rc_verbs/softroce0:1")),
+            "no rc_verbs endpoint on {host}:\n{out}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

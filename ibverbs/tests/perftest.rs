@@ -140,3 +140,33 @@ fn busy_poll_mode_runs_the_programs() {
     perf_with("ib_write_bw", "65536", ips[1], &[], false, &busy);
     perf_with("ib_send_bw", "65536", ips[2], &["-e"], false, &busy);
 }
+
+#[test]
+fn two_ib_write_bw_servers_and_their_clients_on_one_address() {
+    // Two perftest servers on one device address and their two clients on the same address,
+    // all four at once (one rxe device serves them so): every run reports its bandwidth.
+    let ip = "127.0.16.40";
+    let p = program("ib_write_bw", "perftest");
+    let runs: Vec<_> = (0..2)
+        .map(|_| {
+            let port = free_tcp_port().to_string();
+            let args = ["-x", "1", "-p", &port, "-n", "500", "-s", "65536"];
+            let mut s = under_shim(&p, ip);
+            s.args(args);
+            let mut c = under_shim(&p, ip);
+            c.args(args).arg(ip);
+            std::thread::spawn(move || pair(s, c, Duration::from_secs(90)))
+        })
+        .collect();
+    for r in runs {
+        let (st, ct) = r.join().unwrap();
+        for t in [&st, &ct] {
+            let row = t
+                .lines()
+                .find(|l| l.split_whitespace().take(2).eq(["65536", "500"]))
+                .unwrap_or_else(|| panic!("no result row in\n{t}"));
+            let fig: f64 = row.split_whitespace().nth(3).unwrap().parse().unwrap();
+            assert!(fig > 0.0, "{row}");
+        }
+    }
+}

@@ -155,3 +155,41 @@ fn ucx_perftest_over_rc_and_ud_verbs() {
 fn ucx_perftest_over_ud_verbs_alone() {
     the_four_tests("ud_verbs", 32);
 }
+
+#[test]
+fn two_ucx_perftest_servers_and_their_clients_on_one_address() {
+    // Two ucx_perftest servers on one device address and their clients on the same address,
+    // all at once (before the address was shared, the second process found "no usable
+    // transports/devices"): each pair moves its 200 messages.
+    let ip = "127.0.33.2";
+    let run = |args: &[&str]| {
+        let mut c = under_run(ip, &[], "ucx_perftest", args);
+        c.env("UCX_TLS", "rc_verbs,ud_verbs");
+        c
+    };
+    let pairs = [free_tcp_port().to_string(), free_tcp_port().to_string()];
+    let threads: Vec<_> = pairs
+        .into_iter()
+        .map(|port| {
+            let s = run(&["-p", &port]);
+            let c = run(&[
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-t",
+                "tag_bw",
+                "-s",
+                "65536",
+                "-n",
+                "200",
+            ]);
+            std::thread::spawn(move || pair(s, c, Duration::from_secs(90)).1)
+        })
+        .collect();
+    for t in threads {
+        let out = t.join().unwrap();
+        let row = final_row(&out).unwrap_or_else(|| panic!("no Final row:\n{out}"));
+        assert_eq!(row.first().copied(), Some(200.0), "{out}");
+        assert!(row[5] > 0.0, "{out}");
+    }
+}

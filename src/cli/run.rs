@@ -1,8 +1,10 @@
-//! `softroce run [--bind ADDR] [--mtu MTU] -- PROGRAM [ARGS...]`: runs an unmodified verbs
+//! `softroce run [--bind ADDR]... [--mtu MTU] -- PROGRAM [ARGS...]`: runs an unmodified verbs
 //! program on softroce, with the libibverbs shim (`libibverbs.so.1`, and `librdmacm.so.1` the
 //! same object; built from `ibverbs/`)
-//! found first through `LD_LIBRARY_PATH` and its device `softroce0` bound to ADDR; the
-//! program also finds the device's /dev/infiniband node and sysfs entries ([`super::run_ns`]).
+//! found first through `LD_LIBRARY_PATH` and its device `softroce0` bound to ADDR (with several
+//! `--bind`s, one device each: `softroce0` at the first, `softroce1` at the second, ...); the
+//! program also finds the devices' /dev/infiniband nodes and sysfs entries
+//! ([`super::run_ns`]).
 
 use std::ffi::OsString;
 use std::net::{IpAddr, SocketAddr};
@@ -20,13 +22,22 @@ use softroce::ib::Mtu;
 /// Flags of `softroce run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The device's address: an IP (UDP port 4791) or IP:PORT; each process on one host needs
-    /// its own (127.0.0.2, 127.0.0.3, ... on loopback).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
-    pub bind: String,
+    /// The device's address: an IP (UDP port 4791) or IP:PORT, as the host's NIC address: any
+    /// number of processes share it, as processes share rxe0. Given more than once (or as a
+    /// comma-separated list), the program has one device per address, as a host with several
+    /// rxe devices: softroce0 at the first, softroce1 at the second, ... (passed to the shim
+    /// as SOFTROCE_BIND, the addresses joined by commas).
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1",
+        value_delimiter = ','
+    )]
+    pub bind: Vec<String>,
     /// The port's active MTU in bytes (256, 512, 1024, 2048 or 4096), what programs read with
-    /// ibv_query_port and usually use as the path MTU [default: as rxe derives it from the
-    /// address's interface: 4096 on loopback, 1024 on a 1500-byte link].
+    /// ibv_query_port and usually use as the path MTU; with several devices, every device's
+    /// [default: as rxe derives it from each device's address's interface: 4096 on loopback,
+    /// 1024 on a 1500-byte link].
     #[arg(long, value_name = "MTU")]
     pub mtu: Option<u32>,
     /// The shim library (default: $SOFTROCE_LIBIBVERBS, else libibverbs.so next to this
@@ -67,6 +78,35 @@ pub fn parse_bind(s: &str) -> Option<SocketAddr> {
     s.parse::<SocketAddr>()
         .ok()
         .or_else(|| s.parse::<IpAddr>().ok().map(|ip| SocketAddr::new(ip, 4791)))
+}
+
+/// The `--bind` addresses, in order: each must parse, and none may be named twice (two
+/// devices cannot hold one address's socket).
+fn parse_binds(args: &[String]) -> Result<Vec<SocketAddr>, CliError> {
+    let mut out: Vec<SocketAddr> = Vec::new();
+    for a in args {
+        let b = parse_bind(a.trim())
+            .ok_or_else(|| CliError::Usage(format!("--bind {a}: not an IP or IP:PORT")))?;
+        if out.contains(&b) {
+            return Err(CliError::Usage(format!(
+                "--bind {a}: {b} is named twice (each device needs an address of its own)"
+            )));
+        }
+        out.push(b);
+    }
+    if out.is_empty() {
+        return Err(CliError::Usage("--bind: no address".into()));
+    }
+    Ok(out)
+}
+
+/// Addresses as SOFTROCE_BIND takes them: joined by commas.
+fn join(binds: &[SocketAddr]) -> String {
+    binds
+        .iter()
+        .map(SocketAddr::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn find_lib(explicit: Option<&Path>) -> Result<PathBuf, CliError> {
@@ -140,26 +180,37 @@ impl Drop for LibDir {
 
 /// Runs the program; on success returns its exit status as ours (128 + signal when killed).
 pub fn run(args: &RunArgs) -> Result<u8, CliError> {
-    let bind = parse_bind(&args.bind)
-        .ok_or_else(|| CliError::Usage(format!("--bind {}: not an IP or IP:PORT", args.bind)))?;
-    let mtu = match args.mtu {
-        Some(m) => Mtu::from_bytes(m).ok_or_else(|| {
-            CliError::Usage(format!("--mtu {m}: must be 256, 512, 1024, 2048 or 4096"))
-        })?,
-        None => softroce::driver::interface::default_active_mtu(bind.ip()),
-    };
+    let binds = parse_binds(&args.bind)?;
+    let mtu = args
+        .mtu
+        .map(|m| {
+            Mtu::from_bytes(m).ok_or_else(|| {
+                CliError::Usage(format!("--mtu {m}: must be 256, 512, 1024, 2048 or 4096"))
+            })
+        })
+        .transpose()?;
+    // One MTU a device (SOFTROCE_MTU takes a comma-separated list as SOFTROCE_BIND does).
+    let mtus: Vec<String> = binds
+        .iter()
+        .map(|b| {
+            mtu.unwrap_or_else(|| softroce::driver::interface::default_active_mtu(b.ip()))
+                .bytes()
+                .to_string()
+        })
+        .collect();
+    let ips: Vec<IpAddr> = binds.iter().map(|b| b.ip()).collect();
     // Checked here, where the message reaches the user; the shim would only fail to open.
     cc_config(args.cc, &args.cc_param)?;
     let lib = find_lib(args.lib.as_deref())?;
     if !args.no_device_view {
-        if let Err(e) = super::run_ns::lay_device_view(bind.ip()) {
+        if let Err(e) = super::run_ns::lay_device_view(&ips) {
             eprintln!(
                 "softroce run: no device view ({e}): programs that look for /dev/infiniband/{} or /sys/class/infiniband/{} (UCX, rdma-core's tests) will not find the device",
-                super::run_ns::UVERBS,
-                super::run_ns::IBDEV
+                super::run_ns::uverbs(0),
+                super::run_ns::ibdev(0)
             );
         } else {
-            super::run_ns::keep_hw_counters_live();
+            super::run_ns::keep_hw_counters_live(binds.clone());
         }
     }
     let dir = LibDir::new(&lib)?;
@@ -188,8 +239,8 @@ pub fn run(args: &RunArgs) -> Result<u8, CliError> {
     let status = cmd
         .args(rest)
         .env("LD_LIBRARY_PATH", path)
-        .env("SOFTROCE_BIND", bind.to_string())
-        .env("SOFTROCE_MTU", mtu.bytes().to_string())
+        .env("SOFTROCE_BIND", join(&binds))
+        .env("SOFTROCE_MTU", mtus.join(","))
         .env(
             "SOFTROCE_CC",
             match args.cc {
@@ -229,5 +280,20 @@ mod tests {
         assert_eq!(parse_bind("[::1]:7"), Some("[::1]:7".parse().unwrap()));
         assert_eq!(parse_bind("localhost"), None);
         assert_eq!(parse_bind("127.0.0.300"), None);
+    }
+
+    #[test]
+    fn several_binds_are_one_device_each_in_order_and_never_twice() {
+        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let b = parse_binds(&v(&["127.0.0.2", "127.0.0.3:5000"])).unwrap();
+        assert_eq!(join(&b), "127.0.0.2:4791,127.0.0.3:5000");
+        assert_eq!(
+            join(&parse_binds(&v(&["[::1]:7"])).unwrap()),
+            "[::1]:7",
+            "one address: as SOFTROCE_BIND always was"
+        );
+        assert!(parse_binds(&v(&["127.0.0.2", "127.0.0.2:4791"])).is_err());
+        assert!(parse_binds(&v(&["127.0.0.2", "localhost"])).is_err());
+        assert!(parse_binds(&[]).is_err());
     }
 }

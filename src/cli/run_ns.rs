@@ -1,7 +1,7 @@
-//! The device as software outside libibverbs looks for it, for programs under `softroce run`:
-//! `/dev/infiniband/<dev_name>` (UCX skips a device whose node is not a character device it
-//! can open) and the sysfs tree of an rxe device on Linux 6.1 (`/sys/class/infiniband/...`,
-//! read by UCX, rdma-core's tests, librdmacm users, libfabric).
+//! The devices as software outside libibverbs looks for them, for programs under `softroce
+//! run`: `/dev/infiniband/<dev_name>` (UCX skips a device whose node is not a character device
+//! it can open) and the sysfs tree of an rxe device on Linux 6.1 (`/sys/class/infiniband/...`,
+//! read by UCX, rdma-core's tests, librdmacm users, libfabric), one of each per `--bind`.
 //!
 //! Mechanism: before running the program, `softroce run` moves itself into a new mount
 //! namespace (and, when not root, a new user namespace in which it maps its own uid and gid
@@ -14,8 +14,8 @@
 //! statx families) and programs that make system calls themselves bypass an interposer,
 //! while the namespace shows the same files to every path lookup of every library.
 //!
-//! The device's entry names its interface under `device/net/<ifname>` (rdma-core's tests find
-//! the address to bind there), and `ports/1/hw_counters` holds the live counters, which
+//! Each device's entry names its interface under `device/net/<ifname>` (rdma-core's tests find
+//! the address to bind there), and `ports/1/hw_counters` holds its live counters, which
 //! `softroce run` rewrites every [`HW_COUNTERS_PERIOD`] from its programs' stat sockets
 //! (spec-notes/device-view.md, rules 4 and 5).
 //!
@@ -28,23 +28,32 @@
 
 use std::ffi::{CString, OsStr};
 use std::fmt::Write as _;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-/// The InfiniBand device name the shim reports (`ibv_get_device_name`).
-pub const IBDEV: &str = "softroce0";
-/// The uverbs node's name (`ibv_device.dev_name`), under `/dev/infiniband` and
-/// `/sys/class/infiniband_verbs`.
-pub const UVERBS: &str = "uverbs_softroce0";
+/// The InfiniBand name the shim reports for device `index` (`ibv_get_device_name`):
+/// `softroce0` for the first `--bind`, `softroce1` for the second, ...
+pub fn ibdev(index: usize) -> String {
+    format!("softroce{index}")
+}
+
+/// The name of device `index`'s uverbs node (`ibv_device.dev_name`), under `/dev/infiniband`
+/// and `/sys/class/infiniband_verbs`.
+pub fn uverbs(index: usize) -> String {
+    format!("uverbs_{}", ibdev(index))
+}
+
 /// GID table entries the shim reports (`DeviceLimits::gid_table_len`).
 const GID_TABLE_LEN: usize = 2;
 
-/// What the generated tree says about the device; the shim answers the same from the same
+/// What the generated tree says about one device; the shim answers the same from the same
 /// address and MTU.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceView {
+    /// Which device it is (`softroce<index>`, the order of `--bind`).
+    pub index: usize,
     /// The device's address (`--bind`).
     pub ip: IpAddr,
     /// The netdev that owns that address (`gid_attrs/ndevs`, rxe's `parent`), if any.
@@ -97,13 +106,26 @@ fn hex_groups(b: &[u8]) -> String {
     s
 }
 
-/// The sysfs entries of the device, relative to `/sys`, as rxe's on Linux 6.1 (drivers/
-/// infiniband/core/sysfs.c, rxe_verbs.c's `parent`, uverbs_main.c): the ib_device under
-/// `devices/virtual/infiniband` (with `device/net/<ifname>` for the netdev that owns the
-/// address, as under rxe's parent device), the uverbs
-/// device under `devices/virtual/infiniband_verbs`, and the class links to both.
-pub fn sysfs_entries(v: &DeviceView) -> Vec<Entry> {
-    let dev = format!("devices/virtual/infiniband/{IBDEV}");
+/// The sysfs entries of the devices, relative to `/sys`, as rxe's on Linux 6.1 (drivers/
+/// infiniband/core/sysfs.c, rxe_verbs.c's `parent`, uverbs_main.c): for each, the ib_device
+/// under `devices/virtual/infiniband` (with `device/net/<ifname>` for the netdev that owns the
+/// address, as under rxe's parent device), the uverbs device under
+/// `devices/virtual/infiniband_verbs`, and the class links to both; and the uverbs class's
+/// `abi_version`.
+pub fn sysfs_entries(views: &[DeviceView]) -> Vec<Entry> {
+    let mut e: Vec<Entry> = views.iter().flat_map(device_entries).collect();
+    e.push(Entry::File(
+        "class/infiniband_verbs/abi_version".into(),
+        "6\n".into(),
+    ));
+    e
+}
+
+/// One device's sysfs entries (see [`sysfs_entries`]).
+fn device_entries(v: &DeviceView) -> Vec<Entry> {
+    let ibdev = ibdev(v.index);
+    let uverbs = uverbs(v.index);
+    let dev = format!("devices/virtual/infiniband/{ibdev}");
     let port = format!("{dev}/ports/1");
     let guid = hex_groups(&node_guid(v.ip));
     let gid = hex_groups(&gid(v.ip));
@@ -165,22 +187,21 @@ pub fn sysfs_entries(v: &DeviceView) -> Vec<Entry> {
             ),
         ]);
     }
-    let uv = format!("devices/virtual/infiniband_verbs/{UVERBS}");
+    let uv = format!("devices/virtual/infiniband_verbs/{uverbs}");
     let (major, minor) = (libc::major(v.rdev), libc::minor(v.rdev));
     e.extend([
         Entry::Dir(uv.clone()),
-        f(format!("{uv}/ibdev"), IBDEV),
+        f(format!("{uv}/ibdev"), &ibdev),
         // RXE_UVERBS_ABI_VERSION.
         f(format!("{uv}/abi_version"), "2"),
         f(format!("{uv}/dev"), &format!("{major}:{minor}")),
-        f("class/infiniband_verbs/abi_version".into(), "6"),
         Entry::Link(
-            format!("class/infiniband/{IBDEV}"),
-            format!("../../devices/virtual/infiniband/{IBDEV}"),
+            format!("class/infiniband/{ibdev}"),
+            format!("../../devices/virtual/infiniband/{ibdev}"),
         ),
         Entry::Link(
-            format!("class/infiniband_verbs/{UVERBS}"),
-            format!("../../devices/virtual/infiniband_verbs/{UVERBS}"),
+            format!("class/infiniband_verbs/{uverbs}"),
+            format!("../../devices/virtual/infiniband_verbs/{uverbs}"),
         ),
     ]);
     e
@@ -201,8 +222,8 @@ fn counter_names() -> Vec<&'static str> {
 /// How often `softroce run` rewrites the view's hw_counters from the programs' counters.
 pub const HW_COUNTERS_PERIOD: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// The device's counters as the view shows them: the sum over the processes of this
-/// `softroce run` (all in its mount namespace, each with its own engine for the one device),
+/// One device's counters as the view shows them: the sum over the processes of this
+/// `softroce run` (all in its mount namespace, each with its own engine for the device),
 /// read through their `softroce stat` sockets; a process that has exited keeps counting
 /// with the values last read from it, so that the counters only grow, as a device's do.
 #[derive(Debug, Default)]
@@ -250,29 +271,54 @@ impl HwCounters {
 }
 
 /// One process's counters in a round of reads: its PID and, if it could be read, the
-/// counters of its devices.
+/// counters of its engines for one device.
 pub type ProcessCounters = (u32, Option<Vec<(String, u64)>>);
+
+/// A process's engines' counters (as its stat socket lists them, each with its address)
+/// split by the device they count for: the device whose `--bind` address the engine has;
+/// an engine at an address no `--bind` names (a stand-in, spec-notes/librdmacm.md rule 10)
+/// counts for the first device. One list per address of `addrs`.
+pub fn by_device(
+    engines: Vec<softroce::driver::stats::DeviceStats>,
+    addrs: &[SocketAddr],
+) -> Vec<Vec<(String, u64)>> {
+    let mut out = vec![Vec::new(); addrs.len().max(1)];
+    for e in engines {
+        let i = e
+            .addr
+            .parse::<SocketAddr>()
+            .ok()
+            .and_then(|a| addrs.iter().position(|b| *b == a))
+            .unwrap_or(0);
+        out[i].extend(e.counters);
+    }
+    out
+}
 
 /// This process's mount namespace (the `softroce run` whose view it is in).
 fn mount_ns(pid: &str) -> Option<PathBuf> {
     std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok()
 }
 
-/// One round: reads the counters of every softroce process in this mount namespace.
-fn read_processes() -> Vec<ProcessCounters> {
+/// One round: reads the counters of every softroce process in this mount namespace, for
+/// each of the devices at `addrs` (one list of processes per device).
+fn read_processes(addrs: &[SocketAddr]) -> Vec<Vec<ProcessCounters>> {
     let me = mount_ns("self");
-    softroce::driver::stats::list()
+    let mut out: Vec<Vec<ProcessCounters>> = vec![Vec::new(); addrs.len().max(1)];
+    let pids = softroce::driver::stats::list()
         .into_iter()
-        .filter(|p| *p != std::process::id() && me.is_some() && mount_ns(&p.to_string()) == me)
-        .map(|p| {
-            let c = softroce::driver::stats::query(p).ok().map(|devs| {
-                devs.into_iter()
-                    .flat_map(|d| d.counters)
-                    .collect::<Vec<(String, u64)>>()
-            });
-            (p, c)
-        })
-        .collect()
+        .filter(|p| *p != std::process::id() && me.is_some() && mount_ns(&p.to_string()) == me);
+    for p in pids {
+        match softroce::driver::stats::query(p) {
+            Ok(engines) => {
+                for (i, c) in by_device(engines, addrs).into_iter().enumerate() {
+                    out[i].push((p, Some(c)));
+                }
+            }
+            Err(_) => out.iter_mut().for_each(|d| d.push((p, None))),
+        }
+    }
+    out
 }
 
 /// Writes each counter's value into `dir` (the view's hw_counters directory): a new file
@@ -288,21 +334,30 @@ fn write_counters(dir: &Path, c: &HwCounters) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Starts the thread that keeps the view's hw_counters live: every [`HW_COUNTERS_PERIOD`] it
-/// reads the programs' counters (their stat sockets, the relaxed atomics the engines update:
-/// nothing on the data path waits for it) and rewrites the files. It runs as long as
-/// `softroce run` does; a failed round is tried again the next period.
-pub fn keep_hw_counters_live() {
-    let dir = Path::new("/sys")
-        .join(format!("devices/virtual/infiniband/{IBDEV}/ports/1"))
-        .join(HW_COUNTERS);
+/// Starts the thread that keeps the view's hw_counters live for the devices at `addrs`
+/// (`softroce<i>` at `addrs[i]`): every [`HW_COUNTERS_PERIOD`] it reads the programs'
+/// counters (their stat sockets, the relaxed atomics the engines update: nothing on the data
+/// path waits for it) and rewrites each device's files. It runs as long as `softroce run`
+/// does; a failed round is tried again the next period.
+pub fn keep_hw_counters_live(addrs: Vec<SocketAddr>) {
+    let dirs: Vec<PathBuf> = (0..addrs.len())
+        .map(|i| {
+            Path::new("/sys")
+                .join(format!("devices/virtual/infiniband/{}/ports/1", ibdev(i)))
+                .join(HW_COUNTERS)
+        })
+        .collect();
     let _ = std::thread::Builder::new()
         .name("hw-counters".into())
         .spawn(move || {
-            let mut c = HwCounters::default();
+            let mut c: Vec<HwCounters> = dirs.iter().map(|_| HwCounters::default()).collect();
             loop {
-                c.update(read_processes());
-                let _ = write_counters(&dir, &c);
+                for (i, procs) in read_processes(&addrs).into_iter().enumerate() {
+                    if let (Some(c), Some(dir)) = (c.get_mut(i), dirs.get(i)) {
+                        c.update(procs);
+                        let _ = write_counters(dir, c);
+                    }
+                }
                 std::thread::sleep(HW_COUNTERS_PERIOD);
             }
         });
@@ -513,10 +568,10 @@ fn write_entries(root: &Path, entries: &[Entry]) -> Result<(), NsError> {
 /// The character device bound at the uverbs node.
 const CHAR_DEV: &str = "/dev/null";
 
-/// Enters the namespace and lays the device's `/dev/infiniband` and sysfs entries for `ip`.
-/// On error the process may be in a namespace with part of the view; nothing outside it
-/// has changed.
-pub fn lay_device_view(ip: IpAddr) -> Result<DeviceView, NsError> {
+/// Enters the namespace and lays the `/dev/infiniband` and sysfs entries of a device at each
+/// of `ips` (`softroce<i>` at `ips[i]`). On error the process may be in a namespace with part
+/// of the view; nothing outside it has changed.
+pub fn lay_device_view(ips: &[IpAddr]) -> Result<Vec<DeviceView>, NsError> {
     let meta = std::fs::metadata(CHAR_DEV).map_err(fail(format!("stat {CHAR_DEV}")))?;
     if !meta.file_type().is_char_device() {
         return Err(NsError {
@@ -524,18 +579,25 @@ pub fn lay_device_view(ip: IpAddr) -> Result<DeviceView, NsError> {
             err: std::io::Error::from_raw_os_error(libc::ENODEV),
         });
     }
-    let view = DeviceView {
-        ip,
-        ndev: owning_netdev(ip),
-        rdev: meta.rdev(),
-    };
+    let views: Vec<DeviceView> = ips
+        .iter()
+        .enumerate()
+        .map(|(index, &ip)| DeviceView {
+            index,
+            ip,
+            ndev: owning_netdev(ip),
+            rdev: meta.rdev(),
+        })
+        .collect();
     enter_namespace()?;
     let mut shadowed = Vec::new();
 
     let ib = fresh_dir(Path::new("/dev"), "infiniband", &mut shadowed)?;
-    let node = ib.join(UVERBS);
-    std::fs::File::create(&node).map_err(fail(format!("create {}", node.display())))?;
-    mount(Some(Path::new(CHAR_DEV)), &node, None, libc::MS_BIND, None)?;
+    for v in &views {
+        let node = ib.join(uverbs(v.index));
+        std::fs::File::create(&node).map_err(fail(format!("create {}", node.display())))?;
+        mount(Some(Path::new(CHAR_DEV)), &node, None, libc::MS_BIND, None)?;
+    }
 
     let sys = Path::new("/sys");
     for (dir, name) in [
@@ -546,8 +608,8 @@ pub fn lay_device_view(ip: IpAddr) -> Result<DeviceView, NsError> {
     ] {
         fresh_dir(&sys.join(dir), name, &mut shadowed)?;
     }
-    write_entries(sys, &sysfs_entries(&view))?;
-    Ok(view)
+    write_entries(sys, &sysfs_entries(&views))?;
+    Ok(views)
 }
 
 #[cfg(test)]
@@ -556,6 +618,7 @@ mod tests {
 
     fn view() -> DeviceView {
         DeviceView {
+            index: 0,
             ip: "127.0.0.2".parse().unwrap(),
             ndev: Some("lo".into()),
             rdev: libc::makedev(1, 3),
@@ -571,7 +634,7 @@ mod tests {
 
     #[test]
     fn guid_and_gid_print_as_sysfs_does() {
-        let e = sysfs_entries(&view());
+        let e = sysfs_entries(&[view()]);
         let d = "devices/virtual/infiniband/softroce0";
         assert_eq!(
             file(&e, &format!("{d}/node_guid")),
@@ -597,7 +660,7 @@ mod tests {
 
     #[test]
     fn the_device_names_its_netdev_under_device_net() {
-        let e = sysfs_entries(&view());
+        let e = sysfs_entries(&[view()]);
         let d = "devices/virtual/infiniband/softroce0";
         let link = e.iter().find_map(|x| match x {
             Entry::Link(p, t) if p == &format!("{d}/device/net/lo") => Some(t.as_str()),
@@ -633,7 +696,7 @@ mod tests {
         assert_eq!(h.value("sent_pkts"), 27);
         assert_eq!(h.value("no_such_counter"), 0);
         // The files are laid with every counter name, at 0.
-        let e = sysfs_entries(&view());
+        let e = sysfs_entries(&[view()]);
         let hw = "devices/virtual/infiniband/softroce0/ports/1/hw_counters";
         for n in [
             "sent_pkts",
@@ -649,7 +712,7 @@ mod tests {
     fn no_netdev_means_no_ndevs_files() {
         let mut v = view();
         v.ndev = None;
-        let e = sysfs_entries(&v);
+        let e = sysfs_entries(&[v]);
         assert!(!e.iter().any(
             |x| matches!(x, Entry::File(p, _) if p.contains("ndevs/") || p.ends_with("/parent"))
         ));
@@ -662,7 +725,7 @@ mod tests {
 
     #[test]
     fn every_entry_has_its_directory_first() {
-        let e = sysfs_entries(&view());
+        let e = sysfs_entries(&[view()]);
         let mut dirs: Vec<String> = vec![
             "devices/virtual/infiniband".into(),
             "devices/virtual/infiniband_verbs".into(),
@@ -688,5 +751,92 @@ mod tests {
         assert_eq!(owning_netdev("127.0.0.77".parse().unwrap()), lo);
         // TEST-NET-1 is on no interface of a test machine.
         assert_eq!(owning_netdev("192.0.2.1".parse().unwrap()), None);
+    }
+
+    #[test]
+    fn two_devices_each_get_their_own_tree_and_share_the_class_files() {
+        let mut second = view();
+        second.index = 1;
+        second.ip = "127.0.0.3".parse().unwrap();
+        let e = sysfs_entries(&[view(), second]);
+        let d1 = "devices/virtual/infiniband/softroce1";
+        assert_eq!(
+            file(&e, &format!("{d1}/node_guid")),
+            Some("0000:7fff:fe00:0003\n")
+        );
+        assert_eq!(
+            file(&e, &format!("{d1}/ports/1/gids/0")),
+            Some("0000:0000:0000:0000:0000:ffff:7f00:0003\n")
+        );
+        assert_eq!(
+            file(&e, "devices/virtual/infiniband/softroce0/ports/1/gids/0"),
+            Some("0000:0000:0000:0000:0000:ffff:7f00:0002\n")
+        );
+        assert_eq!(
+            file(
+                &e,
+                "devices/virtual/infiniband_verbs/uverbs_softroce1/ibdev"
+            ),
+            Some("softroce1\n")
+        );
+        let link = |p: &str| {
+            e.iter().find_map(|x| match x {
+                Entry::Link(q, t) if q == p => Some(t.as_str()),
+                _ => None,
+            })
+        };
+        assert_eq!(
+            link("class/infiniband/softroce1"),
+            Some("../../devices/virtual/infiniband/softroce1")
+        );
+        assert_eq!(
+            link("class/infiniband_verbs/uverbs_softroce1"),
+            Some("../../devices/virtual/infiniband_verbs/uverbs_softroce1")
+        );
+        // One path, one entry: the class's abi_version is written once.
+        let mut paths: Vec<&str> = e
+            .iter()
+            .map(|x| match x {
+                Entry::Dir(p) | Entry::File(p, _) | Entry::Link(p, _) => p.as_str(),
+            })
+            .collect();
+        let n = paths.len();
+        paths.sort_unstable();
+        paths.dedup();
+        assert_eq!(paths.len(), n, "a path laid twice");
+        assert!(file(&e, "class/infiniband_verbs/abi_version").is_some());
+    }
+
+    #[test]
+    fn engines_count_for_the_device_of_their_address() {
+        use softroce::driver::stats::DeviceStats;
+        let engine = |addr: &str, v: u64| DeviceStats {
+            addr: addr.into(),
+            counters: vec![("sent_pkts".into(), v)],
+            qps: Vec::new(),
+        };
+        let addrs: Vec<SocketAddr> = vec![
+            "127.0.0.2:4791".parse().unwrap(),
+            "127.0.0.3:4791".parse().unwrap(),
+        ];
+        let split = by_device(
+            vec![
+                engine("127.0.0.3:4791", 5),
+                engine("127.0.0.2:4791", 7),
+                // A stand-in (rule 10): for the first device.
+                engine("127.146.52.86:4791", 1),
+            ],
+            &addrs,
+        );
+        assert_eq!(
+            split,
+            vec![
+                vec![("sent_pkts".to_string(), 7), ("sent_pkts".to_string(), 1)],
+                vec![("sent_pkts".to_string(), 5)],
+            ]
+        );
+        let mut h = HwCounters::default();
+        h.update(vec![(10, Some(split[0].clone()))]);
+        assert_eq!(h.value("sent_pkts"), 8);
     }
 }

@@ -9,7 +9,10 @@
 //!
 //! Every datagram is captured, whatever it holds: one too short to carry a BTH and an ICRC
 //! (which the frame builder refuses to wrap) is framed here by hand, so that the capture shows
-//! all that arrived, junk included.
+//! all that arrived, junk included. One kind is left out: a shared device's own datagrams
+//! (driver/group.rs: layout probes, their answers, forwarded MADs), which start with 0xFF,
+//! "SR" as no RoCE packet does and are not RoCE. A forwarded MAD is in the capture of the
+//! member that first received it, as the RoCE packet it came in.
 
 use std::io::{self, Write};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -213,7 +216,7 @@ impl<L: Link, W: Write> Link for CaptureLink<L, W> {
 
     fn recv(&mut self, now: Instant, buf: &mut [u8]) -> io::Result<Option<InDatagram>> {
         let r = self.inner.recv(now, buf)?;
-        if let Some(d) = r {
+        if let Some(d) = r.filter(|d| !crate::driver::steering::is_group_datagram(&buf[..d.len])) {
             self.record(
                 d.src,
                 d.dst,

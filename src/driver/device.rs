@@ -340,26 +340,27 @@ impl Device {
         service_id: u64,
         backlog: usize,
     ) -> core::result::Result<(), crate::cm::CmError> {
-        let mut g = self.gsi.lock();
+        // The CM first: once the table names this member, a REQ that reaches it must find the
+        // listener. The table after, without QP1's lock: the engine takes that lock for every
+        // MAD, and the table's lock may be a while coming (another process holds it).
+        self.gsi.lock().cm.listen(service_id, backlog)?;
         if let Some(m) = &self.member {
-            m.listen(service_id)
-                .map_err(|_| crate::cm::CmError::AlreadyListening(service_id))?;
-        }
-        let r = g.cm.listen(service_id, backlog);
-        if r.is_err() {
-            if let Some(m) = &self.member {
-                m.unlisten(service_id);
+            if m.listen(service_id).is_err() {
+                self.gsi.lock().cm.unlisten(service_id);
+                return Err(crate::cm::CmError::AlreadyListening(service_id));
             }
         }
-        r
+        Ok(())
     }
 
     /// Stops listening on CM service `service_id`.
     pub(crate) fn unlisten(&self, service_id: u64) {
-        self.gsi.lock().cm.unlisten(service_id);
+        // The table first (see `listen`): a REQ the table still sends here finds the CM's
+        // listener, or the CM's grace for a listener that went away.
         if let Some(m) = &self.member {
             m.unlisten(service_id);
         }
+        self.gsi.lock().cm.unlisten(service_id);
     }
 
     /// A new PD handle.

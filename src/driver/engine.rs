@@ -35,6 +35,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::io;
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
@@ -43,7 +44,7 @@ use mio::{Events, Interest, Poll, Token};
 
 use super::cq::CqInner;
 use super::device::{Device, QpEntry};
-use super::group::{MadRoute, Member};
+use super::group::{Control, MadRoute, Member};
 use super::gsi::GSI_QPN;
 use super::link::{gso_run, GatherRef, GsoKey, Link, OutDatagram, RxBatch};
 use super::multicast::GroupChange;
@@ -55,7 +56,13 @@ use crate::transport::{
 };
 use crate::wire::bth::MULTICAST_QPN;
 use crate::wire::ICRC_LEN;
-use std::net::SocketAddr;
+
+/// How long a shared device holds a REQ for a service no member listens on (see
+/// `Engine::retry_unclaimed`), and how often it looks for the listener meanwhile.
+const UNCLAIMED_GRACE: Duration = Duration::from_millis(200);
+const UNCLAIMED_RECHECK: Duration = Duration::from_millis(2);
+/// REQs held so at most; more are refused at once (a flood of REQs for nothing).
+const MAX_UNCLAIMED: usize = 32;
 
 /// Token of the link's sockets in the poll set (readable: datagrams; writable: send space).
 pub(crate) const SOCKET: Token = Token(0);
@@ -296,6 +303,11 @@ pub(crate) struct Engine {
     gsi_deadline: Option<Instant>,
     /// The UDP source port QP1 sends from, once the link has prepared it.
     gsi_port: Option<u16>,
+    /// A shared device's REQs for services no member listens on yet, each with when it is
+    /// given up and handed to this member's CM (see `retry_unclaimed`).
+    unclaimed: Vec<(Instant, SocketAddr, [u8; crate::wire::mad::LEN])>,
+    /// When `unclaimed` is looked at next.
+    unclaimed_check: Option<Instant>,
     /// The link sends payloads from their regions (`Link::gathers`): RC payloads are not
     /// copied into the transmit batch.
     gather: bool,
@@ -357,6 +369,8 @@ impl Engine {
             gsi_due: false,
             gsi_deadline: None,
             gsi_port: None,
+            unclaimed: Vec::new(),
+            unclaimed_check: None,
             gather,
         })
     }
@@ -496,6 +510,7 @@ impl Engine {
         self.fire_deadlines();
         self.delivered = false;
         self.service_work();
+        self.retry_unclaimed();
         self.service_gsi();
         // An application pass that delivered completions leaves its packets (the ACK of what
         // completed) for the reply the application posts next, which sends them in the same
@@ -634,6 +649,9 @@ impl Engine {
         if let Some(at) = self.gsi_deadline {
             next = Some(next.map_or(at, |n| n.min(at)));
         }
+        if let Some(at) = self.unclaimed_check {
+            next = Some(next.map_or(at, |n| n.min(at)));
+        }
         if self.blocked {
             let at = now + BACKPRESSURE_RETRY;
             next = Some(next.map_or(at, |n| n.min(at)));
@@ -727,16 +745,26 @@ impl Engine {
         };
         for i in 0..self.rx.len() {
             let (d, payload) = self.rx.get(i);
+            // A shared device's own datagrams (probes, forwarded MADs) carry the group's
+            // secret; anything else that starts as they do goes to the transport, which counts
+            // it.
+            let mut foreign = None;
             if let Some(m) = &self.member {
-                match shared_device_filter(m, payload, &self.dev.counters) {
-                    Filter::Pass => {}
-                    Filter::Taken => continue,
-                    Filter::Mad(from, mad) => {
+                match m.control(payload) {
+                    Control::Answered => continue,
+                    Control::Mad(from, mad) => {
                         self.dev.gsi.lock().handle_mad(from, mad);
                         self.gsi_due = true;
                         continue;
                     }
+                    Control::NotOurs => {}
                 }
+                foreign = foreign_qpn(m, payload).map(|qpn| {
+                    (
+                        qpn,
+                        self.dev.counters.unknown_qp_pkts.load(Ordering::Relaxed),
+                    )
+                });
             }
             let ip = IpFields {
                 hop_limit: d.hop_limit,
@@ -752,20 +780,41 @@ impl Engine {
                         Self::enqueue(qps.qps, &mut self.work, qpn);
                     }
                 }
+                None => {
+                    // A valid packet for another member's QP reached this one: the group's
+                    // program steers by a stale layout (a member left without laying the
+                    // group out anew: killed). Counted (a subset of unknown_qp_pkts) and
+                    // reported; the sender retransmits once the group is laid out anew.
+                    if let (Some((qpn, before)), Some(m)) = (foreign, &self.member) {
+                        let c = &self.dev.counters;
+                        if c.unknown_qp_pkts.load(Ordering::Relaxed) > before {
+                            Counters::inc(&c.misrouted_pkts);
+                            m.misrouted(qpn);
+                        }
+                    }
+                }
                 Some(DatagramEvent::Mad { from, mad }) => {
                     // A shared device's CM messages go to the member they are for.
                     if let Some(m) = &self.member {
-                        if let MadRoute::Member(slot) = m.route(mad) {
-                            if m.forward(slot, from, mad) {
+                        match m.route(mad) {
+                            MadRoute::Member(slot) if m.forward(slot, from, mad) => {
                                 Counters::inc(&self.dev.counters.forwarded_mads);
                                 continue;
                             }
+                            MadRoute::Nobody if self.unclaimed.len() < MAX_UNCLAIMED => {
+                                if let Ok(copy) = mad.try_into() {
+                                    let at = Instant::now() + UNCLAIMED_GRACE;
+                                    self.unclaimed.push((at, from, copy));
+                                    self.unclaimed_check.get_or_insert(Instant::now());
+                                    continue;
+                                }
+                            }
+                            _ => {}
                         }
                     }
                     self.dev.gsi.lock().handle_mad(from, mad);
                     self.gsi_due = true;
                 }
-                None => {}
             }
         }
         self.rx.is_full()
@@ -905,6 +954,45 @@ impl Engine {
             // tokens) is reckoned from after it.
             self.pass_at = Instant::now();
         }
+    }
+
+    /// Routes again the REQs that found no listener in the group (`unclaimed`), every
+    /// `UNCLAIMED_RECHECK`: one whose listener has registered meanwhile goes to it; one still
+    /// unclaimed after `UNCLAIMED_GRACE` goes to this member's CM, which refuses it. The
+    /// kernel's CM refuses a REQ that comes before the listen at once; a shared device's listen
+    /// (the group's table, under its lock) takes longer than the kernel's, and a server that
+    /// tells its client its port before it listens (Debian's qperf 0.4.11) must not lose the
+    /// race for that.
+    fn retry_unclaimed(&mut self) {
+        let (Some(m), Some(check)) = (&self.member, self.unclaimed_check) else {
+            return;
+        };
+        let now = Instant::now();
+        if now < check {
+            return;
+        }
+        let mut i = 0;
+        while i < self.unclaimed.len() {
+            let (until, from, mad) = self.unclaimed[i];
+            let done = match m.route(&mad) {
+                MadRoute::Member(slot) if m.forward(slot, from, &mad) => {
+                    Counters::inc(&self.dev.counters.forwarded_mads);
+                    true
+                }
+                MadRoute::Nobody if now < until => false,
+                _ => {
+                    self.dev.gsi.lock().handle_mad(from, &mad);
+                    self.gsi_due = true;
+                    true
+                }
+            };
+            if done {
+                self.unclaimed.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        self.unclaimed_check = (!self.unclaimed.is_empty()).then(|| now + UNCLAIMED_RECHECK);
     }
 
     /// Serves QP1 when it received MADs, was given some to send, or has a deadline due: runs
@@ -1112,37 +1200,13 @@ impl Engine {
     }
 }
 
-/// What a shared device's engine does with a datagram before the transport sees it.
-enum Filter<'a> {
-    /// The transport's.
-    Pass,
-    /// Answered or dropped here.
-    Taken,
-    /// A MAD another member forwarded (its source and bytes), for this member's CM.
-    Mad(SocketAddr, &'a [u8]),
-}
-
-/// Takes the group's own datagrams (probes and forwarded MADs, which start with 0xFF, as no
-/// RoCE packet does) and the packets for another member's QP, which reached this member
-/// because the group's program is stale (counted, reported, dropped: the sender retransmits
-/// once the group is laid out anew). QP1's packets and multicast are every member's.
-fn shared_device_filter<'a>(m: &Arc<Member>, payload: &'a [u8], counters: &Counters) -> Filter<'a> {
-    if payload.first() == Some(&0xFF) {
-        return match m.control(payload) {
-            Some((from, mad)) => Filter::Mad(from, mad),
-            None => Filter::Taken,
-        };
-    }
-    let Some(q) = payload.get(5..8) else {
-        return Filter::Pass;
-    };
+/// The destination QPN of `payload` if it names another member's slot of `m`'s group (not
+/// QP1 or the multicast QPN, which are every member's).
+fn foreign_qpn(m: &Member, payload: &[u8]) -> Option<u32> {
+    let q = payload.get(5..8)?;
     let qpn = u32::from_be_bytes([0, q[0], q[1], q[2]]);
-    if qpn == GSI_QPN || qpn == MULTICAST_QPN || super::steering::qpn_slot(qpn) == m.slot {
-        return Filter::Pass;
-    }
-    Counters::inc(&counters.misrouted_pkts);
-    m.misrouted(qpn);
-    Filter::Taken
+    let ours = qpn == GSI_QPN || qpn == MULTICAST_QPN || super::steering::qpn_slot(qpn) == m.slot;
+    (!ours).then_some(qpn)
 }
 
 fn lock(core: &std::sync::Mutex<QpCore>) -> MutexGuard<'_, QpCore> {

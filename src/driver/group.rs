@@ -27,7 +27,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use super::steering::{self, FORWARD_MAGIC, MAX_SLOTS, SECRET_LEN};
-use crate::wire::cm::CmMessage;
+use crate::wire::cm::{CmMessage, CmReq, CmSidrReq};
 
 /// The envelope: magic, slot (and 3 bytes of padding), the secret, the MAD's source (an IPv6
 /// or IPv4-mapped address and a port), the MAD.
@@ -37,6 +37,8 @@ pub const FORWARD_LEN: usize = FORWARD_HEADER + crate::wire::mad::LEN;
 
 /// How long a member's engine waits between two reports of misrouted packets.
 const MISROUTE_REPORT_GAP: Duration = Duration::from_millis(20);
+/// How long a member waits for the group's lock before it gives up with an error.
+const LOCK_PATIENCE: Duration = Duration::from_secs(10);
 /// How long each probe round waits for answers; a member that answers in none of them is
 /// left out of the layout (its packets go by the kernel's hash until the next layout).
 const PROBE_ROUNDS: [Duration; 4] = [
@@ -53,18 +55,25 @@ pub enum MadRoute {
     Here,
     /// By the member in this slot.
     Member(u8),
+    /// A REQ or SIDR_REQ for a service no member listens on (yet): the caller may hold it a
+    /// moment for a listener that is registering, then hands it to its own CM, which refuses
+    /// it.
+    Nobody,
 }
 
-/// Where `mad` belongs: a REQ or SIDR_REQ to the listener of its service ID (`listener`), any
-/// other CM message to the slot in its communication or request ID (the top byte of the ID
-/// the recipient chose), what does not parse here (the CM counts it).
+/// Where `mad` belongs: a REQ or SIDR_REQ to the listener of its service ID (`listener`;
+/// `Nobody` if none), any other CM message to the slot in its communication or request ID
+/// (the top byte of the ID the recipient chose), what does not parse here (the CM counts it).
 pub fn route_mad(mad: &[u8], me: u8, listener: impl FnOnce(u64) -> Option<u8>) -> MadRoute {
     let Ok((_, msg)) = CmMessage::parse(mad) else {
         return MadRoute::Here;
     };
     let slot = match msg {
-        CmMessage::Req(r) => listener(r.service_id),
-        CmMessage::SidrReq(r) => listener(r.service_id),
+        CmMessage::Req(CmReq { service_id, .. })
+        | CmMessage::SidrReq(CmSidrReq { service_id, .. }) => match listener(service_id) {
+            Some(s) => Some(s),
+            None => return MadRoute::Nobody,
+        },
         CmMessage::SidrRep(r) => Some(id_slot(r.request_id)),
         CmMessage::Mra(m) => Some(id_slot(m.remote_comm_id)),
         CmMessage::Rej(r) => Some(id_slot(r.remote_comm_id)),
@@ -129,6 +138,17 @@ pub fn parse_forward<'a>(
     };
     let port = u16::from_be_bytes([data[24 + SECRET_LEN], data[25 + SECRET_LEN]]);
     Some((SocketAddr::new(ip, port), &data[FORWARD_HEADER..]))
+}
+
+/// What [`Member::control`] made of a datagram.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Control<'a> {
+    /// A probe, answered.
+    Answered,
+    /// A MAD another member forwarded: its source and bytes, for this member's CM.
+    Mad(SocketAddr, &'a [u8]),
+    /// Not the group's: the transport's.
+    NotOurs,
 }
 
 /// A process that holds a slot: its PID and its start time (so that a recycled PID is not
@@ -312,15 +332,31 @@ impl Locked {
             .write(true)
             .mode(0o600)
             .open(dir.join("lock"))?;
+        // Polled, not waited for: a holder that never lets go (a stopped process, one stuck in
+        // its exit) must not hang every process that opens the address.
+        let give_up = Instant::now() + LOCK_PATIENCE;
+        let mut pause = Duration::from_micros(50);
         loop {
             // SAFETY: flock on a descriptor this function owns.
-            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
                 break;
             }
             let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
+            if e.kind() != io::ErrorKind::WouldBlock && e.kind() != io::ErrorKind::Interrupted {
                 return Err(e);
             }
+            if Instant::now() >= give_up {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "{} stayed locked by another process for {} s",
+                        dir.join("lock").display(),
+                        LOCK_PATIENCE.as_secs()
+                    ),
+                ));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(5));
         }
         Ok(Locked {
             file,
@@ -505,16 +541,22 @@ impl Member {
         self.tx.send_to(&env, self.addr).is_ok()
     }
 
-    /// Takes a datagram that starts with 0xFF (no RoCE packet does): answers a probe, or
-    /// unwraps a forwarded MAD (returned with its source). Anything else (without the
-    /// group's secret) is ignored.
-    pub fn control<'a>(&self, data: &'a [u8]) -> Option<(SocketAddr, &'a [u8])> {
+    /// Takes the group's own datagrams, which start with 0xFF as no RoCE packet does and carry
+    /// the group's secret: answers a probe, or unwraps a forwarded MAD (returned with its
+    /// source). Anything else is not ours.
+    pub fn control<'a>(&self, data: &'a [u8]) -> Control<'a> {
+        if data.first() != Some(&0xFF) {
+            return Control::NotOurs;
+        }
         if let Some((index, port)) = steering::parse_probe(data, &self.secret) {
             let a = steering::answer(index, &self.secret, self.slot);
             let _ = self.tx.send_to(&a, SocketAddr::new(self.addr.ip(), port));
-            return None;
+            return Control::Answered;
         }
-        parse_forward(data, &self.secret)
+        match parse_forward(data, &self.secret) {
+            Some((from, mad)) => Control::Mad(from, mad),
+            None => Control::NotOurs,
+        }
     }
 
     /// A packet for another member's QP (`qpn`) reached this one: the layout the program
@@ -666,11 +708,18 @@ fn wait_readable(socks: &[&UdpSocket], timeout: Duration) {
     unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
 }
 
-/// Members whose layout was probed, for tests: (slot, index) of the group at `addr`.
+/// The layout last probed for the group at `addr`: (slot, index) of each member found.
 pub fn layout(addr: SocketAddr) -> io::Result<Vec<(u8, u32)>> {
     let dir = group_dir(addr)?;
     let text = std::fs::read_to_string(dir.join("table"))?;
     Ok(Table::parse(&text).map)
+}
+
+/// The CM service IDs listened on in the group at `addr`, with the listener's slot.
+pub fn listeners(addr: SocketAddr) -> io::Result<Vec<(u64, u8)>> {
+    let dir = group_dir(addr)?;
+    let text = std::fs::read_to_string(dir.join("table"))?;
+    Ok(Table::parse(&text).listeners.into_iter().collect())
 }
 
 #[cfg(test)]
@@ -738,13 +787,32 @@ mod tests {
         let dreq = CmMessage::Dreq(CmDreq {
             local_comm_id: 0x0511_2233,
             remote_comm_id: 0x0344_5566,
-            ..CmDreq::default()
+            remote_qpn: 0x11,
+            private_data: [0; crate::wire::cm::DREQ_PRIVATE_DATA_LEN],
         });
         let m = mad(&dreq);
         assert_eq!(route_mad(&m, 0, |_| None), MadRoute::Member(3));
         assert_eq!(route_mad(&m, 3, |_| None), MadRoute::Here);
         // Not a CM message: here, where the CM counts it.
         assert_eq!(route_mad(&[0u8; 10], 0, |_| Some(9)), MadRoute::Here);
+    }
+
+    #[test]
+    fn a_req_goes_to_its_services_listener_or_to_nobody() {
+        // A REQ as a peer's CM makes it.
+        let p = crate::cm::ConnectParams::rc(0x0106_0000_0000_1234, 0x11, 0, [1; 16], [2; 16]);
+        let mut peer = crate::cm::Endpoint::new(crate::cm::EndpointConfig::default());
+        peer.connect(
+            std::time::Duration::ZERO,
+            "127.0.0.9:4791".parse().unwrap(),
+            &p,
+        )
+        .unwrap();
+        let m = peer.poll_transmit().unwrap().mad;
+        let table = |svc: u64| (svc == 0x0106_0000_0000_1234).then_some(4);
+        assert_eq!(route_mad(&m, 0, table), MadRoute::Member(4));
+        assert_eq!(route_mad(&m, 4, table), MadRoute::Here);
+        assert_eq!(route_mad(&m, 0, |_| None), MadRoute::Nobody);
     }
 
     #[test]

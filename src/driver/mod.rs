@@ -112,9 +112,7 @@ impl DeviceConfig {
 pub(crate) fn open(cfg: &DeviceConfig) -> Result<(Arc<Device>, JoinHandle<()>)> {
     let poll = mio::Poll::new()?;
     let waker = mio::Waker::new(poll.registry(), engine::WAKER)?;
-    let share = cfg.share
-        && cfg.addr.port() != 0
-        && !std::env::var_os("SOFTROCE_SHARE").is_some_and(|v| v == "0");
+    let share = cfg.share && cfg.addr.port() != 0 && sharing_enabled();
     let (member, mut udp) = if share {
         let (m, udp) = group::Member::join(cfg.addr, UdpLink::bind_shared)
             .map_err(|e| VerbsError::Io(bind_error(cfg.addr, &e)))?;
@@ -183,6 +181,12 @@ pub(crate) fn open(cfg: &DeviceConfig) -> Result<(Arc<Device>, JoinHandle<()>)> 
         }
     }
     Ok((dev, handle))
+}
+
+/// Whether devices share their addresses with other contexts (driver/group.rs): yes unless
+/// `SOFTROCE_SHARE=0` says otherwise (`DeviceConfig::share` turns it off for one device).
+pub fn sharing_enabled() -> bool {
+    !std::env::var_os("SOFTROCE_SHARE").is_some_and(|v| v == "0")
 }
 
 /// What a failed bind of a shared device says: who may hold the address.

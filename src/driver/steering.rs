@@ -39,6 +39,12 @@ pub const MAX_SLOTS: usize = 255;
 /// Return value past any array's end: the kernel's hash then chooses.
 const TO_HASH: u32 = u32::MAX;
 
+/// Whether `data` starts as the group's own datagrams do (0xFF, "SR": a probe, an answer, a
+/// forwarded MAD), so that a capture leaves it out; it may still be junk that only looks so.
+pub fn is_group_datagram(data: &[u8]) -> bool {
+    data.starts_with(&[0xFF, 0x53, 0x52])
+}
+
 /// The slot of the member that made QP `qpn` (the top byte of the 24-bit QPN).
 pub fn qpn_slot(qpn: u32) -> u8 {
     (qpn >> 16) as u8

@@ -164,12 +164,7 @@ fn multicast_if_v6(addr: SocketAddr) -> Option<u32> {
 
 /// A RoCE socket bound to `addr`; `mcast_if_v6` is [`multicast_if_v6`] of the device.
 fn roce_socket(addr: SocketAddr, mcast_if_v6: Option<u32>, reuse_port: bool) -> io::Result<Socket> {
-    let domain = if addr.is_ipv4() {
-        Domain::IPV4
-    } else {
-        Domain::IPV6
-    };
-    let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     if addr.is_ipv4() {
         set_int_opt(
             &s,
@@ -224,12 +219,7 @@ fn roce_socket(addr: SocketAddr, mcast_if_v6: Option<u32>, reuse_port: bool) -> 
 /// A UDP socket on `addr` that joins the address's SO_REUSEPORT group (driver/group.rs), as
 /// a shared device's member does, with nothing else set: the group's layout probes use it.
 pub(crate) fn reuseport_socket(addr: SocketAddr) -> io::Result<UdpSocket> {
-    let domain = if addr.is_ipv4() {
-        Domain::IPV4
-    } else {
-        Domain::IPV6
-    };
-    let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     if addr.is_ipv6() {
         s.set_only_v6(true)?;
     }

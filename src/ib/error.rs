@@ -144,6 +144,14 @@ pub enum VerbsError {
         /// Bytes asked for.
         bytes: u64,
     },
+    /// Memory to register is not mapped in the process (part of it or all): rxe's pinning
+    /// fails there, EFAULT.
+    NotMapped {
+        /// The range's start.
+        addr: u64,
+        /// Its length.
+        len: u64,
+    },
 }
 
 impl core::fmt::Display for VerbsError {
@@ -195,6 +203,9 @@ impl core::fmt::Display for VerbsError {
             VerbsError::DeviceClosed => f.write_str("the device context is closed"),
             VerbsError::Io(e) => write!(f, "I/O error: {e}"),
             VerbsError::OutOfMemory { bytes } => write!(f, "cannot allocate {bytes} bytes"),
+            VerbsError::NotMapped { addr, len } => {
+                write!(f, "{len} bytes at {addr:#x} are not all mapped")
+            }
         }
     }
 }

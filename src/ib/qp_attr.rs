@@ -558,10 +558,53 @@ pub fn check_cap(cap: &QpCap, l: &DeviceLimits) -> Result<(), VerbsError> {
     Ok(())
 }
 
+/// Bytes of one scatter/gather element in rxe's send WQE (`struct ib_sge`).
+const IB_SGE_LEN: u32 = 16;
+
+/// The send queue's capacities as rxe sizes them (rxe_qp.c `rxe_qp_init_req`): a send WQE
+/// holds its SGEs or its inline data in the same space, so it is as large as the larger of
+/// `max_send_sge` SGEs and `max_inline_data` bytes, and both capacities are what that space
+/// holds. A QP made with one SGE and no inline data takes 16 bytes inline (rdma_xclient posts
+/// a 16-byte `IBV_SEND_INLINE` send on such a QP), and one made with 64 bytes of inline data
+/// takes 4 SGEs. The capacities are checked against the device (`check_cap`) as asked, before
+/// this sizing, as rxe checks them.
+pub fn sized_as_rxe(cap: &QpCap) -> QpCap {
+    let wqe = (cap.max_send_sge * IB_SGE_LEN).max(cap.max_inline_data);
+    QpCap {
+        max_send_sge: wqe / IB_SGE_LEN,
+        max_inline_data: wqe,
+        ..*cap
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::ib::types::{AccessFlags, AhAttr, Gid};
+
+    #[test]
+    fn the_send_queue_is_sized_as_rxe_sizes_it() {
+        let cap = |sge, inline| QpCap {
+            max_send_wr: 8,
+            max_recv_wr: 8,
+            max_send_sge: sge,
+            max_recv_sge: 1,
+            max_inline_data: inline,
+        };
+        let got = |sge, inline| {
+            let c = sized_as_rxe(&cap(sge, inline));
+            (c.max_send_sge, c.max_inline_data)
+        };
+        // rdma_xclient's QP: 1 SGE, no inline data asked for.
+        assert_eq!(got(1, 0), (1, 16));
+        assert_eq!(got(1, 64), (4, 64));
+        assert_eq!(got(2, 20), (2, 32));
+        assert_eq!(got(4, 70), (4, 70));
+        assert_eq!(got(32, 400), (32, 512));
+        assert_eq!(got(0, 0), (0, 0));
+        // The rest is left as asked.
+        assert_eq!(sized_as_rxe(&cap(1, 0)).max_send_wr, 8);
+    }
     use QpState::{Init, Reset, Rtr, Rts, Sqd, Sqe};
 
     const ERR: QpState = QpState::Err;

@@ -11,6 +11,9 @@ use crate::ib::{VerbsError, WorkCompletion};
 #[derive(Debug, Clone)]
 pub struct CompletionQueue {
     pub(crate) inner: Arc<CqInner>,
+    /// The device it was created on (weak: the device's QP table holds the CQ), which a QP
+    /// that completes into it must be of.
+    pub(crate) dev: std::sync::Weak<crate::driver::device::Device>,
 }
 
 impl CompletionQueue {

@@ -75,6 +75,7 @@ impl Context {
         }
         Ok(CompletionQueue {
             inner: Arc::new(CqInner::new(capacity, &self.dev)),
+            dev: Arc::downgrade(&self.dev),
         })
     }
 
@@ -168,13 +169,22 @@ impl ProtectionDomain {
 
     fn create_qp_inner(&self, init: &QpInitAttr, srq: Option<Arc<Srq>>) -> Result<QueuePair> {
         self.dev.check_open()?;
+        // The engine of this device fills the QP's CQs: they must be of this device (a
+        // process may have several, each with its own engine), as the kernel refuses a CQ
+        // of another context.
+        for cq in [init.send_cq, init.recv_cq] {
+            if !std::ptr::eq(cq.dev.as_ptr(), Arc::as_ptr(&self.dev)) {
+                return Err(VerbsError::ForeignObject("completion queue"));
+            }
+        }
         check_cap(&init.cap, &self.dev.limits)?;
+        let cap = crate::ib::sized_as_rxe(&init.cap);
         let qpn = self.dev.alloc_qpn()?;
         let core = QpCore::new(
             QpConfig {
                 qpn,
                 pd: self.handle,
-                cap: init.cap,
+                cap,
                 sq_sig_all: init.sq_sig_all,
                 local: self.dev.local,
                 remote_port: self.dev.remote_port,

@@ -437,7 +437,7 @@ rping_case() {
         "$detail" pass "$cap" "$slog" "$glog"
 }
 
-ONLY=${SOFTROCE_INTEROP_ONLY:-all}   # all | pingpong | perftest | perftest_flags | datacheck | gso | rping | ucud | perftest_ud | shim | tclass | perftest_rdma_cm | shim_rdma_cm | mcast | memwin | cc
+ONLY=${SOFTROCE_INTEROP_ONLY:-all}   # all | pingpong | perftest | perftest_flags | datacheck | gso | rping | ucud | perftest_ud | shim | tclass | perftest_rdma_cm | shim_rdma_cm | mcast | memwin | cc | shared
 if [ "$ONLY" = all ] || [ "$ONLY" = pingpong ]; then
     for role in server client; do
         for sm in "1 1024" "4096 1024" "10000 1024" "3000 512" "4096 256"; do
@@ -1069,6 +1069,62 @@ if [ "$ONLY" = all ] || [ "$ONLY" = cc ]; then
     # NAKed it invalid request, as rxe's own responder does a LAST with no length left.)
     cc_case ib_write_bw server 65536 100 htb --tclass 2 -u 20
     cc_case ib_read_bw client 65536 100 htb --tclass 2 -u 20
+fi
+
+# Kernel rxe against two softroce processes on one address at once (spec-notes/shared-device.md):
+# two `softroce perf --check` servers on the host's one address, each with its own out-of-band
+# port, and two sr_datacheck clients started together in the guest; every byte checked at both
+# ends of both pairs, and the two softroce processes' QPs in different slots of the address.
+#   shared_case OP SIZE ITERS
+shared_case() {
+    local op=$1 size=$2 iters=$3
+    local name="shared_address_two_servers_${op}_s${size}_n${iters}"
+    local pcap=$OUT/$name.pcap glog=$OUT/$name.guest.log
+    local p1=$PORT p2=$((PORT + 1)) logs=() pids=() p i
+    local flags=(-x 1 -s "$size" -n "$iters" -t 16 -m 1024)
+    log "case $name"
+    local saved=$CAPTURE_AT
+    CAPTURE_AT=wire
+    wire_capture_start "$pcap"
+    for p in "$p1" "$p2"; do
+        logs+=("$OUT/$name.softroce-$p.log")
+        timeout "$CASE_TIMEOUT" ip netns exec "$NETNS" "$BIN" perf "$op" --check --bind "$HOST_IP" \
+            -p "$p" "${flags[@]}" --counters --timeout 60 >"${logs[-1]}" 2>&1 &
+        pids+=($!)
+    done
+    for p in "$p1" "$p2"; do
+        for _ in $(seq 50); do
+            ip netns exec "$NETNS" ss -ltn "sport = :$p" | grep -q LISTEN && break
+            sleep 0.1
+        done
+    done
+    GRC=0
+    "${LAB[@]}" exec "$GUEST" "timeout -s KILL $((CASE_TIMEOUT - 20)) sh -c 'sr_datacheck $op ${flags[*]} -p $p1 $HOST_IP >/tmp/shared1.log 2>&1 & sr_datacheck $op ${flags[*]} -p $p2 $HOST_IP >/tmp/shared2.log 2>&1 & wait'; cat /tmp/shared1.log /tmp/shared2.log" \
+        "$CASE_TIMEOUT" >"$glog" 2>&1 || GRC=$?
+    local detail="" cap src qpns=()
+    for i in 0 1; do
+        src=0
+        wait "${pids[$i]}" || src=$?
+        [ "$src" = 0 ] || detail+="softroce on port ${p1}+$i exit $src; "
+        qpns+=("$(grep -aoE 'local address: .*QPN 0x[0-9a-f]+' "${logs[$i]}" | grep -oE '0x[0-9a-f]+$' | head -n 1 || true)")
+    done
+    wire_capture_stop
+    CAPTURE_AT=$saved
+    [ "$GRC" = 0 ] || detail+="guest exit $GRC; "
+    [ "$(tr -d '\r' <"$glog" | grep -c "all verified at this end, all verified at the peer" || true)" = 2 ] ||
+        detail+="not both verified; "
+    if [ -z "${qpns[0]}" ] || [ -z "${qpns[1]}" ] || [ $(( qpns[0] >> 16 )) = $(( qpns[1] >> 16 )) ]; then
+        detail+="QPNs ${qpns[*]} not in two slots; "
+    fi
+    cap=$(check_capture "$pcap") || detail+="capture: $cap; "
+    record_case "$name" "sr_datacheck $op x 2 (libibverbs on rxe)" server \
+        "two softroce processes on one address at once, RC, MTU 1024, $size B x $iters each, every byte checked at both ends (QPNs ${qpns[*]}), captured on the guest's link" \
+        "$detail" pass "$cap" "${logs[0]}" "$glog"
+    PORT=$((PORT + 1))
+}
+if [ "$ONLY" = all ] || [ "$ONLY" = shared ]; then
+    shared_case write 65536 200
+    shared_case send 10000 200
 fi
 
 {

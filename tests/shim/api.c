@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <infiniband/verbs.h>
 
@@ -187,6 +188,18 @@ int main(void)
 	FAILS_NULL(ibv_reg_mr(pd, a, LEN, IBV_ACCESS_REMOTE_WRITE), EINVAL);
 	FAILS_NULL(ibv_reg_mr(pd, a, LEN, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND),
 		   EOPNOTSUPP);
+	/* Memory that is not mapped (rdma4py's test registers 0xDEAD0000): EFAULT, as rxe's
+	 * pinning fails; also a range whose last page is gone. */
+	FAILS_NULL(ibv_reg_mr(pd, (void *)0xDEAD0000, 4096, IBV_ACCESS_LOCAL_WRITE), EFAULT);
+	{
+		long pg = sysconf(_SC_PAGESIZE);
+		char *m = mmap(NULL, 2 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		CHECK(m != MAP_FAILED && munmap(m + pg, pg) == 0);
+		FAILS_NULL(ibv_reg_mr(pd, m, 2 * pg, IBV_ACCESS_LOCAL_WRITE), EFAULT);
+		struct ibv_mr *one = ibv_reg_mr(pd, m, pg, IBV_ACCESS_LOCAL_WRITE);
+		CHECK(one != NULL && ibv_dereg_mr(one) == 0);
+		CHECK(munmap(m, pg) == 0);
+	}
 	struct ibv_mr *mra = ibv_reg_mr(pd, a, LEN, all);
 	CHECK(mra && mra->addr == a && mra->length == LEN && mra->lkey && mra->rkey == mra->lkey);
 	CHECK(mra->pd == pd && mra->context == ctx);

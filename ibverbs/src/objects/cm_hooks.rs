@@ -1,4 +1,4 @@
-//! What the librdmacm shim (`crate::rdmacm`) needs from the verbs objects: the device, the
+//! What the librdmacm shim (`crate::rdmacm`) needs from the verbs objects: the devices, the
 //! softroce engine behind a context (so that rdma_cm's QP1 and the application's QPs share one
 //! socket), and the softroce QP behind an `ibv_qp` (which rdma_cm moves through its states).
 
@@ -16,26 +16,36 @@ use super::pd::pd_of;
 use super::qp::{state_to_c, Qp};
 use crate::ffi::*;
 
-/// The one device's handle, for `ibv_open_device`.
-pub(crate) fn device_handle() -> *mut ibv_device {
-    super::device::device()
+/// How many devices the process has (one per address of `SOFTROCE_BIND`).
+pub(crate) fn device_count() -> usize {
+    super::common::device_count()
 }
 
-/// The address and port the device binds (`SOFTROCE_BIND`).
-pub(crate) fn bound_addr() -> SocketAddr {
-    config().bind
+/// Device `dev`'s handle, for `ibv_open_device`.
+pub(crate) fn device_handle(dev: usize) -> *mut ibv_device {
+    super::device::device(dev)
 }
 
-/// The address `SOFTROCE_BIND` names, which stays the device's address to the rdma_cm API
-/// when the process stands in at another ([`stand_in`]).
-pub(crate) fn nominal_addr() -> SocketAddr {
-    super::common::nominal_bind()
+/// The address and port device `dev` binds (`SOFTROCE_BIND`'s, or its stand-in).
+pub(crate) fn bound_addr(dev: usize) -> SocketAddr {
+    config(dev).bind
 }
 
-/// Gives this process's device the address `a` in place of `SOFTROCE_BIND`'s: true if done
-/// (or `a` is already its address), false once its engine has bound another.
-pub(crate) fn stand_in(a: SocketAddr) -> bool {
-    super::common::stand_in(a)
+/// The address `SOFTROCE_BIND` names for device `dev`, which stays the device's address to
+/// the rdma_cm API when the process stands in at another ([`stand_in`]).
+pub(crate) fn nominal_addr(dev: usize) -> SocketAddr {
+    super::common::nominal_bind(dev)
+}
+
+/// Gives this process's device `dev` the address `a` in place of `SOFTROCE_BIND`'s: true if
+/// done (or `a` is already its address), false once its engine has bound another.
+pub(crate) fn stand_in(dev: usize, a: SocketAddr) -> bool {
+    super::common::stand_in(dev, a)
+}
+
+/// The device an open context is of; None for a handle that is not a live context.
+pub(crate) fn context_device(c: *mut ibv_context) -> Option<usize> {
+    ctx_of(c).map(|ctx| ctx.dev)
 }
 
 /// The softroce engine of an open context, started now if needed (binding the UDP socket):

@@ -1,4 +1,4 @@
-//! What every object kind's file uses: the device's configuration, errno, C struct helpers.
+//! What every object kind's file uses: the devices' configuration, errno, C struct helpers.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::OnceLock;
@@ -9,7 +9,7 @@ use softroce::driver::{DEFAULT_IDLE_SPIN, MAX_IDLE_SPIN};
 use softroce::ib::{Mtu, VerbsError};
 use softroce::transport::cc::CcConfig;
 
-/// The device's configuration, read once from the environment.
+/// One device's configuration, read once from the environment.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Config {
     pub(super) bind: SocketAddr,
@@ -38,22 +38,29 @@ pub(super) const EVENTFD_COUNT: usize = core::mem::size_of::<u64>();
 /// Where the device binds when `SOFTROCE_BIND` does not say.
 const DEFAULT_BIND: &str = "127.0.0.1:4791";
 
-/// The configuration: `SOFTROCE_BIND` and `SOFTROCE_MTU` as read on first use, with the
-/// stand-in address in place of the bound one if this process took one ([`stand_in`]).
-pub(super) fn config() -> Config {
-    let mut c = env_config();
-    if let Some(a) = lock_addr().stand_in_here() {
+/// How many devices the process has: one per address `SOFTROCE_BIND` names (at least one).
+pub(super) fn device_count() -> usize {
+    env_configs().len()
+}
+
+/// Device `dev`'s configuration: `SOFTROCE_BIND`'s address for it and `SOFTROCE_MTU` as
+/// read on first use, with the stand-in address in place of the bound one if this process
+/// took one for it ([`stand_in`]). `dev` is below [`device_count`].
+pub(super) fn config(dev: usize) -> Config {
+    let mut c = env_configs()[dev];
+    if let Some(a) = lock_addr()[dev].stand_in_here() {
         c.bind = a;
     }
     c
 }
 
-/// The address `SOFTROCE_BIND` names, whatever this process's device stands in at.
-pub(super) fn nominal_bind() -> SocketAddr {
-    env_config().bind
+/// The address `SOFTROCE_BIND` names for device `dev`, whatever it stands in at.
+pub(super) fn nominal_bind(dev: usize) -> SocketAddr {
+    env_configs()[dev].bind
 }
 
-/// Which address this process's device uses, and whether that is settled.
+/// Which address a device of this process uses, and whether that is settled.
+#[derive(Clone, Copy, Default)]
 struct AddrState {
     /// The stand-in address, and the process that chose it (a child after fork has its own
     /// device, see [`fix_address`]).
@@ -70,75 +77,136 @@ impl AddrState {
     }
 }
 
-fn lock_addr() -> std::sync::MutexGuard<'static, AddrState> {
-    static ADDR: std::sync::Mutex<AddrState> = std::sync::Mutex::new(AddrState {
-        stand_in: None,
-        fixed_by: None,
-    });
-    ADDR.lock().unwrap_or_else(|e| e.into_inner())
+/// Every device's [`AddrState`], by device index.
+fn lock_addr() -> std::sync::MutexGuard<'static, Vec<AddrState>> {
+    static ADDR: std::sync::Mutex<Vec<AddrState>> = std::sync::Mutex::new(Vec::new());
+    let mut g = ADDR.lock().unwrap_or_else(|e| e.into_inner());
+    if g.len() < device_count() {
+        g.resize(device_count(), AddrState::default());
+    }
+    g
 }
 
-/// Settles the address for the engine about to bind it, and returns it: the stand-in if this
-/// process chose one, else `SOFTROCE_BIND`'s. A process forked from one whose engine ran
-/// settles its own (its parent's engine thread did not come with it).
-pub(super) fn fix_address() -> SocketAddr {
+/// Settles device `dev`'s address for the engine about to bind it, and returns it: the
+/// stand-in if this process chose one, else `SOFTROCE_BIND`'s. A process forked from one
+/// whose engine ran settles its own (its parent's engine thread did not come with it).
+pub(super) fn fix_address(dev: usize) -> SocketAddr {
     let mut g = lock_addr();
-    g.fixed_by = Some(std::process::id());
-    g.stand_in_here().unwrap_or_else(nominal_bind)
+    g[dev].fixed_by = Some(std::process::id());
+    g[dev].stand_in_here().unwrap_or_else(|| nominal_bind(dev))
 }
 
-/// Unsettles the address after the engine failed to bind it (another process holds it), so
-/// that the rdma_cm shim may still choose a stand-in (spec-notes/librdmacm.md, rule 10).
-pub(super) fn unfix_address() {
+/// Unsettles device `dev`'s address after its engine failed to bind it (another process
+/// holds it), so that the rdma_cm shim may still choose a stand-in (spec-notes/librdmacm.md,
+/// rule 10).
+pub(super) fn unfix_address(dev: usize) {
     let mut g = lock_addr();
-    if g.fixed_by == Some(std::process::id()) {
-        g.fixed_by = None;
+    if g[dev].fixed_by == Some(std::process::id()) {
+        g[dev].fixed_by = None;
     }
 }
 
-/// Makes `a` this process's device address instead of `SOFTROCE_BIND`'s, if its engine has
-/// not bound a socket yet (then true). Used by the rdma_cm shim for a process that connects
-/// to its own loopback device address from another process (spec-notes/librdmacm.md, rule 10).
-pub(super) fn stand_in(a: SocketAddr) -> bool {
+/// Makes `a` device `dev`'s address in this process instead of `SOFTROCE_BIND`'s, if its
+/// engine has not bound a socket yet and no other device of the process has that address
+/// (then true). Used by the rdma_cm shim for a process that connects to its own loopback
+/// device address from another process (spec-notes/librdmacm.md, rule 10).
+pub(super) fn stand_in(dev: usize, a: SocketAddr) -> bool {
     let mut g = lock_addr();
     let me = std::process::id();
-    if g.fixed_by == Some(me) {
-        return g.stand_in_here() == Some(a);
+    if g[dev].fixed_by == Some(me) {
+        return g[dev].stand_in_here() == Some(a);
     }
-    g.stand_in = Some((a, me));
+    let taken = (0..g.len())
+        .filter(|&d| d != dev)
+        .any(|d| g[d].stand_in_here().unwrap_or_else(|| nominal_bind(d)) == a);
+    if taken {
+        return false;
+    }
+    g[dev].stand_in = Some((a, me));
     true
 }
 
-/// `SOFTROCE_BIND` and `SOFTROCE_MTU`, read once.
-fn env_config() -> Config {
-    static CFG: OnceLock<Config> = OnceLock::new();
-    *CFG.get_or_init(|| {
-        let bind = std::env::var("SOFTROCE_BIND")
-            .ok()
-            .and_then(|s| parse_bind(&s))
-            .unwrap_or_else(|| DEFAULT_BIND.parse().expect("constant address"));
-        let mtu = std::env::var("SOFTROCE_MTU")
-            .ok()
-            .and_then(|s| s.trim().parse::<u32>().ok())
-            .and_then(Mtu::from_bytes)
-            // rxe's active MTU follows its netdev's: 4096 on loopback, 1024 on 1500 bytes.
-            .unwrap_or_else(|| softroce::driver::interface::default_active_mtu(bind.ip()));
+/// The devices `SOFTROCE_BIND`, `SOFTROCE_MTU` and the other variables describe, read once.
+fn env_configs() -> &'static [Config] {
+    static CFG: OnceLock<Vec<Config>> = OnceLock::new();
+    CFG.get_or_init(|| {
+        let binds = binds_from_env(std::env::var("SOFTROCE_BIND").ok().as_deref());
+        let mtus = mtus_from_env(std::env::var("SOFTROCE_MTU").ok().as_deref(), &binds);
         let cc = cc_from_env(
             std::env::var("SOFTROCE_CC").ok().as_deref(),
             std::env::var("SOFTROCE_CC_PARAMS").ok().as_deref(),
         );
         let busy_poll = busy_poll_from_env(std::env::var("SOFTROCE_BUSY_POLL").ok().as_deref());
         let idle_spin = idle_spin_from_env(std::env::var("SOFTROCE_IDLE_SPIN_US").ok().as_deref());
-        Config {
-            idle_spin,
-            bind,
-            mtu,
-            cc,
-            busy_poll,
-        }
+        binds
+            .into_iter()
+            .zip(mtus)
+            .map(|(bind, mtu)| Config {
+                idle_spin,
+                bind,
+                mtu,
+                cc,
+                busy_poll,
+            })
+            .collect()
     })
 }
 
+/// The devices' addresses `SOFTROCE_BIND` names: a comma-separated list of addresses (an IP,
+/// UDP port 4791, or IP:PORT), device `softroceN` at the Nth. Unset or empty: one device at
+/// [`DEFAULT_BIND`]. An entry that is not an address, or names one an earlier entry named, is
+/// left out after one line on stderr; when none is left, the default.
+fn binds_from_env(v: Option<&str>) -> Vec<SocketAddr> {
+    let mut out: Vec<SocketAddr> = Vec::new();
+    for entry in v.unwrap_or("").split(',').map(str::trim) {
+        if entry.is_empty() {
+            continue;
+        }
+        match parse_bind(entry) {
+            Some(a) if !out.contains(&a) => out.push(a),
+            found => {
+                use std::io::Write;
+                let why = if found.is_some() {
+                    "is named twice"
+                } else {
+                    "is not an IP or IP:PORT"
+                };
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "libibverbs: softroce: SOFTROCE_BIND: {entry:?} {why}; left out"
+                );
+            }
+        }
+    }
+    if out.is_empty() {
+        out.push(DEFAULT_BIND.parse().expect("constant address"));
+    }
+    out
+}
+
+/// Each device's active MTU from `SOFTROCE_MTU`: one number of bytes for every device, or a
+/// comma-separated list, one for each device in order. A device without a usable entry gets
+/// rxe's for its address's interface (4096 on loopback, 1024 on a 1500-byte link).
+fn mtus_from_env(v: Option<&str>, binds: &[SocketAddr]) -> Vec<Mtu> {
+    let entries: Vec<Option<Mtu>> = v
+        .unwrap_or("")
+        .split(',')
+        .map(|s| s.trim().parse::<u32>().ok().and_then(Mtu::from_bytes))
+        .collect();
+    binds
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let given = if entries.len() == 1 {
+                entries[0]
+            } else {
+                entries.get(i).copied().flatten()
+            };
+            // rxe's active MTU follows its netdev's: 4096 on loopback, 1024 on 1500 bytes.
+            given.unwrap_or_else(|| softroce::driver::interface::default_active_mtu(b.ip()))
+        })
+        .collect()
+}
 /// Whether `SOFTROCE_BUSY_POLL` asks for busy-poll mode: `1`, `true` or `yes`; unset, empty,
 /// `0`, `false` or `no` do not; anything else does not either, after one line on stderr.
 fn busy_poll_from_env(v: Option<&str>) -> bool {
@@ -242,6 +310,7 @@ pub(super) fn errno_of(e: &VerbsError) -> c_int {
         VerbsError::Io(msg) if msg.contains("not available") => libc::EADDRNOTAVAIL,
         VerbsError::Io(_) => libc::EIO,
         VerbsError::OutOfMemory { .. } => ENOMEM,
+        VerbsError::NotMapped { .. } => libc::EFAULT,
         _ => EINVAL,
     }
 }
@@ -310,5 +379,45 @@ mod tests {
         assert_eq!(cc_from_env(Some("reno"), None), None);
         assert_eq!(cc_from_env(Some("dcqcn"), Some("rpg_ai_rat=5")), None);
         assert_eq!(cc_from_env(None, Some("rpg_ai_rate=5")), None);
+    }
+
+    fn addrs(v: &[&str]) -> Vec<SocketAddr> {
+        v.iter().map(|s| s.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn bind_names_one_device_per_comma_separated_address() {
+        assert_eq!(binds_from_env(None), addrs(&["127.0.0.1:4791"]));
+        assert_eq!(binds_from_env(Some("")), addrs(&["127.0.0.1:4791"]));
+        assert_eq!(
+            binds_from_env(Some("127.0.0.2")),
+            addrs(&["127.0.0.2:4791"])
+        );
+        assert_eq!(
+            binds_from_env(Some("127.0.0.1:14791, 127.0.0.2,[::1]:7")),
+            addrs(&["127.0.0.1:14791", "127.0.0.2:4791", "[::1]:7"])
+        );
+        // Left out: what is not an address, and an address named twice.
+        assert_eq!(
+            binds_from_env(Some("127.0.0.2,nowhere,127.0.0.2:4791,127.0.0.3,")),
+            addrs(&["127.0.0.2:4791", "127.0.0.3:4791"])
+        );
+        assert_eq!(binds_from_env(Some("nowhere")), addrs(&["127.0.0.1:4791"]));
+    }
+
+    #[test]
+    fn mtu_is_one_for_every_device_or_one_each() {
+        let b = addrs(&["127.0.0.1:4791", "127.0.0.2:4791", "127.0.0.3:4791"]);
+        let lo = softroce::driver::interface::default_active_mtu(b[0].ip());
+        assert_eq!(mtus_from_env(Some("1024"), &b), vec![Mtu::Mtu1024; 3]);
+        assert_eq!(
+            mtus_from_env(Some("1024, 2048"), &b),
+            vec![Mtu::Mtu1024, Mtu::Mtu2048, lo]
+        );
+        assert_eq!(
+            mtus_from_env(Some("1000,,512"), &b),
+            vec![lo, lo, Mtu::Mtu512]
+        );
+        assert_eq!(mtus_from_env(None, &b), vec![lo; 3]);
     }
 }

@@ -13,7 +13,7 @@ use super::common::{
     EVENTFD_COUNT,
 };
 use super::cq::{op_poll_cq, op_req_notify_cq};
-use super::device::{device, node_guid};
+use super::device::{device_index, node_guid};
 use super::handle::{self, Obj, Object};
 use super::port::ext_query_port;
 use super::post::{op_post_recv, op_post_send};
@@ -24,9 +24,12 @@ use crate::ffi::*;
 /// handle is that `ibv_context`: libibverbs' inline functions find the extended ops in memory
 /// just before it.
 pub(super) struct Ctx {
+    /// Which device it is of (`softroceN`).
+    pub(super) dev: usize,
     pub(super) cfg: Config,
     /// The softroce device context, opened when the first PD or CQ is created, and shared by
-    /// every open context of the process (one address, one socket, as one NIC).
+    /// every open context of the device in the process (one address, one socket, as one NIC;
+    /// each device has its own).
     inner: Mutex<Option<Arc<Context>>>,
     /// The `async_fd` of the C struct, closed when the last object referring to the context
     /// is gone.
@@ -73,13 +76,17 @@ pub(super) fn ctx_of(c: *mut ibv_context) -> Option<Arc<Obj<Ctx>>> {
 impl Obj<Ctx> {
     /// The softroce context, opened now if needed.
     pub(super) fn open(&self) -> Result<MutexGuard<'_, Option<Arc<Context>>>, c_int> {
-        // The engine and the process that started it: a child after fork inherits the
-        // memory but not the engine's thread, so it starts its own.
-        static SHARED: Mutex<(std::sync::Weak<Context>, u32)> =
-            Mutex::new((std::sync::Weak::new(), 0));
+        // Each device's engine and the process that started it: a child after fork inherits
+        // the memory but not the engine's thread, so it starts its own.
+        type Shared = Vec<(std::sync::Weak<Context>, u32)>;
+        static SHARED: Mutex<Shared> = Mutex::new(Vec::new());
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if g.is_none() {
-            let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+            let mut all = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+            if all.len() <= self.dev {
+                all.resize(self.dev + 1, (std::sync::Weak::new(), 0));
+            }
+            let shared = &mut all[self.dev];
             let me = std::process::id();
             let ctx = match shared.0.upgrade().filter(|_| shared.1 == me) {
                 Some(c) => c,
@@ -90,10 +97,10 @@ impl Obj<Ctx> {
                             cc: self.cfg.cc.ok_or(EINVAL)?,
                             busy_poll: self.cfg.busy_poll,
                             idle_spin: self.cfg.idle_spin,
-                            ..DeviceConfig::new(fix_address())
+                            ..DeviceConfig::new(fix_address(self.dev))
                         })
                         .map_err(|e| {
-                            unfix_address();
+                            unfix_address(self.dev);
                             errno_of(&e)
                         })?,
                     );
@@ -127,10 +134,10 @@ impl Obj<Ctx> {
 /// `ibv_open_device`: NULL and errno on failure.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
-    if dev != device() {
+    let Some(index) = device_index(dev) else {
         return fail_null(EINVAL);
-    }
-    if config().cc.is_none() {
+    };
+    if config(index).cc.is_none() {
         // SOFTROCE_CC or SOFTROCE_CC_PARAMS is not usable (said on stderr once).
         return fail_null(EINVAL);
     }
@@ -177,7 +184,8 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
     let ctx = Obj::new(
         vctx,
         Ctx {
-            cfg: config(),
+            dev: index,
+            cfg: config(index),
             inner: Mutex::new(None),
             async_fd,
             cmd_fd,
@@ -215,13 +223,12 @@ pub unsafe extern "C" fn ibv_close_device(c: *mut ibv_context) -> c_int {
 /// Completion vectors a context offers (`ibv_context::num_comp_vectors`): one, as rxe.
 pub(super) const NUM_COMP_VECTORS: c_int = 1;
 
-fn device_attr(cfg: &Config) -> ibv_device_attr {
+fn device_attr(dev: usize) -> ibv_device_attr {
     let l = softroce::ib::DeviceLimits::default();
-    let _ = cfg;
     ibv_device_attr {
         fw_ver: [0; 64],
-        node_guid: node_guid(),
-        sys_image_guid: node_guid(),
+        node_guid: node_guid(dev),
+        sys_image_guid: node_guid(dev),
         max_mr_size: u64::MAX,
         page_size_cap: 0xffff_f000,
         vendor_id: 0xffffff,
@@ -284,6 +291,6 @@ pub unsafe extern "C" fn ibv_query_device(
         return fail(EINVAL);
     }
     // SAFETY: non-null, and the caller passes a writable ibv_device_attr.
-    unsafe { attr.write(device_attr(&ctx.cfg)) };
+    unsafe { attr.write(device_attr(ctx.dev)) };
     0
 }

@@ -1,4 +1,5 @@
-//! The device list: one device, `softroce0`, and its GUID.
+//! The device list: one device per address of `SOFTROCE_BIND`, `softroce0`, `softroce1`, ...,
+//! and their GUIDs.
 
 use std::cell::UnsafeCell;
 use std::ptr::{self, null_mut};
@@ -6,7 +7,7 @@ use std::sync::OnceLock;
 
 use libc::{c_char, c_int, EINVAL};
 
-use super::common::{config, copy_cstr, set_errno};
+use super::common::{config, copy_cstr, device_count, set_errno};
 use crate::ffi::*;
 
 /// rdma-core 44's `struct verbs_device` (libibverbs/driver.h): every device rdma-core hands
@@ -47,7 +48,7 @@ pub fn verbs_device_layout() -> Vec<(&'static str, usize)> {
     ]
 }
 
-/// The one device, `softroce0`: C gets a pointer to its `ibv_device` and only reads it
+/// A device, `softroceN`: C gets a pointer to its `ibv_device` and only reads it
 /// (libibverbs' contract for `struct ibv_device`), so it is never written after creation; the
 /// UnsafeCell gives the pointer handed out write provenance all the same, as C's type for it
 /// says `*mut`, over the whole `verbs_device` that container_of may reach.
@@ -57,52 +58,77 @@ unsafe impl Send for Device {}
 // SAFETY: as for Send: concurrent readers only.
 unsafe impl Sync for Device {}
 
-/// Name of the device.
+/// Name of the first device.
 pub const DEVICE_NAME: &str = "softroce0";
 
-/// The device's handle.
-pub(super) fn device() -> *mut ibv_device {
-    static DEV: OnceLock<Box<Device>> = OnceLock::new();
-    let d = DEV.get_or_init(|| {
-        let mut d = ibv_device {
-            _ops: [null_mut(); 2],
-            node_type: IBV_NODE_CA,
-            transport_type: IBV_TRANSPORT_IB,
-            name: [0; IBV_SYSFS_NAME_MAX],
-            dev_name: [0; IBV_SYSFS_NAME_MAX],
-            dev_path: [0; IBV_SYSFS_PATH_MAX],
-            ibdev_path: [0; IBV_SYSFS_PATH_MAX],
-        };
-        copy_cstr(&mut d.name, DEVICE_NAME);
-        copy_cstr(&mut d.dev_name, "uverbs_softroce0");
-        // Where rxe's are; `softroce run` lays them out (src/cli/run_ns.rs). Elsewhere they
-        // name nothing, and sysfs reads fail as for a missing attribute.
-        copy_cstr(
-            &mut d.dev_path,
-            "/sys/class/infiniband_verbs/uverbs_softroce0",
-        );
-        copy_cstr(&mut d.ibdev_path, "/sys/class/infiniband/softroce0");
-        Box::new(Device(UnsafeCell::new(verbs_device {
-            device: d,
-            ops: ptr::null(),
-            refcount: 0,
-            entry: [null_mut(); 2],
-            sysfs: null_mut(),
-            core_support: 0,
-        })))
-    });
-    // `device` is the first field of the repr(C) struct: the pointer to the whole is the
-    // pointer to it, with provenance over the whole (what container_of needs).
-    d.0.get() as *mut ibv_device
+/// The name of device `dev`: `softroce0`, `softroce1`, ... in the order `SOFTROCE_BIND`
+/// names their addresses, as rxe devices are named by their index.
+pub(super) fn device_name(dev: usize) -> String {
+    format!("softroce{dev}")
 }
 
-/// `ibv_get_device_list`: a NULL-terminated array holding `softroce0`.
+/// The devices, made on first use, one per address of `SOFTROCE_BIND` (never moved after:
+/// the pointers handed out stay valid for the process's life).
+fn devices() -> &'static [Device] {
+    static DEVS: OnceLock<Vec<Device>> = OnceLock::new();
+    DEVS.get_or_init(|| (0..device_count()).map(make_device).collect())
+}
+
+fn make_device(dev: usize) -> Device {
+    let name = device_name(dev);
+    let mut d = ibv_device {
+        _ops: [null_mut(); 2],
+        node_type: IBV_NODE_CA,
+        transport_type: IBV_TRANSPORT_IB,
+        name: [0; IBV_SYSFS_NAME_MAX],
+        dev_name: [0; IBV_SYSFS_NAME_MAX],
+        dev_path: [0; IBV_SYSFS_PATH_MAX],
+        ibdev_path: [0; IBV_SYSFS_PATH_MAX],
+    };
+    copy_cstr(&mut d.name, &name);
+    copy_cstr(&mut d.dev_name, &format!("uverbs_{name}"));
+    // Where rxe's are; `softroce run` lays them out (src/cli/run_ns.rs). Elsewhere they
+    // name nothing, and sysfs reads fail as for a missing attribute.
+    copy_cstr(
+        &mut d.dev_path,
+        &format!("/sys/class/infiniband_verbs/uverbs_{name}"),
+    );
+    copy_cstr(&mut d.ibdev_path, &format!("/sys/class/infiniband/{name}"));
+    Device(UnsafeCell::new(verbs_device {
+        device: d,
+        ops: ptr::null(),
+        refcount: 0,
+        entry: [null_mut(); 2],
+        sysfs: null_mut(),
+        core_support: 0,
+    }))
+}
+
+/// Device `dev`'s handle (`dev` below [`device_count`]).
+pub(super) fn device(dev: usize) -> *mut ibv_device {
+    // `device` is the first field of the repr(C) struct: the pointer to the whole is the
+    // pointer to it, with provenance over the whole (what container_of needs).
+    devices()[dev].0.get() as *mut ibv_device
+}
+
+/// Which device `d` is: its index, or None for a pointer that is none of the shim's.
+pub(super) fn device_index(d: *mut ibv_device) -> Option<usize> {
+    devices()
+        .iter()
+        .position(|x| x.0.get() as *mut ibv_device == d)
+}
+
+/// `ibv_get_device_list`: a NULL-terminated array of the devices, `softroce0` first.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device {
-    let list: Box<[*mut ibv_device; 2]> = Box::new([device(), null_mut()]);
+    let n = device_count();
+    let list: Box<[*mut ibv_device]> = (0..n)
+        .map(device)
+        .chain(std::iter::once(null_mut()))
+        .collect();
     if !num_devices.is_null() {
         // SAFETY: the caller passes a writable int or NULL.
-        unsafe { *num_devices = 1 };
+        unsafe { *num_devices = n as c_int };
     }
     Box::into_raw(list) as *mut *mut ibv_device
 }
@@ -111,44 +137,55 @@ pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *m
 #[no_mangle]
 pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
     if !list.is_null() {
-        // SAFETY: `list` came from ibv_get_device_list, which boxed a 2-element array.
-        drop(unsafe { Box::from_raw(list as *mut [*mut ibv_device; 2]) });
+        // SAFETY: `list` came from ibv_get_device_list, which boxed a slice of the devices
+        // and a NULL, and which the caller only read: its length is up to the NULL and one.
+        drop(unsafe {
+            let mut len = 0;
+            while !(*list.add(len)).is_null() {
+                len += 1;
+            }
+            Box::from_raw(ptr::slice_from_raw_parts_mut(list, len + 1))
+        });
     }
 }
 
 /// `ibv_get_device_name`.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_device_name(dev: *mut ibv_device) -> *const c_char {
-    if dev != device() {
+    if device_index(dev).is_none() {
         set_errno(EINVAL);
         return ptr::null();
     }
-    // SAFETY: checked to be our static device, never written (see `Device`); the name is a
-    // NUL-terminated array that lives as long as the process.
+    // SAFETY: checked to be one of our static devices, never written (see `Device`); the
+    // name is a NUL-terminated array that lives as long as the process.
     unsafe { ptr::addr_of!((*dev).name) as *const c_char }
 }
 
-/// The node GUID as `__be64` (big-endian bytes): softroce's, of the bound address.
-pub(super) fn node_guid() -> u64 {
-    softroce::driver::node_guid(config().bind.ip()).to_be()
+/// Device `dev`'s node GUID as `__be64` (big-endian bytes): softroce's, of its address.
+pub(super) fn node_guid(dev: usize) -> u64 {
+    softroce::driver::node_guid(config(dev).bind.ip()).to_be()
 }
 
 /// `ibv_get_device_guid`: the node GUID, `__be64`.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_device_guid(dev: *mut ibv_device) -> u64 {
-    if dev != device() {
-        set_errno(EINVAL);
-        return 0;
+    match device_index(dev) {
+        Some(i) => node_guid(i),
+        None => {
+            set_errno(EINVAL);
+            0
+        }
     }
-    node_guid()
 }
 
-/// `ibv_get_device_index`: 0 for softroce0, -1 (errno EINVAL) for anything else.
+/// `ibv_get_device_index`: N for softroceN, -1 (errno EINVAL) for anything else.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_device_index(dev: *mut ibv_device) -> c_int {
-    if dev != device() {
-        set_errno(EINVAL);
-        return -1;
+    match device_index(dev) {
+        Some(i) => i as c_int,
+        None => {
+            set_errno(EINVAL);
+            -1
+        }
     }
-    0
 }

@@ -73,14 +73,14 @@ pub unsafe extern "C" fn ibv_query_port(
     unsafe { ext_query_port(c, port, attr, COMPAT_PORT_ATTR_LEN) }
 }
 
-/// The GID at `index`: the device's address (read live, not from the context's copy of the
-/// configuration: a process's rdma_cm may give its device a stand-in address before the
+/// Device `dev`'s GID at `index`: its address (read live, not from the context's copy of
+/// the configuration: a process's rdma_cm may give its device a stand-in address before the
 /// engine starts, see `common::stand_in`).
-fn gid_at(_cfg: &Config, index: c_int) -> Option<[u8; 16]> {
+fn gid_at(dev: usize, index: c_int) -> Option<[u8; 16]> {
     let len = softroce::ib::DeviceLimits::default().gid_table_len as c_int;
     (0..len)
         .contains(&index)
-        .then(|| Gid::from_ip(super::common::config().bind.ip()).0)
+        .then(|| Gid::from_ip(super::common::config(dev).bind.ip()).0)
 }
 
 /// `ibv_query_gid`: 0, or -1 (bad context, port or index).
@@ -94,7 +94,7 @@ pub unsafe extern "C" fn ibv_query_gid(
     let Some(ctx) = ctx_of(c) else {
         return fail_neg(EINVAL);
     };
-    match gid_at(&ctx.cfg, index) {
+    match gid_at(ctx.dev, index) {
         Some(g) if port == PORT && !gid.is_null() => {
             // SAFETY: the caller passes a writable union ibv_gid.
             unsafe { gid.write(g) };
@@ -120,8 +120,8 @@ pub struct ibv_gid_entry {
     pub ndev_ifindex: u32,
 }
 
-fn gid_entry(cfg: &Config, index: c_int) -> Option<ibv_gid_entry> {
-    gid_at(cfg, index).map(|gid| ibv_gid_entry {
+fn gid_entry(dev: usize, index: c_int) -> Option<ibv_gid_entry> {
+    gid_at(dev, index).map(|gid| ibv_gid_entry {
         gid,
         gid_index: index as u32,
         port_num: 1,
@@ -150,7 +150,7 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
     {
         return fail(EINVAL);
     }
-    match gid_entry(&ctx.cfg, index as c_int) {
+    match gid_entry(ctx.dev, index as c_int) {
         Some(e) => {
             // SAFETY: the caller's entry holds entry_size >= 32 bytes.
             unsafe { entry.write(e) };
@@ -183,7 +183,7 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
         return -(fail(EINVAL) as isize);
     }
     for i in 0..len {
-        if let Some(e) = gid_entry(&ctx.cfg, i as c_int) {
+        if let Some(e) = gid_entry(ctx.dev, i as c_int) {
             // SAFETY: the caller's array holds max_entries >= len entries of entry_size bytes.
             unsafe { ((entries as *mut u8).add(i * entry_size) as *mut ibv_gid_entry).write(e) };
         }
@@ -203,7 +203,7 @@ pub unsafe extern "C" fn ibv_query_gid_type(
     let Some(ctx) = ctx_of(c) else {
         return fail_neg(EINVAL);
     };
-    if port != PORT || ty.is_null() || gid_at(&ctx.cfg, index as c_int).is_none() {
+    if port != PORT || ty.is_null() || gid_at(ctx.dev, index as c_int).is_none() {
         return fail_neg(EINVAL);
     }
     // SAFETY: the caller passes a writable enum.

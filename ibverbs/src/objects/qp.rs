@@ -157,7 +157,8 @@ pub unsafe extern "C" fn ibv_create_qp(
     if init.is_null() {
         return fail_null(EINVAL);
     }
-    // SAFETY: non-null, and the caller passes a readable ibv_qp_init_attr (read only).
+    // SAFETY: non-null, and the caller passes an ibv_qp_init_attr; only read through this
+    // reference, whose last use comes before `cap` is written back (below).
     let ia = unsafe { &*init };
     let (Some(scq), Some(rcq)) = (cq_of(ia.send_cq), cq_of(ia.recv_cq)) else {
         return fail_null(EINVAL);
@@ -202,8 +203,16 @@ pub unsafe extern "C" fn ibv_create_qp(
         Err(e) => return fail_null(errno_of(&e)),
     };
     let qp_num = qp.qp_num();
-    let inline = if ia.cap.max_inline_data > 0 {
-        match InlineScratch::new(&pdr.pd, ia.cap.max_inline_data as usize) {
+    // What the QP holds, as rxe sizes it (one SGE is 16 bytes of inline data, and so on:
+    // softroce::ib::sized_as_rxe), written back as ibv_create_qp does.
+    let sized = softroce::ib::sized_as_rxe(&cap);
+    let actual = ibv_qp_cap {
+        max_send_sge: sized.max_send_sge,
+        max_inline_data: sized.max_inline_data,
+        ..ia.cap
+    };
+    let inline = if actual.max_inline_data > 0 {
+        match InlineScratch::new(&pdr.pd, actual.max_inline_data as usize) {
             Ok(x) => Some(Mutex::new(x)),
             Err(e) => return fail_null(e),
         }
@@ -233,12 +242,15 @@ pub unsafe extern "C" fn ibv_create_qp(
             _recv_cq: rcq,
             _srq: srq,
             ud: qp_type == QpType::Ud,
-            cap: ia.cap,
+            cap: actual,
             sq_sig_all: ia.sq_sig_all,
             inline,
             ex: Default::default(),
         },
     );
+    // SAFETY: the caller's ibv_qp_init_attr, which libibverbs writes the QP's actual
+    // capacities back into; `ia` is no longer used.
+    unsafe { std::ptr::addr_of_mut!((*init).cap).write(actual) };
     handle::publish(&obj)
 }
 

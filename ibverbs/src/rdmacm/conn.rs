@@ -618,6 +618,9 @@ fn connect_request(m: &Cm, ev: RdmaCmEvent) {
     let child = new_id(chan, sync, context, listener.ps, qp_type);
     {
         let mut st = lock(&child.st);
+        // On the device the request came to (a wildcard listener listens on each).
+        st.dev = Some(m.dev);
+        st.cm_dev = m.dev;
         st.cm = Some(ev.id.clone());
         st.port = lock(&listener.st).port;
         st.passive = true;

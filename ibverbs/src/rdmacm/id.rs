@@ -15,7 +15,7 @@ use softroce::rdma_cm::{CmId, PortSpace};
 
 use super::channel::{chan_of, new_channel, Chan, EventInfo};
 use super::ffi::*;
-use super::{cm, device_addr, errno, errno_of, fail, lock, verbs};
+use super::{cm, device_addr, errno, errno_of, fail, lock, verbs, Cm};
 use crate::ffi::*;
 use crate::objects::cm_hooks;
 use crate::objects::handle::{self, Obj, Object};
@@ -42,7 +42,16 @@ impl Id {
 /// What an identifier's calls change.
 #[derive(Default)]
 pub(super) struct IdSt {
+    /// The device it is on (`softroceN`): the one whose address it is bound to, or that it
+    /// resolved its destination on, or that its connect request came to. None before, and
+    /// for an identifier bound to a wildcard address.
+    pub(super) dev: Option<usize>,
+    /// The softroce identifier, on device `cm_dev`'s connection manager.
     pub(super) cm: Option<CmId>,
+    pub(super) cm_dev: usize,
+    /// A listener on a wildcard address in a process with several devices listens on each
+    /// (the kernel's cma_listen_on_all): `cm` on device 0, these on the others.
+    pub(super) also: Vec<(usize, CmId)>,
     /// The bound rdma_cm port (0: not bound).
     pub(super) port: u16,
     pub(super) listening: bool,
@@ -122,13 +131,23 @@ impl Obj<Id> {
         this.chan().push(this, None, info);
     }
 
-    /// The softroce identifier, made now if needed.
+    /// The softroce identifier, made now if needed, on the identifier's device (the first
+    /// device while it has none).
     pub(super) fn cm_id(this: &Arc<Self>) -> Result<CmId, c_int> {
         let mut st = lock(&this.st);
         if let Some(c) = &st.cm {
             return Ok(c.clone());
         }
-        let m = cm()?;
+        let dev = st.dev.unwrap_or(0);
+        let (_, c) = Obj::new_cm_id(this, &st, dev)?;
+        st.cm = Some(c.clone());
+        st.cm_dev = dev;
+        Ok(c)
+    }
+
+    /// A softroce identifier for this one on device `dev`, bound to its port, registered.
+    fn new_cm_id(this: &Arc<Self>, st: &IdSt, dev: usize) -> Result<(Arc<Cm>, CmId), c_int> {
+        let m = cm(dev)?;
         let c = m.chan.create_id_in(if this.ps == RDMA_PS_UDP {
             PortSpace::Udp
         } else {
@@ -141,9 +160,48 @@ impl Obj<Id> {
             c.set_ack_timeout(t);
         }
         m.register(&c, this);
-        st.cm = Some(c.clone());
-        Ok(c)
+        Ok((m, c))
     }
+}
+
+/// The device whose address `ip` is (its own, the stand-in it took, or the one
+/// `SOFTROCE_BIND` names for it): the first such, or None.
+fn device_of_ip(ip: IpAddr) -> Option<usize> {
+    (0..cm_hooks::device_count())
+        .find(|&d| device_addr(d).ip() == ip || cm_hooks::nominal_addr(d).ip() == ip)
+}
+
+/// The device an identifier with no source address reaches `dst` from, as the kernel's
+/// rdma_resolve_addr picks it: the device whose address `dst` is (the kernel's route to a
+/// local address has that address as its source), else the one whose address is the source
+/// of the host's route to `dst` (what a UDP socket connected there is bound to), else the
+/// first.
+fn route_device(dst: IpAddr) -> usize {
+    if let Some(d) = device_of_ip(dst) {
+        return d;
+    }
+    if cm_hooks::device_count() == 1 {
+        return 0;
+    }
+    let any: IpAddr = if dst.is_ipv4() {
+        Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        Ipv6Addr::UNSPECIFIED.into()
+    };
+    UdpSocket::bind(SocketAddr::new(any, 0))
+        .and_then(|s| {
+            // Connecting a UDP socket sends nothing: the kernel only picks the route.
+            s.connect(SocketAddr::new(dst, 9))?;
+            s.local_addr()
+        })
+        .ok()
+        .and_then(|a| device_of_ip(a.ip()))
+        .unwrap_or(0)
+}
+
+/// The device an identifier is on (the first while it has none).
+fn dev_of(id: &Obj<Id>) -> usize {
+    lock(&id.st).dev.unwrap_or(0)
 }
 
 /// A socket address from C: AF_INET or AF_INET6 (EAFNOSUPPORT for others, EINVAL for NULL).
@@ -238,8 +296,9 @@ pub(super) fn set_addrs(id: &Obj<Id>, src: Option<SocketAddr>, dst: Option<Socke
 /// `id->pd` before they create a QP (pyverbs' CMID wraps it when the address resolves, and
 /// its UD test makes AHs on it).
 pub(super) fn set_device(id: &Obj<Id>) -> Result<(), c_int> {
-    let v = verbs()?;
-    let pd = default_pd(v)?;
+    let dev = dev_of(id);
+    let v = verbs(dev)?;
+    let pd = default_pd(dev, v)?;
     let c = id.c();
     // SAFETY: raw reads and writes of the live identifier's C struct.
     unsafe {
@@ -347,7 +406,9 @@ fn destroy(obj: &Arc<Obj<Id>>) {
         destroy(&request);
     }
     let st = std::mem::take(&mut *lock(&obj.st));
-    if let (Some(c), Ok(m)) = (&st.cm, cm()) {
+    // (The manager is looked up only for an identifier that has a softroce one: destroying
+    // one that never bound starts no device.)
+    if let Some((c, Ok(m))) = st.cm.as_ref().map(|c| (c, cm(st.cm_dev))) {
         m.forget(obj);
         if st.listening {
             c.stop_listening();
@@ -356,6 +417,12 @@ fn destroy(obj: &Arc<Obj<Id>>) {
             // cm_destroy_id does; for anything else (idle, resolving, closed) both are no-ops.
             let _ = c.reject(&[]);
         }
+    }
+    for (d, c) in &st.also {
+        if let Ok(m) = cm(*d) {
+            m.forget(obj);
+        }
+        c.stop_listening();
     }
     if st.port != 0 && !st.passive {
         ports().remove(&st.port);
@@ -372,23 +439,26 @@ fn is_local(ip: IpAddr) -> bool {
     UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
 }
 
-/// Binds `id` to `addr` (its IP: the device's, or a wildcard).
+/// Binds `id` to `addr` (its IP: a device's, or a wildcard).
 pub(super) fn bind(id: &Arc<Obj<Id>>, addr: SocketAddr) -> Result<(), c_int> {
-    let dev = device_addr().ip();
     let ip = addr.ip();
     // The address SOFTROCE_BIND names stays the device's when the process stands in at
     // another (rule 10).
-    if !ip.is_unspecified() && ip != dev && ip != cm_hooks::nominal_addr().ip() {
+    let dev = if ip.is_unspecified() {
+        None
+    } else {
         // The kernel: an address of no interface is EADDRNOTAVAIL; one of an interface
         // without an RDMA device is ENODEV.
-        return Err(if is_local(ip) { ENODEV } else { EADDRNOTAVAIL });
-    }
+        let e = || if is_local(ip) { ENODEV } else { EADDRNOTAVAIL };
+        Some(device_of_ip(ip).ok_or_else(e)?)
+    };
     let mut st = lock(&id.st);
     if st.port != 0 {
         return Err(EINVAL);
     }
     let port = reserve(addr.port(), st.reuse)?;
     st.port = port;
+    st.dev = dev;
     if let Some(c) = &st.cm {
         if let Err(e) = c.bind_addr(port) {
             ports().remove(&port);
@@ -398,10 +468,17 @@ pub(super) fn bind(id: &Arc<Obj<Id>>, addr: SocketAddr) -> Result<(), c_int> {
     }
     drop(st);
     set_addrs(id, Some(SocketAddr::new(ip, port)), None);
-    if !ip.is_unspecified() {
+    if let Some(dev) = dev {
         match set_device(id) {
-            Err(EADDRINUSE) if is_ud(id) && stand_in_for_ud() => set_device(id)?,
+            Err(EADDRINUSE) if is_ud(id) && stand_in_for_ud(dev) => set_device(id)?,
             r => r?,
+        }
+    } else if cm_hooks::device_count() > 1 {
+        // As below for each device: a wildcard listener listens on every one, and the
+        // identifier is not on any until it resolves a destination (then on the device that
+        // reaches it), so no softroce identifier is made yet.
+        for d in 0..cm_hooks::device_count() {
+            let _ = cm(d);
         }
     } else {
         // A wildcard bind starts the device now, as the kernel's has long been up: what
@@ -472,31 +549,38 @@ pub(super) fn complete(id: &Arc<Obj<Id>>, want: c_int) -> c_int {
     }
 }
 
-/// Before a process's first identifier binds: if it is about to connect to its own device's
+/// Before a process's first identifier binds on device `dev`, when devices hold their
+/// addresses alone (`SOFTROCE_SHARE=0`): if it is about to connect to that device's own
 /// loopback address, and has started no engine and bound no port (so nothing of its own
 /// listens there), the listener is another process on the same device, which holds that
-/// address's socket. The kernel shares one device among processes; softroce's device is the
-/// process's own, so this process's device stands in at an address of its own on loopback,
-/// reachable from the other as any peer is (spec-notes/librdmacm.md, rule 10).
-fn stand_in_to_reach_own_address(dst: IpAddr) {
-    let nominal = cm_hooks::nominal_addr();
+/// address's socket. The kernel shares one device among processes;
+/// softroce's device is the process's own, so this process's device stands in at an address
+/// of its own on loopback, reachable from the other as any peer is (spec-notes/librdmacm.md,
+/// rule 10).
+fn stand_in_to_reach_own_address(dev: usize, dst: IpAddr) {
+    if softroce::driver::sharing_enabled() {
+        // Both processes are members of the address's group: the listener's REQs reach it
+        // there (spec-notes/shared-device.md), with no address of this process's own.
+        return;
+    }
+    let nominal = cm_hooks::nominal_addr(dev);
     let IpAddr::V4(v4) = nominal.ip() else {
         return; // ::1 is IPv6's only loopback address: nowhere else to stand.
     };
     if !v4.is_loopback() || dst != nominal.ip() || !ports().is_empty() {
         return;
     }
-    take_stand_in(nominal.port());
+    take_stand_in(dev, nominal.port());
 }
 
-/// Makes the first free stand-in address on `port` this process's device address; true if
-/// one was free and the engine had not bound yet. The candidate must be free; the engine binds
-/// it soon after (a process that takes it in between makes that bind fail with EADDRINUSE, as
-/// without a stand-in).
-fn take_stand_in(port: u16) -> bool {
+/// Makes the first free stand-in address on `port` device `dev`'s address in this process;
+/// true if one was free and the engine had not bound yet. The candidate must be free; the
+/// engine binds it soon after (a process that takes it in between makes that bind fail with
+/// EADDRINUSE, as without a stand-in).
+fn take_stand_in(dev: usize, port: u16) -> bool {
     stand_in_candidates(std::process::id(), port)
         .into_iter()
-        .any(|a| UdpSocket::bind(a).is_ok() && cm_hooks::stand_in(a))
+        .any(|a| UdpSocket::bind(a).is_ok() && cm_hooks::stand_in(dev, a))
 }
 
 /// A UD identifier bound to a loopback IPv4 device address whose socket another process
@@ -505,12 +589,12 @@ fn take_stand_in(port: u16) -> bool {
 /// one `softroce run`, rdma-core's multicast tests fork two members): a UD peer's address
 /// is only where its datagrams come from, which every answer follows (spec-notes/librdmacm.md,
 /// rule 10).
-fn stand_in_for_ud() -> bool {
-    let nominal = cm_hooks::nominal_addr();
+fn stand_in_for_ud(dev: usize) -> bool {
+    let nominal = cm_hooks::nominal_addr(dev);
     let IpAddr::V4(v4) = nominal.ip() else {
         return false;
     };
-    v4.is_loopback() && take_stand_in(nominal.port())
+    v4.is_loopback() && take_stand_in(dev, nominal.port())
 }
 
 /// Loopback addresses for process `pid`'s device to stand in at, on `port`: 127.128.0.0/9,
@@ -541,33 +625,52 @@ pub unsafe extern "C" fn rdma_resolve_addr(
         Err(e) => return fail(e),
     };
     if lock(&obj.st).port == 0 {
-        stand_in_to_reach_own_address(d.ip());
         let s = if src.is_null() {
-            SocketAddr::new(device_addr().ip(), 0)
+            None
         } else {
             // SAFETY: as for dst.
             match unsafe { sockaddr_from_c(src) } {
-                Ok(a) => a,
+                Ok(a) => Some(a),
                 Err(e) => return fail(e),
             }
         };
-        let s = if s.ip().is_unspecified() {
-            SocketAddr::new(device_addr().ip(), s.port())
-        } else {
-            s
+        // The device: the source address's, else the one that reaches the destination.
+        let dev = match s.filter(|s| !s.ip().is_unspecified()) {
+            Some(s) => device_of_ip(s.ip()),
+            None => Some(route_device(d.ip())),
+        };
+        if let Some(dev) = dev {
+            stand_in_to_reach_own_address(dev, d.ip());
+        }
+        let s = match (s, dev) {
+            (Some(s), _) if !s.ip().is_unspecified() => s,
+            // (no device for a given source: bind refuses it)
+            (s, dev) => SocketAddr::new(
+                device_addr(dev.unwrap_or(0)).ip(),
+                s.map_or(0, |s| s.port()),
+            ),
         };
         if let Err(e) = bind(&obj, s) {
             return fail(e);
+        }
+    } else {
+        // Bound to a wildcard address: on the device that reaches the destination now.
+        let mut st = lock(&obj.st);
+        if st.dev.is_none() {
+            st.dev = Some(route_device(d.ip()));
         }
     }
     let c = match Obj::cm_id(&obj) {
         Ok(c) => c,
         Err(e) => return fail(e),
     };
-    let port = lock(&obj.st).port;
+    let (port, dev) = {
+        let st = lock(&obj.st);
+        (st.port, st.cm_dev)
+    };
     set_addrs(
         &obj,
-        Some(SocketAddr::new(device_addr().ip(), port)),
+        Some(SocketAddr::new(device_addr(dev).ip(), port)),
         Some(d),
     );
     if let Err(e) = set_device(&obj) {
@@ -596,7 +699,7 @@ pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_
     if let Err(e) = c.resolve_route() {
         return fail(errno_of(&e));
     }
-    let local = device_addr().ip();
+    let local = c.local_addr().ip();
     let remote = c.remote_addr().map(|a| a.ip()).unwrap_or(local);
     let mut path = Box::new(ibv_sa_path_rec {
         dgid: softroce::ib::Gid::from_ip(remote).0,
@@ -646,15 +749,21 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
             return fail(e);
         }
     }
-    let c = match Obj::cm_id(&obj) {
-        Ok(c) => c,
-        Err(e) => return fail(e),
-    };
     // The kernel's ucma: at most 1024, and that for anything not positive.
     let backlog = if (1..=1024).contains(&backlog) {
         backlog as usize
     } else {
         1024
+    };
+    if lock(&obj.st).dev.is_none() && cm_hooks::device_count() > 1 {
+        return match listen_on_all(&obj, backlog) {
+            Ok(()) => 0,
+            Err(e) => fail(e),
+        };
+    }
+    let c = match Obj::cm_id(&obj) {
+        Ok(c) => c,
+        Err(e) => return fail(e),
     };
     match c.listen(backlog) {
         Ok(()) => {
@@ -663,6 +772,46 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
         }
         Err(e) => fail(errno_of(&e)),
     }
+}
+
+/// A listener bound to a wildcard address in a process with several devices listens on each,
+/// as the kernel's cma_listen_on_all makes an internal listener per device: a connect request
+/// to any device's address comes to it, and the identifier made for it is on that device.
+/// All or none: a device that cannot listen (its engine does not start, the port is listened
+/// on there) undoes the others, as the kernel's does.
+fn listen_on_all(obj: &Arc<Obj<Id>>, backlog: usize) -> Result<(), c_int> {
+    let mut st = lock(&obj.st);
+    if st.listening || st.cm.is_some() {
+        return Err(EINVAL);
+    }
+    let mut made: Vec<(usize, Arc<Cm>, CmId)> = Vec::new();
+    for d in 0..cm_hooks::device_count() {
+        let r = Obj::new_cm_id(obj, &st, d).and_then(|(m, c)| {
+            if let Err(e) = c.listen(backlog) {
+                m.forget_cm(&c);
+                return Err(errno_of(&e));
+            }
+            Ok((d, m, c))
+        });
+        match r {
+            Ok(x) => made.push(x),
+            Err(e) => {
+                for (_, m, c) in made {
+                    c.stop_listening();
+                    m.forget_cm(&c);
+                }
+                return Err(e);
+            }
+        }
+    }
+    let mut it = made.into_iter().map(|(d, _, c)| (d, c));
+    if let Some((d, c)) = it.next() {
+        st.cm = Some(c);
+        st.cm_dev = d;
+    }
+    st.also = it.collect();
+    st.listening = true;
+    Ok(())
 }
 
 /// `rdma_get_src_port`: the bound port (network order), 0 for a bad identifier.
@@ -688,12 +837,17 @@ const QP_SQ_PSN: c_int = 1 << 16;
 /// rdma_cm's QKEY for the UDP port space.
 const RDMA_UDP_QKEY: u32 = 0x0123_4567;
 
-/// The device's PD (librdmacm's per-device PD): every identifier's `pd` once it is on the
-/// device, and what `rdma_create_qp` uses when given none. A child after fork allocates its
-/// own (its parent's is on the parent's engine, which did not come with it).
-fn default_pd(v: *mut ibv_context) -> Result<*mut ibv_pd, c_int> {
-    static PD: Mutex<(usize, u32)> = Mutex::new((0, 0));
-    let mut g = lock(&PD);
+/// Device `dev`'s PD (librdmacm's per-device PD) on its context `v`: every identifier's `pd`
+/// once it is on the device, and what `rdma_create_qp` uses when given none. A child after
+/// fork allocates its own (its parent's is on the parent's engine, which did not come with
+/// it).
+fn default_pd(dev: usize, v: *mut ibv_context) -> Result<*mut ibv_pd, c_int> {
+    static PD: Mutex<Vec<(usize, u32)>> = Mutex::new(Vec::new());
+    let mut all = lock(&PD);
+    if all.len() <= dev {
+        all.resize(dev + 1, (0, 0));
+    }
+    let g = &mut all[dev];
     let me = std::process::id();
     if g.0 == 0 || g.1 != me {
         // SAFETY: `v` is the shim's own context.
@@ -798,7 +952,8 @@ pub unsafe extern "C" fn rdma_create_qp(
     } else if !id_pd.is_null() {
         id_pd
     } else {
-        match default_pd(v) {
+        let dev = cm_hooks::context_device(v).unwrap_or(0);
+        match default_pd(dev, v) {
             Ok(p) => p,
             Err(e) => return fail(e),
         }
@@ -986,29 +1141,40 @@ pub unsafe extern "C" fn rdma_set_option(
     0
 }
 
-/// `rdma_get_devices`: a NULL-terminated array holding the device's context.
+/// `rdma_get_devices`: a NULL-terminated array holding each device's context (the ones
+/// identifiers on it have as `verbs`), softroce0's first.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut ibv_context {
-    let v = match verbs() {
-        Ok(v) => v,
+    let n = cm_hooks::device_count();
+    let list: Result<Vec<*mut ibv_context>, c_int> = (0..n).map(verbs).collect();
+    let mut list = match list {
+        Ok(l) => l,
         Err(e) => {
             fail(e);
             return null_mut();
         }
     };
+    list.push(null_mut());
     if !num_devices.is_null() {
         // SAFETY: the caller passes a writable int or NULL.
-        unsafe { *num_devices = 1 };
+        unsafe { *num_devices = n as c_int };
     }
-    Box::into_raw(Box::new([v, null_mut()])) as *mut *mut ibv_context
+    Box::into_raw(list.into_boxed_slice()) as *mut *mut ibv_context
 }
 
 /// `rdma_free_devices`.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut ibv_context) {
     if !list.is_null() {
-        // SAFETY: `list` came from rdma_get_devices, which boxed a 2-element array.
-        drop(unsafe { Box::from_raw(list as *mut [*mut ibv_context; 2]) });
+        // SAFETY: `list` came from rdma_get_devices, which boxed a slice of the contexts and
+        // a NULL, and which the caller only read: its length is up to the NULL and one.
+        drop(unsafe {
+            let mut len = 0;
+            while !(*list.add(len)).is_null() {
+                len += 1;
+            }
+            Box::from_raw(ptr::slice_from_raw_parts_mut(list, len + 1))
+        });
     }
 }
 

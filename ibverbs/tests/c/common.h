@@ -60,10 +60,10 @@ static inline struct ibv_device **open_first_device(void)
 	return list;
 }
 
-/* Moves an RC QP to RTS towards QP `dest` at gid, with `access` as its remote access and
+/* Moves an RC QP to RTS towards QP `dest` at `dgid`, with `access` as its remote access and
  * `rd_atomic` reads/atomics in flight either way. */
-static inline void rc_to_rts(struct ibv_qp *qp, uint32_t dest, unsigned int access,
-			     uint8_t rd_atomic)
+static inline void rc_to_rts_at(struct ibv_qp *qp, uint32_t dest, union ibv_gid dgid,
+				unsigned int access, uint8_t rd_atomic)
 {
 	struct ibv_qp_attr a = {
 		.qp_state = IBV_QPS_INIT,
@@ -79,7 +79,7 @@ static inline void rc_to_rts(struct ibv_qp *qp, uint32_t dest, unsigned int acce
 	a.max_dest_rd_atomic = rd_atomic;
 	a.min_rnr_timer = 1;
 	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = gid;
+	a.ah_attr.grh.dgid = dgid;
 	a.ah_attr.grh.sgid_index = 1;
 	a.ah_attr.grh.hop_limit = 1;
 	a.ah_attr.port_num = 1;
@@ -94,6 +94,13 @@ static inline void rc_to_rts(struct ibv_qp *qp, uint32_t dest, unsigned int acce
 	a.max_rd_atomic = rd_atomic;
 	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
 					IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) == 0);
+}
+
+/* rc_to_rts_at towards the opened device's own GID (a loopback pair). */
+static inline void rc_to_rts(struct ibv_qp *qp, uint32_t dest, unsigned int access,
+			     uint8_t rd_atomic)
+{
+	rc_to_rts_at(qp, dest, gid, access, rd_atomic);
 }
 
 /* One completion of a plain CQ (the wait bounded by 5 s). */

@@ -467,12 +467,13 @@ static void qp_ex_rc(struct ibv_cq *scq, struct ibv_cq *rcq)
 
 	/* Errors kept until wr_complete, which then posts nothing of the batch: too many SGEs,
 	 * too much inline data (both ENOSPC, as rxe), more WRs than the queue holds (ENOSPC), a
-	 * setter before any operation (EINVAL). */
-	struct ibv_sge three[3] = {list[0], list[1], list[0]};
+	 * setter before any operation (EINVAL). The QP's 64 bytes of inline data give it 4 SGEs
+	 * for the 2 asked, as rxe sizes a send WQE: 5 are too many. */
+	struct ibv_sge five[5] = {list[0], list[1], list[0], list[1], list[0]};
 	ibv_wr_start(x);
 	x->wr_id = 30;
 	ibv_wr_send(x);
-	ibv_wr_set_sge_list(x, 3, three);
+	ibv_wr_set_sge_list(x, 5, five);
 	CHECK(ibv_wr_complete(x) == ENOSPC);
 	char big[65] = {0};
 	ibv_wr_start(x);
