@@ -398,8 +398,15 @@ mod tests {
         type Handle = u64;
     }
 
+    /// One test at a time on the process's one registry (one counts its entries).
+    fn serial() -> MutexGuard<'static, ()> {
+        static ONE: Mutex<()> = Mutex::new(());
+        ONE.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     #[test]
     fn a_destroy_waits_for_every_other_reference() {
+        let _one = serial();
         let before = live_count();
         let o = Obj::new([7, 8], Thing(5));
         let h = publish(&o);
@@ -418,5 +425,82 @@ mod tests {
         assert!(get::<Thing>(h).is_none());
         assert_eq!(remove::<Thing>(h).err(), Some(EINVAL), "a double destroy");
         assert_eq!(live_count(), before);
+    }
+
+    #[test]
+    fn a_retiring_object_is_reached_only_through_the_lock_and_freed_by_finish() {
+        let _one = serial();
+        let o = Obj::new([1, 2], Thing(9));
+        let h = publish(&o);
+        let w = Arc::downgrade(&o);
+        assert_eq!(
+            retire::<Thing>(h, |_, _| Ok(())).err(),
+            Some(EBUSY),
+            "`o` holds it"
+        );
+        drop(o);
+        assert_eq!(
+            retire::<Thing>(h, |_, _| Err(libc::EAGAIN)).err(),
+            Some(libc::EAGAIN),
+            "the check's answer"
+        );
+        assert!(get::<Thing>(h).is_some(), "a failed check leaves it live");
+        let r = retire::<Thing>(h, |_, t| {
+            assert_eq!(t.0, 9);
+            Ok(())
+        })
+        .unwrap();
+        assert!(get::<Thing>(h).is_none(), "no new reference once retiring");
+        assert_eq!(remove::<Thing>(h).err(), Some(EINVAL), "destroyed for C");
+        assert!(
+            retire::<Thing>(h, |_, _| Ok(())).is_err(),
+            "a second destroy"
+        );
+        assert!(remove_in_use::<Thing>(h).is_none());
+        {
+            let reg = lock();
+            assert_eq!(
+                reg.find::<Thing>(h).map(|t| t.0),
+                Some(9),
+                "an ack reaches it"
+            );
+            assert!(reg.find::<Other>(h.cast()).is_none());
+            assert!(
+                reg.find_live::<Thing>(h, &w).is_none(),
+                "no new event for it"
+            );
+        }
+        let last = r.finish();
+        assert_eq!(Arc::strong_count(&last), 1, "the last reference");
+        assert!(lock().find::<Thing>(h).is_none());
+        drop(last);
+        assert!(w.upgrade().is_none(), "freed with the last reference");
+    }
+
+    #[test]
+    fn a_restored_object_is_live_again_and_find_live_wants_the_same_allocation() {
+        let _one = serial();
+        let o = Obj::new([3, 4], Thing(1));
+        let h = publish(&o);
+        let w = Arc::downgrade(&o);
+        drop(o);
+        assert!(lock().find_live::<Thing>(h, &w).is_some());
+        let stranger = Arc::downgrade(&Obj::new([0, 0], Thing(2)));
+        assert!(
+            lock().find_live::<Thing>(h, &stranger).is_none(),
+            "another allocation"
+        );
+        let r = retire::<Thing>(h, |_, _| Ok(())).unwrap();
+        r.restore();
+        assert!(lock().find_live::<Thing>(h, &w).is_some());
+        assert_eq!(get::<Thing>(h).map(|t| t.0), Some(1));
+        let last = remove_if::<Thing>(h, |reg, t| {
+            // The check runs under the registry lock, with the object unused.
+            assert!(reg.find::<Thing>(h).is_some_and(|x| ptr::eq(x, t)));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(Arc::strong_count(&last), 1);
+        assert!(lock().find_live::<Thing>(h, &w).is_none(), "removed");
     }
 }
