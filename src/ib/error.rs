@@ -152,6 +152,23 @@ pub enum VerbsError {
         /// Its length.
         len: u64,
     },
+    /// Memory to register is mapped but part of it cannot be read (`PROT_NONE`): rxe's
+    /// pinning fails there, EFAULT.
+    NotReadable {
+        /// The range's start.
+        addr: u64,
+        /// Its length.
+        len: u64,
+    },
+    /// Memory registered with a right that writes it (local or remote write, remote atomics,
+    /// window binding) is mapped read-only in part or all: rxe's pinning for write fails
+    /// there, EFAULT.
+    NotWritable {
+        /// The range's start.
+        addr: u64,
+        /// Its length.
+        len: u64,
+    },
 }
 
 impl core::fmt::Display for VerbsError {
@@ -205,6 +222,12 @@ impl core::fmt::Display for VerbsError {
             VerbsError::OutOfMemory { bytes } => write!(f, "cannot allocate {bytes} bytes"),
             VerbsError::NotMapped { addr, len } => {
                 write!(f, "{len} bytes at {addr:#x} are not all mapped")
+            }
+            VerbsError::NotReadable { addr, len } => {
+                write!(f, "{len} bytes at {addr:#x} are not all readable")
+            }
+            VerbsError::NotWritable { addr, len } => {
+                write!(f, "{len} bytes at {addr:#x} are not all writable")
             }
         }
     }

@@ -58,6 +58,7 @@
 
 pub mod crc;
 pub mod foreign;
+pub mod mapping;
 pub mod region;
 
 pub use region::{AccessError, Pinned, SharedBytes};

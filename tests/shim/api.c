@@ -199,6 +199,37 @@ int main(void)
 		struct ibv_mr *one = ibv_reg_mr(pd, m, pg, IBV_ACCESS_LOCAL_WRITE);
 		CHECK(one != NULL && ibv_dereg_mr(one) == 0);
 		CHECK(munmap(m, pg) == 0);
+		/* ibv_reg_mr_iova and _iova2 (what ibv_reg_mr with optional flags calls) check the
+		 * same way. */
+		FAILS_NULL(ibv_reg_mr_iova(pd, (void *)0xDEAD0000, 4096, 0x1000,
+					   IBV_ACCESS_LOCAL_WRITE), EFAULT);
+		FAILS_NULL(ibv_reg_mr_iova2(pd, (void *)0xDEAD0000, 4096, 0x1000,
+					    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_RELAXED_ORDERING), EFAULT);
+		/* A read-only mapping: rxe pins for write when any right writes the region (local
+		 * or remote write, remote atomics, window binding: ib_access_writable), and the pin
+		 * fails on it (EFAULT); remote read only is fine. A PROT_NONE mapping fails even
+		 * for reading (Linux 6.2 and later; spec-notes/libibverbs-abi.md rule 19). */
+		char *ro = mmap(NULL, 2 * pg, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		CHECK(ro != MAP_FAILED);
+		FAILS_NULL(ibv_reg_mr(pd, ro, 2 * pg, IBV_ACCESS_LOCAL_WRITE), EFAULT);
+		FAILS_NULL(ibv_reg_mr(pd, ro, pg, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE),
+			   EFAULT);
+		FAILS_NULL(ibv_reg_mr(pd, ro, pg, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC),
+			   EFAULT);
+		FAILS_NULL(ibv_reg_mr(pd, ro, pg, IBV_ACCESS_MW_BIND), EFAULT);
+		FAILS_NULL(ibv_reg_mr_iova(pd, ro, pg, 0, IBV_ACCESS_LOCAL_WRITE), EFAULT);
+		struct ibv_mr *rd = ibv_reg_mr(pd, ro, 2 * pg, IBV_ACCESS_REMOTE_READ);
+		CHECK(rd != NULL && rd->rkey != 0 && ibv_dereg_mr(rd) == 0);
+		rd = ibv_reg_mr(pd, ro, pg, 0);
+		CHECK(rd != NULL && ibv_dereg_mr(rd) == 0);
+		/* Writable, then its second page made read-only: the range is refused for writing. */
+		CHECK(mprotect(ro, pg, PROT_READ | PROT_WRITE) == 0);
+		struct ibv_mr *w = ibv_reg_mr(pd, ro, pg, IBV_ACCESS_LOCAL_WRITE);
+		CHECK(w != NULL && ibv_dereg_mr(w) == 0);
+		FAILS_NULL(ibv_reg_mr(pd, ro, 2 * pg, IBV_ACCESS_LOCAL_WRITE), EFAULT);
+		CHECK(mprotect(ro, 2 * pg, PROT_NONE) == 0);
+		FAILS_NULL(ibv_reg_mr(pd, ro, pg, IBV_ACCESS_REMOTE_READ), EFAULT);
+		CHECK(munmap(ro, 2 * pg) == 0);
 	}
 	struct ibv_mr *mra = ibv_reg_mr(pd, a, LEN, all);
 	CHECK(mra && mra->addr == a && mra->length == LEN && mra->lkey && mra->rkey == mra->lkey);

@@ -310,7 +310,9 @@ pub(super) fn errno_of(e: &VerbsError) -> c_int {
         VerbsError::Io(msg) if msg.contains("not available") => libc::EADDRNOTAVAIL,
         VerbsError::Io(_) => libc::EIO,
         VerbsError::OutOfMemory { .. } => ENOMEM,
-        VerbsError::NotMapped { .. } => libc::EFAULT,
+        VerbsError::NotMapped { .. }
+        | VerbsError::NotReadable { .. }
+        | VerbsError::NotWritable { .. } => libc::EFAULT,
         _ => EINVAL,
     }
 }
