@@ -946,3 +946,180 @@ fn poll_each_hands_out_at_most_max_completions_oldest_first() {
     );
     assert_eq!(a.cq.poll_each(10, |_, _| panic!("an empty CQ")), Ok(0));
 }
+
+/// `pages` fresh anonymous read-write pages (the application memory the shim registers).
+fn mmap_pages(pages: usize) -> *mut u8 {
+    // SAFETY: a fresh anonymous mapping, no address asked for.
+    let m = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            pages * 4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(m, libc::MAP_FAILED);
+    m.cast()
+}
+
+/// Gives `a` and `b` fresh RC QPs connected to each other (after a failure moved the old
+/// ones to ERROR).
+fn reconnect(a: &mut End, b: &mut End) {
+    for e in [&mut *a, &mut *b] {
+        e.qp =
+            e.pd.create_qp(&QpInitAttr {
+                send_cq: &e.cq,
+                recv_cq: &e.cq,
+                cap: QpCap::default(),
+                qp_type: QpType::Rc,
+                sq_sig_all: false,
+            })
+            .unwrap();
+        init(&e.qp);
+    }
+    rtr_rts(a, b, Mtu::Mtu1024, 14, 7, 7);
+    rtr_rts(b, a, Mtu::Mtu1024, 14, 7, 7);
+}
+
+#[test]
+fn application_memory_gone_while_registered_is_a_remote_access_error_and_counted() {
+    // The libibverbs shim's regions are the application's memory (register_foreign_mr).
+    // Made inaccessible or read-only while registered, it is refused to a peer's WRITE, READ
+    // or atomic with a remote access error NAK, counted in mem_access_err, instead of a
+    // SIGSEGV from the engine (spec-notes/memory-placement.md rule 15). PROT_NONE stands in for
+    // munmap here: a hole could be taken by another test's mapping meanwhile, and written;
+    // ibverbs/tests/c/unmapped.c unmaps, in a process of its own.
+    let (mut a, mut b) = connected(Mtu::Mtu1024, 8192);
+    let m = mmap_pages(4);
+    // SAFETY: the test's own mapping, unmapped only after `region` is dropped.
+    let region = unsafe { b.pd.register_foreign_mr(m, 4 * 4096, m as u64, FULL) }.unwrap();
+    // SAFETY: pages of the test's own mapping.
+    unsafe {
+        assert_eq!(libc::mprotect(m.cast(), 2 * 4096, libc::PROT_NONE), 0);
+        assert_eq!(
+            libc::mprotect(m.add(2 * 4096).cast(), 4096, libc::PROT_READ),
+            0
+        );
+    }
+    let at = |page: u64| m as u64 + page * 4096;
+    let rkey = region.rkey();
+    let cases = [
+        (
+            WrOpcode::RdmaWrite {
+                remote_addr: at(0),
+                rkey,
+            },
+            4096,
+        ),
+        (
+            WrOpcode::RdmaRead {
+                remote_addr: at(1),
+                rkey,
+            },
+            4096,
+        ),
+        (
+            WrOpcode::RdmaWrite {
+                remote_addr: at(2),
+                rkey,
+            },
+            64,
+        ),
+        (
+            WrOpcode::AtomicFetchAdd {
+                remote_addr: at(2),
+                rkey,
+                add: 1,
+            },
+            8,
+        ),
+        (
+            WrOpcode::AtomicCmpSwap {
+                remote_addr: at(0),
+                rkey,
+                compare: 0,
+                swap: 1,
+            },
+            8,
+        ),
+    ];
+    for (i, (op, len)) in cases.into_iter().enumerate() {
+        if i > 0 {
+            reconnect(&mut a, &mut b);
+        }
+        let before = b.ctx.counter("mem_access_err").unwrap();
+        post(&a, i as u64, op, 0, len);
+        let wc = wait(&a.cq);
+        assert_eq!(
+            (wc.wr_id, wc.status),
+            (i as u64, WcStatus::RemAccessErr),
+            "{op:?}"
+        );
+        assert_eq!(
+            b.ctx.counter("mem_access_err").unwrap(),
+            before + 1,
+            "{op:?}"
+        );
+        assert_eq!(b.qp.query().qp_state, QpState::Err);
+    }
+    // The read-only page still reads, and kept its bytes.
+    reconnect(&mut a, &mut b);
+    a.mr.fill(0, 64, 0xEE).unwrap();
+    post(
+        &a,
+        9,
+        WrOpcode::RdmaRead {
+            remote_addr: at(2),
+            rkey,
+        },
+        0,
+        64,
+    );
+    assert_eq!(wait(&a.cq).status, WcStatus::Success);
+    assert_eq!(a.mr.to_vec(0, 64).unwrap(), vec![0; 64]);
+    drop(region);
+    // SAFETY: the test's mapping, no longer registered.
+    unsafe { libc::munmap(m.cast(), 4 * 4096) };
+}
+
+#[test]
+fn registering_application_memory_checks_it_as_rxe_pins_it() {
+    let ctx = two_contexts().0;
+    let pd = ctx.alloc_pd().unwrap();
+    let m = mmap_pages(2);
+    // SAFETY: the second page of the test's mapping.
+    unsafe { assert_eq!(libc::mprotect(m.add(4096).cast(), 4096, libc::PROT_READ), 0) };
+    let reg = |p: *mut u8, len: usize, access: AccessFlags| {
+        // SAFETY: the test's own mapping, unmapped only after every region is dropped; a
+        // registration that fails keeps nothing.
+        unsafe { pd.register_foreign_mr(p, len, p as u64, access) }.map(|_| ())
+    };
+    let addr = m as u64;
+    assert_eq!(reg(m, 8192, AccessFlags::REMOTE_READ), Ok(()));
+    assert_eq!(
+        reg(m, 8192, AccessFlags::LOCAL_WRITE),
+        Err(VerbsError::NotWritable { addr, len: 8192 })
+    );
+    assert_eq!(
+        reg(m, 8192, AccessFlags::MW_BIND),
+        Err(VerbsError::NotWritable { addr, len: 8192 })
+    );
+    assert_eq!(reg(m, 4096, AccessFlags::LOCAL_WRITE), Ok(()));
+    assert_eq!(
+        reg(0xDEAD_0000 as *mut u8, 4096, AccessFlags::LOCAL_WRITE),
+        Err(VerbsError::NotMapped {
+            addr: 0xDEAD_0000,
+            len: 4096
+        })
+    );
+    // SAFETY: the whole mapping, now PROT_NONE, then gone.
+    unsafe { assert_eq!(libc::mprotect(m.cast(), 8192, libc::PROT_NONE), 0) };
+    assert_eq!(
+        reg(m, 4096, AccessFlags::empty()),
+        Err(VerbsError::NotReadable { addr, len: 4096 })
+    );
+    // SAFETY: as above.
+    unsafe { assert_eq!(libc::munmap(m.cast(), 8192), 0) };
+}

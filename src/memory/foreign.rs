@@ -1,33 +1,28 @@
 //! Memory that belongs to the application, not to softroce: the buffers a C program hands to
 //! `ibv_reg_mr` through the libibverbs shim. The engine reads and writes them as a NIC does by
-//! DMA, following the memory model of [`crate::memory`] (atomic word accesses only, as for
-//! owned memory; the copy loops are [`super::region`]'s).
+//! DMA, through [`super::guard`]: byte-wise copies and single-instruction 8-byte atomics that
+//! return an error, never a SIGSEGV, when the application has unmapped or protected the memory
+//! since it registered it.
 //!
-//! This is the only module of the crate that dereferences pointers it did not allocate.
+//! This is the only module of the crate that hands out pointers it did not allocate.
 //!
 //! # Lifetime
 //!
 //! A [`ForeignBytes`] is built by the unsafe [`ForeignBytes::new`], whose caller promises that
-//! `ptr .. ptr + len` is mapped, readable and writable until [`ForeignBytes::revoke`] returns
-//! (the shim's `ibv_dereg_mr` calls it before it returns to the application, which may then
-//! free the memory). Every access goes through [`ForeignBytes::with_words`], which counts
-//! itself in `active` *before* it checks `revoked`; `revoke` sets `revoked` *before* it waits
-//! for `active` to drop to zero (both `SeqCst`). So either an access sees `revoked` and
-//! touches nothing, or `revoke` sees the access counted and waits for it: no access can start
-//! after `revoke` returns, and none is still running then. Bounds are checked by the caller
-//! ([`super::SharedBytes`]) against `len` before any access.
-//!
-//! # The words
-//!
-//! The bytes are reached as the `AtomicU64`s of the aligned 8-byte words that cover
-//! `ptr .. ptr + len`. The first and last of them may hold up to 7 bytes of the application's
-//! beyond the region: an aligned word never straddles a page, so those bytes are as mapped,
-//! readable and writable as the region's own byte in the same word. The engine reads them
-//! (and discards them) and writes them back unchanged inside a compare-exchange, which never
-//! loses a store the application makes to them meanwhile.
+//! `ptr .. ptr + len` is the application's memory until [`ForeignBytes::revoke`] returns (the
+//! shim's `ibv_dereg_mr` calls it before it returns to the application, which may then reuse
+//! the addresses for anything, Rust objects of the shim included). The memory may stop being
+//! mapped, or readable or writable, before that: an access then fails with
+//! [`AccessError::Fault`], as on an on-demand-paging device. Every access goes through
+//! [`ForeignBytes::enter`], which counts itself in `active` *before* it checks `revoked`;
+//! `revoke` sets `revoked` *before* it waits for `active` to drop to zero (both `SeqCst`). So
+//! either an access sees `revoked` and touches nothing, or `revoke` sees the access counted and
+//! waits for it: no access can start after `revoke` returns, and none is still running then.
+//! Bounds are checked by the caller ([`super::SharedBytes`]) against `len` before any access.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use super::guard;
 use super::region::AccessError;
 
 /// Application memory registered with the engine (see the module's safety argument).
@@ -41,8 +36,8 @@ pub struct ForeignBytes {
     revoked: AtomicBool,
 }
 
-// SAFETY: the pointer is only dereferenced inside `with_words`, under the access guard, where
-// the constructor's contract makes it valid for any thread; the struct holds no thread-bound
+// SAFETY: the pointer is only accessed through `guard` (or lent out by `pin`), under the access
+// guard, where the constructor's contract makes it the application's for any thread; the struct holds no thread-bound
 // state.
 unsafe impl Send for ForeignBytes {}
 // SAFETY: as for Send; shared access is what the `active`/`revoked` protocol coordinates.
@@ -63,11 +58,14 @@ impl ForeignBytes {
     ///
     /// # Safety
     ///
-    /// `ptr .. ptr + len` must stay mapped, readable and writable (and not be unmapped, freed or
-    /// reused for something else) until [`revoke`](Self::revoke) has returned or the value is
-    /// dropped. `ptr` may be null only when `len` is 0. Concurrent accesses by the
-    /// application follow the rules of [`crate::memory`] (the verbs contract).
+    /// `ptr .. ptr + len` must stay the application's memory (not freed and reused for Rust
+    /// objects of this process) until [`revoke`](Self::revoke) has returned or the value is
+    /// dropped; it may be unmapped or protected meanwhile (accesses then fail). `ptr` may be
+    /// null only when `len` is 0. Concurrent accesses by the application follow the rules of
+    /// [`crate::memory`] (the verbs contract).
     pub unsafe fn new(ptr: *mut u8, len: usize) -> ForeignBytes {
+        // Before the first access: a fault there must find the handler (guard module doc).
+        guard::install();
         ForeignBytes {
             ptr,
             len,
@@ -122,29 +120,42 @@ impl ForeignBytes {
         Ok((g, self.ptr.cast_const()))
     }
 
-    /// Runs `f` on the aligned words that cover the region and the index in them of the
-    /// region's first byte, unless the application has taken the memory back. The slice lives
-    /// only for the call, inside the access guard.
-    pub(super) fn with_words<R>(
+    /// Copies bytes `offset .. offset + dst.len()` (within the region: checked by the caller)
+    /// into `dst`.
+    pub(super) fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), AccessError> {
+        let _g = self.enter()?;
+        debug_assert!(offset + dst.len() <= self.len);
+        // SAFETY: bytes of the region (bounds checked by the caller), the application's while
+        // the guard holds off `revoke` (module doc, Lifetime); a page gone is a Fault.
+        unsafe { guard::copy_out(self.ptr.wrapping_add(offset), dst) }
+            .map_err(|_| AccessError::Fault)
+    }
+
+    /// Copies `src` into the region from `offset` (within the region: checked by the caller).
+    pub(super) fn write(&self, offset: usize, src: &[u8]) -> Result<(), AccessError> {
+        let _g = self.enter()?;
+        debug_assert!(offset + src.len() <= self.len);
+        // SAFETY: as in `read`, for writing.
+        unsafe { guard::copy_in(self.ptr.wrapping_add(offset), src) }
+            .map_err(|_| AccessError::Fault)
+    }
+
+    /// Runs `f` on the address of the region's 8 bytes at `offset` (within it: checked by the
+    /// caller), which must be 8-byte aligned, for one of [`guard`]'s atomics.
+    pub(super) fn with_word<R>(
         &self,
-        f: impl FnOnce(&[AtomicU64], usize) -> R,
+        offset: usize,
+        f: impl FnOnce(*mut u64) -> Result<R, guard::Fault>,
     ) -> Result<R, AccessError> {
         let _g = self.enter()?;
-        if self.len == 0 {
-            return Ok(f(&[], 0));
+        debug_assert!(offset + 8 <= self.len);
+        let p = self.ptr.wrapping_add(offset);
+        if p as usize % 8 != 0 {
+            return Err(AccessError::Misaligned {
+                offset: offset as u64,
+            });
         }
-        let first = self.ptr as usize % 8;
-        let n = (first + self.len).div_ceil(8);
-        // SAFETY: `ptr - first .. ptr - first + 8n` is the aligned words covering the region,
-        // which are mapped, readable and writable while the guard holds off `revoke` (module
-        // doc, Lifetime and The words); `AtomicU64` has the size of `u64` and its alignment,
-        // which the start has. A shared slice of atomics lets the application keep writing the
-        // memory (AtomicU64 is an UnsafeCell); that every access the engine makes through it is
-        // atomic is the memory model of `crate::memory`. The slice does not outlive the guard.
-        let words = unsafe {
-            std::slice::from_raw_parts(self.ptr.wrapping_sub(first) as *const AtomicU64, n)
-        };
-        Ok(f(words, first))
+        f(p.cast()).map_err(|_| AccessError::Fault)
     }
 }
 

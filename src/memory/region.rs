@@ -1,16 +1,16 @@
 //! Byte storage that the transport and the application may access at the same time without
-//! undefined behaviour, following the memory model of [`crate::memory`]: every access is an
-//! atomic operation on a whole aligned 8-byte word.
+//! undefined behaviour, following the memory model of [`crate::memory`]: every access is
+//! atomic.
 //!
-//! The storage is either words this module owns (`Box<[AtomicU64]>`), or the application's
-//! memory behind the libibverbs shim ([`super::foreign`]), seen as the aligned words that
-//! cover it; the same copy loops serve both, given the words and the position of byte 0 in
-//! them. Partial words at the edges of a copy are merged with a compare-exchange loop, so no
-//! access ever has a mixed size; RDMA atomics on an 8-byte-aligned address are real
-//! `AtomicU64` operations. Values are in host byte order, as rxe executes them.
+//! The storage is either words this module owns (`Box<[AtomicU64]>`), copied with atomic word
+//! loads and stores (partial words at the edges of a copy merged with a compare-exchange loop,
+//! so no access ever has a mixed size; RDMA atomics are real `AtomicU64` operations), or the
+//! application's memory behind the libibverbs shim ([`super::foreign`]), reached through
+//! [`super::guard`]'s copies and atomics, which fail instead of faulting when the application
+//! has unmapped or protected it. Values are in host byte order, as rxe executes them.
 //!
-//! Copies move 8 bytes per operation; that is the price of soundness compared with `memcpy`,
-//! measured in BENCHMARKS.md.
+//! Owned copies move 8 bytes per operation; that is the price of soundness compared with
+//! `memcpy`, measured in BENCHMARKS.md.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -48,6 +48,9 @@ pub enum AccessError {
     /// The application took its memory back (`ibv_dereg_mr`) while an operation still held
     /// the region.
     Revoked,
+    /// The application's memory was not there: unmapped, or without the permission the access
+    /// needs, since it was registered ([`super::guard`]).
+    Fault,
 }
 
 impl core::fmt::Display for AccessError {
@@ -63,6 +66,7 @@ impl core::fmt::Display for AccessError {
                 write!(f, "offset {offset} is not 8-byte aligned")
             }
             AccessError::Revoked => write!(f, "the application deregistered the memory"),
+            AccessError::Fault => write!(f, "the application's memory is unmapped or protected"),
         }
     }
 }
@@ -171,13 +175,25 @@ impl SharedBytes {
     /// Copies `dst.len()` bytes starting at `offset` into `dst`.
     pub fn read(&self, offset: u64, dst: &mut [u8]) -> Result<(), AccessError> {
         self.check_range(offset, dst.len() as u64)?;
-        self.with_words(|words, first| copy_out(words, first + offset as usize, dst))
+        match &self.foreign {
+            Some(f) => f.read(offset as usize, dst),
+            None => {
+                copy_out(&self.words, offset as usize, dst);
+                Ok(())
+            }
+        }
     }
 
     /// Copies `src` into the buffer starting at `offset`.
     pub fn write(&self, offset: u64, src: &[u8]) -> Result<(), AccessError> {
         self.check_range(offset, src.len() as u64)?;
-        self.with_words(|words, first| copy_in(words, first + offset as usize, src))
+        match &self.foreign {
+            Some(f) => f.write(offset as usize, src),
+            None => {
+                copy_in(&self.words, offset as usize, src);
+                Ok(())
+            }
+        }
     }
 
     /// The CRC-32 of the bytes so far (`crc`, crc32fast's value; 0 for none) extended by bytes
@@ -185,28 +201,41 @@ impl SharedBytes {
     /// path computes an ICRC over a payload that the kernel then copies out of the region.
     pub fn crc(&self, offset: u64, len: usize, crc: u32) -> Result<u32, AccessError> {
         self.check_range(offset, len as u64)?;
-        self.with_words(|words, first| {
-            let mut pos = first + offset as usize;
-            let end = pos + len;
+        if let Some(f) = &self.foreign {
+            // The application's bytes through the guarded copy, a stack chunk at a time (the
+            // gather path only, off by default: the extra copy is its cost).
+            let mut chunk = [0u8; 1024];
             let mut crc = crc;
-            let mut edge = [0u8; WORD];
-            // A partial first word, then whole words, then a partial last one.
-            let head = (WORD - pos % WORD) % WORD;
-            if head > 0 {
-                let n = head.min(len);
-                copy_out(words, pos, &mut edge[..n]);
-                crc = update_bytes(crc, &edge[..n]);
-                pos += n;
+            let mut done = 0;
+            while done < len {
+                let n = (len - done).min(chunk.len());
+                f.read(offset as usize + done, &mut chunk[..n])?;
+                crc = update_bytes(crc, &chunk[..n]);
+                done += n;
             }
-            let whole = (end - pos) / WORD;
-            crc = super::crc::update_words(crc, &words[pos / WORD..pos / WORD + whole]);
-            pos += whole * WORD;
-            if pos < end {
-                copy_out(words, pos, &mut edge[..end - pos]);
-                crc = update_bytes(crc, &edge[..end - pos]);
-            }
-            crc
-        })
+            return Ok(crc);
+        }
+        let words = &self.words;
+        let mut pos = offset as usize;
+        let end = pos + len;
+        let mut crc = crc;
+        let mut edge = [0u8; WORD];
+        // A partial first word, then whole words, then a partial last one.
+        let head = (WORD - pos % WORD) % WORD;
+        if head > 0 {
+            let n = head.min(len);
+            copy_out(words, pos, &mut edge[..n]);
+            crc = update_bytes(crc, &edge[..n]);
+            pos += n;
+        }
+        let whole = (end - pos) / WORD;
+        crc = super::crc::update_words(crc, &words[pos / WORD..pos / WORD + whole]);
+        pos += whole * WORD;
+        if pos < end {
+            copy_out(words, pos, &mut edge[..end - pos]);
+            crc = update_bytes(crc, &edge[..end - pos]);
+        }
+        Ok(crc)
     }
 
     /// Holds the bytes in place for a system call that reads them where they are (the
@@ -231,15 +260,6 @@ impl SharedBytes {
         }
     }
 
-    /// Runs `f` on the words that hold the bytes and the index in them of byte 0: the owned
-    /// words and 0, or the application's (while it has not taken its memory back).
-    fn with_words<R>(&self, f: impl FnOnce(&[AtomicU64], usize) -> R) -> Result<R, AccessError> {
-        match &self.foreign {
-            Some(fm) => fm.with_words(f),
-            None => Ok(f(&self.words, 0)),
-        }
-    }
-
     /// Sets `len` bytes from `offset` to `value`.
     pub fn fill(&self, offset: u64, len: u64, value: u8) -> Result<(), AccessError> {
         self.check_range(offset, len)?;
@@ -253,44 +273,68 @@ impl SharedBytes {
         Ok(())
     }
 
-    /// Runs `f` on the aligned word at `offset`, for an 8-byte atomic. The byte's address must
-    /// be 8-byte aligned: for owned memory that is the offset, for application memory the
-    /// application's address.
-    fn with_word<R>(&self, offset: u64, f: impl FnOnce(&AtomicU64) -> R) -> Result<R, AccessError> {
+    /// Runs `owned` on the owned aligned word at `offset`, or `foreign` on the address of the
+    /// application's, for an 8-byte atomic. The byte's address must be 8-byte aligned: for
+    /// owned memory that is the offset, for application memory the application's address.
+    fn with_word<R>(
+        &self,
+        offset: u64,
+        owned: impl FnOnce(&AtomicU64) -> R,
+        foreign: impl FnOnce(*mut u64) -> Result<R, super::guard::Fault>,
+    ) -> Result<R, AccessError> {
         self.check_range(offset, WORD as u64)?;
-        self.with_words(|words, first| {
-            let pos = first + offset as usize;
-            if pos % WORD != 0 {
-                return Err(AccessError::Misaligned { offset });
-            }
-            Ok(f(&words[pos / WORD]))
-        })?
+        if let Some(f) = &self.foreign {
+            return f.with_word(offset as usize, foreign);
+        }
+        if offset % WORD as u64 != 0 {
+            return Err(AccessError::Misaligned { offset });
+        }
+        Ok(owned(&self.words[offset as usize / WORD]))
     }
 
     /// Atomically: if the 8 bytes at `offset` equal `compare`, replace them with `swap`.
     /// Returns the original value (IBTA CmpSwap).
     pub fn compare_swap(&self, offset: u64, compare: u64, swap: u64) -> Result<u64, AccessError> {
-        self.with_word(offset, |w| {
-            match w.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
+        self.with_word(
+            offset,
+            |w| match w.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(v) | Err(v) => v,
-            }
-        })
+            },
+            // SAFETY: the region's aligned word, the application's while with_word's guard
+            // holds off revoke.
+            |p| unsafe { super::guard::compare_swap(p, compare, swap) },
+        )
     }
 
     /// Atomically adds `add` (wrapping) to the 8 bytes at `offset`; returns the original value
     /// (IBTA FetchAdd).
     pub fn fetch_add(&self, offset: u64, add: u64) -> Result<u64, AccessError> {
-        self.with_word(offset, |w| w.fetch_add(add, Ordering::AcqRel))
+        self.with_word(
+            offset,
+            |w| w.fetch_add(add, Ordering::AcqRel),
+            // SAFETY: as in compare_swap.
+            |p| unsafe { super::guard::fetch_add(p, add) },
+        )
     }
 
     /// Atomically loads the 8 bytes at `offset` (aligned).
     pub fn load_u64(&self, offset: u64) -> Result<u64, AccessError> {
-        self.with_word(offset, |w| w.load(Ordering::Acquire))
+        self.with_word(
+            offset,
+            |w| w.load(Ordering::Acquire),
+            // SAFETY: as in compare_swap.
+            |p| unsafe { super::guard::load(p) },
+        )
     }
 
     /// Atomically stores the 8 bytes at `offset` (aligned; IBTA 1.5 ATOMIC WRITE).
     pub fn store_u64(&self, offset: u64, value: u64) -> Result<(), AccessError> {
-        self.with_word(offset, |w| w.store(value, Ordering::Release))
+        self.with_word(
+            offset,
+            |w| w.store(value, Ordering::Release),
+            // SAFETY: as in compare_swap.
+            |p| unsafe { super::guard::store(p, value) },
+        )
     }
 
     /// Copies `len` bytes at `offset` into a new vector.

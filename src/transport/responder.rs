@@ -981,7 +981,14 @@ impl QpCore {
         } else {
             mr.storage.fetch_add(off, a.swap_add)
         };
-        let orig = result.map_err(|_| Fault::InvalidRequest)?;
+        // The region's memory taken back (deregistered, or unmapped or protected by the
+        // application: memory::guard) after the key check is a remote access error, as for
+        // the other operations and as an on-demand-paging device answers one it cannot fault
+        // in; rxe's pinned pages are always there.
+        let orig = result.map_err(|e| match e {
+            AccessError::Misaligned { .. } => Fault::InvalidRequest,
+            _ => Fault::MemAccess,
+        })?;
         self.save_resource(Resource::Atomic { psn, orig });
         self.queue_response(Response::AtomicAck { psn, orig });
         self.resp.psn = psn.next();

@@ -20,10 +20,14 @@ impl ProtectionDomain {
     ///
     /// # Safety
     ///
-    /// `ptr .. ptr + len` must stay mapped, readable and writable until the returned region
-    /// is dropped, and the application's own accesses to it meanwhile are its business as the
-    /// memory model of [`crate::memory`] says (a buffer is the engine's between post and
-    /// completion).
+    /// `ptr .. ptr + len` must stay the application's memory (not freed and reused for Rust
+    /// objects of this process) until the returned region is dropped, and the application's
+    /// own accesses to it meanwhile are its business as the memory model of [`crate::memory`]
+    /// says (a buffer is the engine's between post and completion). It may be unmapped or
+    /// protected meanwhile: the engine's accesses then fail (remote access errors), as on an
+    /// on-demand-paging device. Registration fails with [`VerbsError::NotMapped`],
+    /// [`VerbsError::NotReadable`] or [`VerbsError::NotWritable`] where rxe's pinning would
+    /// (EFAULT).
     pub unsafe fn register_foreign_mr(
         &self,
         ptr: *mut u8,

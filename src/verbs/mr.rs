@@ -217,6 +217,10 @@ fn access_error(e: crate::memory::AccessError) -> VerbsError {
             attr: "memory region",
             reason: "deregistered",
         },
+        crate::memory::AccessError::Fault => VerbsError::InvalidAttribute {
+            attr: "memory region",
+            reason: "the application's memory is unmapped or protected",
+        },
     }
 }
 
