@@ -38,6 +38,31 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
 fi
 
+# rdma4py (PyPI `ibverbs`, ibverbs/tests/rdma4py.rs): its abi3 wheel, pinned by version and
+# hash, unpacked where the test puts it on PYTHONPATH for Debian's python3. Any pip will do
+# (the wheel is pure files); Debian's python3-pip when there is none.
+rdma4py_version=2026.10.22
+rdma4py_sha256=e4fc7aac60e9f2232633e841eaaab7fc8f3adc1014e6945221e028fedc148804
+rdma4py_dir=target/python/rdma4py-$rdma4py_version
+if [ ! -f "$rdma4py_dir/ibverbs/__init__.py" ]; then
+    pip=(python3 -m pip)
+    if ! python3 -m pip --version >/dev/null 2>&1; then
+        SUDO=""
+        [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+        $SUDO apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-pip
+        pip=(/usr/bin/python3 -m pip)
+    fi
+    wheels=$(mktemp -d)
+    "${pip[@]}" download -q --no-deps --only-binary=:all: --python-version 3.11 \
+        --platform manylinux_2_28_x86_64 -d "$wheels" "ibverbs==$rdma4py_version"
+    echo "$rdma4py_sha256  $(ls "$wheels"/ibverbs-*.whl)" | sha256sum -c --quiet
+    rm -rf "$rdma4py_dir" && mkdir -p "$rdma4py_dir"
+    python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' \
+        "$wheels"/ibverbs-*.whl "$rdma4py_dir"
+    rm -rf "$wheels"
+fi
+
 command -v cargo >/dev/null 2>&1 || { echo "setup: cargo (Rust) is required" >&2; exit 1; }
 # Every crate the build and the tests need (dev-dependencies too), so that `cargo test
 # --locked` after setup needs no network; building the tests offline proves it.
