@@ -282,8 +282,9 @@ pub struct ibv_wc {
     pub dlid_path_bits: u8,
 }
 
+/// Pod: read in place as softroce's `Sge`, which has this layout.
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct ibv_sge {
     pub addr: u64,
     pub length: u32,

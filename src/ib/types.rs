@@ -360,7 +360,11 @@ pub struct QpAttr {
 
 /// A scatter/gather element (`struct ibv_sge`): `length` bytes at virtual address `addr` of the
 /// memory region with local key `lkey`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+///
+/// Laid out as C's `struct ibv_sge` (`repr(C)`, no padding, [`bytemuck::Pod`]), so that the
+/// shim reads an application's SGE list in place instead of copying it.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct Sge {
     /// Virtual address within the memory region.
     pub addr: u64,

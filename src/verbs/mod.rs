@@ -33,6 +33,7 @@ pub(crate) mod device;
 pub mod foreign_mr;
 pub mod mr;
 pub mod mw;
+pub mod post_batch;
 pub mod qp;
 
 // Window types and states are the transport's (it keeps the windows); the verbs name them here.
@@ -42,4 +43,5 @@ pub use cq::CompletionQueue;
 pub use device::{Context, ProtectionDomain};
 pub use mr::MemoryRegion;
 pub use mw::{inc_rkey, MemoryWindow, MwBind};
+pub use post_batch::PostBatch;
 pub use qp::{PostError, QpInitAttr, QueuePair, RcConnect, UdSendWr};

@@ -10,13 +10,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::ah::AddressHandle;
 use super::cq::CompletionQueue;
+use super::post_batch::PostBatch;
 use crate::driver::device::Device;
-use crate::ib::UdDest;
 use crate::ib::{
     AccessFlags, AhAttr, Gid, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, Result,
     SendWr, VerbsError,
 };
-use crate::transport::{MrTable, QpCore, Srq};
+use crate::transport::{QpCore, Srq};
 
 /// Creation attributes (`struct ibv_qp_init_attr`).
 #[derive(Debug, Clone)]
@@ -130,7 +130,7 @@ pub struct QueuePair {
     pub(crate) core: Arc<Mutex<QpCore>>,
     qpn: u32,
     srq: Option<Arc<Srq>>,
-    pd: u32,
+    pub(super) pd: u32,
 }
 
 impl QueuePair {
@@ -264,22 +264,7 @@ impl QueuePair {
     /// `ibv_post_send` on a UD QP: queues the WRs in order; stops at the first one refused
     /// (a message over one MTU is refused with [`VerbsError::UdMessageTooLong`]).
     pub fn post_send_ud(&self, wrs: &[UdSendWr]) -> core::result::Result<(), PostError> {
-        let pd = self.pd;
-        self.post(
-            wrs,
-            move |core, w, mrs| {
-                if w.ah.pd != pd {
-                    return Err(VerbsError::ForeignObject("address handle"));
-                }
-                let dest = UdDest {
-                    ah: w.ah.attr,
-                    remote_qpn: w.remote_qpn,
-                    remote_qkey: w.remote_qkey,
-                };
-                core.post_send_ud(&w.wr, &dest, mrs)
-            },
-            true,
-        )
+        self.post(wrs, self.send_batch(), PostBatch::post_send_ud)
     }
 
     /// `ibv_query_qp`: the current attributes.
@@ -289,7 +274,7 @@ impl QueuePair {
 
     /// `ibv_post_send`: queues the WRs in order; stops at the first one refused.
     pub fn post_send(&self, wrs: &[SendWr]) -> core::result::Result<(), PostError> {
-        self.post(wrs, QpCore::post_send, true)
+        self.post(wrs, self.send_batch(), PostBatch::post_send)
     }
 
     /// `ibv_post_recv`: queues the WRs in order; stops at the first one refused.
@@ -297,40 +282,37 @@ impl QueuePair {
     /// The engine is rung as for a send: a post in ERROR completes at once and the engine
     /// delivers that completion.
     pub fn post_recv(&self, wrs: &[RecvWr]) -> core::result::Result<(), PostError> {
-        // Busy-poll: no pass on this thread. A receive makes no packet, and a pass would send
-        // the ACK a completion left for the application's next send (`pass_for_application`)
-        // on its own: ping-pong programs repost their receive before they send.
-        self.post(wrs, QpCore::post_recv, false)
+        self.post(wrs, self.recv_batch(), PostBatch::post_recv)
     }
 
-    /// Posts `wrs` one by one with `post_one` and rings the engine for those posted, also
-    /// when a later one is refused: WRs before the refused one are queued and must go out
-    /// without waiting for an unrelated event. With `drive`, a busy-polling device runs a pass
-    /// on this thread, so that what was posted leaves now.
-    fn post<W>(
-        &self,
+    /// A batch of send WRs for this QP: one lock and one doorbell for a chain the caller
+    /// holds in another form than a slice (see [`PostBatch`]). With busy-poll, the batch's
+    /// end sends what it queued on this thread. DeviceClosed once the device is closed.
+    pub fn send_batch(&self) -> Result<PostBatch<'_>> {
+        PostBatch::new(self, self.lock(), true)
+    }
+
+    /// A batch of receive WRs for this QP, as [`send_batch`](Self::send_batch). Busy-poll:
+    /// no pass on this thread at its end. A receive makes no packet, and a pass would send
+    /// the ACK a completion left for the application's next send (`pass_for_application`)
+    /// on its own: ping-pong programs repost their receive before they send.
+    pub fn recv_batch(&self) -> Result<PostBatch<'_>> {
+        PostBatch::new(self, self.lock(), false)
+    }
+
+    /// Posts `wrs` in order into `batch` with `post_one`; the batch rings the engine for
+    /// those posted when it ends, also when a later one is refused (the WRs before it are
+    /// queued and must go out without waiting for an unrelated event).
+    fn post<'q, W>(
+        &'q self,
         wrs: &[W],
-        post_one: impl Fn(&mut QpCore, &W, &MrTable) -> Result<()>,
-        drive: bool,
+        batch: Result<PostBatch<'q>>,
+        post_one: impl Fn(&mut PostBatch<'q>, &W) -> Result<()>,
     ) -> core::result::Result<(), PostError> {
-        self.dev
-            .check_open()
-            .map_err(|error| PostError { bad_wr: 0, error })?;
-        let result = {
-            let mut core = self.lock();
-            let mrs = self.dev.mrs.read().unwrap_or_else(|e| e.into_inner());
-            wrs.iter().enumerate().try_for_each(|(i, wr)| {
-                post_one(&mut core, wr, &mrs).map_err(|error| PostError { bad_wr: i, error })
-            })
-        };
-        if !matches!(&result, Err(PostError { bad_wr: 0, .. })) {
-            self.dev.ring(self.qpn);
-            if drive {
-                // Busy-poll: send now, on this thread.
-                self.dev.drive();
-            }
-        }
-        result
+        let mut batch = batch.map_err(|error| PostError { bad_wr: 0, error })?;
+        wrs.iter().enumerate().try_for_each(|(i, wr)| {
+            post_one(&mut batch, wr).map_err(|error| PostError { bad_wr: i, error })
+        })
     }
 
     /// Send WRs posted and not yet completed.

@@ -2,8 +2,9 @@
 //! handles trusted as rdma-core's providers trust theirs (see the handle module).
 
 use libc::{c_int, EINVAL};
+use softroce::ib::VerbsError;
 use softroce::ib::{AccessFlags, MwBindInfo, RecvWr, SendFlags, SendWr, Sge, WrOpcode};
-use softroce::verbs::UdSendWr;
+use softroce::verbs::{PostBatch, UdSendWr};
 
 use super::ah::Ah;
 use super::common::{errno_of, fail};
@@ -14,29 +15,23 @@ use crate::ffi::*;
 /// The most SGEs one WR may carry.
 pub(super) const MAX_SGE: usize = 32;
 
-/// Copies a C SGE list into `buf`; EINVAL for a negative or too long list.
+/// A WR's C SGE list, read in place (`struct ibv_sge` and [`Sge`] have one layout, both
+/// `Pod`); EINVAL for a negative or too long list, or a misaligned one.
 ///
 /// # Safety
 ///
-/// `list` holds `n` readable SGEs when `n > 0`.
-pub(super) unsafe fn sges(
-    list: *const ibv_sge,
-    n: c_int,
-    buf: &mut [Sge; MAX_SGE],
-) -> Result<&[Sge], c_int> {
+/// `list` holds `n` readable SGEs when `n > 0`, unchanged while the result is used (the
+/// verbs contract for the post call).
+pub(super) unsafe fn sges<'a>(list: *const ibv_sge, n: c_int) -> Result<&'a [Sge], c_int> {
     if n < 0 || n as usize > MAX_SGE || (n > 0 && list.is_null()) {
         return Err(EINVAL);
     }
-    for (i, slot) in buf.iter_mut().enumerate().take(n as usize) {
-        // SAFETY: the caller's list holds n SGEs.
-        let s = unsafe { list.add(i).read() };
-        *slot = Sge {
-            addr: s.addr,
-            length: s.length,
-            lkey: s.lkey,
-        };
+    if n == 0 {
+        return Ok(&[]);
     }
-    Ok(&buf[..n as usize])
+    // SAFETY: the caller's list holds n SGEs for the call.
+    let c = unsafe { std::slice::from_raw_parts(list, n as usize) };
+    bytemuck::try_cast_slice(c).map_err(|_| EINVAL)
 }
 
 /// The BIND_MW of a window (its current key `mw_rkey`) to `new_rkey` over `info`: what
@@ -117,137 +112,211 @@ fn wr_opcode(wr: &ibv_send_wr) -> Result<WrOpcode, c_int> {
     })
 }
 
-/// The `post_send` op: 0, or an errno value with `*bad_wr` the first WR not posted.
-pub(super) unsafe extern "C" fn op_post_send(
-    p: *mut ibv_qp,
-    mut wr: *mut ibv_send_wr,
-    bad_wr: *mut *mut ibv_send_wr,
-) -> c_int {
-    if p.is_null() {
-        if !bad_wr.is_null() {
-            // SAFETY: the caller passes a writable pointer.
-            unsafe { *bad_wr = wr };
-        }
-        return fail(EINVAL);
+/// Whether `op` carries data out of its SGEs (what `IBV_SEND_INLINE` copies).
+fn carries_data(op: &WrOpcode) -> bool {
+    matches!(
+        op,
+        WrOpcode::Send
+            | WrOpcode::SendWithImm { .. }
+            | WrOpcode::SendWithInv { .. }
+            | WrOpcode::RdmaWrite { .. }
+            | WrOpcode::RdmaWriteWithImm { .. }
+    )
+}
+
+/// A UD send's destination as C gives it: the address handle, the remote QPN and Q_Key.
+pub(super) type UdAddr = (*mut ibv_ah, u32, u32);
+
+/// Queues one send WR of `q` into `batch` (both post paths: `ibv_post_send` and the
+/// extended builder's `wr_complete`): inline data is gathered into the QP's registered
+/// scratch, which stays locked until the transport has copied it (in the post); a UD QP's WR
+/// needs its destination. `errno` turns the transport's refusal into the path's errno.
+///
+/// # Safety
+///
+/// An inline WR's SGEs name readable memory of this process (the verbs contract for
+/// IBV_SEND_INLINE); `ud`'s address handle is one the application has not destroyed.
+pub(super) unsafe fn post_send_one(
+    q: &Qp,
+    batch: &mut PostBatch<'_>,
+    wr: SendWr<'_>,
+    ud: Option<UdAddr>,
+    errno: fn(&VerbsError) -> c_int,
+) -> Result<(), c_int> {
+    let gathered;
+    let mut guard = None;
+    let mut sg_list = wr.sg_list;
+    if wr.send_flags.contains(SendFlags::INLINE)
+        && carries_data(&wr.opcode)
+        && !wr.sg_list.is_empty()
+    {
+        let mut g = q
+            .inline
+            .as_ref()
+            .ok_or(EINVAL)?
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        // SAFETY: the caller's promise for inline SGEs.
+        gathered = [unsafe { g.gather(sg_list)? }];
+        guard = Some(g);
+        sg_list = &gathered[..];
     }
-    // SAFETY: the data path trusts its handle as rdma-core's providers do (handle module): `p`
-    // is a QP the application has not destroyed, alive for this call.
-    let q = unsafe { Obj::<Qp>::trusted(p) };
-    let mut buf = [Sge::default(); MAX_SGE];
+    let _inline = guard;
+    let wr = SendWr { sg_list, ..wr };
+    if !q.ud {
+        return batch.post_send(&wr).map_err(|e| errno(&e));
+    }
+    let (ah_ptr, remote_qpn, remote_qkey) = ud.ok_or(EINVAL)?;
+    if ah_ptr.is_null() {
+        return Err(EINVAL);
+    }
+    // SAFETY: the data path trusts the WR's address handle as providers do (handle module):
+    // an AH the application has not destroyed, alive for this call; no registry lock per
+    // datagram.
+    let ah = unsafe { Obj::<Ah>::trusted(ah_ptr) };
+    let ud = UdSendWr {
+        wr,
+        ah: &ah.ah,
+        remote_qpn,
+        remote_qkey,
+    };
+    batch.post_send_ud(&ud).map_err(|e| errno(&e))
+}
+
+/// Walks C's linked list of WRs from `first`, handing each to `post_one`; 0, or the errno of
+/// the first WR refused with `*bad_wr` pointing at it (the WRs before it stay posted).
+///
+/// # Safety
+///
+/// `first` is NULL or a valid linked list of WRs, which C does not change during the call
+/// (the verbs contract); `bad_wr` is NULL or writable.
+pub(super) unsafe fn walk<W>(
+    first: *mut W,
+    bad_wr: *mut *mut W,
+    next: fn(&W) -> *mut W,
+    mut post_one: impl FnMut(&W) -> Result<(), c_int>,
+) -> c_int {
+    let mut wr = first;
     while !wr.is_null() {
-        // SAFETY: the caller's list is a valid linked list of WRs, which C does not change
-        // during the call (the verbs contract).
+        // SAFETY: the caller's list (see above).
         let w = unsafe { &*wr };
-        let res = (|| {
-            // SAFETY: the WR's sg_list holds num_sge SGEs (the verbs contract).
-            let mut sg_list = unsafe { sges(w.sg_list, w.num_sge, &mut buf)? };
-            let opcode = wr_opcode(w)?;
-            let flags = SendFlags::from_bits_truncate(w.send_flags);
-            // The opcodes that carry data out of the WR's SGEs, which inline sends copy.
-            let inline_op = matches!(
-                w.opcode,
-                IBV_WR_RDMA_WRITE
-                    | IBV_WR_RDMA_WRITE_WITH_IMM
-                    | IBV_WR_SEND
-                    | IBV_WR_SEND_WITH_IMM
-                    | IBV_WR_SEND_WITH_INV
-            );
-            let mut gathered = [Sge::default(); 1];
-            let mut guard = None;
-            if flags.contains(SendFlags::INLINE) && inline_op {
-                let mut g = q
-                    .inline
-                    .as_ref()
-                    .ok_or(EINVAL)?
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
-                // SAFETY: the application's inline SGEs (see InlineScratch::gather).
-                gathered[0] = unsafe { g.gather(sg_list)? };
-                guard = Some(g);
-                sg_list = &gathered[..];
-            }
-            let one = SendWr {
-                wr_id: w.wr_id,
-                sg_list,
-                opcode,
-                send_flags: flags,
-            };
-            // The scratch stays locked until the transport has copied the data (in the post).
-            let _inline = guard;
-            if q.ud {
-                let ah_ptr = w.ud_ah();
-                if ah_ptr.is_null() {
-                    return Err(EINVAL);
-                }
-                // SAFETY: the data path trusts the WR's address handle as providers do (handle
-                // module): an AH the application has not destroyed, alive for this call; no
-                // registry lock per datagram.
-                let ah = unsafe { Obj::<Ah>::trusted(ah_ptr) };
-                let ud = UdSendWr {
-                    wr: one,
-                    ah: &ah.ah,
-                    remote_qpn: w.ud_remote_qpn(),
-                    remote_qkey: w.ud_remote_qkey(),
-                };
-                return q
-                    .qp
-                    .post_send_ud(std::slice::from_ref(&ud))
-                    .map_err(|e| errno_of(&e.error));
-            }
-            q.qp.post_send(std::slice::from_ref(&one))
-                .map_err(|e| errno_of(&e.error))
-        })();
-        if let Err(e) = res {
+        if let Err(e) = post_one(w) {
             if !bad_wr.is_null() {
                 // SAFETY: the caller passes a writable pointer.
                 unsafe { *bad_wr = wr };
             }
             return fail(e);
         }
-        wr = w.next;
+        wr = next(w);
     }
     0
 }
 
-/// The `post_recv` op: 0, or an errno value with `*bad_wr` the first WR not posted.
-pub(super) unsafe extern "C" fn op_post_recv(
+/// A post op called with a NULL handle: EINVAL, with `*bad_wr` the first WR.
+///
+/// # Safety
+///
+/// `bad_wr` is NULL or writable.
+pub(super) unsafe fn null_handle<W>(first: *mut W, bad_wr: *mut *mut W) -> c_int {
+    if !bad_wr.is_null() {
+        // SAFETY: the caller passes a writable pointer.
+        unsafe { *bad_wr = first };
+    }
+    fail(EINVAL)
+}
+
+/// The QP of a post op, or the op's return for a NULL one.
+///
+/// # Safety
+///
+/// `p` is NULL or a QP the application has not destroyed; `bad_wr` is NULL or writable.
+unsafe fn qp_of<'a, W>(
     p: *mut ibv_qp,
-    mut wr: *mut ibv_recv_wr,
-    bad_wr: *mut *mut ibv_recv_wr,
-) -> c_int {
+    first: *mut W,
+    bad_wr: *mut *mut W,
+) -> Result<&'a Obj<Qp>, c_int> {
     if p.is_null() {
-        if !bad_wr.is_null() {
-            // SAFETY: the caller passes a writable pointer.
-            unsafe { *bad_wr = wr };
-        }
-        return fail(EINVAL);
+        // SAFETY: the caller's pointer.
+        return Err(unsafe { null_handle(first, bad_wr) });
     }
     // SAFETY: the data path trusts its handle as rdma-core's providers do (handle module): `p`
     // is a QP the application has not destroyed, alive for this call.
-    let q = unsafe { Obj::<Qp>::trusted(p) };
-    let mut buf = [Sge::default(); MAX_SGE];
-    while !wr.is_null() {
-        // SAFETY: the caller's list is a valid linked list of WRs, which C does not change
-        // during the call (the verbs contract).
-        let w = unsafe { &*wr };
-        let res = (|| {
-            // SAFETY: the WR's sg_list holds num_sge SGEs (the verbs contract).
-            let sg_list = unsafe { sges(w.sg_list, w.num_sge, &mut buf)? };
-            let one = RecvWr {
-                wr_id: w.wr_id,
-                sg_list,
-            };
-            q.qp.post_recv(std::slice::from_ref(&one))
-                .map_err(|e| errno_of(&e.error))
-        })();
-        if let Err(e) = res {
-            if !bad_wr.is_null() {
-                // SAFETY: the caller passes a writable pointer.
-                unsafe { *bad_wr = wr };
-            }
-            return fail(e);
-        }
-        wr = w.next;
+    Ok(unsafe { Obj::<Qp>::trusted(p) })
+}
+
+/// The `post_send` op: 0, or an errno value with `*bad_wr` the first WR not posted. The
+/// chain is queued under one QP lock and rung once, as rxe's provider posts a list.
+pub(super) unsafe extern "C" fn op_post_send(
+    p: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad_wr: *mut *mut ibv_send_wr,
+) -> c_int {
+    // SAFETY: the op's contract (a QP of the shim, or NULL).
+    let q = match unsafe { qp_of(p, wr, bad_wr) } {
+        Ok(q) => q,
+        Err(e) => return e,
+    };
+    let mut batch = match q.qp.send_batch() {
+        Ok(b) => b,
+        // SAFETY: as below, for the first WR.
+        Err(e) => return unsafe { walk(wr, bad_wr, |w| w.next, |_| Err(errno_of(&e))) },
+    };
+    // SAFETY: the caller's list is a valid linked list of WRs (the verbs contract).
+    unsafe {
+        walk(
+            wr,
+            bad_wr,
+            |w| w.next,
+            |w| {
+                // SAFETY: the WR's sg_list holds num_sge SGEs (the verbs contract).
+                let sg_list = sges(w.sg_list, w.num_sge)?;
+                let one = SendWr {
+                    wr_id: w.wr_id,
+                    sg_list,
+                    opcode: wr_opcode(w)?,
+                    send_flags: SendFlags::from_bits_truncate(w.send_flags),
+                };
+                let ud =
+                    q.ud.then(|| (w.ud_ah(), w.ud_remote_qpn(), w.ud_remote_qkey()));
+                // SAFETY: the verbs contract for inline SGEs and the WR's address handle.
+                post_send_one(q, &mut batch, one, ud, errno_of)
+            },
+        )
     }
-    0
+}
+
+/// The `post_recv` op: 0, or an errno value with `*bad_wr` the first WR not posted; the chain
+/// under one QP lock, as `post_send`.
+pub(super) unsafe extern "C" fn op_post_recv(
+    p: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    // SAFETY: the op's contract (a QP of the shim, or NULL).
+    let q = match unsafe { qp_of(p, wr, bad_wr) } {
+        Ok(q) => q,
+        Err(e) => return e,
+    };
+    let mut batch = match q.qp.recv_batch() {
+        Ok(b) => b,
+        // SAFETY: as below, for the first WR.
+        Err(e) => return unsafe { walk(wr, bad_wr, |w| w.next, |_| Err(errno_of(&e))) },
+    };
+    // SAFETY: the caller's list is a valid linked list of WRs (the verbs contract).
+    unsafe {
+        walk(
+            wr,
+            bad_wr,
+            |w| w.next,
+            |w| {
+                // SAFETY: the WR's sg_list holds num_sge SGEs (the verbs contract).
+                let sg_list = sges(w.sg_list, w.num_sge)?;
+                let one = RecvWr {
+                    wr_id: w.wr_id,
+                    sg_list,
+                };
+                batch.post_recv(&one).map_err(|e| errno_of(&e))
+            },
+        )
+    }
 }

@@ -24,11 +24,11 @@ use std::sync::OnceLock;
 
 use libc::{c_int, c_void, EINVAL, ENOMEM, ENOSPC, EOPNOTSUPP};
 use softroce::ib::{SendFlags, SendWr, Sge, VerbsError, WrOpcode};
-use softroce::verbs::UdSendWr;
+use softroce::verbs::PostBatch;
 
-use super::ah::Ah;
 use super::common::{errno_of, fail_null};
 use super::handle::{self, Obj};
+use super::post::post_send_one;
 use super::qp::{ibv_create_qp, Qp};
 use crate::ffi::*;
 
@@ -454,8 +454,8 @@ unsafe extern "C" fn wr_start(p: *mut ibv_qp_ex) {
     st.outstanding = q.qp.send_queue_len();
 }
 
-/// Posts one staged WR through the engine's post path.
-fn post_one(q: &Obj<Qp>, st: &Staging, w: &Staged) -> Result<(), c_int> {
+/// Posts one staged WR into `batch` through the shim's post path.
+fn post_one(q: &Obj<Qp>, batch: &mut PostBatch<'_>, st: &Staging, w: &Staged) -> Result<(), c_int> {
     let mut flags = SendFlags::from_bits_truncate(w.flags);
     let mut list = &st.sges[w.sge_at..w.sge_at + w.sge_n];
     let arena;
@@ -469,79 +469,47 @@ fn post_one(q: &Obj<Qp>, st: &Staging, w: &Staged) -> Result<(), c_int> {
         list = if len > 0 { &arena[..] } else { &[] };
         flags |= SendFlags::from_bits_truncate(SEND_INLINE);
     }
-    let data_op = matches!(
-        w.opcode,
-        WrOpcode::Send
-            | WrOpcode::SendWithImm { .. }
-            | WrOpcode::SendWithInv { .. }
-            | WrOpcode::RdmaWrite { .. }
-            | WrOpcode::RdmaWriteWithImm { .. }
-    );
-    // Inline data (from the staging bytes, or SGEs of plain memory with IBV_SEND_INLINE) is
-    // gathered into the QP's registered scratch, as `post_send` does; the transport copies it
-    // at the post, under the scratch's lock.
-    let mut gathered = [Sge::default(); 1];
-    let mut guard = None;
-    if flags.contains(SendFlags::INLINE) && data_op && !list.is_empty() {
-        let mut g = q
-            .inline
-            .as_ref()
-            .ok_or(EINVAL)?
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        // SAFETY: the SGEs name readable process memory: the staging bytes (alive in `st`),
-        // or the program's inline buffers (the verbs contract for IBV_SEND_INLINE).
-        gathered[0] = unsafe { g.gather(list)? };
-        guard = Some(g);
-        list = &gathered[..];
-    }
     let one = SendWr {
         wr_id: w.wr_id,
         sg_list: list,
         opcode: w.opcode,
         send_flags: flags,
     };
-    let _inline = guard;
-    let posted = if q.ud {
-        let (ah, qpn, qkey) = w.ud.ok_or(EINVAL)?;
-        if ah == 0 {
-            return Err(EINVAL);
-        }
-        // SAFETY: the data path trusts the address handle as providers do (handle module):
-        // an AH the program has not destroyed, alive for this call.
-        let ah = unsafe { Obj::<Ah>::trusted(ah as *mut ibv_ah) };
-        let ud = UdSendWr {
-            wr: one,
-            ah: &ah.ah,
-            remote_qpn: qpn,
-            remote_qkey: qkey,
-        };
-        q.qp.post_send_ud(std::slice::from_ref(&ud))
-    } else {
-        q.qp.post_send(std::slice::from_ref(&one))
-    };
-    posted.map_err(|e| match e.error {
-        // A full send queue is ENOSPC on the builder path, as rxe's check_qp_queue_full.
+    let ud = w.ud.map(|(ah, qpn, qkey)| (ah as *mut ibv_ah, qpn, qkey));
+    // SAFETY: the SGEs name readable process memory: the staging bytes (alive in `st`), or
+    // the program's inline buffers (the verbs contract for IBV_SEND_INLINE); the address
+    // handle is one the program has not destroyed (the data path's trust rule).
+    unsafe { post_send_one(q, batch, one, ud, builder_errno) }
+}
+
+/// The builder path's errno for a refused WR: a full send queue is ENOSPC, as rxe's
+/// check_qp_queue_full.
+fn builder_errno(e: &VerbsError) -> c_int {
+    match e {
         VerbsError::QueueFull { .. } => ENOSPC,
-        ref other => match errno_of(other) {
+        other => match errno_of(other) {
             ENOMEM => ENOSPC,
             x => x,
         },
-    })
+    }
 }
 
 unsafe extern "C" fn wr_complete(p: *mut ibv_qp_ex) -> c_int {
     // SAFETY: the builder's contract (see `parts`).
     let (q, st) = unsafe { parts(p) };
     let mut r = st.err;
-    if r == 0 {
-        for w in &st.wrs {
-            if let Err(e) = post_one(q, st, w) {
-                // The WRs before it are posted (they complete as usual); the rest are not.
-                r = e;
-                break;
-            }
-        }
+    if r == 0 && !st.wrs.is_empty() {
+        // One lock and one doorbell for the staged WRs; the WRs before a refused one are
+        // posted (they complete as usual), the rest are not.
+        r = match q.qp.send_batch() {
+            Ok(mut batch) => st
+                .wrs
+                .iter()
+                .try_for_each(|w| post_one(q, &mut batch, st, w))
+                .err()
+                .unwrap_or(0),
+            Err(e) => builder_errno(&e),
+        };
     }
     q.ex.busy.store(false, Ordering::Release);
     r

@@ -3,13 +3,13 @@
 use std::sync::Arc;
 
 use libc::{c_int, c_void, EINVAL};
-use softroce::ib::{RecvWr, Sge, SrqAttr, SrqAttrMask};
+use softroce::ib::{RecvWr, SrqAttr, SrqAttrMask};
 use softroce::verbs::SharedReceiveQueue;
 
 use super::common::{cond_init, errno_of, fail, fail_null, mutex_init};
 use super::handle::{self, Obj, Object};
 use super::pd::{pd_of, Pd};
-use super::post::{sges, MAX_SGE};
+use super::post::{null_handle, sges, walk};
 use crate::ffi::*;
 
 /// A shared receive queue. Its QPs hold it (so `ibv_destroy_srq` is EBUSY while they live); it
@@ -137,43 +137,33 @@ pub unsafe extern "C" fn ibv_destroy_srq(p: *mut ibv_srq) -> c_int {
 /// The `post_srq_recv` op: 0, or an errno value with `*bad_wr` the first WR not posted.
 pub(super) unsafe extern "C" fn op_post_srq_recv(
     p: *mut c_void,
-    mut wr: *mut ibv_recv_wr,
+    wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
     if p.is_null() {
-        if !bad_wr.is_null() {
-            // SAFETY: the caller passes a writable pointer.
-            unsafe { *bad_wr = wr };
-        }
-        return fail(EINVAL);
+        // SAFETY: the caller's list and pointer (the verbs contract).
+        return unsafe { null_handle(wr, bad_wr) };
     }
     // SAFETY: the data path trusts its handle as rdma-core's providers do (handle module): `p`
     // is an SRQ the application has not destroyed, alive for this call.
     let x = unsafe { Obj::<Srq>::trusted(p as *mut ibv_srq) };
-    let mut buf = [Sge::default(); MAX_SGE];
-    while !wr.is_null() {
-        // SAFETY: the caller's list is a valid linked list of WRs, which C does not change
-        // during the call (the verbs contract).
-        let w = unsafe { &*wr };
-        let res = (|| {
-            // SAFETY: the WR's sg_list holds num_sge SGEs (the verbs contract).
-            let sg_list = unsafe { sges(w.sg_list, w.num_sge, &mut buf)? };
-            let one = RecvWr {
-                wr_id: w.wr_id,
-                sg_list,
-            };
-            x.srq
-                .post_recv(std::slice::from_ref(&one))
-                .map_err(|e| errno_of(&e.error))
-        })();
-        if let Err(e) = res {
-            if !bad_wr.is_null() {
-                // SAFETY: the caller passes a writable pointer.
-                unsafe { *bad_wr = wr };
-            }
-            return fail(e);
-        }
-        wr = w.next;
+    // SAFETY: the caller's list is a valid linked list of WRs (the verbs contract).
+    unsafe {
+        walk(
+            wr,
+            bad_wr,
+            |w| w.next,
+            |w| {
+                // SAFETY: the WR's sg_list holds num_sge SGEs (the verbs contract).
+                let sg_list = sges(w.sg_list, w.num_sge)?;
+                let one = RecvWr {
+                    wr_id: w.wr_id,
+                    sg_list,
+                };
+                x.srq
+                    .post_recv(std::slice::from_ref(&one))
+                    .map_err(|e| errno_of(&e.error))
+            },
+        )
     }
-    0
 }

@@ -1,0 +1,118 @@
+//! A chain of work requests posted as one (`ibv_post_send` / `ibv_post_recv` with a list).
+//!
+//! libibverbs' post calls take a linked list, and rxe's provider queues the whole list under
+//! one lock before it rings the kernel once. [`PostBatch`] is that shape for callers that hold
+//! their WRs in another form than a slice (the shim walks C's linked list): the QP's lock and
+//! the MR table's read lock are taken once for the chain, each WR is validated and queued as
+//! it comes (so an error names the WR it concerns, and the WRs before it stay posted), and
+//! the engine is rung once when the batch ends, with the busy-poll pass a post runs.
+
+use std::sync::{MutexGuard, RwLockReadGuard};
+
+use super::qp::{QueuePair, UdSendWr};
+use crate::ib::{RecvWr, Result, SendWr, UdDest, VerbsError};
+use crate::transport::{MrTable, QpCore};
+
+/// WRs of one post call on one QP, queued under one lock and rung once, when dropped.
+/// Made by [`QueuePair::send_batch`] or [`QueuePair::recv_batch`].
+pub struct PostBatch<'a> {
+    qp: &'a QueuePair,
+    // Options so that Drop can release both locks before it rings: a busy-poll pass takes
+    // the QP's lock again.
+    core: Option<MutexGuard<'a, QpCore>>,
+    mrs: Option<RwLockReadGuard<'a, MrTable>>,
+    posted: usize,
+    /// A send batch: a busy-polling device sends what was posted on this thread at the end.
+    drive: bool,
+}
+
+impl core::fmt::Debug for PostBatch<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("PostBatch")
+            .field("qp", &self.qp.qp_num())
+            .field("posted", &self.posted)
+            .finish()
+    }
+}
+
+impl<'a> PostBatch<'a> {
+    pub(super) fn new(
+        qp: &'a QueuePair,
+        core: MutexGuard<'a, QpCore>,
+        drive: bool,
+    ) -> Result<PostBatch<'a>> {
+        qp.dev.check_open()?;
+        let mrs = qp.dev.mrs.read().unwrap_or_else(|e| e.into_inner());
+        Ok(PostBatch {
+            qp,
+            core: Some(core),
+            mrs: Some(mrs),
+            posted: 0,
+            drive,
+        })
+    }
+
+    #[inline]
+    fn with_core(&mut self, f: impl FnOnce(&mut QpCore, &MrTable) -> Result<()>) -> Result<()> {
+        match (self.core.as_deref_mut(), self.mrs.as_deref()) {
+            (Some(core), Some(mrs)) => {
+                f(core, mrs)?;
+                self.posted += 1;
+                Ok(())
+            }
+            // Both are Some until Drop.
+            _ => Err(VerbsError::DeviceClosed),
+        }
+    }
+
+    /// Queues one send WR (an RC or UC QP's); on an error nothing of it is queued, and the
+    /// WRs queued before it stay queued.
+    #[inline]
+    pub fn post_send(&mut self, wr: &SendWr) -> Result<()> {
+        self.with_core(|core, mrs| core.post_send(wr, mrs))
+    }
+
+    /// Queues one UD send WR; as [`post_send`](Self::post_send).
+    #[inline]
+    pub fn post_send_ud(&mut self, wr: &UdSendWr) -> Result<()> {
+        let pd = self.qp.pd;
+        self.with_core(|core, mrs| {
+            if wr.ah.pd != pd {
+                return Err(VerbsError::ForeignObject("address handle"));
+            }
+            let dest = UdDest {
+                ah: wr.ah.attr,
+                remote_qpn: wr.remote_qpn,
+                remote_qkey: wr.remote_qkey,
+            };
+            core.post_send_ud(&wr.wr, &dest, mrs)
+        })
+    }
+
+    /// Queues one receive WR; as [`post_send`](Self::post_send).
+    #[inline]
+    pub fn post_recv(&mut self, wr: &RecvWr) -> Result<()> {
+        self.with_core(|core, mrs| core.post_recv(wr, mrs))
+    }
+
+    /// How many WRs this batch has queued.
+    pub fn posted(&self) -> usize {
+        self.posted
+    }
+}
+
+impl Drop for PostBatch<'_> {
+    fn drop(&mut self) {
+        self.mrs = None;
+        self.core = None;
+        // WRs queued before a refused one must go out without waiting for an unrelated
+        // event: ring for any queued.
+        if self.posted > 0 {
+            self.qp.dev.ring(self.qp.qp_num());
+            if self.drive {
+                // Busy-poll: send now, on this thread.
+                self.qp.dev.drive();
+            }
+        }
+    }
+}
