@@ -1,14 +1,15 @@
-//! The engine thread of a device context: owns the link (socket stack), the clock and the
-//! timers, and runs the transport core of every QP.
+//! The engine of a device context: owns the link (socket stack), the clock and the timers,
+//! and runs the transport core of every QP. It sits in the device behind a lock, and
+//! whoever holds the lock runs a pass: the device's engine thread (engine_thread.rs), which
+//! waits in the poll set between passes; or an application thread, which sends the first
+//! WRs posted to an idle QP itself (`pass_after_post`), as rxe's `post_send` runs the
+//! requester in the caller's system call.
 //!
-//! One pass of the loop: wait (mio) until a datagram arrives, send space frees up, the
-//! application rings the doorbell, or the earliest deadline passes (spinning for a while
-//! before it sleeps while traffic is dense: `Engine::wait`); then receive a batch of
-//! datagrams and hand each to the transport's endpoint (which checks it and feeds it to its
-//! QP, or gives back QP1's MADs for the CM), take the doorbell list, pop due deadlines, and
-//! visit only the QPs so marked: each one's packets are taken out (sealed by the endpoint)
-//! into the transmit batch and its completions delivered to its CQs, and the batch is sent
-//! after the QP lock is released.
+//! One pass: receive a batch of datagrams and hand each to the transport's endpoint (which
+//! checks it and feeds it to its QP, or gives back QP1's MADs for the CM), take the doorbell
+//! list, pop due deadlines, and visit only the QPs so marked: each one's packets are taken out
+//! (sealed by the endpoint) into the transmit batch and its completions delivered to its CQs,
+//! and the batch is sent after the QP lock is released.
 //!
 //! Locks: a QP's mutex is shared with the application thread, which takes it to post and
 //! query. The engine holds it only to feed one received packet or to copy at most one batch
@@ -16,11 +17,11 @@
 //! The engine keeps its own copy of the QP table, refreshed only when the device's table
 //! changed (a generation counter says so), so that the packet path takes no table lock.
 //!
-//! Busy-poll mode: the engine is not a thread's own but sits in the device, and the
-//! application threads run its passes as they poll and post (`Device::drive`), so that a
-//! message crosses no thread on its way: as on a raw busy-polling UDP socket, the one thread
-//! that waits for the answer is the one that receives it. A background thread runs a pass
-//! every 50 us for timers and for packets that arrive while nobody polls.
+//! Busy-poll mode: the application threads run every pass as they poll and post
+//! (`Device::drive`), so that a message crosses no thread on its way: as on a raw
+//! busy-polling UDP socket, the one thread that waits for the answer is the one that
+//! receives it. A background thread runs a pass every 50 us for timers and for packets that
+//! arrive while nobody polls.
 //!
 //! Unreliable sends (UD, UC) complete when their last packet is made, as on rxe; the engine
 //! holds those completions until the packets have been handed to the kernel, so that an
@@ -40,7 +41,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
-use mio::{Events, Interest, Poll, Token};
+use mio::{Interest, Registry, Token};
 
 use super::cq::CqInner;
 use super::device::{Device, QpEntry};
@@ -69,22 +70,7 @@ pub(crate) const SOCKET: Token = Token(0);
 /// Token of the waker (doorbell).
 pub(crate) const WAKER: Token = Token(1);
 /// Token of the deadline timer.
-const TIMER: Token = Token(2);
-/// How often the background thread of a busy-polling device runs a pass.
-const BUSY_BACKGROUND_PERIOD: Duration = Duration::from_micros(50);
-/// A wait that ended within this many `idle_spin`s of its start means spinning pays: the
-/// next wait spins first (see `Engine::wait`).
-const SPIN_PAYS_WITHIN: u32 = 4;
-/// How an engine's spin before sleeping ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Spin {
-    /// An event in the poll set, or a doorbell.
-    Found,
-    /// Nothing within the spin: sleep.
-    Idle,
-    /// The poll set broke (the device is closed).
-    Broken,
-}
+pub(crate) const TIMER: Token = Token(2);
 /// How long an application thread's passes may leave the packets of a completion (its ACK)
 /// for the application's next post.
 const DEFER_LIMIT: Duration = Duration::from_micros(20);
@@ -100,18 +86,28 @@ enum Pass {
     /// An application thread posting (busy-poll): does not receive; leaves fewer than
     /// POST_BATCH packets for its next poll or post, up to DEFER_LIMIT.
     Post,
+    /// An application thread posting in the default mode: does not receive, sends all it
+    /// produced (no poll of its follows to send what it would leave).
+    Send,
+}
+
+/// What the engine thread needs to know to wait between passes (engine_thread.rs), read
+/// under the engine's lock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WaitPlan {
+    /// Work is ready now: poll without waiting.
+    pub(crate) ready: bool,
+    /// The earliest deadline: a spin does not go past it.
+    pub(crate) next_wake: Option<Instant>,
+    /// The poll's timeout when sleeping: None when the deadline timer is armed for
+    /// `next_wake` (it wakes the poll), else until `next_wake`.
+    pub(crate) sleep: Option<Duration>,
 }
 
 /// A busy-poll post's pass sends once this many packets wait, and otherwise leaves them for
 /// the thread's next poll (or post): a program posting a burst sends it in a few `sendmmsg`
 /// instead of one per post, and one that posts and then polls sends at its poll.
 const POST_BATCH: usize = 16;
-/// How long it sleeps while application threads run passes themselves, at first; the sleep
-/// doubles while they keep doing so, up to `BUSY_BACKGROUND_IDLE_MAX`.
-const BUSY_BACKGROUND_IDLE: Duration = Duration::from_micros(500);
-/// The longest sleep of the background thread while application threads run passes and
-/// leave nothing for it.
-const BUSY_BACKGROUND_IDLE_MAX: Duration = Duration::from_millis(4);
 
 /// Datagrams received per pass before timers and transmission get a turn.
 const RX_BATCH: usize = 32;
@@ -257,7 +253,6 @@ impl TxBatch {
 
 pub(crate) struct Engine {
     dev: Arc<Device>,
-    poll: Poll,
     /// Wakes the loop at the next deadline with microsecond resolution (timer.rs says why
     /// the poll timeout cannot).
     timer: Timer,
@@ -311,13 +306,8 @@ pub(crate) struct Engine {
     /// The link sends payloads from their regions (`Link::gathers`): RC payloads are not
     /// copied into the transmit batch.
     gather: bool,
-    /// How long `wait` may spin before it sleeps (`DeviceConfig::idle_spin`).
-    idle_spin: Duration,
     /// The device's membership of a shared address's group (driver/group.rs).
     member: Option<Arc<Member>>,
-    /// The last wait ended soon enough after it began that spinning would have caught it:
-    /// the next wait spins (see `wait`).
-    spin_pays: bool,
 }
 
 impl std::fmt::Debug for Engine {
@@ -332,20 +322,16 @@ impl std::fmt::Debug for Engine {
 impl Engine {
     pub(crate) fn new(
         dev: Arc<Device>,
-        poll: Poll,
+        registry: &Registry,
         link: Box<dyn Link + Send>,
     ) -> io::Result<Engine> {
         let mut timer = Timer::new()?;
-        poll.registry()
-            .register(&mut timer, TIMER, Interest::READABLE)?;
+        registry.register(&mut timer, TIMER, Interest::READABLE)?;
         let endpoint = Endpoint::new(dev.local, dev.remote_port, Arc::clone(&dev.counters));
         let gather = link.gathers();
         Ok(Engine {
-            idle_spin: Duration::ZERO,
             member: dev.member.clone(),
-            spin_pays: true,
             dev,
-            poll,
             timer,
             link,
             origin: Instant::now(),
@@ -380,27 +366,9 @@ impl Engine {
         self.endpoint.set_congestion_control(cc);
     }
 
-    /// See `DeviceConfig::idle_spin`; cut to `MAX_IDLE_SPIN`, so that the spin's deadline
-    /// and `SPIN_PAYS_WITHIN` spins stay far from the clock's range.
-    pub(crate) fn set_idle_spin(&mut self, spin: Duration) {
-        self.idle_spin = spin.min(super::MAX_IDLE_SPIN);
-    }
-
     /// The current pass's time since the engine's origin (see `pass_at`).
     fn now(&self) -> Duration {
         self.pass_at.saturating_duration_since(self.origin)
-    }
-
-    pub(crate) fn run(mut self) {
-        let mut events = Events::with_capacity(64);
-        while !self.dev.closed.load(Ordering::Acquire) {
-            let ready = self.more_rx || (!self.work.is_empty() && !self.blocked);
-            if !self.wait(&mut events, ready) {
-                break;
-            }
-            self.pass();
-        }
-        self.finish();
     }
 
     /// Before the engine stops: one last pass, so that work requests posted before the
@@ -419,47 +387,6 @@ impl Engine {
             std::thread::sleep(BACKPRESSURE_RETRY);
         }
         self.release_held();
-    }
-
-    /// The engine thread of a busy-polling device: the application threads drive the engine
-    /// as they poll their CQs and post (`Device::drive`), as a user-space RDMA provider does;
-    /// this thread only makes sure that timers fire and packets are taken in while no
-    /// application thread polls. It sleeps between passes so as not to take a CPU from the
-    /// threads that poll; while they run passes themselves it sleeps longer, from
-    /// `BUSY_BACKGROUND_IDLE` doubling up to `BUSY_BACKGROUND_IDLE_MAX` as long as they leave
-    /// nothing for it (`deferred_at`: what an application pass left for later, which it then
-    /// sends, and sleeps short again). On a machine with as many polling threads as cores
-    /// each of its wake-ups preempts one of them: at 0.5 ms, one round trip in 25 of a
-    /// busy-poll ping-pong, which was its p99.
-    pub(crate) fn run_busy(dev: Arc<Device>) {
-        let mut seen = dev.app_passes.load(Ordering::Relaxed);
-        let mut idle = BUSY_BACKGROUND_IDLE;
-        while !dev.closed.load(Ordering::Acquire) {
-            let now = dev.app_passes.load(Ordering::Relaxed);
-            let apps_drive = now != seen;
-            seen = now;
-            let mut left_behind = false;
-            if let Ok(mut e) = dev.engine.try_lock() {
-                if let Some(e) = e.as_mut() {
-                    left_behind = e.deferred_at.is_some();
-                    if !apps_drive || left_behind {
-                        e.pass();
-                    }
-                }
-            }
-            let sleep = if !apps_drive {
-                idle = BUSY_BACKGROUND_IDLE;
-                BUSY_BACKGROUND_PERIOD
-            } else if left_behind {
-                idle = BUSY_BACKGROUND_IDLE;
-                idle
-            } else {
-                let s = idle;
-                idle = (idle * 2).min(BUSY_BACKGROUND_IDLE_MAX);
-                s
-            };
-            std::thread::sleep(sleep);
-        }
     }
 
     /// One pass without waiting: send what back-pressure held, receive a batch, take the
@@ -483,6 +410,44 @@ impl Engine {
     /// with the first application pass after 20 us, or from the background thread.
     pub(crate) fn pass_for_application(&mut self) {
         self.pass_inner(Pass::Poll);
+    }
+
+    /// A pass run by an application thread in the default mode as it posts: serves what the
+    /// post rang and sends it all, on the posting thread, without receiving (the engine
+    /// thread receives). The engine thread may be waiting meanwhile with a plan made before
+    /// this pass: the deadline timer is moved earlier for a deadline this pass set (the first
+    /// packet's retransmission timer), and work this pass left (a QP past its budget) rings
+    /// the doorbell, which wakes it.
+    pub(crate) fn pass_after_post(&mut self) {
+        self.pass_inner(Pass::Send);
+        let now = Instant::now();
+        let next = self.next_wake(now);
+        if next.is_some() && self.timer.fire_by(next, now).is_err() {
+            let _ = self.dev.waker.wake();
+        }
+        if let Some(&qpn) = self.work.front() {
+            self.dev.ring(qpn);
+        }
+    }
+
+    /// Under the engine's lock, between passes: what the engine thread's wait needs
+    /// (engine_thread.rs), with the deadline timer armed for the earliest deadline.
+    pub(crate) fn plan_wait(&mut self) -> WaitPlan {
+        WaitPlan {
+            ready: self.more_rx || (!self.work.is_empty() && !self.blocked),
+            next_wake: self.next_wake(Instant::now()),
+            sleep: self.sleep_timeout(),
+        }
+    }
+
+    /// Acknowledges the deadline timer's expiry (the engine thread's poll reported it).
+    pub(crate) fn clear_timer(&mut self) {
+        self.timer.clear();
+    }
+
+    /// Whether an application thread's pass left packets for later (busy-poll).
+    pub(crate) fn left_behind(&self) -> bool {
+        self.deferred_at.is_some()
     }
 
     fn pass_inner(&mut self, kind: Pass) {
@@ -522,7 +487,7 @@ impl Engine {
                 self.tx.pending() && (self.delivered || self.deferred_at.is_some()) && within_limit
             }
             Pass::Post => self.tx.pending() && self.tx.waiting() < POST_BATCH && within_limit,
-            Pass::Engine => false,
+            Pass::Engine | Pass::Send => false,
         };
         if keep {
             self.deferred_at.get_or_insert_with(Instant::now);
@@ -533,96 +498,6 @@ impl Engine {
             self.flush();
         }
         self.dev.passes.fetch_add(1, Ordering::Release);
-    }
-
-    /// Waits in poll until there is something to do; returns false if the poll set broke.
-    ///
-    /// With nothing ready, the engine first spins for up to `idle_spin` (never past its next
-    /// deadline), looking at the poll set without sleeping and at the doorbell's flag,
-    /// yielding the CPU between looks to any other thread that wants it. A sleeping engine
-    /// costs every packet and every post that finds it asleep a wake-up (the waker's system
-    /// call on the poster's side, a context switch on ours: 10-20 us on this kind of machine),
-    /// which is what bounded a blocking ping-pong's latency and a window-limited message
-    /// rate. It spins only while that pays: after a wait that lasted longer than
-    /// `SPIN_PAYS_WITHIN` spins, the next one sleeps at once, so an idle device, or one whose
-    /// peer answers in milliseconds (rxe in an emulated guest), takes no CPU for it.
-    fn wait(&mut self, events: &mut Events, ready: bool) -> bool {
-        if ready {
-            return self.poll_once(events, Some(Duration::ZERO));
-        }
-        let began = Instant::now();
-        if self.spin_pays && !self.idle_spin.is_zero() {
-            match self.spin(events, began) {
-                Spin::Found => return true,
-                Spin::Broken => return false,
-                Spin::Idle => {}
-            }
-        }
-        let r = self.sleep(events);
-        self.spin_pays = began.elapsed() <= self.idle_spin * SPIN_PAYS_WITHIN;
-        r
-    }
-
-    /// Spins for up to `idle_spin` from `began` (and not past the next deadline) until the
-    /// poll set has an event or the doorbell was rung.
-    fn spin(&mut self, events: &mut Events, began: Instant) -> Spin {
-        let mut until = began + self.idle_spin;
-        if let Some(at) = self.next_wake(began) {
-            until = until.min(at);
-        }
-        loop {
-            if self.dev.rung.load(Ordering::Acquire) {
-                return Spin::Found;
-            }
-            if !self.poll_once(events, Some(Duration::ZERO)) {
-                return Spin::Broken;
-            }
-            if !events.is_empty() {
-                return Spin::Found;
-            }
-            if Instant::now() >= until {
-                return Spin::Idle;
-            }
-            std::thread::yield_now();
-        }
-    }
-
-    /// Sleeps in poll until a datagram, a doorbell or the next deadline.
-    fn sleep(&mut self, events: &mut Events) -> bool {
-        // From here on, a doorbell wakes us (see Device::ring); look at it once more.
-        self.dev.engine_sleeping.store(true, Ordering::SeqCst);
-        let rung = !self
-            .dev
-            .doorbell
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty();
-        let timeout = if rung {
-            Some(Duration::ZERO)
-        } else {
-            self.sleep_timeout()
-        };
-        let r = self.poll_once(events, timeout);
-        self.dev.engine_sleeping.store(false, Ordering::SeqCst);
-        r
-    }
-
-    /// One poll of the poll set; returns false if it broke (then the device is closed, so
-    /// that callers get DeviceClosed instead of hanging).
-    fn poll_once(&mut self, events: &mut Events, timeout: Option<Duration>) -> bool {
-        let r = self.poll.poll(events, timeout);
-        if let Err(e) = r {
-            if e.kind() != io::ErrorKind::Interrupted {
-                // The poll set is broken; nothing can make progress. Close the device so
-                // that callers get DeviceClosed instead of hanging.
-                self.dev.closed.store(true, Ordering::Release);
-                return false;
-            }
-        }
-        if events.iter().any(|e| e.token() == TIMER) {
-            self.timer.clear();
-        }
-        true
     }
 
     /// How long poll may sleep: until the earliest deadline (the timerfd wakes us; without
@@ -1283,7 +1158,7 @@ mod tests {
     }
 
     fn engine(link: Scripted) -> Engine {
-        let poll = Poll::new().unwrap();
+        let poll = mio::Poll::new().unwrap();
         let waker = mio::Waker::new(poll.registry(), WAKER).unwrap();
         let dev = Arc::new(Device::new(
             "127.0.0.1:4791".parse().unwrap(),
@@ -1291,7 +1166,7 @@ mod tests {
             waker,
             false,
         ));
-        Engine::new(dev, poll, Box::new(link)).unwrap()
+        Engine::new(dev, poll.registry(), Box::new(link)).unwrap()
     }
 
     /// Puts a sealed 64-byte packet (a BTH, zeros, its ICRC for identification 0) in the batch.

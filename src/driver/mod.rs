@@ -7,6 +7,7 @@ pub mod capture;
 mod cq;
 pub(crate) mod device;
 pub(crate) mod engine;
+mod engine_thread;
 pub mod fork;
 pub mod group;
 pub(crate) mod gsi;
@@ -151,16 +152,18 @@ pub(crate) fn open(cfg: &DeviceConfig) -> Result<(Arc<Device>, JoinHandle<()>)> 
         link = Box::new(capture::CaptureLink::new(link, BufWriter::new(f))?);
     }
     link.register(poll.registry(), engine::SOCKET)?;
-    let mut engine = engine::Engine::new(Arc::clone(&dev), poll, link)?;
+    let mut engine = engine::Engine::new(Arc::clone(&dev), poll.registry(), link)?;
     engine.set_congestion_control(cfg.cc);
-    engine.set_idle_spin(cfg.idle_spin);
+    // The engine sits in the device in both modes: whoever holds its lock runs a pass
+    // (engine_thread.rs).
+    *dev.engine.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(engine));
     let name = format!("softroce-{local}");
+    let d = Arc::clone(&dev);
     let handle = if cfg.busy_poll {
-        *dev.engine.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(engine));
-        let d = Arc::clone(&dev);
-        thread::spawn_settled(name, move || engine::Engine::run_busy(d))
+        thread::spawn_settled(name, move || engine_thread::run_busy(d))
     } else {
-        thread::spawn_settled(name, move || engine.run())
+        let spin = cfg.idle_spin;
+        thread::spawn_settled(name, move || engine_thread::run(d, poll, spin))
     };
     let handle = match handle {
         Ok(h) => h,

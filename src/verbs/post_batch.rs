@@ -5,12 +5,13 @@
 //! their WRs in another form than a slice (the shim walks C's linked list): the QP's lock and
 //! the MR table's read lock are taken once for the chain, each WR is validated and queued as
 //! it comes (so an error names the WR it concerns, and the WRs before it stay posted), and
-//! the engine is rung once when the batch ends, with the busy-poll pass a post runs.
+//! the engine hears of the batch once, when it ends: a send batch is sent then, on this
+//! thread if no other runs the engine (`Device::posted`).
 
 use std::sync::{MutexGuard, RwLockReadGuard};
 
 use super::qp::{QueuePair, UdSendWr};
-use crate::ib::{RecvWr, Result, SendWr, UdDest, VerbsError};
+use crate::ib::{QpState, RecvWr, Result, SendWr, UdDest, VerbsError};
 use crate::transport::{MrTable, QpCore};
 
 /// WRs of one post call on one QP, queued under one lock and rung once, when dropped.
@@ -22,8 +23,14 @@ pub struct PostBatch<'a> {
     core: Option<MutexGuard<'a, QpCore>>,
     mrs: Option<RwLockReadGuard<'a, MrTable>>,
     posted: usize,
-    /// A send batch: a busy-polling device sends what was posted on this thread at the end.
-    drive: bool,
+    /// A send batch: what was posted is sent at the end (`Device::posted`).
+    send: bool,
+    /// The engine must hear of this batch: a send was posted, or a receive to a QP in
+    /// ERROR (it completes at once, flushed, and the engine delivers that completion). A
+    /// receive posted to a working QP needs nothing from the engine: the next SEND finds it.
+    ring: bool,
+    /// The QP had no send WR outstanding when the batch began (`Device::posted`).
+    idle: bool,
 }
 
 impl core::fmt::Debug for PostBatch<'_> {
@@ -39,16 +46,19 @@ impl<'a> PostBatch<'a> {
     pub(super) fn new(
         qp: &'a QueuePair,
         core: MutexGuard<'a, QpCore>,
-        drive: bool,
+        send: bool,
     ) -> Result<PostBatch<'a>> {
         qp.dev.check_open()?;
         let mrs = qp.dev.mrs.read().unwrap_or_else(|e| e.into_inner());
+        let idle = core.send_queue_len() == 0;
         Ok(PostBatch {
             qp,
             core: Some(core),
             mrs: Some(mrs),
             posted: 0,
-            drive,
+            send,
+            ring: false,
+            idle,
         })
     }
 
@@ -58,6 +68,7 @@ impl<'a> PostBatch<'a> {
             (Some(core), Some(mrs)) => {
                 f(core, mrs)?;
                 self.posted += 1;
+                self.ring |= self.send || core.state() == QpState::Err;
                 Ok(())
             }
             // Both are Some until Drop.
@@ -106,13 +117,11 @@ impl Drop for PostBatch<'_> {
         self.mrs = None;
         self.core = None;
         // WRs queued before a refused one must go out without waiting for an unrelated
-        // event: ring for any queued.
-        if self.posted > 0 {
-            self.qp.dev.ring(self.qp.qp_num());
-            if self.drive {
-                // Busy-poll: send now, on this thread.
-                self.qp.dev.drive();
-            }
+        // event: the engine hears of any queued.
+        if self.ring {
+            self.qp
+                .dev
+                .posted(self.qp.qp_num(), self.send, self.send && self.idle);
         }
     }
 }
