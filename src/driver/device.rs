@@ -153,20 +153,21 @@ impl Device {
         }
     }
 
-    /// After a post of QP `qpn` (a batch of WRs; `send` for send WRs; `first` when they are
-    /// the QP's only outstanding sends). The first sends of an idle QP are sent by the
-    /// posting thread when no other thread runs the engine, as rxe's `post_send` runs the
-    /// requester in the caller's system call: the engine thread is not woken for them (a
-    /// context switch, and on a virtual machine an inter-processor interrupt): the reply of
-    /// a ping-pong, a request that waits for its answer. Sends queued behind others go to the
-    /// engine thread, which sends the posts of a stream in batches of `sendmmsg` (on the
-    /// posting thread each post would be a system call: 0.14 against 0.87 Mpps for 64-byte
-    /// WRITEs, BENCHMARKS.md). If another thread holds the engine (the engine thread in a
-    /// pass, or another poster), the doorbell tells it, and wakes the engine thread if it
-    /// sleeps. Busy-poll: the ring and the busy-poll post pass (`drive`).
-    /// `SOFTROCE_POST_SENDS=0` leaves every send to the engine thread (for comparison).
-    pub(crate) fn posted(&self, qpn: u32, send: bool, first: bool) {
-        if first && self.post_sends && !self.busy_poll {
+    /// After a post of QP `qpn` (a batch of WRs; `send` for send WRs). When the engine thread
+    /// sleeps, the posting thread sends what it posted itself, as rxe's `post_send` runs the
+    /// requester in the caller's system call, instead of waking it: a wake-up is a system
+    /// call here and a context switch there (on a virtual machine an inter-processor
+    /// interrupt as well), on the way of every reply of a ping-pong and of every request that
+    /// waits for its answer. While the engine thread is awake (in a pass, or spinning for
+    /// more work, `DeviceConfig::idle_spin`) the doorbell is as cheap and leaves the sends to
+    /// it, which sends the posts of a stream in batches of `sendmmsg`: on the posting thread
+    /// each post would be a system call (64-byte UD SENDs: 0.33 against 1.0-1.6 Mpps when
+    /// every post sent its own, BENCHMARKS.md). Busy-poll: the ring and the busy-poll post
+    /// pass (`drive`). `SOFTROCE_POST_SENDS=0` leaves every send to the engine thread (for
+    /// comparison).
+    pub(crate) fn posted(&self, qpn: u32, send: bool) {
+        if send && self.post_sends && !self.busy_poll && self.engine_sleeping.load(Ordering::SeqCst)
+        {
             if let Ok(mut g) = self.engine.try_lock() {
                 if let Some(e) = g.as_mut() {
                     // Taken by the pass below; nobody need be woken for it.

@@ -29,8 +29,6 @@ pub struct PostBatch<'a> {
     /// ERROR (it completes at once, flushed, and the engine delivers that completion). A
     /// receive posted to a working QP needs nothing from the engine: the next SEND finds it.
     ring: bool,
-    /// The QP had no send WR outstanding when the batch began (`Device::posted`).
-    idle: bool,
 }
 
 impl core::fmt::Debug for PostBatch<'_> {
@@ -50,7 +48,6 @@ impl<'a> PostBatch<'a> {
     ) -> Result<PostBatch<'a>> {
         qp.dev.check_open()?;
         let mrs = qp.dev.mrs.read().unwrap_or_else(|e| e.into_inner());
-        let idle = core.send_queue_len() == 0;
         Ok(PostBatch {
             qp,
             core: Some(core),
@@ -58,7 +55,6 @@ impl<'a> PostBatch<'a> {
             posted: 0,
             send,
             ring: false,
-            idle,
         })
     }
 
@@ -119,9 +115,7 @@ impl Drop for PostBatch<'_> {
         // WRs queued before a refused one must go out without waiting for an unrelated
         // event: the engine hears of any queued.
         if self.ring {
-            self.qp
-                .dev
-                .posted(self.qp.qp_num(), self.send, self.send && self.idle);
+            self.qp.dev.posted(self.qp.qp_num(), self.send);
         }
     }
 }
