@@ -16,7 +16,8 @@ rate-64b-q64 write-64k-q1024 shim-write-64k shim-write-64b shim-lat-2b shim-lat-
 shim-lat-2b-p99 shim-lat-2b-p999 shim-lat-2b-busy-p99 shim-lat-2b-busy-p999
 ucx-put-bw-64k ucx-put-bw-64k-mtu1024 ucx-put-bw-64k-busy ucx-am-lat-8b ucx-am-lat-8b-busy
 ucx-ucp-put-bw-64k ucx-tag-lat-8b send-q4-wall send-q4-rnr
-readme-impair sweep-write mem-per-qp-client mem-per-qp-server"
+readme-impair sweep-write mem-per-qp-client mem-per-qp-server write-64k-cpu write-64k-csw
+rate-64b-cpu rate-64b-csw lat-2b-cpu lat-2b-csw"
 bad=0
 n=0
 for r in $rows; do
@@ -28,7 +29,7 @@ for r in $rows; do
     # | id | figure | softroce | baseline | ...: the softroce column is the fourth field.
     sr=$(echo "$line" | awk -F'|' '{gsub(/^ +| +$/, "", $4); print $4}')
     base=$(echo "$line" | awk -F'|' '{gsub(/^ +| +$/, "", $5); print $5}')
-    if ! [[ $sr =~ ^[0-9.]+\ (MB/s|us|Mpps|B|s|NAKs)$ || $sr == "n/a (flag missing)" || $sr == "n/a (perftest missing)"
+    if ! [[ $sr =~ ^[0-9.]+\ (MB/s|us|Mpps|B|s|NAKs|s/GB|/msg)$ || $sr == "n/a (flag missing)" || $sr == "n/a (perftest missing)"
         || $sr == "n/a (ucx-utils missing)" ]]; then
         echo "check-rows: row $r has no softroce figure: '$sr'" >&2; bad=1
     fi

@@ -32,6 +32,10 @@
 #     beside the same test over UCX's TCP transport on lo: UCT put_bw -D zcopy (64 KiB) and am_lat
 #     (8 B) on rc_verbs, UCP ucp_put_bw (64 KiB) and tag_lat (8 B) with UCX_TLS=rc_verbs,ud_verbs
 #     as ibverbs/tests/ucx.rs runs them; the lanes UCP chose (UCX_LOG_LEVEL=info) go in the notes;
+#   - what a message costs, both processes (the kernel's rusage, all threads; the difference of
+#     a run of N and one of 3N messages, iperf3 IPERF_SECS and 3x): CPU seconds per GB of the
+#     64 KiB WRITE beside iperf3's, CPU per 64-byte WRITE and per 2-byte round trip, and the
+#     busier process's context switches per message of each;
 #   - `softroce perf send -q 4 --check` (perftest's SEND shape on 4 QPs): wall clock of the pair
 #     against the measured interval, and the RNR NAKs the client received (--counters);
 #   - the sweep: `softroce perf write -a` and `send -a` (every size 2 B..8 MiB, one run each) and,
@@ -281,6 +285,59 @@ readme_impair() {
     awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f\n", b - a}'
 }
 measure readme_impair readme_impair
+# ---- what a message costs: CPU time and context switches, both processes -----------------
+# Figures a noisy machine moves little, beside the ratios above (ISSUE 35's rule): the kernel's
+# rusage of each process (bench/baselines maxrss), all threads. Each is the difference of a
+# run of N and one of 3N messages (iperf3: IPERF_SECS and 3 x IPERF_SECS), so that start-up,
+# connection and exit cancel out.
+# cost_of TAG: "CPU_S CSW_SERVER CSW_CLIENT" of the pair that a RSS_TAG=TAG run left.
+cost_of() {
+    awk '{for (i = 1; i < NF; i++) { if ($i == "cpu_s") c += $(i + 1); if ($i == "csw") w[NR] = $(i + 1) }}
+        END {printf "%s %s %s\n", c, w[1], w[2]}' "$TMP/$1.server" "$TMP/$1.client"
+}
+# msg_cost KEY N PERF_ARGS...: CPU microseconds per message of both processes, printed; the
+# context switches per message of the busier process go to $TMP/csw.KEY (one line a run).
+msg_cost() {
+    local key=$1 n=$2; shift 2
+    RSS_TAG=cost1 softroce .iters "$@" -n "$n" >/dev/null || return 1
+    RSS_TAG=cost3 softroce .iters "$@" -n $((3 * n)) >/dev/null || return 1
+    local a b
+    a=$(cost_of cost1) && b=$(cost_of cost3) || return 1
+    awk -v a="$a" -v b="$b" -v n="$n" 'BEGIN {
+        split(a, x, " "); split(b, y, " "); d = 2 * n
+        s = (y[2] - x[2]) / d; c = (y[3] - x[3]) / d
+        m = (s > c) ? s : c
+        printf "%.4g\n", m > "/dev/stderr"
+        printf "%.4g\n", (y[1] - x[1]) * 1e6 / d }' 2>>"$TMP/csw.$key"
+}
+# tcp_cost: iperf3's CPU seconds per GB received, both processes.
+tcp_run() { # TAG SECS; prints the bytes received
+    next_port
+    pair /dev/null :: "$BL/maxrss" "$TMP/$1.server" -- iperf3 -s -1 -B 127.0.0.1 -p "$PORT" \
+        :: bash -c '"$1" "$2" -- iperf3 -c 127.0.0.1 -B 127.0.0.2 -p "$3" -t "$4" -J >"$5" && jq -e ".error == null" "$5" >/dev/null' \
+        iperf_cost "$BL/maxrss" "$TMP/$1.client" "$PORT" "$2" "$TMP/iperf_cost.json" || return 1
+    jq -er '.end.sum_received.bytes' "$TMP/iperf_cost.json"
+}
+tcp_cost() {
+    local b1 b3 a b
+    b1=$(tcp_run cost1 "$IPERF_SECS") && a=$(cost_of cost1) || return 1
+    b3=$(tcp_run cost3 $((3 * IPERF_SECS))) && b=$(cost_of cost3) || return 1
+    awk -v a="$a" -v b="$b" -v b1="$b1" -v b3="$b3" 'BEGIN {
+        split(a, x, " "); split(b, y, " "); printf "%.4g\n", (y[1] - x[1]) / ((b3 - b1) / 1e9) }'
+}
+# csw KEY: the median of what msg_cost's runs left in $TMP/csw.KEY, as VAL[KEY_csw].
+csw() {
+    if [[ ${VAL[$1]} == FAILED* || ! -s $TMP/csw.$1 ]]; then VAL[${1}_csw]=${VAL[$1]}; return; fi
+    SAMPLES[${1}_csw]=$(paste -sd' ' "$TMP/csw.$1")
+    VAL[${1}_csw]=$(median <"$TMP/csw.$1")
+}
+measure tcp_cpu tcp_cost
+measure write_cost msg_cost write_cost "$BW_ITERS" write -s 65536
+csw write_cost
+measure rate_cost msg_cost rate_cost "$RATE_MSGS" write -s 64
+csw rate_cost
+measure lat_cost msg_cost lat_cost "$LAT_ITERS" send --lat -s 2
+csw lat_cost
 # Memory: peak RSS (ru_maxrss, i.e. VmHWM) of each process of a small WRITE run with 1 QP and
 # with 1024 QPs; the difference over 1023 is what one more QP costs.
 rss_run() { # QPS
@@ -514,6 +571,17 @@ r=$(ratio "${VAL[send]}" "${VAL[write]}")
 row send-64k "64 KiB SEND vs 64 KiB WRITE" "$(mbs "${VAL[send]}")" "$(mbs "${VAL[write]}")" "$r" ">= 0.8x" "$(met "$r" '>=' 0.8)"
 r=$(ratio "${VAL[read]}" "${VAL[write]}")
 row read-64k "64 KiB READ vs 64 KiB WRITE" "$(mbs "${VAL[read]}")" "$(mbs "${VAL[write]}")" "$r" ">= 0.8x" "$(met "$r" '>=' 0.8)"
+gb() { fmt "$1" '%.3f s/GB'; }
+per_msg() { fmt "$1" '%.3f /msg'; }
+# CPU microseconds per 64 KiB message -> seconds per GB (10^9 bytes).
+write_gb=$(is_num "${VAL[write_cost]}" && awk -v c="${VAL[write_cost]}" 'BEGIN {printf "%.4g", c * 1e3 / 65536}' || echo "${VAL[write_cost]}")
+r=$(ratio "$write_gb" "${VAL[tcp_cpu]}")
+row write-64k-cpu "CPU seconds per GB moved, both processes: 64 KiB RC WRITE vs iperf3 TCP, 1 stream (rusage; runs of N and 3N messages, difference)" "$(gb "$write_gb")" "$(gb "${VAL[tcp_cpu]}")" "$r" "<= 1.5x" "$(met "$r" '<=' 1.5)"
+row write-64k-csw "context switches per 64 KiB WRITE, the busier process (same runs)" "$(per_msg "${VAL[write_cost_csw]}")" "-" "-" "<= 0.2" "$(met "${VAL[write_cost_csw]}x" '<=' 0.2)"
+row rate-64b-cpu "CPU per 64-byte WRITE, both processes, 1 QP (same method)" "$(us "${VAL[rate_cost]}")" "-" "-" "-" "-"
+row rate-64b-csw "context switches per 64-byte WRITE, the busier process" "$(per_msg "${VAL[rate_cost_csw]}")" "-" "-" "-" "-"
+row lat-2b-cpu "CPU per 2-byte SEND round trip, both processes (blocking)" "$(us "${VAL[lat_cost]}")" "-" "-" "-" "-"
+row lat-2b-csw "context switches per 2-byte SEND round trip, the busier process (blocking)" "$(per_msg "${VAL[lat_cost_csw]}")" "-" "-" "-" "-"
 r=$(ratio "${VAL[lat]}" "${VAL[pp_block]}")
 row lat-2b "2-byte SEND one-way p50 vs blocking UDP ping-pong" "$(us "${VAL[lat]}")" "$(us "${VAL[pp_block]}")" "$r" "<= 1.3x" "$(met "$r" '<=' 1.3)"
 r=$(ratio "${VAL[lat_shared]}" "${VAL[lat]}")
@@ -588,7 +656,7 @@ rss_note() { # client|server
     echo
     echo "Each figure is the median of $RUNS run(s); the runs, in order:"
     echo
-    for k in tcp udp_plain udp_gso write write_shared write_alone send read pp_block lat lat_shared lat_p99 lat_p999 pp_busy lat_busy lat_busy_p99 lat_busy_p999 $(for q in $RATE_QPS; do echo "rate_q$q"; done) write_q1024 shim_write shim_write_sr shim_rate shim_rate_sr shim_lat shim_lat_p99 shim_lat_p999 shim_lat_sr shim_lat_busy shim_lat_busy_p99 shim_lat_busy_p999 shim_lat_busy_sr $UCX_KEYS send_q4_wall readme_impair mem_client mem_server; do
+    for k in tcp udp_plain udp_gso write write_shared write_alone send read pp_block lat lat_shared lat_p99 lat_p999 pp_busy lat_busy lat_busy_p99 lat_busy_p999 $(for q in $RATE_QPS; do echo "rate_q$q"; done) write_q1024 shim_write shim_write_sr shim_rate shim_rate_sr shim_lat shim_lat_p99 shim_lat_p999 shim_lat_sr shim_lat_busy shim_lat_busy_p99 shim_lat_busy_p999 shim_lat_busy_sr $UCX_KEYS send_q4_wall readme_impair mem_client mem_server tcp_cpu write_cost write_cost_csw rate_cost rate_cost_csw lat_cost lat_cost_csw; do
         echo "- $k: ${SAMPLES[$k]:-${VAL[$k]}}"
     done
     echo "- send_q4: RNR NAKs per run $(paste -sd' ' "$TMP/q4.rnr" 2>/dev/null); measured intervals $(awk '{print $2}' "$TMP/q4.times" 2>/dev/null | paste -sd' ')"

@@ -1,11 +1,13 @@
-//! Runs a command and writes its peak resident set size to a file: the kernel's ru_maxrss
-//! for the child (wait4(2)), the same high-water mark as VmHWM in /proc/PID/status, read
-//! when the process has ended so that no sample can miss the peak.
+//! Runs a command and writes what it cost to a file, from the kernel's rusage for the child
+//! (wait4(2)), read when the process has ended so that no sample can miss anything: its peak
+//! resident set size (ru_maxrss, the same high-water mark as VmHWM in /proc/PID/status), the
+//! CPU time of all its threads (user + system), and its context switches (voluntary +
+//! involuntary, all threads).
 //!
 //!     maxrss OUT_FILE -- COMMAND [ARGS...]
 //!
-//! OUT_FILE gets one line, `max_rss_kib N`. The exit status is the command's (128 + signal
-//! if a signal ended it). stdin, stdout and stderr are the command's.
+//! OUT_FILE gets one line, `max_rss_kib N cpu_s S csw N`. The exit status is the command's
+//! (128 + signal if a signal ended it). stdin, stdout and stderr are the command's.
 
 use std::process::{exit, Command};
 
@@ -35,7 +37,14 @@ fn main() {
             die("wait4 failed");
         }
     }
-    if let Err(e) = std::fs::write(&args[0], format!("max_rss_kib {}\n", ru.ru_maxrss)) {
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    let line = format!(
+        "max_rss_kib {} cpu_s {:.6} csw {}\n",
+        ru.ru_maxrss,
+        secs(ru.ru_utime) + secs(ru.ru_stime),
+        ru.ru_nvcsw + ru.ru_nivcsw
+    );
+    if let Err(e) = std::fs::write(&args[0], line) {
         die(&format!("{}: {e}", args[0]));
     }
     if libc::WIFEXITED(status) {
