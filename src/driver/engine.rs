@@ -34,29 +34,27 @@
 //! errors lose the packet as the wire would, and retransmission recovers it.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mio::{Interest, Registry, Token};
 
 use super::cq::CqInner;
-use super::device::{Device, QpEntry};
+use super::device::Device;
 use super::group::{Control, MadRoute, Member};
 use super::gsi::GSI_QPN;
-use super::link::{gso_run, GatherRef, GsoKey, Link, OutDatagram, RxBatch};
+use super::link::{Link, RxBatch};
 use super::multicast::GroupChange;
+use super::qp_table::{lock, sync_table, EngineQps, QpTable};
 use super::timer::Timer;
+use super::tx::{Flushed, TxBatch};
 use crate::ib::{QpType, WorkCompletion};
-use crate::transport::{
-    Counters, CqSide, DatagramEvent, Endpoint, Gather, IpFields, QpCore, QpSet, Transmit,
-    MAX_PACKET,
-};
+use crate::transport::{Counters, CqSide, DatagramEvent, Endpoint, IpFields};
 use crate::wire::bth::MULTICAST_QPN;
-use crate::wire::ICRC_LEN;
 
 /// How long a shared device holds a REQ for a service no member listens on (see
 /// `Engine::retry_unclaimed`), and how often it looks for the listener meanwhile.
@@ -120,136 +118,12 @@ const RX_SLOT: usize = 65536;
 /// packets lost every packet past the 512th without a counter; RC retransmitted them, UD and
 /// UC could not.
 const RX_PACKETS: usize = RX_BATCH * 64;
-/// Packets taken out of QPs before they are sent in one batch.
-const TX_SLOTS: usize = 64;
 /// Packets one QP may produce per visit, so that one busy QP cannot starve the others.
 const TX_BUDGET: usize = 256;
 /// After EAGAIN, the longest wait for a writability event before trying again anyway.
 const BACKPRESSURE_RETRY: Duration = Duration::from_micros(500);
 /// How long closing the device waits for send space to send what is left in the batch.
 const CLOSE_FLUSH_LIMIT: Duration = Duration::from_millis(200);
-
-/// Hashes a QP number for the engine's table: the keys are small local numbers, which a
-/// multiplicative hash spreads well at a fraction of SipHash's cost per packet. A peer chooses
-/// only which number it looks up, never what is inserted, so it cannot build collisions.
-#[derive(Default, Clone, Copy)]
-struct QpnHasher(u64);
-
-impl std::hash::Hasher for QpnHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u32(&mut self, n: u32) {
-        self.0 = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
-type QpTable = HashMap<u32, EngineQp, std::hash::BuildHasherDefault<QpnHasher>>;
-
-/// The engine's view of one QP.
-struct EngineQp {
-    entry: QpEntry,
-    /// Source port prepared on the link for this QP.
-    port: Option<u16>,
-    /// The deadline this QP has on the heap, if any.
-    armed: Option<Duration>,
-    /// Whether the QP is on the work list.
-    queued: bool,
-}
-
-/// The engine's QP table as the endpoint sees it: a QP is lent under its own lock, with the
-/// device's memory regions (read-locked after the QP, the order every path takes). A QP
-/// created since the last refresh is found by refreshing on a miss (a cheap check otherwise).
-struct EngineQps<'e> {
-    dev: &'e Device,
-    generation: &'e mut u64,
-    qps: &'e mut QpTable,
-}
-
-impl QpSet for EngineQps<'_> {
-    fn with_qp<R>(
-        &mut self,
-        qpn: u32,
-        f: impl FnOnce(&mut QpCore, &crate::transport::MrTable) -> R,
-    ) -> Option<R> {
-        if !self.qps.contains_key(&qpn) {
-            let g = self.dev.qps_generation.load(Ordering::Acquire);
-            if g != *self.generation {
-                Engine::sync_table(self.dev, self.generation, self.qps);
-            }
-        }
-        let q = self.qps.get(&qpn)?;
-        let mut core = lock(&q.entry.core);
-        let mrs = self.dev.mrs.read().unwrap_or_else(|e| e.into_inner());
-        Some(f(&mut core, &mrs))
-    }
-
-    fn multicast_members(&mut self, group: std::net::IpAddr) -> crate::transport::Members {
-        self.dev
-            .groups
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .members(group)
-    }
-}
-
-/// Packets taken out of QPs and not yet sent: one `MAX_PACKET` slot each.
-struct TxBatch {
-    buf: Vec<u8>,
-    meta: Vec<Transmit>,
-    /// The IPv4 identification each packet's ICRC was computed for (0 from the transport;
-    /// see `Engine::reseal`).
-    ids: Vec<u16>,
-    /// Each packet's payload left in its region, if it was (`Gather`; only when the link
-    /// gathers): the slot then holds the headers, the pad and the ICRC.
-    gathers: Vec<Option<Gather>>,
-    /// Packets before this one are sent.
-    head: usize,
-    /// An empty vector kept for its allocation: the datagram list of each flush (see
-    /// `Engine::flush`).
-    spare: Vec<OutDatagram<'static>>,
-}
-
-impl TxBatch {
-    fn new() -> TxBatch {
-        TxBatch {
-            buf: vec![0u8; TX_SLOTS * MAX_PACKET],
-            meta: Vec::with_capacity(TX_SLOTS),
-            ids: Vec::with_capacity(TX_SLOTS),
-            gathers: Vec::with_capacity(TX_SLOTS),
-            head: 0,
-            spare: Vec::with_capacity(TX_SLOTS),
-        }
-    }
-
-    fn pending(&self) -> bool {
-        self.head < self.meta.len()
-    }
-
-    /// How many packets wait to be sent.
-    fn waiting(&self) -> usize {
-        self.meta.len() - self.head
-    }
-
-    /// Forgets every packet (all sent or lost).
-    fn clear(&mut self) {
-        self.meta.clear();
-        self.ids.clear();
-        self.gathers.clear();
-        self.head = 0;
-    }
-
-    /// The next free slot, if any.
-    fn free_slot(&mut self) -> Option<&mut [u8]> {
-        let i = self.meta.len();
-        (i < TX_SLOTS).then(|| &mut self.buf[i * MAX_PACKET..(i + 1) * MAX_PACKET])
-    }
-}
 
 pub(crate) struct Engine {
     dev: Arc<Device>,
@@ -540,7 +414,7 @@ impl Engine {
         if g == self.generation {
             return;
         }
-        Self::sync_table(&self.dev, &mut self.generation, &mut self.qps);
+        sync_table(&self.dev, &mut self.generation, &mut self.qps);
     }
 
     /// Puts `qpn` on the work list unless it is there already.
@@ -693,26 +567,6 @@ impl Engine {
             }
         }
         self.rx.is_full()
-    }
-
-    /// Copies the device's QP table (keeping what the engine knows of QPs it had), on split
-    /// borrows so that it can run while the receive batch is borrowed.
-    fn sync_table(dev: &Device, generation: &mut u64, qps: &mut QpTable) {
-        *generation = dev.qps_generation.load(Ordering::Acquire);
-        let table = dev.qps.read().unwrap_or_else(|e| e.into_inner());
-        qps.retain(|qpn, q| {
-            table
-                .get(qpn)
-                .is_some_and(|e| Arc::ptr_eq(&e.core, &q.entry.core))
-        });
-        for (qpn, e) in table.iter() {
-            qps.entry(*qpn).or_insert_with(|| EngineQp {
-                entry: e.clone(),
-                port: None,
-                armed: None,
-                queued: false,
-            });
-        }
     }
 
     /// Visits the QPs on the work list once each (those that still have work go to the back
@@ -911,95 +765,17 @@ impl Engine {
         self.dev.gsi.events.notify_all();
     }
 
-    /// Sends the batch's pending packets. Stops at EAGAIN or ENOBUFS, keeping the rest. The
-    /// regions that gathered payloads come from are pinned for the send; a packet whose region
-    /// the application took back meanwhile is lost (counted in `send_err`), as one the wire
-    /// dropped, and its request fails on the retransmission's read.
+    /// Sends the batch's pending packets (tx.rs); stops at back-pressure, keeping the rest,
+    /// and delivers the held completions once everything left.
     fn flush(&mut self) {
-        if !self.tx.pending() {
-            return;
-        }
-        self.reseal(self.tx.head);
-        let n = self.tx.meta.len();
-        let mut pins: [Option<crate::memory::Pinned<'_>>; TX_SLOTS] = [const { None }; TX_SLOTS];
-        let mut refs: [Option<GatherRef>; TX_SLOTS] = [None; TX_SLOTS];
-        // Packets from `end` on wait for the next flush: the one at `end` cannot be sent.
-        let mut end = n;
-        for i in self.tx.head..n {
-            let Some(g) = &self.tx.gathers[i] else {
-                continue;
-            };
-            let pinned = g.bytes.pin().ok();
-            let Some(ptr) = pinned.as_ref().and_then(|p| p.ptr(g.offset, g.len)) else {
-                end = i;
-                break;
-            };
-            refs[i] = Some(GatherRef {
-                at: g.at,
-                ptr,
-                len: g.len,
-            });
-            pins[i] = pinned;
-        }
-        // The datagram list borrows the batch buffer; it reuses the allocation of `spare`
-        // (an empty vector of any lifetime has the same layout), so a flush allocates nothing.
-        let mut ds: Vec<OutDatagram<'_>> = std::mem::take(&mut self.tx.spare)
-            .into_iter()
-            .map(|_| unreachable!("spare is empty"))
-            .collect();
-        ds.extend(self.tx.meta[..end].iter().enumerate().map(|(i, t)| {
-            // A gathered packet's slot holds all of it but the payload.
-            let len = t.len - refs[i].map_or(0, |g| g.len);
-            OutDatagram {
-                src_port: t.src_port,
-                dst: t.dst,
-                hop_limit: t.hop_limit,
-                traffic_class: t.traffic_class,
-                payload: &self.tx.buf[i * MAX_PACKET..i * MAX_PACKET + len],
-            }
-        }));
-        let at = Instant::now();
-        let mut head = self.tx.head;
-        while head < ds.len() {
-            let (sent, err) = if self.gather {
-                self.link
-                    .send_gathered(at, &ds[head..], &refs[head..ds.len()])
-            } else {
-                self.link.send_batch(at, &ds[head..])
-            };
-            head += sent;
-            let Some(e) = err else { continue };
-            if e.kind() == io::ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOBUFS) {
-                // Back-pressure, not loss: keep the packet for when there is room.
-                self.blocked = true;
-                break;
-            }
-            // Lost like a packet dropped on the wire; retransmission recovers it.
-            Counters::inc(&self.dev.counters.send_err);
-            head += 1;
-            if head < ds.len() {
-                // The runs after the lost packet start elsewhere: seal them for that. (The
-                // datagram list borrows the buffer, so it is rebuilt: errors are rare.)
-                break;
-            }
-        }
-        ds.clear();
-        self.tx.spare = ds.into_iter().map(|_| unreachable!("cleared")).collect();
-        drop(pins);
-        if head == end && end < n && !self.blocked {
-            // Everything before it went: the packet whose region is gone is lost.
-            Counters::inc(&self.dev.counters.send_err);
-            head += 1;
-        }
-        if head >= n {
-            self.tx.clear();
-            self.release_held();
-        } else {
-            self.tx.head = head;
-            if !self.blocked {
-                // Stopped after a lost packet: send the rest, sealed for their new runs.
-                self.flush();
-            }
+        let ipv4 = self.dev.local.is_ipv4();
+        match self
+            .tx
+            .flush(&mut *self.link, self.gather, &self.dev.counters, ipv4)
+        {
+            Flushed::All => self.release_held(),
+            Flushed::Blocked => self.blocked = true,
+            Flushed::Nothing => {}
         }
     }
 
@@ -1022,57 +798,6 @@ impl Engine {
         drop(held);
         self.send_wc = run;
     }
-
-    /// Seals the IPv4 packets from `from` on for the identifications the link's GSO sends
-    /// will give them: segment k of a run gets k (see `Link::gso_max_segments`). Packets
-    /// already sealed for their identification are left alone, so without GSO nothing is
-    /// computed twice.
-    fn reseal(&mut self, from: usize) {
-        if !self.dev.local.is_ipv4() {
-            return; // IPv6 has no identification.
-        }
-        let max = self.link.gso_max_segments();
-        let tx = &mut self.tx;
-        let n = tx.meta.len();
-        let mut i = from;
-        while i < n {
-            let meta = &tx.meta;
-            let run = gso_run(n - i, max, |k| {
-                let t = &meta[i + k];
-                GsoKey {
-                    src_port: t.src_port,
-                    dst: t.dst,
-                    hop_limit: t.hop_limit,
-                    traffic_class: t.traffic_class,
-                    len: t.len,
-                }
-            });
-            for k in i..i + run {
-                let id = (k - i) as u16;
-                let t = tx.meta[k];
-                if tx.ids[k] != id && t.dst.is_ipv4() {
-                    let slot = &mut tx.buf[k * MAX_PACKET..(k + 1) * MAX_PACKET];
-                    match &tx.gathers[k] {
-                        // The ICRC ends the slot's bytes, which lack the payload.
-                        Some(g) => {
-                            let icrc = t.len - g.len - ICRC_LEN;
-                            crate::wire::icrc::reseal_ipv4_id_of(
-                                &mut slot[icrc..icrc + ICRC_LEN],
-                                t.len - ICRC_LEN,
-                                tx.ids[k],
-                                id,
-                            );
-                        }
-                        None => {
-                            crate::wire::icrc::reseal_ipv4_id(&mut slot[..t.len], tx.ids[k], id)
-                        }
-                    }
-                }
-                tx.ids[k] = id;
-            }
-            i += run;
-        }
-    }
 }
 
 /// The destination QPN of `payload` if it names another member's slot of `m`'s group (not
@@ -1084,323 +809,6 @@ fn foreign_qpn(m: &Member, payload: &[u8]) -> Option<u32> {
     (!ours).then_some(qpn)
 }
 
-fn lock(core: &std::sync::Mutex<QpCore>) -> MutexGuard<'_, QpCore> {
-    core.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 #[cfg(test)]
-mod tests {
-    use std::collections::VecDeque;
-    use std::net::SocketAddr;
-    use std::sync::Mutex;
-
-    use super::*;
-    use crate::driver::link::InDatagram;
-
-    /// A link whose sends fail with the scripted errors first, then succeed and are recorded
-    /// with the GSO grouping the engine must seal for.
-    struct Scripted {
-        errors: VecDeque<io::ErrorKind>,
-        sent: Arc<Mutex<Vec<Vec<u8>>>>,
-        gso: usize,
-        /// Takes gathered payloads (and assembles them as the kernel would).
-        gather: bool,
-    }
-
-    impl Link for Scripted {
-        fn local_addr(&self) -> SocketAddr {
-            "127.0.0.1:4791".parse().unwrap()
-        }
-        fn prepare_source_port(&mut self, wanted: u16) -> io::Result<u16> {
-            Ok(wanted)
-        }
-        fn send(&mut self, _now: Instant, d: &OutDatagram) -> io::Result<()> {
-            if let Some(kind) = self.errors.pop_front() {
-                return Err(kind.into());
-            }
-            self.sent.lock().unwrap().push(d.payload.to_vec());
-            Ok(())
-        }
-        fn recv(&mut self, _now: Instant, _buf: &mut [u8]) -> io::Result<Option<InDatagram>> {
-            Ok(None)
-        }
-        fn register(&mut self, _r: &mio::Registry, _t: mio::Token) -> io::Result<()> {
-            Ok(())
-        }
-        fn gso_max_segments(&self) -> usize {
-            self.gso
-        }
-        fn gathers(&self) -> bool {
-            self.gather
-        }
-        fn send_gathered(
-            &mut self,
-            now: Instant,
-            ds: &[OutDatagram],
-            gathers: &[Option<GatherRef>],
-        ) -> (usize, Option<io::Error>) {
-            for (i, d) in ds.iter().enumerate() {
-                let Some(g) = gathers.get(i).copied().flatten() else {
-                    if let Err(e) = self.send(now, d) {
-                        return (i, Some(e));
-                    }
-                    continue;
-                };
-                let mut whole = d.payload[..g.at].to_vec();
-                // SAFETY: the engine keeps the region pinned across the call and `ptr` is
-                // valid for `len` bytes (GatherRef); nothing writes the region in this test.
-                whole.extend_from_slice(unsafe { std::slice::from_raw_parts(g.ptr, g.len) });
-                whole.extend_from_slice(&d.payload[g.at..]);
-                self.sent.lock().unwrap().push(whole);
-            }
-            (ds.len(), None)
-        }
-    }
-
-    fn engine(link: Scripted) -> Engine {
-        let poll = mio::Poll::new().unwrap();
-        let waker = mio::Waker::new(poll.registry(), WAKER).unwrap();
-        let dev = Arc::new(Device::new(
-            "127.0.0.1:4791".parse().unwrap(),
-            4791,
-            waker,
-            false,
-        ));
-        Engine::new(dev, poll.registry(), Box::new(link)).unwrap()
-    }
-
-    /// Puts a sealed 64-byte packet (a BTH, zeros, its ICRC for identification 0) in the batch.
-    fn queue_packet(e: &mut Engine, tag: u8) {
-        let src: SocketAddr = "127.0.0.1:49152".parse().unwrap();
-        let dst: SocketAddr = "127.0.0.2:4791".parse().unwrap();
-        let len = 64;
-        let slot = e.tx.free_slot().unwrap();
-        slot[..len].fill(0);
-        slot[0] = 0x04; // SEND ONLY
-        slot[12] = tag;
-        let (std::net::IpAddr::V4(s), std::net::IpAddr::V4(d)) = (src.ip(), dst.ip()) else {
-            unreachable!()
-        };
-        let ip = crate::wire::icrc::ipv4_header_for_socket(s, d, 8 + len as u16, true);
-        let mut udp = [0u8; 8];
-        udp[0..2].copy_from_slice(&src.port().to_be_bytes());
-        udp[2..4].copy_from_slice(&dst.port().to_be_bytes());
-        udp[4..6].copy_from_slice(&(8 + len as u16).to_be_bytes());
-        let crc = crate::wire::icrc::compute(&ip, &udp, &slot[..len - 4]).unwrap();
-        slot[len - 4..len].copy_from_slice(&crate::wire::icrc::to_wire(crc));
-        e.tx.meta.push(Transmit {
-            len,
-            dst,
-            src_port: src.port(),
-            hop_limit: 0,
-            traffic_class: 0,
-        });
-        e.tx.ids.push(0);
-        e.tx.gathers.push(None);
-    }
-
-    #[test]
-    fn a_full_batch_of_coalesced_datagrams_keeps_every_packet() {
-        // RX_BATCH datagrams, each as many small packets as UDP GRO coalesces (64): none may
-        // be dropped for want of packet room (they were past the 512th, without a counter).
-        let mut batch = RxBatch::new(RX_BATCH, RX_SLOT, RX_PACKETS);
-        let at: SocketAddr = "127.0.0.1:4791".parse().unwrap();
-        for _ in 0..RX_BATCH {
-            let d = InDatagram {
-                len: 64 * 60,
-                src: at,
-                dst: at,
-                hop_limit: 0,
-                traffic_class: 0,
-            };
-            batch.push_split(d, 60);
-        }
-        assert_eq!(batch.len(), RX_BATCH * 64);
-        assert!(batch.is_full());
-    }
-
-    #[test]
-    fn eagain_is_back_pressure_not_loss() {
-        let sent = Arc::new(Mutex::new(Vec::new()));
-        let mut e = engine(Scripted {
-            errors: VecDeque::from([io::ErrorKind::WouldBlock]),
-            sent: Arc::clone(&sent),
-            gso: 1,
-            gather: false,
-        });
-        queue_packet(&mut e, 1);
-        queue_packet(&mut e, 2);
-        e.flush();
-        assert!(e.blocked, "EAGAIN blocks the engine's transmission");
-        assert!(e.tx.pending(), "the packets are kept");
-        assert_eq!(e.dev.counters.get("send_err"), Some(0));
-        // Send space again: both go, in order, and nothing was counted lost.
-        e.blocked = false;
-        e.flush();
-        assert!(!e.blocked && !e.tx.pending());
-        let sent = sent.lock().unwrap();
-        assert_eq!(sent.iter().map(|p| p[12]).collect::<Vec<_>>(), [1, 2]);
-        assert_eq!(e.dev.counters.get("send_err"), Some(0));
-    }
-
-    /// A UD/UC send completion held for packets still in the batch reaches its CQ only once
-    /// they were handed to the link; closing the device (`finish`) sends them and releases it.
-    #[test]
-    fn unreliable_send_completions_wait_for_their_packets_to_leave() {
-        let sent = Arc::new(Mutex::new(Vec::new()));
-        let mut e = engine(Scripted {
-            errors: VecDeque::from([io::ErrorKind::WouldBlock]),
-            sent: Arc::clone(&sent),
-            gso: 1,
-            gather: false,
-        });
-        let cq = Arc::new(CqInner::new(16, &e.dev));
-        let wc = WorkCompletion {
-            wr_id: 7,
-            status: crate::ib::WcStatus::Success,
-            opcode: crate::ib::WcOpcode::Send,
-            byte_len: 0,
-            imm_data: None,
-            qp_num: 5,
-            src_qp: 0,
-            solicited: false,
-            grh: false,
-            invalidated_rkey: None,
-            network_hdr_type: None,
-        };
-        queue_packet(&mut e, 1);
-        e.held_wc.push((Arc::clone(&cq), wc));
-        e.flush();
-        assert!(e.blocked && e.tx.pending());
-        assert_eq!(
-            cq.len(),
-            0,
-            "no completion while its datagram is still ours"
-        );
-        e.finish();
-        assert!(!e.tx.pending(), "closing sends what is left");
-        assert_eq!(sent.lock().unwrap().len(), 1);
-        let mut out = [wc; 2];
-        assert_eq!(cq.poll(&mut out).unwrap(), 1);
-        assert_eq!(out[0].wr_id, 7);
-    }
-
-    #[test]
-    fn other_send_errors_lose_one_packet_and_the_rest_go() {
-        let sent = Arc::new(Mutex::new(Vec::new()));
-        let mut e = engine(Scripted {
-            errors: VecDeque::from([io::ErrorKind::PermissionDenied]),
-            sent: Arc::clone(&sent),
-            gso: 1,
-            gather: false,
-        });
-        for tag in 1..=3 {
-            queue_packet(&mut e, tag);
-        }
-        e.flush();
-        assert!(!e.blocked && !e.tx.pending());
-        assert_eq!(e.dev.counters.get("send_err"), Some(1));
-        let tags: Vec<u8> = sent.lock().unwrap().iter().map(|p| p[12]).collect();
-        assert_eq!(tags, [2, 3]);
-    }
-
-    #[test]
-    fn gso_runs_are_sealed_for_the_identifications_the_kernel_gives_segments() {
-        let sent = Arc::new(Mutex::new(Vec::new()));
-        let mut e = engine(Scripted {
-            errors: VecDeque::new(),
-            sent: Arc::clone(&sent),
-            gso: 3,
-            gather: false,
-        });
-        for tag in 0..5 {
-            queue_packet(&mut e, tag);
-        }
-        e.flush();
-        // Runs of at most 3: identifications 0, 1, 2, then 0, 1. The receiver's check finds
-        // each one (RecoveredId for the non-zero ones).
-        let src: SocketAddr = "127.0.0.1:49152".parse().unwrap();
-        let dst: SocketAddr = "127.0.0.2:4791".parse().unwrap();
-        let verdicts: Vec<_> = sent
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|p| crate::wire::icrc::verify_socket_datagram(src, dst, p))
-            .collect();
-        use crate::wire::icrc::SocketVerdict::{Exact, RecoveredId};
-        assert_eq!(
-            verdicts,
-            [Exact, RecoveredId(1), RecoveredId(2), Exact, RecoveredId(1)]
-        );
-    }
-
-    /// Puts a WRITE MIDDLE in the batch whose 1000-byte payload stays in `region` from
-    /// `offset` (a gathered packet, sealed for identification 0).
-    fn queue_gathered(e: &mut Engine, region: &Arc<crate::memory::SharedBytes>, offset: u64) {
-        let dst: SocketAddr = "127.0.0.2:4791".parse().unwrap();
-        let (at, len) = (12, 1000);
-        let t = Transmit {
-            len: at + len + ICRC_LEN,
-            dst,
-            src_port: 49152,
-            hop_limit: 0,
-            traffic_class: 0,
-        };
-        let g = Gather {
-            bytes: Arc::clone(region),
-            offset,
-            len,
-            at,
-        };
-        let slot = e.tx.free_slot().unwrap();
-        slot[..at + ICRC_LEN].fill(0);
-        slot[0] = 0x07; // RC RDMA WRITE MIDDLE
-        e.endpoint.seal_gathered(&t, &g, slot);
-        e.tx.meta.push(t);
-        e.tx.ids.push(0);
-        e.tx.gathers.push(Some(g));
-    }
-
-    /// Gathered packets go out whole (headers, the region's bytes, ICRC), sealed for the GSO
-    /// identifications of their runs; one whose region the application took back is lost
-    /// and counted, and the others still go.
-    #[test]
-    fn gathered_packets_are_resealed_and_a_revoked_region_loses_only_its_own() {
-        let sent = Arc::new(Mutex::new(Vec::new()));
-        let mut e = engine(Scripted {
-            errors: VecDeque::new(),
-            sent: Arc::clone(&sent),
-            gso: 3,
-            gather: true,
-        });
-        let owned = Arc::new(crate::memory::SharedBytes::new(4096));
-        let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 5 + 2) as u8).collect();
-        owned.write(0, &pattern).unwrap();
-        let mut app = vec![0xA5u8; 2048];
-        // SAFETY: `app` outlives the region, which is revoked (and dropped) before it.
-        let foreign =
-            Arc::new(unsafe { crate::memory::SharedBytes::foreign(app.as_mut_ptr(), app.len()) });
-        for k in 0..4 {
-            queue_gathered(&mut e, &owned, k * 1000);
-        }
-        queue_gathered(&mut e, &foreign, 0);
-        foreign.revoke();
-        e.flush();
-        assert!(!e.tx.pending());
-        assert_eq!(e.dev.counters.get("send_err"), Some(1), "the revoked one");
-        let src: SocketAddr = "127.0.0.1:49152".parse().unwrap();
-        let dst: SocketAddr = "127.0.0.2:4791".parse().unwrap();
-        let sent = sent.lock().unwrap();
-        use crate::wire::icrc::SocketVerdict::{Exact, RecoveredId};
-        let verdicts: Vec<_> = sent
-            .iter()
-            .map(|p| crate::wire::icrc::verify_socket_datagram(src, dst, p))
-            .collect();
-        assert_eq!(verdicts, [Exact, RecoveredId(1), RecoveredId(2), Exact]);
-        for (k, p) in sent.iter().enumerate() {
-            assert_eq!(&p[12..1012], &pattern[k * 1000..k * 1000 + 1000]);
-        }
-        drop(foreign);
-        drop(app);
-    }
-}
+#[path = "engine_tests.rs"]
+mod tests;

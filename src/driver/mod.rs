@@ -15,10 +15,12 @@ pub mod impair;
 pub mod interface;
 pub mod link;
 mod multicast;
+mod qp_table;
 pub mod stats;
 pub mod steering;
 pub mod thread;
 mod timer;
+mod tx;
 pub mod udp;
 
 use crate::transport::cc::CcConfig;
