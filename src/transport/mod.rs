@@ -17,6 +17,7 @@ pub mod endpoint;
 mod local_ops;
 pub mod mr;
 pub mod mw;
+pub mod params;
 pub mod qp;
 mod requester;
 mod responder;
@@ -31,9 +32,8 @@ pub use counters::Counters;
 pub use endpoint::{DatagramEvent, Endpoint, IpFields, Members, OneQp, QpSet, GSI_QPN};
 pub use mr::{DeregFault, Mr, MrFault, MrTable};
 pub use mw::{Mw, MwFault, MwState, MwType};
+pub use params::{ACKREQ_EVERY, MAX_QUEUED_RESPONSES, MAX_UNACKED_PSNS};
 pub use qp::{
     wire_hop_limit, CqSide, Gather, NetHeader, QpConfig, QpCore, QueueDepths, Transmit, MAX_PACKET,
 };
-pub use requester::{ACKREQ_EVERY, MAX_UNACKED_PSNS};
-pub use responder::MAX_QUEUED_RESPONSES;
 pub use srq::Srq;

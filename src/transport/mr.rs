@@ -13,7 +13,9 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
-use super::mw::{key_is_mw, Mw, MwType, MW_INDEX_BASE};
+use super::mw::{key_is_mw, Mw, MwType};
+use super::params::MW_INDEX_BASE;
+pub use super::params::{MAX_MR, MAX_MW};
 
 use crate::ib::AccessFlags;
 use crate::memory::SharedBytes;
@@ -119,19 +121,12 @@ pub enum DeregFault {
     WindowsBound,
 }
 
-/// Largest number of live memory windows (their indexes run from [`MW_INDEX_BASE`] to the top
-/// of the 24-bit index).
-pub const MAX_MW: usize = (1 << 24) - MW_INDEX_BASE as usize;
-
 #[derive(Debug, Default)]
 struct Slot {
     mr: Option<Arc<Mr>>,
     /// Low byte of the key last issued from this slot (none before the first).
     variant: Option<u8>,
 }
-
-/// Largest number of live regions (the index must fit in the 23 bits below the windows').
-pub const MAX_MR: usize = MW_INDEX_BASE as usize;
 
 impl MrTable {
     /// An empty table.

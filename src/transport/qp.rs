@@ -31,8 +31,7 @@ use crate::ib::{
 use crate::memory::SharedBytes;
 use crate::wire::icrc;
 
-/// Largest message (IBTA: 2^31 bytes).
-pub const MAX_MESSAGE: u64 = 1 << 31;
+pub use super::params::MAX_MESSAGE;
 
 /// Static configuration of a QP, fixed at creation.
 #[derive(Debug, Clone)]

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::counters::Counters;
+use super::params::ACKREQ_EVERY;
 use super::qp::QpCore;
 use super::window::SendWindow;
 use super::wqe::SendState;
@@ -33,10 +34,6 @@ use crate::wire::{
     PacketRepr, Psn, RethRepr,
 };
 
-/// Most PSNs the requester lets be unacknowledged (rxe_param.h RXE_MAX_UNACKED_PSNS).
-pub const MAX_UNACKED_PSNS: u32 = 128;
-/// Packets after which AckReq is forced within a long message (rxe: `noack_pkts++ > 64`).
-pub const ACKREQ_EVERY: u32 = 64;
 /// Response packets one READ request asks for at most: a longer READ is requested in pieces
 /// of this many path MTUs, one piece outstanding at a time, so that a responder's burst fits
 /// in a socket's receive buffer (see `read_piece_end`).

@@ -39,7 +39,8 @@ use std::sync::Arc;
 use super::counters::Counters;
 use super::mr::{Mr, MrFault, MrTable};
 use super::mw::{key_is_mw, Mw, MwFault};
-use super::qp::{CqSide, NetHeader, QpCore, MAX_MESSAGE};
+use super::params::{MAX_MESSAGE, MAX_QUEUED_RESPONSES};
+use super::qp::{CqSide, NetHeader, QpCore};
 use super::wqe::RecvWqe;
 use crate::ib::{AccessFlags, QpState, QpType, WcOpcode, WcStatus, WorkCompletion};
 use crate::memory::AccessError;
@@ -49,10 +50,6 @@ use crate::wire::{
     feth, AethRepr, AtomicAckEthRepr, BthRepr, ExtHeaders, NakCode, OpKind, Opcode, OpcodeInfo,
     PacketRepr, Position, Psn,
 };
-
-/// Most responses queued at once; beyond it duplicate requests are dropped (bounded memory
-/// under a flood of duplicates).
-pub const MAX_QUEUED_RESPONSES: usize = 256;
 
 /// What the responder is in the middle of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
