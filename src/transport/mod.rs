@@ -22,6 +22,7 @@ pub mod qp;
 mod requester;
 mod responder;
 pub mod srq;
+mod state;
 pub mod window;
 pub mod wqe;
 

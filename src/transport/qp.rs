@@ -19,9 +19,8 @@ use std::time::Duration;
 use super::cc::{self, CcConfig, NotificationPoint, ReactionPoint};
 use super::counters::Counters;
 use super::mr::MrTable;
-use super::requester::ReqState;
-use super::responder::RespState;
 use super::srq::Srq;
+use super::state::{ReqState, RespState};
 use super::wqe::{LocalData, LocalOp, RecvWqe, SendState, SendWqe, SgeList, UdTarget};
 use crate::ib::{apply_modify, check_modify, check_sqd_exit, DeviceLimits};
 use crate::ib::{

@@ -24,7 +24,6 @@ use std::time::Duration;
 use super::counters::Counters;
 use super::params::ACKREQ_EVERY;
 use super::qp::QpCore;
-use super::window::SendWindow;
 use super::wqe::SendState;
 use crate::ib::{QpState, QpType, WcStatus, WrOpcode};
 use crate::wire::packet::finish_payload;
@@ -63,40 +62,6 @@ struct ReqPacket {
     psns: u32,
     /// The packet ends the WQE (for a READ: its last piece).
     done: bool,
-}
-
-/// Requester and completer progress.
-#[derive(Debug, Default)]
-pub struct ReqState {
-    /// Next PSN to send.
-    pub psn: Psn,
-    /// Index in the send queue of the WQE being (or next to be) sent.
-    pub next: usize,
-    /// Bytes of that WQE already sent (for a READ: bytes already requested).
-    pub offset: u64,
-    /// Packets sent since the last one with AckReq.
-    pub noack_pkts: u32,
-    /// READ/atomic WQEs started and not completed.
-    pub rd_atomic_outstanding: u32,
-    /// Oldest PSN not yet acknowledged (the completer's position).
-    pub comp_psn: Psn,
-    /// The first PSN never sent: a packet with an earlier PSN is a retransmission.
-    pub high_psn: Psn,
-    /// Retransmission deadline.
-    pub timer: Option<Duration>,
-    /// While set, the requester waits after an RNR NAK.
-    pub rnr_until: Option<Duration>,
-    /// PSN to resume from when the RNR wait ends.
-    pub rnr_psn: Psn,
-    /// Transport retries left (7 = unlimited, as rxe treats it).
-    pub retry_left: u8,
-    /// RNR retries left (7 = unlimited, IBTA).
-    pub rnr_retry_left: u8,
-    /// A retry was started and has not made progress yet: further out-of-order responses
-    /// (remnants of what was lost) must not start another one (rxe: `comp.started_retry`).
-    pub retry_started: bool,
-    /// Outstanding-PSN limit, cut on loss (window.rs).
-    pub window: SendWindow,
 }
 
 impl QpCore {
