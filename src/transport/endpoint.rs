@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use super::cc::{self, CcConfig};
 use super::counters::Counters;
-use super::mr::MrTable;
+use super::keys::MrTable;
 use super::qp::{rxe_hash_port, Gather, NetHeader, QpCore, Transmit};
 use crate::ib::{QpType, MAX_MCAST_QP_ATTACH};
 use crate::wire::bth::{DEFAULT_PKEY, MULTICAST_QPN};

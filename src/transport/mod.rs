@@ -14,6 +14,7 @@ pub mod cc;
 mod completer;
 pub mod counters;
 pub mod endpoint;
+pub mod keys;
 mod local_ops;
 pub mod mr;
 pub mod mw;
@@ -31,7 +32,8 @@ mod tests;
 
 pub use counters::Counters;
 pub use endpoint::{DatagramEvent, Endpoint, IpFields, Members, OneQp, QpSet, GSI_QPN};
-pub use mr::{DeregFault, Mr, MrFault, MrTable};
+pub use keys::{DeregFault, MrTable};
+pub use mr::{Mr, MrFault};
 pub use mw::{Mw, MwFault, MwState, MwType};
 pub use params::{ACKREQ_EVERY, MAX_QUEUED_RESPONSES, MAX_UNACKED_PSNS};
 pub use qp::{

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use super::cc::{self, CcConfig, NotificationPoint, ReactionPoint};
 use super::counters::Counters;
-use super::mr::MrTable;
+use super::keys::MrTable;
 use super::srq::Srq;
 use super::state::{ReqState, RespState};
 use super::wqe::{LocalData, LocalOp, RecvWqe, SendState, SendWqe, SgeList, UdTarget};

@@ -36,7 +36,8 @@
 use std::sync::Arc;
 
 use super::counters::Counters;
-use super::mr::{Mr, MrFault, MrTable};
+use super::keys::MrTable;
+use super::mr::{Mr, MrFault};
 use super::mw::{key_is_mw, Mw, MwFault};
 use super::params::{MAX_MESSAGE, MAX_QUEUED_RESPONSES};
 use super::qp::{CqSide, NetHeader, QpCore};
