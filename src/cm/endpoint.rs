@@ -281,7 +281,7 @@ struct ParkedReq {
 
 /// The communication manager of one device.
 #[derive(Debug)]
-pub struct Endpoint {
+pub struct CmEndpoint {
     cfg: EndpointConfig,
     conns: HashMap<u32, Conn>,
     /// Passive connections by the requester's (communication ID, CA GUID), to spot a repeated
@@ -307,10 +307,10 @@ pub struct Endpoint {
     counters: CmCounters,
 }
 
-impl Endpoint {
+impl CmEndpoint {
     /// An endpoint with no connections and no listeners.
     pub fn new(cfg: EndpointConfig) -> Self {
-        Endpoint {
+        CmEndpoint {
             ids: match cfg.comm_id_seed {
                 None => IdSource::Os,
                 Some(seed) => IdSource::Seeded(seed),
@@ -383,7 +383,7 @@ impl Endpoint {
         self.out.pop_front()
     }
 
-    /// Whether messages wait for [`Endpoint::poll_transmit`].
+    /// Whether messages wait for [`CmEndpoint::poll_transmit`].
     pub fn has_transmit(&self) -> bool {
         !self.out.is_empty()
     }
@@ -393,7 +393,7 @@ impl Endpoint {
         self.events.pop_front()
     }
 
-    /// When [`Endpoint::handle_timeout`] must next be called.
+    /// When [`CmEndpoint::handle_timeout`] must next be called.
     pub fn poll_timeout(&self) -> Option<Duration> {
         let parked = self.parked.iter().map(|p| p.arrived + RELISTEN_GRACE).min();
         self.conns
@@ -1380,7 +1380,7 @@ impl Endpoint {
     }
 }
 
-/// What [`Endpoint::lookup`] found.
+/// What [`CmEndpoint::lookup`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Lookup {
     /// A connection of ours, both IDs matching, from its peer.

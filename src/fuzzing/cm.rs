@@ -18,7 +18,7 @@ use std::time::Duration;
 use arbitrary::{Arbitrary, Unstructured};
 
 use crate::cm::{
-    AcceptParams, CmEvent, ConnId, ConnState, ConnectParams, Endpoint, EndpointConfig, RejectInfo,
+    AcceptParams, CmEndpoint, CmEvent, ConnId, ConnState, ConnectParams, EndpointConfig, RejectInfo,
 };
 use crate::wire::cm::{rdma_tcp_service_id, CmMessage};
 use crate::wire::mad;
@@ -65,7 +65,7 @@ enum ForgedMad {
 
 /// One side: its endpoint, what it must still decide, and what it was told.
 struct Side {
-    ep: Endpoint,
+    ep: CmEndpoint,
     addr: SocketAddr,
     pending: VecDeque<ConnId>,
     established: HashSet<ConnId>,
@@ -74,7 +74,7 @@ struct Side {
 impl Side {
     fn new(seed: u32, last: u8) -> Side {
         Side {
-            ep: Endpoint::new(EndpointConfig {
+            ep: CmEndpoint::new(EndpointConfig {
                 comm_id_seed: Some(seed.into()),
                 max_connections: MAX_CONNECTIONS,
                 ..EndpointConfig::default()

@@ -14,6 +14,8 @@ pub const LEN: usize = 8;
 
 /// The well-known Q_Key of the General Services Interface (QP1).
 pub const GSI_QKEY: u32 = 0x8001_0000;
+/// The QP number of the General Services Interface, which receives MADs (IBTA 13.5.1).
+pub const GSI_QPN: u32 = 1;
 
 view! {
     /// A checked view of a DETH at the front of a byte buffer.
