@@ -5,6 +5,10 @@ use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use super::config::EndpointConfig;
+use super::conn::{ConnId, ConnState};
+use super::counters::CmCounters;
+use super::error::CmError;
 use super::iba_time;
 use super::params::{
     fill, AcceptParams, CmEvent, ConnectParams, PeerParams, RejectInfo, SidrReply, SidrRequest,
@@ -16,86 +20,6 @@ use crate::wire::cm::{
 };
 use crate::wire::mad;
 
-/// A connection, named by the communication ID this endpoint gave it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConnId(pub u32);
-
-/// Where a connection stands in IBTA's CM state diagram (§12.9.6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConnState {
-    /// Active: our REQ is out, unanswered.
-    ReqSent,
-    /// Active: the peer MRAed our REQ; waiting longer.
-    MraReqRcvd,
-    /// Active: the peer's REP is here; the application moves its QP, then establishes.
-    RepRcvd,
-    /// Passive: a REQ is here; the application accepts or rejects.
-    ReqRcvd,
-    /// Passive: our REP is out, waiting for the RTU.
-    RepSent,
-    /// Passive: the peer MRAed our REP.
-    MraRepRcvd,
-    /// Connected.
-    Established,
-    /// Our DREQ is out.
-    DreqSent,
-    /// The peer's DREQ is here; the application answers with a DREP.
-    DreqRcvd,
-    /// Disconnected; the QP must not be reused until this ends.
-    TimeWait,
-    /// SIDR requester: our SIDR_REQ is out, unanswered (repeated as a REQ is).
-    SidrReqSent,
-    /// SIDR responder: a SIDR_REQ is here; the application answers with a SIDR_REP.
-    SidrReqRcvd,
-    /// SIDR responder: our SIDR_REP is out; kept for a while to answer a repeated SIDR_REQ
-    /// (whose requester missed the reply) with the same reply.
-    SidrRepSent,
-}
-
-/// Settings of an endpoint. The defaults are rdma_cm's on RoCE.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EndpointConfig {
-    /// How long our CM may take to answer, as an IBA time exponent, advertised in REQs
-    /// (rdma_cm's CMA_CM_RESPONSE_TIMEOUT: 20, about 4.3 s).
-    pub cm_response_timeout: u8,
-    /// Retransmissions of an unanswered message (rdma_cm's CMA_MAX_CM_RETRIES: 15).
-    pub max_cm_retries: u8,
-    /// Packet life time on the path, as an IBA time exponent (rdma_cm on RoCE: 16, about 268 ms).
-    pub packet_life_time: u8,
-    /// How long a disconnected connection stays in time-wait.
-    pub timewait: Duration,
-    /// Connections this endpoint holds at once (each costs a few hundred bytes).
-    pub max_connections: usize,
-    /// Undecided connect requests (REQ received, not yet accepted or rejected) one source
-    /// address may hold at once, over all listeners (or the backlog of the listener a REQ is
-    /// for, if larger); past it a REQ from that address is rejected with "no resources", so
-    /// that one host cannot fill every listener's backlog.
-    pub max_half_open_per_source: usize,
-    /// The longest an undecided connect request is kept, whatever the requester's REQ says
-    /// about its own patience (its timeouts are the sender's to choose, up to days).
-    pub max_half_open_time: Duration,
-    /// Where communication and transaction IDs come from. `None` (the default): the
-    /// kernel's random generator, so that nobody can derive one ID from another. `Some(seed)`:
-    /// a fixed pseudo-random sequence, for tests and fuzzing that must replay exactly; never
-    /// for an endpoint on a network.
-    pub comm_id_seed: Option<u64>,
-}
-
-impl Default for EndpointConfig {
-    fn default() -> Self {
-        EndpointConfig {
-            cm_response_timeout: 20,
-            max_cm_retries: 15,
-            packet_life_time: 16,
-            timewait: Duration::from_secs(1),
-            max_connections: 4096,
-            max_half_open_per_source: 64,
-            max_half_open_time: Duration::from_secs(120),
-            comm_id_seed: None,
-        }
-    }
-}
-
 /// A MAD to send to QP1 at `to`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outgoing {
@@ -103,95 +27,6 @@ pub struct Outgoing {
     pub to: SocketAddr,
     /// The whole MAD.
     pub mad: [u8; mad::LEN],
-}
-
-/// Why a call on the endpoint was refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CmError {
-    /// No such connection (never made, or gone after time-wait).
-    UnknownConnection(ConnId),
-    /// The call does not apply in the connection's state.
-    WrongState {
-        /// The call.
-        op: &'static str,
-        /// The connection's state.
-        state: ConnState,
-    },
-    /// More private data than the message carries.
-    PrivateDataTooLong {
-        /// Bytes given.
-        len: usize,
-        /// Bytes the message carries.
-        max: usize,
-    },
-    /// Somebody already listens on this service ID.
-    AlreadyListening(u64),
-    /// The endpoint holds [`EndpointConfig::max_connections`] connections.
-    TooManyConnections,
-}
-
-impl std::fmt::Display for CmError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            CmError::UnknownConnection(c) => write!(f, "no connection with ID 0x{:08x}", c.0),
-            CmError::WrongState { op, state } => {
-                write!(f, "{op} is not possible in CM state {state:?}")
-            }
-            CmError::PrivateDataTooLong { len, max } => {
-                write!(f, "{len} bytes of private data; the message carries {max}")
-            }
-            CmError::AlreadyListening(s) => write!(f, "service ID 0x{s:x} is already listened on"),
-            CmError::TooManyConnections => write!(f, "too many CM connections"),
-        }
-    }
-}
-
-impl std::error::Error for CmError {}
-
-/// What the endpoint counted: everything it dropped or answered on its own.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CmCounters {
-    /// MADs received.
-    pub mads_received: u64,
-    /// MADs that were not CM messages this endpoint handles (dropped).
-    pub bad_mads: u64,
-    /// Messages naming a connection we do not have, or arriving in a state that takes none
-    /// of them (dropped, or answered as Linux answers them).
-    pub unmatched: u64,
-    /// Duplicates of a message already handled.
-    pub duplicates: u64,
-    /// Messages sent again after their timeout.
-    pub retransmits: u64,
-    /// REQs rejected because nobody listens on their service ID.
-    pub rej_no_listener: u64,
-    /// REQs rejected because the listener's backlog or the endpoint is full.
-    pub rej_no_resources: u64,
-    /// REQs rejected for an invalid transport type or MTU.
-    pub rej_invalid: u64,
-    /// Connections given up after every retry, or half-open ones whose requester went away.
-    pub timeouts: u64,
-    /// Messages naming one of our connections with both its communication IDs but sent from
-    /// another address than the connection's peer (dropped unanswered: a third host does not
-    /// steer a connection it is not part of).
-    pub wrong_peer: u64,
-}
-
-impl CmCounters {
-    /// Every counter with its name.
-    pub fn snapshot(&self) -> [(&'static str, u64); 10] {
-        [
-            ("cm_mads_received", self.mads_received),
-            ("cm_bad_mads", self.bad_mads),
-            ("cm_unmatched", self.unmatched),
-            ("cm_duplicates", self.duplicates),
-            ("cm_retransmits", self.retransmits),
-            ("cm_rej_no_listener", self.rej_no_listener),
-            ("cm_rej_no_resources", self.rej_no_resources),
-            ("cm_rej_invalid", self.rej_invalid),
-            ("cm_timeouts", self.timeouts),
-            ("cm_wrong_peer", self.wrong_peer),
-        ]
-    }
 }
 
 #[derive(Debug, Clone)]

@@ -19,13 +19,21 @@
 //! resources from [`CmEvent::ConnectRequest`] and [`CmEvent::RepReceived`], modifies its QP,
 //! then calls [`CmEndpoint::accept`] or [`CmEndpoint::establish`].
 
+mod config;
+mod conn;
+mod counters;
 mod endpoint;
+mod error;
 mod params;
 
 #[cfg(test)]
 mod tests;
 
-pub use endpoint::{CmCounters, CmEndpoint, CmError, ConnId, ConnState, EndpointConfig, Outgoing};
+pub use config::EndpointConfig;
+pub use conn::{ConnId, ConnState};
+pub use counters::CmCounters;
+pub use endpoint::{CmEndpoint, Outgoing};
+pub use error::CmError;
 pub use params::{
     AcceptParams, CmEvent, ConnectParams, PeerParams, RejectInfo, SidrReply, SidrRequest,
 };

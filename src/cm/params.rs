@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 
-use super::endpoint::ConnId;
+use super::conn::ConnId;
 use crate::wire::cm::{transport_type, CmRep, CmReq, CmSidrRep, CmSidrReq};
 use crate::wire::cma::CmaHeader;
 
