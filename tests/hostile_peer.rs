@@ -1200,7 +1200,7 @@ fn exchange(
 
 #[test]
 fn forged_replayed_and_flooded_cm_messages_from_a_third_address_leave_connections_alone() {
-    use softroce::cm::{ConnectParams, Endpoint, EndpointConfig};
+    use softroce::cm::{CmEndpoint, ConnectParams, EndpointConfig};
     use softroce::rdma_cm::{ConnParam, EventChannel, EventKind};
     use softroce::wire::cm::{rdma_tcp_service_id, CmIds, CmMessage};
     const PORT: u16 = 7174;
@@ -1270,7 +1270,7 @@ fn forged_replayed_and_flooded_cm_messages_from_a_third_address_leave_connection
     }
     // A replay of the honest peer's REQ (its comm ID and CA GUID, the EUI-64 of 02:00 and its
     // IPv4 address) from the stranger: not a duplicate to answer, not a new connection.
-    let mut factory = Endpoint::new(EndpointConfig {
+    let mut factory = CmEndpoint::new(EndpointConfig {
         comm_id_seed: Some(41),
         max_connections: 2000,
         ..EndpointConfig::default()

@@ -2,7 +2,7 @@
 //! and without a clock, in the manner of the transport core: MADs and the time go in; MADs to
 //! send, connection events and the next deadline come out.
 //!
-//! One [`Endpoint`] per device speaks for every connection of that device over QP1. It keeps,
+//! One [`CmEndpoint`] per device speaks for every connection of that device over QP1. It keeps,
 //! per connection, the state of IBTA's CM state diagram (§12.9.6, and Linux's cm.c, which the
 //! peers of softroce run): REQ sent / received, MRA, REP sent / received, established, DREQ sent /
 //! received, time-wait. It retransmits an unanswered message after the peer's CM response
@@ -11,21 +11,29 @@
 //! time-wait), rejects REQs for services nobody listens on, and bounds the connections a REQ
 //! flood can leave half-open.
 //!
-//! UD services are resolved with SIDR (§12.11): [`Endpoint::sidr_request`] sends a SIDR_REQ
+//! UD services are resolved with SIDR (§12.11): [`CmEndpoint::sidr_request`] sends a SIDR_REQ
 //! and repeats it as a REQ until a SIDR_REP from the address it went to answers it; a listener
-//! reports [`CmEvent::SidrRequest`] and answers with [`Endpoint::sidr_reply`].
+//! reports [`CmEvent::SidrRequest`] and answers with [`CmEndpoint::sidr_reply`].
 //!
 //! The layer above (the rdma_cm-shaped API) moves QPs: it reads the peer's QPN, PSN and
 //! resources from [`CmEvent::ConnectRequest`] and [`CmEvent::RepReceived`], modifies its QP,
-//! then calls [`Endpoint::accept`] or [`Endpoint::establish`].
+//! then calls [`CmEndpoint::accept`] or [`CmEndpoint::establish`].
 
+mod config;
+mod conn;
+mod counters;
 mod endpoint;
+mod error;
 mod params;
 
 #[cfg(test)]
 mod tests;
 
-pub use endpoint::{CmCounters, CmError, ConnId, ConnState, Endpoint, EndpointConfig, Outgoing};
+pub use config::EndpointConfig;
+pub use conn::{ConnId, ConnState};
+pub use counters::CmCounters;
+pub use endpoint::{CmEndpoint, Outgoing};
+pub use error::CmError;
 pub use params::{
     AcceptParams, CmEvent, ConnectParams, PeerParams, RejectInfo, SidrReply, SidrRequest,
 };

@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 
-use super::endpoint::ConnId;
+use super::conn::ConnId;
 use crate::wire::cm::{transport_type, CmRep, CmReq, CmSidrRep, CmSidrReq};
 use crate::wire::cma::CmaHeader;
 
@@ -276,7 +276,7 @@ impl SidrReply {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CmEvent {
     /// A REQ for a service we listen on (rdma_cm CONNECT_REQUEST): answer with
-    /// [`super::Endpoint::accept`] or [`super::Endpoint::reject`].
+    /// [`super::CmEndpoint::accept`] or [`super::CmEndpoint::reject`].
     ConnectRequest {
         /// The new connection.
         conn: ConnId,
@@ -284,7 +284,7 @@ pub enum CmEvent {
         peer: Box<PeerParams>,
     },
     /// The peer accepted our REQ: move the QP to RTR and RTS with what it said, then call
-    /// [`super::Endpoint::establish`] (which sends the RTU).
+    /// [`super::CmEndpoint::establish`] (which sends the RTU).
     RepReceived {
         /// The connection.
         conn: ConnId,
@@ -312,14 +312,14 @@ pub enum CmEvent {
         conn: ConnId,
     },
     /// The connection is disconnected (rdma_cm DISCONNECTED): the peer sent a DREQ (answer
-    /// with [`super::Endpoint::disconnect`], which sends the DREP), or our DREQ was answered or
+    /// with [`super::CmEndpoint::disconnect`], which sends the DREP), or our DREQ was answered or
     /// timed out.
     Disconnected {
         /// The connection.
         conn: ConnId,
     },
     /// A SIDR_REQ for a service we listen on (rdma_cm CONNECT_REQUEST on a UD identifier):
-    /// answer with [`super::Endpoint::sidr_reply`].
+    /// answer with [`super::CmEndpoint::sidr_reply`].
     SidrRequest {
         /// The resolution, named by the ID this endpoint gave it.
         conn: ConnId,

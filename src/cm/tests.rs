@@ -26,8 +26,8 @@ enum Side {
 /// Two endpoints, A (active, 127.0.0.1) and B (passive, 127.0.0.2), a wire between them that a
 /// test may make drop or repeat MADs, and a log of what crossed it.
 struct Pair {
-    a: Endpoint,
-    b: Endpoint,
+    a: CmEndpoint,
+    b: CmEndpoint,
     now: Duration,
     /// (sender, CM message name) of every MAD put on the wire, delivered or not.
     log: Vec<(Side, &'static str)>,
@@ -56,8 +56,8 @@ fn name_of(m: &[u8]) -> &'static str {
 
 impl Pair {
     fn new() -> Pair {
-        let a = Endpoint::new(cfg(1));
-        let mut b = Endpoint::new(cfg(2));
+        let a = CmEndpoint::new(cfg(1));
+        let mut b = CmEndpoint::new(cfg(2));
         b.listen(SERVICE, 16).unwrap();
         Pair {
             a,
@@ -507,14 +507,14 @@ fn simultaneous_disconnects_both_end_in_timewait() {
 fn flood_req(i: u32) -> [u8; mad::LEN] {
     let mut p = ConnectParams::rc(SERVICE, i, 0, [1; 16], [2; 16]);
     p.ca_guid = 0xf100d;
-    let mut e = Endpoint::new(cfg(1000 + i));
+    let mut e = CmEndpoint::new(cfg(1000 + i));
     e.connect(Duration::ZERO, addr(9), &p).unwrap();
     e.poll_transmit().unwrap().mad
 }
 
 #[test]
 fn a_req_flood_is_bounded_by_the_backlog_and_leaves_no_state_behind() {
-    let mut b = Endpoint::new(cfg(2));
+    let mut b = CmEndpoint::new(cfg(2));
     b.listen(SERVICE, 4).unwrap();
     let now = Duration::from_secs(1);
     for i in 0..100 {
@@ -561,7 +561,7 @@ fn a_req_flood_is_bounded_by_the_backlog_and_leaves_no_state_behind() {
 
 #[test]
 fn malformed_and_stray_mads_are_counted_and_dropped() {
-    let mut b = Endpoint::new(cfg(2));
+    let mut b = CmEndpoint::new(cfg(2));
     b.listen(SERVICE, 4).unwrap();
     let now = Duration::ZERO;
     b.handle_mad(now, addr(9), &[0u8; 10]);
@@ -599,7 +599,7 @@ fn malformed_and_stray_mads_are_counted_and_dropped() {
 
 #[test]
 fn reqs_with_a_bad_transport_or_mtu_are_rejected() {
-    let mut b = Endpoint::new(cfg(2));
+    let mut b = CmEndpoint::new(cfg(2));
     b.listen(SERVICE, 4).unwrap();
     let mut buf = flood_req(1);
     let (hdr, msg) = CmMessage::parse(&buf).unwrap();
@@ -657,7 +657,7 @@ fn api_misuse_is_a_typed_error() {
         p.b.disconnect(p.now, b),
         Err(CmError::WrongState { .. })
     ));
-    let mut e = Endpoint::new(EndpointConfig {
+    let mut e = CmEndpoint::new(EndpointConfig {
         max_connections: 1,
         ..cfg(3)
     });

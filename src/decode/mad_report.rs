@@ -8,11 +8,9 @@ use serde_json::{json, Map, Value};
 
 use crate::wire::cm::{rdma_service_port, rej_reason, transport_type, CmMessage, CmPath};
 use crate::wire::cma::CmaHeader;
+use crate::wire::deth::GSI_QPN;
 use crate::wire::mad::{self, MadRepr};
 use crate::wire::PacketRepr;
-
-/// The QP number of the General Services Interface, which receives MADs.
-const GSI_QPN: u32 = 1;
 
 /// What the payload of a SEND to QP1 holds.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -14,6 +14,20 @@ use std::time::{Duration, Instant};
 
 use crate::ib::{VerbsError, WorkCompletion};
 
+/// What a completion queue needs from the device it belongs to. The device implements it
+/// (device.rs), so that this file does not import the device, which holds the CQs through
+/// its QP table.
+pub(crate) trait CqDevice: Send + Sync {
+    /// Whether the device was opened in busy-poll mode.
+    fn busy_poll(&self) -> bool;
+    /// The device's `max_cqe`.
+    fn max_cqe(&self) -> u32;
+    /// In busy-poll mode, runs an engine pass for a CQ poll on the calling thread.
+    fn drive_for_poll(&self);
+    /// Returns once the engine has served the work posted before the call, or after `limit`.
+    fn settle(&self, limit: Duration);
+}
+
 /// A completion queue.
 #[derive(Debug)]
 pub(crate) struct CqInner {
@@ -23,7 +37,7 @@ pub(crate) struct CqInner {
     busy_poll: bool,
     /// The device whose engine a busy-polling CQ drives (weak: the device's QP table holds
     /// the CQ).
-    device: std::sync::Weak<super::device::Device>,
+    device: std::sync::Weak<dyn CqDevice>,
     state: Mutex<CqState>,
     /// `queue.len()`, plus one once overflowed: what a poll has to report, kept by every
     /// change under the state lock, so that polling an empty queue (perftest spins on
@@ -55,11 +69,15 @@ struct CqState {
 
 impl CqInner {
     /// A queue of `capacity` completions; in busy-poll mode waits spin.
-    pub(crate) fn new(capacity: usize, device: &std::sync::Arc<super::device::Device>) -> CqInner {
+    pub(crate) fn new<D: CqDevice + 'static>(
+        capacity: usize,
+        device: &std::sync::Arc<D>,
+    ) -> CqInner {
+        let weak: std::sync::Weak<dyn CqDevice> = std::sync::Arc::downgrade(device) as _;
         CqInner {
             capacity: AtomicUsize::new(capacity),
-            busy_poll: device.busy_poll,
-            device: std::sync::Arc::downgrade(device),
+            busy_poll: device.busy_poll(),
+            device: weak,
             state: Mutex::new(CqState::default()),
             pending: AtomicUsize::new(0),
             empty_polls: AtomicUsize::new(0),
@@ -124,7 +142,7 @@ impl CqInner {
     /// the number of completions waiting.
     pub(crate) fn resize(&self, capacity: usize) -> Result<(), VerbsError> {
         let dev = self.device.upgrade().ok_or(VerbsError::DeviceClosed)?;
-        let max = dev.limits.max_cqe as usize;
+        let max = dev.max_cqe() as usize;
         if capacity == 0 || capacity > max {
             return Err(VerbsError::ExceedsDeviceLimit {
                 what: "CQ entries",
@@ -134,7 +152,7 @@ impl CqInner {
         }
         // rxe counts the completions of the work posted before the resize, which its
         // post_send served inline; softroce's engine serves it asynchronously, so let it.
-        dev.settle(std::time::Duration::from_secs(1));
+        dev.settle(Duration::from_secs(1));
         let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if capacity < st.queue.len() {
             return Err(VerbsError::InvalidAttribute {

@@ -7,7 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use super::cq::CqInner;
+use super::cq::{CqDevice, CqInner};
 use super::gsi::GsiShared;
 use super::multicast::{GroupChange, Groups};
 use crate::ib::DeviceLimits;
@@ -404,6 +404,21 @@ impl Device {
     /// A new PD handle.
     pub(crate) fn alloc_handle(&self) -> u32 {
         self.next_handle.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+impl CqDevice for Device {
+    fn busy_poll(&self) -> bool {
+        self.busy_poll
+    }
+    fn max_cqe(&self) -> u32 {
+        self.limits.max_cqe
+    }
+    fn drive_for_poll(&self) {
+        Device::drive_for_poll(self);
+    }
+    fn settle(&self, limit: std::time::Duration) {
+        Device::settle(self, limit);
     }
 }
 

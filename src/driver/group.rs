@@ -801,7 +801,7 @@ mod tests {
     fn a_req_goes_to_its_services_listener_or_to_nobody() {
         // A REQ as a peer's CM makes it.
         let p = crate::cm::ConnectParams::rc(0x0106_0000_0000_1234, 0x11, 0, [1; 16], [2; 16]);
-        let mut peer = crate::cm::Endpoint::new(crate::cm::EndpointConfig::default());
+        let mut peer = crate::cm::CmEndpoint::new(crate::cm::EndpointConfig::default());
         peer.connect(
             std::time::Duration::ZERO,
             "127.0.0.9:4791".parse().unwrap(),

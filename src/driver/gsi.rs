@@ -1,6 +1,6 @@
 //! The General Services Interface (QP1) of a device: the UD queue pair that carries management
 //! datagrams, here the communication manager's. The MADs the transport's endpoint takes for
-//! QP1 go to the device's [`cm::Endpoint`]; the MADs it wants sent, the transport's endpoint
+//! QP1 go to the device's [`cm::CmEndpoint`]; the MADs it wants sent, the transport's endpoint
 //! builds into UD SEND ONLY packets from QP1 to QP1
 //! ([`crate::transport::Endpoint::transmit_mad`]).
 //!
@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::cm::{CmEvent, Endpoint, EndpointConfig};
+use crate::cm::{CmEndpoint, CmEvent, EndpointConfig};
 
 /// QP1's number (the transport's endpoint hands its packets back to the driver).
 pub use crate::transport::GSI_QPN;
@@ -22,7 +22,7 @@ pub use crate::transport::GSI_QPN;
 /// The device's QP1: its CM endpoint and the time base the endpoint runs on.
 #[derive(Debug)]
 pub(crate) struct Gsi {
-    pub(crate) cm: Endpoint,
+    pub(crate) cm: CmEndpoint,
     /// An rdma_cm event channel takes this device's CM events (one at a time).
     pub(crate) channel_open: bool,
     origin: Instant,
@@ -42,7 +42,7 @@ impl GsiShared {
             state: Mutex::new(Gsi {
                 // Communication and transaction IDs from the kernel's random generator (the
                 // default), so that no device's IDs follow from another's or from the clock.
-                cm: Endpoint::new(EndpointConfig::default()),
+                cm: CmEndpoint::new(EndpointConfig::default()),
                 channel_open: false,
                 origin: Instant::now(),
             }),

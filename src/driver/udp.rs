@@ -123,6 +123,50 @@ impl RecvScratch {
         // lengths in the iovecs and headers, zero words, and uninitialised addresses.
         Box::new(unsafe { std::mem::zeroed::<RecvScratch>() })
     }
+
+    /// Sets up the first `want` headers to receive into the `slot`-byte slots of `bufs`, one
+    /// datagram each, with full room for its address and control messages.
+    ///
+    /// The entries stay set up between calls for the same buffer layout (the device's own
+    /// socket always receives into a cleared batch, so its layout never changes); a call
+    /// gives back the room of the address and control buffers (lengths the kernel
+    /// overwrites) and sets up the entries not yet set for this layout. Building all 64
+    /// headers afresh cost more than the call itself when at most one datagram is waiting,
+    /// which is every call of a busy-polling ping-pong.
+    fn prepare(&mut self, bufs: &mut [u8], slot: usize, want: usize) {
+        let base = bufs.as_mut_ptr() as usize;
+        if base != self.base || slot != self.slot {
+            self.base = base;
+            self.slot = slot;
+            self.set = 0;
+        }
+        let RecvScratch {
+            names,
+            iovs,
+            hdrs,
+            cmsgs,
+            set,
+            ..
+        } = self;
+        for h in &mut hdrs[..(*set).min(want)] {
+            h.msg_hdr.msg_namelen = SOCKADDR_ROOM;
+            h.msg_hdr.msg_controllen = CMSG_ROOM;
+        }
+        for i in *set..want {
+            iovs[i] = libc::iovec {
+                iov_base: bufs[i * slot..].as_mut_ptr().cast(),
+                iov_len: slot,
+            };
+            let h = &mut hdrs[i].msg_hdr;
+            h.msg_name = names[i].as_mut_ptr().cast();
+            h.msg_namelen = SOCKADDR_ROOM;
+            h.msg_iov = &mut iovs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = cmsgs[i].as_mut_ptr().cast();
+            h.msg_controllen = CMSG_ROOM;
+        }
+        *set = (*set).max(want);
+    }
 }
 
 fn set_int_opt(
@@ -489,26 +533,11 @@ impl UdpLink {
         let mut sent = 0;
         while sent < ds.len() {
             let rest = sent;
-            // Messages: (first datagram, datagrams), runs never split across calls.
-            let mut msgs = [(0usize, 0usize); MMSG_BATCH];
-            let (mut nm, mut nd) = (0, 0);
-            while rest + nd < ds.len() && nm < MMSG_BATCH {
-                let run = gso_run(ds.len() - rest - nd, self.gso_segments, |i| {
-                    key(rest + nd + i)
-                });
-                if nd + run > MMSG_BATCH {
-                    break;
-                }
-                msgs[nm] = (nd, run);
-                nm += 1;
-                nd += run;
-            }
+            let (msgs, nm) = plan_messages(ds.len() - rest, self.gso_segments, |i| key(rest + i));
+            let msgs = &msgs[..nm];
             self.names.clear();
-            self.names.extend(
-                msgs[..nm]
-                    .iter()
-                    .map(|&(i, _)| SockAddr::from(ds[rest + i].dst)),
-            );
+            self.names
+                .extend(msgs.iter().map(|m| SockAddr::from(ds[rest + m.first].dst)));
             // Only the entries used are initialised: zeroing these arrays whole (11 KiB) was
             // a memset per call that cost as much as the rest of the function.
             let mut iovs =
@@ -516,57 +545,9 @@ impl UdpLink {
             let mut hdrs = [const { std::mem::MaybeUninit::<libc::mmsghdr>::uninit() }; MMSG_BATCH];
             let mut cmsgs =
                 [const { std::mem::MaybeUninit::<[u64; TX_CMSG_WORDS]>::uninit() }; MMSG_BATCH];
-            let mut niov = 0;
-            // Each message's first iovec.
-            let mut first_iov = [0usize; MMSG_BATCH];
-            for (m, &(first, run)) in msgs[..nm].iter().enumerate() {
-                first_iov[m] = niov;
-                let from = rest + first;
-                for (i, d) in ds.iter().enumerate().skip(from).take(run) {
-                    let p = d.payload;
-                    let mut push = |base: *const u8, len: usize| {
-                        if len > 0 {
-                            iovs[niov].write(libc::iovec {
-                                iov_base: base as *mut libc::c_void,
-                                iov_len: len,
-                            });
-                            niov += 1;
-                        }
-                    };
-                    match gather(i) {
-                        Some(g) => {
-                            push(p.as_ptr(), g.at);
-                            push(g.ptr, g.len);
-                            push(p[g.at..].as_ptr(), p.len() - g.at);
-                        }
-                        None => push(p.as_ptr(), p.len()),
-                    }
-                }
-            }
+            let bounds = fill_iovecs(&ds[rest..], |i| gather(rest + i), msgs, &mut iovs);
             let iov_base = iovs.as_mut_ptr().cast::<libc::iovec>();
-            for (m, &(first, run)) in msgs[..nm].iter().enumerate() {
-                // SAFETY: all-zero bytes are a valid (empty) mmsghdr.
-                let hdr = hdrs[m].write(unsafe { std::mem::zeroed() });
-                let h = &mut hdr.msg_hdr;
-                h.msg_name = self.names[m].as_ptr() as *mut libc::c_void;
-                h.msg_namelen = self.names[m].len();
-                let end = first_iov
-                    .get(m + 1)
-                    .filter(|_| m + 1 < nm)
-                    .copied()
-                    .unwrap_or(niov);
-                // In bounds: first_iov[m] <= niov <= 3 * MMSG_BATCH.
-                h.msg_iov = iov_base.wrapping_add(first_iov[m]);
-                h.msg_iovlen = end - first_iov[m];
-                let d = &ds[rest + first];
-                let control = SendControl {
-                    segment: (run > 1).then_some(key(rest + first).len as u16),
-                    ipv4: d.dst.is_ipv4(),
-                    hop_limit: d.hop_limit,
-                    traffic_class: d.traffic_class,
-                };
-                set_send_cmsgs(h, cmsgs[m].write([0; TX_CMSG_WORDS]), control);
-            }
+            self.fill_headers(&ds[rest..], msgs, &bounds, iov_base, &mut hdrs, &mut cmsgs);
             // SAFETY: `fd` is the open socket of `sock`; each of the `nm` headers (the ones
             // initialised) points at its own initialised iovecs, whose buffers are payloads
             // borrowed for the call or region bytes the caller keeps pinned across it (which
@@ -589,7 +570,7 @@ impl UdpLink {
                     e.raw_os_error(),
                     Some(libc::EIO | libc::EINVAL | libc::EOPNOTSUPP)
                 );
-                if msgs[0].1 > 1 && gso_refused {
+                if msgs[0].run > 1 && gso_refused {
                     // This route cannot do GSO: send one by one from now on. The run was
                     // sealed for GSO identifications; a peer that checks the ICRC over the
                     // real IPv4 header drops its later packets, and retransmission recovers.
@@ -600,12 +581,42 @@ impl UdpLink {
             }
             // sendmmsg returns the error of the first message when that one fails; a later
             // failure shows up as a short count and is reported by the next call.
-            sent += msgs[..rc as usize]
-                .iter()
-                .map(|&(_, run)| run)
-                .sum::<usize>();
+            sent += msgs[..rc as usize].iter().map(|m| m.run).sum::<usize>();
         }
         (sent, None)
+    }
+
+    /// Fills the first `msgs.len()` message headers of a sendmmsg call: each message's
+    /// destination (`self.names`), its iovecs (`bounds[m]..bounds[m + 1]` of those at
+    /// `iov_base`) and its control messages (GSO segment size, TOS or traffic class, hop
+    /// limit). `ds` starts at the first datagram of the call.
+    fn fill_headers(
+        &self,
+        ds: &[OutDatagram],
+        msgs: &[TxMessage],
+        bounds: &[usize; MMSG_BATCH + 1],
+        iov_base: *mut libc::iovec,
+        hdrs: &mut [std::mem::MaybeUninit<libc::mmsghdr>; MMSG_BATCH],
+        cmsgs: &mut [std::mem::MaybeUninit<[u64; TX_CMSG_WORDS]>; MMSG_BATCH],
+    ) {
+        for (m, msg) in msgs.iter().enumerate() {
+            // SAFETY: all-zero bytes are a valid (empty) mmsghdr.
+            let hdr = hdrs[m].write(unsafe { std::mem::zeroed() });
+            let h = &mut hdr.msg_hdr;
+            h.msg_name = self.names[m].as_ptr() as *mut libc::c_void;
+            h.msg_namelen = self.names[m].len();
+            // In bounds: bounds[m] <= the iovecs filled <= 3 * MMSG_BATCH.
+            h.msg_iov = iov_base.wrapping_add(bounds[m]);
+            h.msg_iovlen = bounds[m + 1] - bounds[m];
+            let d = &ds[msg.first];
+            let control = SendControl {
+                segment: msg.segment,
+                ipv4: d.dst.is_ipv4(),
+                hop_limit: d.hop_limit,
+                traffic_class: d.traffic_class,
+            };
+            set_send_cmsgs(h, cmsgs[m].write([0; TX_CMSG_WORDS]), control);
+        }
     }
 
     fn watch_writable(&self, sock: &UdpSocket) -> io::Result<()> {
@@ -702,44 +713,7 @@ impl UdpLink {
     ) -> io::Result<()> {
         let want = batch.free_slot_count().min(MMSG_BATCH);
         let (slot, bufs) = batch.free_slots();
-        // The entries stay set up between calls for the same buffer layout (the device's own
-        // socket always receives into a cleared batch, so its layout never changes); a call
-        // gives back the room of the address and control buffers (lengths the kernel
-        // overwrites) and sets up the entries not yet set for this layout. Building all 64
-        // headers afresh cost more than the call itself when at most one datagram is waiting,
-        // which is every call of a busy-polling ping-pong.
-        let base = bufs.as_mut_ptr() as usize;
-        if base != scratch.base || slot != scratch.slot {
-            scratch.base = base;
-            scratch.slot = slot;
-            scratch.set = 0;
-        }
-        let RecvScratch {
-            names,
-            iovs,
-            hdrs,
-            cmsgs,
-            set,
-            ..
-        } = scratch;
-        for h in &mut hdrs[..(*set).min(want)] {
-            h.msg_hdr.msg_namelen = SOCKADDR_ROOM;
-            h.msg_hdr.msg_controllen = CMSG_ROOM;
-        }
-        for i in *set..want {
-            iovs[i] = libc::iovec {
-                iov_base: bufs[i * slot..].as_mut_ptr().cast(),
-                iov_len: slot,
-            };
-            let h = &mut hdrs[i].msg_hdr;
-            h.msg_name = names[i].as_mut_ptr().cast();
-            h.msg_namelen = SOCKADDR_ROOM;
-            h.msg_iov = &mut iovs[i];
-            h.msg_iovlen = 1;
-            h.msg_control = cmsgs[i].as_mut_ptr().cast();
-            h.msg_controllen = CMSG_ROOM;
-        }
-        *set = (*set).max(want);
+        scratch.prepare(bufs, slot, want);
         // SAFETY: `fd` is an open socket of the link; each of the first `want` headers (set up
         // for this layout: the same `bufs` start and slot length) points at a live iovec over
         // its own disjoint `slot`-byte slot of `bufs` (which holds at least `want` free
@@ -749,7 +723,7 @@ impl UdpLink {
         let rc = unsafe {
             libc::recvmmsg(
                 fd,
-                hdrs.as_mut_ptr(),
+                scratch.hdrs.as_mut_ptr(),
                 want as libc::c_uint,
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
@@ -764,42 +738,48 @@ impl UdpLink {
                 _ => Err(e),
             };
         }
-        for h in &hdrs[..rc as usize] {
-            // SAFETY: msg_name points at names[i], a sockaddr_storage into which the kernel
-            // wrote msg_namelen bytes (at most its size, which was given as the room).
-            let src = unsafe {
-                socket_addr(
-                    h.msg_hdr.msg_name.cast::<libc::sockaddr_storage>(),
-                    h.msg_hdr.msg_namelen,
-                )
-            };
-            // A datagram longer than the slot is no RoCE packet: it is kept empty so that the
-            // engine counts it as bad instead of parsing a truncated copy. Every datagram is
-            // recorded, even one without a usable address, so that record i stays slot i.
-            let truncated = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
-            let d = InDatagram {
-                len: if truncated || src.is_none() {
-                    0
-                } else {
-                    h.msg_len as usize
-                },
-                src: src.unwrap_or(dst),
-                dst,
-                hop_limit: 0,
-                traffic_class: 0,
-            };
-            let c = recv_control(&h.msg_hdr);
-            let d = InDatagram {
-                hop_limit: c.hop_limit,
-                traffic_class: c.traffic_class,
-                ..d
-            };
-            match c.segment {
-                Some(seg) => batch.push_split(d, seg),
-                None => batch.push(d),
-            }
+        for h in &scratch.hdrs[..rc as usize] {
+            record_received(h, dst, batch);
         }
         Ok(())
+    }
+}
+
+/// Records a datagram that recvmmsg received through `h` (sent to `dst`) in the next slot of
+/// `batch`, split into its segments if it came coalesced by GRO.
+fn record_received(h: &libc::mmsghdr, dst: SocketAddr, batch: &mut RxBatch) {
+    // SAFETY: msg_name points at names[i], a sockaddr_storage into which the kernel
+    // wrote msg_namelen bytes (at most its size, which was given as the room).
+    let src = unsafe {
+        socket_addr(
+            h.msg_hdr.msg_name.cast::<libc::sockaddr_storage>(),
+            h.msg_hdr.msg_namelen,
+        )
+    };
+    // A datagram longer than the slot is no RoCE packet: it is kept empty so that the
+    // engine counts it as bad instead of parsing a truncated copy. Every datagram is
+    // recorded, even one without a usable address, so that record i stays slot i.
+    let truncated = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+    let d = InDatagram {
+        len: if truncated || src.is_none() {
+            0
+        } else {
+            h.msg_len as usize
+        },
+        src: src.unwrap_or(dst),
+        dst,
+        hop_limit: 0,
+        traffic_class: 0,
+    };
+    let c = recv_control(&h.msg_hdr);
+    let d = InDatagram {
+        hop_limit: c.hop_limit,
+        traffic_class: c.traffic_class,
+        ..d
+    };
+    match c.segment {
+        Some(seg) => batch.push_split(d, seg),
+        None => batch.push(d),
     }
 }
 
@@ -952,6 +932,81 @@ impl Link for UdpLink {
             }
         }
     }
+}
+
+/// One message of a sendmmsg call: a GSO run of datagrams.
+#[derive(Debug, Clone, Copy, Default)]
+struct TxMessage {
+    /// Its first datagram, counted from the call's first.
+    first: usize,
+    /// Datagrams in the run.
+    run: usize,
+    /// The GSO segment size, for a run of more than one.
+    segment: Option<u16>,
+}
+
+/// Groups the next `left` datagrams (GSO keys `key(0..left)`) into at most `MMSG_BATCH`
+/// messages of GSO runs of at most `max_segments`, with at most `MMSG_BATCH` datagrams in all
+/// (a run is never split across calls); returns the messages and how many there are.
+fn plan_messages(
+    left: usize,
+    max_segments: usize,
+    key: impl Fn(usize) -> GsoKey,
+) -> ([TxMessage; MMSG_BATCH], usize) {
+    let mut msgs = [TxMessage::default(); MMSG_BATCH];
+    let (mut nm, mut nd) = (0, 0);
+    while nd < left && nm < MMSG_BATCH {
+        let run = gso_run(left - nd, max_segments, |i| key(nd + i));
+        if nd + run > MMSG_BATCH {
+            break;
+        }
+        msgs[nm] = TxMessage {
+            first: nd,
+            run,
+            segment: (run > 1).then_some(key(nd).len as u16),
+        };
+        nm += 1;
+        nd += run;
+    }
+    (msgs, nm)
+}
+
+/// Writes the iovecs of `msgs` into `iovs`: per datagram of `ds` (which starts at the call's
+/// first) its bytes, or with `gather(i)` its bytes before the gathered ones, those, and its
+/// bytes after. Returns where each message's iovecs start, and after the last, where they end.
+fn fill_iovecs(
+    ds: &[OutDatagram],
+    gather: impl Fn(usize) -> Option<GatherRef>,
+    msgs: &[TxMessage],
+    iovs: &mut [std::mem::MaybeUninit<libc::iovec>; 3 * MMSG_BATCH],
+) -> [usize; MMSG_BATCH + 1] {
+    let mut bounds = [0usize; MMSG_BATCH + 1];
+    let mut niov = 0;
+    for (m, msg) in msgs.iter().enumerate() {
+        bounds[m] = niov;
+        for (i, d) in ds.iter().enumerate().skip(msg.first).take(msg.run) {
+            let p = d.payload;
+            let mut push = |base: *const u8, len: usize| {
+                if len > 0 {
+                    iovs[niov].write(libc::iovec {
+                        iov_base: base as *mut libc::c_void,
+                        iov_len: len,
+                    });
+                    niov += 1;
+                }
+            };
+            match gather(i) {
+                Some(g) => {
+                    push(p.as_ptr(), g.at);
+                    push(g.ptr, g.len);
+                    push(p[g.at..].as_ptr(), p.len() - g.at);
+                }
+                None => push(p.as_ptr(), p.len()),
+            }
+        }
+    }
+    bounds[msgs.len()] = niov;
+    bounds
 }
 
 #[cfg(test)]

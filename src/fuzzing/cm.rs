@@ -18,7 +18,7 @@ use std::time::Duration;
 use arbitrary::{Arbitrary, Unstructured};
 
 use crate::cm::{
-    AcceptParams, CmEvent, ConnId, ConnState, ConnectParams, Endpoint, EndpointConfig, RejectInfo,
+    AcceptParams, CmEndpoint, CmEvent, ConnId, ConnState, ConnectParams, EndpointConfig, RejectInfo,
 };
 use crate::wire::cm::{rdma_tcp_service_id, CmMessage};
 use crate::wire::mad;
@@ -65,7 +65,7 @@ enum ForgedMad {
 
 /// One side: its endpoint, what it must still decide, and what it was told.
 struct Side {
-    ep: Endpoint,
+    ep: CmEndpoint,
     addr: SocketAddr,
     pending: VecDeque<ConnId>,
     established: HashSet<ConnId>,
@@ -74,7 +74,7 @@ struct Side {
 impl Side {
     fn new(seed: u32, last: u8) -> Side {
         Side {
-            ep: Endpoint::new(EndpointConfig {
+            ep: CmEndpoint::new(EndpointConfig {
                 comm_id_seed: Some(seed.into()),
                 max_connections: MAX_CONNECTIONS,
                 ..EndpointConfig::default()
@@ -123,172 +123,215 @@ struct Seen {
 }
 
 fn run(data: &[u8]) -> Seen {
-    let mut seen = Seen::default();
     let mut u = Unstructured::new(data);
-    let mut a = Side::new(1, 1);
-    let mut b = Side::new(2, 2);
-    b.ep.listen(SERVICE, BACKLOG)
-        .expect("a fresh endpoint listens");
-    // MADs in flight towards A and towards B.
-    let mut to_a: VecDeque<[u8; mad::LEN]> = VecDeque::new();
-    let mut to_b: VecDeque<[u8; mad::LEN]> = VecDeque::new();
-    let mut last_seen = [0u8; mad::LEN];
-    let mut now = Duration::from_secs(1);
-
+    let mut w = World::new();
     for _ in 0..MAX_STEPS {
         let Ok(op) = Op::arbitrary(&mut u) else {
             break;
         };
+        w.step(op);
+    }
+    w.settle();
+    w.seen
+}
+
+/// Both sides, the MADs in flight between them, and the time.
+struct World {
+    a: Side,
+    b: Side,
+    /// MADs in flight towards A and towards B.
+    to_a: VecDeque<[u8; mad::LEN]>,
+    to_b: VecDeque<[u8; mad::LEN]>,
+    last_seen: [u8; mad::LEN],
+    now: Duration,
+    seen: Seen,
+}
+
+impl World {
+    fn new() -> World {
+        let a = Side::new(1, 1);
+        let mut b = Side::new(2, 2);
+        b.ep.listen(SERVICE, BACKLOG)
+            .expect("a fresh endpoint listens");
+        World {
+            a,
+            b,
+            to_a: VecDeque::new(),
+            to_b: VecDeque::new(),
+            last_seen: [0u8; mad::LEN],
+            now: Duration::from_secs(1),
+            seen: Seen::default(),
+        }
+    }
+
+    /// Runs one operation, then moves what each side sent onto the wire and takes its events.
+    fn step(&mut self, op: Op) {
+        let now = self.now;
         match op {
-            Op::Connect(too_long) => {
-                let mut p = ConnectParams::rc(SERVICE, 0x11, 0x100, [1; 16], [2; 16]);
-                if too_long {
-                    p.private_data = vec![0; 93];
-                }
-                let full = a.ep.connections() >= MAX_CONNECTIONS;
-                let r = a.ep.connect(now, b.addr, &p);
-                assert_eq!(r.is_err(), too_long || full);
-            }
-            Op::Answer(accept) => {
-                if let Some(conn) = b.pending.pop_front() {
-                    let _ = if accept {
-                        let p = AcceptParams {
-                            qpn: 0x22,
-                            starting_psn: 0x200,
-                            responder_resources: 1,
-                            initiator_depth: 1,
-                            rnr_retry_count: 7,
-                            srq: false,
-                            ca_guid: 2,
-                            private_data: vec![],
-                        };
-                        b.ep.accept(now, conn, &p).map(|_| ())
-                    } else {
-                        let info = RejectInfo {
-                            reason: 28,
-                            private_data: vec![],
-                        };
-                        b.ep.reject(conn, &info)
-                    };
-                }
-            }
+            Op::Connect(too_long) => self.connect(too_long),
+            Op::Answer(accept) => self.answer(accept),
             Op::Establish => {
-                if let Some(conn) = a.pending.pop_front() {
-                    let _ = a.ep.establish(conn);
+                if let Some(conn) = self.a.pending.pop_front() {
+                    let _ = self.a.ep.establish(conn);
                 }
             }
             Op::Disconnect(on_b, n) => {
-                let side = if on_b { &mut b } else { &mut a };
+                let side = if on_b { &mut self.b } else { &mut self.a };
                 let conns: Vec<ConnId> = side.established.iter().copied().collect();
                 if !conns.is_empty() {
                     let c = conns[n as usize % conns.len()];
                     let _ = side.ep.disconnect(now, c);
                 }
             }
-            Op::Deliver(towards_b) | Op::Lose(towards_b) | Op::Duplicate(towards_b) => {
-                let (q, side, from) = if towards_b {
-                    (&mut to_b, &mut b, a.addr)
-                } else {
-                    (&mut to_a, &mut a, b.addr)
-                };
-                if let Some(m) = q.pop_front() {
-                    last_seen = m;
-                    let times = match op {
-                        Op::Lose(_) => 0,
-                        Op::Duplicate(_) => 2,
-                        _ => 1,
-                    };
-                    for _ in 0..times {
-                        side.ep.handle_mad(now, from, &m);
-                    }
-                }
-            }
+            Op::Deliver(towards_b) => self.deliver(towards_b, 1),
+            Op::Lose(towards_b) => self.deliver(towards_b, 0),
+            Op::Duplicate(towards_b) => self.deliver(towards_b, 2),
             Op::Corrupt(towards_b, at, x) => {
-                let (q, side, from) = if towards_b {
-                    (&mut to_b, &mut b, a.addr)
-                } else {
-                    (&mut to_a, &mut a, b.addr)
-                };
+                let (q, side, from) = self.towards(towards_b);
                 if let Some(mut m) = q.pop_front() {
                     m[at as usize] ^= x.max(1);
                     side.ep.handle_mad(now, from, &m);
                 }
             }
-            Op::Forge(towards_b, f) => {
-                let bytes: Vec<u8> = match f {
-                    ForgedMad::Raw(v) => v,
-                    ForgedMad::Body(attr, body) => {
-                        let mut m = [0u8; mad::LEN];
-                        let _ = crate::wire::mad::MadRepr::cm_send(7, attr).emit(&mut m);
-                        let n = body.len().min(mad::DATA_LEN);
-                        m[mad::HEADER_LEN..mad::HEADER_LEN + n].copy_from_slice(&body[..n]);
-                        m.to_vec()
-                    }
-                    ForgedMad::Replay(local, remote) => {
-                        let mut m = last_seen;
-                        m[mad::HEADER_LEN..mad::HEADER_LEN + 4]
-                            .copy_from_slice(&local.to_be_bytes());
-                        m[mad::HEADER_LEN + 4..mad::HEADER_LEN + 8]
-                            .copy_from_slice(&remote.to_be_bytes());
-                        m.to_vec()
-                    }
-                };
-                let (side, from) = if towards_b {
-                    (&mut b, a.addr)
-                } else {
-                    (&mut a, b.addr)
-                };
-                side.ep.handle_mad(now, from, &bytes);
-            }
+            Op::Forge(towards_b, f) => self.forge(towards_b, f),
             Op::Wait(ms) => {
-                now += Duration::from_millis(u64::from(ms)) * 64;
-                a.ep.handle_timeout(now);
-                b.ep.handle_timeout(now);
+                self.now += Duration::from_millis(u64::from(ms)) * 64;
+                self.a.ep.handle_timeout(self.now);
+                self.b.ep.handle_timeout(self.now);
             }
         }
-        collect(&mut a, &mut to_b);
-        collect(&mut b, &mut to_a);
-        seen.established_a = seen.established_a.max(a.established.len());
-        seen.established_b = seen.established_b.max(b.established.len());
-        a.drain_events();
-        b.drain_events();
-        seen.established_a = seen.established_a.max(a.established.len());
-        seen.established_b = seen.established_b.max(b.established.len());
+        collect(&mut self.a, &mut self.to_b);
+        collect(&mut self.b, &mut self.to_a);
+        self.note_established();
+        self.a.drain_events();
+        self.b.drain_events();
+        self.note_established();
         // Bounded in-flight queues: a peer cannot make an endpoint send without limit.
-        assert!(to_a.len() + to_b.len() <= 64 * (MAX_STEPS + 1));
+        assert!(self.to_a.len() + self.to_b.len() <= 64 * (MAX_STEPS + 1));
     }
 
-    // Cut the wire and let hours pass: whatever waits on the peer must end.
-    to_a.clear();
-    to_b.clear();
-    // Each pass runs at least the earliest deadline; every connection has at most its retries
-    // and a time-wait.
-    for _ in 0..(2 * MAX_CONNECTIONS * 20) {
-        let next = [a.ep.poll_timeout(), b.ep.poll_timeout()]
-            .into_iter()
-            .flatten()
-            .min();
-        let Some(t) = next else { break };
-        now = now.max(t);
-        a.ep.handle_timeout(now);
-        b.ep.handle_timeout(now);
-        while a.ep.poll_transmit().is_some() {}
-        while b.ep.poll_transmit().is_some() {}
-        a.drain_events();
-        b.drain_events();
-    }
-    for side in [&a, &b] {
-        for (conn, state) in side.ep.connection_states() {
-            assert!(
-                matches!(
-                    state,
-                    ConnState::Established | ConnState::RepRcvd | ConnState::DreqRcvd
-                ),
-                "{conn:?} left in {state:?} with nobody to answer"
-            );
+    /// The queue towards a side, that side, and the address of the other.
+    fn towards(
+        &mut self,
+        towards_b: bool,
+    ) -> (&mut VecDeque<[u8; mad::LEN]>, &mut Side, SocketAddr) {
+        if towards_b {
+            (&mut self.to_b, &mut self.b, self.a.addr)
+        } else {
+            (&mut self.to_a, &mut self.a, self.b.addr)
         }
     }
-    seen
+
+    fn note_established(&mut self) {
+        self.seen.established_a = self.seen.established_a.max(self.a.established.len());
+        self.seen.established_b = self.seen.established_b.max(self.b.established.len());
+    }
+
+    /// A connects (with private data too long if `too_long`).
+    fn connect(&mut self, too_long: bool) {
+        let mut p = ConnectParams::rc(SERVICE, 0x11, 0x100, [1; 16], [2; 16]);
+        if too_long {
+            p.private_data = vec![0; 93];
+        }
+        let full = self.a.ep.connections() >= MAX_CONNECTIONS;
+        let r = self.a.ep.connect(self.now, self.b.addr, &p);
+        assert_eq!(r.is_err(), too_long || full);
+    }
+
+    /// B accepts or rejects its oldest undecided connect request.
+    fn answer(&mut self, accept: bool) {
+        let Some(conn) = self.b.pending.pop_front() else {
+            return;
+        };
+        let _ = if accept {
+            let p = AcceptParams {
+                qpn: 0x22,
+                starting_psn: 0x200,
+                responder_resources: 1,
+                initiator_depth: 1,
+                rnr_retry_count: 7,
+                srq: false,
+                ca_guid: 2,
+                private_data: vec![],
+            };
+            self.b.ep.accept(self.now, conn, &p).map(|_| ())
+        } else {
+            let info = RejectInfo {
+                reason: 28,
+                private_data: vec![],
+            };
+            self.b.ep.reject(conn, &info)
+        };
+    }
+
+    /// Delivers the next MAD towards a side `times` times (0: loses it).
+    fn deliver(&mut self, towards_b: bool, times: usize) {
+        let now = self.now;
+        let (q, side, from) = self.towards(towards_b);
+        if let Some(m) = q.pop_front() {
+            for _ in 0..times {
+                side.ep.handle_mad(now, from, &m);
+            }
+            self.last_seen = m;
+        }
+    }
+
+    /// Delivers a MAD the fuzzer made to a side.
+    fn forge(&mut self, towards_b: bool, f: ForgedMad) {
+        let bytes: Vec<u8> = match f {
+            ForgedMad::Raw(v) => v,
+            ForgedMad::Body(attr, body) => {
+                let mut m = [0u8; mad::LEN];
+                let _ = crate::wire::mad::MadRepr::cm_send(7, attr).emit(&mut m);
+                let n = body.len().min(mad::DATA_LEN);
+                m[mad::HEADER_LEN..mad::HEADER_LEN + n].copy_from_slice(&body[..n]);
+                m.to_vec()
+            }
+            ForgedMad::Replay(local, remote) => {
+                let mut m = self.last_seen;
+                m[mad::HEADER_LEN..mad::HEADER_LEN + 4].copy_from_slice(&local.to_be_bytes());
+                m[mad::HEADER_LEN + 4..mad::HEADER_LEN + 8].copy_from_slice(&remote.to_be_bytes());
+                m.to_vec()
+            }
+        };
+        let now = self.now;
+        let (_, side, from) = self.towards(towards_b);
+        side.ep.handle_mad(now, from, &bytes);
+    }
+
+    /// Cuts the wire and lets hours pass: whatever waits on the peer must end.
+    fn settle(&mut self) {
+        let (a, b) = (&mut self.a, &mut self.b);
+        self.to_a.clear();
+        self.to_b.clear();
+        // Each pass runs at least the earliest deadline; every connection has at most its
+        // retries and a time-wait.
+        for _ in 0..(2 * MAX_CONNECTIONS * 20) {
+            let next = [a.ep.poll_timeout(), b.ep.poll_timeout()]
+                .into_iter()
+                .flatten()
+                .min();
+            let Some(t) = next else { break };
+            self.now = self.now.max(t);
+            a.ep.handle_timeout(self.now);
+            b.ep.handle_timeout(self.now);
+            while a.ep.poll_transmit().is_some() {}
+            while b.ep.poll_transmit().is_some() {}
+            a.drain_events();
+            b.drain_events();
+        }
+        for side in [&*a, &*b] {
+            for (conn, state) in side.ep.connection_states() {
+                assert!(
+                    matches!(
+                        state,
+                        ConnState::Established | ConnState::RepRcvd | ConnState::DreqRcvd
+                    ),
+                    "{conn:?} left in {state:?} with nobody to answer"
+                );
+            }
+        }
+    }
 }
 
 /// Moves an endpoint's MADs onto the wire, checking each parses as a CM message.

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use super::cc::{self, CcConfig};
 use super::counters::Counters;
-use super::mr::MrTable;
+use super::keys::MrTable;
 use super::qp::{rxe_hash_port, Gather, NetHeader, QpCore, Transmit};
 use crate::ib::{QpType, MAX_MCAST_QP_ATTACH};
 use crate::wire::bth::{DEFAULT_PKEY, MULTICAST_QPN};
@@ -32,7 +32,7 @@ use crate::wire::{mad, BthRepr, DethRepr, ExtHeaders, Opcode, PacketRepr, ICRC_L
 
 /// The QP number of the General Services Interface (QP1), whose packets the endpoint hands
 /// back to the caller's communication manager.
-pub const GSI_QPN: u32 = 1;
+pub use crate::wire::deth::GSI_QPN;
 
 /// The TTL an IPv4 datagram gets from a socket by default, and the hop limit assumed for a
 /// received datagram whose socket did not report it (Linux ip_default_ttl).

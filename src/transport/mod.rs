@@ -14,13 +14,16 @@ pub mod cc;
 mod completer;
 pub mod counters;
 pub mod endpoint;
+pub mod keys;
 mod local_ops;
 pub mod mr;
 pub mod mw;
+pub mod params;
 pub mod qp;
 mod requester;
 mod responder;
 pub mod srq;
+mod state;
 pub mod window;
 pub mod wqe;
 
@@ -29,11 +32,11 @@ mod tests;
 
 pub use counters::Counters;
 pub use endpoint::{DatagramEvent, Endpoint, IpFields, Members, OneQp, QpSet, GSI_QPN};
-pub use mr::{DeregFault, Mr, MrFault, MrTable};
+pub use keys::{DeregFault, MrTable};
+pub use mr::{Mr, MrFault};
 pub use mw::{Mw, MwFault, MwState, MwType};
+pub use params::{ACKREQ_EVERY, MAX_QUEUED_RESPONSES, MAX_UNACKED_PSNS};
 pub use qp::{
     wire_hop_limit, CqSide, Gather, NetHeader, QpConfig, QpCore, QueueDepths, Transmit, MAX_PACKET,
 };
-pub use requester::{ACKREQ_EVERY, MAX_UNACKED_PSNS};
-pub use responder::MAX_QUEUED_RESPONSES;
 pub use srq::Srq;

@@ -25,8 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::mr::{Mr, MrFault};
 use crate::ib::{AccessFlags, MwBindInfo};
 
-/// First table index of a memory window: keys with the top bit set are windows.
-pub const MW_INDEX_BASE: u32 = 0x80_0000;
+pub use super::params::MW_INDEX_BASE;
 
 /// Whether `key` names a memory window rather than a region (rxe `rkey_is_mw`).
 pub fn key_is_mw(key: u32) -> bool {

@@ -18,10 +18,9 @@ use std::time::Duration;
 
 use super::cc::{self, CcConfig, NotificationPoint, ReactionPoint};
 use super::counters::Counters;
-use super::mr::MrTable;
-use super::requester::ReqState;
-use super::responder::RespState;
+use super::keys::MrTable;
 use super::srq::Srq;
+use super::state::{ReqState, RespState};
 use super::wqe::{LocalData, LocalOp, RecvWqe, SendState, SendWqe, SgeList, UdTarget};
 use crate::ib::{apply_modify, check_modify, check_sqd_exit, DeviceLimits};
 use crate::ib::{
@@ -31,8 +30,7 @@ use crate::ib::{
 use crate::memory::SharedBytes;
 use crate::wire::icrc;
 
-/// Largest message (IBTA: 2^31 bytes).
-pub const MAX_MESSAGE: u64 = 1 << 31;
+pub use super::params::MAX_MESSAGE;
 
 /// Static configuration of a QP, fixed at creation.
 #[derive(Debug, Clone)]
@@ -542,6 +540,43 @@ impl QpCore {
         mrs: &MrTable,
     ) -> Result<(), VerbsError> {
         let state = self.attr.qp_state;
+        let (need, length) = self.check_send_wr(wr)?;
+        let data = self.send_wr_data(wr, mrs, need)?;
+        let data_len = data.len();
+        self.check_send_length(data_len, length)?;
+        let mut wqe = SendWqe {
+            wr_id: wr.wr_id,
+            opcode: wr.opcode,
+            signaled: wr.send_flags.contains(SendFlags::SIGNALED),
+            fence: wr.send_flags.contains(SendFlags::FENCE),
+            solicited: wr.send_flags.contains(SendFlags::SOLICITED),
+            data,
+            length: data_len,
+            state: SendState::Posted,
+            first_psn: self.req.psn,
+            last_psn: self.req.psn,
+            read_done: 0,
+            read_req_psn: self.req.psn,
+            started: false,
+            ud,
+            local: LocalOp::resolve(wr.opcode, mrs, self.cfg.pd),
+        };
+        if state == QpState::Err {
+            wqe.state = SendState::Done(WcStatus::WrFlushErr);
+            self.sq.push_back(wqe);
+            self.generate_send_completions();
+            return Ok(());
+        }
+        self.sq.push_back(wqe);
+        Ok(())
+    }
+
+    /// The checks of a send WR before its data is looked at: the opcode against the QP type,
+    /// the QP state, room in the send queue, the SGE count, an atomic's alignment, inline
+    /// only for SEND and WRITE, READ and atomics only with `max_rd_atomic`. Returns the right
+    /// the local buffers need and the exact length an atomic's must have.
+    fn check_send_wr(&self, wr: &SendWr) -> Result<(AccessFlags, Option<u64>), VerbsError> {
+        let state = self.attr.qp_state;
         let allowed = match self.cfg.qp_type {
             QpType::Rc => true,
             QpType::Uc => matches!(
@@ -579,7 +614,6 @@ impl QpCore {
                 max: self.cfg.cap.max_send_sge,
             });
         }
-        let inline = wr.send_flags.contains(SendFlags::INLINE);
         let (need, length) = match wr.opcode {
             WrOpcode::RdmaRead { .. } => (AccessFlags::LOCAL_WRITE, None),
             WrOpcode::AtomicCmpSwap { remote_addr, .. }
@@ -593,7 +627,7 @@ impl QpCore {
             }
             _ => (AccessFlags::EMPTY, None),
         };
-        if inline && need != AccessFlags::EMPTY {
+        if wr.send_flags.contains(SendFlags::INLINE) && need != AccessFlags::EMPTY {
             return Err(VerbsError::InvalidWr(
                 "inline applies to SEND and WRITE only",
             ));
@@ -603,7 +637,18 @@ impl QpCore {
                 "READ, atomic or ATOMIC WRITE on a QP whose max_rd_atomic is 0",
             ));
         }
-        let data = if let WrOpcode::AtomicWrite { data, .. } = wr.opcode {
+        Ok((need, length))
+    }
+
+    /// A send WR's data: copied now (ATOMIC WRITE's 8 bytes, inline data), none (FLUSH and
+    /// the local operations), or its SGEs resolved against `mrs` with the right `need`.
+    fn send_wr_data(
+        &mut self,
+        wr: &SendWr,
+        mrs: &MrTable,
+        need: AccessFlags,
+    ) -> Result<LocalData, VerbsError> {
+        Ok(if let WrOpcode::AtomicWrite { data, .. } = wr.opcode {
             // ATOMIC WRITE's 8 bytes travel in the WR (`atomic_wr` of ibv_wr_atomic_write,
             // copied at post time as rxe's provider does); its SGEs are not looked at.
             let mut v = self.inline_buffer(data.len());
@@ -613,7 +658,7 @@ impl QpCore {
             // FLUSH carries no payload (IBTA oA19-2); BIND_MW and LOCAL_INV move no data:
             // their SGEs are not looked at (as rxe).
             LocalData::Sges(SgeList::Empty)
-        } else if inline {
+        } else if wr.send_flags.contains(SendFlags::INLINE) {
             let total: u64 = wr.sg_list.iter().map(|s| s.length as u64).sum();
             if total > self.cfg.cap.max_inline_data as u64 {
                 return Err(VerbsError::InlineTooLarge {
@@ -631,8 +676,12 @@ impl QpCore {
             LocalData::Inline(v)
         } else {
             LocalData::resolve(wr.sg_list, mrs, self.cfg.pd, need)?
-        };
-        let data_len = data.len();
+        })
+    }
+
+    /// A send WR's length: an atomic's exactly `length`, every message at most
+    /// [`MAX_MESSAGE`], a UD message at most one path MTU.
+    fn check_send_length(&self, data_len: u64, length: Option<u64>) -> Result<(), VerbsError> {
         if let Some(n) = length {
             if data_len != n {
                 return Err(VerbsError::BadSge {
@@ -650,30 +699,6 @@ impl QpCore {
                 mtu: self.mtu(),
             });
         }
-        let mut wqe = SendWqe {
-            wr_id: wr.wr_id,
-            opcode: wr.opcode,
-            signaled: wr.send_flags.contains(SendFlags::SIGNALED),
-            fence: wr.send_flags.contains(SendFlags::FENCE),
-            solicited: wr.send_flags.contains(SendFlags::SOLICITED),
-            data,
-            length: data_len,
-            state: SendState::Posted,
-            first_psn: self.req.psn,
-            last_psn: self.req.psn,
-            read_done: 0,
-            read_req_psn: self.req.psn,
-            started: false,
-            ud,
-            local: LocalOp::resolve(wr.opcode, mrs, self.cfg.pd),
-        };
-        if state == QpState::Err {
-            wqe.state = SendState::Done(WcStatus::WrFlushErr);
-            self.sq.push_back(wqe);
-            self.generate_send_completions();
-            return Ok(());
-        }
-        self.sq.push_back(wqe);
         Ok(())
     }
 

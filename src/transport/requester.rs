@@ -22,9 +22,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::counters::Counters;
+use super::params::ACKREQ_EVERY;
 use super::qp::QpCore;
-use super::window::SendWindow;
-use super::wqe::SendState;
+use super::wqe::{SendState, SendWqe};
 use crate::ib::{QpState, QpType, WcStatus, WrOpcode};
 use crate::wire::packet::finish_payload;
 use crate::wire::psn::packets_for;
@@ -33,10 +33,6 @@ use crate::wire::{
     PacketRepr, Psn, RethRepr,
 };
 
-/// Most PSNs the requester lets be unacknowledged (rxe_param.h RXE_MAX_UNACKED_PSNS).
-pub const MAX_UNACKED_PSNS: u32 = 128;
-/// Packets after which AckReq is forced within a long message (rxe: `noack_pkts++ > 64`).
-pub const ACKREQ_EVERY: u32 = 64;
 /// Response packets one READ request asks for at most: a longer READ is requested in pieces
 /// of this many path MTUs, one piece outstanding at a time, so that a responder's burst fits
 /// in a socket's receive buffer (see `read_piece_end`).
@@ -66,40 +62,6 @@ struct ReqPacket {
     psns: u32,
     /// The packet ends the WQE (for a READ: its last piece).
     done: bool,
-}
-
-/// Requester and completer progress.
-#[derive(Debug, Default)]
-pub struct ReqState {
-    /// Next PSN to send.
-    pub psn: Psn,
-    /// Index in the send queue of the WQE being (or next to be) sent.
-    pub next: usize,
-    /// Bytes of that WQE already sent (for a READ: bytes already requested).
-    pub offset: u64,
-    /// Packets sent since the last one with AckReq.
-    pub noack_pkts: u32,
-    /// READ/atomic WQEs started and not completed.
-    pub rd_atomic_outstanding: u32,
-    /// Oldest PSN not yet acknowledged (the completer's position).
-    pub comp_psn: Psn,
-    /// The first PSN never sent: a packet with an earlier PSN is a retransmission.
-    pub high_psn: Psn,
-    /// Retransmission deadline.
-    pub timer: Option<Duration>,
-    /// While set, the requester waits after an RNR NAK.
-    pub rnr_until: Option<Duration>,
-    /// PSN to resume from when the RNR wait ends.
-    pub rnr_psn: Psn,
-    /// Transport retries left (7 = unlimited, as rxe treats it).
-    pub retry_left: u8,
-    /// RNR retries left (7 = unlimited, IBTA).
-    pub rnr_retry_left: u8,
-    /// A retry was started and has not made progress yet: further out-of-order responses
-    /// (remnants of what was lost) must not start another one (rxe: `comp.started_retry`).
-    pub retry_started: bool,
-    /// Outstanding-PSN limit, cut on loss (window.rs).
-    pub window: SendWindow,
 }
 
 impl QpCore {
@@ -227,149 +189,30 @@ impl QpCore {
             QpType::Uc => 0x20,
             QpType::Ud => 0x60,
         };
-        let mut bth = BthRepr {
-            dest_qp: self.attr.dest_qp_num,
-            psn: psn.value(),
-            ..BthRepr::default()
+        let mut pkt = ReqPacket {
+            bth: BthRepr {
+                dest_qp: self.attr.dest_qp_num,
+                psn: psn.value(),
+                ..BthRepr::default()
+            },
+            ext: ExtHeaders::default(),
+            payload_len: 0,
+            psns: 1,
+            done: true,
         };
-        let mut ext = ExtHeaders::default();
         let wqe = &mut self.sq[idx];
-        let (payload_len, psns, done) = match wqe.opcode {
-            WrOpcode::RdmaRead { remote_addr, rkey } => {
-                let end = read_piece_end(offset, wqe.length, mtu);
-                let len = end - offset;
-                wqe.read_req_psn = psn;
-                bth.opcode = Opcode::RC_RDMA_READ_REQUEST;
-                ext.reth = Some(RethRepr {
-                    va: remote_addr.wrapping_add(offset),
-                    rkey,
-                    len: len as u32,
+        if !rd_atomic_headers(wqe, psn, offset, mtu, &mut pkt) {
+            data_headers(wqe, offset, mtu, &mut pkt);
+            pkt.bth.opcode = Opcode(pkt.bth.opcode.0 | transport_bits);
+            if let Some(ud) = wqe.ud {
+                pkt.bth.dest_qp = ud.remote_qpn;
+                pkt.ext.deth = Some(DethRepr {
+                    qkey: ud.qkey,
+                    src_qp: qpn,
                 });
-                (
-                    0usize,
-                    packets_for(len, mtu as u32) as u32,
-                    end == wqe.length,
-                )
             }
-            WrOpcode::AtomicCmpSwap {
-                remote_addr,
-                rkey,
-                compare,
-                swap,
-            } => {
-                bth.opcode = Opcode::RC_COMPARE_SWAP;
-                ext.atomic = Some(AtomicEthRepr {
-                    va: remote_addr,
-                    rkey,
-                    swap_add: swap,
-                    compare,
-                });
-                (0, 1, true)
-            }
-            WrOpcode::AtomicFetchAdd {
-                remote_addr,
-                rkey,
-                add,
-            } => {
-                bth.opcode = Opcode::RC_FETCH_ADD;
-                ext.atomic = Some(AtomicEthRepr {
-                    va: remote_addr,
-                    rkey,
-                    swap_add: add,
-                    compare: 0,
-                });
-                (0, 1, true)
-            }
-            // IBTA 1.5 ATOMIC WRITE (rxe init_req_packet): a RETH for the 8 bytes, which are
-            // the payload (the WQE's inline data); one PSN.
-            WrOpcode::AtomicWrite {
-                remote_addr, rkey, ..
-            } => {
-                bth.opcode = Opcode::RC_ATOMIC_WRITE;
-                ext.reth = Some(RethRepr {
-                    va: remote_addr,
-                    rkey,
-                    len: wqe.length as u32,
-                });
-                (wqe.length as usize, 1, true)
-            }
-            // IBTA 1.5 FLUSH: FETH and RETH, no payload (oA19-2), one PSN whatever the length
-            // (rxe finish_packet zeroes the residue before update_wqe_psn counts PSNs).
-            WrOpcode::Flush {
-                remote_addr,
-                rkey,
-                len,
-                placement,
-                selectivity,
-            } => {
-                bth.opcode = Opcode::RC_FLUSH;
-                ext.feth = Some(FethRepr {
-                    selectivity,
-                    placement,
-                });
-                ext.reth = Some(RethRepr {
-                    va: remote_addr,
-                    rkey,
-                    len,
-                });
-                (0, 1, true)
-            }
-            op => {
-                let remaining = wqe.length - offset;
-                let pay = remaining.min(mtu);
-                let first = offset == 0;
-                let last = pay == remaining;
-                let (write, imm) = match op {
-                    WrOpcode::Send => (None, None),
-                    WrOpcode::SendWithImm { imm } => (None, Some(imm)),
-                    WrOpcode::RdmaWrite { remote_addr, rkey } => (Some((remote_addr, rkey)), None),
-                    WrOpcode::RdmaWriteWithImm {
-                        remote_addr,
-                        rkey,
-                        imm,
-                    } => (Some((remote_addr, rkey)), Some(imm)),
-                    // The IETH goes on the last packet, below.
-                    WrOpcode::SendWithInv { .. } => (None, None),
-                    _ => unreachable!("READ, atomics handled above; local WRs send nothing"),
-                };
-                bth.opcode = data_opcode(write.is_some(), first, last, imm.is_some());
-                if let (WrOpcode::SendWithInv { rkey }, true) = (op, last) {
-                    bth.opcode = if first {
-                        Opcode::RC_SEND_ONLY_WITH_INVALIDATE
-                    } else {
-                        Opcode::RC_SEND_LAST_WITH_INVALIDATE
-                    };
-                    ext.ieth = Some(IethRepr { rkey });
-                }
-                bth.opcode = Opcode(bth.opcode.0 | transport_bits);
-                if let Some(ud) = wqe.ud {
-                    bth.dest_qp = ud.remote_qpn;
-                    ext.deth = Some(DethRepr {
-                        qkey: ud.qkey,
-                        src_qp: qpn,
-                    });
-                }
-                if let (Some((va, rkey)), true) = (write, first) {
-                    ext.reth = Some(RethRepr {
-                        va,
-                        rkey,
-                        len: wqe.length as u32,
-                    });
-                }
-                if last {
-                    ext.imm = imm.map(|imm| ImmDtRepr { imm });
-                    bth.solicited = wqe.solicited;
-                }
-                (pay as usize, 1, last)
-            }
-        };
-        ReqPacket {
-            bth,
-            ext,
-            payload_len,
-            psns,
-            done,
         }
+        pkt
     }
 
     /// AckReq (RC only): at the end of a message, every ACKREQ_EVERY packets (rxe), and when
@@ -541,4 +384,139 @@ fn data_opcode(write: bool, first: bool, last: bool, imm: bool) -> Opcode {
         (true, false, true, false) => Opcode::RC_RDMA_WRITE_LAST,
         (true, false, true, true) => Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
     }
+}
+
+/// The headers of a READ request, an atomic, an ATOMIC WRITE or a FLUSH (RC only) at `offset`
+/// of `wqe`, sent at `psn`; false, touching nothing, for a SEND or WRITE (`data_headers`).
+fn rd_atomic_headers(
+    wqe: &mut SendWqe,
+    psn: Psn,
+    offset: u64,
+    mtu: u64,
+    pkt: &mut ReqPacket,
+) -> bool {
+    let (bth, ext) = (&mut pkt.bth, &mut pkt.ext);
+    match wqe.opcode {
+        WrOpcode::RdmaRead { remote_addr, rkey } => {
+            let end = read_piece_end(offset, wqe.length, mtu);
+            let len = end - offset;
+            wqe.read_req_psn = psn;
+            bth.opcode = Opcode::RC_RDMA_READ_REQUEST;
+            ext.reth = Some(RethRepr {
+                va: remote_addr.wrapping_add(offset),
+                rkey,
+                len: len as u32,
+            });
+            pkt.psns = packets_for(len, mtu as u32) as u32;
+            pkt.done = end == wqe.length;
+        }
+        WrOpcode::AtomicCmpSwap {
+            remote_addr,
+            rkey,
+            compare,
+            swap,
+        } => {
+            bth.opcode = Opcode::RC_COMPARE_SWAP;
+            ext.atomic = Some(AtomicEthRepr {
+                va: remote_addr,
+                rkey,
+                swap_add: swap,
+                compare,
+            });
+        }
+        WrOpcode::AtomicFetchAdd {
+            remote_addr,
+            rkey,
+            add,
+        } => {
+            bth.opcode = Opcode::RC_FETCH_ADD;
+            ext.atomic = Some(AtomicEthRepr {
+                va: remote_addr,
+                rkey,
+                swap_add: add,
+                compare: 0,
+            });
+        }
+        // IBTA 1.5 ATOMIC WRITE (rxe init_req_packet): a RETH for the 8 bytes, which are
+        // the payload (the WQE's inline data); one PSN.
+        WrOpcode::AtomicWrite {
+            remote_addr, rkey, ..
+        } => {
+            bth.opcode = Opcode::RC_ATOMIC_WRITE;
+            ext.reth = Some(RethRepr {
+                va: remote_addr,
+                rkey,
+                len: wqe.length as u32,
+            });
+            pkt.payload_len = wqe.length as usize;
+        }
+        // IBTA 1.5 FLUSH: FETH and RETH, no payload (oA19-2), one PSN whatever the length
+        // (rxe finish_packet zeroes the residue before update_wqe_psn counts PSNs).
+        WrOpcode::Flush {
+            remote_addr,
+            rkey,
+            len,
+            placement,
+            selectivity,
+        } => {
+            bth.opcode = Opcode::RC_FLUSH;
+            ext.feth = Some(FethRepr {
+                selectivity,
+                placement,
+            });
+            ext.reth = Some(RethRepr {
+                va: remote_addr,
+                rkey,
+                len,
+            });
+        }
+        _ => return false,
+    }
+    true
+}
+
+/// The headers of the SEND or WRITE packet at `offset` of `wqe` (one path MTU at most), but
+/// the transport's opcode bits and a UD destination's DETH, which `init_req_packet` adds.
+fn data_headers(wqe: &SendWqe, offset: u64, mtu: u64, pkt: &mut ReqPacket) {
+    let (bth, ext) = (&mut pkt.bth, &mut pkt.ext);
+    let op = wqe.opcode;
+    let remaining = wqe.length - offset;
+    let pay = remaining.min(mtu);
+    let first = offset == 0;
+    let last = pay == remaining;
+    let (write, imm) = match op {
+        WrOpcode::Send => (None, None),
+        WrOpcode::SendWithImm { imm } => (None, Some(imm)),
+        WrOpcode::RdmaWrite { remote_addr, rkey } => (Some((remote_addr, rkey)), None),
+        WrOpcode::RdmaWriteWithImm {
+            remote_addr,
+            rkey,
+            imm,
+        } => (Some((remote_addr, rkey)), Some(imm)),
+        // The IETH goes on the last packet, below.
+        WrOpcode::SendWithInv { .. } => (None, None),
+        _ => unreachable!("READ, atomics handled above; local WRs send nothing"),
+    };
+    bth.opcode = data_opcode(write.is_some(), first, last, imm.is_some());
+    if let (WrOpcode::SendWithInv { rkey }, true) = (op, last) {
+        bth.opcode = if first {
+            Opcode::RC_SEND_ONLY_WITH_INVALIDATE
+        } else {
+            Opcode::RC_SEND_LAST_WITH_INVALIDATE
+        };
+        ext.ieth = Some(IethRepr { rkey });
+    }
+    if let (Some((va, rkey)), true) = (write, first) {
+        ext.reth = Some(RethRepr {
+            va,
+            rkey,
+            len: wqe.length as u32,
+        });
+    }
+    if last {
+        ext.imm = imm.map(|imm| ImmDtRepr { imm });
+        bth.solicited = wqe.solicited;
+    }
+    pkt.payload_len = pay as usize;
+    pkt.done = last;
 }

@@ -33,14 +33,15 @@
 //!   with invalidate invalidates its IETH key once the message has landed
 //!   (spec-notes/memory-windows.md).
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::counters::Counters;
-use super::mr::{Mr, MrFault, MrTable};
+use super::keys::MrTable;
+use super::mr::{Mr, MrFault};
 use super::mw::{key_is_mw, Mw, MwFault};
-use super::qp::{CqSide, NetHeader, QpCore, MAX_MESSAGE};
-use super::wqe::RecvWqe;
+use super::params::{MAX_MESSAGE, MAX_QUEUED_RESPONSES};
+use super::qp::{CqSide, NetHeader, QpCore};
+use super::state::{InMsg, ReadJob, RecvProgress, Resource, Response, WriteProgress};
 use crate::ib::{AccessFlags, QpState, QpType, WcOpcode, WcStatus, WorkCompletion};
 use crate::memory::AccessError;
 use crate::wire::packet::finish_payload;
@@ -49,70 +50,6 @@ use crate::wire::{
     feth, AethRepr, AtomicAckEthRepr, BthRepr, ExtHeaders, NakCode, OpKind, Opcode, OpcodeInfo,
     PacketRepr, Position, Psn,
 };
-
-/// Most responses queued at once; beyond it duplicate requests are dropped (bounded memory
-/// under a flood of duplicates).
-pub const MAX_QUEUED_RESPONSES: usize = 256;
-
-/// What the responder is in the middle of.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum InMsg {
-    Send,
-    Write,
-}
-
-#[derive(Debug)]
-struct RecvProgress {
-    wqe: RecvWqe,
-    offset: u64,
-}
-
-#[derive(Debug)]
-struct WriteProgress {
-    mr: Option<Arc<Mr>>,
-    offset: u64,
-    remaining: u64,
-    total: u64,
-}
-
-/// A saved READ or atomic, kept for replaying duplicates.
-#[derive(Debug)]
-enum Resource {
-    Read {
-        first: Psn,
-        last: Psn,
-        mr: Option<Arc<Mr>>,
-        va: u64,
-        len: u64,
-        /// The window and key the READ went through, rechecked on replay.
-        window: Option<(Arc<Mw>, u32)>,
-    },
-    Atomic {
-        psn: Psn,
-        orig: u64,
-    },
-    /// An ATOMIC WRITE or FLUSH: a duplicate is answered again without executing again
-    /// (IBTA oA19-14, oA19-15; rxe replays from the resource).
-    Placement {
-        psn: Psn,
-    },
-}
-
-/// A READ response being generated, one packet per `poll_transmit`.
-#[derive(Debug)]
-struct ReadJob {
-    mr: Option<Arc<Mr>>,
-    offset: u64,
-    remaining: u64,
-    /// The PSN of the READ request (or of its retried tail): a NAK for the READ names it.
-    req_psn: Psn,
-    psn: Psn,
-    first: bool,
-    /// The window and key the READ went through: every response packet rechecks that the
-    /// window still serves the key (rxe read_reply -> rxe_recheck_mr), so that an
-    /// invalidation stops a READ in progress or a replay.
-    window: Option<(Arc<Mw>, u32)>,
-}
 
 /// Why a request was not executed: the error states of rxe_resp.c that softroce has, which
 /// [`QpCore::verdict`] turns into each transport's answer.
@@ -175,62 +112,6 @@ enum Target {
     },
     /// FLUSH: the key, rights and (for a range) range checked; nothing to touch.
     Flush,
-}
-
-#[derive(Debug)]
-enum Response {
-    /// ACK or NAK; `then_error` moves the QP to ERROR once it is sent.
-    Ack {
-        psn: Psn,
-        aeth_syndrome: u8,
-        then_error: bool,
-    },
-    AtomicAck {
-        psn: Psn,
-        orig: u64,
-    },
-    Read(ReadJob),
-}
-
-/// Responder state.
-#[derive(Debug, Default)]
-pub struct RespState {
-    /// Expected PSN.
-    pub psn: Psn,
-    /// Message sequence number.
-    pub msn: u32,
-    nak_sent: bool,
-    /// UC: the rest of the current message is dropped until a FIRST or ONLY (rxe
-    /// `resp.drop_msg`).
-    drop_msg: bool,
-    /// A fatal NAK is queued: until it is sent and the QP is in ERROR, no request executes
-    /// (whatever its PSN: a peer may send any).
-    fatal: bool,
-    in_msg: Option<InMsg>,
-    recv: Option<RecvProgress>,
-    write: Option<WriteProgress>,
-    resources: VecDeque<Resource>,
-    out: VecDeque<Response>,
-}
-
-impl RespState {
-    /// Saved READ/atomic resources and queued responses: the two queues whose bounds the
-    /// simulation and the fuzz targets check.
-    pub(super) fn queue_lens(&self) -> (usize, usize) {
-        (self.resources.len(), self.out.len())
-    }
-
-    /// Drops everything in progress (QP to ERROR or RESET). The receive WQE being filled, if
-    /// any, is returned so that it can be completed as flushed.
-    pub(super) fn flush(&mut self) -> Option<RecvWqe> {
-        self.fatal = false;
-        self.drop_msg = false;
-        self.in_msg = None;
-        self.write = None;
-        self.resources.clear();
-        self.out.clear();
-        self.recv.take().map(|r| r.wqe)
-    }
 }
 
 /// The region rights a FLUSH of placement type `placement` needs (rxe check_rkey).

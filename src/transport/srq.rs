@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::counters::Counters;
-use super::mr::MrTable;
+use super::keys::MrTable;
 use super::wqe::{LocalData, RecvWqe};
 use crate::ib::{AccessFlags, DeviceLimits, QueueKind, RecvWr, SrqAttr, SrqAttrMask, VerbsError};
 

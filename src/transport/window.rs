@@ -10,7 +10,7 @@
 //! packets in flight and more AckReq bits, which IBTA permits. Rule 32 in
 //! spec-notes/rc-transport.md; goodput in BENCHMARKS.md.
 
-use super::requester::{ACKREQ_EVERY, MAX_UNACKED_PSNS};
+use super::params::{ACKREQ_EVERY, MAX_UNACKED_PSNS};
 
 /// The smallest window. Measured on loopback at 10% loss (64 KiB WRITEs, `-u 4`, AckReq on
 /// every packet while shrunk): floors of 2, 4, 8 and 16 PSNs gave 248, 273, 225 and 166 MB/s;

@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use super::mr::{Mr, MrTable};
+use super::keys::MrTable;
+use super::mr::Mr;
 use super::mw::{key_is_mw, Mw};
 use crate::ib::{AccessFlags, Sge, SgeFault, VerbsError, WcStatus, WrOpcode};
 use crate::memory::{AccessError, SharedBytes};

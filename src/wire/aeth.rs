@@ -17,15 +17,14 @@
 //!  010, 1xx   reserved
 //! ```
 
-use super::{be, check_emit_len, check_len, Header, Result};
+use super::field::view;
+use super::{check_emit_len, Header, Result};
 
 /// Size of the AETH on the wire.
 pub const LEN: usize = 4;
 
-mod field {
-    pub const SYNDROME: usize = 0;
-    pub const MSN: usize = 1;
-
+/// The syndrome byte's parts.
+mod syndrome_bits {
     pub const TYPE_MASK: u8 = 0xE0;
     pub const VALUE_MASK: u8 = 0x1F;
     pub const TYPE_ACK: u8 = 0x00;
@@ -80,7 +79,7 @@ const RNR_TIMER_NS: [u64; 32] = [
 /// The minimum RNR NAK delay, in nanoseconds, that a 5-bit RNR timer code (`code & 0x1F`) stands
 /// for. Code 0 is 655.36 ms; codes 1-31 grow from 0.01 ms to 491.52 ms.
 pub fn rnr_timer_ns(code: u8) -> u64 {
-    RNR_TIMER_NS[usize::from(code & field::VALUE_MASK)]
+    RNR_TIMER_NS[usize::from(code & syndrome_bits::VALUE_MASK)]
 }
 
 /// The number of messages a 5-bit credit code (`code & 0x1F`) grants, or `None`
@@ -88,7 +87,7 @@ pub fn rnr_timer_ns(code: u8) -> u64 {
 /// requester may treat its credit as unlimited.
 pub fn credit_count(code: u8) -> Option<u32> {
     CREDIT_COUNTS
-        .get(usize::from(code & field::VALUE_MASK))
+        .get(usize::from(code & syndrome_bits::VALUE_MASK))
         .copied()
 }
 
@@ -172,9 +171,15 @@ impl AckSyndrome {
     /// codes; a `Reserved` value is returned as-is.
     pub fn to_u8(self) -> u8 {
         match self {
-            AckSyndrome::Ack { credit } => field::TYPE_ACK | (credit & field::VALUE_MASK),
-            AckSyndrome::RnrNak { timer } => field::TYPE_RNR_NAK | (timer & field::VALUE_MASK),
-            AckSyndrome::Nak(code) => field::TYPE_NAK | (code.to_u8() & field::VALUE_MASK),
+            AckSyndrome::Ack { credit } => {
+                syndrome_bits::TYPE_ACK | (credit & syndrome_bits::VALUE_MASK)
+            }
+            AckSyndrome::RnrNak { timer } => {
+                syndrome_bits::TYPE_RNR_NAK | (timer & syndrome_bits::VALUE_MASK)
+            }
+            AckSyndrome::Nak(code) => {
+                syndrome_bits::TYPE_NAK | (code.to_u8() & syndrome_bits::VALUE_MASK)
+            }
             AckSyndrome::Reserved(raw) => raw,
         }
     }
@@ -183,57 +188,23 @@ impl AckSyndrome {
 impl From<u8> for AckSyndrome {
     /// Decodes a syndrome byte; every value maps to exactly one `AckSyndrome`.
     fn from(syndrome: u8) -> Self {
-        let value = syndrome & field::VALUE_MASK;
-        match syndrome & field::TYPE_MASK {
-            field::TYPE_ACK => AckSyndrome::Ack { credit: value },
-            field::TYPE_RNR_NAK => AckSyndrome::RnrNak { timer: value },
-            field::TYPE_NAK => AckSyndrome::Nak(NakCode::from_u8(value)),
+        let value = syndrome & syndrome_bits::VALUE_MASK;
+        match syndrome & syndrome_bits::TYPE_MASK {
+            syndrome_bits::TYPE_ACK => AckSyndrome::Ack { credit: value },
+            syndrome_bits::TYPE_RNR_NAK => AckSyndrome::RnrNak { timer: value },
+            syndrome_bits::TYPE_NAK => AckSyndrome::Nak(NakCode::from_u8(value)),
             _ => AckSyndrome::Reserved(syndrome),
         }
     }
 }
 
-/// A checked view of an AETH at the front of a byte buffer.
-#[derive(Debug, Clone, Copy)]
-pub struct Aeth<T: AsRef<[u8]>> {
-    buffer: T,
-}
-
-impl<T: AsRef<[u8]>> Aeth<T> {
-    /// Wraps a buffer without checking its length; accessors may panic on a short buffer.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Aeth { buffer }
-    }
-
-    /// Wraps a buffer after checking that it holds a whole AETH.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        check_len(buffer.as_ref(), LEN, Header::Aeth)?;
-        Ok(Aeth { buffer })
-    }
-
-    /// Returns the underlying buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    /// The raw syndrome byte.
-    pub fn syndrome(&self) -> u8 {
-        self.buffer.as_ref()[field::SYNDROME]
-    }
-    /// Message sequence number (24 bits).
-    pub fn msn(&self) -> u32 {
-        be::u24_at(self.buffer.as_ref(), field::MSN)
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> Aeth<T> {
-    /// Sets the raw syndrome byte.
-    pub fn set_syndrome(&mut self, syndrome: u8) {
-        self.buffer.as_mut()[field::SYNDROME] = syndrome;
-    }
-    /// Sets the MSN (low 24 bits of `msn`).
-    pub fn set_msn(&mut self, msn: u32) {
-        be::put_u24(self.buffer.as_mut(), field::MSN, msn);
+view! {
+    /// A checked view of an AETH at the front of a byte buffer.
+    pub struct Aeth("AETH", LEN, Header::Aeth) {
+        /// The raw syndrome byte.
+        syndrome: u8 = bits(0, 0, 8) => set_syndrome("Sets the raw syndrome byte."),
+        /// Message sequence number (24 bits).
+        msn: u32 = bits(1, 0, 24) => set_msn("Sets the MSN (its low 24 bits)."),
     }
 }
 
@@ -254,7 +225,7 @@ impl AethRepr {
     /// always sends.
     pub fn ack(msn: u32) -> Self {
         AethRepr {
-            syndrome: field::TYPE_ACK | field::CREDIT_INVALID,
+            syndrome: syndrome_bits::TYPE_ACK | syndrome_bits::CREDIT_INVALID,
             msn,
         }
     }
@@ -262,7 +233,7 @@ impl AethRepr {
     /// A NAK with the given code (truncated to 5 bits).
     pub fn nak(code: NakCode, msn: u32) -> Self {
         AethRepr {
-            syndrome: field::TYPE_NAK | (code.to_u8() & field::VALUE_MASK),
+            syndrome: syndrome_bits::TYPE_NAK | (code.to_u8() & syndrome_bits::VALUE_MASK),
             msn,
         }
     }
@@ -270,7 +241,7 @@ impl AethRepr {
     /// An RNR NAK with the given timer code (truncated to 5 bits; see [`rnr_timer_ns`]).
     pub fn rnr_nak(timer: u8, msn: u32) -> Self {
         AethRepr {
-            syndrome: field::TYPE_RNR_NAK | (timer & field::VALUE_MASK),
+            syndrome: syndrome_bits::TYPE_RNR_NAK | (timer & syndrome_bits::VALUE_MASK),
             msn,
         }
     }

@@ -6,48 +6,17 @@
 //!  Original Remote Data
 //! ```
 
-use super::{be, check_emit_len, check_len, Header, Result};
+use super::field::view;
+use super::{check_emit_len, Header, Result};
 
 /// Size of the AtomicAckETH on the wire.
 pub const LEN: usize = 8;
 
-mod field {
-    pub const ORIG: usize = 0;
-}
-
-/// A checked view of an AtomicAckETH at the front of a byte buffer.
-#[derive(Debug, Clone, Copy)]
-pub struct AtomicAckEth<T: AsRef<[u8]>> {
-    buffer: T,
-}
-
-impl<T: AsRef<[u8]>> AtomicAckEth<T> {
-    /// Wraps a buffer without checking its length; accessors may panic on a short buffer.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        AtomicAckEth { buffer }
-    }
-
-    /// Wraps a buffer after checking that it holds a whole AtomicAckETH.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        check_len(buffer.as_ref(), LEN, Header::AtomicAckEth)?;
-        Ok(AtomicAckEth { buffer })
-    }
-
-    /// Returns the underlying buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    /// The remote operand's value before the atomic operation.
-    pub fn orig(&self) -> u64 {
-        be::u64_at(self.buffer.as_ref(), field::ORIG)
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> AtomicAckEth<T> {
-    /// Sets the original remote data.
-    pub fn set_orig(&mut self, orig: u64) {
-        be::put_u64(self.buffer.as_mut(), field::ORIG, orig);
+view! {
+    /// A checked view of an AtomicAckETH at the front of a byte buffer.
+    pub struct AtomicAckEth("AtomicAckETH", LEN, Header::AtomicAckEth) {
+        /// The remote operand's value before the atomic operation.
+        orig: u64 = bits(0, 0, 64) => set_orig("Sets the original remote data."),
     }
 }
 

@@ -8,75 +8,23 @@
 //!
 //! FETCH & ADD puts its addend in the Swap Data field and ignores Compare Data.
 
-use super::{be, check_emit_len, check_len, Header, Result};
+use super::field::view;
+use super::{check_emit_len, Header, Result};
 
 /// Size of the AtomicETH on the wire.
 pub const LEN: usize = 28;
 
-mod field {
-    pub const VA: usize = 0;
-    pub const RKEY: usize = 8;
-    pub const SWAP_ADD: usize = 12;
-    pub const COMPARE: usize = 20;
-}
-
-/// A checked view of an AtomicETH at the front of a byte buffer.
-#[derive(Debug, Clone, Copy)]
-pub struct AtomicEth<T: AsRef<[u8]>> {
-    buffer: T,
-}
-
-impl<T: AsRef<[u8]>> AtomicEth<T> {
-    /// Wraps a buffer without checking its length; accessors may panic on a short buffer.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        AtomicEth { buffer }
-    }
-
-    /// Wraps a buffer after checking that it holds a whole AtomicETH.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        check_len(buffer.as_ref(), LEN, Header::AtomicEth)?;
-        Ok(AtomicEth { buffer })
-    }
-
-    /// Returns the underlying buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    /// Virtual address of the 8-byte remote operand.
-    pub fn va(&self) -> u64 {
-        be::u64_at(self.buffer.as_ref(), field::VA)
-    }
-    /// Remote key of the memory region.
-    pub fn rkey(&self) -> u32 {
-        be::u32_at(self.buffer.as_ref(), field::RKEY)
-    }
-    /// Swap data (COMPARE & SWAP) or addend (FETCH & ADD).
-    pub fn swap_add(&self) -> u64 {
-        be::u64_at(self.buffer.as_ref(), field::SWAP_ADD)
-    }
-    /// Compare data (COMPARE & SWAP only).
-    pub fn compare(&self) -> u64 {
-        be::u64_at(self.buffer.as_ref(), field::COMPARE)
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> AtomicEth<T> {
-    /// Sets the virtual address.
-    pub fn set_va(&mut self, va: u64) {
-        be::put_u64(self.buffer.as_mut(), field::VA, va);
-    }
-    /// Sets the R_Key.
-    pub fn set_rkey(&mut self, rkey: u32) {
-        be::put_u32(self.buffer.as_mut(), field::RKEY, rkey);
-    }
-    /// Sets the swap data / addend.
-    pub fn set_swap_add(&mut self, v: u64) {
-        be::put_u64(self.buffer.as_mut(), field::SWAP_ADD, v);
-    }
-    /// Sets the compare data.
-    pub fn set_compare(&mut self, v: u64) {
-        be::put_u64(self.buffer.as_mut(), field::COMPARE, v);
+view! {
+    /// A checked view of an AtomicETH at the front of a byte buffer.
+    pub struct AtomicEth("AtomicETH", LEN, Header::AtomicEth) {
+        /// Virtual address of the 8-byte remote operand.
+        va: u64 = bits(0, 0, 64) => set_va("Sets the virtual address."),
+        /// Remote key of the memory region.
+        rkey: u32 = bits(8, 0, 32) => set_rkey("Sets the R_Key."),
+        /// Swap data (COMPARE & SWAP) or addend (FETCH & ADD).
+        swap_add: u64 = bits(12, 0, 64) => set_swap_add("Sets the swap data / addend."),
+        /// Compare data (COMPARE & SWAP only).
+        compare: u64 = bits(20, 0, 64) => set_compare("Sets the compare data."),
     }
 }
 

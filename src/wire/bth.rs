@@ -5,7 +5,8 @@
 //!  OpCode | SE M PadCnt(2) TVer(4) | P_Key | FECN BECN resv6 | DestQP | A resv7 |  PSN
 //! ```
 
-use super::{be, check_emit_len, check_len, Error, Header, Opcode, Result};
+use super::field::view;
+use super::{check_emit_len, Error, Header, Opcode, Result};
 
 /// Size of the BTH on the wire.
 pub const LEN: usize = 12;
@@ -17,159 +18,47 @@ pub const DEFAULT_PKEY: u16 = 0xFFFF;
 /// QP; the packets go to every QP attached to the group the destination GID names).
 pub const MULTICAST_QPN: u32 = 0xFF_FFFF;
 
-mod field {
-    pub const OPCODE: usize = 0;
-    pub const FLAGS: usize = 1;
-    pub const PKEY: usize = 2;
-    pub const ECN: usize = 4;
-    pub const DQPN: usize = 5;
-    pub const ACK: usize = 8;
-    pub const PSN: usize = 9;
-
-    pub const SE: u8 = 0x80;
-    pub const MIG: u8 = 0x40;
-    pub const PAD_MASK: u8 = 0x30;
-    pub const PAD_SHIFT: u8 = 4;
-    pub const TVER_MASK: u8 = 0x0F;
-    pub const FECN: u8 = 0x80;
-    pub const BECN: u8 = 0x40;
-    pub const RESV6_MASK: u8 = 0x3F;
-    pub const ACK_REQ: u8 = 0x80;
-    pub const RESV7_MASK: u8 = 0x7F;
-}
-
-/// A checked view of a BTH at the front of a byte buffer.
-#[derive(Debug, Clone, Copy)]
-pub struct Bth<T: AsRef<[u8]>> {
-    buffer: T,
-}
-
-impl<T: AsRef<[u8]>> Bth<T> {
-    /// Wraps a buffer without checking its length; accessors may panic on a short buffer.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Bth { buffer }
-    }
-
-    /// Wraps a buffer after checking that it holds a whole BTH.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        check_len(buffer.as_ref(), LEN, Header::Bth)?;
-        Ok(Bth { buffer })
-    }
-
-    /// Returns the underlying buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    /// The OpCode byte: transport in the top 3 bits, operation in the low 5 ([`Opcode::info`]
-    /// says which headers follow).
-    pub fn opcode(&self) -> Opcode {
-        Opcode(self.buffer.as_ref()[field::OPCODE])
-    }
-    /// Solicited Event: the receive completion should wake a consumer waiting only for
-    /// solicited completions (set on the last packet of a SEND or WRITE with immediate).
-    pub fn solicited(&self) -> bool {
-        self.buffer.as_ref()[field::FLAGS] & field::SE != 0
-    }
-    /// MigReq (automatic path migration, unused on RoCE; rxe and softroce send 0).
-    pub fn mig_req(&self) -> bool {
-        self.buffer.as_ref()[field::FLAGS] & field::MIG != 0
-    }
-    /// Pad count: bytes (0-3) appended to the payload to reach a 4-byte multiple.
-    pub fn pad_count(&self) -> u8 {
-        (self.buffer.as_ref()[field::FLAGS] & field::PAD_MASK) >> field::PAD_SHIFT
-    }
-    /// Transport header version (0).
-    pub fn tver(&self) -> u8 {
-        self.buffer.as_ref()[field::FLAGS] & field::TVER_MASK
-    }
-    /// Partition key: bit 15 is full membership, bits 14-0 the key ([`DEFAULT_PKEY`] on RoCE).
-    pub fn pkey(&self) -> u16 {
-        be::u16_at(self.buffer.as_ref(), field::PKEY)
-    }
-    /// FECN: congestion was seen on the way to the receiver (RoCEv2 marks it in the IP ECN bits
-    /// instead, and the receiver answers with a CNP).
-    pub fn fecn(&self) -> bool {
-        self.buffer.as_ref()[field::ECN] & field::FECN != 0
-    }
-    /// BECN: set in a packet going back to the source of a packet that carried FECN.
-    pub fn becn(&self) -> bool {
-        self.buffer.as_ref()[field::ECN] & field::BECN != 0
-    }
-    /// The 6 reserved bits of byte 4.
-    pub fn resv6(&self) -> u8 {
-        self.buffer.as_ref()[field::ECN] & field::RESV6_MASK
-    }
-    /// Destination QP number (24 bits).
-    pub fn dest_qp(&self) -> u32 {
-        be::u24_at(self.buffer.as_ref(), field::DQPN)
-    }
-    /// AckReq: the responder must acknowledge this packet (RC only).
-    pub fn ack_req(&self) -> bool {
-        self.buffer.as_ref()[field::ACK] & field::ACK_REQ != 0
-    }
-    /// The 7 reserved bits of byte 8.
-    pub fn resv7(&self) -> u8 {
-        self.buffer.as_ref()[field::ACK] & field::RESV7_MASK
-    }
-    /// Packet sequence number (24 bits); compare with [`crate::wire::Psn`], which wraps.
-    pub fn psn(&self) -> u32 {
-        be::u24_at(self.buffer.as_ref(), field::PSN)
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> Bth<T> {
-    /// Sets the OpCode.
-    pub fn set_opcode(&mut self, op: Opcode) {
-        self.buffer.as_mut()[field::OPCODE] = op.0;
-    }
-    /// Sets the destination QP number (low 24 bits of `qpn`).
-    pub fn set_dest_qp(&mut self, qpn: u32) {
-        be::put_u24(self.buffer.as_mut(), field::DQPN, qpn);
-    }
-    /// Sets the PSN (low 24 bits of `psn`).
-    pub fn set_psn(&mut self, psn: u32) {
-        be::put_u24(self.buffer.as_mut(), field::PSN, psn);
-    }
-    /// Sets or clears AckReq, keeping the reserved bits.
-    pub fn set_ack_req(&mut self, on: bool) {
-        let b = &mut self.buffer.as_mut()[field::ACK];
-        *b = (*b & field::RESV7_MASK) | if on { field::ACK_REQ } else { 0 };
-    }
-    /// Sets the pad count (0-3), keeping the other flag bits.
-    pub fn set_pad_count(&mut self, pad: u8) {
-        let b = &mut self.buffer.as_mut()[field::FLAGS];
-        *b = (*b & !field::PAD_MASK) | ((pad << field::PAD_SHIFT) & field::PAD_MASK);
-    }
-    /// Sets or clears Solicited Event, keeping the other flag bits.
-    pub fn set_solicited(&mut self, on: bool) {
-        self.set_bit(field::FLAGS, field::SE, on);
-    }
-    /// Sets or clears MigReq, keeping the other flag bits.
-    pub fn set_mig_req(&mut self, on: bool) {
-        self.set_bit(field::FLAGS, field::MIG, on);
-    }
-    /// Sets the transport header version (low 4 bits of `tver`), keeping the other flag bits.
-    pub fn set_tver(&mut self, tver: u8) {
-        let b = &mut self.buffer.as_mut()[field::FLAGS];
-        *b = (*b & !field::TVER_MASK) | (tver & field::TVER_MASK);
-    }
-    /// Sets the partition key.
-    pub fn set_pkey(&mut self, pkey: u16) {
-        be::put_u16(self.buffer.as_mut(), field::PKEY, pkey);
-    }
-    /// Sets or clears FECN, keeping BECN and the reserved bits.
-    pub fn set_fecn(&mut self, on: bool) {
-        self.set_bit(field::ECN, field::FECN, on);
-    }
-    /// Sets or clears BECN, keeping FECN and the reserved bits.
-    pub fn set_becn(&mut self, on: bool) {
-        self.set_bit(field::ECN, field::BECN, on);
-    }
-
-    fn set_bit(&mut self, at: usize, mask: u8, on: bool) {
-        let b = &mut self.buffer.as_mut()[at];
-        *b = if on { *b | mask } else { *b & !mask };
+view! {
+    /// A checked view of a BTH at the front of a byte buffer.
+    pub struct Bth("BTH", LEN, Header::Bth) {
+        /// The OpCode byte: transport in the top 3 bits, operation in the low 5 ([`Opcode::info`]
+        /// says which headers follow).
+        opcode: Opcode = bits(0, 0, 8) => set_opcode("Sets the OpCode."),
+        /// Solicited Event: the receive completion should wake a consumer waiting only for
+        /// solicited completions (set on the last packet of a SEND or WRITE with immediate).
+        solicited: bool = bits(1, 0, 1)
+            => set_solicited("Sets or clears Solicited Event, keeping the other flag bits."),
+        /// MigReq (automatic path migration, unused on RoCE; rxe and softroce send 0).
+        mig_req: bool = bits(1, 1, 1)
+            => set_mig_req("Sets or clears MigReq, keeping the other flag bits."),
+        /// Pad count: bytes (0-3) appended to the payload to reach a 4-byte multiple.
+        pad_count: u8 = bits(1, 2, 2)
+            => set_pad_count("Sets the pad count (0-3), keeping the other flag bits."),
+        /// Transport header version (0).
+        tver: u8 = bits(1, 4, 4) => set_tver(
+            "Sets the transport header version (its low 4 bits), keeping the other flag bits."
+        ),
+        /// Partition key: bit 15 is full membership, bits 14-0 the key ([`DEFAULT_PKEY`] on RoCE).
+        pkey: u16 = bits(2, 0, 16) => set_pkey("Sets the partition key."),
+        /// FECN: congestion was seen on the way to the receiver (RoCEv2 marks it in the IP ECN bits
+        /// instead, and the receiver answers with a CNP).
+        fecn: bool = bits(4, 0, 1)
+            => set_fecn("Sets or clears FECN, keeping BECN and the reserved bits."),
+        /// BECN: set in a packet going back to the source of a packet that carried FECN.
+        becn: bool = bits(4, 1, 1)
+            => set_becn("Sets or clears BECN, keeping FECN and the reserved bits."),
+        /// The 6 reserved bits of byte 4.
+        resv6: u8 = bits(4, 2, 6),
+        /// Destination QP number (24 bits).
+        dest_qp: u32 = bits(5, 0, 24)
+            => set_dest_qp("Sets the destination QP number (its low 24 bits)."),
+        /// AckReq: the responder must acknowledge this packet (RC only).
+        ack_req: bool = bits(8, 0, 1)
+            => set_ack_req("Sets or clears AckReq, keeping the reserved bits."),
+        /// The 7 reserved bits of byte 8.
+        resv7: u8 = bits(8, 1, 7),
+        /// Packet sequence number (24 bits); compare with [`crate::wire::Psn`], which wraps.
+        psn: u32 = bits(9, 0, 24) => set_psn("Sets the PSN (its low 24 bits)."),
     }
 }
 

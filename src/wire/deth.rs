@@ -6,69 +6,34 @@
 //!  Q_Key     | reserved | SrcQP (24 bits)
 //! ```
 
-use super::{be, check_emit_len, check_len, Header, Result};
+use super::field::view;
+use super::{check_emit_len, Header, Result};
 
 /// Size of the DETH on the wire.
 pub const LEN: usize = 8;
 
 /// The well-known Q_Key of the General Services Interface (QP1).
 pub const GSI_QKEY: u32 = 0x8001_0000;
+/// The QP number of the General Services Interface, which receives MADs (IBTA 13.5.1).
+pub const GSI_QPN: u32 = 1;
 
-mod field {
-    pub const QKEY: usize = 0;
-    pub const RESV: usize = 4;
-    pub const SRC_QP: usize = 5;
-}
-
-/// A checked view of a DETH at the front of a byte buffer.
-#[derive(Debug, Clone, Copy)]
-pub struct Deth<T: AsRef<[u8]>> {
-    buffer: T,
-}
-
-impl<T: AsRef<[u8]>> Deth<T> {
-    /// Wraps a buffer without checking its length; accessors may panic on a short buffer.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Deth { buffer }
-    }
-
-    /// Wraps a buffer after checking that it holds a whole DETH.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        check_len(buffer.as_ref(), LEN, Header::Deth)?;
-        Ok(Deth { buffer })
-    }
-
-    /// Returns the underlying buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    /// Q_Key the receiving UD QP compares with its own (0x80010000 for QP1).
-    pub fn qkey(&self) -> u32 {
-        be::u32_at(self.buffer.as_ref(), field::QKEY)
-    }
-    /// The reserved byte 4.
-    pub fn reserved(&self) -> u8 {
-        self.buffer.as_ref()[field::RESV]
-    }
-    /// The sender's QP number (24 bits), reported in the receiver's completion.
-    pub fn src_qp(&self) -> u32 {
-        be::u24_at(self.buffer.as_ref(), field::SRC_QP)
+view! {
+    /// A checked view of a DETH at the front of a byte buffer.
+    pub struct Deth("DETH", LEN, Header::Deth) {
+        /// Q_Key the receiving UD QP compares with its own (0x80010000 for QP1).
+        qkey: u32 = bits(0, 0, 32) => set_qkey("Sets the Q_Key."),
+        /// The reserved byte 4.
+        reserved: u8 = bits(4, 0, 8),
+        /// The sender's QP number (24 bits), reported in the receiver's completion.
+        src_qp: u32 = bits(5, 0, 24)
+            => set_src_qp("Sets the source QP number (its low 24 bits), keeping the reserved byte."),
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Deth<T> {
-    /// Sets the Q_Key.
-    pub fn set_qkey(&mut self, qkey: u32) {
-        be::put_u32(self.buffer.as_mut(), field::QKEY, qkey);
-    }
-    /// Sets the source QP number (low 24 bits of `qpn`), keeping the reserved byte.
-    pub fn set_src_qp(&mut self, qpn: u32) {
-        be::put_u24(self.buffer.as_mut(), field::SRC_QP, qpn);
-    }
     /// Zeroes the reserved byte, as a sender must.
     pub fn clear_reserved(&mut self) {
-        self.buffer.as_mut()[field::RESV] = 0;
+        field::reserved.put(self.buffer.as_mut(), 0);
     }
 }
 

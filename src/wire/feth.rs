@@ -8,7 +8,8 @@
 //!  reserved | Selectivity Level (SEL) | Placement Type (PLT)
 //! ```
 
-use super::{be, check_emit_len, check_len, Header, Result};
+use super::field::{bits, view, BitField};
+use super::{check_emit_len, Header, Result};
 
 /// Size of the FETH on the wire.
 pub const LEN: usize = 4;
@@ -22,67 +23,25 @@ pub const SELECTIVITY_RANGE: u8 = 0;
 /// Selectivity level: flush the whole memory region named by the R_Key (`IB_FLUSH_MR`).
 pub const SELECTIVITY_MR: u8 = 1;
 
-mod field {
-    pub const WORD: usize = 0;
-
-    pub const PLT_MASK: u32 = 0x0000_000F;
-    pub const SEL_MASK: u32 = 0x0000_0030;
-    pub const SEL_SHIFT: u32 = 4;
-    pub const RESV_MASK: u32 = 0xFFFF_FFC0;
+view! {
+    /// A checked view of a FETH at the front of a byte buffer.
+    pub struct Feth("FETH", LEN, Header::Feth) {
+        /// Selectivity level (bits 5-4).
+        selectivity: u8 = bits(3, 2, 2)
+            => set_selectivity("Sets the selectivity level (its low 2 bits), keeping the other bits."),
+        /// Placement type (bits 3-0).
+        placement: u8 = bits(3, 4, 4)
+            => set_placement("Sets the placement type (its low 4 bits), keeping the other bits."),
+    }
 }
 
-/// A checked view of a FETH at the front of a byte buffer.
-#[derive(Debug, Clone, Copy)]
-pub struct Feth<T: AsRef<[u8]>> {
-    buffer: T,
-}
+/// The reserved bits 31-6 of the word.
+const RESERVED: BitField = bits(0, 0, 26);
 
 impl<T: AsRef<[u8]>> Feth<T> {
-    /// Wraps a buffer without checking its length; accessors may panic on a short buffer.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Feth { buffer }
-    }
-
-    /// Wraps a buffer after checking that it holds a whole FETH.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        check_len(buffer.as_ref(), LEN, Header::Feth)?;
-        Ok(Feth { buffer })
-    }
-
-    /// Returns the underlying buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    fn word(&self) -> u32 {
-        be::u32_at(self.buffer.as_ref(), field::WORD)
-    }
-
-    /// Selectivity level (bits 5-4).
-    pub fn selectivity(&self) -> u8 {
-        ((self.word() & field::SEL_MASK) >> field::SEL_SHIFT) as u8
-    }
-    /// Placement type (bits 3-0).
-    pub fn placement(&self) -> u8 {
-        (self.word() & field::PLT_MASK) as u8
-    }
     /// The reserved bits 31-6, in place (the low 6 bits are zero).
     pub fn reserved(&self) -> u32 {
-        self.word() & field::RESV_MASK
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> Feth<T> {
-    /// Sets the selectivity level (low 2 bits of `sel`), keeping the other bits.
-    pub fn set_selectivity(&mut self, sel: u8) {
-        let w = (self.word() & !field::SEL_MASK)
-            | ((u32::from(sel) << field::SEL_SHIFT) & field::SEL_MASK);
-        be::put_u32(self.buffer.as_mut(), field::WORD, w);
-    }
-    /// Sets the placement type (low 4 bits of `plt`), keeping the other bits.
-    pub fn set_placement(&mut self, plt: u8) {
-        let w = (self.word() & !field::PLT_MASK) | (u32::from(plt) & field::PLT_MASK);
-        be::put_u32(self.buffer.as_mut(), field::WORD, w);
+        (RESERVED.get(self.buffer.as_ref()) as u32) << 6
     }
 }
 

@@ -6,48 +6,17 @@
 //!  R_Key (to invalidate at the responder)
 //! ```
 
-use super::{be, check_emit_len, check_len, Header, Result};
+use super::field::view;
+use super::{check_emit_len, Header, Result};
 
 /// Size of the IETH on the wire.
 pub const LEN: usize = 4;
 
-mod field {
-    pub const RKEY: usize = 0;
-}
-
-/// A checked view of an IETH at the front of a byte buffer.
-#[derive(Debug, Clone, Copy)]
-pub struct Ieth<T: AsRef<[u8]>> {
-    buffer: T,
-}
-
-impl<T: AsRef<[u8]>> Ieth<T> {
-    /// Wraps a buffer without checking its length; accessors may panic on a short buffer.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Ieth { buffer }
-    }
-
-    /// Wraps a buffer after checking that it holds a whole IETH.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        check_len(buffer.as_ref(), LEN, Header::Ieth)?;
-        Ok(Ieth { buffer })
-    }
-
-    /// Returns the underlying buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    /// The R_Key to invalidate.
-    pub fn rkey(&self) -> u32 {
-        be::u32_at(self.buffer.as_ref(), field::RKEY)
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> Ieth<T> {
-    /// Sets the R_Key to invalidate.
-    pub fn set_rkey(&mut self, rkey: u32) {
-        be::put_u32(self.buffer.as_mut(), field::RKEY, rkey);
+view! {
+    /// A checked view of an IETH at the front of a byte buffer.
+    pub struct Ieth("IETH", LEN, Header::Ieth) {
+        /// The R_Key to invalidate.
+        rkey: u32 = bits(0, 0, 32) => set_rkey("Sets the R_Key to invalidate."),
     }
 }
 

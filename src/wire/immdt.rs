@@ -9,48 +9,17 @@
 //! The value is read big-endian, so it equals what libibverbs users see as
 //! `ntohl(wc.imm_data)` (libibverbs hands `imm_data` over in network byte order).
 
-use super::{be, check_emit_len, check_len, Header, Result};
+use super::field::view;
+use super::{check_emit_len, Header, Result};
 
 /// Size of the ImmDt on the wire.
 pub const LEN: usize = 4;
 
-mod field {
-    pub const IMM: usize = 0;
-}
-
-/// A checked view of an ImmDt at the front of a byte buffer.
-#[derive(Debug, Clone, Copy)]
-pub struct ImmDt<T: AsRef<[u8]>> {
-    buffer: T,
-}
-
-impl<T: AsRef<[u8]>> ImmDt<T> {
-    /// Wraps a buffer without checking its length; accessors may panic on a short buffer.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        ImmDt { buffer }
-    }
-
-    /// Wraps a buffer after checking that it holds a whole ImmDt.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        check_len(buffer.as_ref(), LEN, Header::ImmDt)?;
-        Ok(ImmDt { buffer })
-    }
-
-    /// Returns the underlying buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    /// The immediate data, read big-endian.
-    pub fn imm(&self) -> u32 {
-        be::u32_at(self.buffer.as_ref(), field::IMM)
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> ImmDt<T> {
-    /// Sets the immediate data (written big-endian).
-    pub fn set_imm(&mut self, imm: u32) {
-        be::put_u32(self.buffer.as_mut(), field::IMM, imm);
+view! {
+    /// A checked view of an ImmDt at the front of a byte buffer.
+    pub struct ImmDt("ImmDt", LEN, Header::ImmDt) {
+        /// The immediate data, read big-endian.
+        imm: u32 = bits(0, 0, 32) => set_imm("Sets the immediate data (written big-endian)."),
     }
 }
 

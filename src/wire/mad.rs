@@ -48,17 +48,7 @@ pub mod method {
     pub const RESPONSE_BIT: u8 = 0x80;
 }
 
-/// A field of at most 64 bits inside a MAD: `width` bits starting `bit` bits below the most
-/// significant bit of byte `byte`, big-endian, as IBTA's message tables give them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BitField {
-    /// Offset of the field's first byte from the start of the MAD.
-    pub byte: usize,
-    /// Bits to skip in that byte, counted from its most significant bit.
-    pub bit: u8,
-    /// Width in bits (1..=64), with `bit + width <= 64`.
-    pub width: u8,
-}
+pub use super::field::BitField;
 
 impl BitField {
     /// A field of `width` bits at `bit` bits into byte `data_byte` of the class data (the
@@ -68,48 +58,6 @@ impl BitField {
             byte: HEADER_LEN + data_byte,
             bit,
             width,
-        }
-    }
-
-    /// Bytes the field touches.
-    const fn span(self) -> usize {
-        (self.bit as usize + self.width as usize).div_ceil(8)
-    }
-
-    /// Bits below the field in the last byte it touches.
-    const fn shift(self) -> u32 {
-        (self.span() * 8 - self.bit as usize - self.width as usize) as u32
-    }
-
-    const fn mask(self) -> u64 {
-        if self.width >= 64 {
-            u64::MAX
-        } else {
-            (1u64 << self.width) - 1
-        }
-    }
-
-    /// Reads the field from a whole MAD. `mad` holds at least [`LEN`] bytes.
-    pub fn get(self, mad: &[u8]) -> u64 {
-        let mut word = 0u64;
-        for &b in &mad[self.byte..self.byte + self.span()] {
-            word = (word << 8) | b as u64;
-        }
-        (word >> self.shift()) & self.mask()
-    }
-
-    /// Writes the low `width` bits of `value` into the field, leaving the bits around it alone.
-    pub fn put(self, mad: &mut [u8], value: u64) {
-        let span = self.span();
-        let bytes = &mut mad[self.byte..self.byte + span];
-        let mut word = 0u64;
-        for &b in bytes.iter() {
-            word = (word << 8) | b as u64;
-        }
-        let mask = self.mask() << self.shift();
-        word = (word & !mask) | ((value << self.shift()) & mask);
-        for (i, b) in bytes.iter_mut().enumerate() {
-            *b = (word >> (8 * (span - 1 - i))) as u8;
         }
     }
 }

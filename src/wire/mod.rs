@@ -7,6 +7,9 @@
 //!   buffer of at least `LEN` bytes;
 //! - tests on literal byte arrays in the same file.
 //!
+//! The fixed-layout headers also offer a checked view over a byte buffer (`Bth`, `Reth`, ...)
+//! with a getter and a setter per field, declared once per header with `view!` (in `field.rs`).
+//!
 //! [`packet`] combines the headers into a whole RoCE packet (BTH .. ICRC), [`icrc`] computes the
 //! invariant CRC, and [`frame`] handles the Ethernet / IP / UDP encapsulation around it.
 //!
@@ -21,6 +24,7 @@ pub mod cm;
 pub mod cma;
 pub mod deth;
 pub mod feth;
+mod field;
 pub mod frame;
 pub mod icrc;
 pub mod ieth;

@@ -6,66 +6,21 @@
 //!  Virtual Address | R_Key | DMA Length
 //! ```
 
-use super::{be, check_emit_len, check_len, Header, Result};
+use super::field::view;
+use super::{check_emit_len, Header, Result};
 
 /// Size of the RETH on the wire.
 pub const LEN: usize = 16;
 
-mod field {
-    pub const VA: usize = 0;
-    pub const RKEY: usize = 8;
-    pub const LEN: usize = 12;
-}
-
-/// A checked view of a RETH at the front of a byte buffer.
-#[derive(Debug, Clone, Copy)]
-pub struct Reth<T: AsRef<[u8]>> {
-    buffer: T,
-}
-
-impl<T: AsRef<[u8]>> Reth<T> {
-    /// Wraps a buffer without checking its length; accessors may panic on a short buffer.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Reth { buffer }
-    }
-
-    /// Wraps a buffer after checking that it holds a whole RETH.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        check_len(buffer.as_ref(), LEN, Header::Reth)?;
-        Ok(Reth { buffer })
-    }
-
-    /// Returns the underlying buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    /// Virtual address of the first byte of the remote buffer.
-    pub fn va(&self) -> u64 {
-        be::u64_at(self.buffer.as_ref(), field::VA)
-    }
-    /// Remote key of the memory region.
-    pub fn rkey(&self) -> u32 {
-        be::u32_at(self.buffer.as_ref(), field::RKEY)
-    }
-    /// DMA length: bytes of the whole RDMA operation (not just this packet).
-    pub fn dma_len(&self) -> u32 {
-        be::u32_at(self.buffer.as_ref(), field::LEN)
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> Reth<T> {
-    /// Sets the virtual address.
-    pub fn set_va(&mut self, va: u64) {
-        be::put_u64(self.buffer.as_mut(), field::VA, va);
-    }
-    /// Sets the R_Key.
-    pub fn set_rkey(&mut self, rkey: u32) {
-        be::put_u32(self.buffer.as_mut(), field::RKEY, rkey);
-    }
-    /// Sets the DMA length.
-    pub fn set_dma_len(&mut self, len: u32) {
-        be::put_u32(self.buffer.as_mut(), field::LEN, len);
+view! {
+    /// A checked view of a RETH at the front of a byte buffer.
+    pub struct Reth("RETH", LEN, Header::Reth) {
+        /// Virtual address of the first byte of the remote buffer.
+        va: u64 = bits(0, 0, 64) => set_va("Sets the virtual address."),
+        /// Remote key of the memory region.
+        rkey: u32 = bits(8, 0, 32) => set_rkey("Sets the R_Key."),
+        /// DMA length: bytes of the whole RDMA operation (not just this packet).
+        dma_len: u32 = bits(12, 0, 32) => set_dma_len("Sets the DMA length."),
     }
 }
 

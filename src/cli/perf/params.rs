@@ -167,23 +167,41 @@ impl Params {
     }
 }
 
+/// Refuses flags this device cannot take: refused flags, the device name, the MTU, the port.
+fn check_device_args(args: &PerfArgs) -> Result<(), CliError> {
+    args.refused.check()?;
+    args.device.validate()?;
+    Mtu::from_bytes(args.mtu).ok_or_else(|| {
+        CliError::Usage(format!(
+            "-m {}: the MTU must be 256, 512, 1024, 2048 or 4096",
+            args.mtu
+        ))
+    })?;
+    if args.ib_port != 1 {
+        return Err(CliError::Usage(format!(
+            "-i {}: a softroce device has one port, port 1",
+            args.ib_port
+        )));
+    }
+    Ok(())
+}
+
 impl Params {
     /// Resolves perftest's defaults and refuses what cannot run.
     pub(super) fn from_args(args: &PerfArgs) -> Result<Params, CliError> {
-        args.refused.check()?;
-        args.device.validate()?;
-        Mtu::from_bytes(args.mtu).ok_or_else(|| {
-            CliError::Usage(format!(
-                "-m {}: the MTU must be 256, 512, 1024, 2048 or 4096",
-                args.mtu
-            ))
-        })?;
-        if args.ib_port != 1 {
-            return Err(CliError::Usage(format!(
-                "-i {}: a softroce device has one port, port 1",
-                args.ib_port
-            )));
-        }
+        check_device_args(args)?;
+        let mut p = Params::defaults(args);
+        p.check_counts(args)?;
+        p.check_modes()?;
+        p.check_ud()?;
+        p.check_reporting(args)?;
+        p.resolve_queues(args);
+        Ok(p)
+    }
+
+    /// The parameters as the flags and perftest's defaults give them, the queues not yet
+    /// resolved (`resolve_queues`).
+    fn defaults(args: &PerfArgs) -> Params {
         // --run_infinitely reports every -D seconds, perftest's DEF_DURATION (5) by default.
         let duration = args
             .duration
@@ -191,7 +209,7 @@ impl Params {
             .map(Duration::from_secs);
         // perftest: the margin defaults to a quarter of the duration.
         let margin = Duration::from_secs(args.margin.unwrap_or(args.duration.unwrap_or(0) / 4));
-        let mut p = Params {
+        Params {
             // Resolved last (resolve_queues), from the rest.
             tx_depth: 0,
             rx_depth: 0,
@@ -225,49 +243,57 @@ impl Params {
             iters: args.iters.unwrap_or(if args.lat { 1000 } else { 5000 }),
             num_qps: args.num_qps,
             conn: args.connection,
-        };
-        if p.conn == Connection::Uc && matches!(args.op, PerfOp::Read | PerfOp::Atomic) {
+        }
+    }
+
+    /// Refuses a connection type, size, QP count or iteration count that cannot run.
+    fn check_counts(&self, args: &PerfArgs) -> Result<(), CliError> {
+        if self.conn == Connection::Uc && matches!(args.op, PerfOp::Read | PerfOp::Atomic) {
             // perftest: "Read and Atomic verbs are not supported on UC" (perftest_parameters.c).
             return Err(CliError::Usage(
                 "-c UC: READ and atomics need an RC QP (UC carries SEND and WRITE)".into(),
             ));
         }
-        if p.size == 0 || p.size > (1 << 31) {
+        if self.size == 0 || self.size > (1 << 31) {
             return Err(CliError::Usage(format!(
                 "-s {}: the message size must be 1..2147483648 (2^31) bytes",
-                p.size
+                self.size
             )));
         }
-        if p.num_qps == 0 || p.num_qps > 4096 {
+        if self.num_qps == 0 || self.num_qps > 4096 {
             return Err(CliError::Usage(format!(
                 "-q {}: the number of QPs must be 1..4096",
-                p.num_qps
+                self.num_qps
             )));
         }
-        if p.iters < if p.prog.lat() { 5 } else { 1 } {
+        if self.iters < if self.prog.lat() { 5 } else { 1 } {
             return Err(CliError::Usage(
                 "-n must be at least 1 (5 for latency tests, whose report drops the two largest samples)"
                     .into(),
             ));
         }
         // Every message is timed (perftest's tposted/tcompleted), 32 bytes of timestamps each.
-        if p.duration.is_none() && p.iters.saturating_mul(p.num_qps as u64) > MAX_MESSAGES {
+        if self.duration.is_none() && self.iters.saturating_mul(self.num_qps as u64) > MAX_MESSAGES
+        {
             return Err(CliError::Usage(format!(
                 "-n {} x -q {}: at most {MAX_MESSAGES} messages per run (each is timed)",
-                p.iters, p.num_qps
+                self.iters, self.num_qps
             )));
         }
-        if args.op == PerfOp::Atomic && p.size != 8 {
+        if args.op == PerfOp::Atomic && self.size != 8 {
             return Err(CliError::Usage("atomics are 8 bytes (-s 8)".into()));
         }
-        if p.prog.lat() && p.num_qps != 1 {
+        if self.prog.lat() && self.num_qps != 1 {
             return Err(CliError::Usage(
                 "latency tests use one QP (-q 1), as perftest's".into(),
             ));
         }
-        p.check_modes()?;
-        p.check_ud()?;
-        match (args.output, p.prog.lat()) {
+        Ok(())
+    }
+
+    /// Refuses an --output, -L, -I, -l or -Q that does not apply.
+    fn check_reporting(&self, args: &PerfArgs) -> Result<(), CliError> {
+        match (args.output, self.prog.lat()) {
             (Some(OutputOnly::Latency), false) => {
                 return Err(CliError::Usage(
                     "--output: the bandwidth tests print bandwidth or message_rate".into(),
@@ -297,13 +323,12 @@ impl Params {
         if args.post_list == 0 || args.cq_mod == Some(0) {
             return Err(CliError::Usage("-l and -Q must be at least 1".into()));
         }
-        if (args.post_list > 1 || args.cq_mod.is_some()) && p.prog.lat() {
+        if (args.post_list > 1 || args.cq_mod.is_some()) && self.prog.lat() {
             return Err(CliError::Usage(
                 "-l and -Q apply to the bandwidth tests".into(),
             ));
         }
-        p.resolve_queues(args);
-        Ok(p)
+        Ok(())
     }
 
     /// The queue depths, -o, -Q, -l and -I as this end uses them (resolved here only).

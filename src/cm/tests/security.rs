@@ -51,7 +51,7 @@ fn rej(from: ConnId, to: ConnId) -> [u8; mad::LEN] {
 #[test]
 fn comm_and_transaction_ids_are_fresh_draws_never_reused_while_held() {
     let n = 100_000;
-    let mut e = Endpoint::new(EndpointConfig {
+    let mut e = CmEndpoint::new(EndpointConfig {
         max_connections: n + 1,
         ..EndpointConfig::default()
     });
@@ -81,8 +81,8 @@ fn comm_and_transaction_ids_are_fresh_draws_never_reused_while_held() {
 #[test]
 fn two_endpoints_started_together_draw_unrelated_ids() {
     let p = ConnectParams::rc(SERVICE, 1, 1, [1; 16], [2; 16]);
-    let mut a = Endpoint::new(EndpointConfig::default());
-    let mut b = Endpoint::new(EndpointConfig::default());
+    let mut a = CmEndpoint::new(EndpointConfig::default());
+    let mut b = CmEndpoint::new(EndpointConfig::default());
     let xa: Vec<u32> = (0..64)
         .map(|_| a.connect(Duration::ZERO, addr(2), &p).unwrap().0)
         .collect();
@@ -189,7 +189,7 @@ fn a_rep_from_another_address_does_not_complete_a_connect() {
 
 #[test]
 fn a_repeated_req_from_another_address_is_not_a_duplicate() {
-    let mut b = Endpoint::new(cfg(2));
+    let mut b = CmEndpoint::new(cfg(2));
     b.listen(SERVICE, 4).unwrap();
     let req = flood_req(1);
     b.handle_mad(Duration::ZERO, addr(9), &req);
@@ -212,7 +212,7 @@ fn one_source_cannot_fill_every_listeners_backlog() {
         rdma_tcp_service_id(7175),
         rdma_tcp_service_id(7176),
     ];
-    let mut b = Endpoint::new(EndpointConfig {
+    let mut b = CmEndpoint::new(EndpointConfig {
         max_half_open_per_source: 6,
         ..cfg(2)
     });
@@ -268,7 +268,7 @@ fn one_source_cannot_fill_every_listeners_backlog() {
 
 #[test]
 fn a_req_cannot_hold_a_backlog_slot_longer_than_the_bound() {
-    let mut b = Endpoint::new(cfg(2));
+    let mut b = CmEndpoint::new(cfg(2));
     b.listen(SERVICE, 1).unwrap();
     let (hdr, msg) = CmMessage::parse(&flood_req(1)).unwrap();
     let CmMessage::Req(r) = msg else { panic!() };
@@ -293,7 +293,7 @@ fn a_req_cannot_hold_a_backlog_slot_longer_than_the_bound() {
 #[test]
 fn a_listener_with_a_larger_backlog_takes_that_many_from_one_source() {
     // perftest -R connects all its QPs from one address at once, to a backlog it sized.
-    let mut b = Endpoint::new(EndpointConfig {
+    let mut b = CmEndpoint::new(EndpointConfig {
         max_half_open_per_source: 2,
         ..cfg(2)
     });

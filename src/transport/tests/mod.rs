@@ -239,7 +239,7 @@ impl Pair {
                 "responder resources {res}"
             );
             assert!(
-                out <= super::responder::MAX_QUEUED_RESPONSES,
+                out <= super::params::MAX_QUEUED_RESPONSES,
                 "queued responses {out}"
             );
             assert!(
