@@ -16,6 +16,41 @@ use crate::transport::{Counters, MrTable, QpCore};
 
 type Result<T> = core::result::Result<T, VerbsError>;
 
+/// What the device and the threads that run its engine ask of the engine (engine.rs
+/// implements it), so that this file does not import the engine, which serves the device.
+/// Whoever holds `Device::engine`'s lock calls these.
+pub(crate) trait Passes: Send + std::fmt::Debug {
+    /// A whole pass: receive, serve, send everything.
+    fn pass(&mut self);
+    /// Busy-poll: an application thread's pass as it posts (sends may wait for its poll).
+    fn pass_for_post(&mut self);
+    /// Busy-poll: an application thread's pass as it polls a CQ.
+    fn pass_for_application(&mut self);
+    /// The default mode: a posting thread sends what it posted (no receive).
+    fn pass_after_post(&mut self);
+    /// Between the engine thread's passes: what its wait needs, the timer armed for it.
+    fn plan_wait(&mut self) -> WaitPlan;
+    /// Acknowledges the deadline timer's expiry.
+    fn clear_timer(&mut self);
+    /// Busy-poll: an application pass left packets for later.
+    fn left_behind(&self) -> bool;
+    /// The last pass before the engine stops, sending what it holds.
+    fn finish(&mut self);
+}
+
+/// What the engine thread needs to know to wait between passes (engine_thread.rs), read
+/// under the engine's lock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WaitPlan {
+    /// Work is ready now: poll without waiting.
+    pub(crate) ready: bool,
+    /// The earliest deadline: a spin does not go past it.
+    pub(crate) next_wake: Option<std::time::Instant>,
+    /// The poll's timeout when sleeping: None when the deadline timer is armed for
+    /// `next_wake` (it wakes the poll), else until `next_wake`.
+    pub(crate) sleep: Option<std::time::Duration>,
+}
+
 /// What the engine needs to know about a QP.
 #[derive(Debug, Clone)]
 pub(crate) struct QpEntry {
@@ -54,7 +89,7 @@ pub(crate) struct Device {
     /// The engine: whoever holds the lock runs a pass (the engine thread, a posting thread,
     /// or with busy-poll a polling one). Emptied when the context closes, which breaks the
     /// engine's reference back to the device.
-    pub(crate) engine: Mutex<Option<Box<super::engine::Engine>>>,
+    pub(crate) engine: Mutex<Option<Box<dyn Passes>>>,
     /// QP1: the connection manager's MADs.
     pub(crate) gsi: GsiShared,
     /// Engine passes completed (see `settle`).
@@ -192,22 +227,22 @@ impl Device {
     /// not receive, `Engine::pass_for_post`). Without busy-poll, nothing (the engine thread
     /// does the work).
     pub(crate) fn drive(&self) {
-        self.drive_with(super::engine::Engine::pass_for_post);
+        self.drive_with(|e| e.pass_for_post());
     }
 
     /// [`drive`](Self::drive) for a CQ poll: packets produced along with completions go with
     /// the next pass (see `Engine::pass_for_application`).
     pub(crate) fn drive_for_poll(&self) {
-        self.drive_with(super::engine::Engine::pass_for_application);
+        self.drive_with(|e| e.pass_for_application());
     }
 
-    fn drive_with(&self, pass: fn(&mut super::engine::Engine)) {
+    fn drive_with(&self, pass: fn(&mut dyn Passes)) {
         if !self.busy_poll {
             return;
         }
         if let Ok(mut e) = self.engine.try_lock() {
             if let Some(e) = e.as_mut() {
-                pass(e);
+                pass(&mut **e);
                 self.app_passes.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -234,7 +269,7 @@ impl Device {
                 seen = now_at;
                 if self.busy_poll {
                     // A whole pass, which sends all it produced (a post's may hold some).
-                    self.drive_with(super::engine::Engine::pass);
+                    self.drive_with(|e| e.pass());
                 } else {
                     let _ = self.waker.wake();
                 }

@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 use mio::{Interest, Registry, Token};
 
 use super::cq::CqInner;
-use super::device::Device;
+use super::device::{Device, Passes, WaitPlan};
 use super::group::{Control, MadRoute, Member};
 use super::gsi::GSI_QPN;
 use super::link::{Link, RxBatch};
@@ -87,19 +87,6 @@ enum Pass {
     /// An application thread posting in the default mode: does not receive, sends all it
     /// produced (no poll of its follows to send what it would leave).
     Send,
-}
-
-/// What the engine thread needs to know to wait between passes (engine_thread.rs), read
-/// under the engine's lock.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct WaitPlan {
-    /// Work is ready now: poll without waiting.
-    pub(crate) ready: bool,
-    /// The earliest deadline: a spin does not go past it.
-    pub(crate) next_wake: Option<Instant>,
-    /// The poll's timeout when sleeping: None when the deadline timer is armed for
-    /// `next_wake` (it wakes the poll), else until `next_wake`.
-    pub(crate) sleep: Option<Duration>,
 }
 
 /// A busy-poll post's pass sends once this many packets wait, and otherwise leaves them for
@@ -797,6 +784,33 @@ impl Engine {
         }
         drop(held);
         self.send_wc = run;
+    }
+}
+
+impl Passes for Engine {
+    fn pass(&mut self) {
+        Engine::pass(self)
+    }
+    fn pass_for_post(&mut self) {
+        Engine::pass_for_post(self)
+    }
+    fn pass_for_application(&mut self) {
+        Engine::pass_for_application(self)
+    }
+    fn pass_after_post(&mut self) {
+        Engine::pass_after_post(self)
+    }
+    fn plan_wait(&mut self) -> WaitPlan {
+        Engine::plan_wait(self)
+    }
+    fn clear_timer(&mut self) {
+        Engine::clear_timer(self)
+    }
+    fn left_behind(&self) -> bool {
+        Engine::left_behind(self)
+    }
+    fn finish(&mut self) {
+        Engine::finish(self)
     }
 }
 

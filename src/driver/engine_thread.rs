@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use mio::{Events, Poll};
 
-use super::device::Device;
-use super::engine::{WaitPlan, TIMER};
+use super::device::{Device, WaitPlan};
+use super::engine::TIMER;
 
 /// A wait that ended within this many `idle_spin`s of its start means spinning pays: the
 /// next wait spins first (see `Waiter::wait`).
