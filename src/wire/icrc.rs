@@ -7,7 +7,7 @@
 //! byte 4 (FECN, BECN, reserved) set to ones; then the extended headers, payload and pad. The
 //! four result bytes are sent little-endian. Rules and test vectors: `spec-notes/icrc.md`.
 //!
-//! No allocation: the masked headers are copied into stack buffers and fed to the hasher.
+//! No allocation: the masked headers are copied into a stack buffer and fed to the hasher.
 
 use super::{bth, Error, Header, Result, ICRC_LEN};
 
@@ -19,6 +19,11 @@ const IPV4_MAX_HEADER: usize = 60;
 pub const IPV6_HEADER_LEN: usize = 40;
 /// Size of the UDP header.
 pub const UDP_HEADER_LEN: usize = 8;
+/// The longest masked pseudo-header: LRH, an IPv4 header with options, UDP, BTH.
+const PSEUDO_MAX: usize = 8 + IPV4_MAX_HEADER + UDP_HEADER_LEN + bth::LEN;
+/// Bytes after the BTH that `compute` copies beside the pseudo-header, so that a small
+/// packet is one update (a 64-byte WRITE's RETH and payload fit).
+const INLINE_REST: usize = 168;
 
 /// Computes the ICRC.
 ///
@@ -37,8 +42,13 @@ pub fn compute(ip_header: &[u8], udp_header: &[u8], roce: &[u8]) -> Result<u32> 
             got: roce.len(),
         });
     }
-    let mut h = crc32fast::Hasher::new();
-    h.update(&LRH_ONES);
+    // The masked pseudo-header, and as much of the rest as fits, in one buffer: crc32fast
+    // folds 64 bytes at a time with PCLMULQDQ, while pieces under 64 bytes go through its
+    // table a few bytes at a time, so five small updates (LRH, IP, UDP, BTH, rest) cost a
+    // small packet about 250 instructions more than one (callgrind, 64-byte WRITEs).
+    let mut buf = [0u8; PSEUDO_MAX + INLINE_REST];
+    buf[..LRH_ONES.len()].copy_from_slice(&LRH_ONES);
+    let mut at = LRH_ONES.len();
     match ip_header.first().map(|b| b >> 4) {
         Some(4) => {
             let len = ip_header.len();
@@ -48,40 +58,45 @@ pub fn compute(ip_header: &[u8], udp_header: &[u8], roce: &[u8]) -> Result<u32> 
                     "IPv4 header length disagrees with IHL",
                 ));
             }
-            let mut ip = [0u8; IPV4_MAX_HEADER];
-            let ip = &mut ip[..len];
+            let ip = &mut buf[at..at + len];
             ip.copy_from_slice(ip_header);
             ip[1] = 0xFF; // TOS (DSCP + ECN)
             ip[8] = 0xFF; // TTL
             ip[10] = 0xFF; // header checksum
             ip[11] = 0xFF;
-            h.update(ip);
+            at += len;
         }
         Some(6) => {
             if ip_header.len() != IPV6_HEADER_LEN {
                 return Err(Error::Encapsulation("IPv6 header must be 40 bytes"));
             }
-            let mut ip = [0u8; IPV6_HEADER_LEN];
+            let ip = &mut buf[at..at + IPV6_HEADER_LEN];
             ip.copy_from_slice(ip_header);
             ip[0] |= 0x0F; // traffic class (high nibble) ...
             ip[1] = 0xFF; // ... traffic class (low nibble) and flow label
             ip[2] = 0xFF;
             ip[3] = 0xFF;
             ip[7] = 0xFF; // hop limit
-            h.update(&ip);
+            at += IPV6_HEADER_LEN;
         }
         _ => return Err(Error::Encapsulation("not an IPv4 or IPv6 header")),
     }
-    let mut udp = [0u8; UDP_HEADER_LEN];
+    let udp = &mut buf[at..at + UDP_HEADER_LEN];
     udp.copy_from_slice(udp_header);
     udp[6] = 0xFF; // checksum
     udp[7] = 0xFF;
-    h.update(&udp);
-    let mut b = [0u8; bth::LEN];
+    at += UDP_HEADER_LEN;
+    let b = &mut buf[at..at + bth::LEN];
     b.copy_from_slice(&roce[..bth::LEN]);
     b[4] = 0xFF; // FECN, BECN, reserved
-    h.update(&b);
-    h.update(&roce[bth::LEN..]);
+    at += bth::LEN;
+    let rest = &roce[bth::LEN..];
+    let inline = rest.len().min(buf.len() - at);
+    buf[at..at + inline].copy_from_slice(&rest[..inline]);
+    at += inline;
+    let mut h = crc32fast::Hasher::new();
+    h.update(&buf[..at]);
+    h.update(&rest[inline..]);
     Ok(h.finalize())
 }
 
