@@ -154,6 +154,10 @@ impl HeaderSet {
     pub const fn contains(self, other: HeaderSet) -> bool {
         self.0 & other.0 == other.0
     }
+    /// The headers of `self` that are not in `other`.
+    pub const fn without(self, other: HeaderSet) -> HeaderSet {
+        HeaderSet(self.0 & !other.0)
+    }
     /// Whether the set is empty.
     pub const fn is_empty(self) -> bool {
         self.0 == 0
