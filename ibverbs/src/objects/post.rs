@@ -4,7 +4,7 @@
 use libc::{c_int, EINVAL};
 use softroce::ib::VerbsError;
 use softroce::ib::{AccessFlags, MwBindInfo, RecvWr, SendFlags, SendWr, Sge, WrOpcode};
-use softroce::verbs::{PostBatch, UdSendWr};
+use softroce::verbs::{PostBatch, QueuePair, UdSendWr};
 
 use super::ah::Ah;
 use super::common::{errno_of, fail};
@@ -244,30 +244,63 @@ unsafe fn qp_of<'a, W>(
     Ok(unsafe { Obj::<Qp>::trusted(p) })
 }
 
-/// The `post_send` op: 0, or an errno value with `*bad_wr` the first WR not posted. The
-/// chain is queued under one QP lock and rung once, as rxe's provider posts a list.
-pub(super) unsafe extern "C" fn op_post_send(
+/// A post op's chain on QP `p`: the batch `open` makes (of sends or of receives) takes each
+/// WR through `post_one`, under one QP lock, and rings once, as rxe's provider posts a list;
+/// 0, or the first refused WR's errno with `*bad_wr` at it (the WRs before it stay posted).
+///
+/// # Safety
+///
+/// As the op's: `p` is NULL or a QP of the shim the application has not destroyed, `wr` a
+/// valid linked list of WRs (`next` follows it), `bad_wr` NULL or writable.
+unsafe fn post_chain<W>(
     p: *mut ibv_qp,
-    wr: *mut ibv_send_wr,
-    bad_wr: *mut *mut ibv_send_wr,
+    wr: *mut W,
+    bad_wr: *mut *mut W,
+    next: fn(&W) -> *mut W,
+    open: for<'q> fn(&'q QueuePair) -> softroce::ib::Result<PostBatch<'q>>,
+    mut post_one: impl FnMut(&Qp, &mut PostBatch<'_>, &W) -> Result<(), c_int>,
 ) -> c_int {
     // SAFETY: the op's contract (a QP of the shim, or NULL).
     let q = match unsafe { qp_of(p, wr, bad_wr) } {
         Ok(q) => q,
         Err(e) => return e,
     };
-    let mut batch = match q.qp.send_batch() {
-        Ok(b) => b,
-        // SAFETY: as below, for the first WR.
-        Err(e) => return unsafe { walk(wr, bad_wr, |w| w.next, |_| Err(errno_of(&e))) },
-    };
-    // SAFETY: the caller's list is a valid linked list of WRs (the verbs contract).
+    // SAFETY (both walks): the caller's list is a valid linked list of WRs (the verbs
+    // contract); a batch that cannot open refuses the first WR.
+    match open(&q.qp) {
+        Ok(mut batch) => unsafe { walk(wr, bad_wr, next, |w| post_one(q, &mut batch, w)) },
+        Err(e) => unsafe { walk(wr, bad_wr, next, |_| Err(errno_of(&e))) },
+    }
+}
+
+/// A C receive WR as softroce's, its SGE list read in place.
+///
+/// # Safety
+///
+/// The WR's `sg_list` holds `num_sge` SGEs, unchanged during the post (the verbs contract).
+pub(super) unsafe fn recv_wr(w: &ibv_recv_wr) -> Result<RecvWr<'_>, c_int> {
+    Ok(RecvWr {
+        wr_id: w.wr_id,
+        // SAFETY: the caller's promise.
+        sg_list: unsafe { sges(w.sg_list, w.num_sge)? },
+    })
+}
+
+/// The `post_send` op: 0, or an errno value with `*bad_wr` the first WR not posted.
+pub(super) unsafe extern "C" fn op_post_send(
+    p: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad_wr: *mut *mut ibv_send_wr,
+) -> c_int {
+    // SAFETY: the op's contract, which post_chain has.
     unsafe {
-        walk(
+        post_chain(
+            p,
             wr,
             bad_wr,
             |w| w.next,
-            |w| {
+            QueuePair::send_batch,
+            |q, batch, w| {
                 // SAFETY: the WR's sg_list holds num_sge SGEs (the verbs contract).
                 let sg_list = sges(w.sg_list, w.num_sge)?;
                 let one = SendWr {
@@ -279,43 +312,29 @@ pub(super) unsafe extern "C" fn op_post_send(
                 let ud =
                     q.ud.then(|| (w.ud_ah(), w.ud_remote_qpn(), w.ud_remote_qkey()));
                 // SAFETY: the verbs contract for inline SGEs and the WR's address handle.
-                post_send_one(q, &mut batch, one, ud, errno_of)
+                post_send_one(q, batch, one, ud, errno_of)
             },
         )
     }
 }
 
-/// The `post_recv` op: 0, or an errno value with `*bad_wr` the first WR not posted; the chain
-/// under one QP lock, as `post_send`.
+/// The `post_recv` op: 0, or an errno value with `*bad_wr` the first WR not posted.
 pub(super) unsafe extern "C" fn op_post_recv(
     p: *mut ibv_qp,
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    // SAFETY: the op's contract (a QP of the shim, or NULL).
-    let q = match unsafe { qp_of(p, wr, bad_wr) } {
-        Ok(q) => q,
-        Err(e) => return e,
-    };
-    let mut batch = match q.qp.recv_batch() {
-        Ok(b) => b,
-        // SAFETY: as below, for the first WR.
-        Err(e) => return unsafe { walk(wr, bad_wr, |w| w.next, |_| Err(errno_of(&e))) },
-    };
-    // SAFETY: the caller's list is a valid linked list of WRs (the verbs contract).
+    // SAFETY: the op's contract, which post_chain has.
     unsafe {
-        walk(
+        post_chain(
+            p,
             wr,
             bad_wr,
             |w| w.next,
-            |w| {
-                // SAFETY: the WR's sg_list holds num_sge SGEs (the verbs contract).
-                let sg_list = sges(w.sg_list, w.num_sge)?;
-                let one = RecvWr {
-                    wr_id: w.wr_id,
-                    sg_list,
-                };
-                batch.post_recv(&one).map_err(|e| errno_of(&e))
+            QueuePair::recv_batch,
+            |_, batch, w| {
+                // SAFETY: the verbs contract for the WR's SGE list.
+                batch.post_recv(&recv_wr(w)?).map_err(|e| errno_of(&e))
             },
         )
     }

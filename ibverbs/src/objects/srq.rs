@@ -3,13 +3,13 @@
 use std::sync::Arc;
 
 use libc::{c_int, c_void, EINVAL};
-use softroce::ib::{RecvWr, SrqAttr, SrqAttrMask};
+use softroce::ib::{SrqAttr, SrqAttrMask};
 use softroce::verbs::SharedReceiveQueue;
 
 use super::common::{cond_init, errno_of, fail, fail_null, mutex_init};
 use super::handle::{self, Obj, Object};
 use super::pd::{pd_of, Pd};
-use super::post::{null_handle, sges, walk};
+use super::post::{null_handle, recv_wr, walk};
 use crate::ffi::*;
 
 /// A shared receive queue. Its QPs hold it (so `ibv_destroy_srq` is EBUSY while they live); it
@@ -154,12 +154,8 @@ pub(super) unsafe extern "C" fn op_post_srq_recv(
             bad_wr,
             |w| w.next,
             |w| {
-                // SAFETY: the WR's sg_list holds num_sge SGEs (the verbs contract).
-                let sg_list = sges(w.sg_list, w.num_sge)?;
-                let one = RecvWr {
-                    wr_id: w.wr_id,
-                    sg_list,
-                };
+                // SAFETY: the verbs contract for the WR's SGE list.
+                let one = recv_wr(w)?;
                 x.srq
                     .post_recv(std::slice::from_ref(&one))
                     .map_err(|e| errno_of(&e.error))
