@@ -64,6 +64,10 @@ pub const IBV_QP_ATTR_MASK_BASIC: c_int = (1 << 21) - 1;
 pub const IBV_ACCESS_BASIC: c_uint = 0xf;
 /// `IBV_ACCESS_MW_BIND`: memory windows may be bound to the region.
 pub const IBV_ACCESS_MW_BIND: c_uint = 1 << 4;
+/// `IBV_ACCESS_ON_DEMAND`: an on-demand-paging region (pages need not be mapped yet).
+pub const IBV_ACCESS_ON_DEMAND: c_uint = 1 << 6;
+/// `IBV_ACCESS_HUGETLB`: a hint that the region is backed by huge pages.
+pub const IBV_ACCESS_HUGETLB: c_uint = 1 << 7;
 /// `IBV_ACCESS_OPTIONAL_RANGE`: flags a device without them ignores (relaxed ordering...).
 pub const IBV_ACCESS_OPTIONAL_RANGE: c_uint = 0x3ff0_0000;
 
@@ -160,6 +164,9 @@ pub const VERBS_CONTEXT_SLOTS: usize = 39;
 pub const VCTX_QUERY_PORT: usize = 0;
 /// The `query_device_ex` slot of `verbs_context.ops`.
 pub const VCTX_QUERY_DEVICE_EX: usize = 27;
+
+/// The `advise_mr` slot of `verbs_context.ops` (what the inline `ibv_advise_mr` calls).
+pub const VCTX_ADVISE_MR: usize = 1;
 
 /// The `create_cq_ex` slot of `verbs_context.ops` (what the inline `ibv_create_cq_ex` calls).
 pub const VCTX_CREATE_CQ_EX: usize = 25;

@@ -14,6 +14,7 @@ mod device;
 pub(crate) mod handle;
 mod mr;
 mod mw;
+mod odp;
 mod pd;
 mod port;
 mod post;

@@ -56,12 +56,15 @@ unsafe fn reg_mr(
     };
     // The optional range (relaxed ordering...) is ignored as libibverbs ignores it on devices
     // without it.
-    let access = access & !IBV_ACCESS_OPTIONAL_RANGE;
-    if access & !(IBV_ACCESS_BASIC | IBV_ACCESS_MW_BIND) != 0 {
-        // ZERO_BASED, ON_DEMAND, HUGETLB...: not implemented.
+    // HUGETLB is a hint (how the application backs the memory) that changes nothing here.
+    let access = access & !(IBV_ACCESS_OPTIONAL_RANGE | IBV_ACCESS_HUGETLB);
+    if access & !(IBV_ACCESS_BASIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ON_DEMAND) != 0 {
+        // ZERO_BASED (only for device memory, ibv_reg_dm_mr) and unknown flags.
         return fail_null(EOPNOTSUPP);
     }
-    if addr.is_null() || len == 0 {
+    // The implicit on-demand region: the whole address space (spec-notes/beyond-rxe.md R2).
+    let implicit = access & IBV_ACCESS_ON_DEMAND != 0 && addr.is_null() && len == usize::MAX;
+    if (addr.is_null() && !implicit) || len == 0 {
         return fail_null(EINVAL);
     }
     // SAFETY: the application registers memory it owns and keeps it until ibv_dereg_mr,
