@@ -13,6 +13,13 @@ use crate::ib::{AccessFlags, Result, VerbsError};
 use crate::memory::mapping::{self, MappingFault};
 use crate::memory::SharedBytes;
 
+/// The rights that write the memory (ib_access_writable): registering with one of them needs
+/// writable pages.
+const WRITING: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_WRITE)
+    .union(AccessFlags::REMOTE_ATOMIC)
+    .union(AccessFlags::MW_BIND);
+
 impl ProtectionDomain {
     /// `ibv_reg_mr` / `ibv_reg_mr_iova` on application memory: registers `len` bytes at `ptr`,
     /// addressed by the peer (and by SGEs) as `iova ..`. Dropping the region deregisters it
@@ -58,19 +65,9 @@ impl ProtectionDomain {
         // rxe pins the pages here and fails where it cannot (EFAULT): softroce asks the kernel
         // instead (crate::memory::mapping), writable pages for a right that writes
         // (ib_access_writable).
-        let write = access.intersects(
-            AccessFlags::LOCAL_WRITE
-                | AccessFlags::REMOTE_WRITE
-                | AccessFlags::REMOTE_ATOMIC
-                | AccessFlags::MW_BIND,
-        );
-        let (addr, bytes) = (ptr as u64, len as u64);
+        let write = access.intersects(WRITING);
         if !on_demand {
-            mapping::check(ptr as usize, len, write).map_err(|f| match f {
-                MappingFault::NotMapped => VerbsError::NotMapped { addr, len: bytes },
-                MappingFault::NotReadable => VerbsError::NotReadable { addr, len: bytes },
-                MappingFault::NotWritable => VerbsError::NotWritable { addr, len: bytes },
-            })?;
+            check_mapped(ptr, len, write)?;
         }
         // SAFETY: ForeignBytes::new's contract is the caller's (valid until revoked): the
         // region built on this storage revokes it in MemoryRegion's Drop, and the caller keeps
@@ -78,6 +75,16 @@ impl ProtectionDomain {
         let storage = Arc::new(unsafe { SharedBytes::foreign(ptr, len) });
         MemoryRegion::register_storage(&self.dev, self.handle, storage, iova, access)
     }
+}
+
+/// The registration-time check that stands in for rxe's pinning ([`mapping`]).
+fn check_mapped(ptr: *mut u8, len: usize, write: bool) -> Result<()> {
+    let (addr, bytes) = (ptr as u64, len as u64);
+    mapping::check(ptr as usize, len, write).map_err(|f| match f {
+        MappingFault::NotMapped => VerbsError::NotMapped { addr, len: bytes },
+        MappingFault::NotReadable => VerbsError::NotReadable { addr, len: bytes },
+        MappingFault::NotWritable => VerbsError::NotWritable { addr, len: bytes },
+    })
 }
 
 /// What `ibv_advise_mr` asks of a range (`enum ibv_advise_mr_advice`).

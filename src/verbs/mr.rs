@@ -76,7 +76,7 @@ impl MemoryRegion {
         self.mr.lkey
     }
 
-    /// Remote key, for the peer's RDMA operations (0 without remote access).
+    /// Remote key, for the peer's RDMA operations (the lkey; used only as the rights allow).
     pub fn rkey(&self) -> u32 {
         self.mr.rkey
     }
@@ -179,6 +179,53 @@ impl MemoryRegion {
                 what: "memory regions",
                 requested: crate::transport::mr::MAX_MR as u64,
                 limit: crate::transport::mr::MAX_MR as u64 - 1,
+            })?;
+        Ok(())
+    }
+}
+
+impl MemoryRegion {
+    /// `ibv_rereg_mr` as the shim does it: the region in place, under the keys it has (a peer
+    /// that holds them keeps them; spec-notes/beyond-rxe.md rule 5), moved to `pd` if given
+    /// (`IBV_REREG_MR_CHANGE_PD`, a PD of the same device) with rights `access`. Refused while
+    /// memory windows are bound to it, and for rights registration refuses.
+    pub fn modify(
+        &mut self,
+        pd: Option<&super::ProtectionDomain>,
+        access: AccessFlags,
+    ) -> Result<()> {
+        if self.mr.bound_windows() > 0 {
+            return Err(windows_bound());
+        }
+        refuse_flush_persistent(access)?;
+        if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+            && !access.contains(AccessFlags::LOCAL_WRITE)
+        {
+            return Err(VerbsError::InvalidAttribute {
+                attr: "access",
+                reason: "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE",
+            });
+        }
+        let pd = match pd {
+            Some(pd) if !Arc::ptr_eq(&pd.dev, &self.dev) => {
+                return Err(VerbsError::InvalidAttribute {
+                    attr: "pd",
+                    reason: "of another device",
+                })
+            }
+            Some(pd) => pd.handle,
+            None => self.mr.pd,
+        };
+        let (storage, iova) = (Arc::clone(&self.mr.storage), self.mr.iova);
+        self.mr = self
+            .dev
+            .mrs
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(self.mr.lkey, pd, storage, iova, access)
+            .ok_or(VerbsError::InvalidAttribute {
+                attr: "memory region",
+                reason: "deregistered",
             })?;
         Ok(())
     }

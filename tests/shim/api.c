@@ -238,7 +238,8 @@ int main(void)
 	struct ibv_mr *mrb = ibv_reg_mr_iova(pd, b, LEN, 0x10000, all);
 	CHECK(mrb && mrb->rkey);
 	struct ibv_mr *local_only = ibv_reg_mr(pd, a, 64, IBV_ACCESS_LOCAL_WRITE);
-	CHECK(local_only && local_only->rkey == 0);
+	/* rkey == lkey even without remote rights (spec-notes/beyond-rxe.md rule 5) */
+	CHECK(local_only && local_only->rkey == local_only->lkey);
 	CHECK(ibv_dereg_mr(local_only) == 0);
 	CHECK(ibv_dereg_mr(local_only) == EINVAL); /* double */
 	CHECK(ibv_dereg_mr(NULL) == EINVAL);

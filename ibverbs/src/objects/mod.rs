@@ -20,6 +20,7 @@ mod port;
 mod post;
 mod qp;
 mod qp_ex;
+mod rereg;
 mod srq;
 mod strings;
 
@@ -32,5 +33,6 @@ pub use mr::*;
 pub use pd::*;
 pub use port::*;
 pub use qp::*;
+pub use rereg::*;
 pub use srq::*;
 pub use strings::*;

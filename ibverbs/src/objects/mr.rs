@@ -31,9 +31,16 @@ impl Object for Mr {
     type Handle = ibv_mr;
 }
 
-/// Whether `m` is a live MR of the shim (for `ibv_rereg_mr` in absent.rs).
-pub(crate) fn mr_is_live(m: *const ibv_mr) -> bool {
-    handle::get::<Mr>(m as *mut ibv_mr).is_some()
+/// The access flags of `ibv_reg_mr` (and of `ibv_rereg_mr`'s new ones) that softroce keeps, or
+/// EOPNOTSUPP: the optional range (relaxed ordering...) is ignored as libibverbs ignores it on
+/// devices without it, and HUGETLB is a hint (how the application backs the memory) that
+/// changes nothing here; ZERO_BASED is for device memory only (`ibv_reg_dm_mr`).
+pub(super) fn mr_access(access: c_uint) -> Result<c_uint, c_int> {
+    let access = access & !(IBV_ACCESS_OPTIONAL_RANGE | IBV_ACCESS_HUGETLB);
+    if access & !(IBV_ACCESS_BASIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ON_DEMAND) != 0 {
+        return Err(EOPNOTSUPP);
+    }
+    Ok(access)
 }
 
 /// Registers `len` bytes at `addr` in the PD `pd`; NULL and errno on failure.
@@ -54,14 +61,10 @@ unsafe fn reg_mr(
     let Some(pdr) = pd_of(pd) else {
         return fail_null(EINVAL);
     };
-    // The optional range (relaxed ordering...) is ignored as libibverbs ignores it on devices
-    // without it.
-    // HUGETLB is a hint (how the application backs the memory) that changes nothing here.
-    let access = access & !(IBV_ACCESS_OPTIONAL_RANGE | IBV_ACCESS_HUGETLB);
-    if access & !(IBV_ACCESS_BASIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ON_DEMAND) != 0 {
-        // ZERO_BASED (only for device memory, ibv_reg_dm_mr) and unknown flags.
-        return fail_null(EOPNOTSUPP);
-    }
+    let access = match mr_access(access) {
+        Ok(a) => a,
+        Err(e) => return fail_null(e),
+    };
     // The implicit on-demand region: the whole address space (spec-notes/beyond-rxe.md R2).
     let implicit = access & IBV_ACCESS_ON_DEMAND != 0 && addr.is_null() && len == usize::MAX;
     if (addr.is_null() && !implicit) || len == 0 {
