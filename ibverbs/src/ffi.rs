@@ -168,6 +168,36 @@ pub const VCTX_QUERY_DEVICE_EX: usize = 27;
 /// The `advise_mr` slot of `verbs_context.ops` (what the inline `ibv_advise_mr` calls).
 pub const VCTX_ADVISE_MR: usize = 1;
 
+/// The `reg_dm_mr` slot of `verbs_context.ops` (the inline `ibv_reg_dm_mr`).
+pub const VCTX_REG_DM_MR: usize = 7;
+/// The `alloc_dm` slot (the inline `ibv_alloc_dm`).
+pub const VCTX_ALLOC_DM: usize = 8;
+/// The `free_dm` slot (the inline `ibv_free_dm`).
+pub const VCTX_FREE_DM: usize = 9;
+
+/// `struct ibv_alloc_dm_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_alloc_dm_attr {
+    pub length: usize,
+    pub log_align_req: u32,
+    pub comp_mask: u32,
+}
+
+/// `struct ibv_dm`: device memory; the inline `ibv_memcpy_to_dm`/`_from_dm` call its two
+/// function pointers.
+#[repr(C)]
+pub struct ibv_dm {
+    pub context: *mut ibv_context,
+    pub memcpy_to_dm: Option<unsafe extern "C" fn(*mut ibv_dm, u64, *const c_void, usize) -> c_int>,
+    pub memcpy_from_dm: Option<unsafe extern "C" fn(*mut c_void, *mut ibv_dm, u64, usize) -> c_int>,
+    pub comp_mask: u32,
+    pub handle: u32,
+}
+
+/// `IBV_ACCESS_ZERO_BASED`: a region addressed from 0 (device memory regions).
+pub const IBV_ACCESS_ZERO_BASED: c_uint = 1 << 5;
+
 /// The `create_cq_ex` slot of `verbs_context.ops` (what the inline `ibv_create_cq_ex` calls).
 pub const VCTX_CREATE_CQ_EX: usize = 25;
 /// The `create_qp_ex` slot of `verbs_context.ops` (what the inline `ibv_create_qp_ex` calls).

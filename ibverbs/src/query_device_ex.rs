@@ -5,7 +5,7 @@
 //! attributes, `device_cap_flags_ex` (the kernel passes its 64-bit device capability flags:
 //! the legacy ones and, from Linux 6.2, rxe's ATOMIC WRITE and FLUSH bits) and
 //! `phys_port_cnt_ex`; beyond rxe 6.1, on-demand paging (`odp_caps`, spec-notes/beyond-rxe.md
-//! rule 1); no TSO, RSS, tag matching or CQ moderation, so those stay 0, and `comp_mask`
+//! rule 1) and device memory (`max_dm_size`, rule 6); no TSO, RSS, tag matching or CQ moderation, so those stay 0, and `comp_mask`
 //! stays 0 as libibverbs leaves it. Each extended field is written only if the caller's struct (`attr_size`) holds it whole.
 
 use core::mem::{offset_of, size_of};
@@ -106,6 +106,10 @@ pub(crate) unsafe extern "C" fn query_device_ex(
         ] {
             put(transport + off, &caps.to_ne_bytes());
         }
+        put(
+            offset_of!(ibv_device_attr_ex, max_dm_size),
+            &(crate::objects::MAX_DM_SIZE as u64).to_ne_bytes(),
+        );
         put(
             offset_of!(ibv_device_attr_ex, phys_port_cnt_ex),
             &u32::from(orig.phys_port_cnt).to_ne_bytes(),

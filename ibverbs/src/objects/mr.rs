@@ -7,6 +7,7 @@ use softroce::ib::AccessFlags;
 use softroce::verbs::MemoryRegion;
 
 use super::common::{errno_of, fail, fail_null};
+use super::dm::Dm;
 use super::handle::{self, Obj, Object};
 use super::pd::{pd_of, Pd};
 use crate::ffi::*;
@@ -17,6 +18,8 @@ pub(super) struct Mr {
     /// otherwise dropped (revoked) with the object. None only within ibv_dereg_mr.
     mr: Mutex<Option<MemoryRegion>>,
     _pd: Arc<Obj<Pd>>,
+    /// The device memory it is over, if it is (`ibv_reg_dm_mr`): kept while the region lives.
+    _dm: Option<Arc<Obj<Dm>>>,
 }
 
 impl Mr {
@@ -84,6 +87,19 @@ unsafe fn reg_mr(
         Ok(mr) => mr,
         Err(e) => return fail_null(errno_of(&e)),
     };
+    publish_mr(pdr, pd, mr, addr, len, None)
+}
+
+/// Publishes a new region `mr` of the PD `pdr` (C's `pd`) over `len` bytes at `addr`; it
+/// holds `dm` if it is over device memory. The handle C gets.
+pub(super) fn publish_mr(
+    pdr: Arc<Obj<Pd>>,
+    pd: *mut ibv_pd,
+    mr: MemoryRegion,
+    addr: *mut c_void,
+    len: usize,
+    dm: Option<Arc<Obj<Dm>>>,
+) -> *mut ibv_mr {
     let obj = Obj::new(
         ibv_mr {
             context: pdr.context(),
@@ -97,6 +113,7 @@ unsafe fn reg_mr(
         Mr {
             mr: Mutex::new(Some(mr)),
             _pd: pdr,
+            _dm: dm,
         },
     );
     handle::publish(&obj)
