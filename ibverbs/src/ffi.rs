@@ -175,6 +175,42 @@ pub const VCTX_ALLOC_DM: usize = 8;
 /// The `free_dm` slot (the inline `ibv_free_dm`).
 pub const VCTX_FREE_DM: usize = 9;
 
+/// The `alloc_parent_domain` slot of `verbs_context.ops`.
+pub const VCTX_ALLOC_PARENT_DOMAIN: usize = 14;
+/// The `dealloc_td` slot.
+pub const VCTX_DEALLOC_TD: usize = 15;
+/// The `alloc_td` slot.
+pub const VCTX_ALLOC_TD: usize = 16;
+
+/// `struct ibv_td`: a thread domain.
+#[repr(C)]
+pub struct ibv_td {
+    pub context: *mut ibv_context,
+}
+
+/// `struct ibv_td_init_attr`.
+#[repr(C)]
+pub struct ibv_td_init_attr {
+    pub comp_mask: u32,
+}
+
+/// The custom allocator of a parent domain (`ibv_parent_domain_init_attr.alloc`).
+pub type PdAllocFn =
+    unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, usize, u64) -> *mut c_void;
+/// Its free function (`ibv_parent_domain_init_attr.free`).
+pub type PdFreeFn = unsafe extern "C" fn(*mut ibv_pd, *mut c_void, *mut c_void, u64);
+
+/// `struct ibv_parent_domain_init_attr`.
+#[repr(C)]
+pub struct ibv_parent_domain_init_attr {
+    pub pd: *mut ibv_pd,
+    pub td: *mut ibv_td,
+    pub comp_mask: u32,
+    pub alloc: Option<PdAllocFn>,
+    pub free: Option<PdFreeFn>,
+    pub pd_context: *mut c_void,
+}
+
 /// `struct ibv_alloc_dm_attr`.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]

@@ -156,6 +156,13 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
     ops[VCTX_ALLOC_DM] = super::dm::op_alloc_dm as super::dm::AllocDmFn as *mut c_void;
     ops[VCTX_FREE_DM] = super::dm::op_free_dm as super::dm::FreeDmFn as *mut c_void;
     ops[VCTX_REG_DM_MR] = super::dm::op_reg_dm_mr as super::dm::RegDmMrFn as *mut c_void;
+    ops[VCTX_ALLOC_TD] =
+        super::parent_domain::op_alloc_td as super::parent_domain::AllocTdFn as *mut c_void;
+    ops[VCTX_DEALLOC_TD] =
+        super::parent_domain::op_dealloc_td as super::parent_domain::DeallocTdFn as *mut c_void;
+    ops[VCTX_ALLOC_PARENT_DOMAIN] = super::parent_domain::op_alloc_parent_domain
+        as super::parent_domain::AllocParentDomainFn
+        as *mut c_void;
     ops[VCTX_CREATE_CQ_EX] = super::cq_ex::op_create_cq_ex as CreateCqExFn as *mut c_void;
     ops[VCTX_CREATE_QP_EX] = super::qp_ex::op_create_qp_ex as CreateQpExFn as *mut c_void;
     let vctx = verbs_context {

@@ -35,6 +35,8 @@ const WITH_DLID_PATH_BITS: u64 = 1 << 6;
 /// `IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD`: the comp_mask bits
 /// `ibv_cmd_create_cq_ex` knows (others: EOPNOTSUPP).
 const CQ_INIT_ATTR_MASK_KNOWN: u32 = 0b11;
+/// `IBV_CQ_INIT_ATTR_MASK_PD`: `parent_domain` is set.
+const CQ_INIT_ATTR_MASK_PD: u32 = 0b10;
 /// `IBV_CQ_INIT_ATTR_MASK_FLAGS`.
 const CQ_INIT_ATTR_MASK_FLAGS: u32 = 1 << 0;
 /// `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN`: passed to the kernel, whose rxe refuses every CQ
@@ -238,6 +240,12 @@ pub(super) unsafe extern "C" fn op_create_cq_ex(
     }
     if a.comp_mask & CQ_INIT_ATTR_MASK_FLAGS != 0 && a.flags & CREATE_CQ_ATTR_IGNORE_OVERRUN != 0 {
         return fail_null(EOPNOTSUPP);
+    }
+    if a.comp_mask & CQ_INIT_ATTR_MASK_PD != 0
+        && !super::pd::is_parent_domain_of(a.parent_domain, c)
+    {
+        // ibv_create_cq_ex(3): the CQ's parent_domain must be a parent domain.
+        return fail_null(EINVAL);
     }
     let Ok(cqe) = c_int::try_from(a.cqe) else {
         return fail_null(EINVAL);

@@ -16,6 +16,7 @@ pub(crate) mod handle;
 mod mr;
 mod mw;
 mod odp;
+mod parent_domain;
 mod pd;
 mod port;
 mod post;
