@@ -182,6 +182,16 @@ pub const VCTX_DEALLOC_TD: usize = 15;
 /// The `alloc_td` slot.
 pub const VCTX_ALLOC_TD: usize = 16;
 
+/// The `query_rt_values` slot of `verbs_context.ops` (the inline `ibv_query_rt_values_ex`).
+pub const VCTX_QUERY_RT_VALUES: usize = 24;
+
+/// `struct ibv_values_ex`.
+#[repr(C)]
+pub struct ibv_values_ex {
+    pub comp_mask: u32,
+    pub raw_clock: libc::timespec,
+}
+
 /// `struct ibv_td`: a thread domain.
 #[repr(C)]
 pub struct ibv_td {

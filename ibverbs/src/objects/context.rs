@@ -68,6 +68,11 @@ impl Drop for Ctx {
     }
 }
 
+/// Whether `c` is a live context of the shim.
+pub(crate) fn is_context(c: *mut ibv_context) -> bool {
+    ctx_of(c).is_some()
+}
+
 /// The live context behind `c`, referenced (see [`handle::get`]).
 pub(super) fn ctx_of(c: *mut ibv_context) -> Option<Arc<Obj<Ctx>>> {
     handle::get::<Ctx>(c)
@@ -163,6 +168,8 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
     ops[VCTX_ALLOC_PARENT_DOMAIN] = super::parent_domain::op_alloc_parent_domain
         as super::parent_domain::AllocParentDomainFn
         as *mut c_void;
+    ops[VCTX_QUERY_RT_VALUES] = crate::query_device_ex::query_rt_values
+        as crate::query_device_ex::QueryRtValuesFn as *mut c_void;
     ops[VCTX_CREATE_CQ_EX] = super::cq_ex::op_create_cq_ex as CreateCqExFn as *mut c_void;
     ops[VCTX_CREATE_QP_EX] = super::qp_ex::op_create_qp_ex as CreateQpExFn as *mut c_void;
     let vctx = verbs_context {
