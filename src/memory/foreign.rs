@@ -237,6 +237,53 @@ mod tests {
     }
 
     #[test]
+    fn prefetch_faults_in_mapped_pages_and_fails_on_missing_or_protected_ones() {
+        let page = crate::memory::mapping::page_size();
+        // SAFETY: a fresh anonymous mapping of three pages, ours until the munmap below.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                3 * page,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        // SAFETY: the mapping outlives `m` (unmapped after the drop below).
+        let m = unsafe { SharedBytes::foreign(p.cast(), 3 * page) };
+        assert_eq!(
+            m.prefetch(0, 8, false),
+            Err(AccessError::Fault),
+            "PROT_NONE"
+        );
+        // SAFETY: changes the protection of our own mapping only.
+        assert_eq!(unsafe { libc::mprotect(p, page, libc::PROT_READ) }, 0);
+        assert_eq!(m.prefetch(0, page as u64, false), Ok(()));
+        assert_eq!(m.prefetch(0, 8, true), Err(AccessError::Fault), "read-only");
+        assert_eq!(
+            m.prefetch(0, page as u64 + 1, false),
+            Err(AccessError::Fault)
+        );
+        assert!(
+            m.prefetch(0, 3 * page as u64 + 1, false).is_err(),
+            "outside"
+        );
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { libc::mprotect(p, 3 * page, libc::PROT_READ | libc::PROT_WRITE) },
+            0
+        );
+        assert_eq!(m.prefetch(page as u64 - 1, 2 * page as u64, true), Ok(()));
+        m.revoke();
+        assert_eq!(m.prefetch(0, 8, false), Err(AccessError::Revoked));
+        drop(m);
+        // SAFETY: our mapping, no longer referenced.
+        assert_eq!(unsafe { libc::munmap(p, 3 * page) }, 0);
+    }
+
+    #[test]
     fn atomics_check_the_address_alignment_not_the_offset() {
         let mut buf = vec![0u64; 4];
         // SAFETY: `buf` outlives `m`.

@@ -393,6 +393,39 @@ mod tests {
     }
 
     #[test]
+    fn replace_keeps_the_keys_and_retires_the_old_region() {
+        let (mut t, a) = table_with(AccessFlags::LOCAL_WRITE);
+        assert_eq!(a.rkey, a.lkey, "an rkey even without remote rights");
+        let need = AccessFlags::REMOTE_WRITE;
+        assert_eq!(
+            t.resolve_remote(1, a.rkey, 0x10_0000, 8, need).err(),
+            Some(MrFault::AccessDenied)
+        );
+        let b = t
+            .replace(
+                a.lkey,
+                2,
+                Arc::clone(&a.storage),
+                a.iova,
+                need | AccessFlags::LOCAL_WRITE,
+            )
+            .unwrap();
+        assert_eq!((b.lkey, b.rkey, b.pd), (a.lkey, a.rkey, 2));
+        assert!(!a.is_live() && b.is_live());
+        assert_eq!(
+            t.resolve_remote(2, a.rkey, 0x10_0000, 8, need).unwrap().1,
+            0
+        );
+        assert_eq!(
+            t.resolve_remote(1, a.rkey, 0x10_0000, 8, need).err(),
+            Some(MrFault::WrongPd)
+        );
+        assert!(t
+            .replace(a.lkey ^ 1, 1, Arc::clone(&a.storage), 0, need)
+            .is_none());
+    }
+
+    #[test]
     fn keys_change_on_reregistration() {
         let (mut t, a) = table_with(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE);
         assert_eq!(a.lkey, a.rkey);
