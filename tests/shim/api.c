@@ -186,7 +186,8 @@ int main(void)
 	FAILS_NULL(ibv_reg_mr(pd, NULL, LEN, all), EINVAL);
 	FAILS_NULL(ibv_reg_mr(pd, a, 0, all), EINVAL);
 	FAILS_NULL(ibv_reg_mr(pd, a, LEN, IBV_ACCESS_REMOTE_WRITE), EINVAL);
-	FAILS_NULL(ibv_reg_mr(pd, a, LEN, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND),
+	/* ZERO_BASED is for device memory only (ibv_reg_dm_mr). */
+	FAILS_NULL(ibv_reg_mr(pd, a, LEN, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ZERO_BASED),
 		   EOPNOTSUPP);
 	/* Memory that is not mapped (rdma4py's test registers 0xDEAD0000): EFAULT, as rxe's
 	 * pinning fails; also a range whose last page is gone. */
