@@ -1368,7 +1368,8 @@ fn bindable(pd: &ProtectionDomain) -> MemoryRegion {
         .register_mr(MR_LEN, AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND)
         .unwrap();
     win.fill(0, MR_LEN as u64, 0x22).unwrap();
-    assert_eq!(win.rkey(), 0);
+    // A key (rkey = lkey, spec-notes/beyond-rxe.md rule 5), but no remote rights of its own.
+    assert_eq!(win.rkey(), win.lkey());
     win
 }
 
