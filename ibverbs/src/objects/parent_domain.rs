@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use libc::{c_int, c_void, EINVAL};
+use libc::{c_int, EINVAL};
 
 use super::common::fail_null;
 use super::context::{ctx_of, Ctx};
@@ -122,7 +122,7 @@ pub(crate) unsafe extern "C" fn op_alloc_parent_domain(
                 _td: td,
                 _alloc: alloc,
                 _free: free,
-                _pd_context: a.pd_context as *mut c_void,
+                _pd_context: a.pd_context,
             }),
         },
     );
