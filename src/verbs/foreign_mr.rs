@@ -46,14 +46,7 @@ impl ProtectionDomain {
         access: AccessFlags,
     ) -> Result<MemoryRegion> {
         self.dev.check_open()?;
-        if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
-            && !access.contains(AccessFlags::LOCAL_WRITE)
-        {
-            return Err(VerbsError::InvalidAttribute {
-                attr: "access",
-                reason: "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE",
-            });
-        }
+        super::mr::remote_needs_local_write(access)?;
         let on_demand = access.contains(AccessFlags::ON_DEMAND);
         let implicit = on_demand && ptr.is_null() && len == usize::MAX;
         if ptr.is_null() && len != 0 && !implicit {

@@ -29,16 +29,7 @@ impl MemoryRegion {
         len: usize,
         access: AccessFlags,
     ) -> Result<Self> {
-        if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
-            && !access.contains(AccessFlags::LOCAL_WRITE)
-        {
-            // IBTA 10.6.3.1 (and ibv_reg_mr's EINVAL): remote write or atomic access requires
-            // local write.
-            return Err(VerbsError::InvalidAttribute {
-                attr: "access",
-                reason: "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE",
-            });
-        }
+        remote_needs_local_write(access)?;
         let storage = Arc::new(
             SharedBytes::try_new(len).ok_or(VerbsError::OutOfMemory { bytes: len as u64 })?,
         );
@@ -198,14 +189,7 @@ impl MemoryRegion {
             return Err(windows_bound());
         }
         refuse_flush_persistent(access)?;
-        if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
-            && !access.contains(AccessFlags::LOCAL_WRITE)
-        {
-            return Err(VerbsError::InvalidAttribute {
-                attr: "access",
-                reason: "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE",
-            });
-        }
+        remote_needs_local_write(access)?;
         let pd = match pd {
             Some(pd) if !Arc::ptr_eq(&pd.dev, &self.dev) => {
                 return Err(VerbsError::InvalidAttribute {
@@ -229,6 +213,20 @@ impl MemoryRegion {
             })?;
         Ok(())
     }
+}
+
+/// IBTA 10.6.3.1 (and ibv_reg_mr's EINVAL): remote write or atomic access requires local
+/// write.
+pub(crate) fn remote_needs_local_write(access: AccessFlags) -> Result<()> {
+    if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+        && !access.contains(AccessFlags::LOCAL_WRITE)
+    {
+        return Err(VerbsError::InvalidAttribute {
+            attr: "access",
+            reason: "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE",
+        });
+    }
+    Ok(())
 }
 
 /// rxe refuses persistent-flush access on memory that is not persistent memory (rxe_mr.c,
