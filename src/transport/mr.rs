@@ -156,7 +156,7 @@ impl MrTable {
                 if self.slots.len() >= MAX_MR - 1 {
                     return None;
                 }
-                // Index 0 is never used, so that no key is 0 (rkey 0 means "no remote access").
+                // Index 0 is never used, so that no key is 0 (a peer's rkey 0 names no region).
                 if self.slots.is_empty() {
                     self.slots.push(Slot::default());
                 }
