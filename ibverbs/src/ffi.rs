@@ -1072,8 +1072,20 @@ pub fn layout_table() -> Vec<(String, usize)> {
         ibv_rx_hash_conf,
         ibv_qp_init_attr_ex,
         ibv_data_buf,
-        ibv_qp_ex
+        ibv_qp_ex,
+        ibv_alloc_dm_attr,
+        ibv_dm,
+        ibv_td,
+        ibv_td_init_attr,
+        ibv_parent_domain_init_attr,
+        ibv_values_ex
     );
+    off!(ibv_alloc_dm_attr: length, log_align_req, comp_mask);
+    off!(ibv_dm: context, memcpy_to_dm, memcpy_from_dm, comp_mask, handle);
+    off!(ibv_td: context);
+    off!(ibv_td_init_attr: comp_mask);
+    off!(ibv_parent_domain_init_attr: pd, td, comp_mask, alloc, free, pd_context);
+    off!(ibv_values_ex: comp_mask, raw_clock);
     off!(ibv_device: node_type, transport_type, name, dev_name, dev_path, ibdev_path);
     off!(ibv_context_ops: alloc_mw, bind_mw, dealloc_mw, poll_cq, req_notify_cq, post_srq_recv, post_send, post_recv);
     off!(ibv_context: device, ops, cmd_fd, async_fd, num_comp_vectors, mutex, abi_compat);
@@ -1136,6 +1148,18 @@ pub fn layout_table() -> Vec<(String, usize)> {
         "verbs_context.create_qp_ex".into(),
         VCTX_CREATE_QP_EX * slot,
     ));
+    for (name, at) in [
+        ("advise_mr", VCTX_ADVISE_MR),
+        ("reg_dm_mr", VCTX_REG_DM_MR),
+        ("alloc_dm", VCTX_ALLOC_DM),
+        ("free_dm", VCTX_FREE_DM),
+        ("alloc_parent_domain", VCTX_ALLOC_PARENT_DOMAIN),
+        ("dealloc_td", VCTX_DEALLOC_TD),
+        ("alloc_td", VCTX_ALLOC_TD),
+        ("query_rt_values", VCTX_QUERY_RT_VALUES),
+    ] {
+        v.push((format!("verbs_context.{name}"), at * slot));
+    }
     // `cq` and `qp_base` hold the base struct's fields, which C spells out (ibv_cq_ex) or
     // names qp_base (ibv_qp_ex): the members after them are checked by name.
     off!(ibv_cq_init_attr_ex: cqe, cq_context, channel, comp_vector, wc_flags, comp_mask, flags, parent_domain);
