@@ -1368,7 +1368,8 @@ fn bindable(pd: &ProtectionDomain) -> MemoryRegion {
         .register_mr(MR_LEN, AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND)
         .unwrap();
     win.fill(0, MR_LEN as u64, 0x22).unwrap();
-    assert_eq!(win.rkey(), 0);
+    // A key (rkey = lkey, spec-notes/beyond-rxe.md rule 5), but no remote rights of its own.
+    assert_eq!(win.rkey(), win.lkey());
     win
 }
 
@@ -1995,4 +1996,118 @@ fn librdmacm_rping_client_on_the_shim_ends_on_its_peers_dreq() {
     let err = std::fs::read_to_string(dir.join("client.err")).unwrap_or_default();
     assert!(err.contains("DISCONNECT EVENT"), "{o:?}\n{err}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+// On-demand paging (issue 36, spec-notes/beyond-rxe.md rules 1, 2 and 4): a peer that aims at
+// the part of an on-demand region that is not mapped, or at the implicit region's unmapped
+// addresses, gets a remote access error NAK, the victim's process lives on, and the mapped
+// part serves an honest READ.
+
+/// A request aimed at an on-demand `target` over memory that is not there: the NAK.
+fn odp_nak(l: &Lab, pd: &ProtectionDomain, i: u32, op: Opcode, ext: ExtHeaders, what: &str) {
+    let q = connect(pd, &l.victim, 0x300 + i, hostile_gid(l));
+    let n = if op == Opcode::RC_RDMA_WRITE_ONLY {
+        64
+    } else {
+        0
+    };
+    l.hostile.send(&request(
+        q.qp.qp_num(),
+        HOSTILE_PSN,
+        op,
+        ext,
+        &[0x5Au8; 64][..n],
+    ));
+    let r = l
+        .hostile
+        .recv(Duration::from_secs(2))
+        .unwrap_or_else(|| panic!("{what}: a NAK"));
+    assert_eq!(r.psn, HOSTILE_PSN, "{what}");
+    let nak = AckSyndrome::Nak(NakCode::RemoteAccessError);
+    assert_eq!(r.aeth, Some(nak), "{what}");
+}
+
+#[test]
+fn on_demand_regions_nak_what_is_not_mapped_and_serve_what_is() {
+    let l = lab(48);
+    let pd = l.victim.alloc_pd().unwrap();
+    let page = 4096;
+    // SAFETY: a fresh anonymous mapping of two pages, ours until the munmap below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            2 * page,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    // SAFETY: the mapping outlives both regions (dropped before the munmap).
+    let odp = unsafe {
+        pd.register_foreign_mr(p.cast(), 2 * page, p as u64, FULL | AccessFlags::ON_DEMAND)
+    }
+    .expect("an on-demand region over memory not yet accessible");
+    // SAFETY: the implicit region: every address, none of it ours to free.
+    let all = unsafe {
+        pd.register_foreign_mr(
+            std::ptr::null_mut(),
+            usize::MAX,
+            0,
+            FULL | AccessFlags::ON_DEMAND,
+        )
+    }
+    .expect("the implicit region");
+    let base = p as u64;
+    let write = Opcode::RC_RDMA_WRITE_ONLY;
+    let read = Opcode::RC_RDMA_READ_REQUEST;
+    odp_nak(
+        &l,
+        &pd,
+        0,
+        write,
+        reth(base, odp.rkey(), 64),
+        "WRITE to PROT_NONE",
+    );
+    odp_nak(
+        &l,
+        &pd,
+        1,
+        read,
+        reth(base + 8, odp.rkey(), 64),
+        "READ of PROT_NONE",
+    );
+    odp_nak(
+        &l,
+        &pd,
+        2,
+        read,
+        reth(0x1000, all.rkey(), 64),
+        "implicit READ at 0x1000",
+    );
+    // The first page becomes the application's: an honest READ of it now succeeds.
+    // SAFETY: changes the protection of our own mapping only.
+    assert_eq!(
+        unsafe { libc::mprotect(p, page, libc::PROT_READ | libc::PROT_WRITE) },
+        0
+    );
+    odp.fill(0, 64, 0x7E).unwrap();
+    let q = connect(&pd, &l.victim, 0x310, hostile_gid(&l));
+    l.hostile.send(&request(
+        q.qp.qp_num(),
+        HOSTILE_PSN,
+        read,
+        reth(base, odp.rkey(), 64),
+        &[],
+    ));
+    let r = l
+        .hostile
+        .recv(Duration::from_secs(2))
+        .expect("a READ response");
+    assert_eq!(r.opcode, Opcode::RC_RDMA_READ_RESPONSE_ONLY);
+    assert_eq!(r.payload, 64, "the 64 bytes now mapped");
+    drop((odp, all));
+    // SAFETY: our mapping, no region over it any more.
+    assert_eq!(unsafe { libc::munmap(p, 2 * page) }, 0);
 }

@@ -86,7 +86,8 @@ fn pair() -> (Side, Side, MemoryRegion) {
     let win =
         b.pd.register_mr(WIN_LEN, AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND)
             .unwrap();
-    assert_eq!(win.rkey(), 0, "no remote access of its own");
+    // A key (rkey = lkey, spec-notes/beyond-rxe.md rule 5), but no remote rights of its own.
+    assert_eq!(win.rkey(), win.lkey());
     (a, b, win)
 }
 

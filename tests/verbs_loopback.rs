@@ -787,6 +787,39 @@ fn reregistration_changes_the_key_and_old_keys_fail() {
 }
 
 #[test]
+fn modify_keeps_the_keys_and_changes_rights_and_pd() {
+    // spec-notes/beyond-rxe.md rule 5: ibv_rereg_mr as the shim does it.
+    let (a, mut b) = connected(Mtu::Mtu1024, 4096);
+    let (key, va) = (b.mr.rkey(), b.mr.addr());
+    let write = |wr_id| {
+        post(
+            &a,
+            wr_id,
+            WrOpcode::RdmaWrite {
+                remote_addr: va,
+                rkey: key,
+            },
+            0,
+            8,
+        );
+        wait(&a.cq).status
+    };
+    b.mr.modify(None, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+        .unwrap();
+    assert_eq!((b.mr.lkey(), b.mr.rkey()), (key, key), "the keys stay");
+    assert_eq!(write(1), WcStatus::Success);
+    // Into another PD of the device: the peer's QP, of the first PD, is refused.
+    let other = b.ctx.alloc_pd().unwrap();
+    b.mr.modify(Some(&other), FULL).unwrap();
+    assert_eq!(b.mr.rkey(), key);
+    assert_eq!(write(2), WcStatus::RemAccessErr);
+    // Rights registration refuses, and a PD of another device, leave it as it was.
+    assert!(b.mr.modify(None, AccessFlags::REMOTE_WRITE).is_err());
+    assert!(b.mr.modify(Some(&a.pd), FULL).is_err());
+    assert_eq!((b.mr.rkey(), b.mr.access()), (key, FULL));
+}
+
+#[test]
 fn counters_are_named_as_rxe_names_them() {
     let (a, b) = connected(Mtu::Mtu1024, 4096);
     let rsge = [b.mr.sge(0, 64)];

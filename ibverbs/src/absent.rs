@@ -88,35 +88,6 @@ pub extern "C" fn ibv_reg_dmabuf_mr(
     null_mut()
 }
 
-/// `IBV_REREG_MR_CHANGE_TRANSLATION`.
-const REREG_CHANGE_TRANSLATION: c_int = 1;
-/// `IBV_REREG_MR_CHANGE_ACCESS`.
-const REREG_CHANGE_ACCESS: c_int = 4;
-/// `IBV_REREG_MR_FLAGS_SUPPORTED`.
-const REREG_FLAGS_SUPPORTED: c_int = 7;
-/// `IBV_REREG_MR_ERR_INPUT`.
-const REREG_ERR_INPUT: c_int = -1;
-
-/// `ibv_rereg_mr`: libibverbs' argument checks (each EINVAL), then, as on rxe, whose provider
-/// has no `rereg_mr`: -1 (`IBV_REREG_MR_ERR_INPUT`) with errno EOPNOTSUPP, the region
-/// unchanged. A handle that is not a live MR of the shim is EINVAL.
-#[no_mangle]
-pub extern "C" fn ibv_rereg_mr(
-    mr: *mut ibv_mr,
-    flags: c_int,
-    _pd: *mut ibv_pd,
-    addr: *mut c_void,
-    length: usize,
-    access: c_int,
-) -> c_int {
-    let bad_input = !crate::objects::mr_is_live(mr)
-        || flags & !REREG_FLAGS_SUPPORTED != 0
-        || (flags & REREG_CHANGE_TRANSLATION != 0 && (length == 0 || addr.is_null()))
-        || (access != 0 && flags & REREG_CHANGE_ACCESS == 0);
-    set_errno(if bad_input { EINVAL } else { EOPNOTSUPP });
-    REREG_ERR_INPUT
-}
-
 /// `ibv_query_qp_data_in_order`: 1 if the data of operation `op` lands in memory in order
 /// (`flags` must be 0 in rdma-core 44). rxe's
 /// provider does not answer, so libibverbs returns 0 ("not guaranteed"), and so does the

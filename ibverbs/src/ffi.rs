@@ -64,6 +64,10 @@ pub const IBV_QP_ATTR_MASK_BASIC: c_int = (1 << 21) - 1;
 pub const IBV_ACCESS_BASIC: c_uint = 0xf;
 /// `IBV_ACCESS_MW_BIND`: memory windows may be bound to the region.
 pub const IBV_ACCESS_MW_BIND: c_uint = 1 << 4;
+/// `IBV_ACCESS_ON_DEMAND`: an on-demand-paging region (pages need not be mapped yet).
+pub const IBV_ACCESS_ON_DEMAND: c_uint = 1 << 6;
+/// `IBV_ACCESS_HUGETLB`: a hint that the region is backed by huge pages.
+pub const IBV_ACCESS_HUGETLB: c_uint = 1 << 7;
 /// `IBV_ACCESS_OPTIONAL_RANGE`: flags a device without them ignores (relaxed ordering...).
 pub const IBV_ACCESS_OPTIONAL_RANGE: c_uint = 0x3ff0_0000;
 
@@ -160,6 +164,85 @@ pub const VERBS_CONTEXT_SLOTS: usize = 39;
 pub const VCTX_QUERY_PORT: usize = 0;
 /// The `query_device_ex` slot of `verbs_context.ops`.
 pub const VCTX_QUERY_DEVICE_EX: usize = 27;
+
+/// The `advise_mr` slot of `verbs_context.ops` (what the inline `ibv_advise_mr` calls).
+pub const VCTX_ADVISE_MR: usize = 1;
+
+/// The `reg_dm_mr` slot of `verbs_context.ops` (the inline `ibv_reg_dm_mr`).
+pub const VCTX_REG_DM_MR: usize = 7;
+/// The `alloc_dm` slot (the inline `ibv_alloc_dm`).
+pub const VCTX_ALLOC_DM: usize = 8;
+/// The `free_dm` slot (the inline `ibv_free_dm`).
+pub const VCTX_FREE_DM: usize = 9;
+
+/// The `alloc_parent_domain` slot of `verbs_context.ops`.
+pub const VCTX_ALLOC_PARENT_DOMAIN: usize = 14;
+/// The `dealloc_td` slot.
+pub const VCTX_DEALLOC_TD: usize = 15;
+/// The `alloc_td` slot.
+pub const VCTX_ALLOC_TD: usize = 16;
+
+/// The `query_rt_values` slot of `verbs_context.ops` (the inline `ibv_query_rt_values_ex`).
+pub const VCTX_QUERY_RT_VALUES: usize = 24;
+
+/// `struct ibv_values_ex`.
+#[repr(C)]
+pub struct ibv_values_ex {
+    pub comp_mask: u32,
+    pub raw_clock: libc::timespec,
+}
+
+/// `struct ibv_td`: a thread domain.
+#[repr(C)]
+pub struct ibv_td {
+    pub context: *mut ibv_context,
+}
+
+/// `struct ibv_td_init_attr`.
+#[repr(C)]
+pub struct ibv_td_init_attr {
+    pub comp_mask: u32,
+}
+
+/// The custom allocator of a parent domain (`ibv_parent_domain_init_attr.alloc`).
+pub type PdAllocFn =
+    unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, usize, u64) -> *mut c_void;
+/// Its free function (`ibv_parent_domain_init_attr.free`).
+pub type PdFreeFn = unsafe extern "C" fn(*mut ibv_pd, *mut c_void, *mut c_void, u64);
+
+/// `struct ibv_parent_domain_init_attr`.
+#[repr(C)]
+pub struct ibv_parent_domain_init_attr {
+    pub pd: *mut ibv_pd,
+    pub td: *mut ibv_td,
+    pub comp_mask: u32,
+    pub alloc: Option<PdAllocFn>,
+    pub free: Option<PdFreeFn>,
+    pub pd_context: *mut c_void,
+}
+
+/// `struct ibv_alloc_dm_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_alloc_dm_attr {
+    pub length: usize,
+    pub log_align_req: u32,
+    pub comp_mask: u32,
+}
+
+/// `struct ibv_dm`: device memory; the inline `ibv_memcpy_to_dm`/`_from_dm` call its two
+/// function pointers.
+#[repr(C)]
+pub struct ibv_dm {
+    pub context: *mut ibv_context,
+    pub memcpy_to_dm: Option<unsafe extern "C" fn(*mut ibv_dm, u64, *const c_void, usize) -> c_int>,
+    pub memcpy_from_dm: Option<unsafe extern "C" fn(*mut c_void, *mut ibv_dm, u64, usize) -> c_int>,
+    pub comp_mask: u32,
+    pub handle: u32,
+}
+
+/// `IBV_ACCESS_ZERO_BASED`: a region addressed from 0 (device memory regions).
+pub const IBV_ACCESS_ZERO_BASED: c_uint = 1 << 5;
 
 /// The `create_cq_ex` slot of `verbs_context.ops` (what the inline `ibv_create_cq_ex` calls).
 pub const VCTX_CREATE_CQ_EX: usize = 25;
@@ -989,8 +1072,20 @@ pub fn layout_table() -> Vec<(String, usize)> {
         ibv_rx_hash_conf,
         ibv_qp_init_attr_ex,
         ibv_data_buf,
-        ibv_qp_ex
+        ibv_qp_ex,
+        ibv_alloc_dm_attr,
+        ibv_dm,
+        ibv_td,
+        ibv_td_init_attr,
+        ibv_parent_domain_init_attr,
+        ibv_values_ex
     );
+    off!(ibv_alloc_dm_attr: length, log_align_req, comp_mask);
+    off!(ibv_dm: context, memcpy_to_dm, memcpy_from_dm, comp_mask, handle);
+    off!(ibv_td: context);
+    off!(ibv_td_init_attr: comp_mask);
+    off!(ibv_parent_domain_init_attr: pd, td, comp_mask, alloc, free, pd_context);
+    off!(ibv_values_ex: comp_mask, raw_clock);
     off!(ibv_device: node_type, transport_type, name, dev_name, dev_path, ibdev_path);
     off!(ibv_context_ops: alloc_mw, bind_mw, dealloc_mw, poll_cq, req_notify_cq, post_srq_recv, post_send, post_recv);
     off!(ibv_context: device, ops, cmd_fd, async_fd, num_comp_vectors, mutex, abi_compat);
@@ -1053,6 +1148,18 @@ pub fn layout_table() -> Vec<(String, usize)> {
         "verbs_context.create_qp_ex".into(),
         VCTX_CREATE_QP_EX * slot,
     ));
+    for (name, at) in [
+        ("advise_mr", VCTX_ADVISE_MR),
+        ("reg_dm_mr", VCTX_REG_DM_MR),
+        ("alloc_dm", VCTX_ALLOC_DM),
+        ("free_dm", VCTX_FREE_DM),
+        ("alloc_parent_domain", VCTX_ALLOC_PARENT_DOMAIN),
+        ("dealloc_td", VCTX_DEALLOC_TD),
+        ("alloc_td", VCTX_ALLOC_TD),
+        ("query_rt_values", VCTX_QUERY_RT_VALUES),
+    ] {
+        v.push((format!("verbs_context.{name}"), at * slot));
+    }
     // `cq` and `qp_base` hold the base struct's fields, which C spells out (ibv_cq_ex) or
     // names qp_base (ibv_qp_ex): the members after them are checked by name.
     off!(ibv_cq_init_attr_ex: cqe, cq_context, channel, comp_vector, wc_flags, comp_mask, flags, parent_domain);

@@ -4,15 +4,19 @@
 //! kernel's answer (`ibv_cmd_query_device_any`): the whole buffer zeroed, the legacy
 //! attributes, `device_cap_flags_ex` (the kernel passes its 64-bit device capability flags:
 //! the legacy ones and, from Linux 6.2, rxe's ATOMIC WRITE and FLUSH bits) and
-//! `phys_port_cnt_ex`; no on-demand paging, timestamps, TSO, RSS, tag matching, CQ
-//! moderation or device memory, so those stay 0, and `comp_mask` stays 0 as libibverbs leaves
-//! it. Each extended field is written only if the caller's struct (`attr_size`) holds it whole.
+//! `phys_port_cnt_ex`; beyond rxe 6.1, on-demand paging (`odp_caps`, spec-notes/beyond-rxe.md
+//! rule 1), device memory (`max_dm_size`, rule 6) and completion timestamps
+//! (`hca_core_clock`, `completion_timestamp_mask`, rule 11); no TSO, RSS, tag matching or CQ moderation, so those stay 0, and `comp_mask`
+//! stays 0 as libibverbs leaves it. Each extended field is written only if the caller's struct (`attr_size`) holds it whole.
 
 use core::mem::{offset_of, size_of};
 
 use libc::{c_int, EINVAL};
 
-use crate::ffi::{ibv_context, ibv_device_attr, ibv_device_attr_ex, ibv_query_device_ex_input};
+use crate::ffi::{
+    ibv_context, ibv_device_attr, ibv_device_attr_ex, ibv_odp_per_transport_caps,
+    ibv_query_device_ex_input, ibv_values_ex,
+};
 
 /// `IB_UVERBS_DEVICE_FLUSH_GLOBAL`: FLUSH to global visibility (IBTA 1.5). rdma-core 44's
 /// headers lack the name; its libibverbs passes the kernel's 64-bit flags on as they are, so a
@@ -24,6 +28,54 @@ const DEVICE_ATOMIC_WRITE: u64 = 1 << 40;
 /// `IB_DEVICE_FLUSH_PERSISTENT` (1 << 39), since softroce has no persistent memory to flush
 /// to (spec-notes/memory-placement.md rule 13).
 const DEVICE_CAP_FLAGS_EX: u64 = DEVICE_FLUSH_GLOBAL | DEVICE_ATOMIC_WRITE;
+
+/// `IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT`: on-demand regions, explicit and implicit.
+const ODP_GENERAL_CAPS: u64 = 1 | 2;
+/// `IBV_ODP_SUPPORT_SEND | _RECV | _WRITE | _READ | _ATOMIC | _SRQ_RECV`: every operation of
+/// an RC QP may use on-demand regions (rxe's ODP, Linux 6.10 and later, reports the same for
+/// RC); softroce's engine reaches every region through the same checked copies.
+const ODP_RC_CAPS: u32 = 0x3f;
+/// `IBV_ODP_SUPPORT_SEND | _RECV | _WRITE`, and SRQ receives: what a UC QP does.
+const ODP_UC_CAPS: u32 = 0x1 | 0x2 | 0x4 | 0x20;
+/// `IBV_ODP_SUPPORT_SEND | _RECV`, and SRQ receives: what a UD QP does.
+const ODP_UD_CAPS: u32 = 0x1 | 0x2 | 0x20;
+
+/// `hca_core_clock`, in kHz: the free-running clock of completion timestamps and of
+/// `ibv_query_rt_values_ex` counts nanoseconds of `CLOCK_MONOTONIC` (1 GHz), all 64 bits of
+/// it valid (`completion_timestamp_mask`); spec-notes/beyond-rxe.md rule 11.
+const HCA_CORE_CLOCK_KHZ: u64 = 1_000_000;
+/// `IBV_VALUES_MASK_RAW_CLOCK`.
+const VALUES_MASK_RAW_CLOCK: u32 = 1;
+
+/// The `query_rt_values` op's C type.
+pub(crate) type QueryRtValuesFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_values_ex) -> c_int;
+
+/// `verbs_context.query_rt_values`: the device's clock now. For `IBV_VALUES_MASK_RAW_CLOCK`,
+/// `raw_clock` is the free-running clock (`CLOCK_MONOTONIC`) as a timespec; `comp_mask`
+/// comes back holding the values filled in. 0, or EINVAL for a bad context or a NULL
+/// `values`.
+pub(crate) unsafe extern "C" fn query_rt_values(
+    c: *mut ibv_context,
+    values: *mut ibv_values_ex,
+) -> c_int {
+    if !crate::objects::is_context(c) || values.is_null() {
+        return EINVAL;
+    }
+    // SAFETY: non-null; the caller's writable struct.
+    let v = unsafe { &mut *values };
+    let mut done = 0;
+    if v.comp_mask & VALUES_MASK_RAW_CLOCK != 0 {
+        let ns = softroce::verbs::cq::clock_ns(libc::CLOCK_MONOTONIC);
+        v.raw_clock = libc::timespec {
+            tv_sec: (ns / 1_000_000_000) as libc::time_t,
+            tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+        };
+        done |= VALUES_MASK_RAW_CLOCK;
+    }
+    v.comp_mask = done;
+    0
+}
 
 /// The op's C type.
 pub(crate) type QueryDeviceExFn = unsafe extern "C" fn(
@@ -70,6 +122,39 @@ pub(crate) unsafe extern "C" fn query_device_ex(
         put(
             offset_of!(ibv_device_attr_ex, device_cap_flags_ex),
             &(u64::from(orig.device_cap_flags) | DEVICE_CAP_FLAGS_EX).to_ne_bytes(),
+        );
+        put(
+            offset_of!(ibv_device_attr_ex, odp_caps.general_caps),
+            &ODP_GENERAL_CAPS.to_ne_bytes(),
+        );
+        let transport = offset_of!(ibv_device_attr_ex, odp_caps.per_transport_caps);
+        for (off, caps) in [
+            (
+                offset_of!(ibv_odp_per_transport_caps, rc_odp_caps),
+                ODP_RC_CAPS,
+            ),
+            (
+                offset_of!(ibv_odp_per_transport_caps, uc_odp_caps),
+                ODP_UC_CAPS,
+            ),
+            (
+                offset_of!(ibv_odp_per_transport_caps, ud_odp_caps),
+                ODP_UD_CAPS,
+            ),
+        ] {
+            put(transport + off, &caps.to_ne_bytes());
+        }
+        put(
+            offset_of!(ibv_device_attr_ex, completion_timestamp_mask),
+            &u64::MAX.to_ne_bytes(),
+        );
+        put(
+            offset_of!(ibv_device_attr_ex, hca_core_clock),
+            &HCA_CORE_CLOCK_KHZ.to_ne_bytes(),
+        );
+        put(
+            offset_of!(ibv_device_attr_ex, max_dm_size),
+            &(crate::objects::MAX_DM_SIZE as u64).to_ne_bytes(),
         );
         put(
             offset_of!(ibv_device_attr_ex, phys_port_cnt_ex),

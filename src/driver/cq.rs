@@ -59,9 +59,47 @@ impl core::fmt::Debug for EventHook {
     }
 }
 
+/// When the engine added a completion to its CQ, for a CQ that asks
+/// ([`CqInner::enable_timestamps`]; `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP` and `_WALLCLOCK`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stamp {
+    /// Nanoseconds of `CLOCK_MONOTONIC` (the free-running clock).
+    pub monotonic_ns: u64,
+    /// Nanoseconds of `CLOCK_REALTIME` since the epoch (the wall clock).
+    pub realtime_ns: u64,
+}
+
+impl Stamp {
+    /// Both clocks now.
+    pub fn now() -> Stamp {
+        Stamp {
+            monotonic_ns: clock_ns(libc::CLOCK_MONOTONIC),
+            realtime_ns: clock_ns(libc::CLOCK_REALTIME),
+        }
+    }
+}
+
+/// Nanoseconds of `clock` (0 if it cannot be read).
+pub fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec we own and pass.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
+}
+
 #[derive(Debug, Default)]
 struct CqState {
     queue: VecDeque<WorkCompletion>,
+    /// The time each completion of `queue` was added, in step with it, once
+    /// [`CqInner::enable_timestamps`] has been called.
+    stamps: Option<VecDeque<Stamp>>,
     overflowed: bool,
     /// Threads blocked in `wait`.
     waiters: usize,
@@ -92,12 +130,17 @@ impl CqInner {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let before = st.queue.len();
         let capacity = self.capacity.load(Ordering::Relaxed);
+        // One reading for the batch: the completions of one push are added at once.
+        let now = st.stamps.is_some().then(Stamp::now);
         for wc in wcs {
             if st.queue.len() >= capacity {
                 st.overflowed = true;
                 continue;
             }
             st.queue.push_back(wc);
+            if let (Some(stamps), Some(now)) = (st.stamps.as_mut(), now) {
+                stamps.push_back(now);
+            }
         }
         let added = st.queue.len() != before;
         self.publish(&st);
@@ -109,6 +152,18 @@ impl CqInner {
             if let Some(hook) = self.event_hook.get() {
                 (hook.0)();
             }
+        }
+    }
+
+    /// From now on, records when each completion is added ([`poll_one_stamped`]
+    /// gives it); completions already waiting get the time of this call.
+    ///
+    /// [`poll_one_stamped`]: Self::poll_one_stamped
+    pub(crate) fn enable_timestamps(&self) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if st.stamps.is_none() {
+            let now = Stamp::now();
+            st.stamps = Some(st.queue.iter().map(|_| now).collect());
         }
     }
 
@@ -219,12 +274,21 @@ impl CqInner {
         for (i, wc) in st.queue.drain(..n).enumerate() {
             put(i, wc);
         }
+        if let Some(stamps) = st.stamps.as_mut() {
+            stamps.drain(..n);
+        }
         self.publish(&st);
         Ok(n)
     }
 
     /// Polls one completion.
     pub(crate) fn poll_one(&self) -> Result<Option<WorkCompletion>, VerbsError> {
+        Ok(self.poll_one_stamped()?.map(|(wc, _)| wc))
+    }
+
+    /// Polls one completion with the time it was added (a default [`Stamp`] of zeroes unless
+    /// [`enable_timestamps`](Self::enable_timestamps) was called before it was).
+    pub(crate) fn poll_one_stamped(&self) -> Result<Option<(WorkCompletion, Stamp)>, VerbsError> {
         if self.busy_poll && self.is_empty() {
             if let Some(dev) = self.device.upgrade() {
                 dev.drive_for_poll();
@@ -238,8 +302,9 @@ impl CqInner {
             });
         }
         let wc = st.queue.pop_front();
+        let stamp = st.stamps.as_mut().and_then(|s| s.pop_front());
         self.publish(&st);
-        Ok(wc)
+        Ok(wc.map(|wc| (wc, stamp.unwrap_or_default())))
     }
 
     /// Blocks until at least one completion is available or `timeout` passes, then polls like

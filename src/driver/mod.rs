@@ -33,6 +33,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 pub(crate) use cq::CqInner;
+pub use cq::{clock_ns, Stamp};
 pub use device::node_guid;
 pub use impair::{Bottleneck, Direction, ImpairLink, Impairment};
 pub use link::{InDatagram, Link, OutDatagram, RxBatch};

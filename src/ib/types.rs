@@ -57,6 +57,10 @@ bitflags::bitflags! {
         /// A memory window bound with it is addressed from 0, not by virtual address
         /// (`IBV_ACCESS_ZERO_BASED`; type 2 windows only, as rxe).
         const ZERO_BASED = 1 << 5;
+        /// On-demand paging (`IBV_ACCESS_ON_DEMAND`): the region's pages need not be mapped
+        /// at registration; an access to one that is not fails then (spec-notes/beyond-rxe.md
+        /// rule 1).
+        const ON_DEMAND = 1 << 6;
         /// The remote peer may FLUSH the region to global visibility (IBTA 1.5 memory
         /// placement extensions; `IBV_ACCESS_FLUSH_GLOBAL` of rdma-core 45, not in 44's ABI).
         const FLUSH_GLOBAL = 1 << 8;

@@ -140,6 +140,49 @@ impl ForeignBytes {
             .map_err(|_| AccessError::Fault)
     }
 
+    /// Faults in the pages of bytes `offset .. offset + len` (within the region: checked by
+    /// the caller), for writing if `write`, as `ibv_advise_mr`'s prefetch asks:
+    /// `MADV_POPULATE_READ`/`_WRITE` (Linux 5.14), which fails where a page cannot be had
+    /// (unmapped, or protected against the access). On an older kernel, which does not know
+    /// the advice, the mappings are checked instead (nothing is faulted in then).
+    pub(super) fn prefetch(
+        &self,
+        offset: usize,
+        len: usize,
+        write: bool,
+    ) -> Result<(), AccessError> {
+        /// `MADV_POPULATE_READ` and `MADV_POPULATE_WRITE` (linux/mman.h), absent from libc.
+        const MADV_POPULATE_READ: libc::c_int = 22;
+        const MADV_POPULATE_WRITE: libc::c_int = 23;
+        let _g = self.enter()?;
+        if len == 0 {
+            return Ok(());
+        }
+        let page = super::mapping::page_size();
+        let first = (self.ptr as usize).wrapping_add(offset);
+        let start = first & !(page - 1);
+        let end = first
+            .checked_add(len)
+            .and_then(|e| e.checked_next_multiple_of(page))
+            .ok_or(AccessError::Fault)?;
+        let advice = if write {
+            MADV_POPULATE_WRITE
+        } else {
+            MADV_POPULATE_READ
+        };
+        // SAFETY: madvise touches no memory of ours: it asks the kernel to fault in the
+        // application's pages of the range (whole pages around it), as its own access would;
+        // an unmapped or protected page makes it fail, not crash.
+        let r = unsafe { libc::madvise(start as *mut libc::c_void, end - start, advice) };
+        if r == 0 {
+            return Ok(());
+        }
+        if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+            return super::mapping::check(first, len, write).map_err(|_| AccessError::Fault);
+        }
+        Err(AccessError::Fault)
+    }
+
     /// Runs `f` on the address of the region's 8 bytes at `offset` (within it: checked by the
     /// caller), which must be 8-byte aligned, for one of [`guard`]'s atomics.
     pub(super) fn with_word<R>(
@@ -191,6 +234,53 @@ mod tests {
         // The writes landed in the Vec itself.
         assert_eq!(buf[1], 9);
         assert_eq!(buf[0].to_ne_bytes()[3..8], [1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn prefetch_faults_in_mapped_pages_and_fails_on_missing_or_protected_ones() {
+        let page = crate::memory::mapping::page_size();
+        // SAFETY: a fresh anonymous mapping of three pages, ours until the munmap below.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                3 * page,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        // SAFETY: the mapping outlives `m` (unmapped after the drop below).
+        let m = unsafe { SharedBytes::foreign(p.cast(), 3 * page) };
+        assert_eq!(
+            m.prefetch(0, 8, false),
+            Err(AccessError::Fault),
+            "PROT_NONE"
+        );
+        // SAFETY: changes the protection of our own mapping only.
+        assert_eq!(unsafe { libc::mprotect(p, page, libc::PROT_READ) }, 0);
+        assert_eq!(m.prefetch(0, page as u64, false), Ok(()));
+        assert_eq!(m.prefetch(0, 8, true), Err(AccessError::Fault), "read-only");
+        assert_eq!(
+            m.prefetch(0, page as u64 + 1, false),
+            Err(AccessError::Fault)
+        );
+        assert!(
+            m.prefetch(0, 3 * page as u64 + 1, false).is_err(),
+            "outside"
+        );
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { libc::mprotect(p, 3 * page, libc::PROT_READ | libc::PROT_WRITE) },
+            0
+        );
+        assert_eq!(m.prefetch(page as u64 - 1, 2 * page as u64, true), Ok(()));
+        m.revoke();
+        assert_eq!(m.prefetch(0, 8, false), Err(AccessError::Revoked));
+        drop(m);
+        // SAFETY: our mapping, no longer referenced.
+        assert_eq!(unsafe { libc::munmap(p, 3 * page) }, 0);
     }
 
     #[test]

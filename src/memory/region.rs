@@ -260,6 +260,16 @@ impl SharedBytes {
         }
     }
 
+    /// Faults in bytes `offset .. offset + len` of application memory, for writing if
+    /// `write` (`ibv_advise_mr`'s prefetch); owned memory is always there.
+    pub fn prefetch(&self, offset: u64, len: u64, write: bool) -> Result<(), AccessError> {
+        self.check_range(offset, len)?;
+        match &self.foreign {
+            Some(f) => f.prefetch(offset as usize, len as usize, write),
+            None => Ok(()),
+        }
+    }
+
     /// Sets `len` bytes from `offset` to `value`.
     pub fn fill(&self, offset: u64, len: u64, value: u8) -> Result<(), AccessError> {
         self.check_range(offset, len)?;

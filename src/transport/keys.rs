@@ -4,8 +4,10 @@
 //! and the low byte is drawn from the kernel's random generator each time a slot is (re)used,
 //! differing from the slot's previous one (rxe_get_next_key), so a stale key from a
 //! deregistered region never matches the slot's next one and a peer that learned one key
-//! cannot derive another. The rkey equals the lkey when the region grants any remote access,
-//! and is 0 otherwise.
+//! cannot derive another. The rkey equals the lkey (as mlx5 gives them; rxe 6.1 gives 0 to a
+//! region without remote rights): a region that gains remote rights through `ibv_rereg_mr`
+//! keeps the keys a peer already holds (spec-notes/beyond-rxe.md rule 5), and one without
+//! them is refused by its rights ([`Mr::check`]), not by its key.
 //!
 //! Memory windows (mw.rs) live in the same table, in their own index range: a key with the
 //! top bit set names a window.
@@ -72,7 +74,7 @@ impl MrTable {
                 if self.slots.len() >= MAX_MR - 1 {
                     return None;
                 }
-                // Index 0 is never used, so that no key is 0 (rkey 0 means "no remote access").
+                // Index 0 is never used, so that no key is 0 (a peer's rkey 0 names no region).
                 if self.slots.is_empty() {
                     self.slots.push(Slot::default());
                 }
@@ -84,18 +86,47 @@ impl MrTable {
         let variant = next_variant(slot.variant);
         slot.variant = Some(variant);
         let lkey = (index << 8) | u32::from(variant);
-        let remote =
-            AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
         let mr = Arc::new(Mr {
             storage,
             iova,
             lkey,
-            rkey: if access.intersects(remote) { lkey } else { 0 },
+            rkey: lkey,
             access,
             pd,
             num_mw: AtomicU32::new(0),
             live: AtomicBool::new(true),
         });
+        slot.mr = Some(Arc::clone(&mr));
+        Some(mr)
+    }
+
+    /// `ibv_rereg_mr` in place: the live region `lkey` becomes one over `storage` at `iova`
+    /// in `pd` with rights `access`, under the same keys; the old one is no longer live (an
+    /// operation still holding it finishes). `None` if no live region has the key.
+    pub fn replace(
+        &mut self,
+        lkey: u32,
+        pd: u32,
+        storage: Arc<SharedBytes>,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Option<Arc<Mr>> {
+        let slot = self.slots.get_mut((lkey >> 8) as usize)?;
+        let old = slot
+            .mr
+            .as_ref()
+            .filter(|mr| mr.lkey == lkey && !key_is_mw(lkey))?;
+        let mr = Arc::new(Mr {
+            storage,
+            iova,
+            lkey,
+            rkey: old.rkey,
+            access,
+            pd,
+            num_mw: AtomicU32::new(0),
+            live: AtomicBool::new(true),
+        });
+        old.live.store(false, Ordering::Release);
         slot.mr = Some(Arc::clone(&mr));
         Some(mr)
     }
@@ -280,6 +311,39 @@ mod tests {
     }
 
     #[test]
+    fn replace_keeps_the_keys_and_retires_the_old_region() {
+        let (mut t, a) = table_with(AccessFlags::LOCAL_WRITE);
+        assert_eq!(a.rkey, a.lkey, "an rkey even without remote rights");
+        let need = AccessFlags::REMOTE_WRITE;
+        assert_eq!(
+            t.resolve_remote(1, a.rkey, 0x10_0000, 8, need).err(),
+            Some(MrFault::AccessDenied)
+        );
+        let b = t
+            .replace(
+                a.lkey,
+                2,
+                Arc::clone(&a.storage),
+                a.iova,
+                need | AccessFlags::LOCAL_WRITE,
+            )
+            .unwrap();
+        assert_eq!((b.lkey, b.rkey, b.pd), (a.lkey, a.rkey, 2));
+        assert!(!a.is_live() && b.is_live());
+        assert_eq!(
+            t.resolve_remote(2, a.rkey, 0x10_0000, 8, need).unwrap().1,
+            0
+        );
+        assert_eq!(
+            t.resolve_remote(1, a.rkey, 0x10_0000, 8, need).err(),
+            Some(MrFault::WrongPd)
+        );
+        assert!(t
+            .replace(a.lkey ^ 1, 1, Arc::clone(&a.storage), 0, need)
+            .is_none());
+    }
+
+    #[test]
     fn keys_change_on_reregistration() {
         let (mut t, a) = table_with(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE);
         assert_eq!(a.lkey, a.rkey);
@@ -297,7 +361,7 @@ mod tests {
             .unwrap();
         assert_eq!(b.lkey >> 8, old >> 8, "slot reused");
         assert_ne!(b.lkey, old, "low byte differs");
-        assert_eq!(b.rkey, 0, "no remote access, no rkey");
+        assert_eq!(b.rkey, b.lkey, "the rkey is the lkey, remote rights or not");
         assert!(t.by_rkey(old).is_none(), "stale key rejected");
         assert!(t.by_rkey(0).is_none());
     }

@@ -18,7 +18,7 @@ pub struct Mr {
     pub iova: u64,
     /// Local key.
     pub lkey: u32,
-    /// Remote key (0 when no remote access is granted).
+    /// Remote key (the lkey).
     pub rkey: u32,
     /// Access rights.
     pub access: AccessFlags,

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::driver::CqInner;
+pub use crate::driver::{clock_ns, Stamp};
 use crate::ib::{VerbsError, WorkCompletion};
 
 /// A completion queue.
@@ -43,6 +44,19 @@ impl CompletionQueue {
     /// Polls one completion.
     pub fn poll_one(&self) -> Result<Option<WorkCompletion>, VerbsError> {
         self.inner.poll_one()
+    }
+
+    /// From now on, records when the engine adds each completion (extended CQs created with
+    /// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP` or `_WALLCLOCK`; spec-notes/beyond-rxe.md rule
+    /// 11); completions already waiting get the time of this call.
+    pub fn enable_timestamps(&self) {
+        self.inner.enable_timestamps()
+    }
+
+    /// [`poll_one`](Self::poll_one) with the time the completion was added (zeroes unless
+    /// [`enable_timestamps`](Self::enable_timestamps) was called before it was).
+    pub fn poll_one_stamped(&self) -> Result<Option<(WorkCompletion, Stamp)>, VerbsError> {
+        self.inner.poll_one_stamped()
     }
 
     /// Blocks until at least one completion is available or `timeout` passes, then polls like

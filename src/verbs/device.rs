@@ -117,6 +117,15 @@ pub struct ProtectionDomain {
 }
 
 impl ProtectionDomain {
+    /// Another handle on this protection domain, for a parent domain (`ibv_alloc_parent_domain`):
+    /// regions, QPs and SRQs made through either are of one PD and work together.
+    pub fn parent_domain(&self) -> ProtectionDomain {
+        ProtectionDomain {
+            dev: Arc::clone(&self.dev),
+            handle: self.handle,
+        }
+    }
+
     /// `ibv_reg_mr`: allocates and registers `len` zeroed bytes with the given rights.
     ///
     /// The bytes are the allocator's zeroed pages, resident only once touched (rxe pins, and so

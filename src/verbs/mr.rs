@@ -29,16 +29,7 @@ impl MemoryRegion {
         len: usize,
         access: AccessFlags,
     ) -> Result<Self> {
-        if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
-            && !access.contains(AccessFlags::LOCAL_WRITE)
-        {
-            // IBTA 10.6.3.1 (and ibv_reg_mr's EINVAL): remote write or atomic access requires
-            // local write.
-            return Err(VerbsError::InvalidAttribute {
-                attr: "access",
-                reason: "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE",
-            });
-        }
+        remote_needs_local_write(access)?;
         let storage = Arc::new(
             SharedBytes::try_new(len).ok_or(VerbsError::OutOfMemory { bytes: len as u64 })?,
         );
@@ -76,7 +67,7 @@ impl MemoryRegion {
         self.mr.lkey
     }
 
-    /// Remote key, for the peer's RDMA operations (0 without remote access).
+    /// Remote key, for the peer's RDMA operations (the lkey; used only as the rights allow).
     pub fn rkey(&self) -> u32 {
         self.mr.rkey
     }
@@ -182,6 +173,60 @@ impl MemoryRegion {
             })?;
         Ok(())
     }
+}
+
+impl MemoryRegion {
+    /// `ibv_rereg_mr` as the shim does it: the region in place, under the keys it has (a peer
+    /// that holds them keeps them; spec-notes/beyond-rxe.md rule 5), moved to `pd` if given
+    /// (`IBV_REREG_MR_CHANGE_PD`, a PD of the same device) with rights `access`. Refused while
+    /// memory windows are bound to it, and for rights registration refuses.
+    pub fn modify(
+        &mut self,
+        pd: Option<&super::ProtectionDomain>,
+        access: AccessFlags,
+    ) -> Result<()> {
+        if self.mr.bound_windows() > 0 {
+            return Err(windows_bound());
+        }
+        refuse_flush_persistent(access)?;
+        remote_needs_local_write(access)?;
+        let pd = match pd {
+            Some(pd) if !Arc::ptr_eq(&pd.dev, &self.dev) => {
+                return Err(VerbsError::InvalidAttribute {
+                    attr: "pd",
+                    reason: "of another device",
+                })
+            }
+            Some(pd) => pd.handle,
+            None => self.mr.pd,
+        };
+        let (storage, iova) = (Arc::clone(&self.mr.storage), self.mr.iova);
+        self.mr = self
+            .dev
+            .mrs
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(self.mr.lkey, pd, storage, iova, access)
+            .ok_or(VerbsError::InvalidAttribute {
+                attr: "memory region",
+                reason: "deregistered",
+            })?;
+        Ok(())
+    }
+}
+
+/// IBTA 10.6.3.1 (and ibv_reg_mr's EINVAL): remote write or atomic access requires local
+/// write.
+pub(crate) fn remote_needs_local_write(access: AccessFlags) -> Result<()> {
+    if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+        && !access.contains(AccessFlags::LOCAL_WRITE)
+    {
+        return Err(VerbsError::InvalidAttribute {
+            attr: "access",
+            reason: "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE",
+        });
+    }
+    Ok(())
 }
 
 /// rxe refuses persistent-flush access on memory that is not persistent memory (rxe_mr.c,

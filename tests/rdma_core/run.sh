@@ -53,6 +53,16 @@ softroce=$root/target/debug/softroce
 # take the first with an IP GID, softroce0, and test_device's tests that go through the
 # device list (open, query device, port, P_Key and GID) do so for both. No test of v44 needs
 # a second device otherwise.
+# Huge pages: test_odp's two huge-page tests and test_parent_domain's need 2 MiB pages
+# reserved in the system (they skip when /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
+# is 0). As root (CI) the run reserves HUGE_PAGES of them if none are, and gives them back
+# when it ends, whatever the end; otherwise those three tests skip.
+huge=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
+HUGE_PAGES=16 # 32 MiB: each test maps one or two pages per player
+if [ "$(id -u)" -eq 0 ] && [ -w "$huge" ] && [ "$(cat "$huge")" -eq 0 ]; then
+    trap 'echo 0 > "$huge"' EXIT
+    echo "$HUGE_PAGES" > "$huge" || true
+fi
 SECONDS=0
 set +e
 # The suite draws QP attributes at random (caps, and whether ibv_create_qp_ex gets creation

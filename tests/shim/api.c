@@ -186,7 +186,8 @@ int main(void)
 	FAILS_NULL(ibv_reg_mr(pd, NULL, LEN, all), EINVAL);
 	FAILS_NULL(ibv_reg_mr(pd, a, 0, all), EINVAL);
 	FAILS_NULL(ibv_reg_mr(pd, a, LEN, IBV_ACCESS_REMOTE_WRITE), EINVAL);
-	FAILS_NULL(ibv_reg_mr(pd, a, LEN, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND),
+	/* ZERO_BASED is for device memory only (ibv_reg_dm_mr). */
+	FAILS_NULL(ibv_reg_mr(pd, a, LEN, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ZERO_BASED),
 		   EOPNOTSUPP);
 	/* Memory that is not mapped (rdma4py's test registers 0xDEAD0000): EFAULT, as rxe's
 	 * pinning fails; also a range whose last page is gone. */
@@ -238,7 +239,8 @@ int main(void)
 	struct ibv_mr *mrb = ibv_reg_mr_iova(pd, b, LEN, 0x10000, all);
 	CHECK(mrb && mrb->rkey);
 	struct ibv_mr *local_only = ibv_reg_mr(pd, a, 64, IBV_ACCESS_LOCAL_WRITE);
-	CHECK(local_only && local_only->rkey == 0);
+	/* rkey == lkey even without remote rights (spec-notes/beyond-rxe.md rule 5) */
+	CHECK(local_only && local_only->rkey == local_only->lkey);
 	CHECK(ibv_dereg_mr(local_only) == 0);
 	CHECK(ibv_dereg_mr(local_only) == EINVAL); /* double */
 	CHECK(ibv_dereg_mr(NULL) == EINVAL);

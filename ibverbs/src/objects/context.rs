@@ -68,6 +68,11 @@ impl Drop for Ctx {
     }
 }
 
+/// Whether `c` is a live context of the shim.
+pub(crate) fn is_context(c: *mut ibv_context) -> bool {
+    ctx_of(c).is_some()
+}
+
 /// The live context behind `c`, referenced (see [`handle::get`]).
 pub(super) fn ctx_of(c: *mut ibv_context) -> Option<Arc<Obj<Ctx>>> {
     handle::get::<Ctx>(c)
@@ -152,6 +157,19 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
     ops[VCTX_QUERY_PORT] = ext_query_port as QueryPortFn as *mut c_void;
     ops[VCTX_QUERY_DEVICE_EX] = crate::query_device_ex::query_device_ex
         as crate::query_device_ex::QueryDeviceExFn as *mut c_void;
+    ops[VCTX_ADVISE_MR] = super::odp::op_advise_mr as super::odp::AdviseMrFn as *mut c_void;
+    ops[VCTX_ALLOC_DM] = super::dm::op_alloc_dm as super::dm::AllocDmFn as *mut c_void;
+    ops[VCTX_FREE_DM] = super::dm::op_free_dm as super::dm::FreeDmFn as *mut c_void;
+    ops[VCTX_REG_DM_MR] = super::dm::op_reg_dm_mr as super::dm::RegDmMrFn as *mut c_void;
+    ops[VCTX_ALLOC_TD] =
+        super::parent_domain::op_alloc_td as super::parent_domain::AllocTdFn as *mut c_void;
+    ops[VCTX_DEALLOC_TD] =
+        super::parent_domain::op_dealloc_td as super::parent_domain::DeallocTdFn as *mut c_void;
+    ops[VCTX_ALLOC_PARENT_DOMAIN] = super::parent_domain::op_alloc_parent_domain
+        as super::parent_domain::AllocParentDomainFn
+        as *mut c_void;
+    ops[VCTX_QUERY_RT_VALUES] = crate::query_device_ex::query_rt_values
+        as crate::query_device_ex::QueryRtValuesFn as *mut c_void;
     ops[VCTX_CREATE_CQ_EX] = super::cq_ex::op_create_cq_ex as CreateCqExFn as *mut c_void;
     ops[VCTX_CREATE_QP_EX] = super::qp_ex::op_create_qp_ex as CreateQpExFn as *mut c_void;
     let vctx = verbs_context {

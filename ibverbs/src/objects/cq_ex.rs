@@ -5,9 +5,11 @@
 //!
 //! A poll holds the CQ from `start_poll` to `end_poll` (rxe holds its spinlock): one
 //! completion at a time is taken out of the softroce CQ into the CQ's current slot, and the
-//! `read_*` functions read that slot. rxe writes no completion timestamps, so neither flag
-//! asking for them is accepted (EOPNOTSUPP, as `rxe_create_cq_ex`), and `read_completion_ts`
-//! and `read_completion_wallclock_ns` stay NULL.
+//! `read_*` functions read that slot. Beyond rxe, which writes no completion timestamps
+//! (EOPNOTSUPP for both flags), a CQ may ask for them: `read_completion_ts` gives the
+//! free-running clock (`CLOCK_MONOTONIC` in ns: `hca_core_clock` is 1 GHz) and
+//! `read_completion_wallclock_ns` the wall clock, both read when the engine added the
+//! completion to the CQ (spec-notes/beyond-rxe.md rule 11).
 
 use std::cell::UnsafeCell;
 use std::ptr::{self, null_mut};
@@ -15,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use libc::{c_int, c_uint, EINVAL, ENOENT, EOPNOTSUPP};
 use softroce::ib::WorkCompletion;
+use softroce::verbs::cq::Stamp;
 
 use super::common::{errno_of, fail_null, set_errno};
 use super::cq::{cq_of, ibv_create_cq, wc_to_c, Cq};
@@ -23,7 +26,11 @@ use crate::ffi::*;
 
 /// The `ibv_wc_flags` an extended CQ may ask for: rxe's `RXE_SUP_WC_EX_FLAGS`
 /// (`IBV_WC_STANDARD_FLAGS`: byte_len, imm, qp_num, src_qp, slid, sl, dlid_path_bits).
-pub(super) const SUPPORTED_WC_FLAGS: u64 = 0x7f;
+pub(super) const SUPPORTED_WC_FLAGS: u64 = 0x7f | WITH_COMPLETION_TIMESTAMP | WITH_WALLCLOCK;
+/// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`.
+const WITH_COMPLETION_TIMESTAMP: u64 = 1 << 7;
+/// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK`.
+const WITH_WALLCLOCK: u64 = 1 << 11;
 /// `IBV_WC_EX_WITH_BYTE_LEN` .. `IBV_WC_EX_WITH_DLID_PATH_BITS`, one bit each.
 const WITH_BYTE_LEN: u64 = 1 << 0;
 const WITH_IMM: u64 = 1 << 1;
@@ -35,6 +42,8 @@ const WITH_DLID_PATH_BITS: u64 = 1 << 6;
 /// `IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD`: the comp_mask bits
 /// `ibv_cmd_create_cq_ex` knows (others: EOPNOTSUPP).
 const CQ_INIT_ATTR_MASK_KNOWN: u32 = 0b11;
+/// `IBV_CQ_INIT_ATTR_MASK_PD`: `parent_domain` is set.
+const CQ_INIT_ATTR_MASK_PD: u32 = 0b10;
 /// `IBV_CQ_INIT_ATTR_MASK_FLAGS`.
 const CQ_INIT_ATTR_MASK_FLAGS: u32 = 1 << 0;
 /// `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN`: passed to the kernel, whose rxe refuses every CQ
@@ -78,9 +87,11 @@ pub(super) struct ExPoll {
     busy: AtomicBool,
     /// The completion `start_poll`/`next_poll` took; read only by the thread holding `busy`.
     cur: UnsafeCell<WorkCompletion>,
+    /// When it was added to the CQ (zeroes unless the CQ records it); as `cur`.
+    stamp: UnsafeCell<Stamp>,
 }
 
-// SAFETY: `cur` is written and read only by the thread that holds `busy` (acquired with
+// SAFETY: `cur` and `stamp` are written and read only by the thread that holds `busy` (acquired with
 // Acquire, released with Release), so no two threads touch it at once; the rest is atomic.
 unsafe impl Sync for ExPoll {}
 
@@ -115,12 +126,14 @@ unsafe fn cq_ex<'a>(p: *mut ibv_cq_ex) -> &'a Obj<Cq> {
 /// Takes the next completion into the current slot and publishes its `wr_id` and `status`
 /// in the C struct: 0, ENOENT when the CQ is empty, or the CQ's error (an overrun).
 fn take_next(cq: &Obj<Cq>) -> c_int {
-    match cq.cq.poll_one() {
-        Ok(Some(w)) => {
-            // SAFETY: the caller holds the poll (`busy`), so this thread alone touches `cur`;
-            // the C struct's `status` and `wr_id` are written raw, as rxe writes them.
+    match cq.cq.poll_one_stamped() {
+        Ok(Some((w, stamp))) => {
+            // SAFETY: the caller holds the poll (`busy`), so this thread alone touches `cur`
+            // and `stamp`; the C struct's `status` and `wr_id` are written raw, as rxe writes
+            // them.
             unsafe {
                 *cq.ex.cur.get() = w;
+                *cq.ex.stamp.get() = stamp;
                 let c = cq.c();
                 ptr::addr_of_mut!((*c).status).write(w.status as c_uint);
                 ptr::addr_of_mut!((*c).wr_id).write(w.wr_id);
@@ -222,6 +235,16 @@ unsafe extern "C" fn read_dlid_path_bits(_p: *mut ibv_cq_ex) -> u8 {
     0
 }
 
+unsafe extern "C" fn read_completion_ts(p: *mut ibv_cq_ex) -> u64 {
+    // SAFETY: the polling contract (see `cur`): this thread holds the poll.
+    unsafe { *cq_ex(p).ex.stamp.get() }.monotonic_ns
+}
+
+unsafe extern "C" fn read_completion_wallclock_ns(p: *mut ibv_cq_ex) -> u64 {
+    // SAFETY: the polling contract (see `cur`): this thread holds the poll.
+    unsafe { *cq_ex(p).ex.stamp.get() }.realtime_ns
+}
+
 /// The `create_cq_ex` op: NULL and errno on failure (EOPNOTSUPP for a `wc_flags`, comp_mask
 /// or creation flag rxe refuses; then as `ibv_create_cq`).
 pub(super) unsafe extern "C" fn op_create_cq_ex(
@@ -239,6 +262,12 @@ pub(super) unsafe extern "C" fn op_create_cq_ex(
     if a.comp_mask & CQ_INIT_ATTR_MASK_FLAGS != 0 && a.flags & CREATE_CQ_ATTR_IGNORE_OVERRUN != 0 {
         return fail_null(EOPNOTSUPP);
     }
+    if a.comp_mask & CQ_INIT_ATTR_MASK_PD != 0
+        && !super::pd::is_parent_domain_of(a.parent_domain, c)
+    {
+        // ibv_create_cq_ex(3): the CQ's parent_domain must be a parent domain.
+        return fail_null(EINVAL);
+    }
     let Ok(cqe) = c_int::try_from(a.cqe) else {
         return fail_null(EINVAL);
     };
@@ -250,6 +279,9 @@ pub(super) unsafe extern "C" fn op_create_cq_ex(
     let on = |bit: u64| a.wc_flags & bit != 0;
     // The handle (made from the allocation, see the handle module) is the C struct's address.
     let x = h.cast::<ibv_cq_ex>();
+    if on(WITH_COMPLETION_TIMESTAMP | WITH_WALLCLOCK) {
+        cq.cq.enable_timestamps();
+    }
     drop(cq);
     // SAFETY: `x` is the live CQ's C struct (just created; the registry holds it), not yet
     // returned to the program, so nothing else reads its extension; written field by field
@@ -282,6 +314,13 @@ pub(super) unsafe extern "C" fn op_create_cq_ex(
         }
         if on(WITH_DLID_PATH_BITS) {
             ptr::addr_of_mut!((*x).read_dlid_path_bits).write(Some(read_dlid_path_bits));
+        }
+        if on(WITH_COMPLETION_TIMESTAMP) {
+            ptr::addr_of_mut!((*x).read_completion_ts).write(Some(read_completion_ts));
+        }
+        if on(WITH_WALLCLOCK) {
+            ptr::addr_of_mut!((*x).read_completion_wallclock_ns)
+                .write(Some(read_completion_wallclock_ns));
         }
     }
     x

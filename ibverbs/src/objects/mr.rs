@@ -7,6 +7,7 @@ use softroce::ib::AccessFlags;
 use softroce::verbs::MemoryRegion;
 
 use super::common::{errno_of, fail, fail_null};
+use super::dm::Dm;
 use super::handle::{self, Obj, Object};
 use super::pd::{pd_of, Pd};
 use crate::ffi::*;
@@ -17,6 +18,8 @@ pub(super) struct Mr {
     /// otherwise dropped (revoked) with the object. None only within ibv_dereg_mr.
     mr: Mutex<Option<MemoryRegion>>,
     _pd: Arc<Obj<Pd>>,
+    /// The device memory it is over, if it is (`ibv_reg_dm_mr`): kept while the region lives.
+    _dm: Option<Arc<Obj<Dm>>>,
 }
 
 impl Mr {
@@ -31,9 +34,16 @@ impl Object for Mr {
     type Handle = ibv_mr;
 }
 
-/// Whether `m` is a live MR of the shim (for `ibv_rereg_mr` in absent.rs).
-pub(crate) fn mr_is_live(m: *const ibv_mr) -> bool {
-    handle::get::<Mr>(m as *mut ibv_mr).is_some()
+/// The access flags of `ibv_reg_mr` (and of `ibv_rereg_mr`'s new ones) that softroce keeps, or
+/// EOPNOTSUPP: the optional range (relaxed ordering...) is ignored as libibverbs ignores it on
+/// devices without it, and HUGETLB is a hint (how the application backs the memory) that
+/// changes nothing here; ZERO_BASED is for device memory only (`ibv_reg_dm_mr`).
+pub(super) fn mr_access(access: c_uint) -> Result<c_uint, c_int> {
+    let access = access & !(IBV_ACCESS_OPTIONAL_RANGE | IBV_ACCESS_HUGETLB);
+    if access & !(IBV_ACCESS_BASIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ON_DEMAND) != 0 {
+        return Err(EOPNOTSUPP);
+    }
+    Ok(access)
 }
 
 /// Registers `len` bytes at `addr` in the PD `pd`; NULL and errno on failure.
@@ -54,14 +64,13 @@ unsafe fn reg_mr(
     let Some(pdr) = pd_of(pd) else {
         return fail_null(EINVAL);
     };
-    // The optional range (relaxed ordering...) is ignored as libibverbs ignores it on devices
-    // without it.
-    let access = access & !IBV_ACCESS_OPTIONAL_RANGE;
-    if access & !(IBV_ACCESS_BASIC | IBV_ACCESS_MW_BIND) != 0 {
-        // ZERO_BASED, ON_DEMAND, HUGETLB...: not implemented.
-        return fail_null(EOPNOTSUPP);
-    }
-    if addr.is_null() || len == 0 {
+    let access = match mr_access(access) {
+        Ok(a) => a,
+        Err(e) => return fail_null(e),
+    };
+    // The implicit on-demand region: the whole address space (spec-notes/beyond-rxe.md R2).
+    let implicit = access & IBV_ACCESS_ON_DEMAND != 0 && addr.is_null() && len == usize::MAX;
+    if (addr.is_null() && !implicit) || len == 0 {
         return fail_null(EINVAL);
     }
     // SAFETY: the application registers memory it owns and keeps it until ibv_dereg_mr,
@@ -78,6 +87,19 @@ unsafe fn reg_mr(
         Ok(mr) => mr,
         Err(e) => return fail_null(errno_of(&e)),
     };
+    publish_mr(pdr, pd, mr, addr, len, None)
+}
+
+/// Publishes a new region `mr` of the PD `pdr` (C's `pd`) over `len` bytes at `addr`; it
+/// holds `dm` if it is over device memory. The handle C gets.
+pub(super) fn publish_mr(
+    pdr: Arc<Obj<Pd>>,
+    pd: *mut ibv_pd,
+    mr: MemoryRegion,
+    addr: *mut c_void,
+    len: usize,
+    dm: Option<Arc<Obj<Dm>>>,
+) -> *mut ibv_mr {
     let obj = Obj::new(
         ibv_mr {
             context: pdr.context(),
@@ -91,6 +113,7 @@ unsafe fn reg_mr(
         Mr {
             mr: Mutex::new(Some(mr)),
             _pd: pdr,
+            _dm: dm,
         },
     );
     handle::publish(&obj)

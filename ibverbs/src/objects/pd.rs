@@ -16,7 +16,28 @@ use crate::ffi::*;
 pub(super) struct Pd {
     pub(super) pd: ProtectionDomain,
     pub(super) ctx: Arc<Obj<Ctx>>,
+    /// What a parent domain (`ibv_alloc_parent_domain`) holds; None for a plain PD.
+    pub(super) parent: Option<Parent>,
 }
+
+/// A parent domain's parts: the PD it stands for and its thread domain, held while it lives,
+/// and the application's allocators. softroce never calls them: rdma-core's providers call
+/// them for the queue buffers and doorbells their hardware reads by DMA, and softroce's
+/// queues are the engine's own Rust memory, which no device reads and the application never
+/// sees (spec-notes/beyond-rxe.md rule 10).
+pub(super) struct Parent {
+    pub(super) _pd: Arc<Obj<Pd>>,
+    pub(super) _td: Option<Arc<Obj<super::parent_domain::Td>>>,
+    pub(super) _alloc: Option<PdAllocFn>,
+    pub(super) _free: Option<PdFreeFn>,
+    pub(super) _pd_context: *mut libc::c_void,
+}
+
+// SAFETY: the raw pointer and functions are the application's, kept and never used (see
+// `Parent`).
+unsafe impl Send for Parent {}
+// SAFETY: as for Send.
+unsafe impl Sync for Parent {}
 
 impl Object for Pd {
     type C = ibv_pd;
@@ -27,6 +48,11 @@ impl Object for Pd {
 /// PD counts as in use and cannot be deallocated.
 pub(super) fn pd_of(p: *mut ibv_pd) -> Option<Arc<Obj<Pd>>> {
     handle::get::<Pd>(p)
+}
+
+/// Whether `p` is a live parent domain of the context `c`.
+pub(super) fn is_parent_domain_of(p: *mut ibv_pd, c: *mut ibv_context) -> bool {
+    pd_of(p).is_some_and(|pd| pd.parent.is_some() && pd.ctx.ibv() == c)
 }
 
 impl Obj<Pd> {
@@ -59,7 +85,11 @@ pub unsafe extern "C" fn ibv_alloc_pd(c: *mut ibv_context) -> *mut ibv_pd {
             context: c,
             handle: HANDLES.fetch_add(1, Ordering::Relaxed) as u32,
         },
-        Pd { pd, ctx },
+        Pd {
+            pd,
+            ctx,
+            parent: None,
+        },
     );
     handle::publish(&obj)
 }
