@@ -47,8 +47,16 @@
 //! One event channel serves one device context: QP1 and its CM are per device.
 
 mod channel;
+mod error;
+mod event;
+mod id;
+mod params;
+mod state;
 
-pub use channel::{
-    CmId, ConnParam, EventChannel, EventKind, PortSpace, RdmaCmError, RdmaCmEvent, UdParam,
-    RDMA_UDP_QKEY, STATUS_INVALID, STATUS_TIMED_OUT, UD_CONNECT_PRIVATE_DATA_LEN,
+pub use channel::{CmId, EventChannel, RdmaCmEvent};
+pub use error::RdmaCmError;
+pub use event::EventKind;
+pub use params::{
+    ConnParam, PortSpace, UdParam, RDMA_UDP_QKEY, STATUS_INVALID, STATUS_TIMED_OUT,
+    UD_CONNECT_PRIVATE_DATA_LEN,
 };
