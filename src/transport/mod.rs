@@ -19,6 +19,7 @@ mod local_ops;
 pub mod mr;
 pub mod mw;
 pub mod params;
+mod post;
 pub mod qp;
 mod requester;
 mod responder;
