@@ -23,7 +23,7 @@ pub enum CmError {
     },
     /// Somebody already listens on this service ID.
     AlreadyListening(u64),
-    /// The endpoint holds [`EndpointConfig::max_connections`] connections.
+    /// The endpoint holds [`super::EndpointConfig::max_connections`] connections.
     TooManyConnections,
 }
 

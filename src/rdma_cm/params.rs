@@ -20,11 +20,11 @@ pub const UD_CONNECT_PRIVATE_DATA_LEN: usize = SIDR_REQ_PRIVATE_DATA_LEN - CmaHe
 /// QP is created with and what its accept advertises.
 pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
 
-/// `ETIMEDOUT`, negated: the status of an [`EventKind::Unreachable`] whose peer never
+/// `ETIMEDOUT`, negated: the status of an [`super::EventKind::Unreachable`] whose peer never
 /// answered, as the kernel's rdma_cm reports it.
 pub const STATUS_TIMED_OUT: i32 = -110;
 
-/// `EINVAL`, negated: the status of an [`EventKind::Unreachable`] on a UD identifier whose
+/// `EINVAL`, negated: the status of an [`super::EventKind::Unreachable`] on a UD identifier whose
 /// peer's SIDR_REP named another Q_Key than rdma_cm's (the kernel's cma_set_qkey refuses it).
 pub const STATUS_INVALID: i32 = -22;
 
