@@ -636,7 +636,7 @@ fn keeper() -> &'static crossbeam_channel::Sender<Weak<Member>> {
 ///    (the last index: nothing moves).
 fn relayout_locked(lock: &Locked, addr: SocketAddr, secret: &[u8; SECRET_LEN]) -> io::Result<()> {
     let mut t = lock.read();
-    let temp = super::udp::reuseport_socket(addr)?;
+    let temp = super::socket::reuseport_socket(addr)?;
     steering::attach(&temp, &steering::program(&t.map))?;
     temp.set_nonblocking(true)?;
     let reply = UdpSocket::bind(SocketAddr::new(addr.ip(), 0))?;

@@ -16,6 +16,7 @@ pub mod interface;
 pub mod link;
 mod multicast;
 mod qp_table;
+mod socket;
 pub mod stats;
 pub mod steering;
 pub mod thread;
