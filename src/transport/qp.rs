@@ -1,6 +1,6 @@
-//! One Reliable Connected queue pair as a state machine without I/O and without a clock.
+//! One queue pair (RC, UC or UD) as a state machine without I/O and without a clock.
 //!
-//! Inputs: verbs calls (`modify`, `post_send`, `post_recv`), received packets
+//! Inputs: verbs calls (`modify`, and `post_send`, `post_send_ud`, `post_recv` in `post.rs`), received packets
 //! (`handle_packet`) and the time (`handle_timeout(now)`). Outputs: packets to send
 //! (`poll_transmit`), work completions (`poll_completion`) and the next deadline
 //! (`poll_timeout`). The driver calls them; tests call them with virtual time. Time is a
