@@ -6,7 +6,7 @@
 //! One test in its own binary: it reads the CPU time of this process's engine threads, which
 //! other tests running beside it would add to.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use softroce::ib::*;
 
@@ -70,12 +70,53 @@ fn engine_cpu_ns() -> u64 {
     total
 }
 
+/// The scheduler state of each of this process's engine threads (/proc stat's third field:
+/// `S` while it sleeps in epoll_wait, `R` while it runs or spins).
+fn engine_states() -> Vec<char> {
+    let mut states = Vec::new();
+    for t in std::fs::read_dir("/proc/self/task").unwrap() {
+        let dir = t.unwrap().path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if !comm.starts_with("softroce-127.") {
+            continue;
+        }
+        let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+        // "tid (comm) S ...": the state follows the command, which may hold spaces.
+        if let Some(state) = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next())
+        {
+            states.push(state);
+        }
+    }
+    states
+}
+
+/// Waits until every engine thread has gone to sleep: asleep and using no CPU over a 10 ms
+/// sample (longer than a scheduler tick, so a spinning thread's time would have grown).
+/// Panics when they have not after `limit`: a spin that does not end.
+fn wait_until_engines_sleep(limit: Duration) {
+    let start = Instant::now();
+    loop {
+        let before = engine_cpu_ns();
+        std::thread::sleep(Duration::from_millis(10));
+        let states = engine_states();
+        if engine_cpu_ns() == before && !states.is_empty() && states.iter().all(|&s| s == 'S') {
+            return;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "the engines still run {limit:?} after the traffic stopped: states {states:?}"
+        );
+    }
+}
+
 #[test]
 fn the_engines_stop_spinning_when_the_traffic_stops() {
     let (a, b) = connected(softroce::driver::DEFAULT_IDLE_SPIN);
     writes(&a, &b, 2000);
-    // The last completion's ACK has been taken in; let the spins that followed it end.
-    std::thread::sleep(Duration::from_millis(50));
+    // The last completion's ACK has been taken in; the spins that followed it end.
+    wait_until_engines_sleep(Duration::from_secs(5));
     let before = engine_cpu_ns();
     assert!(before > 0, "no engine thread found in /proc/self/task");
     let idle = Duration::from_millis(500);
