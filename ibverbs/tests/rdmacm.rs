@@ -68,25 +68,16 @@ fn text(o: &Output) -> String {
     )
 }
 
-/// Whether an rping that exited 255 (`exit(-1)` from its CM thread) did so in rping's own
-/// teardown race, after a complete run: once the disconnect is handled, its main thread
-/// destroys the event channel while its CM thread, which nobody joins, calls
-/// `rdma_get_cm_event` once more and exits on the error (EINVAL here; with rdma-core's
-/// librdmacm, a read of the freed channel's closed fd: EBADF). Nothing else counts.
-fn rping_cm_thread_race(o: &Output, t: &str) -> bool {
-    o.status.code() == Some(255)
-        && t.contains("DISCONNECT EVENT...")
-        && t.trim_end()
-            .lines()
-            .last()
-            .is_some_and(|l| l.starts_with("rdma_get_cm_event: "))
+/// Whether the process `pid` listens on the device at `ip` (port 4791): the table of the
+/// address's group names it as a listener, which it does once its CM listens.
+fn listening(ip: &str, pid: u32) -> bool {
+    let addr = std::net::SocketAddr::new(ip.parse().unwrap(), 4791);
+    softroce::driver::group::listener_pids(addr).is_ok_and(|l| l.iter().any(|&(_, p)| p == pid))
 }
 
-/// Starts `server`, waits until its device at `server_ip` is up, then runs the client that
-/// `client` makes; a client refused because the listener was not registered yet (the
-/// socket binds just before `rdma_listen` registers it: REJECTED, or ECONNREFUSED from a
-/// synchronous identifier) is run again, at most 8 times, each a little later. Both
-/// must exit 0 within `limit`. Returns (server output, client output).
+/// Starts `server`, waits until it listens on its device at `server_ip`, then runs the client
+/// that `client` makes, once. Both must exit 0 within `limit`. Returns (server output, client
+/// output).
 fn serve(
     mut server: Command,
     server_ip: &str,
@@ -95,30 +86,22 @@ fn serve(
 ) -> (String, String) {
     let mut s: Child = server.spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !device_up(server_ip) && Instant::now() < deadline && s.try_wait().unwrap().is_none() {
+    while !listening(server_ip, s.id()) {
+        if Instant::now() >= deadline || s.try_wait().unwrap().is_some() {
+            let (so, _) = wait_for(s, Duration::ZERO);
+            panic!("the server never listened on {server_ip}:\n{}", text(&so));
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let mut ct = String::new();
-    let mut cok = false;
-    for attempt in 0..8u64 {
-        std::thread::sleep(Duration::from_millis(100 * attempt));
-        let (co, fin) = wait_for(client().spawn().unwrap(), limit);
-        ct = text(&co);
-        cok = fin && (co.status.success() || rping_cm_thread_race(&co, &ct));
-        // A UD client too early is told "unsupported" (SIDR status 1) by the CM.
-        let early = ct.contains("REJECTED")
-            || ct.contains("Connection refused")
-            || ct.contains("RDMA_CM_EVENT_UNREACHABLE, error: 1");
-        if cok || !early {
-            break;
-        }
-    }
+    let (co, cfin) = wait_for(client().spawn().unwrap(), limit);
+    let ct = text(&co);
     let (so, sfin) = wait_for(s, limit);
     let st = text(&so);
     assert!(
-        sfin && (so.status.success() || rping_cm_thread_race(&so, &st)) && cok,
-        "server ({:?}, in time: {sfin}):\n{st}\nclient:\n{ct}",
-        so.status
+        sfin && so.status.success() && cfin && co.status.success(),
+        "server ({:?}, in time: {sfin}):\n{st}\nclient ({:?}, in time: {cfin}):\n{ct}",
+        so.status,
+        co.status
     );
     (st, ct)
 }
@@ -776,11 +759,7 @@ fn two_rping_servers_and_their_clients_on_one_address() {
     for c in clients.into_iter().chain(servers) {
         let (o, fin) = wait_for(c, Duration::from_secs(60));
         let t = text(&o);
-        assert!(
-            fin && (o.status.success() || rping_cm_thread_race(&o, &t)),
-            "{:?}:\n{t}",
-            o.status
-        );
+        assert!(fin && o.status.success(), "{:?}:\n{t}", o.status);
         outs.push(t);
     }
     assert_pings(&outs[2], &outs[0], 10);

@@ -708,18 +708,32 @@ fn wait_readable(socks: &[&UdpSocket], timeout: Duration) {
     unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
 }
 
+/// The table of the group at `addr`, as last written.
+fn read_table(addr: SocketAddr) -> io::Result<Table> {
+    let dir = group_dir(addr)?;
+    Ok(Table::parse(&std::fs::read_to_string(dir.join("table"))?))
+}
+
 /// The layout last probed for the group at `addr`: (slot, index) of each member found.
 pub fn layout(addr: SocketAddr) -> io::Result<Vec<(u8, u32)>> {
-    let dir = group_dir(addr)?;
-    let text = std::fs::read_to_string(dir.join("table"))?;
-    Ok(Table::parse(&text).map)
+    Ok(read_table(addr)?.map)
 }
 
 /// The CM service IDs listened on in the group at `addr`, with the listener's slot.
 pub fn listeners(addr: SocketAddr) -> io::Result<Vec<(u64, u8)>> {
-    let dir = group_dir(addr)?;
-    let text = std::fs::read_to_string(dir.join("table"))?;
-    Ok(Table::parse(&text).listeners.into_iter().collect())
+    Ok(read_table(addr)?.listeners.into_iter().collect())
+}
+
+/// The CM service IDs listened on in the group at `addr`, with the process id of the member
+/// that listens (a listener whose slot the table no longer holds is left out). The table
+/// names a listener once its CM listens (`Device::listen`), so a REQ sent after this lists it
+/// finds the listener: what a test waits for before it starts a client.
+pub fn listener_pids(addr: SocketAddr) -> io::Result<Vec<(u64, u32)>> {
+    let t = read_table(addr)?;
+    Ok(t.listeners
+        .iter()
+        .filter_map(|(svc, slot)| Some((*svc, t.slots.get(slot)?.pid)))
+        .collect())
 }
 
 #[cfg(test)]
