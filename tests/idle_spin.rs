@@ -49,47 +49,47 @@ fn writes(a: &End, b: &End, n: u64) {
     }
 }
 
-/// The CPU time, in nanoseconds, that this process's engine threads (named after their
-/// device's address, `softroce-127.0.0.N:PORT`, cut to 15 bytes) have run so far, from each
-/// thread's /proc schedstat (its first field).
+/// The /proc directories of this process's engine threads (named after their device's
+/// address, `softroce-127.0.0.N:PORT`, cut to 15 bytes).
+fn engine_threads() -> Vec<std::path::PathBuf> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .map(|t| t.unwrap().path())
+        .filter(|dir| {
+            std::fs::read_to_string(dir.join("comm"))
+                .unwrap_or_default()
+                .starts_with("softroce-127.")
+        })
+        .collect()
+}
+
+/// The CPU time, in nanoseconds, that this process's engine threads have run so far, from
+/// each thread's /proc schedstat (its first field).
 fn engine_cpu_ns() -> u64 {
-    let mut total = 0;
-    for t in std::fs::read_dir("/proc/self/task").unwrap() {
-        let dir = t.unwrap().path();
-        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
-        if !comm.starts_with("softroce-127.") {
-            continue;
-        }
-        let stat = std::fs::read_to_string(dir.join("schedstat")).unwrap_or_default();
-        total += stat
-            .split_whitespace()
-            .next()
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0);
-    }
-    total
+    engine_threads()
+        .iter()
+        .map(|dir| {
+            let stat = std::fs::read_to_string(dir.join("schedstat")).unwrap_or_default();
+            stat.split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        })
+        .sum()
 }
 
 /// The scheduler state of each of this process's engine threads (/proc stat's third field:
 /// `S` while it sleeps in epoll_wait, `R` while it runs or spins).
 fn engine_states() -> Vec<char> {
-    let mut states = Vec::new();
-    for t in std::fs::read_dir("/proc/self/task").unwrap() {
-        let dir = t.unwrap().path();
-        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
-        if !comm.starts_with("softroce-127.") {
-            continue;
-        }
-        let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
-        // "tid (comm) S ...": the state follows the command, which may hold spaces.
-        if let Some(state) = stat
-            .rsplit_once(") ")
-            .and_then(|(_, rest)| rest.chars().next())
-        {
-            states.push(state);
-        }
-    }
-    states
+    engine_threads()
+        .iter()
+        .filter_map(|dir| {
+            let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+            // "tid (comm) S ...": the state follows the command, which may hold spaces.
+            stat.rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next())
+        })
+        .collect()
 }
 
 /// Waits until every engine thread has gone to sleep: asleep and using no CPU over a 10 ms
