@@ -651,87 +651,104 @@ impl<R: Read> CaptureReader<R> {
             let Kind::PcapNg { interfaces, .. } = &mut self.kind else {
                 return Ok(None);
             };
-            let malformed = |reason: String| CaptureError::Malformed {
-                offset: start,
-                reason,
-            };
-            let iface = |id: u32, interfaces: &[Interface]| {
-                interfaces.get(id as usize).copied().ok_or_else(|| {
-                    malformed(format!(
-                        "packet block refers to interface {id}, but {} {} defined",
-                        interfaces.len(),
-                        if interfaces.len() == 1 { "is" } else { "are" }
-                    ))
-                })
-            };
-            match btype {
-                BLOCK_IDB => {
-                    let (Some(lt), Some(snaplen)) = (f.u16(0), f.u32(4)) else {
-                        return Err(malformed("interface description block too short".into()));
-                    };
-                    let mut i = Interface {
-                        linktype: u32::from(lt),
-                        snaplen,
-                        tsresol: TsResol::Decimal(6),
-                        tsoffset: 0,
-                    };
-                    parse_idb_options(f, 8, &mut i);
-                    interfaces.push(i);
-                }
-                BLOCK_EPB | BLOCK_PB => {
-                    let (id, rest) = if btype == BLOCK_EPB {
-                        (f.u32(0), 4)
-                    } else {
-                        (f.u16(0).map(u32::from), 4)
-                    };
-                    let (Some(id), Some(ts_hi), Some(ts_lo), Some(caplen), Some(orig_len)) = (
-                        id,
-                        f.u32(rest),
-                        f.u32(rest + 4),
-                        f.u32(rest + 8),
-                        f.u32(rest + 12),
-                    ) else {
-                        return Err(malformed("packet block too short".into()));
-                    };
-                    let i = iface(id, interfaces)?;
-                    let data_start = rest + 16;
-                    let caplen = caplen as usize;
-                    if caplen > body_len - data_start {
-                        return Err(malformed(format!(
-                            "packet block claims {caplen} captured bytes but holds only {}",
-                            body_len - data_start
-                        )));
-                    }
-                    let ticks = (u64::from(ts_hi) << 32) | u64::from(ts_lo);
-                    return Ok(Some(FrameMeta {
-                        ts: apply_offset(i.tsresol.to_duration(ticks), i.tsoffset),
-                        linktype: i.linktype,
-                        interface: id,
-                        orig_len,
-                        start: data_start,
-                        len: caplen,
-                    }));
-                }
-                _ => {
-                    // Simple packet block: no timestamp, captured length implied.
-                    let Some(orig_len) = f.u32(0) else {
-                        return Err(malformed("simple packet block too short".into()));
-                    };
-                    let i = iface(0, interfaces)?;
-                    let mut caplen = (orig_len as usize).min(body_len - 4);
-                    if i.snaplen != 0 {
-                        caplen = caplen.min(i.snaplen as usize);
-                    }
-                    return Ok(Some(FrameMeta {
-                        ts: Duration::ZERO,
-                        linktype: i.linktype,
-                        interface: 0,
-                        orig_len,
-                        start: 4,
-                        len: caplen,
-                    }));
-                }
+            if let Some(meta) = pcapng_block(btype, f, body_len, start, interfaces)? {
+                return Ok(Some(meta));
             }
+        }
+    }
+}
+
+/// Reads a pcapng block of type `btype` (an interface description, enhanced, obsolete or
+/// simple packet block) whose `body_len`-byte body `f` holds, the block starting at byte
+/// `start` of the file: an interface description joins `interfaces` (None), a packet block
+/// gives its frame.
+fn pcapng_block(
+    btype: u32,
+    f: Fields,
+    body_len: usize,
+    start: u64,
+    interfaces: &mut Vec<Interface>,
+) -> Result<Option<FrameMeta>, CaptureError> {
+    let malformed = |reason: String| CaptureError::Malformed {
+        offset: start,
+        reason,
+    };
+    let iface = |id: u32, interfaces: &[Interface]| {
+        interfaces.get(id as usize).copied().ok_or_else(|| {
+            malformed(format!(
+                "packet block refers to interface {id}, but {} {} defined",
+                interfaces.len(),
+                if interfaces.len() == 1 { "is" } else { "are" }
+            ))
+        })
+    };
+    match btype {
+        BLOCK_IDB => {
+            let (Some(lt), Some(snaplen)) = (f.u16(0), f.u32(4)) else {
+                return Err(malformed("interface description block too short".into()));
+            };
+            let mut i = Interface {
+                linktype: u32::from(lt),
+                snaplen,
+                tsresol: TsResol::Decimal(6),
+                tsoffset: 0,
+            };
+            parse_idb_options(f, 8, &mut i);
+            interfaces.push(i);
+            Ok(None)
+        }
+        BLOCK_EPB | BLOCK_PB => {
+            let (id, rest) = if btype == BLOCK_EPB {
+                (f.u32(0), 4)
+            } else {
+                (f.u16(0).map(u32::from), 4)
+            };
+            let (Some(id), Some(ts_hi), Some(ts_lo), Some(caplen), Some(orig_len)) = (
+                id,
+                f.u32(rest),
+                f.u32(rest + 4),
+                f.u32(rest + 8),
+                f.u32(rest + 12),
+            ) else {
+                return Err(malformed("packet block too short".into()));
+            };
+            let i = iface(id, interfaces)?;
+            let data_start = rest + 16;
+            let caplen = caplen as usize;
+            if caplen > body_len - data_start {
+                return Err(malformed(format!(
+                    "packet block claims {caplen} captured bytes but holds only {}",
+                    body_len - data_start
+                )));
+            }
+            let ticks = (u64::from(ts_hi) << 32) | u64::from(ts_lo);
+            Ok(Some(FrameMeta {
+                ts: apply_offset(i.tsresol.to_duration(ticks), i.tsoffset),
+                linktype: i.linktype,
+                interface: id,
+                orig_len,
+                start: data_start,
+                len: caplen,
+            }))
+        }
+        _ => {
+            // Simple packet block: no timestamp, captured length implied.
+            let Some(orig_len) = f.u32(0) else {
+                return Err(malformed("simple packet block too short".into()));
+            };
+            let i = iface(0, interfaces)?;
+            let mut caplen = (orig_len as usize).min(body_len - 4);
+            if i.snaplen != 0 {
+                caplen = caplen.min(i.snaplen as usize);
+            }
+            Ok(Some(FrameMeta {
+                ts: Duration::ZERO,
+                linktype: i.linktype,
+                interface: 0,
+                orig_len,
+                start: 4,
+                len: caplen,
+            }))
         }
     }
 }
