@@ -151,95 +151,8 @@ impl ConnectionStats {
                 st.bytes
             );
         }
-        let r = &self.requests;
-        if r.packets > 0 {
-            let _ = write!(
-                s,
-                "  requests {}: PSN 0x{:06x}..0x{:06x}, retransmitted {}",
-                r.packets,
-                r.first_psn.unwrap_or(0),
-                r.highest_psn.unwrap_or(0),
-                r.retransmitted.count
-            );
-            if r.retransmitted.count > 0 {
-                let _ = write!(
-                    s,
-                    " ({}{})",
-                    psn_list(&r.retransmitted.items),
-                    more(&r.retransmitted)
-                );
-            }
-            let _ = write!(s, ", gaps {}", r.gaps.count);
-            if r.gaps.count > 0 {
-                let g: Vec<String> = r.gaps.items.iter().map(gap_text).collect();
-                let _ = write!(
-                    s,
-                    " ({} PSNs missing: {}{})",
-                    r.missing_psns,
-                    g.join(" "),
-                    more(&r.gaps)
-                );
-            }
-            s.push('\n');
-        }
-        let q = &self.responses;
-        if q.packets > 0 {
-            let naks: u64 = q.naks.values().map(|e| e.count).sum();
-            let rnrs: u64 = q.rnr_naks.values().map(|e| e.count).sum();
-            let _ = writeln!(
-                s,
-                "  responses {}: PSN 0x{:06x}..0x{:06x}, ACK {}, READ response {}, ATOMIC ACK {}, \
-                 NAK {}, RNR NAK {}",
-                q.packets,
-                q.first_psn.unwrap_or(0),
-                q.highest_psn.unwrap_or(0),
-                q.acks,
-                q.read_responses,
-                q.atomic_acks,
-                naks,
-                rnrs
-            );
-            for (code, e) in &q.naks {
-                let _ = writeln!(
-                    s,
-                    "    NAK {}: {} (PSN {}{})",
-                    nak_text(NakCode::from_u8(*code)),
-                    e.count,
-                    psn_list(&e.items),
-                    more(e)
-                );
-            }
-            for (timer, e) in &q.rnr_naks {
-                let _ = writeln!(
-                    s,
-                    "    RNR NAK timer={timer} ({}): {} (PSN {}{})",
-                    rnr_timer_text(*timer),
-                    e.count,
-                    psn_list(&e.items),
-                    more(e)
-                );
-            }
-            if q.read_gaps.count > 0 {
-                let g: Vec<String> = q.read_gaps.items.iter().map(gap_text).collect();
-                let _ = writeln!(
-                    s,
-                    "    READ response gaps {} ({} PSNs missing: {}{})",
-                    q.read_gaps.count,
-                    q.read_missing_psns,
-                    g.join(" "),
-                    more(&q.read_gaps)
-                );
-            }
-            if q.read_retransmitted.count > 0 {
-                let _ = writeln!(
-                    s,
-                    "    READ responses repeated {} ({}{})",
-                    q.read_retransmitted.count,
-                    psn_list(&q.read_retransmitted.items),
-                    more(&q.read_retransmitted)
-                );
-            }
-        }
+        self.requests_text(&mut s);
+        self.responses_text(&mut s);
         if self.fecn > 0 || self.becn > 0 {
             let _ = writeln!(s, "  FECN {}, BECN {}", self.fecn, self.becn);
         }
@@ -250,6 +163,106 @@ impl ConnectionStats {
             None => s.push_str("  path MTU unknown\n"),
         }
         s
+    }
+
+    /// The requests' line of [`text`](Self::text): PSN range, retransmissions and gaps.
+    fn requests_text(&self, s: &mut String) {
+        let r = &self.requests;
+        if r.packets == 0 {
+            return;
+        }
+        let _ = write!(
+            s,
+            "  requests {}: PSN 0x{:06x}..0x{:06x}, retransmitted {}",
+            r.packets,
+            r.first_psn.unwrap_or(0),
+            r.highest_psn.unwrap_or(0),
+            r.retransmitted.count
+        );
+        if r.retransmitted.count > 0 {
+            let _ = write!(
+                s,
+                " ({}{})",
+                psn_list(&r.retransmitted.items),
+                more(&r.retransmitted)
+            );
+        }
+        let _ = write!(s, ", gaps {}", r.gaps.count);
+        if r.gaps.count > 0 {
+            let g: Vec<String> = r.gaps.items.iter().map(gap_text).collect();
+            let _ = write!(
+                s,
+                " ({} PSNs missing: {}{})",
+                r.missing_psns,
+                g.join(" "),
+                more(&r.gaps)
+            );
+        }
+        s.push('\n');
+    }
+
+    /// The responses' lines of [`text`](Self::text): PSN range and kinds, then each NAK code,
+    /// RNR timer, READ response gap and repeat.
+    fn responses_text(&self, s: &mut String) {
+        let q = &self.responses;
+        if q.packets == 0 {
+            return;
+        }
+        let naks: u64 = q.naks.values().map(|e| e.count).sum();
+        let rnrs: u64 = q.rnr_naks.values().map(|e| e.count).sum();
+        let _ = writeln!(
+            s,
+            "  responses {}: PSN 0x{:06x}..0x{:06x}, ACK {}, READ response {}, ATOMIC ACK {}, \
+             NAK {}, RNR NAK {}",
+            q.packets,
+            q.first_psn.unwrap_or(0),
+            q.highest_psn.unwrap_or(0),
+            q.acks,
+            q.read_responses,
+            q.atomic_acks,
+            naks,
+            rnrs
+        );
+        for (code, e) in &q.naks {
+            let _ = writeln!(
+                s,
+                "    NAK {}: {} (PSN {}{})",
+                nak_text(NakCode::from_u8(*code)),
+                e.count,
+                psn_list(&e.items),
+                more(e)
+            );
+        }
+        for (timer, e) in &q.rnr_naks {
+            let _ = writeln!(
+                s,
+                "    RNR NAK timer={timer} ({}): {} (PSN {}{})",
+                rnr_timer_text(*timer),
+                e.count,
+                psn_list(&e.items),
+                more(e)
+            );
+        }
+        if q.read_gaps.count > 0 {
+            let g: Vec<String> = q.read_gaps.items.iter().map(gap_text).collect();
+            let _ = writeln!(
+                s,
+                "    READ response gaps {} ({} PSNs missing: {}{})",
+                q.read_gaps.count,
+                q.read_missing_psns,
+                g.join(" "),
+                more(&q.read_gaps)
+            );
+        }
+        if q.read_retransmitted.count > 0 {
+            let _ = writeln!(
+                s,
+                "    READ responses repeated {} ({}{})",
+                q.read_retransmitted.count,
+                psn_list(&q.read_retransmitted.items),
+                more(&q.read_retransmitted)
+            );
+        }
     }
 
     /// The connection as a JSON object, whose "connection" key identifies it.
