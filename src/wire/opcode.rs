@@ -310,10 +310,33 @@ const UC_NAMES: [&str; 12] = [
 
 const fn describe(op: u8) -> Option<OpcodeInfo> {
     use HeaderSet as H;
-    use Position::{First, Last, Middle, Only};
+    use Position::Only;
     use Transport::{Cnp, Rc, Ud};
     match op {
         0x00..=0x0B => send_write(op, Rc, &RC_NAMES),
+        0x0C..=0x10 => rc_read(op),
+        0x11..=0x1D => rc_ack_atomic_flush(op),
+        0x20..=0x2B => send_write(op - 0x20, Transport::Uc, &UC_NAMES),
+        0x64 => info("UD_SEND_ONLY", Ud, OpKind::Send, Only, H::DETH, true),
+        0x65 => info(
+            "UD_SEND_ONLY_WITH_IMMEDIATE",
+            Ud,
+            OpKind::Send,
+            Only,
+            H::DETH.union(H::IMMDT),
+            true,
+        ),
+        0x81 => info("CNP", Cnp, OpKind::Cnp, Only, H::CNP_RESERVED, false),
+        _ => None,
+    }
+}
+
+/// The RC READ request and responses (0x0C-0x10).
+const fn rc_read(op: u8) -> Option<OpcodeInfo> {
+    use HeaderSet as H;
+    use Position::{First, Last, Middle, Only};
+    use Transport::Rc;
+    match op {
         0x0C => info(
             "RC_RDMA_READ_REQUEST",
             Rc,
@@ -354,6 +377,17 @@ const fn describe(op: u8) -> Option<OpcodeInfo> {
             H::AETH,
             true,
         ),
+        _ => None,
+    }
+}
+
+/// The RC acknowledgements, atomics, SENDs with invalidate, FLUSH and ATOMIC WRITE
+/// (0x11-0x1D; the codes between them are reserved).
+const fn rc_ack_atomic_flush(op: u8) -> Option<OpcodeInfo> {
+    use HeaderSet as H;
+    use Position::{Last, Only};
+    use Transport::Rc;
+    match op {
         0x11 => info("RC_ACKNOWLEDGE", Rc, OpKind::Ack, Only, H::AETH, false),
         0x12 => info(
             "RC_ATOMIC_ACKNOWLEDGE",
@@ -411,17 +445,6 @@ const fn describe(op: u8) -> Option<OpcodeInfo> {
             H::RETH,
             true,
         ),
-        0x20..=0x2B => send_write(op - 0x20, Transport::Uc, &UC_NAMES),
-        0x64 => info("UD_SEND_ONLY", Ud, OpKind::Send, Only, H::DETH, true),
-        0x65 => info(
-            "UD_SEND_ONLY_WITH_IMMEDIATE",
-            Ud,
-            OpKind::Send,
-            Only,
-            H::DETH.union(H::IMMDT),
-            true,
-        ),
-        0x81 => info("CNP", Cnp, OpKind::Cnp, Only, H::CNP_RESERVED, false),
         _ => None,
     }
 }
