@@ -277,6 +277,71 @@ struct Net {
 const MAX_IN_FLIGHT: usize = 512;
 
 impl Net {
+    /// Runs one step of the fuzzer's input.
+    fn step(&mut self, step: Step<PairStep>) {
+        match step {
+            // Raw bytes go on the wire towards B as if A sent them. Without A's ICRC the
+            // receiver drops them, as the engine does; a hostile peer that seals what it sends
+            // is the business of `responder`, `completer` and `engine_rx`.
+            Step::Raw(bytes) => {
+                if self.wire.len() < MAX_IN_FLIGHT && !bytes.is_empty() {
+                    let src_port = self.a.qp.src_port();
+                    self.wire.push(Datagram {
+                        to_b: true,
+                        src_port,
+                        bytes: bytes.to_vec(),
+                    });
+                }
+            }
+            Step::Shaped(PairStep::Post { b, kind, len }) => self.post(b, kind, len),
+            Step::Shaped(PairStep::PostRecv { b }) => self.post_recv(b),
+            Step::Shaped(PairStep::Transmit { b, n: k }) => {
+                self.transmit(b, k as usize);
+            }
+            Step::Shaped(PairStep::Deliver(i)) => {
+                if let Some(i) = self.pick(i) {
+                    let d = self.wire.remove(i);
+                    self.deliver(d);
+                }
+            }
+            Step::Shaped(PairStep::Drop(i)) => {
+                if let Some(i) = self.pick(i) {
+                    self.wire.remove(i);
+                }
+            }
+            Step::Shaped(PairStep::Duplicate(i)) => {
+                if let Some(i) = self.pick(i) {
+                    let d = self.wire[i].clone();
+                    if self.wire.len() < MAX_IN_FLIGHT {
+                        self.wire.push(d);
+                    }
+                }
+            }
+            Step::Shaped(PairStep::Corrupt { idx, at, xor }) => {
+                if let Some(i) = self.pick(idx) {
+                    let d = &mut self.wire[i];
+                    let at = at as usize % d.bytes.len();
+                    d.bytes[at] ^= xor;
+                }
+            }
+            Step::Shaped(PairStep::Timer { b }) => {
+                let e = if b { &self.b } else { &self.a };
+                if let Some(t) = e.qp.poll_timeout() {
+                    self.timers(t);
+                }
+            }
+            Step::Shaped(PairStep::Wait(us)) => {
+                let t = self.now + Duration::from_micros(us as u64);
+                self.timers(t);
+            }
+        }
+    }
+
+    /// The index of a datagram on the wire that `i` picks, if the wire holds any.
+    fn pick(&self, i: u8) -> Option<usize> {
+        (!self.wire.is_empty()).then(|| i as usize % self.wire.len())
+    }
+
     fn end(&mut self, b: bool) -> (&mut End, &mut End) {
         if b {
             (&mut self.b, &mut self.a)
@@ -505,63 +570,7 @@ pub fn pair_report(data: &[u8]) -> PairReport {
         let Some(step) = next_step::<PairStep>(&mut u) else {
             break;
         };
-        let pick = |n: &Net, i: u8| (!n.wire.is_empty()).then(|| i as usize % n.wire.len());
-        match step {
-            // Raw bytes go on the wire towards B as if A sent them. Without A's ICRC the
-            // receiver drops them, as the engine does; a hostile peer that seals what it sends
-            // is the business of `responder`, `completer` and `engine_rx`.
-            Step::Raw(bytes) => {
-                if n.wire.len() < MAX_IN_FLIGHT && !bytes.is_empty() {
-                    let src_port = n.a.qp.src_port();
-                    n.wire.push(Datagram {
-                        to_b: true,
-                        src_port,
-                        bytes: bytes.to_vec(),
-                    });
-                }
-            }
-            Step::Shaped(PairStep::Post { b, kind, len }) => n.post(b, kind, len),
-            Step::Shaped(PairStep::PostRecv { b }) => n.post_recv(b),
-            Step::Shaped(PairStep::Transmit { b, n: k }) => {
-                n.transmit(b, k as usize);
-            }
-            Step::Shaped(PairStep::Deliver(i)) => {
-                if let Some(i) = pick(&n, i) {
-                    let d = n.wire.remove(i);
-                    n.deliver(d);
-                }
-            }
-            Step::Shaped(PairStep::Drop(i)) => {
-                if let Some(i) = pick(&n, i) {
-                    n.wire.remove(i);
-                }
-            }
-            Step::Shaped(PairStep::Duplicate(i)) => {
-                if let Some(i) = pick(&n, i) {
-                    let d = n.wire[i].clone();
-                    if n.wire.len() < MAX_IN_FLIGHT {
-                        n.wire.push(d);
-                    }
-                }
-            }
-            Step::Shaped(PairStep::Corrupt { idx, at, xor }) => {
-                if let Some(i) = pick(&n, idx) {
-                    let d = &mut n.wire[i];
-                    let at = at as usize % d.bytes.len();
-                    d.bytes[at] ^= xor;
-                }
-            }
-            Step::Shaped(PairStep::Timer { b }) => {
-                let e = if b { &n.b } else { &n.a };
-                if let Some(t) = e.qp.poll_timeout() {
-                    n.timers(t);
-                }
-            }
-            Step::Shaped(PairStep::Wait(us)) => {
-                let t = n.now + Duration::from_micros(us as u64);
-                n.timers(t);
-            }
-        }
+        n.step(step);
         n.check();
     }
     // The retry budget: every retry waits one timeout, every RNR retry one RNR timer (the
