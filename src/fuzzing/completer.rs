@@ -264,62 +264,8 @@ impl Harness {
     }
 
     fn post(&mut self, p: &Post) {
-        let remote_addr = IOVA + (p.remote as u64 & !7);
-        let rkey = 0x1234;
         let kind = p.kind % 10;
-        let (opcode, wc) = match kind {
-            0 | 7 => (WrOpcode::Send, WcOpcode::Send),
-            1 => (WrOpcode::SendWithImm { imm: p.remote }, WcOpcode::Send),
-            2 => (
-                WrOpcode::RdmaWrite { remote_addr, rkey },
-                WcOpcode::RdmaWrite,
-            ),
-            3 => (
-                WrOpcode::RdmaWriteWithImm {
-                    remote_addr,
-                    rkey,
-                    imm: p.remote,
-                },
-                WcOpcode::RdmaWrite,
-            ),
-            4 => (WrOpcode::RdmaRead { remote_addr, rkey }, WcOpcode::RdmaRead),
-            5 => (
-                WrOpcode::AtomicCmpSwap {
-                    remote_addr,
-                    rkey,
-                    compare: p.remote as u64,
-                    swap: !(p.remote as u64),
-                },
-                WcOpcode::CompSwap,
-            ),
-            6 => (
-                WrOpcode::AtomicFetchAdd {
-                    remote_addr,
-                    rkey,
-                    add: p.remote as u64 | 1,
-                },
-                WcOpcode::FetchAdd,
-            ),
-            // IBTA 1.5: no local buffer; answered by an empty READ RESPONSE ONLY.
-            8 => (
-                WrOpcode::AtomicWrite {
-                    remote_addr,
-                    rkey,
-                    data: (p.remote as u64 * 0x1_0000_0001).to_ne_bytes(),
-                },
-                WcOpcode::AtomicWrite,
-            ),
-            _ => (
-                WrOpcode::Flush {
-                    remote_addr,
-                    rkey,
-                    len: p.len as u32,
-                    placement: crate::wire::feth::PLACEMENT_GLOBAL,
-                    selectivity: crate::wire::feth::SELECTIVITY_RANGE,
-                },
-                WcOpcode::Flush,
-            ),
-        };
+        let (opcode, wc) = post_opcode(kind, p);
         let target = matches!(kind, 4..=6);
         let len = if matches!(kind, 5 | 6) {
             8
@@ -624,4 +570,65 @@ pub fn completer(data: &[u8]) {
             .map(|p| p.wr_id)
             .collect::<Vec<_>>()
     );
+}
+
+/// The work request of kind `kind` (0-9: SEND, SEND with immediate, WRITE, WRITE with
+/// immediate, READ, compare-and-swap, fetch-and-add, inline SEND, ATOMIC WRITE, FLUSH) that
+/// `p` asks for, and the opcode its completion carries.
+fn post_opcode(kind: u8, p: &Post) -> (WrOpcode, WcOpcode) {
+    let remote_addr = IOVA + (p.remote as u64 & !7);
+    let rkey = 0x1234;
+    match kind {
+        0 | 7 => (WrOpcode::Send, WcOpcode::Send),
+        1 => (WrOpcode::SendWithImm { imm: p.remote }, WcOpcode::Send),
+        2 => (
+            WrOpcode::RdmaWrite { remote_addr, rkey },
+            WcOpcode::RdmaWrite,
+        ),
+        3 => (
+            WrOpcode::RdmaWriteWithImm {
+                remote_addr,
+                rkey,
+                imm: p.remote,
+            },
+            WcOpcode::RdmaWrite,
+        ),
+        4 => (WrOpcode::RdmaRead { remote_addr, rkey }, WcOpcode::RdmaRead),
+        5 => (
+            WrOpcode::AtomicCmpSwap {
+                remote_addr,
+                rkey,
+                compare: p.remote as u64,
+                swap: !(p.remote as u64),
+            },
+            WcOpcode::CompSwap,
+        ),
+        6 => (
+            WrOpcode::AtomicFetchAdd {
+                remote_addr,
+                rkey,
+                add: p.remote as u64 | 1,
+            },
+            WcOpcode::FetchAdd,
+        ),
+        // IBTA 1.5: no local buffer; answered by an empty READ RESPONSE ONLY.
+        8 => (
+            WrOpcode::AtomicWrite {
+                remote_addr,
+                rkey,
+                data: (p.remote as u64 * 0x1_0000_0001).to_ne_bytes(),
+            },
+            WcOpcode::AtomicWrite,
+        ),
+        _ => (
+            WrOpcode::Flush {
+                remote_addr,
+                rkey,
+                len: p.len as u32,
+                placement: crate::wire::feth::PLACEMENT_GLOBAL,
+                selectivity: crate::wire::feth::SELECTIVITY_RANGE,
+            },
+            WcOpcode::Flush,
+        ),
+    }
 }
