@@ -166,6 +166,15 @@ impl JsonObject {
 /// commas), as perftest itself writes it since linux-rdma/perftest PR #239 (4.5's file was not
 /// JSON: `json.load` failed on it).
 pub(super) fn perftest_json(p: &Params, o: &Output, r: JsonResult) -> String {
+    format!(
+        "{{\n\"test_info\": {},\n\"results\": {}\n}}\n",
+        json_test_info(p, o).render(),
+        json_results(p, o, r).render()
+    )
+}
+
+/// perftest's name of the test in its JSON report (`RDMA_Write_BW_Test`, ...).
+fn json_test_name(p: &Params) -> String {
     let verb = match p.op {
         PerfOp::Send => "Send",
         PerfOp::Write => "RDMA_Write",
@@ -192,8 +201,13 @@ pub(super) fn perftest_json(p: &Params, o: &Output, r: JsonResult) -> String {
         test += "BW_";
     }
     test += "Test";
+    test
+}
+
+/// The `test_info` object of perftest's JSON report: the test's settings.
+fn json_test_info(p: &Params, o: &Output) -> JsonObject {
     let mut t = JsonObject(Vec::new());
-    t.str("test", &test);
+    t.str("test", &json_test_name(p));
     t.str("Dual_port", "OFF");
     t.str("Device", "softroce");
     t.int("Number_of_qps", p.num_qps as u64);
@@ -223,6 +237,11 @@ pub(super) fn perftest_json(p: &Params, o: &Output, r: JsonResult) -> String {
     }
     t.str("rdma_cm_QPs", "OFF");
     t.str("Data_ex_method", "Ethernet");
+    t
+}
+
+/// The `results` object of perftest's JSON report: the figures --output asks for, or all.
+fn json_results(p: &Params, o: &Output, r: JsonResult) -> JsonObject {
     let mut res = JsonObject(Vec::new());
     match (r, o.only) {
         (JsonResult::Bw(f), Some(OutputOnly::Bandwidth)) => {
@@ -266,11 +285,7 @@ pub(super) fn perftest_json(p: &Params, o: &Output, r: JsonResult) -> String {
             }
         }
     }
-    format!(
-        "{{\n\"test_info\": {},\n\"results\": {}\n}}\n",
-        t.render(),
-        res.render()
-    )
+    res
 }
 
 /// The head of perftest's report (its ctx_print_test_info, in softroce's words): printed once
