@@ -120,7 +120,6 @@ impl Test<'_> {
     pub(super) fn write_lat(&mut self) -> Result<Option<LatStats>, CliError> {
         let iters = self.p.iters;
         let size = self.p.size;
-        let conn_mr = &self.conns[0].mr;
         let poll_at = self.layout.half + size - 1;
         let mut posted = Vec::with_capacity((iters as usize).min(PREALLOCATED_TIMESTAMPS));
         let mut wcs = vec![WorkCompletion::default(); 8];
@@ -131,45 +130,10 @@ impl Test<'_> {
             // The server writes first: it does not wait before its first write.
             if rcnt < iters && (self.is_client || scnt >= 1) {
                 rcnt += 1;
-                let want = rcnt as u8;
-                let mut spins = 0u32;
-                let mut peer = PeerActivity::new(self.ctx);
-                loop {
-                    let mut b = [0u8; 1];
-                    conn_mr.read(poll_at, &mut b).map_err(CliError::Verbs)?;
-                    if b[0] == want {
-                        break;
-                    }
-                    spins += 1;
-                    if spins % 64 == 0 {
-                        std::thread::yield_now();
-                        self.progress.tick(self.ctx);
-                        if peer.silent_for(self.ctx) > self.timeout {
-                            return Err(CliError::Failed(format!(
-                                "write {rcnt} of the peer did not arrive in {:?}",
-                                self.timeout
-                            )));
-                        }
-                    }
-                }
-                if self.p.check {
-                    let got = conn_mr
-                        .to_vec(self.layout.half, size as usize - 1)
-                        .map_err(CliError::Verbs)?;
-                    // The pattern, and the counter byte that ended the wait: `size` bytes.
-                    // (Test::note's bookkeeping, on the fields: conn_mr borrows the QPs.)
-                    match check_pattern(&got, rcnt - 1) {
-                        Ok(()) => {
-                            self.verified.0 += 1;
-                            self.verified.1 += size;
-                        }
-                        Err(e) => {
-                            self.failure.get_or_insert(e);
-                        }
-                    }
-                }
+                self.wait_for_write(rcnt, poll_at)?;
             }
             if scnt < iters {
+                let conn_mr = &self.conns[0].mr;
                 posted.push(Instant::now());
                 scnt += 1;
                 // Only the counter byte changes between iterations, unless --check gives every
@@ -220,6 +184,52 @@ impl Test<'_> {
             }
         }
         Ok(LatStats::from_posted(&posted, 2.0))
+    }
+
+    /// ib_write_lat's wait for the peer's write number `rcnt`: spins on the counter byte at
+    /// `poll_at` of this end's buffer until it says `rcnt`, then (under --check) verifies the
+    /// pattern before it.
+    fn wait_for_write(&mut self, rcnt: u64, poll_at: u64) -> Result<(), CliError> {
+        let size = self.p.size;
+        let conn_mr = &self.conns[0].mr;
+        let want = rcnt as u8;
+        let mut spins = 0u32;
+        let mut peer = PeerActivity::new(self.ctx);
+        loop {
+            let mut b = [0u8; 1];
+            conn_mr.read(poll_at, &mut b).map_err(CliError::Verbs)?;
+            if b[0] == want {
+                break;
+            }
+            spins += 1;
+            if spins % 64 == 0 {
+                std::thread::yield_now();
+                self.progress.tick(self.ctx);
+                if peer.silent_for(self.ctx) > self.timeout {
+                    return Err(CliError::Failed(format!(
+                        "write {rcnt} of the peer did not arrive in {:?}",
+                        self.timeout
+                    )));
+                }
+            }
+        }
+        if self.p.check {
+            let got = conn_mr
+                .to_vec(self.layout.half, size as usize - 1)
+                .map_err(CliError::Verbs)?;
+            // The pattern, and the counter byte that ended the wait: `size` bytes.
+            // (Test::note's bookkeeping, on the fields: conn_mr borrows the QPs.)
+            match check_pattern(&got, rcnt - 1) {
+                Ok(()) => {
+                    self.verified.0 += 1;
+                    self.verified.1 += size;
+                }
+                Err(e) => {
+                    self.failure.get_or_insert(e);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// ib_read_lat / ib_atomic_lat client: one operation at a time.
