@@ -207,17 +207,8 @@ impl CmId {
 
     fn connect_rc(&self, param: &ConnParam, qpn: u32, external: bool) -> Result<()> {
         let mut st = self.state();
-        let (Phase::RouteResolved, Some(remote)) = (st.phase, st.remote) else {
-            return Err(Self::wrong("connect", st.phase));
-        };
+        let (remote, pd) = self.connect_target(&st, param, CONNECT_PRIVATE_DATA_LEN)?;
         let dev = &self.shared.dev;
-        let pd = cma_private_data(
-            st.port,
-            dev.local.ip(),
-            remote,
-            param,
-            CONNECT_PRIVATE_DATA_LEN,
-        )?;
         let mut p = ConnectParams::rc(
             rdma_tcp_service_id(remote.port()),
             qpn,
@@ -247,6 +238,21 @@ impl CmId {
         Ok(())
     }
 
+    /// Where a connect from `st` goes and the private data it carries (rdma_cm's header, then
+    /// at most `max` bytes of the application's); the route must be resolved.
+    fn connect_target(
+        &self,
+        st: &IdState,
+        param: &ConnParam,
+        max: usize,
+    ) -> Result<(SocketAddr, Vec<u8>)> {
+        let (Phase::RouteResolved, Some(remote)) = (st.phase, st.remote) else {
+            return Err(Self::wrong("connect", st.phase));
+        };
+        let pd = cma_private_data(st.port, self.shared.dev.local.ip(), remote, param, max)?;
+        Ok((remote, pd))
+    }
+
     /// The identifier's port space.
     pub fn port_space(&self) -> PortSpace {
         self.state().ps
@@ -259,17 +265,8 @@ impl CmId {
     /// the peer accepts, [`EventKind::Unreachable`] when it refuses or never answers.
     fn connect_ud(&self, param: &ConnParam) -> Result<()> {
         let mut st = self.state();
-        let (Phase::RouteResolved, Some(remote)) = (st.phase, st.remote) else {
-            return Err(Self::wrong("connect", st.phase));
-        };
+        let (remote, pd) = self.connect_target(&st, param, UD_CONNECT_PRIVATE_DATA_LEN)?;
         let dev = &self.shared.dev;
-        let pd = cma_private_data(
-            st.port,
-            dev.local.ip(),
-            remote,
-            param,
-            UD_CONNECT_PRIVATE_DATA_LEN,
-        )?;
         let to = SocketAddr::new(remote.ip(), dev.remote_port);
         let conn = {
             let mut g = dev.gsi.lock();
