@@ -10,7 +10,7 @@ use softroce::ib::WorkCompletion;
 use softroce::verbs::CompletionQueue;
 
 use super::common::{cond_init, errno_of, fail, fail_neg, fail_null, mutex_init, EVENTFD_COUNT};
-use super::context::{ctx_of, Ctx};
+use super::ctx::{ctx_of, Ctx};
 use super::handle::{self, CMutexGuard, Obj, Object};
 use crate::ffi::*;
 
@@ -148,7 +148,7 @@ pub unsafe extern "C" fn ibv_create_cq(
         return fail_null(EINVAL);
     };
     // The kernel's create_cq: EINVAL unless comp_vector < num_comp_vectors (unsigned).
-    if comp_vector as c_uint >= super::context::NUM_COMP_VECTORS as c_uint {
+    if comp_vector as c_uint >= super::ctx::NUM_COMP_VECTORS as c_uint {
         return fail_null(EINVAL);
     }
     let chan = if channel.is_null() {

@@ -13,7 +13,7 @@ use libc::{c_int, c_uint, c_void, EFAULT, EINVAL, ENOMEM};
 use softroce::ib::AccessFlags;
 
 use super::common::{errno_of, fail_null};
-use super::context::{ctx_of, Ctx};
+use super::ctx::{ctx_of, Ctx};
 use super::handle::{self, Obj, Object};
 use super::mr::publish_mr;
 use super::pd::pd_of;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use libc::{c_int, EINVAL};
 
 use super::common::fail_null;
-use super::context::{ctx_of, Ctx};
+use super::ctx::{ctx_of, Ctx};
 use super::handle::{self, Obj, Object};
 use super::pd::{pd_of, Parent, Pd};
 use crate::ffi::*;

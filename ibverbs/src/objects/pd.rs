@@ -7,7 +7,7 @@ use libc::{c_int, EINVAL, ENODEV};
 use softroce::verbs::ProtectionDomain;
 
 use super::common::{errno_of, fail, fail_null};
-use super::context::{ctx_of, Ctx};
+use super::ctx::{ctx_of, Ctx};
 use super::handle::{self, Obj, Object};
 use crate::ffi::*;
 

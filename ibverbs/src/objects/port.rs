@@ -6,7 +6,7 @@ use libc::{c_char, c_int, c_uint, EINVAL};
 use softroce::ib::Gid;
 
 use super::common::{fail, fail_neg, set_errno, Config, DEFAULT_PKEY, PORT};
-use super::context::ctx_of;
+use super::ctx::ctx_of;
 use crate::ffi::*;
 
 pub(super) fn port_attr(cfg: &Config) -> ibv_port_attr {
