@@ -5,6 +5,31 @@
 
 #![allow(non_camel_case_types, missing_docs)]
 
+/// Declares `#[repr(C)]` structs as written and records each one's fields for the layout
+/// table ([`CLayout`]), so that every field a struct declares is compared with C's offset by
+/// `tests/layout.rs` (those the table knows C has no name for excepted, see [`layout_table`]).
+macro_rules! c_struct {
+    ($(
+        $(#[$m:meta])*
+        pub struct $name:ident {
+            $( $(#[$fm:meta])* pub $f:ident : $ty:ty ),* $(,)?
+        }
+    )*) => {
+        $(
+            $(#[$m])*
+            pub struct $name {
+                $( $(#[$fm])* pub $f: $ty, )*
+            }
+
+            impl $crate::ffi::CLayout for $name {
+                const FIELDS: &'static [(&'static str, usize)] =
+                    &[$((stringify!($f), core::mem::offset_of!($name, $f))),*];
+            }
+        )*
+    };
+}
+pub(crate) use c_struct;
+
 mod consts;
 mod ex;
 mod kern;
@@ -14,5 +39,5 @@ mod verbs;
 pub use consts::*;
 pub use ex::*;
 pub use kern::*;
-pub use layout::layout_table;
+pub use layout::{layout_table, CLayout};
 pub use verbs::*;
