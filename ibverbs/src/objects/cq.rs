@@ -268,12 +268,6 @@ pub unsafe extern "C" fn ibv_destroy_cq(p: *mut ibv_cq) -> c_int {
     0
 }
 
-/// `ibv_resize_cq`: see `cq_resize`.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_resize_cq(p: *mut ibv_cq, cqe: c_int) -> c_int {
-    super::cq_resize::resize_cq(p, cqe)
-}
-
 /// The `req_notify_cq` op: arms the CQ; its next completion fires the channel, if any. Solicited-only
 /// arming fires on any completion (a superset of what it asks for, as the verbs allow for
 /// spurious events).

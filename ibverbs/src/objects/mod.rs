@@ -31,6 +31,7 @@ pub use ah::*;
 pub use async_event::*;
 pub use context::*;
 pub use cq::*;
+pub use cq_resize::ibv_resize_cq;
 pub(crate) use ctx::{is_context, CMD_DEVICE};
 pub use device::*;
 pub(crate) use dm::MAX_DM_SIZE;
