@@ -26,6 +26,7 @@ mod qp_ex;
 mod rereg;
 mod srq;
 mod strings;
+mod td;
 
 pub use ah::*;
 pub use async_event::*;
