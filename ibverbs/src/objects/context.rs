@@ -41,7 +41,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
     ops[VCTX_ADVISE_MR] = super::odp::op_advise_mr as super::odp::AdviseMrFn as *mut c_void;
     ops[VCTX_ALLOC_DM] = super::dm::op_alloc_dm as super::dm::AllocDmFn as *mut c_void;
     ops[VCTX_FREE_DM] = super::dm::op_free_dm as super::dm::FreeDmFn as *mut c_void;
-    ops[VCTX_REG_DM_MR] = super::dm::op_reg_dm_mr as super::dm::RegDmMrFn as *mut c_void;
+    ops[VCTX_REG_DM_MR] = super::dm_mr::op_reg_dm_mr as super::dm_mr::RegDmMrFn as *mut c_void;
     ops[VCTX_ALLOC_TD] =
         super::parent_domain::op_alloc_td as super::parent_domain::AllocTdFn as *mut c_void;
     ops[VCTX_DEALLOC_TD] =

@@ -13,6 +13,7 @@ mod cq_resize;
 mod ctx;
 mod device;
 mod dm;
+mod dm_mr;
 pub(crate) mod handle;
 mod mr;
 mod mw;
