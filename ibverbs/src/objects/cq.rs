@@ -95,7 +95,7 @@ pub(super) struct Cq {
     /// Kept so that the context outlives its CQs.
     _ctx: Arc<Obj<Ctx>>,
     /// The extended polling state (`ibv_create_cq_ex`'s CQs use it; see `cq_ex`).
-    pub(super) ex: super::cq_ex::ExPoll,
+    pub(super) ex: super::cq_ex_state::ExPoll,
     /// The events `ibv_get_cq_event` returned for this CQ (the kernel's
     /// `comp_events_reported`), counted under the C struct's mutex; `ibv_destroy_cq` waits
     /// until `comp_events_completed` has caught up with it.
@@ -182,7 +182,7 @@ pub unsafe extern "C" fn ibv_create_cq(
     }
     let armed = Arc::new(AtomicBool::new(false));
     let obj = Obj::new(
-        super::cq_ex::with_base(ibv_cq {
+        super::cq_ex_state::with_base(ibv_cq {
             context: c,
             channel,
             cq_context,

@@ -9,6 +9,7 @@ mod common;
 mod context;
 mod cq;
 mod cq_ex;
+mod cq_ex_state;
 mod cq_resize;
 mod ctx;
 mod device;
