@@ -25,6 +25,7 @@ mod port;
 mod post;
 mod qp;
 mod qp_ex;
+mod qp_ex_state;
 mod rereg;
 mod srq;
 mod strings;
