@@ -30,6 +30,7 @@ mod rereg;
 mod srq;
 mod strings;
 mod td;
+mod wr;
 
 pub use ah::*;
 pub use async_event::*;
