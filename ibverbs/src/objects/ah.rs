@@ -8,7 +8,7 @@ use softroce::ib::{AhAttr, Gid};
 use softroce::verbs::AddressHandle;
 
 use super::common::{errno_of, fail, fail_neg, fail_null, PORT};
-use super::context::ctx_of;
+use super::ctx::ctx_of;
 use super::handle::{self, Obj, Object};
 use super::pd::{pd_of, Pd};
 use crate::ffi::*;

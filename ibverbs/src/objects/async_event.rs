@@ -3,7 +3,7 @@
 use libc::{c_int, c_void, EINVAL, ENODEV};
 
 use super::common::{fail_neg, set_errno, EVENTFD_COUNT};
-use super::context::ctx_of;
+use super::ctx::ctx_of;
 use crate::ffi::*;
 
 /// `ibv_get_async_event`: softroce raises no asynchronous events yet, so this blocks on the

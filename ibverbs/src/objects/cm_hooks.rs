@@ -10,7 +10,7 @@ use libc::c_int;
 use softroce::verbs::{Context, QueuePair};
 
 use super::common::config;
-use super::context::ctx_of;
+use super::ctx::ctx_of;
 use super::handle::{self, CMutexGuard};
 use super::pd::pd_of;
 use super::qp::{state_to_c, Qp};

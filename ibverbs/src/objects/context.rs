@@ -1,140 +1,21 @@
-//! Contexts: `ibv_open_device`, `ibv_close_device`, `ibv_query_device`, and the softroce
-//! engine a context opens on first need.
+//! Contexts: `ibv_open_device`, which builds a context and its ops table from every object
+//! file's `op_*` functions, `ibv_close_device` and `ibv_query_device`. This file sits above the
+//! objects; the context object they all take ([`super::ctx::Ctx`]) sits below them.
 
-use std::ptr::{self, null_mut};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::ptr::null_mut;
+use std::sync::Mutex;
 
 use libc::{c_int, c_void, EINVAL};
-use softroce::driver::DeviceConfig;
-use softroce::verbs::Context;
 
-use super::common::{
-    config, errno_of, fail, fail_neg, fail_null, fix_address, mutex_init, unfix_address, Config,
-    EVENTFD_COUNT,
-};
+use super::common::{config, fail, fail_neg, fail_null, mutex_init, EVENTFD_COUNT};
 use super::cq::{op_poll_cq, op_req_notify_cq};
+use super::ctx::{ctx_of, Ctx, CMD_DEVICE, NUM_COMP_VECTORS};
 use super::device::{device_index, node_guid};
-use super::handle::{self, Obj, Object};
+use super::handle::{self, Obj};
 use super::port::ext_query_port;
 use super::post::{op_post_recv, op_post_send};
 use super::srq::op_post_srq_recv;
 use crate::ffi::*;
-
-/// An open device. Its C struct is the `verbs_context` (holding `ibv_context` last), and C's
-/// handle is that `ibv_context`: libibverbs' inline functions find the extended ops in memory
-/// just before it.
-pub(super) struct Ctx {
-    /// Which device it is of (`softroceN`).
-    pub(super) dev: usize,
-    pub(super) cfg: Config,
-    /// The softroce device context, opened when the first PD or CQ is created, and shared by
-    /// every open context of the device in the process (one address, one socket, as one NIC;
-    /// each device has its own).
-    inner: Mutex<Option<Arc<Context>>>,
-    /// The `async_fd` of the C struct, closed when the last object referring to the context
-    /// is gone.
-    async_fd: c_int,
-    /// The `cmd_fd` of the C struct (see `CMD_DEVICE`), closed with `async_fd`; -1 if it
-    /// could not be opened.
-    cmd_fd: c_int,
-}
-
-/// What a context's `cmd_fd` is open on. rdma-core's is the device's uverbs character device,
-/// which programs only dup and hand to `ibv_import_device` (pyverbs' shared-PD test); softroce0
-/// has no kernel device, so its command fd is this character device that takes no command,
-/// whose device number `ibv_import_device` recognises as softroce0's.
-pub(crate) const CMD_DEVICE: &std::ffi::CStr = c"/dev/zero";
-
-impl Object for Ctx {
-    type C = verbs_context;
-    type Handle = ibv_context;
-
-    unsafe fn handle_in(c: *mut verbs_context) -> *mut ibv_context {
-        // SAFETY: the caller's `c` points to a live verbs_context; a raw projection.
-        unsafe { ptr::addr_of_mut!((*c).context) }
-    }
-}
-
-impl Drop for Ctx {
-    fn drop(&mut self) {
-        // SAFETY: the fds were opened by ibv_open_device for this context and are closed only
-        // here.
-        unsafe {
-            libc::close(self.async_fd);
-            if self.cmd_fd >= 0 {
-                libc::close(self.cmd_fd);
-            }
-        }
-    }
-}
-
-/// Whether `c` is a live context of the shim.
-pub(crate) fn is_context(c: *mut ibv_context) -> bool {
-    ctx_of(c).is_some()
-}
-
-/// The live context behind `c`, referenced (see [`handle::get`]).
-pub(super) fn ctx_of(c: *mut ibv_context) -> Option<Arc<Obj<Ctx>>> {
-    handle::get::<Ctx>(c)
-}
-
-impl Obj<Ctx> {
-    /// The softroce context, opened now if needed.
-    pub(super) fn open(&self) -> Result<MutexGuard<'_, Option<Arc<Context>>>, c_int> {
-        // Each device's engine and the process that started it: a child after fork inherits
-        // the memory but not the engine's thread, so it starts its own.
-        type Shared = Vec<(std::sync::Weak<Context>, u32)>;
-        static SHARED: Mutex<Shared> = Mutex::new(Vec::new());
-        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if g.is_none() {
-            let mut all = SHARED.lock().unwrap_or_else(|e| e.into_inner());
-            if all.len() <= self.dev {
-                all.resize(self.dev + 1, (std::sync::Weak::new(), 0));
-            }
-            let shared = &mut all[self.dev];
-            let me = std::process::id();
-            let ctx = match shared.0.upgrade().filter(|_| shared.1 == me) {
-                Some(c) => c,
-                None => {
-                    let c = Arc::new(
-                        Context::open(&DeviceConfig {
-                            // ibv_open_device refused a context without a usable one.
-                            cc: self.cfg.cc.ok_or(EINVAL)?,
-                            busy_poll: self.cfg.busy_poll,
-                            idle_spin: self.cfg.idle_spin,
-                            ..DeviceConfig::new(fix_address(self.dev))
-                        })
-                        .map_err(|e| {
-                            unfix_address(self.dev);
-                            errno_of(&e)
-                        })?,
-                    );
-                    *shared = (Arc::downgrade(&c), me);
-                    c
-                }
-            };
-            *g = Some(ctx);
-        }
-        Ok(g)
-    }
-
-    /// The `ibv_context` inside the C struct (raw: C may write its fields).
-    pub(super) fn ibv(&self) -> *mut ibv_context {
-        // SAFETY: `self.c()` points to this live object's verbs_context.
-        unsafe { Ctx::handle_in(self.c()) }
-    }
-
-    /// The context's `async_fd`, open while the object lives.
-    pub(super) fn async_fd(&self) -> c_int {
-        self.async_fd
-    }
-
-    /// The context's `mutex`, which rdma-core takes around a completion channel's `refcnt`.
-    pub(super) fn mutex(&self) -> *mut libc::pthread_mutex_t {
-        // SAFETY: a raw projection into this live object's C struct.
-        unsafe { ptr::addr_of_mut!((*self.ibv()).mutex) }
-    }
-}
 
 /// `ibv_open_device`: NULL and errno on failure.
 #[no_mangle]
@@ -160,7 +41,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
     ops[VCTX_ADVISE_MR] = super::odp::op_advise_mr as super::odp::AdviseMrFn as *mut c_void;
     ops[VCTX_ALLOC_DM] = super::dm::op_alloc_dm as super::dm::AllocDmFn as *mut c_void;
     ops[VCTX_FREE_DM] = super::dm::op_free_dm as super::dm::FreeDmFn as *mut c_void;
-    ops[VCTX_REG_DM_MR] = super::dm::op_reg_dm_mr as super::dm::RegDmMrFn as *mut c_void;
+    ops[VCTX_REG_DM_MR] = super::dm_mr::op_reg_dm_mr as super::dm_mr::RegDmMrFn as *mut c_void;
     ops[VCTX_ALLOC_TD] =
         super::parent_domain::op_alloc_td as super::parent_domain::AllocTdFn as *mut c_void;
     ops[VCTX_DEALLOC_TD] =
@@ -237,9 +118,6 @@ pub unsafe extern "C" fn ibv_close_device(c: *mut ibv_context) -> c_int {
     };
     0
 }
-
-/// Completion vectors a context offers (`ibv_context::num_comp_vectors`): one, as rxe.
-pub(super) const NUM_COMP_VECTORS: c_int = 1;
 
 fn device_attr(dev: usize) -> ibv_device_attr {
     let l = softroce::ib::DeviceLimits::default();

@@ -10,7 +10,7 @@ use softroce::ib::WorkCompletion;
 use softroce::verbs::CompletionQueue;
 
 use super::common::{cond_init, errno_of, fail, fail_neg, fail_null, mutex_init, EVENTFD_COUNT};
-use super::context::{ctx_of, Ctx};
+use super::ctx::{ctx_of, Ctx};
 use super::handle::{self, CMutexGuard, Obj, Object};
 use crate::ffi::*;
 
@@ -95,7 +95,7 @@ pub(super) struct Cq {
     /// Kept so that the context outlives its CQs.
     _ctx: Arc<Obj<Ctx>>,
     /// The extended polling state (`ibv_create_cq_ex`'s CQs use it; see `cq_ex`).
-    pub(super) ex: super::cq_ex::ExPoll,
+    pub(super) ex: super::cq_ex_state::ExPoll,
     /// The events `ibv_get_cq_event` returned for this CQ (the kernel's
     /// `comp_events_reported`), counted under the C struct's mutex; `ibv_destroy_cq` waits
     /// until `comp_events_completed` has caught up with it.
@@ -148,7 +148,7 @@ pub unsafe extern "C" fn ibv_create_cq(
         return fail_null(EINVAL);
     };
     // The kernel's create_cq: EINVAL unless comp_vector < num_comp_vectors (unsigned).
-    if comp_vector as c_uint >= super::context::NUM_COMP_VECTORS as c_uint {
+    if comp_vector as c_uint >= super::ctx::NUM_COMP_VECTORS as c_uint {
         return fail_null(EINVAL);
     }
     let chan = if channel.is_null() {
@@ -182,7 +182,7 @@ pub unsafe extern "C" fn ibv_create_cq(
     }
     let armed = Arc::new(AtomicBool::new(false));
     let obj = Obj::new(
-        super::cq_ex::with_base(ibv_cq {
+        super::cq_ex_state::with_base(ibv_cq {
             context: c,
             channel,
             cq_context,
@@ -266,12 +266,6 @@ pub unsafe extern "C" fn ibv_destroy_cq(p: *mut ibv_cq) -> c_int {
     // The last reference (see `handle::Retiring::finish`): the CQ is freed here.
     drop(cq.finish());
     0
-}
-
-/// `ibv_resize_cq`: see `cq_resize`.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_resize_cq(p: *mut ibv_cq, cqe: c_int) -> c_int {
-    super::cq_resize::resize_cq(p, cqe)
 }
 
 /// The `req_notify_cq` op: arms the CQ; its next completion fires the channel, if any. Solicited-only

@@ -33,3 +33,9 @@ pub(super) fn resize_cq(p: *mut ibv_cq, cqe: c_int) -> c_int {
     unsafe { ptr::addr_of_mut!((*c).cqe).write(cqe) };
     0
 }
+
+/// `ibv_resize_cq`: see `resize_cq`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_resize_cq(p: *mut ibv_cq, cqe: c_int) -> c_int {
+    resize_cq(p, cqe)
+}

@@ -1,6 +1,6 @@
-//! Device memory: `ibv_alloc_dm`, `ibv_free_dm`, `ibv_memcpy_to_dm`/`_from_dm` and
-//! `ibv_reg_dm_mr` (ops of `verbs_context` and of `struct ibv_dm`, which verbs.h's inlines
-//! call). A hardware device keeps such memory on the adapter (mlx5's MEMIC); softroce's
+//! Device memory: `ibv_alloc_dm`, `ibv_free_dm` and `ibv_memcpy_to_dm`/`_from_dm` (ops of
+//! `verbs_context` and of `struct ibv_dm`, which verbs.h's inlines call; `ibv_reg_dm_mr` is in
+//! `dm_mr`). A hardware device keeps such memory on the adapter (mlx5's MEMIC); softroce's
 //! "device" is the engine in this process, so its memory is pages the shim maps for it, which
 //! the application reaches only through the copy verbs and the engine through the regions
 //! registered over it (spec-notes/beyond-rxe.md rules 6 to 8).
@@ -9,14 +9,11 @@ use std::ptr::null_mut;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use libc::{c_int, c_uint, c_void, EFAULT, EINVAL, ENOMEM};
-use softroce::ib::AccessFlags;
+use libc::{c_int, c_void, EFAULT, EINVAL, ENOMEM};
 
-use super::common::{errno_of, fail_null};
-use super::context::{ctx_of, Ctx};
+use super::common::fail_null;
+use super::ctx::{ctx_of, Ctx};
 use super::handle::{self, Obj, Object};
-use super::mr::publish_mr;
-use super::pd::pd_of;
 use crate::ffi::*;
 
 /// The device memory a device offers (`max_dm_size`): 256 KiB, as a ConnectX-5's MEMIC.
@@ -26,8 +23,6 @@ const MAX_LOG_ALIGN: u32 = 12;
 /// The unit of the copy verbs: offsets and lengths are multiples of 4 bytes, as on mlx5, the
 /// one provider with device memory, so that a program that runs here runs there.
 const DM_UNIT: u64 = 4;
-/// The access rights a device-memory region may have (mlx5's `MLX5_DM_ALLOWED_ACCESS`).
-const DM_ALLOWED_ACCESS: c_uint = IBV_ACCESS_BASIC | IBV_ACCESS_ZERO_BASED;
 
 /// Device memory of the process, all devices together (`max_dm_size` is what remains).
 static IN_USE: AtomicUsize = AtomicUsize::new(0);
@@ -65,7 +60,7 @@ impl Dm {
     /// The pointer to bytes `offset .. offset + len`, if they are within the block and both
     /// are multiples of [`DM_UNIT`]; the errno value of mlx5's copies otherwise (EINVAL for
     /// alignment, EFAULT for the range).
-    fn range(&self, offset: u64, len: usize) -> Result<*mut u8, c_int> {
+    pub(super) fn range(&self, offset: u64, len: usize) -> Result<*mut u8, c_int> {
         let end = offset.checked_add(len as u64).ok_or(EFAULT)?;
         if end > self.len as u64 {
             return Err(EFAULT);
@@ -82,9 +77,6 @@ pub(crate) type AllocDmFn =
     unsafe extern "C" fn(*mut ibv_context, *mut ibv_alloc_dm_attr) -> *mut ibv_dm;
 /// The `free_dm` op's C type.
 pub(crate) type FreeDmFn = unsafe extern "C" fn(*mut ibv_dm) -> c_int;
-/// The `reg_dm_mr` op's C type.
-pub(crate) type RegDmMrFn =
-    unsafe extern "C" fn(*mut ibv_pd, *mut ibv_dm, u64, usize, c_uint) -> *mut ibv_mr;
 
 /// `verbs_context.alloc_dm`: NULL and errno on failure: EINVAL for a bad context, a NULL
 /// attribute, a `comp_mask`, a length of 0 or an alignment above a page's; ENOMEM beyond what
@@ -200,34 +192,4 @@ unsafe extern "C" fn memcpy_from_dm(
         Err(e) => return e,
     }
     0
-}
-
-/// `verbs_context.reg_dm_mr`: a region over `len` bytes of `dm` from `offset`, addressed from
-/// 0; NULL and errno on failure: EINVAL for a bad PD or DM, rights without
-/// `IBV_ACCESS_ZERO_BASED` or beyond mlx5's (local and remote read, write, atomic), a range
-/// outside the block or not in 4-byte units. The block cannot be freed while the region lives.
-pub(crate) unsafe extern "C" fn op_reg_dm_mr(
-    pd: *mut ibv_pd,
-    dm: *mut ibv_dm,
-    offset: u64,
-    len: usize,
-    access: c_uint,
-) -> *mut ibv_mr {
-    let (Some(pdr), Some(dmr)) = (pd_of(pd), handle::get::<Dm>(dm)) else {
-        return fail_null(EINVAL);
-    };
-    if access & IBV_ACCESS_ZERO_BASED == 0 || access & !DM_ALLOWED_ACCESS != 0 {
-        return fail_null(EINVAL);
-    }
-    let Ok(ptr) = dmr.range(offset, len) else {
-        return fail_null(EINVAL);
-    };
-    let rights = AccessFlags::from_bits_truncate(access & IBV_ACCESS_BASIC);
-    // SAFETY: the block's pages stay mapped while the region's object holds the block (it
-    // does, below), and the region is revoked before that object goes.
-    let mr = match unsafe { pdr.pd.register_foreign_mr(ptr, len, 0, rights) } {
-        Ok(mr) => mr,
-        Err(e) => return fail_null(errno_of(&e)),
-    };
-    publish_mr(pdr, pd, mr, null_mut(), len, Some(dmr))
 }

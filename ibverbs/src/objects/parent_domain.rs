@@ -9,27 +9,16 @@ use std::sync::Arc;
 use libc::{c_int, EINVAL};
 
 use super::common::fail_null;
-use super::context::{ctx_of, Ctx};
-use super::handle::{self, Obj, Object};
+use super::ctx::ctx_of;
+use super::handle::{self, Obj};
 use super::pd::{pd_of, Parent, Pd};
+use super::td::Td;
 use crate::ffi::*;
 
 /// `IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT`.
 const PARENT_DOMAIN_MASK_KNOWN: u32 = 0b11;
 /// `IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS`.
 const PARENT_DOMAIN_ALLOCATORS: u32 = 1;
-
-/// A thread domain: the application's promise that one thread at a time uses the objects
-/// made in it. softroce takes its locks anyway (they are uncontended then), so the promise
-/// changes nothing.
-pub(super) struct Td {
-    _ctx: Arc<Obj<Ctx>>,
-}
-
-impl Object for Td {
-    type C = ibv_td;
-    type Handle = ibv_td;
-}
 
 /// The `alloc_td` op's C type.
 pub(crate) type AllocTdFn =

@@ -7,7 +7,7 @@ use libc::{c_int, EINVAL, ENODEV};
 use softroce::verbs::ProtectionDomain;
 
 use super::common::{errno_of, fail, fail_null};
-use super::context::{ctx_of, Ctx};
+use super::ctx::{ctx_of, Ctx};
 use super::handle::{self, Obj, Object};
 use crate::ffi::*;
 
@@ -27,7 +27,7 @@ pub(super) struct Pd {
 /// sees (spec-notes/beyond-rxe.md rule 10).
 pub(super) struct Parent {
     pub(super) _pd: Arc<Obj<Pd>>,
-    pub(super) _td: Option<Arc<Obj<super::parent_domain::Td>>>,
+    pub(super) _td: Option<Arc<Obj<super::td::Td>>>,
     pub(super) _alloc: Option<PdAllocFn>,
     pub(super) _free: Option<PdFreeFn>,
     pub(super) _pd_context: *mut libc::c_void,

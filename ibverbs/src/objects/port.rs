@@ -6,7 +6,7 @@ use libc::{c_char, c_int, c_uint, EINVAL};
 use softroce::ib::Gid;
 
 use super::common::{fail, fail_neg, set_errno, Config, DEFAULT_PKEY, PORT};
-use super::context::ctx_of;
+use super::ctx::ctx_of;
 use crate::ffi::*;
 
 pub(super) fn port_attr(cfg: &Config) -> ibv_port_attr {
@@ -104,20 +104,22 @@ pub unsafe extern "C" fn ibv_query_gid(
     }
 }
 
-/// `struct ibv_gid_entry`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct ibv_gid_entry {
-    /// The GID.
-    pub gid: [u8; 16],
-    /// Its index.
-    pub gid_index: u32,
-    /// Port (1).
-    pub port_num: u32,
-    /// `IBV_GID_TYPE_ROCE_V2` (2).
-    pub gid_type: u32,
-    /// The netdev's ifindex (0: none).
-    pub ndev_ifindex: u32,
+c_struct! {
+    /// `struct ibv_gid_entry`.
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    pub struct ibv_gid_entry {
+        /// The GID.
+        pub gid: [u8; 16],
+        /// Its index.
+        pub gid_index: u32,
+        /// Port (1).
+        pub port_num: u32,
+        /// `IBV_GID_TYPE_ROCE_V2` (2).
+        pub gid_type: u32,
+        /// The netdev's ifindex (0: none).
+        pub ndev_ifindex: u32,
+    }
 }
 
 fn gid_entry(dev: usize, index: c_int) -> Option<ibv_gid_entry> {

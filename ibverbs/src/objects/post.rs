@@ -3,36 +3,15 @@
 
 use libc::{c_int, EINVAL};
 use softroce::ib::VerbsError;
-use softroce::ib::{AccessFlags, MwBindInfo, RecvWr, SendFlags, SendWr, Sge, WrOpcode};
+use softroce::ib::{AccessFlags, MwBindInfo, SendFlags, SendWr, WrOpcode};
 use softroce::verbs::{PostBatch, QueuePair, UdSendWr};
 
 use super::ah::Ah;
-use super::common::{errno_of, fail};
+use super::common::errno_of;
 use super::handle::Obj;
 use super::qp::Qp;
+use super::wr::{null_handle, recv_wr, sges, walk};
 use crate::ffi::*;
-
-/// The most SGEs one WR may carry.
-pub(super) const MAX_SGE: usize = 32;
-
-/// A WR's C SGE list, read in place (`struct ibv_sge` and [`Sge`] have one layout, both
-/// `Pod`); EINVAL for a negative or too long list, or a misaligned one.
-///
-/// # Safety
-///
-/// `list` holds `n` readable SGEs when `n > 0`, unchanged while the result is used (the
-/// verbs contract for the post call).
-pub(super) unsafe fn sges<'a>(list: *const ibv_sge, n: c_int) -> Result<&'a [Sge], c_int> {
-    if n < 0 || n as usize > MAX_SGE || (n > 0 && list.is_null()) {
-        return Err(EINVAL);
-    }
-    if n == 0 {
-        return Ok(&[]);
-    }
-    // SAFETY: the caller's list holds n SGEs for the call.
-    let c = unsafe { std::slice::from_raw_parts(list, n as usize) };
-    bytemuck::try_cast_slice(c).map_err(|_| EINVAL)
-}
 
 /// The BIND_MW of a window (its current key `mw_rkey`) to `new_rkey` over `info`: what
 /// `IBV_WR_BIND_MW` and `ibv_wr_bind_mw` post. The window's and region's keys are read from
@@ -183,48 +162,6 @@ pub(super) unsafe fn post_send_one(
     batch.post_send_ud(&ud).map_err(|e| errno(&e))
 }
 
-/// Walks C's linked list of WRs from `first`, handing each to `post_one`; 0, or the errno of
-/// the first WR refused with `*bad_wr` pointing at it (the WRs before it stay posted).
-///
-/// # Safety
-///
-/// `first` is NULL or a valid linked list of WRs, which C does not change during the call
-/// (the verbs contract); `bad_wr` is NULL or writable.
-pub(super) unsafe fn walk<W>(
-    first: *mut W,
-    bad_wr: *mut *mut W,
-    next: fn(&W) -> *mut W,
-    mut post_one: impl FnMut(&W) -> Result<(), c_int>,
-) -> c_int {
-    let mut wr = first;
-    while !wr.is_null() {
-        // SAFETY: the caller's list (see above).
-        let w = unsafe { &*wr };
-        if let Err(e) = post_one(w) {
-            if !bad_wr.is_null() {
-                // SAFETY: the caller passes a writable pointer.
-                unsafe { *bad_wr = wr };
-            }
-            return fail(e);
-        }
-        wr = next(w);
-    }
-    0
-}
-
-/// A post op called with a NULL handle: EINVAL, with `*bad_wr` the first WR.
-///
-/// # Safety
-///
-/// `bad_wr` is NULL or writable.
-pub(super) unsafe fn null_handle<W>(first: *mut W, bad_wr: *mut *mut W) -> c_int {
-    if !bad_wr.is_null() {
-        // SAFETY: the caller passes a writable pointer.
-        unsafe { *bad_wr = first };
-    }
-    fail(EINVAL)
-}
-
 /// The QP of a post op, or the op's return for a NULL one.
 ///
 /// # Safety
@@ -271,19 +208,6 @@ unsafe fn post_chain<W>(
         Ok(mut batch) => unsafe { walk(wr, bad_wr, next, |w| post_one(q, &mut batch, w)) },
         Err(e) => unsafe { walk(wr, bad_wr, next, |_| Err(errno_of(&e))) },
     }
-}
-
-/// A C receive WR as softroce's, its SGE list read in place.
-///
-/// # Safety
-///
-/// The WR's `sg_list` holds `num_sge` SGEs, unchanged during the post (the verbs contract).
-pub(super) unsafe fn recv_wr(w: &ibv_recv_wr) -> Result<RecvWr<'_>, c_int> {
-    Ok(RecvWr {
-        wr_id: w.wr_id,
-        // SAFETY: the caller's promise.
-        sg_list: unsafe { sges(w.sg_list, w.num_sge)? },
-    })
 }
 
 /// The `post_send` op: 0, or an errno value with `*bad_wr` the first WR not posted.

@@ -32,7 +32,7 @@ pub(super) struct Qp {
     /// Where inline data is gathered (None without `max_inline_data`).
     pub(super) inline: Option<Mutex<InlineScratch>>,
     /// The `ibv_wr_*` builder, set up by `ibv_create_qp_ex` (see `qp_ex`).
-    pub(super) ex: super::qp_ex::WrBuilder,
+    pub(super) ex: super::qp_ex_state::WrBuilder,
 }
 
 impl Object for Qp {
@@ -220,7 +220,7 @@ pub unsafe extern "C" fn ibv_create_qp(
         None
     };
     let obj = Obj::new(
-        super::qp_ex::with_base(ibv_qp {
+        super::qp_ex_state::with_base(ibv_qp {
             context: pdr.context(),
             qp_context: ia.qp_context,
             pd,

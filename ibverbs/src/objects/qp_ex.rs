@@ -17,10 +17,8 @@
 //! the bits it lacks. FLUSH has no builder in rdma-core 44's `ibv_qp_ex` (`ibv_wr_flush` came
 //! with rdma-core 45): the shim offers it to no program; the native API posts it.
 
-use std::cell::UnsafeCell;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::Ordering;
 
 use libc::{c_int, c_void, EINVAL, ENOMEM, ENOSPC, EOPNOTSUPP};
 use softroce::ib::{SendFlags, SendWr, Sge, VerbsError, WrOpcode};
@@ -30,6 +28,7 @@ use super::common::{errno_of, fail_null};
 use super::handle::{self, Obj};
 use super::post::post_send_one;
 use super::qp::{ibv_create_qp, Qp};
+use super::qp_ex_state::{Limits, Staged, Staging};
 use crate::ffi::*;
 
 /// `IBV_QP_INIT_ATTR_PD`, `_CREATE_FLAGS`, `_SEND_OPS_FLAGS`: the comp_mask bits rxe takes
@@ -71,63 +70,6 @@ const UD_OPS: u64 = WITH_SEND | WITH_SEND_WITH_IMM;
 
 /// `IBV_SEND_INLINE`.
 const SEND_INLINE: u32 = 1 << 3;
-
-/// What a builder needs of its QP, fixed when `ibv_create_qp_ex` makes it.
-struct Limits {
-    max_send_wr: usize,
-    max_send_sge: usize,
-    max_inline: usize,
-}
-
-/// One WR being built.
-#[derive(Clone, Copy)]
-struct Staged {
-    wr_id: u64,
-    flags: u32,
-    opcode: WrOpcode,
-    /// Its SGEs: `sges[sge_at..sge_at + sge_n]` (always the list's last ones).
-    sge_at: usize,
-    sge_n: usize,
-    /// Its inline data: `inline[at..at + len]` of the staging bytes (the last ones).
-    inline: Option<(usize, usize)>,
-    /// UD: the address handle (as an address: the data path trusts it at post), remote QPN
-    /// and Q_Key.
-    ud: Option<(usize, u32, u32)>,
-}
-
-/// The batch between `wr_start` and `wr_complete`/`wr_abort`.
-#[derive(Default)]
-struct Staging {
-    wrs: Vec<Staged>,
-    sges: Vec<Sge>,
-    inline: Vec<u8>,
-    /// The first error met while building (rxe's `qp->err`), 0 if none.
-    err: c_int,
-    /// Send WRs outstanding when the batch started.
-    outstanding: usize,
-}
-
-/// A QP's work-request builder: set up by `ibv_create_qp_ex`, unused by plain QPs.
-#[derive(Default)]
-pub(super) struct WrBuilder {
-    limits: OnceLock<Limits>,
-    /// Held from `wr_start` to `wr_complete` or `wr_abort` (rxe's send-queue spinlock).
-    busy: AtomicBool,
-    /// Touched only by the thread holding `busy`.
-    st: UnsafeCell<Staging>,
-}
-
-// SAFETY: `st` is read and written only by the thread holding `busy` (taken with Acquire,
-// released with Release: the API's contract is that the ibv_wr_* calls come between
-// wr_start and wr_complete/wr_abort on the thread that started); `limits` is a OnceLock.
-unsafe impl Sync for WrBuilder {}
-
-impl WrBuilder {
-    /// Whether the QP was made by `ibv_create_qp_ex` (rdma-core's `VERBS_QP_EX`).
-    pub(super) fn enabled(&self) -> bool {
-        self.limits.get().is_some()
-    }
-}
 
 /// The QP behind an `ibv_qp_ex` and its staging list.
 ///
@@ -519,38 +461,6 @@ unsafe extern "C" fn wr_abort(p: *mut ibv_qp_ex) {
     // SAFETY: the data path's trust rule; the batch is dropped at the next wr_start.
     let q = unsafe { Obj::<Qp>::trusted(p.cast::<ibv_qp>()) };
     q.ex.busy.store(false, Ordering::Release);
-}
-
-/// An `ibv_qp_ex` whose `ibv_qp` part is `qp`, with no builder set (a QP of `ibv_create_qp`,
-/// which `ibv_create_qp_ex` completes).
-pub(super) fn with_base(qp: ibv_qp) -> ibv_qp_ex {
-    ibv_qp_ex {
-        qp_base: qp,
-        comp_mask: 0,
-        wr_id: 0,
-        wr_flags: 0,
-        wr_atomic_cmp_swp: None,
-        wr_atomic_fetch_add: None,
-        wr_bind_mw: None,
-        wr_local_inv: None,
-        wr_rdma_read: None,
-        wr_rdma_write: None,
-        wr_rdma_write_imm: None,
-        wr_send: None,
-        wr_send_imm: None,
-        wr_send_inv: None,
-        wr_send_tso: ptr::null_mut(),
-        wr_set_ud_addr: None,
-        wr_set_xrc_srqn: ptr::null_mut(),
-        wr_set_inline_data: None,
-        wr_set_inline_data_list: None,
-        wr_set_sge: None,
-        wr_set_sge_list: None,
-        wr_start: None,
-        wr_complete: None,
-        wr_abort: None,
-        wr_atomic_write: None,
-    }
 }
 
 /// The `create_qp_ex` op: NULL and errno on failure (EOPNOTSUPP for a comp_mask bit, creation

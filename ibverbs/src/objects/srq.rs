@@ -9,7 +9,7 @@ use softroce::verbs::SharedReceiveQueue;
 use super::common::{cond_init, errno_of, fail, fail_null, mutex_init};
 use super::handle::{self, Obj, Object};
 use super::pd::{pd_of, Pd};
-use super::post::{null_handle, recv_wr, walk};
+use super::wr::{null_handle, recv_wr, walk};
 use crate::ffi::*;
 
 /// A shared receive queue. Its QPs hold it (so `ibv_destroy_srq` is EBUSY while they live); it
