@@ -150,7 +150,7 @@ fn settle(child: &mut std::process::Child, settle: Duration) {
 /// address, fails as it fails on kernel rxe (spec-notes/librdmacm.md rule 18): its CM thread
 /// posts one semaphore for every CONNECT_REQUEST and overwrites `child_cm_id`, so the main
 /// thread's waits return on the second request ("wait for RDMA_READ_ADV state 2", state 2 =
-/// CONNECT_REQUEST). The shim delivers the flood's requests as the kernel does (this fails if
+/// CONNECT_REQUEST), and then exits 255. The shim delivers the flood's requests as the kernel does (this fails if
 /// it delivered only one, or none: the tool's REQs would then not be ones a kernel takes).
 #[test]
 fn rping_44_server_under_a_req_flood_fails_in_its_own_race_as_on_rxe() {
@@ -170,25 +170,29 @@ fn rping_44_server_under_a_req_flood_fails_in_its_own_race_as_on_rxe() {
         3401,
     );
     assert_eq!(ids.len(), 50);
-    // The server either exits (255, as on rxe) or hangs joining its CQ thread after printing
-    // its failure; either way the race's message is what it prints.
+    // It then disconnects its child identifier and joins its CQ thread, which wakes on the
+    // flush of the receive it posted: rdma_disconnect moves the QP to the error state first,
+    // whatever the connection's state (rdma-core's ucma_shutdown). On rxe it exits 255 there.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let mut out = String::new();
-    while std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(200));
-        if s.try_wait().unwrap().is_some() {
-            break;
-        }
+    let mut ended = false;
+    while !ended && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        ended = s.try_wait().unwrap().is_some();
     }
     let _ = s.kill();
     let o = s.wait_with_output().unwrap();
-    out.push_str(&text(&o));
+    let out = text(&o);
     assert!(
         out.contains("wait for RDMA_READ_ADV state 2")
             || out.contains("wait for CONNECTED state 2"),
         "rping 44's request race did not show: {:?}\n{out}",
         o.status
     );
+    assert!(
+        ended,
+        "the server hangs after its failure (joining its CQ thread)\n{out}"
+    );
+    assert_eq!(o.status.code(), Some(255), "{out}");
 }
 
 /// What must hold on the shim under a flood for a program that handles requests correctly:
