@@ -424,6 +424,12 @@ impl CmId {
     /// DREP). [`EventKind::Disconnected`] follows (unless the peer's DREQ already brought it)
     /// and then [`EventKind::TimewaitExit`].
     pub fn disconnect(&self) -> Result<()> {
+        // librdmacm moves the identifier's QP to the error state first, whatever the
+        // connection's state (rdma-core v44 cma.c `rdma_disconnect`: `ucma_shutdown`, then the
+        // kernel's DISCONNECT, which may refuse): the flush completes the posted WRs, and a
+        // program that disconnects an accepted but not yet established connection (rping 44
+        // under a REQ flood) joins its CQ thread on that flush.
+        self.to_error();
         let conn = {
             let st = self.state();
             match (st.phase, st.conn) {
@@ -431,7 +437,6 @@ impl CmId {
                 (phase, _) => return Err(Self::wrong("disconnect", phase)),
             }
         };
-        self.to_error();
         {
             let mut g = self.shared.dev.gsi.lock();
             let now = g.now();

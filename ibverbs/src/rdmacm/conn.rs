@@ -222,12 +222,14 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
     let Some(c) = lock(&obj.st).cm.clone() else {
         return fail(EINVAL);
     };
-    if let Err(e) = c.disconnect() {
+    let r = c.disconnect();
+    // The QP went to the error state in either case (rdma-core's `ucma_shutdown` comes first).
+    // SAFETY: raw read of the live identifier.
+    cm_hooks::sync_qp_state(unsafe { ptr::addr_of!((*obj.c()).qp).read() });
+    if let Err(e) = r {
         return fail(errno_of(&e));
     }
     lock(&obj.st).connected = false;
-    // SAFETY: raw read of the live identifier.
-    cm_hooks::sync_qp_state(unsafe { ptr::addr_of!((*obj.c()).qp).read() });
     super::sent_before_return();
     0
 }

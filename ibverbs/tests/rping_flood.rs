@@ -1,0 +1,244 @@
+//! A flood of valid rdma_cm REQs at a listening rping (issue 34, "The librdmacm CM under
+//! stress"): what the shim delivers, and whether a real client still connects.
+//!
+//! `flood` builds REQs as a connecting rdma_cm would (distinct comm IDs and source ports, the
+//! listener's TCP-port-space service ID, a valid rdma_cm header naming the listener's address)
+//! and sends each to QP1 over RoCEv2 with a correct ICRC from a UDP socket of its own. The
+//! ignored test `flood_tool` runs it alone (FLOOD_FROM, FLOOD_TO, FLOOD_PORT, FLOOD_N), e.g.
+//! inside the rxe lab's namespace at a kernel rping in a guest.
+
+mod common;
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::time::Duration;
+
+use softroce::cm::{CmEndpoint, ConnectParams, EndpointConfig};
+use softroce::ib::Gid;
+use softroce::wire::cm::{rdma_tcp_service_id, CmMessage};
+use softroce::wire::cma::CmaHeader;
+use softroce::wire::{icrc, BthRepr, DethRepr, ExtHeaders, Opcode, PacketRepr};
+
+/// Sends `n` REQs from `from` (a UDP socket bound there) to the RoCEv2 port at `to`, for the
+/// rdma_cm listener on TCP-space port `port`. Every REQ has its own comm ID (seeded by `seed`)
+/// and source port. Returns the comm IDs sent.
+pub fn flood(from: IpAddr, to: SocketAddr, port: u16, n: u32, seed: u64) -> Vec<u32> {
+    let mut factory = CmEndpoint::new(EndpointConfig {
+        comm_id_seed: Some(seed),
+        max_connections: n as usize + 16,
+        ..EndpointConfig::default()
+    });
+    let sock = UdpSocket::bind(SocketAddr::new(from, 0)).unwrap();
+    // As softroce's driver (src/driver/udp.rs): DF and, unconnected, IPv4 identification 0,
+    // which the ICRC covers and seal_socket_datagram assumes.
+    if from.is_ipv4() {
+        use std::os::fd::AsRawFd;
+        let v: libc::c_int = libc::IP_PMTUDISC_DO;
+        // SAFETY: a valid socket and an int option of the right size.
+        let rc = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::IPPROTO_IP,
+                libc::IP_MTU_DISCOVER,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+    }
+    let local = sock.local_addr().unwrap();
+    let mut ids = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let mut p = ConnectParams::rc(
+            rdma_tcp_service_id(port),
+            0x100 + i,
+            (i * 7) & 0xff_ffff,
+            Gid::from_ip(from).0,
+            Gid::from_ip(to.ip()).0,
+        );
+        let mut pd = vec![0u8; CmaHeader::LEN];
+        CmaHeader {
+            src_port: 20000 + (i % 40000) as u16,
+            src_addr: from,
+            dst_addr: to.ip(),
+        }
+        .emit(&mut pd)
+        .unwrap();
+        p.private_data = pd;
+        factory.connect(Duration::ZERO, to, &p).unwrap();
+        let out = factory.poll_transmit().unwrap();
+        let (_, m) = CmMessage::parse(&out.mad).unwrap();
+        let CmMessage::Req(r) = &m else {
+            panic!("{m:?}")
+        };
+        ids.push(r.local_comm_id);
+        let mut mad = [0u8; softroce::wire::mad::LEN];
+        m.emit(0x5000_0000 + i as u64, &mut mad).unwrap();
+        let pkt = PacketRepr {
+            bth: BthRepr {
+                opcode: Opcode::UD_SEND_ONLY,
+                pkey: 0xffff,
+                dest_qp: 1,
+                ..BthRepr::default()
+            },
+            ext: ExtHeaders {
+                deth: Some(DethRepr {
+                    qkey: softroce::wire::deth::GSI_QKEY,
+                    src_qp: 1,
+                }),
+                ..ExtHeaders::default()
+            },
+            payload: &mad,
+        };
+        let mut buf = vec![0u8; pkt.buffer_len()];
+        let len = pkt.emit(&mut buf).unwrap();
+        buf.truncate(len);
+        assert!(icrc::seal_socket_datagram(local, to, &mut buf));
+        sock.send_to(&buf, to).unwrap();
+        // Pace a little every 64 so a receiver's socket buffer is not what decides.
+        if i % 64 == 63 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    ids
+}
+
+/// The flood alone, for the rxe lab: FLOOD_FROM=192.0.2.1 FLOOD_TO=192.0.2.11 FLOOD_PORT=7174
+/// FLOOD_N=5000 <this test binary> --ignored --exact flood_tool --nocapture
+#[test]
+#[ignore]
+fn flood_tool() {
+    let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} unset"));
+    let from: IpAddr = var("FLOOD_FROM").parse().unwrap();
+    let to: IpAddr = var("FLOOD_TO").parse().unwrap();
+    let port: u16 = var("FLOOD_PORT").parse().unwrap();
+    let n: u32 = var("FLOOD_N").parse().unwrap();
+    let ids = flood(from, SocketAddr::new(to, 4791), port, n, 34);
+    eprintln!("sent {} REQs from {from} to {to} port {port}", ids.len());
+}
+
+/// `softroce run --bind ADDR PROG`: PROG with both shim libraries, its device on ADDR.
+fn under_shim(prog: &std::path::Path, bind: &str) -> std::process::Command {
+    let mut c = std::process::Command::new(common::softroce());
+    c.args(["run", "--bind", bind])
+        .arg(prog)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    c
+}
+
+/// Text of a finished child.
+fn text(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Gives a server `settle` to reach its listen (rping listens before its first blocking wait,
+/// in well under a second) and checks that it has not ended meanwhile.
+fn settle(child: &mut std::process::Child, settle: Duration) {
+    std::thread::sleep(settle);
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the server ended before the flood"
+    );
+}
+
+/// rping 44's non-persistent server under the shim, flooded with 50 valid REQs from a third
+/// address, fails as it fails on kernel rxe (spec-notes/librdmacm.md rule 18): its CM thread
+/// posts one semaphore for every CONNECT_REQUEST and overwrites `child_cm_id`, so the main
+/// thread's waits return on the second request ("wait for RDMA_READ_ADV state 2", state 2 =
+/// CONNECT_REQUEST), and then exits 255. The shim delivers the flood's requests as the kernel does (this fails if
+/// it delivered only one, or none: the tool's REQs would then not be ones a kernel takes).
+#[test]
+fn rping_44_server_under_a_req_flood_fails_in_its_own_race_as_on_rxe() {
+    let rping = common::program("rping", "rdmacm-utils");
+    let port = 7176u16;
+    let mut s = under_shim(&rping, "127.0.0.55")
+        .args(["-s", "-v", "-C", "3", "-a", "127.0.0.55", "-p"])
+        .arg(port.to_string())
+        .spawn()
+        .unwrap();
+    settle(&mut s, Duration::from_millis(700));
+    let ids = flood(
+        "127.0.0.56".parse().unwrap(),
+        "127.0.0.55:4791".parse().unwrap(),
+        port,
+        50,
+        3401,
+    );
+    assert_eq!(ids.len(), 50);
+    // It then disconnects its child identifier and joins its CQ thread, which wakes on the
+    // flush of the receive it posted: rdma_disconnect moves the QP to the error state first,
+    // whatever the connection's state (rdma-core's ucma_shutdown). On rxe it exits 255 there.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut ended = false;
+    while !ended && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        ended = s.try_wait().unwrap().is_some();
+    }
+    let _ = s.kill();
+    let o = s.wait_with_output().unwrap();
+    let out = text(&o);
+    assert!(
+        out.contains("wait for RDMA_READ_ADV state 2")
+            || out.contains("wait for CONNECTED state 2"),
+        "rping 44's request race did not show: {:?}\n{out}",
+        o.status
+    );
+    assert!(
+        ended,
+        "the server hangs after its failure (joining its CQ thread)\n{out}"
+    );
+    assert_eq!(o.status.code(), Some(255), "{out}");
+}
+
+/// What must hold on the shim under a flood for a program that handles requests correctly:
+/// `softroce rping -s` (which turns down requests it does not serve), flooded with 5000 valid
+/// REQs from a third address, still serves a real client (Debian's rping under the shim) from
+/// another address. The kernel bounds only connect-request events not yet read by
+/// rdma_get_cm_event (ucma's backlog), so on rxe the client's request reaches the listener;
+/// softroce's CM bounds requests not yet accepted or rejected (src/cm/endpoint.rs
+/// `admit_half_open`), so the flood's unanswered requests fill the backlog and the client is
+/// rejected with "no resources" (REJECTED, error 3) for as long as they are kept. Ignored until
+/// that is changed (issue 34).
+#[test]
+#[ignore = "fails: softroce's listener backlog counts undecided requests, the kernel's unread events (issue 34)"]
+fn a_req_flood_does_not_lock_a_real_client_out_of_softroce_rping() {
+    let rping = common::program("rping", "rdmacm-utils");
+    let port = 7177u16;
+    let mut s = std::process::Command::new(common::softroce())
+        .args(["rping", "-s", "-v", "-C", "3", "-a", "127.0.0.57", "-p"])
+        .arg(port.to_string())
+        .args(["--bind", "127.0.0.57"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    settle(&mut s, Duration::from_millis(700));
+    flood(
+        "127.0.0.59".parse().unwrap(),
+        "127.0.0.57:4791".parse().unwrap(),
+        port,
+        5000,
+        3402,
+    );
+    let c = under_shim(&rping, "127.0.0.58")
+        .args(["-c", "-v", "-C", "3", "-a", "127.0.0.57", "-p"])
+        .arg(port.to_string())
+        .spawn()
+        .unwrap();
+    let (co, cok) = common::wait_for(c, Duration::from_secs(20));
+    let (so, sok) = common::wait_for(s, Duration::from_secs(5));
+    let (ct, st) = (text(&co), text(&so));
+    assert!(
+        cok && co.status.success(),
+        "client: {:?}\n{ct}\nserver:\n{st}",
+        co.status
+    );
+    assert!(sok && so.status.success(), "server: {:?}\n{st}", so.status);
+    assert_eq!(ct.matches("ping data: rdma-ping-").count(), 3, "{ct}");
+}
