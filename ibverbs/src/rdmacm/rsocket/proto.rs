@@ -191,10 +191,16 @@ impl Op {
 }
 
 /// The immediate data of a message: op in bits 31..29, data in 28..0 (`rs_msg_set`,
-/// spec-notes: rsockets.md R3). The result is the host-order value placed in `imm_data`
-/// exactly as rsocket.c does (it does not byte-swap it).
+/// spec-notes: rsockets.md R3). The value is in host order; the ImmDt header (and the
+/// `__be32 imm_data` of a work request) carries it big-endian, see [`imm_wire`].
 pub fn imm_encode(op: Op, data: u32) -> u32 {
     (op.code() << 29) | (data & 0x1FFF_FFFF)
+}
+
+/// The four ImmDt bytes of a message: rsocket.c posts `htobe32(msg)` and reads
+/// `be32toh(wc.imm_data)`, so the op is in the first byte's top three bits.
+pub fn imm_wire(op: Op, data: u32) -> [u8; 4] {
+    imm_encode(op, data).to_be_bytes()
 }
 
 /// Splits an immediate value into op and data (`rs_msg_op`, `rs_msg_data`).
@@ -343,6 +349,8 @@ mod tests {
         assert_eq!(imm_decode(0xE000_0000), (Op::Ctrl, CTRL_DISCONNECT));
         assert_eq!(imm_decode(0x0001_0000), (Op::Data, 65536));
         assert_eq!(imm_decode(0x4000_0010), (Op::Other(2), 16));
+        assert_eq!(imm_wire(Op::Sgl, 0x180), [0x80, 0, 0x01, 0x80]);
+        assert_eq!(imm_wire(Op::Data, 65536), [0, 1, 0, 0]);
         // data beyond 29 bits is cut, as the C macro's cast-and-or would corrupt the op
         assert_eq!(imm_encode(Op::Data, 0x2000_0001), 1);
     }
