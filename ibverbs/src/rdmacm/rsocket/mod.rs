@@ -4,3 +4,5 @@
 
 #[allow(dead_code)] // used by the socket state machine still to come (issue 37)
 pub(crate) mod proto;
+#[allow(dead_code)] // used by the socket state machine still to come (issue 37)
+pub(crate) mod ring;
