@@ -1,7 +1,7 @@
 //! The two ends of a stream rsocket's data path as plain bookkeeping, without I/O: where the
 //! sender may write next in the peer's receive buffer and when it must wait for credits, and
 //! how the receiver consumes its buffer and decides to grant more (spec-notes: rsockets.md R5).
-//! Mirrors the counters of rsocket.c v44.0 (`rs_write_data` 1860-1885, `rs_can_send`
+//! Mirrors the counters of rsocket.c v44.0 (`rs_write_data` 1859-1885, `rs_can_send`
 //! 2366-2377, `rs_give_credits` 1984-1995, `rrecv` 2514-2583).
 
 use std::collections::VecDeque;
