@@ -27,6 +27,7 @@ pub mod ffi;
 mod id;
 mod multicast;
 mod refused;
+mod rsocket;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Weak};
