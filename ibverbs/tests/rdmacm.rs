@@ -76,8 +76,8 @@ fn listening(ip: &str, pid: u32) -> bool {
 }
 
 /// Starts `server`, waits until it listens on its device at `server_ip`, then runs the client
-/// that `client` makes, once. Both must exit 0 within `limit`. Returns (server output, client
-/// output).
+/// that `client` makes, once. Both must end well (`ended_well`) within `limit`. Returns
+/// (server output, client output).
 fn serve(
     mut server: Command,
     server_ip: &str,
@@ -98,7 +98,7 @@ fn serve(
     let (so, sfin) = wait_for(s, limit);
     let st = text(&so);
     assert!(
-        sfin && so.status.success() && cfin && co.status.success(),
+        sfin && ended_well(&so.status, &st) && cfin && ended_well(&co.status, &ct),
         "server ({:?}, in time: {sfin}):\n{st}\nclient ({:?}, in time: {cfin}):\n{ct}",
         so.status,
         co.status
@@ -108,6 +108,22 @@ fn serve(
 
 fn rping() -> PathBuf {
     program("rping", "rdmacm-utils")
+}
+
+/// A program of rdmacm-utils 44 ended as it should: exit 0, or rping 44's teardown race and
+/// nothing else. After its last event rping's main thread destroys the event channel while
+/// its CM thread may be on its way back to `rdma_get_cm_event`, which then fails (on the shim
+/// "Invalid argument"; with librdmacm and the kernel, EBADF or a read of freed memory) and the
+/// thread exits the process with -1: exit 255 after a complete run, the last line that
+/// failure (upstream's fix, rdma-core f3ae6534a of 2025, waits for the thread instead). The
+/// callers check the run itself (`assert_pings`).
+fn ended_well(status: &std::process::ExitStatus, out: &str) -> bool {
+    status.success()
+        || (status.code() == Some(255)
+            && out.contains("DISCONNECT EVENT")
+            && out
+                .trim_end()
+                .ends_with("rdma_get_cm_event: Invalid argument"))
 }
 
 /// Asserts that rping's server (`st`) and client (`ct`) each printed `n` pings with -v.
@@ -759,7 +775,7 @@ fn two_rping_servers_and_their_clients_on_one_address() {
     for c in clients.into_iter().chain(servers) {
         let (o, fin) = wait_for(c, Duration::from_secs(60));
         let t = text(&o);
-        assert!(fin && o.status.success(), "{:?}:\n{t}", o.status);
+        assert!(fin && ended_well(&o.status, &t), "{:?}:\n{t}", o.status);
         outs.push(t);
     }
     assert_pings(&outs[2], &outs[0], 10);

@@ -119,7 +119,10 @@ fn flood_tool() {
 /// `softroce run --bind ADDR PROG`: PROG with both shim libraries, its device on ADDR.
 fn under_shim(prog: &std::path::Path, bind: &str) -> std::process::Command {
     let mut c = std::process::Command::new(common::softroce());
-    c.args(["run", "--bind", bind])
+    // The shim this test run built (`softroce run`'s default, the library next to the
+    // binary, is only refreshed by `cargo build`: a stale one passed or failed for old code).
+    c.args(["run", "--bind", bind, "--lib"])
+        .arg(common::shim_lib())
         .arg(prog)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
