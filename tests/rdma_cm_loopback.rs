@@ -701,3 +701,31 @@ fn a_rejected_ud_connect_is_unreachable_with_the_sidr_status() {
     id2.connect(&ConnParam::default()).unwrap();
     assert_eq!(expect(&cha, EventKind::Unreachable).status, 1);
 }
+
+#[test]
+fn disconnecting_an_accepted_connection_before_it_is_established_flushes_its_qp() {
+    // librdmacm's rdma_disconnect moves the QP to ERROR before it asks the kernel to
+    // disconnect, whatever the connection's state (cma.c `ucma_shutdown`); the kernel may
+    // then refuse. A program that accepted and gives up before the RTU (rping 44 under a REQ
+    // flood) joins a CQ thread that waits for that flush (spec-notes/librdmacm.md rule 18).
+    let (ca, cb) = two_contexts();
+    let (cha, chb) = channels(&ca, &cb);
+    let (ra, rb) = (res(&ca), res(&cb));
+    let _listener = listen(&chb, PortSpace::Tcp, 8);
+    let (id_a, qp_a) = client(&cha, &ra, &cb);
+    id_a.connect(&ConnParam::default()).unwrap();
+    let id_b = expect(&chb, EventKind::ConnectRequest).id;
+    // The requester goes away: nobody will answer the REP with an RTU.
+    drop((id_a, qp_a, ra, cha));
+    drop(ca);
+    let qp_b = id_b.create_qp(&rb.pd, &init(&rb)).unwrap();
+    post_recv(&qp_b, &rb, 9);
+    id_b.accept(&ConnParam::default()).unwrap();
+    assert_eq!(qp_b.query().qp_state, QpState::Rts);
+    // Not established: the CM refuses the disconnect, but the QP is in ERROR and the
+    // receive flushed.
+    assert!(id_b.disconnect().is_err());
+    assert_eq!(qp_b.query().qp_state, QpState::Err);
+    let wc = wait_wc(&rb.cq);
+    assert_eq!((wc.wr_id, wc.status), (9, WcStatus::WrFlushErr));
+}

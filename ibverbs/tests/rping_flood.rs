@@ -153,8 +153,9 @@ fn settle(child: &mut std::process::Child, settle: Duration) {
 /// address, fails as it fails on kernel rxe (spec-notes/librdmacm.md rule 18): its CM thread
 /// posts one semaphore for every CONNECT_REQUEST and overwrites `child_cm_id`, so the main
 /// thread's waits return on the second request ("wait for RDMA_READ_ADV state 2", state 2 =
-/// CONNECT_REQUEST), and then exits 255. The shim delivers the flood's requests as the kernel does (this fails if
-/// it delivered only one, or none: the tool's REQs would then not be ones a kernel takes).
+/// CONNECT_REQUEST), and then exits 255. The shim delivers the flood's requests as the kernel
+/// does (this fails if it delivered only one, or none: the tool's REQs would then not be ones a
+/// kernel takes).
 #[test]
 fn rping_44_server_under_a_req_flood_fails_in_its_own_race_as_on_rxe() {
     let rping = common::program("rping", "rdmacm-utils");
@@ -175,7 +176,12 @@ fn rping_44_server_under_a_req_flood_fails_in_its_own_race_as_on_rxe() {
     assert_eq!(ids.len(), 50);
     // It then disconnects its child identifier and joins its CQ thread, which wakes on the
     // flush of the receive it posted: rdma_disconnect moves the QP to the error state first,
-    // whatever the connection's state (rdma-core's ucma_shutdown). On rxe it exits 255 there.
+    // whatever the connection's state (rdma-core's ucma_shutdown; tested deterministically by
+    // tests/rdma_cm_loopback.rs `disconnecting_an_accepted_connection_before_it_is_
+    // established_flushes_its_qp`). On rxe it exits 255 there. The same race may have
+    // overwritten `child_cm_id` after rping made its QP on an earlier one: it then disconnects
+    // an identifier without a QP, nothing flushes, and it waits, here as on rxe, for its
+    // accepted connection's REP to time out; so within 10 s it has exited 255 or not ended.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let mut ended = false;
     while !ended && std::time::Instant::now() < deadline {
@@ -191,11 +197,9 @@ fn rping_44_server_under_a_req_flood_fails_in_its_own_race_as_on_rxe() {
         "rping 44's request race did not show: {:?}\n{out}",
         o.status
     );
-    assert!(
-        ended,
-        "the server hangs after its failure (joining its CQ thread)\n{out}"
-    );
-    assert_eq!(o.status.code(), Some(255), "{out}");
+    if ended {
+        assert_eq!(o.status.code(), Some(255), "{out}");
+    }
 }
 
 /// What must hold on the shim under a flood for a program that handles requests correctly:
