@@ -77,7 +77,7 @@ pub(crate) struct Device {
     /// runs, it reads the doorbell before it next waits, so no wake (a system call) is needed.
     pub(crate) engine_sleeping: AtomicBool,
     /// The doorbell may have entries the engine has not taken: set by every ring, cleared by
-    /// the engine before it takes the list, so that its spin before sleeping (`Engine::wait`)
+    /// the engine before it takes the list, so that its spin before sleeping (engine_thread.rs `Waiter::wait`)
     /// notices a post with one load instead of the list's lock or the waker's system call.
     pub(crate) rung: AtomicBool,
     pub(crate) waker: mio::Waker,
@@ -95,7 +95,7 @@ pub(crate) struct Device {
     /// Engine passes completed (see `settle`).
     pub(crate) passes: AtomicU64,
     /// Passes application threads ran (busy-poll mode): while they move, the background
-    /// thread stays out of their way (`Engine::run_busy`).
+    /// thread stays out of their way (engine_thread.rs `run_busy`).
     pub(crate) app_passes: AtomicU64,
     /// The multicast groups QPs are attached to (multicast.rs).
     pub(crate) groups: RwLock<Groups>,

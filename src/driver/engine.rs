@@ -273,44 +273,6 @@ impl Engine {
         self.pass_inner(Pass::Poll);
     }
 
-    /// A pass run by an application thread in the default mode as it posts: serves what the
-    /// post rang and sends it all, on the posting thread, without receiving (the engine
-    /// thread receives). The engine thread may be waiting meanwhile with a plan made before
-    /// this pass: the deadline timer is moved earlier for a deadline this pass set (the first
-    /// packet's retransmission timer), and work this pass left (a QP past its budget) rings
-    /// the doorbell, which wakes it.
-    pub(crate) fn pass_after_post(&mut self) {
-        self.pass_inner(Pass::Send);
-        let now = Instant::now();
-        let next = self.next_wake(now);
-        if next.is_some() && self.timer.fire_by(next, now).is_err() {
-            let _ = self.dev.waker.wake();
-        }
-        if let Some(&qpn) = self.work.front() {
-            self.dev.ring(qpn);
-        }
-    }
-
-    /// Under the engine's lock, between passes: what the engine thread's wait needs
-    /// (engine_thread.rs), with the deadline timer armed for the earliest deadline.
-    pub(crate) fn plan_wait(&mut self) -> WaitPlan {
-        WaitPlan {
-            ready: self.more_rx || (!self.work.is_empty() && !self.blocked),
-            next_wake: self.next_wake(Instant::now()),
-            sleep: self.sleep_timeout(),
-        }
-    }
-
-    /// Acknowledges the deadline timer's expiry (the engine thread's poll reported it).
-    pub(crate) fn clear_timer(&mut self) {
-        self.timer.clear();
-    }
-
-    /// Whether an application thread's pass left packets for later (busy-poll).
-    pub(crate) fn left_behind(&self) -> bool {
-        self.deferred_at.is_some()
-    }
-
     fn pass_inner(&mut self, kind: Pass) {
         self.pass_at = Instant::now();
         // What a post left is sent before anything else the poll does (its receive first of
@@ -797,18 +759,44 @@ impl Passes for Engine {
     fn pass_for_application(&mut self) {
         Engine::pass_for_application(self)
     }
+    /// A pass run by an application thread in the default mode as it posts: serves what the
+    /// post rang and sends it all, on the posting thread, without receiving (the engine
+    /// thread receives). The engine thread may be waiting meanwhile with a plan made before
+    /// this pass: the deadline timer is moved earlier for a deadline this pass set (the first
+    /// packet's retransmission timer), and work this pass left (a QP past its budget) rings
+    /// the doorbell, which wakes it.
     fn pass_after_post(&mut self) {
-        Engine::pass_after_post(self)
+        self.pass_inner(Pass::Send);
+        let now = Instant::now();
+        let next = self.next_wake(now);
+        if next.is_some() && self.timer.fire_by(next, now).is_err() {
+            let _ = self.dev.waker.wake();
+        }
+        if let Some(&qpn) = self.work.front() {
+            self.dev.ring(qpn);
+        }
     }
+
+    /// Under the engine's lock, between passes: what the engine thread's wait needs
+    /// (engine_thread.rs), with the deadline timer armed for the earliest deadline.
     fn plan_wait(&mut self) -> WaitPlan {
-        Engine::plan_wait(self)
+        WaitPlan {
+            ready: self.more_rx || (!self.work.is_empty() && !self.blocked),
+            next_wake: self.next_wake(Instant::now()),
+            sleep: self.sleep_timeout(),
+        }
     }
+
+    /// Acknowledges the deadline timer's expiry (the engine thread's poll reported it).
     fn clear_timer(&mut self) {
-        Engine::clear_timer(self)
+        self.timer.clear();
     }
+
+    /// Whether an application thread's pass left packets for later (busy-poll).
     fn left_behind(&self) -> bool {
-        Engine::left_behind(self)
+        self.deferred_at.is_some()
     }
+
     fn finish(&mut self) {
         Engine::finish(self)
     }
