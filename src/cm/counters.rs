@@ -16,7 +16,13 @@ pub struct CmCounters {
     pub retransmits: u64,
     /// REQs rejected because nobody listens on their service ID.
     pub rej_no_listener: u64,
-    /// REQs rejected because the listener's backlog or the endpoint is full.
+    /// REQs dropped unanswered because the listener's backlog of unread requests, their
+    /// source's bound on undecided ones or the endpoint is full: the kernel's CM drops such a
+    /// REQ rather than reject it, so that the requester's retry may find room (cm.c
+    /// `cm_destroy_id` on -ENOMEM, which ucma returns for a full backlog).
+    pub req_dropped: u64,
+    /// SIDR_REQs refused ("no QP") because the listener's backlog, their source's bound or
+    /// the endpoint is full (the kernel's CM answers a failed SIDR_REQ, `cm_reject_sidr_req`).
     pub rej_no_resources: u64,
     /// REQs rejected for an invalid transport type or MTU.
     pub rej_invalid: u64,
@@ -30,7 +36,7 @@ pub struct CmCounters {
 
 impl CmCounters {
     /// Every counter with its name.
-    pub fn snapshot(&self) -> [(&'static str, u64); 10] {
+    pub fn snapshot(&self) -> [(&'static str, u64); 11] {
         [
             ("cm_mads_received", self.mads_received),
             ("cm_bad_mads", self.bad_mads),
@@ -38,6 +44,7 @@ impl CmCounters {
             ("cm_duplicates", self.duplicates),
             ("cm_retransmits", self.retransmits),
             ("cm_rej_no_listener", self.rej_no_listener),
+            ("cm_req_dropped", self.req_dropped),
             ("cm_rej_no_resources", self.rej_no_resources),
             ("cm_rej_invalid", self.rej_invalid),
             ("cm_timeouts", self.timeouts),

@@ -58,8 +58,12 @@ struct Conn {
     /// When the connection gives up waiting without a message to repeat (half-open passive
     /// connections, time-wait).
     expires: Option<Duration>,
-    /// The listener this passive connection counts against while the application decides.
+    /// The listener whose service this passive connection's request came for, while the
+    /// application has not decided it (it counts against its source's bound meanwhile).
     listener: Option<u64>,
+    /// The listener whose backlog this request's event counts against until the application
+    /// reads it (as the kernel's ucma counts a listener's unread connect-request events).
+    unread: Option<u64>,
 }
 
 impl Conn {
@@ -75,7 +79,8 @@ impl Conn {
 #[derive(Debug, Clone)]
 struct Listener {
     backlog: usize,
-    half_open: usize,
+    /// Connect requests whose event the application has not read yet.
+    unread: usize,
 }
 
 /// Where the endpoint's communication and transaction IDs come from.
@@ -241,7 +246,12 @@ impl CmEndpoint {
             .min()
     }
 
-    /// Accepts REQs for `service_id`, at most `backlog` of them undecided at once.
+    /// Accepts REQs for `service_id`, with at most `backlog` of their events unread by the
+    /// application at once (see [`CmEndpoint::request_read`]); past it a REQ is dropped
+    /// unanswered (its requester sends it again after its timeout), as the kernel's CM drops
+    /// one when ucma finds its listener's backlog of unread events full. Requests read but not yet answered do not count: a server may
+    /// hold many while it decides (their memory is bounded per source and in time instead:
+    /// [`EndpointConfig::max_half_open_per_source`], [`EndpointConfig::max_half_open_time`]).
     pub fn listen(&mut self, service_id: u64, backlog: usize) -> Result<(), CmError> {
         if self.listeners.contains_key(&service_id) {
             return Err(CmError::AlreadyListening(service_id));
@@ -250,7 +260,7 @@ impl CmEndpoint {
             service_id,
             Listener {
                 backlog: backlog.max(1),
-                half_open: 0,
+                unread: 0,
             },
         );
         self.relisten.retain(|&s| s != service_id);
@@ -319,26 +329,39 @@ impl CmEndpoint {
     }
 
     /// Admits one more half-open connection (a REQ or SIDR_REQ not yet answered) to the
-    /// listener on `service_id` from `source`: within the listener's backlog and the
-    /// per-source bound, and with a fresh communication ID, which it returns. None (counted
-    /// as no resources) when a bound is reached: the caller refuses the request.
+    /// listener on `service_id` from `source`: within the listener's backlog of unread
+    /// requests and the per-source bound on undecided ones, and with a fresh communication
+    /// ID, which it returns. None when a bound is reached: the caller drops or refuses the
+    /// request, and counts it. The caller's connection names the listener in both its
+    /// `listener` and `unread`.
     fn admit_half_open(&mut self, source: IpAddr, service_id: u64) -> Option<u32> {
         let listener = self.listeners.get(&service_id)?;
         let from_source = self.half_open_by_source.get(&source).copied().unwrap_or(0);
         // A listener that asked for a larger backlog may take that many from one source
         // (perftest connects all its QPs from one address at once).
         let source_limit = self.cfg.max_half_open_per_source.max(listener.backlog);
-        let full = listener.half_open >= listener.backlog || from_source >= source_limit;
-        let id = if full { None } else { self.new_comm_id().ok() };
-        let Some(id) = id else {
-            self.counters.rej_no_resources += 1;
-            return None;
-        };
+        let full = listener.unread >= listener.backlog || from_source >= source_limit;
+        let id = if full { None } else { self.new_comm_id().ok() }?;
         if let Some(l) = self.listeners.get_mut(&service_id) {
-            l.half_open += 1;
+            l.unread += 1;
         }
         *self.half_open_by_source.entry(source).or_insert(0) += 1;
         Some(id)
+    }
+
+    /// The application read the connect request (REQ or SIDR_REQ) of `conn`: it no longer
+    /// counts against its listener's backlog, whether or not it is answered yet. Nothing for
+    /// a connection already read, answered or gone.
+    pub fn request_read(&mut self, conn: ConnId) {
+        if let Some(service) = self.conns.get_mut(&conn.0).and_then(|c| c.unread.take()) {
+            self.release_unread(service);
+        }
+    }
+
+    fn release_unread(&mut self, service: u64) {
+        if let Some(l) = self.listeners.get_mut(&service) {
+            l.unread = l.unread.saturating_sub(1);
+        }
     }
 
     fn new_comm_id(&mut self) -> Result<u32, CmError> {
@@ -395,11 +418,11 @@ impl CmEndpoint {
             .ok_or(CmError::UnknownConnection(conn))
     }
 
-    /// An undecided connect request from `peer` on `listener` was decided or dropped.
+    /// An undecided connect request from `peer` on `listener` was decided or dropped: its
+    /// source may send another.
     fn release_backlog(&mut self, listener: Option<u64>, peer: IpAddr) {
-        let Some(service) = listener else { return };
-        if let Some(l) = self.listeners.get_mut(&service) {
-            l.half_open = l.half_open.saturating_sub(1);
+        if listener.is_none() {
+            return;
         }
         if let Some(n) = self.half_open_by_source.get_mut(&peer) {
             *n = n.saturating_sub(1);
@@ -421,6 +444,9 @@ impl CmEndpoint {
                 }
             }
             self.release_backlog(c.listener, c.peer.ip());
+            if let Some(service) = c.unread {
+                self.release_unread(service);
+            }
         }
     }
 

@@ -89,9 +89,12 @@ impl Side {
     fn drain_events(&mut self) {
         while let Some(e) = self.ep.poll_event() {
             match e {
-                CmEvent::ConnectRequest { conn, .. } | CmEvent::RepReceived { conn, .. } => {
+                CmEvent::ConnectRequest { conn, .. } => {
+                    // Read, as an application reads it: it leaves the listener's backlog.
+                    self.ep.request_read(conn);
                     self.pending.push_back(conn)
                 }
+                CmEvent::RepReceived { conn, .. } => self.pending.push_back(conn),
                 CmEvent::Established { conn } => {
                     assert!(self.established.insert(conn), "{conn:?} established twice");
                 }
@@ -101,9 +104,8 @@ impl Side {
                     self.pending.retain(|c| *c != conn);
                     self.established.remove(&conn);
                 }
-                CmEvent::Disconnected { .. }
-                | CmEvent::SidrRequest { .. }
-                | CmEvent::SidrReply { .. } => {}
+                CmEvent::SidrRequest { conn, .. } => self.ep.request_read(conn),
+                CmEvent::Disconnected { .. } | CmEvent::SidrReply { .. } => {}
             }
         }
         assert!(self.ep.connections() <= MAX_CONNECTIONS);

@@ -126,8 +126,21 @@ impl EventChannel {
 
     /// `rdma_get_cm_event`: the next event, waiting at most `timeout`. Connection steps that
     /// need no decision (moving the QP on a REP and sending the RTU) happen here, as the
-    /// kernel's rdma_cm does them before it reports.
+    /// kernel's rdma_cm does them before it reports. A connect request taken here is read:
+    /// it leaves its listener's backlog ([`CmId::request_read`]).
     pub fn get_event(&self, timeout: Duration) -> Result<RdmaCmEvent> {
+        let e = self.take_event(timeout)?;
+        if e.kind == EventKind::ConnectRequest {
+            e.id.request_read();
+        }
+        Ok(e)
+    }
+
+    /// As [`EventChannel::get_event`], but a connect request stays in its listener's backlog
+    /// until its identifier's [`CmId::request_read`]: for a layer that queues the events for
+    /// an application of its own (the librdmacm shim's dispatcher), whose backlog counts the
+    /// events that application has not read, as the kernel's ucma does.
+    pub fn take_event(&self, timeout: Duration) -> Result<RdmaCmEvent> {
         let end = Instant::now() + timeout;
         loop {
             if let Some(e) = lock(&self.shared.state).queued.pop_front() {

@@ -293,7 +293,9 @@ impl CmId {
     }
 
     /// `rdma_listen`: connect requests for the bound port arrive as
-    /// [`EventKind::ConnectRequest`]; at most `backlog` of them undecided at once.
+    /// [`EventKind::ConnectRequest`]; at most `backlog` of them not yet read at once (the
+    /// kernel's ucma bound; later ones are rejected with "no resources"). Requests read but
+    /// not yet answered do not count.
     pub fn listen(&self, backlog: usize) -> Result<()> {
         let mut st = self.state();
         if st.phase != Phase::Idle || st.port == 0 {
@@ -318,6 +320,16 @@ impl CmId {
         drop(st);
         self.shared.kick();
         Ok(())
+    }
+
+    /// The application has read this identifier's connect request: it no longer counts
+    /// against its listener's backlog. Nothing for any other identifier, or a second time.
+    pub fn request_read(&self) {
+        // The identifier's lock is let go before the CM's is taken.
+        let conn = self.state().conn;
+        if let Some(conn) = conn {
+            self.shared.dev.gsi.lock().cm.request_read(conn);
+        }
     }
 
     /// Stops listening (librdmacm's `rdma_destroy_id` of a listener): the service is free

@@ -228,6 +228,14 @@ pub(super) fn next_event(ch: &Obj<Chan>) -> Result<*mut rdma_cm_event, c_int> {
         }
         let next = lock(&ch.queue).pop_front();
         if let Some(Queued(mut b)) = next {
+            if b.ev.event == RDMA_CM_EVENT_CONNECT_REQUEST {
+                // Read: it leaves its listener's backlog, which counts the requests the
+                // application has not read (the kernel's ucma, ucma_get_event).
+                let cm = lock(&b._id.st).cm.clone();
+                if let Some(cm) = cm {
+                    cm.request_read();
+                }
+            }
             if let Some(join) = b.join.take() {
                 let status = super::multicast::process_join(b.ev.id, &join);
                 if status != 0 {

@@ -483,7 +483,9 @@ pub unsafe extern "C" fn rdma_reject_ece(
 /// life: librdmacm keeps its devices too).
 pub(super) fn dispatch(m: Arc<Cm>) {
     loop {
-        if let Ok(ev) = m.chan.get_event(DISPATCH_WAIT) {
+        // A connect request stays in its listener's backlog until the application reads its
+        // event from the channel it is queued on (channel.rs `next_event`).
+        if let Ok(ev) = m.chan.take_event(DISPATCH_WAIT) {
             route(&m, ev);
         }
     }

@@ -4,28 +4,10 @@
  * to each other through the device (SOFTROCE_BIND). Prints "ok N" (N checks) or the first
  * failure, and exits 0 only if every check passed. Compiled against Debian's librdmacm-dev
  * headers and linked with -lrdmacm -libverbs, as any program. */
-#include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <arpa/inet.h>
-#include <rdma/rdma_cma.h>
 #include <rdma/rsocket.h>
 
-static int checks;
-
-#define CHECK(cond, ...)                                                        \
-	do {                                                                    \
-		checks++;                                                       \
-		if (!(cond)) {                                                  \
-			printf("FAIL line %d: ", __LINE__);                     \
-			printf(__VA_ARGS__);                                    \
-			printf(" (errno %d %s)\n", errno, strerror(errno));     \
-			exit(1);                                                \
-		}                                                               \
-	} while (0)
+#include "rdmacm_common.h"
 
 /* A call that must fail with -1 and errno `e`. */
 #define FAILS(call, e)                                                          \
@@ -34,28 +16,6 @@ static int checks;
 		int r_ = (call);                                                \
 		CHECK(r_ == -1 && errno == (e), "%s gave %d, want -1/%d", #call, r_, (e)); \
 	} while (0)
-
-static struct sockaddr_in sin_of(const char *ip, int port)
-{
-	struct sockaddr_in s;
-	memset(&s, 0, sizeof s);
-	s.sin_family = AF_INET;
-	s.sin_port = htons(port);
-	inet_pton(AF_INET, ip, &s.sin_addr);
-	return s;
-}
-
-/* The next event on `ch`, which must be `type` (waiting at most 5 s on the fd). */
-static struct rdma_cm_event *expect(struct rdma_event_channel *ch, int type)
-{
-	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
-	CHECK(poll(&p, 1, 5000) == 1, "no event (want %s)", rdma_event_str(type));
-	struct rdma_cm_event *ev;
-	CHECK(rdma_get_cm_event(ch, &ev) == 0, "get_cm_event");
-	CHECK(ev->event == type, "event %s, want %s (status %d)", rdma_event_str(ev->event),
-	      rdma_event_str(type), ev->status);
-	return ev;
-}
 
 int main(int argc, char **argv)
 {

@@ -75,6 +75,7 @@ impl CmEndpoint {
                 last: None,
                 expires: None,
                 listener: None,
+                unread: None,
             },
         );
         let timeout = self.wait_for_peer(iba_time(self.cfg.cm_response_timeout));
@@ -100,9 +101,13 @@ impl CmEndpoint {
         c.expires = None;
         let remote_comm_id = c.remote_comm_id;
         let peer_response = c.peer_response;
-        let listener = c.listener.take();
+        let (listener, unread) = (c.listener.take(), c.unread.take());
         let peer_ip = c.peer.ip();
         self.release_backlog(listener, peer_ip);
+        // Answered, so read: whoever answered it had it.
+        if let Some(service) = unread {
+            self.release_unread(service);
+        }
         let rep = CmRep {
             local_comm_id: conn.0,
             remote_comm_id,
@@ -260,6 +265,7 @@ impl CmEndpoint {
                 last: None,
                 expires: None,
                 listener: None,
+                unread: None,
             },
         );
         let timeout = self.wait_for_peer(iba_time(self.cfg.cm_response_timeout));
@@ -314,8 +320,11 @@ impl CmEndpoint {
         c.state = ConnState::SidrRepSent;
         c.local_qpn = qpn;
         c.expires = Some(now + keep);
-        let (peer, tid, listener) = (c.peer, c.tid, c.listener.take());
+        let (peer, tid, listener, unread) = (c.peer, c.tid, c.listener.take(), c.unread.take());
         self.release_backlog(listener, peer.ip());
+        if let Some(service) = unread {
+            self.release_unread(service);
+        }
         let m = self.send(peer, tid, &CmMessage::SidrRep(rep));
         if let Some(c) = self.conns.get_mut(&conn.0) {
             c.last = Some(m);

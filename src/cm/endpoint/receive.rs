@@ -104,7 +104,9 @@ impl CmEndpoint {
             return;
         }
         let Some(id) = self.admit_half_open(from.ip(), r.service_id) else {
-            self.reject_req(from, tid, r, rej_reason::NO_RESOURCES);
+            // Dropped, not rejected: the requester's next try may find room (the kernel's CM
+            // on -ENOMEM, "do not reject to allow future retries"); a flood gets no answers.
+            self.counters.req_dropped += 1;
             return;
         };
         // The requester repeats its REQ for this long before it gives up; a connection the
@@ -130,6 +132,7 @@ impl CmEndpoint {
                 last: None,
                 expires: Some(now + requester_patience),
                 listener: Some(r.service_id),
+                unread: Some(r.service_id),
             },
         );
         self.by_remote
@@ -374,6 +377,7 @@ impl CmEndpoint {
             return;
         }
         let Some(id) = self.admit_half_open(from.ip(), r.service_id) else {
+            self.counters.rej_no_resources += 1;
             self.refuse_sidr(from, tid, r, sidr_status::NO_QP);
             return;
         };
@@ -394,6 +398,7 @@ impl CmEndpoint {
                 last: None,
                 expires: Some(now + patience),
                 listener: Some(r.service_id),
+                unread: Some(r.service_id),
             },
         );
         self.sidr_by_remote.insert((from, r.request_id), id);
