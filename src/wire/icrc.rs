@@ -212,109 +212,135 @@ pub fn solve_ipv4_id(ip_header: &[u8], udp_header: &[u8], roce: &[u8], found: u3
 /// changes when its IPv4 Identification changes by `id_xor` (old XOR new): the ICRC is
 /// affine in its input, so `compute` with the new identification equals `compute` with the
 /// old one XOR this. A sender that learns the identification a packet will carry only after
-/// sealing it (UDP GSO numbers its segments) adjusts the ICRC with 32 shifts instead of
-/// computing it again.
+/// sealing it (UDP GSO numbers its segments) adjusts the ICRC with two table lookups instead
+/// of computing it again.
 pub fn ipv4_id_delta(id_xor: u16, roce_len: usize) -> u32 {
     if id_xor == 0 {
         return 0;
     }
-    use std::cell::Cell;
-    // The effect of each identification bit, for the last few lengths: a sender sees few
-    // (full-MTU packets, READ response FIRST/LAST with their AETH, ACKs), and computing them
-    // is most of the cost; a GSO run's identifications 1, 2, 3, ... have few bits set.
-    const CACHED: usize = 4;
-    type Bits = [u32; 16];
-    thread_local! {
-        static EFFECTS: Cell<([(usize, Bits); CACHED], usize)> =
-            const { Cell::new(([(usize::MAX, [0; 16]); CACHED], 0)) };
-    }
-    let bits = EFFECTS.with(|c| {
-        let (mut entries, next) = c.get();
-        if let Some(&(_, bits)) = entries.iter().find(|(len, _)| *len == roce_len) {
-            return bits;
-        }
-        // x^(8 * bytes after the Identification field).
-        let shift = x_pow_8n((20 - 6) + UDP_HEADER_LEN + roce_len);
-        let bits: Bits = std::array::from_fn(|k| mul_mod_p(shift, raw_crc16(1 << k)));
-        entries[next] = (roce_len, bits);
-        c.set((entries, (next + 1) % CACHED));
-        bits
-    });
-    let mut delta = 0;
-    let mut rest = id_xor;
-    while rest != 0 {
-        delta ^= bits[rest.trailing_zeros() as usize];
-        rest &= rest - 1;
-    }
-    delta
+    with_id_tables(roce_len, |t| t.effect(id_xor))
 }
 
-/// The row-echelon basis of the effect of the 16 Identification bits on the CRC of a packet
-/// whose RoCE part is `roce_len` bytes: (CRC effect, ID bits) rows, and how many there are.
-type IdBasis = ([(u32, u16); 16], usize);
-
-fn id_basis(roce_len: usize) -> IdBasis {
-    // Bytes of CRC input after the Identification field.
-    let after = (20 - 6) + UDP_HEADER_LEN + roce_len;
-    let shift = x_pow_8n(after);
-    // basis[k] = effect of ID bit k; eliminate to row-echelon form, tracking which ID bits make
-    // up each row.
-    let mut rows: [(u32, u16); 16] = [(0, 0); 16];
-    let mut n = 0;
-    for k in 0..16 {
-        let mut v = mul_mod_p(shift, raw_crc16(1 << k));
-        let mut bits = 1u16 << k;
-        for &(r, rb) in &rows[..n] {
-            if v ^ r < v {
-                v ^= r;
-                bits ^= rb;
-            }
-        }
-        if v != 0 {
-            rows[n] = (v, bits);
-            n += 1;
-            // Keep rows sorted by leading bit, highest first, for the reduction above.
-            rows[..n].sort_unstable_by_key(|r| r.0.leading_zeros());
-        }
-    }
-    (rows, n)
-}
-
-/// [`solve_ipv4_id`] given the CRC computed with Identification 0 (`base`). The basis depends
-/// only on the packet length, and a receiver sees few lengths (a flow's full-MTU packets and
-/// its ACKs), so the last few bases are kept per thread: solving is then 16 row reductions.
+/// [`solve_ipv4_id`] given the CRC computed with Identification 0 (`base`): the difference
+/// `base ^ found` is the effect of the Identification, which the tables invert.
 fn solve_id_from_base(base: u32, found: u32, roce_len: usize) -> Option<u16> {
-    use std::cell::RefCell;
-    const CACHED: usize = 4;
-    /// The last bases by RoCE length, and the entry to replace next.
-    type Cache = ([Option<(usize, IdBasis)>; CACHED], usize);
-    thread_local! {
-        static BASES: RefCell<Cache> = const { RefCell::new(([None; CACHED], 0)) };
-    }
     let target = base ^ found;
     if target == 0 {
         return Some(0);
     }
-    let (rows, n) = BASES.with(|b| {
-        let mut b = b.borrow_mut();
-        if let Some((_, basis)) = b.0.iter().flatten().find(|(len, _)| *len == roce_len) {
-            return *basis;
+    with_id_tables(roce_len, |t| t.solve(target))
+}
+
+/// Runs `f` on the Identification tables of packets whose RoCE part is `roce_len` bytes. They
+/// depend only on that length, and a host sees few lengths at a time (a flow's full-MTU
+/// packets, its READ responses with an AETH, its ACKs), so each thread keeps the last few.
+fn with_id_tables<R>(roce_len: usize, f: impl FnOnce(&IdTables) -> R) -> R {
+    use std::cell::RefCell;
+    const CACHED: usize = 4;
+    /// The tables of the last lengths seen, and the entry to replace next.
+    struct Cache {
+        tables: [Option<Box<IdTables>>; CACHED],
+        next: usize,
+    }
+    thread_local! {
+        static CACHE: RefCell<Cache> = const {
+            RefCell::new(Cache { tables: [None, None, None, None], next: 0 })
+        };
+    }
+    CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        if let Some(t) = c.tables.iter().flatten().find(|t| t.roce_len == roce_len) {
+            return f(t);
         }
-        let basis = id_basis(roce_len);
-        let next = b.1;
-        b.0[next] = Some((roce_len, basis));
-        b.1 = (next + 1) % CACHED;
-        basis
-    });
-    let mut t = target;
-    let mut id = 0u16;
-    for &(r, rb) in &rows[..n] {
-        if t ^ r < t {
-            t ^= r;
-            id ^= rb;
+        let next = c.next;
+        c.next = (next + 1) % CACHED;
+        f(c.tables[next].insert(Box::new(IdTables::new(roce_len))))
+    })
+}
+
+/// The effect of the 16 Identification bits on the ICRC of a packet whose RoCE part is
+/// `roce_len` bytes, and its inverse, as byte tables. The effect is linear over GF(2) and
+/// one-to-one (a CRC-32 sees every change confined to 16 bits), so a CRC difference comes from
+/// at most one Identification: the inverse reads it off with four lookups, and the forward
+/// tables check that it explains the difference (two more); solving by row reduction took
+/// sixteen steps per packet.
+struct IdTables {
+    roce_len: usize,
+    /// `forward[b][v]`: the CRC effect of Identification byte `b` (0 = low) holding `v`.
+    forward: [[u32; 256]; 2],
+    /// `inverse[b][v]`: the Identification bits that CRC difference byte `b` holding `v`
+    /// stands for (only the pivot bits of the reduced basis count).
+    inverse: [[u16; 256]; 4],
+}
+
+impl IdTables {
+    fn new(roce_len: usize) -> IdTables {
+        // Bytes of CRC input after the Identification field.
+        let shift = x_pow_8n((20 - 6) + UDP_HEADER_LEN + roce_len);
+        let effects: [u32; 16] = std::array::from_fn(|k| mul_mod_p(shift, raw_crc16(1 << k)));
+        let mut forward = [[0u32; 256]; 2];
+        for (b, table) in forward.iter_mut().enumerate() {
+            for (v, e) in table.iter_mut().enumerate() {
+                *e = (0..8)
+                    .filter(|i| v >> i & 1 != 0)
+                    .fold(0, |acc, i| acc ^ effects[8 * b + i]);
+            }
+        }
+        // Reduced row-echelon form of (effect, Identification bits) rows: each row's highest
+        // effect bit (its pivot) is set in no other row.
+        let mut rows: Vec<(u32, u16)> = Vec::with_capacity(16);
+        for (k, &e) in effects.iter().enumerate() {
+            let (mut v, mut bits) = (e, 1u16 << k);
+            for &(r, rb) in &rows {
+                if v & pivot(r) != 0 {
+                    v ^= r;
+                    bits ^= rb;
+                }
+            }
+            if v == 0 {
+                continue;
+            }
+            for row in rows.iter_mut() {
+                if row.0 & pivot(v) != 0 {
+                    row.0 ^= v;
+                    row.1 ^= bits;
+                }
+            }
+            rows.push((v, bits));
+        }
+        let mut inverse = [[0u16; 256]; 4];
+        for (b, table) in inverse.iter_mut().enumerate() {
+            for (v, id) in table.iter_mut().enumerate() {
+                let byte = (v as u32) << (8 * b);
+                *id = rows
+                    .iter()
+                    .filter(|(r, _)| byte & pivot(*r) != 0)
+                    .fold(0, |acc, (_, rb)| acc ^ rb);
+            }
+        }
+        IdTables {
+            roce_len,
+            forward,
+            inverse,
         }
     }
-    (t == 0).then_some(id)
+
+    fn effect(&self, id: u16) -> u32 {
+        self.forward[0][usize::from(id as u8)] ^ self.forward[1][usize::from(id >> 8)]
+    }
+
+    /// The Identification whose effect is `target`, if any.
+    fn solve(&self, target: u32) -> Option<u16> {
+        let id = (0..4).fold(0, |acc, b| {
+            acc ^ self.inverse[b][(target >> (8 * b)) as u8 as usize]
+        });
+        (self.effect(id) == target).then_some(id)
+    }
+}
+
+/// The highest set bit of a nonzero `v`.
+fn pivot(v: u32) -> u32 {
+    1 << (31 - v.leading_zeros())
 }
 
 /// How a datagram received through a UDP socket fared against its ICRC.
@@ -663,6 +689,29 @@ mod tests {
         let mut bad = roce.to_vec();
         bad[20] ^= 0x10;
         assert_eq!(solve_ipv4_id(&ip, &p[20..28], &bad, found), None);
+    }
+
+    #[test]
+    fn the_tables_invert_every_identification_and_nothing_else() {
+        for len in [0usize, 12, 1036, 4096 + 28] {
+            let t = IdTables::new(len);
+            let mut effects = std::collections::HashSet::new();
+            for id in 0..=u16::MAX {
+                let e = t.effect(id);
+                assert_eq!(t.solve(e), Some(id), "len {len} id {id:#x}");
+                effects.insert(e);
+            }
+            // Differences no Identification makes are refused.
+            let mut x = 0x9E37_79B9u32 ^ len as u32;
+            for _ in 0..2000 {
+                x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                assert_eq!(
+                    t.solve(x).is_some(),
+                    effects.contains(&x),
+                    "len {len} {x:#x}"
+                );
+            }
+        }
     }
 
     #[test]

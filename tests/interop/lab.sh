@@ -122,7 +122,7 @@ kernel_pkg() {
 GUEST_MODULES=(virtio_pci virtio_net rdma_rxe ib_uverbs rdma_ucm crc32_generic sch_netem sch_htb)
 GUEST_BINS=(ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong ibv_devinfo ibv_devices
             ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw ib_send_lat ib_write_lat ib_read_lat ib_atomic_lat
-            rping udaddy ucmatose mckey rstream riostream rdma tc)
+            rping udaddy ucmatose mckey rstream riostream rdma_xserver rdma_xclient rdma tc)
 
 write_guest_init() {
     cat >"$1" <<'EOF'

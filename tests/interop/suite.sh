@@ -683,12 +683,14 @@ shim_device_bound() {
     return 1
 }
 
-# Runs PROGRAM as the server at one end and as the client at the other, the shim's end in ROLE.
-# SERVER_ARGS and CLIENT_ARGS are the flags, with @S@ standing for the server's address and @C@
-# for the client's. Sets SRC (the shim's exit code) and GRC (the guest's).
-#   shim_cm_run PROGRAM ROLE SOFTROCE_LOG GUEST_LOG SERVER_ARGS CLIENT_ARGS
+# Runs PROGRAM as the server at one end and as the client at the other, the shim's end in ROLE
+# (the client is CLIENT_PROG if set: rdma_xserver's is rdma_xclient). SERVER_ARGS and CLIENT_ARGS
+# are the flags, with @S@ standing for the server's address and @C@ for the client's. Sets SRC
+# (the shim's exit code) and GRC (the guest's).
+#   [CLIENT_PROG=P] shim_cm_run PROGRAM ROLE SOFTROCE_LOG GUEST_LOG SERVER_ARGS CLIENT_ARGS
 shim_cm_run() {
     local prog=$1 role=$2 slog=$3 glog=$4 sargs=$5 cargs=$6 srv sip cip
+    local cprog=${CLIENT_PROG:-$prog}
     if [ "$role" = server ]; then sip=$HOST_IP cip=192.0.2.11; else sip=192.0.2.11 cip=$HOST_IP; fi
     sargs=${sargs//@S@/$sip}; sargs=${sargs//@C@/$cip}
     cargs=${cargs//@S@/$sip}; cargs=${cargs//@C@/$cip}
@@ -699,7 +701,7 @@ shim_cm_run() {
             >"$slog" 2>&1 &
         srv=$!
         shim_device_bound || log "the shim's device did not bind $HOST_IP:4791 within 10 s"
-        "${LAB[@]}" exec "$GUEST" "n=0; while :; do $prog $cargs >/tmp/cm.out 2>&1; r=\$?; cat /tmp/cm.out; [ \$r = 0 ] && break; grep -qE 'REJECTED|UNREACHABLE' /tmp/cm.out || break; n=\$((n+1)); [ \$n -ge 30 ] && break; echo 'suite: not listening yet, client rerun'; sleep 0.3; done; $(guest_counts /tmp/cm.out); (exit \$r)" \
+        "${LAB[@]}" exec "$GUEST" "n=0; while :; do $cprog $cargs >/tmp/cm.out 2>&1; r=\$?; cat /tmp/cm.out; [ \$r = 0 ] && break; grep -qE 'REJECTED|UNREACHABLE' /tmp/cm.out || break; n=\$((n+1)); [ \$n -ge 30 ] && break; echo 'suite: not listening yet, client rerun'; sleep 0.3; done; $(guest_counts /tmp/cm.out); (exit \$r)" \
             "$CASE_TIMEOUT" >"$glog" 2>&1 || GRC=$?
         wait "$srv" || SRC=$?
     else
@@ -711,7 +713,7 @@ shim_cm_run() {
                 log "could not start the guest's $prog"
             guest_cm_listening "${CM_PORT:-$PORT}" || log "the guest's $prog does not listen on ${CM_PORT:-$PORT}"
             # shellcheck disable=SC2086 # the flags are words
-            timeout "$CASE_TIMEOUT" ip netns exec "$NETNS" "$BIN" run --bind "$HOST_IP" -- "$prog" $cargs \
+            timeout "$CASE_TIMEOUT" ip netns exec "$NETNS" "$BIN" run --bind "$HOST_IP" -- "$cprog" $cargs \
                 >"$slog" 2>&1 || SRC=$?
             perftest_cm_race "$slog" && [ "$attempt" -lt 3 ] || break
             log "perftest's second rdma_cm connect reached the guest before its listen (REJ 8), and its own retry cannot recover (below); case rerun"
@@ -740,7 +742,7 @@ perftest_cm_race() {
 # now and then doubles a character of what it carries.
 #   guest_counts FILE
 guest_counts() {
-    echo "for t in 'ping:^ping data: rdma-ping-' 'srvping:^server ping data: rdma-ping-' 'done:data transfers complete' 'status0:return status 0'; do echo \"suite-count \${t%%:*} \$(grep -c \"\${t#*:}\" $1)\"; done"
+    echo "for t in 'ping:^ping data: rdma-ping-' 'srvping:^server ping data: rdma-ping-' 'done:data transfers complete' 'status0:return status 0' 'end0:: end 0\$'; do echo \"suite-count \${t%%:*} \$(grep -c \"\${t#*:}\" $1)\"; done"
 }
 
 # A count guest_counts printed into a guest log.
@@ -789,6 +791,12 @@ shim_cm_case() {
             [ "$gping" = "$count" ] || detail+="server printed $gping of $count pings; "
             row="$count pings printed and validated"
             ;;
+        rdma_xserver)
+            # rdma_xserver and rdma_xclient print "<name>: end 0" when every step succeeded.
+            grep -q ": end 0$" "$slog" || detail+="shim: no 'end 0'; "
+            [ "$(guest_count "$glog" end0)" = 1 ] || detail+="guest: no 'end 0'; "
+            row="the client's 16-byte inline SEND received and ACKed, \"end 0\" at both ends"
+            ;;
         ucmatose | udaddy)
             grep -q "data transfers complete" "$slog" || detail+="shim: no 'data transfers complete'; "
             grep -q "return status 0" "$slog" || detail+="shim: no 'return status 0'; "
@@ -826,6 +834,11 @@ shim_rdma_cm_group() {
         shim_cm_case rping "$role" "RC, 5 pings of 16000 B, -v -V" \
             "-s -a @S@ -p $PORT -C 5 -S 16000 -v" "-c -a @S@ -I @C@ -p $PORT -C 5 -S 16000 -v -V" \
             REQ REP RTU DREQ DREP
+        # rdmacm-utils' rdma_xserver/rdma_xclient (RC): QPs sized as rxe sizes them, since both
+        # make theirs with max_inline_data 0 and post a 16-byte inline send (issue 34).
+        CLIENT_PROG=rdma_xclient shim_cm_case rdma_xserver "$role" "RC (-c r), rdma_xclient against rdma_xserver" \
+            "-p $PORT" "-s @S@ -p $PORT" \
+            REQ REP RTU
         shim_cm_case ucmatose "$role" "RC, 2 connections, 10 messages of 1000 B each way on each" \
             "-b @S@ -p $PORT -c 2 -C 10 -S 1000" "-s @S@ -b @C@ -p $PORT -c 2 -C 10 -S 1000" \
             REQ REP RTU DREQ DREP
