@@ -24,8 +24,8 @@ use super::state::{ReqState, RespState};
 use super::wqe::{LocalData, RecvWqe, SendState, SendWqe};
 use crate::ib::{apply_modify, check_modify, check_sqd_exit, DeviceLimits};
 use crate::ib::{
-    NetworkHdrType, QpAttr, QpAttrMask, QpCap, QpState, QpType, VerbsError, WcOpcode, WcStatus,
-    WorkCompletion, WrOpcode,
+    Gid, NetworkHdrType, QpAttr, QpAttrMask, QpCap, QpState, QpType, VerbsError, WcOpcode,
+    WcStatus, WorkCompletion, WrOpcode,
 };
 use crate::memory::SharedBytes;
 use crate::wire::icrc;
@@ -323,9 +323,12 @@ impl QpCore {
     /// Whether a packet from `src` may reach this QP: a connected QP hears only its peer
     /// (rxe check_addr), a UD QP anyone.
     pub fn accepts_from(&self, src: IpAddr) -> bool {
-        match self.cfg.qp_type {
-            QpType::Ud => true,
-            _ => self.peer().map(|p| p.ip()) == Some(src),
+        match (self.cfg.qp_type, self.attr.qp_state) {
+            (QpType::Ud, _) => true,
+            (_, QpState::Reset | QpState::Init) => false,
+            // The peer's GID is its address (IPv4-mapped for IPv4): compared as 16 bytes, not
+            // turned into an address for every packet.
+            _ => self.attr.ah_attr.dgid == Gid::from_ip(src),
         }
     }
 
