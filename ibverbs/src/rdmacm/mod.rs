@@ -12,13 +12,24 @@
 //!
 //! # Events
 //!
-//! softroce's CM reports to one Rust [`EventChannel`] per device. A dispatcher thread per
+//! softroce's CM reports to one Rust [`EventChannel`](softroce::rdma_cm::EventChannel) per device. A dispatcher thread per
 //! device, started with its engine, takes its events and turns each into a C `rdma_cm_event` on the C event
 //! channel of the identifier it concerns (a process may have many); a C channel's `fd` is an
 //! eventfd in semaphore mode that counts its queued events, so poll/select/epoll work on it
 //! and a non-blocking fd makes `rdma_get_cm_event` fail with EAGAIN, as with the kernel's.
 //! Address and route resolution need no message (the GID is the IP address), so their events
 //! are queued by the call itself.
+//!
+//! # Files, bottom up
+//!
+//! Each file uses only those listed before it: `ffi` (the C declarations); `error` (errno and
+//! the -1 convention), `addr` (socket addresses, the port table), `param` (connection
+//! parameters both ways); `object` (the identifier and the event channel, whose types refer to
+//! each other); `device` (each device's context, PD and connection manager, and the
+//! dispatcher thread); `channel` (taking and acknowledging events); `locate` (which device an
+//! address is on); `id` (create, destroy, bind, a synchronous identifier's wait); then the
+//! calls built on them: `resolve`, `listen`, `qp`, `settings`, `multicast`, `conn`,
+//! `addrinfo`; `refused` and `rsocket` stand apart.
 
 mod addr;
 mod addrinfo;
