@@ -21,8 +21,9 @@
 //! would crash), and an object in use by another object or by a call on another thread is not
 //! freed (its destroy fails with `EBUSY`). What a destroy must check besides (a QP's multicast
 //! attachments) is checked under that lock too, and the completion event path takes no
-//! reference at all: it finds its CQ under the lock. So the control calls hold with any number
-//! of threads. The data-path calls reached through `ibv_context_ops` (post, poll, notify, and
+//! reference at all: it finds its CQ under the lock. So the control calls, of both ABIs, hold
+//! with any number of threads (ibverbs/tests/stress.rs races them against their objects'
+//! destroys, the 1.0 ones in c/race_compat_1_0.c). The data-path calls reached through `ibv_context_ops` (post, poll, notify, and
 //! the 1.0 context's ops) trust their handles, and the address handle of a UD work request, as
 //! rdma-core's providers do: no lock on the data path, and destroying an object while another
 //! thread posts to it is the application's bug.

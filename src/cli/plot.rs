@@ -191,10 +191,10 @@ pub fn draw(out: &Path, series: &[Series]) -> Result<(), CliError> {
 
 /// Runs `softroce plot`.
 pub fn run(args: &PlotArgs) -> Result<(), CliError> {
+    check_output(Path::new(&args.out))?;
     if let Some(csv) = &args.time {
         return super::plot_time::run(csv, &args.out);
     }
-    check_output(Path::new(&args.out))?;
     let mut series = Vec::new();
     for r in &args.runs {
         let (path, label) = match r.split_once('=') {

@@ -108,9 +108,8 @@ pub fn draw(out: &Path, runs: &[(String, Run)]) -> Result<(), CliError> {
     root.present().map_err(draw_err)
 }
 
-/// `softroce plot --time CSV -o FILE.svg`.
+/// `softroce plot --time CSV -o FILE.svg` (the output's name already checked by `plot::run`).
 pub fn run(csv: &str, out: &str) -> Result<(), CliError> {
-    super::plot::check_output(Path::new(out))?;
     let bytes = std::fs::read(csv).map_err(|err| CliError::Open {
         path: csv.to_string(),
         err,

@@ -6,9 +6,8 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Map, Value};
 
-use super::analyze::{Counters, MAX_CONNECTIONS};
 use super::report::{nak_text, rnr_timer_text};
-use super::stats::{ConnectionStats, Examples, Gap};
+use super::stats::{ConnectionStats, Counters, Examples, Gap, MAX_CONNECTIONS};
 use crate::wire::aeth::rnr_timer_ns;
 use crate::wire::{NakCode, Opcode};
 

@@ -36,33 +36,8 @@ use std::net::IpAddr;
 use super::analysis_report::AnalysisReport;
 use super::stats::MAX_PORTS;
 use super::stats::{ConnectionStats, Examples};
+pub use super::stats::{Counters, MAX_CONNECTIONS};
 use crate::wire::{BthRepr, Frame, OpKind, PacketRepr, Position, Psn, Result};
-
-/// Most connections tracked individually.
-pub const MAX_CONNECTIONS: usize = 65_536;
-
-/// Frame counts over the whole capture.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Counters {
-    /// Frames in the capture.
-    pub frames: u64,
-    /// RoCEv2 packets (UDP datagrams to the RoCEv2 port), malformed ones included.
-    pub roce_packets: u64,
-    /// RoCEv2 packets whose ICRC is wrong.
-    pub bad_icrc: u64,
-    /// RoCEv2 packets that could not be decoded (unknown opcodes and snapped frames included).
-    pub malformed: u64,
-    /// RoCEv2 frames cut short by the capture's snap length (included in `malformed`).
-    pub snapped: u64,
-    /// Frames that are not RoCEv2 and were skipped (including the two counts below).
-    pub other: u64,
-    /// Frames with a link type softroce cannot decode.
-    pub unsupported_link: u64,
-    /// Frames whose link, IP or UDP headers are malformed (and not RoCEv2 as far as can be seen).
-    pub undecodable: u64,
-    /// RoCE packets of connections beyond [`MAX_CONNECTIONS`], counted only here.
-    pub untracked: u64,
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct ConnKey {

@@ -1,12 +1,39 @@
-//! What `softroce decode --analyze` keeps per connection: the opcode counts, the request PSN
-//! sequence and the responses, with their rules of accounting (the rules are described in
-//! `analyze.rs`, which feeds these from each packet; `analysis_report.rs` shows them).
+//! What `softroce decode --analyze` keeps over the whole capture ([`Counters`]) and per
+//! connection: the opcode counts, the request PSN sequence and the responses, with their rules
+//! of accounting (the rules are described in `analyze.rs`, which feeds these from each packet;
+//! `analysis_report.rs` shows them).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use crate::wire::psn::packets_for;
 use crate::wire::{AckSyndrome, OpKind, Position, Psn};
+
+/// Most connections tracked individually.
+pub const MAX_CONNECTIONS: usize = 65_536;
+
+/// Frame counts over the whole capture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counters {
+    /// Frames in the capture.
+    pub frames: u64,
+    /// RoCEv2 packets (UDP datagrams to the RoCEv2 port), malformed ones included.
+    pub roce_packets: u64,
+    /// RoCEv2 packets whose ICRC is wrong.
+    pub bad_icrc: u64,
+    /// RoCEv2 packets that could not be decoded (unknown opcodes and snapped frames included).
+    pub malformed: u64,
+    /// RoCEv2 frames cut short by the capture's snap length (included in `malformed`).
+    pub snapped: u64,
+    /// Frames that are not RoCEv2 and were skipped (including the two counts below).
+    pub other: u64,
+    /// Frames with a link type softroce cannot decode.
+    pub unsupported_link: u64,
+    /// Frames whose link, IP or UDP headers are malformed (and not RoCEv2 as far as can be seen).
+    pub undecodable: u64,
+    /// RoCE packets of connections beyond [`MAX_CONNECTIONS`], counted only here.
+    pub untracked: u64,
+}
 
 /// Most examples kept per list (retransmitted PSNs, gaps, NAK PSNs, ...).
 pub const MAX_EXAMPLES: usize = 32;

@@ -22,8 +22,8 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use super::error::AccessError;
 use super::guard;
-use super::region::AccessError;
 
 /// Application memory registered with the engine (see the module's safety argument).
 #[derive(Debug)]

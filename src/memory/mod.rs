@@ -72,6 +72,7 @@
 //! the data out, on the same thread.
 
 pub mod crc;
+mod error;
 pub mod foreign;
 pub mod guard;
 pub mod mapping;

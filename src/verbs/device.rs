@@ -10,14 +10,14 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use super::ah::{AddressHandle, SharedReceiveQueue};
+use super::ah::AddressHandle;
 use super::cq::CompletionQueue;
-use super::mr::MemoryRegion;
 use super::qp::{QpInitAttr, QueuePair};
+use super::srq::SharedReceiveQueue;
 use crate::driver::device::{Device, QpEntry};
 use crate::driver::{CqInner, DeviceConfig};
 use crate::ib::{check_cap, DeviceLimits};
-use crate::ib::{AccessFlags, AhAttr, Gid, Result, SrqAttr, VerbsError};
+use crate::ib::{AhAttr, Gid, Result, SrqAttr, VerbsError};
 use crate::transport::{Counters, QpConfig, QpCore, Srq};
 
 /// A device context: the entry point of the verbs API.
@@ -124,16 +124,6 @@ impl ProtectionDomain {
             dev: Arc::clone(&self.dev),
             handle: self.handle,
         }
-    }
-
-    /// `ibv_reg_mr`: allocates and registers `len` zeroed bytes with the given rights.
-    ///
-    /// The bytes are the allocator's zeroed pages, resident only once touched (rxe pins, and so
-    /// faults in, every page at registration; here the first write to a page does, once).
-    /// `VerbsError::OutOfMemory` if the allocator cannot give `len` bytes.
-    pub fn register_mr(&self, len: usize, access: AccessFlags) -> Result<MemoryRegion> {
-        self.dev.check_open()?;
-        MemoryRegion::register(&self.dev, self.handle, len, access)
     }
 
     /// `ibv_create_qp` for an RC, UC or UD QP with a receive queue of its own.

@@ -35,13 +35,15 @@ pub mod mr;
 pub mod mw;
 pub mod post_batch;
 pub mod qp;
+pub mod srq;
 
 // Window types and states are the transport's (it keeps the windows); the verbs name them here.
 pub use crate::transport::{MwState, MwType};
-pub use ah::{AddressHandle, SharedReceiveQueue};
+pub use ah::AddressHandle;
 pub use cq::CompletionQueue;
 pub use device::{Context, ProtectionDomain};
 pub use mr::MemoryRegion;
 pub use mw::{inc_rkey, MemoryWindow, MwBind};
 pub use post_batch::PostBatch;
 pub use qp::{PostError, QpInitAttr, QueuePair, RcConnect, UdSendWr};
+pub use srq::SharedReceiveQueue;

@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 
+use super::device::ProtectionDomain;
 use crate::driver::device::Device;
 use crate::ib::{AccessFlags, Result, VerbsError};
 use crate::memory::SharedBytes;
@@ -180,11 +181,7 @@ impl MemoryRegion {
     /// that holds them keeps them; spec-notes/beyond-rxe.md rule 5), moved to `pd` if given
     /// (`IBV_REREG_MR_CHANGE_PD`, a PD of the same device) with rights `access`. Refused while
     /// memory windows are bound to it, and for rights registration refuses.
-    pub fn modify(
-        &mut self,
-        pd: Option<&super::ProtectionDomain>,
-        access: AccessFlags,
-    ) -> Result<()> {
+    pub fn modify(&mut self, pd: Option<&ProtectionDomain>, access: AccessFlags) -> Result<()> {
         if self.mr.bound_windows() > 0 {
             return Err(windows_bound());
         }
@@ -279,5 +276,17 @@ impl Drop for MemoryRegion {
         // Application memory (the shim's regions): no access may follow the return of
         // ibv_dereg_mr, whatever still holds the region. No effect on owned memory.
         self.mr.storage.revoke();
+    }
+}
+
+impl ProtectionDomain {
+    /// `ibv_reg_mr`: allocates and registers `len` zeroed bytes with the given rights.
+    ///
+    /// The bytes are the allocator's zeroed pages, resident only once touched (rxe pins, and so
+    /// faults in, every page at registration; here the first write to a page does, once).
+    /// `VerbsError::OutOfMemory` if the allocator cannot give `len` bytes.
+    pub fn register_mr(&self, len: usize, access: AccessFlags) -> Result<MemoryRegion> {
+        self.dev.check_open()?;
+        MemoryRegion::register(&self.dev, self.handle, len, access)
     }
 }

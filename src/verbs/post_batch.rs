@@ -10,7 +10,7 @@
 
 use std::sync::{MutexGuard, RwLockReadGuard};
 
-use super::qp::{QueuePair, UdSendWr};
+use super::qp::{PostError, QueuePair, UdSendWr};
 use crate::ib::{QpState, RecvWr, Result, SendWr, UdDest, VerbsError};
 use crate::transport::{MrTable, QpCore};
 
@@ -117,5 +117,57 @@ impl Drop for PostBatch<'_> {
         if self.ring {
             self.qp.dev.posted(self.qp.qp_num(), self.send);
         }
+    }
+}
+
+/// The posting calls of a QP, each one batch.
+impl QueuePair {
+    /// `ibv_post_send` on a UD QP: queues the WRs in order; stops at the first one refused
+    /// (a message over one MTU is refused with [`VerbsError::UdMessageTooLong`]).
+    pub fn post_send_ud(&self, wrs: &[UdSendWr]) -> core::result::Result<(), PostError> {
+        self.post(wrs, self.send_batch(), PostBatch::post_send_ud)
+    }
+
+    /// `ibv_post_send`: queues the WRs in order; stops at the first one refused.
+    pub fn post_send(&self, wrs: &[SendWr]) -> core::result::Result<(), PostError> {
+        self.post(wrs, self.send_batch(), PostBatch::post_send)
+    }
+
+    /// `ibv_post_recv`: queues the WRs in order; stops at the first one refused.
+    ///
+    /// The engine is rung as for a send: a post in ERROR completes at once and the engine
+    /// delivers that completion.
+    pub fn post_recv(&self, wrs: &[RecvWr]) -> core::result::Result<(), PostError> {
+        self.post(wrs, self.recv_batch(), PostBatch::post_recv)
+    }
+
+    /// A batch of send WRs for this QP: one lock and one doorbell for a chain the caller
+    /// holds in another form than a slice (see [`PostBatch`]). With busy-poll, the batch's
+    /// end sends what it queued on this thread. DeviceClosed once the device is closed.
+    pub fn send_batch(&self) -> Result<PostBatch<'_>> {
+        PostBatch::new(self, self.lock(), true)
+    }
+
+    /// A batch of receive WRs for this QP, as [`send_batch`](Self::send_batch). Busy-poll:
+    /// no pass on this thread at its end. A receive makes no packet, and a pass would send
+    /// the ACK a completion left for the application's next send (`pass_for_application`)
+    /// on its own: ping-pong programs repost their receive before they send.
+    pub fn recv_batch(&self) -> Result<PostBatch<'_>> {
+        PostBatch::new(self, self.lock(), false)
+    }
+
+    /// Posts `wrs` in order into `batch` with `post_one`; the batch rings the engine for
+    /// those posted when it ends, also when a later one is refused (the WRs before it are
+    /// queued and must go out without waiting for an unrelated event).
+    fn post<'q, W>(
+        &'q self,
+        wrs: &[W],
+        batch: Result<PostBatch<'q>>,
+        post_one: impl Fn(&mut PostBatch<'q>, &W) -> Result<()>,
+    ) -> core::result::Result<(), PostError> {
+        let mut batch = batch.map_err(|error| PostError { bad_wr: 0, error })?;
+        wrs.iter().enumerate().try_for_each(|(i, wr)| {
+            post_one(&mut batch, wr).map_err(|error| PostError { bad_wr: i, error })
+        })
     }
 }

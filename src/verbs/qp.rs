@@ -10,11 +10,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::ah::AddressHandle;
 use super::cq::CompletionQueue;
-use super::post_batch::PostBatch;
 use crate::driver::device::Device;
 use crate::ib::{
-    AccessFlags, AhAttr, Gid, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, Result,
-    SendWr, VerbsError,
+    AccessFlags, AhAttr, Gid, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, Result, SendWr,
+    VerbsError,
 };
 use crate::transport::{QpCore, Srq};
 
@@ -150,7 +149,7 @@ impl QueuePair {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, QpCore> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, QpCore> {
         self.core.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -261,58 +260,9 @@ impl QueuePair {
         )
     }
 
-    /// `ibv_post_send` on a UD QP: queues the WRs in order; stops at the first one refused
-    /// (a message over one MTU is refused with [`VerbsError::UdMessageTooLong`]).
-    pub fn post_send_ud(&self, wrs: &[UdSendWr]) -> core::result::Result<(), PostError> {
-        self.post(wrs, self.send_batch(), PostBatch::post_send_ud)
-    }
-
     /// `ibv_query_qp`: the current attributes.
     pub fn query(&self) -> QpAttr {
         self.lock().query()
-    }
-
-    /// `ibv_post_send`: queues the WRs in order; stops at the first one refused.
-    pub fn post_send(&self, wrs: &[SendWr]) -> core::result::Result<(), PostError> {
-        self.post(wrs, self.send_batch(), PostBatch::post_send)
-    }
-
-    /// `ibv_post_recv`: queues the WRs in order; stops at the first one refused.
-    ///
-    /// The engine is rung as for a send: a post in ERROR completes at once and the engine
-    /// delivers that completion.
-    pub fn post_recv(&self, wrs: &[RecvWr]) -> core::result::Result<(), PostError> {
-        self.post(wrs, self.recv_batch(), PostBatch::post_recv)
-    }
-
-    /// A batch of send WRs for this QP: one lock and one doorbell for a chain the caller
-    /// holds in another form than a slice (see [`PostBatch`]). With busy-poll, the batch's
-    /// end sends what it queued on this thread. DeviceClosed once the device is closed.
-    pub fn send_batch(&self) -> Result<PostBatch<'_>> {
-        PostBatch::new(self, self.lock(), true)
-    }
-
-    /// A batch of receive WRs for this QP, as [`send_batch`](Self::send_batch). Busy-poll:
-    /// no pass on this thread at its end. A receive makes no packet, and a pass would send
-    /// the ACK a completion left for the application's next send (`pass_for_application`)
-    /// on its own: ping-pong programs repost their receive before they send.
-    pub fn recv_batch(&self) -> Result<PostBatch<'_>> {
-        PostBatch::new(self, self.lock(), false)
-    }
-
-    /// Posts `wrs` in order into `batch` with `post_one`; the batch rings the engine for
-    /// those posted when it ends, also when a later one is refused (the WRs before it are
-    /// queued and must go out without waiting for an unrelated event).
-    fn post<'q, W>(
-        &'q self,
-        wrs: &[W],
-        batch: Result<PostBatch<'q>>,
-        post_one: impl Fn(&mut PostBatch<'q>, &W) -> Result<()>,
-    ) -> core::result::Result<(), PostError> {
-        let mut batch = batch.map_err(|error| PostError { bad_wr: 0, error })?;
-        wrs.iter().enumerate().try_for_each(|(i, wr)| {
-            post_one(&mut batch, wr).map_err(|error| PostError { bad_wr: i, error })
-        })
     }
 
     /// Send WRs posted and not yet completed.

@@ -11,6 +11,7 @@ use softroce::verbs::{Context, QueuePair};
 
 use super::common::config;
 use super::ctx::ctx_of;
+pub(crate) use super::device::free_null_terminated;
 use super::handle::{self, CMutexGuard};
 use super::pd::pd_of;
 use super::qp::{state_to_c, Qp};

@@ -136,9 +136,20 @@ pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *m
 /// `ibv_free_device_list`.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
+    // SAFETY: `list` came from ibv_get_device_list, which boxed a slice of the devices and a
+    // NULL, and the caller only read it.
+    unsafe { free_null_terminated(list) }
+}
+
+/// Frees a list of pointers that `Box::into_raw` made of a boxed slice ending with a NULL
+/// (`ibv_get_device_list`'s, `rdma_get_devices`'s).
+///
+/// # Safety
+///
+/// `list` is NULL or such a list, which its holder only read and no longer uses.
+pub(crate) unsafe fn free_null_terminated<T>(list: *mut *mut T) {
     if !list.is_null() {
-        // SAFETY: `list` came from ibv_get_device_list, which boxed a slice of the devices
-        // and a NULL, and which the caller only read: its length is up to the NULL and one.
+        // SAFETY: by the caller's promise: the slice's length is up to the NULL and one.
         drop(unsafe {
             let mut len = 0;
             while !(*list.add(len)).is_null() {

@@ -41,15 +41,17 @@
 //! through there. [`Retiring::finish`] unpublishes it; [`Retiring::restore`] makes it live
 //! again (a 1.0 object whose current object refused to go).
 //!
-//! # Nothing takes a reference after `remove`
+//! # After `remove`, the returned reference is the last
 //!
 //! [`get`] is the only way from a handle to a new strong reference, and it finds only live
-//! objects. The event path, which starts from a completion channel's queue of `Weak`s, never
-//! upgrades one: it looks the CQ up with [`Locked::find_live`] and reads what it needs under
-//! the registry lock. So the `Arc` that [`remove`] or [`Retiring::finish`] returns is the last,
-//! and dropping it frees the object there, on the destroying thread. Objects closed with
-//! [`remove_in_use`] (a context, rdmacm's identifiers and channels) are another matter: their
-//! users keep them, and the last of those frees them.
+//! objects; [`remove`] succeeds only while the registry's `Arc` is the only one. The event
+//! path, which starts from a completion channel's queue of `Weak`s, never upgrades one: it
+//! looks the CQ up with [`Locked::find_live`] and reads what it needs under the registry lock.
+//! So the `Arc` that [`remove`] or [`Retiring::finish`] returns is the last, and dropping it
+//! frees the object there, on the destroying thread. Objects closed with [`remove_in_use`] (a
+//! context, rdmacm's identifiers and channels) are another matter: their users keep them
+//! (rdmacm's per-device table upgrades its `Weak`s of identifiers, and their queued events
+//! hold them), and the last of those frees them.
 //!
 //! # Lock order
 //!

@@ -1,6 +1,8 @@
 //! The exported functions and the objects behind the C handles, one file per object kind (as
-//! `softroce::verbs` is split), all built on the one handle type of [`handle`]. A librdmacm
-//! shim or the extended verbs land in files of their own beside these.
+//! `softroce::verbs` is split), all built on the one handle type of [`handle`]. The extended
+//! verbs are files of their own here (`cq_ex`, `qp_ex`, `dm`, `td`, `parent_domain`, ...);
+//! the librdmacm half of the shim (`crate::rdmacm`) builds its own objects on [`handle`] and
+//! reaches these through their exported functions and [`cm_hooks`].
 
 mod ah;
 mod async_event;

@@ -142,6 +142,38 @@ fn state_from_c(v: c_uint) -> Option<QpState> {
     })
 }
 
+/// The QP types softroce runs (None for the others).
+fn qp_type_of(t: libc::c_uint) -> Option<QpType> {
+    Some(match t {
+        IBV_QPT_RC => QpType::Rc,
+        IBV_QPT_UC => QpType::Uc,
+        IBV_QPT_UD => QpType::Ud,
+        _ => return None,
+    })
+}
+
+/// The capacities a C `ibv_qp_cap` asks for, as softroce's.
+fn cap_of(c: &ibv_qp_cap) -> QpCap {
+    QpCap {
+        max_send_wr: c.max_send_wr,
+        max_recv_wr: c.max_recv_wr,
+        max_send_sge: c.max_send_sge,
+        max_recv_sge: c.max_recv_sge,
+        max_inline_data: c.max_inline_data,
+    }
+}
+
+/// The registered scratch buffer a QP copies inline data through (None for no inline data).
+fn inline_scratch(
+    pd: &softroce::verbs::ProtectionDomain,
+    max_inline: u32,
+) -> Result<Option<Mutex<InlineScratch>>, c_int> {
+    if max_inline == 0 {
+        return Ok(None);
+    }
+    InlineScratch::new(pd, max_inline as usize).map(|x| Some(Mutex::new(x)))
+}
+
 /// `ibv_create_qp`: NULL and errno on failure (EINVAL for bad CQs or capacities, EOPNOTSUPP
 /// for a QP type softroce does not run, as rxe for types it lacks).
 #[no_mangle]
@@ -171,19 +203,10 @@ pub unsafe extern "C" fn ibv_create_qp(
             None => return fail_null(EINVAL),
         }
     };
-    let qp_type = match ia.qp_type {
-        IBV_QPT_RC => QpType::Rc,
-        IBV_QPT_UC => QpType::Uc,
-        IBV_QPT_UD => QpType::Ud,
-        _ => return fail_null(EOPNOTSUPP),
+    let Some(qp_type) = qp_type_of(ia.qp_type) else {
+        return fail_null(EOPNOTSUPP);
     };
-    let cap = QpCap {
-        max_send_wr: ia.cap.max_send_wr,
-        max_recv_wr: ia.cap.max_recv_wr,
-        max_send_sge: ia.cap.max_send_sge,
-        max_recv_sge: ia.cap.max_recv_sge,
-        max_inline_data: ia.cap.max_inline_data,
-    };
+    let cap = cap_of(&ia.cap);
     let init_attr = QpInitAttr {
         send_cq: &scq.cq,
         recv_cq: &rcq.cq,
@@ -211,13 +234,9 @@ pub unsafe extern "C" fn ibv_create_qp(
         max_inline_data: sized.max_inline_data,
         ..ia.cap
     };
-    let inline = if actual.max_inline_data > 0 {
-        match InlineScratch::new(&pdr.pd, actual.max_inline_data as usize) {
-            Ok(x) => Some(Mutex::new(x)),
-            Err(e) => return fail_null(e),
-        }
-    } else {
-        None
+    let inline = match inline_scratch(&pdr.pd, actual.max_inline_data) {
+        Ok(x) => x,
+        Err(e) => return fail_null(e),
     };
     let obj = Obj::new(
         super::qp_ex_state::with_base(ibv_qp {

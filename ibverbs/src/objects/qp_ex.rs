@@ -520,10 +520,21 @@ pub(super) unsafe extern "C" fn op_create_qp_ex(
         max_send_sge: base.cap.max_send_sge as usize,
         max_inline: base.cap.max_inline_data as usize,
     });
-    let x = h.cast::<ibv_qp_ex>();
+    // SAFETY: `h` is the live QP's C struct (the registry holds it; its handle is made from
+    // the allocation), not yet returned to the program.
+    unsafe { install_builders(h.cast::<ibv_qp_ex>(), ops) };
+    h
+}
+
+/// Fills the builder entries of a new extended QP: each operation of `ops` (the QP's
+/// `send_ops_flags`), and, as rxe, the setters and batch calls whatever the operations.
+///
+/// # Safety
+///
+/// `x` is a live QP's C struct that no other thread reaches yet.
+unsafe fn install_builders(x: *mut ibv_qp_ex, ops: u64) {
     let on = |bit: u64| ops & bit != 0;
-    // SAFETY: `x` is the live QP's C struct (the registry holds it; its handle is made from
-    // the allocation), not yet returned to the program; written field by field, raw.
+    // SAFETY: by the caller's promise; written field by field, raw.
     unsafe {
         if on(WITH_ATOMIC_CMP_AND_SWP) {
             ptr::addr_of_mut!((*x).wr_atomic_cmp_swp).write(Some(wr_atomic_cmp_swp));
@@ -568,5 +579,4 @@ pub(super) unsafe extern "C" fn op_create_qp_ex(
         ptr::addr_of_mut!((*x).wr_complete).write(Some(wr_complete));
         ptr::addr_of_mut!((*x).wr_abort).write(Some(wr_abort));
     }
-    h
 }

@@ -6,9 +6,9 @@ use std::ptr::{self, null_mut};
 
 use libc::{addrinfo, c_char, c_int, c_void, sockaddr, EINVAL, ENOSYS};
 
+use super::error::{errno, fail, lock};
 use super::ffi::*;
 use super::id::{id_of, QpInit};
-use super::{errno, fail, lock};
 use crate::ffi::*;
 
 /// Copies a C sockaddr of `len` bytes into a new allocation (freed by `rdma_freeaddrinfo`).
@@ -243,16 +243,18 @@ pub unsafe extern "C" fn rdma_create_ep(
         unsafe { ptr::addr_of_mut!((*obj.c()).pd).write(pd) };
     } else {
         // SAFETY: the addrinfo's addresses (NULL source allowed).
-        if unsafe { super::id::rdma_resolve_addr(cm_id, r.ai_src_addr, r.ai_dst_addr, 2000) } != 0 {
+        if unsafe { super::resolve::rdma_resolve_addr(cm_id, r.ai_src_addr, r.ai_dst_addr, 2000) }
+            != 0
+        {
             return undo(errno());
         }
         // SAFETY: the live identifier.
-        if unsafe { super::id::rdma_resolve_route(cm_id, 2000) } != 0 {
+        if unsafe { super::resolve::rdma_resolve_route(cm_id, 2000) } != 0 {
             return undo(errno());
         }
         // SAFETY: the caller's attributes, passed through.
         if !qp_init_attr.is_null()
-            && unsafe { super::id::rdma_create_qp(cm_id, pd, qp_init_attr) } != 0
+            && unsafe { super::qp::rdma_create_qp(cm_id, pd, qp_init_attr) } != 0
         {
             return undo(errno());
         }
@@ -273,7 +275,7 @@ pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
     // SAFETY: the caller's live identifier; each call checks its handles.
     unsafe {
         if !ptr::addr_of!((*c).qp).read().is_null() {
-            super::id::rdma_destroy_qp(id);
+            super::qp::rdma_destroy_qp(id);
         }
         if !ptr::addr_of!((*c).srq).read().is_null() {
             rdma_destroy_srq(id);
@@ -363,5 +365,5 @@ pub unsafe extern "C" fn rdma_create_qp_ex(id: *mut rdma_cm_id, attr: *mut c_voi
         null_mut()
     };
     // SAFETY: the leading ibv_qp_init_attr of the caller's struct.
-    unsafe { super::id::rdma_create_qp(id, pd, attr as *mut ibv_qp_init_attr) }
+    unsafe { super::qp::rdma_create_qp(id, pd, attr as *mut ibv_qp_init_attr) }
 }

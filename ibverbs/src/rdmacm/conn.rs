@@ -2,85 +2,18 @@
 //! `rdma_init_qp_attr`, ECE, and the dispatcher that turns softroce's CM events into C events.
 
 use std::ptr::{self, null_mut};
-use std::sync::Arc;
 
-use libc::{c_int, c_void, EINVAL, ETIMEDOUT};
-use softroce::ib::Gid;
-use softroce::rdma_cm::{ConnParam, EventKind, RdmaCmEvent, UdParam};
+use libc::{c_int, c_void, EINVAL};
 
-use super::channel::{new_channel, next_event, rdma_ack_cm_event, EventInfo};
+use super::channel::{next_event, rdma_ack_cm_event};
+use super::device::sent_before_return;
+use super::error::{errno, errno_of, fail, lock};
 use super::ffi::*;
-use super::id::{complete, id_of, new_id, set_addrs, set_device, Id, QpInit};
-use super::{errno_of, fail, lock, Cm, DISPATCH_WAIT};
+use super::id::{complete, id_of, Id, QpInit};
+use super::param::{max_rd_atom, param_from_c};
 use crate::ffi::*;
 use crate::objects::cm_hooks;
 use crate::objects::handle::Obj;
-
-/// `RDMA_MAX_RESP_RES` / `RDMA_MAX_INIT_DEPTH`: "as many as the device allows".
-const RDMA_MAX: u8 = 0xff;
-
-/// The device's bound on RDMA READ / atomic depth (ibv_query_device's max_qp_rd_atom).
-fn max_rd_atom() -> u8 {
-    softroce::ib::DeviceLimits::default()
-        .max_qp_rd_atom
-        .min(u8::MAX as u32 - 1) as u8
-}
-
-/// A C `rdma_conn_param` as softroce's; NULL gives rdma_cm's defaults (no READs, retry 7).
-/// EINVAL for a depth above the device's, as librdmacm checks it.
-///
-/// # Safety
-///
-/// `p` is NULL or a readable rdma_conn_param whose private data is readable.
-unsafe fn param_from_c(p: *const rdma_conn_param) -> Result<ConnParam, c_int> {
-    if p.is_null() {
-        return Ok(ConnParam {
-            private_data: Vec::new(),
-            responder_resources: 0,
-            initiator_depth: 0,
-            retry_count: 7,
-            rnr_retry_count: 7,
-        });
-    }
-    // SAFETY: by the caller's promise.
-    let p = unsafe { &*p };
-    let max = max_rd_atom();
-    let depth = |v: u8| match v {
-        RDMA_MAX => Ok(max),
-        v if v > max => Err(EINVAL),
-        v => Ok(v),
-    };
-    let data = if p.private_data.is_null() || p.private_data_len == 0 {
-        Vec::new()
-    } else {
-        // SAFETY: the caller's private data holds `private_data_len` bytes.
-        unsafe {
-            std::slice::from_raw_parts(p.private_data as *const u8, p.private_data_len as usize)
-        }
-        .to_vec()
-    };
-    Ok(ConnParam {
-        private_data: data,
-        responder_resources: depth(p.responder_resources)?,
-        initiator_depth: depth(p.initiator_depth)?,
-        retry_count: p.retry_count.min(7),
-        rnr_retry_count: p.rnr_retry_count.min(7),
-    })
-}
-
-fn param_to_c(p: &ConnParam, qp_num: u32) -> rdma_conn_param {
-    rdma_conn_param {
-        private_data: ptr::null(),
-        private_data_len: 0,
-        responder_resources: p.responder_resources,
-        initiator_depth: p.initiator_depth,
-        flow_control: 1,
-        retry_count: p.retry_count,
-        rnr_retry_count: p.rnr_retry_count,
-        srq: 0,
-        qp_num,
-    }
-}
 
 /// Acknowledges the connect request a synchronous identifier kept from `rdma_get_request`.
 fn drop_request_event(id: &Obj<Id>) {
@@ -205,7 +138,7 @@ pub unsafe extern "C" fn rdma_reject(
     drop_request_event(&obj);
     match c.reject(&data) {
         Ok(()) => {
-            super::sent_before_return();
+            sent_before_return();
             0
         }
         Err(e) => fail(errno_of(&e)),
@@ -230,7 +163,7 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
         return fail(errno_of(&e));
     }
     lock(&obj.st).connected = false;
-    super::sent_before_return();
+    sent_before_return();
     0
 }
 
@@ -299,8 +232,8 @@ pub unsafe extern "C" fn rdma_get_request(
         // SAFETY: raw read of the listener; the child is live (the event holds it).
         let pd = unsafe { ptr::addr_of!((*obj.c()).pd).read() };
         // SAFETY: `child` is live; `a` is a local copy.
-        if unsafe { super::id::rdma_create_qp(child, pd, &mut a) } != 0 {
-            let e = super::errno();
+        if unsafe { super::qp::rdma_create_qp(child, pd, &mut a) } != 0 {
+            let e = errno();
             // SAFETY: outstanding event; the child goes with it (rdma-core destroys it).
             unsafe {
                 rdma_ack_cm_event(ev);
@@ -378,18 +311,6 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
 /// The RTR (`rtr`) or RTS attributes and mask of an RC connection, as the kernel's
 /// ib_cm_init_qp_attr gives them (cm.c `cm_init_qp_rtr_attr`, `cm_init_qp_rts_attr`).
 fn rc_attr(c: &softroce::verbs::RcConnect, rtr: bool) -> (ibv_qp_attr, c_int) {
-    const STATE: c_int = 1;
-    const AV: c_int = 1 << 7;
-    const PATH_MTU: c_int = 1 << 8;
-    const TIMEOUT: c_int = 1 << 9;
-    const RETRY_CNT: c_int = 1 << 10;
-    const RNR_RETRY: c_int = 1 << 11;
-    const RQ_PSN: c_int = 1 << 12;
-    const MAX_QP_RD_ATOMIC: c_int = 1 << 13;
-    const MIN_RNR_TIMER: c_int = 1 << 15;
-    const SQ_PSN: c_int = 1 << 16;
-    const MAX_DEST_RD_ATOMIC: c_int = 1 << 17;
-    const DEST_QPN: c_int = 1 << 20;
     if rtr {
         let a = ibv_qp_attr {
             qp_state: IBV_QPS_RTR,
@@ -413,7 +334,13 @@ fn rc_attr(c: &softroce::verbs::RcConnect, rtr: bool) -> (ibv_qp_attr, c_int) {
             port_num: 1,
             ..Default::default()
         };
-        let m = STATE | AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER;
+        let m = IBV_QP_STATE
+            | IBV_QP_AV
+            | IBV_QP_PATH_MTU
+            | IBV_QP_DEST_QPN
+            | IBV_QP_RQ_PSN
+            | IBV_QP_MAX_DEST_RD_ATOMIC
+            | IBV_QP_MIN_RNR_TIMER;
         (a, m)
     } else {
         let a = ibv_qp_attr {
@@ -425,7 +352,12 @@ fn rc_attr(c: &softroce::verbs::RcConnect, rtr: bool) -> (ibv_qp_attr, c_int) {
             max_rd_atomic: c.max_rd_atomic,
             ..Default::default()
         };
-        let m = STATE | TIMEOUT | RETRY_CNT | RNR_RETRY | SQ_PSN | MAX_QP_RD_ATOMIC;
+        let m = IBV_QP_STATE
+            | IBV_QP_TIMEOUT
+            | IBV_QP_RETRY_CNT
+            | IBV_QP_RNR_RETRY
+            | IBV_QP_SQ_PSN
+            | IBV_QP_MAX_QP_RD_ATOMIC;
         (a, m)
     }
 }
@@ -477,173 +409,4 @@ pub unsafe extern "C" fn rdma_reject_ece(
 ) -> c_int {
     // SAFETY: forwarded with the caller's own promises.
     unsafe { rdma_reject(id, private_data, len) }
-}
-
-/// The dispatcher thread's loop: every softroce CM event becomes a C event (for the process's
-/// life: librdmacm keeps its devices too).
-pub(super) fn dispatch(m: Arc<Cm>) {
-    loop {
-        // A connect request stays in its listener's backlog until the application reads its
-        // event from the channel it is queued on (channel.rs `next_event`).
-        if let Ok(ev) = m.chan.take_event(DISPATCH_WAIT) {
-            route(&m, ev);
-        }
-    }
-}
-
-fn route(m: &Cm, ev: RdmaCmEvent) {
-    let (kind, status) = match &ev.kind {
-        // Queued by rdma_resolve_addr / rdma_resolve_route themselves.
-        EventKind::AddrResolved | EventKind::RouteResolved => return,
-        EventKind::ConnectRequest => return connect_request(m, ev),
-        EventKind::Established => (RDMA_CM_EVENT_ESTABLISHED, 0),
-        EventKind::ConnectResponse => (RDMA_CM_EVENT_CONNECT_RESPONSE, 0),
-        // The kernel reports the IB reject reason as the status (8: no listener).
-        EventKind::Rejected { reason } => (RDMA_CM_EVENT_REJECTED, *reason as c_int),
-        // No answer: -ETIMEDOUT; a UD peer's refusal: its SIDR status (cma_sidr_rep_handler).
-        EventKind::Unreachable => (
-            RDMA_CM_EVENT_UNREACHABLE,
-            if ev.status == 0 {
-                -ETIMEDOUT
-            } else {
-                ev.status
-            },
-        ),
-        EventKind::Disconnected => (RDMA_CM_EVENT_DISCONNECTED, 0),
-        EventKind::TimewaitExit => (RDMA_CM_EVENT_TIMEWAIT_EXIT, 0),
-    };
-    let Some(id) = m.find(&ev.id) else {
-        return; // the identifier was destroyed
-    };
-    {
-        let mut st = lock(&id.st);
-        match kind {
-            RDMA_CM_EVENT_ESTABLISHED => st.connected = true,
-            RDMA_CM_EVENT_DISCONNECTED | RDMA_CM_EVENT_REJECTED | RDMA_CM_EVENT_UNREACHABLE => {
-                st.connected = false
-            }
-            _ => {}
-        }
-    }
-    // SAFETY: raw read of the live identifier.
-    let qp = unsafe { ptr::addr_of!((*id.c()).qp).read() };
-    cm_hooks::sync_qp_state(qp);
-    let conn =
-        (kind == RDMA_CM_EVENT_ESTABLISHED || kind == RDMA_CM_EVENT_CONNECT_RESPONSE).then(|| {
-            let p = lock(&id.st)
-                .cm
-                .as_ref()
-                .map(|_| ConnParam::default())
-                .unwrap_or_default();
-            // SAFETY: `qp` is NULL or the identifier's live QP (raw read of qp_num).
-            let n = if qp.is_null() {
-                0
-            } else {
-                unsafe { ptr::addr_of!((*qp).qp_num).read() }
-            };
-            param_to_c(&p, n)
-        });
-    let ud = ev.ud.as_ref().map(ud_to_c);
-    Obj::event(
-        &id,
-        EventInfo {
-            kind,
-            status,
-            data: ev.private_data,
-            conn: conn.filter(|_| ud.is_none()),
-            ud,
-            join: None,
-        },
-    );
-}
-
-/// `rdma_ud_param` as the kernel's ucma gives it on RoCE: a global AH (the peer's GID, hop
-/// limit 64, source GID index 0 = the device's address, port 1, no LID), the peer's QPN and
-/// Q_Key; private data is added by the channel.
-fn ud_to_c(u: &UdParam) -> rdma_ud_param {
-    roce_ud_param(Gid::from_ip(u.addr).0, 0, u.qp_num, u.qkey)
-}
-
-/// A RoCE `rdma_ud_param` towards `dgid` (a peer's GID, or a multicast group's): a global AH
-/// with hop limit 64 (the route's, and IPV6_DEFAULT_HOPLIMIT for a group), traffic class
-/// `tos`, source GID index 0 (the device's address), port 1, no LID; QPN and Q_Key as given;
-/// no private data.
-pub(super) fn roce_ud_param(dgid: [u8; 16], tos: u8, qp_num: u32, qkey: u32) -> rdma_ud_param {
-    rdma_ud_param {
-        private_data: ptr::null(),
-        private_data_len: 0,
-        ah_attr: ibv_ah_attr {
-            grh: ibv_global_route {
-                dgid,
-                flow_label: 0,
-                sgid_index: 0,
-                hop_limit: 64,
-                traffic_class: tos,
-            },
-            dlid: 0,
-            sl: 0,
-            src_path_bits: 0,
-            static_rate: 0,
-            is_global: 1,
-            port_num: 1,
-        },
-        qp_num,
-        qkey,
-    }
-}
-
-/// A connect request: a new identifier on the listener's channel (a synchronous listener's
-/// requests get synchronous identifiers with channels of their own, as in librdmacm).
-fn connect_request(m: &Cm, ev: RdmaCmEvent) {
-    let listener = ev.listen_id.as_ref().and_then(|l| m.find(l));
-    let Some(listener) = listener else {
-        // Its listener is gone: refuse, as the kernel does for a destroyed listener.
-        let _ = ev.id.reject(&[]);
-        return;
-    };
-    let (chan, sync) = if listener.sync() {
-        match new_channel() {
-            Ok(c) => (c, true),
-            Err(_) => {
-                let _ = ev.id.reject(&[]);
-                return;
-            }
-        }
-    } else {
-        (listener.chan(), false)
-    };
-    // SAFETY: raw read of the live listener's C struct.
-    let context = unsafe { ptr::addr_of!((*listener.c()).context).read() };
-    let qp_type = if listener.ps == RDMA_PS_UDP {
-        IBV_QPT_UD
-    } else {
-        IBV_QPT_RC
-    };
-    let child = new_id(chan, sync, context, listener.ps, qp_type);
-    {
-        let mut st = lock(&child.st);
-        // On the device the request came to (a wildcard listener listens on each).
-        st.dev = Some(m.dev);
-        st.cm_dev = m.dev;
-        st.cm = Some(ev.id.clone());
-        st.port = lock(&listener.st).port;
-        st.passive = true;
-    }
-    m.register(&ev.id, &child);
-    let _ = set_device(&child);
-    set_addrs(&child, Some(ev.id.local_addr()), ev.id.remote_addr());
-    let conn = ev.param.as_ref().map(|p| param_to_c(p, 0));
-    let ud = ev.ud.as_ref().map(ud_to_c);
-    listener.chan().push(
-        &child,
-        Some(&listener),
-        EventInfo {
-            kind: RDMA_CM_EVENT_CONNECT_REQUEST,
-            status: 0,
-            data: ev.private_data,
-            conn: conn.filter(|_| ud.is_none()),
-            ud,
-            join: None,
-        },
-    );
 }

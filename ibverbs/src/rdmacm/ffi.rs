@@ -32,6 +32,9 @@ pub const RDMA_PS_TCP: c_int = 0x0106;
 pub const RDMA_PS_UDP: c_int = 0x0111;
 pub const RDMA_PS_IB: c_int = 0x013F;
 
+/// `RDMA_UDP_QKEY`: the Q_Key rdma_cm gives the UDP port space's QPs and a group's members.
+pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
+
 /// `rdma_set_option` levels and names.
 pub const RDMA_OPTION_ID: c_int = 0;
 pub const RDMA_OPTION_IB: c_int = 1;

@@ -13,26 +13,17 @@ use std::sync::Arc;
 use libc::{c_int, c_void, sockaddr, EADDRNOTAVAIL, EINVAL};
 use softroce::ib::Gid;
 
-use super::channel::{EventInfo, McJoin};
+use super::addr::sockaddr_from_c;
+use super::error::{fail, lock};
 use super::ffi::*;
-use super::id::{complete, id_of, sockaddr_from_c, Id};
-use super::{fail, lock};
+use super::id::{complete, id_of, Id};
+use super::object::{EventInfo, Mc, McJoin};
+use super::param::roce_ud_param;
 use crate::objects::handle::Obj;
 
 /// The kernel's ENOTSUPP (524): cma_iboe_join_multicast's answer for an IPv6 group on
 /// RoCEv2, which Linux 6.1 does not join.
 const ENOTSUPP: c_int = 524;
-
-/// The Q_Key of the UDP port space (`RDMA_UDP_QKEY`), which rdma_cm gives a group's members.
-const RDMA_UDP_QKEY: u32 = 0x0123_4567;
-
-/// A group an identifier joined.
-pub(super) struct Mc {
-    /// The address given to the join (what a leave names).
-    addr: SocketAddr,
-    mgid: Gid,
-    send_only: bool,
-}
 
 /// `rdma_join_multicast`: joins as a full member. 0, or -1 and errno.
 #[no_mangle]
@@ -108,7 +99,7 @@ fn join(id: *mut rdma_cm_id, addr: *mut sockaddr, flags: u32, context: *mut c_vo
     // identifier's TOS; librdmacm hands the join's context back as the private data.
     let ud = rdma_ud_param {
         private_data: context,
-        ..super::conn::roce_ud_param(
+        ..roce_ud_param(
             mgid.0,
             tos,
             softroce::wire::bth::MULTICAST_QPN,
@@ -126,24 +117,6 @@ fn join(id: *mut rdma_cm_id, addr: *mut sockaddr, flags: u32, context: *mut c_vo
         return -1;
     }
     0
-}
-
-/// What ucma_process_join does when the application takes a MULTICAST_JOIN event: attaches
-/// the identifier's QP (if it has one) to the group, unless it joined send-only. Returns the
-/// event's status: 0, or -1 (errno set) when the attach failed.
-pub(super) fn process_join(id: *mut rdma_cm_id, join: &McJoin) -> c_int {
-    if !join.attach {
-        return 0;
-    }
-    // SAFETY: `id` is the identifier the event names, kept alive by the event.
-    let qp = unsafe { ptr::addr_of!((*id).qp).read() };
-    if qp.is_null() {
-        return 0;
-    }
-    match crate::objects::ibv_attach_mcast(qp.cast(), join.mgid.as_ptr().cast(), 0) {
-        0 => 0,
-        e => fail_neg(e),
-    }
 }
 
 /// `rdma_leave_multicast`: detaches the identifier's QP from the group joined at `addr` and

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 
 use libc::{c_int, c_void, off_t, size_t, ssize_t, ENOSYS};
 
-use super::fail;
+use super::error::fail;
 
 /// Says once per function on stderr that softroce does not implement it, and sets ENOSYS.
 fn refuse(func: &'static str) -> c_int {

@@ -9,32 +9,11 @@
  * is bounded (5 s).
  */
 #define _GNU_SOURCE
-#include <stdint.h>
 #include <sys/mman.h>
 #include <unistd.h>
-#include "common.h"
+#include "loopback.h"
 
-static struct ibv_pd *pd;
-static struct ibv_cq *cq_a, *cq_b;
 static struct ibv_qp *qp_a, *qp_b;
-static char *src;
-static struct ibv_mr *src_mr;
-
-enum { LEN = 65536, ALL_REMOTE = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-				  IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC };
-
-static struct ibv_qp *rc_qp(struct ibv_pd *p, struct ibv_cq *cq)
-{
-	struct ibv_qp_init_attr ia = {
-		.send_cq = cq,
-		.recv_cq = cq,
-		.cap = {.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1},
-		.qp_type = IBV_QPT_RC,
-	};
-	struct ibv_qp *qp = ibv_create_qp(p, &ia);
-	CHECK(qp != NULL);
-	return qp;
-}
 
 /* An RDMA WRITE of `len` bytes of src from qp_a into `va` with `rkey`: the completion. */
 static struct ibv_wc write_to(uint64_t va, uint32_t rkey, uint32_t len)
@@ -62,9 +41,7 @@ static void restate(void)
 	CHECK(ibv_modify_qp(qp_b, &a, IBV_QP_STATE) == 0);
 	rc_to_rts(qp_a, qp_b->qp_num, ALL_REMOTE, 4);
 	rc_to_rts(qp_b, qp_a->qp_num, ALL_REMOTE, 4);
-	struct ibv_wc wc;
-	while (ibv_poll_cq(cq_a, 1, &wc) > 0 || ibv_poll_cq(cq_b, 1, &wc) > 0)
-		;
+	drain_cqs();
 }
 
 static void odp(void)
@@ -253,9 +230,8 @@ static void timestamps(void)
 	};
 	struct ibv_cq_ex *cq = ibv_create_cq_ex(ctx, &ca);
 	CHECK(cq != NULL);
-	struct ibv_qp *a = rc_qp(pd, ibv_cq_ex_to_cq(cq)), *b = rc_qp(pd, cq_b);
-	rc_to_rts(a, b->qp_num, ALL_REMOTE, 4);
-	rc_to_rts(b, a->qp_num, ALL_REMOTE, 4);
+	struct pair ab = pair_on(ibv_cq_ex_to_cq(cq), cq_b);
+	struct ibv_qp *a = ab.a, *b = ab.b;
 	char *m = aligned_alloc(4096, 4096);
 	struct ibv_mr *mr = ibv_reg_mr(pd, m, 4096, ALL_REMOTE);
 	CHECK(m && mr);
@@ -288,20 +264,10 @@ static void timestamps(void)
 
 int main(void)
 {
-	struct ibv_device **list = open_first_device();
-	pd = ibv_alloc_pd(ctx);
-	CHECK(pd != NULL);
-	cq_a = ibv_create_cq(ctx, 64, NULL, NULL, 0);
-	cq_b = ibv_create_cq(ctx, 64, NULL, NULL, 0);
-	CHECK(cq_a && cq_b);
-	src = aligned_alloc(4096, LEN);
-	CHECK(src != NULL);
-	src_mr = ibv_reg_mr(pd, src, LEN, IBV_ACCESS_LOCAL_WRITE);
-	CHECK(src_mr != NULL);
-	qp_a = rc_qp(pd, cq_a);
-	qp_b = rc_qp(pd, cq_b);
-	rc_to_rts(qp_a, qp_b->qp_num, ALL_REMOTE, 4);
-	rc_to_rts(qp_b, qp_a->qp_num, ALL_REMOTE, 4);
+	struct ibv_device **list = loopback_open();
+	struct pair p = new_pair();
+	qp_a = p.a;
+	qp_b = p.b;
 
 	odp();
 	rereg();
@@ -309,12 +275,7 @@ int main(void)
 	domains();
 	timestamps();
 
-	CHECK(ibv_destroy_qp(qp_a) == 0 && ibv_destroy_qp(qp_b) == 0);
-	CHECK(ibv_dereg_mr(src_mr) == 0);
-	CHECK(ibv_destroy_cq(cq_a) == 0 && ibv_destroy_cq(cq_b) == 0);
-	CHECK(ibv_dealloc_pd(pd) == 0);
-	CHECK(ibv_close_device(ctx) == 0);
-	ibv_free_device_list(list);
-	printf("ok %ld\n", checks);
+	destroy_pair(p);
+	loopback_close(list);
 	return 0;
 }

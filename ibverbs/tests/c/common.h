@@ -103,6 +103,20 @@ static inline void rc_to_rts(struct ibv_qp *qp, uint32_t dest, unsigned int acce
 	rc_to_rts_at(qp, dest, gid, access, rd_atomic);
 }
 
+/* An RC QP on `pd` with `cq` for both queues (16 WRs, one SGE each way). */
+static inline struct ibv_qp *create_rc_qp(struct ibv_pd *pd, struct ibv_cq *cq)
+{
+	struct ibv_qp_init_attr ia = {
+		.send_cq = cq,
+		.recv_cq = cq,
+		.cap = {.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1},
+		.qp_type = IBV_QPT_RC,
+	};
+	struct ibv_qp *qp = ibv_create_qp(pd, &ia);
+	CHECK(qp != NULL);
+	return qp;
+}
+
 /* One completion of a plain CQ (the wait bounded by 5 s). */
 static inline struct ibv_wc poll1(struct ibv_cq *cq)
 {

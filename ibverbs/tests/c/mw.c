@@ -28,19 +28,6 @@ static void to_rts(struct ibv_qp *qp, uint32_t dest)
 		  4);
 }
 
-static struct ibv_qp *plain_qp(struct ibv_cq *cq)
-{
-	struct ibv_qp_init_attr ia = {
-		.send_cq = cq,
-		.recv_cq = cq,
-		.cap = {.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1},
-		.qp_type = IBV_QPT_RC,
-	};
-	struct ibv_qp *qp = ibv_create_qp(pd, &ia);
-	CHECK(qp != NULL);
-	return qp;
-}
-
 /* The RC builder QP, with the window operations. */
 static struct ibv_qp *ex_qp(struct ibv_cq *cq)
 {
@@ -77,8 +64,8 @@ static void drain(struct ibv_cq *cq)
 /* A fresh connected pair of plain RC QPs: *a on cq_a, *b on cq_b. */
 static void new_pair(struct ibv_qp **a, struct ibv_qp **b)
 {
-	*a = plain_qp(cq_a);
-	*b = plain_qp(cq_b);
+	*a = create_rc_qp(pd, cq_a);
+	*b = create_rc_qp(pd, cq_b);
 	pair(*a, *b);
 }
 

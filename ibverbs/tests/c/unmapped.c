@@ -18,54 +18,7 @@
 #define _GNU_SOURCE
 #include <sys/mman.h>
 #include <unistd.h>
-#include "common.h"
-
-static struct ibv_pd *pd;
-static struct ibv_cq *cq_a, *cq_b;
-/* The initiator's buffer (a plain region: LOCAL_WRITE). */
-static char *src;
-static struct ibv_mr *src_mr;
-
-enum { LEN = 65536, ALL_REMOTE = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-				  IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC };
-
-struct pair {
-	struct ibv_qp *a, *b;
-};
-
-static struct ibv_qp *rc_qp(struct ibv_cq *cq)
-{
-	struct ibv_qp_init_attr ia = {
-		.send_cq = cq,
-		.recv_cq = cq,
-		.cap = {.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1},
-		.qp_type = IBV_QPT_RC,
-	};
-	struct ibv_qp *qp = ibv_create_qp(pd, &ia);
-	CHECK(qp != NULL);
-	return qp;
-}
-
-/* Two RC QPs of this process connected to each other: a initiates, b is the target. */
-static struct pair new_pair(void)
-{
-	struct pair p = {rc_qp(cq_a), rc_qp(cq_b)};
-	rc_to_rts(p.a, p.b->qp_num, ALL_REMOTE, 4);
-	rc_to_rts(p.b, p.a->qp_num, ALL_REMOTE, 4);
-	return p;
-}
-
-static void destroy_pair(struct pair p)
-{
-	CHECK(ibv_destroy_qp(p.a) == 0);
-	CHECK(ibv_destroy_qp(p.b) == 0);
-	/* Flushed completions of the destroyed QPs are none of the next case's business. */
-	struct ibv_wc wc;
-	while (ibv_poll_cq(cq_a, 1, &wc) > 0)
-		;
-	while (ibv_poll_cq(cq_b, 1, &wc) > 0)
-		;
-}
+#include "loopback.h"
 
 /* A fresh anonymous mapping of LEN bytes, filled with `fill`, registered with every right. */
 static char *mapped_region(char fill, struct ibv_mr **mr)
@@ -233,16 +186,7 @@ static void still_works(void)
 
 int main(void)
 {
-	struct ibv_device **list = open_first_device();
-	pd = ibv_alloc_pd(ctx);
-	CHECK(pd != NULL);
-	cq_a = ibv_create_cq(ctx, 64, NULL, NULL, 0);
-	cq_b = ibv_create_cq(ctx, 64, NULL, NULL, 0);
-	CHECK(cq_a && cq_b);
-	src = aligned_alloc(4096, LEN);
-	CHECK(src != NULL);
-	src_mr = ibv_reg_mr(pd, src, LEN, IBV_ACCESS_LOCAL_WRITE);
-	CHECK(src_mr != NULL);
+	struct ibv_device **list = loopback_open();
 
 	unmapped_target(IBV_WR_RDMA_WRITE, LEN);
 	unmapped_target(IBV_WR_RDMA_WRITE, 8);
@@ -254,11 +198,6 @@ int main(void)
 	unmapped_receive_buffer();
 	still_works();
 
-	CHECK(ibv_dereg_mr(src_mr) == 0);
-	CHECK(ibv_destroy_cq(cq_a) == 0 && ibv_destroy_cq(cq_b) == 0);
-	CHECK(ibv_dealloc_pd(pd) == 0);
-	CHECK(ibv_close_device(ctx) == 0);
-	ibv_free_device_list(list);
-	printf("ok %ld\n", checks);
+	loopback_close(list);
 	return 0;
 }
