@@ -48,6 +48,7 @@ pub use conn::*;
 pub use id::*;
 pub use multicast::*;
 pub use refused::*;
+pub use rsocket::*;
 
 /// A device's connection manager in the process: the engine, its rdma_cm channel, and which
 /// C identifier each softroce identifier is.

@@ -1,5 +1,5 @@
-//! What this librdmacm refuses: rsockets (a socket library over rdma_cm: rstream, riostream,
-//! rcopy). Each call fails with ENOSYS and, the first time in the process, says on stderr
+//! What this librdmacm refuses: the rsocket calls not implemented yet (rpoll, rselect, the
+//! datagram calls, the iomap calls; the stream calls are in `rsocket/`). Each call fails with ENOSYS and, the first time in the process, says on stderr
 //! which function it was, so that a program's own "failed" message has a cause; it never
 //! aborts and never writes to stdout.
 
@@ -41,30 +41,12 @@ macro_rules! rsockets {
 }
 
 rsockets! {
-    rsocket(domain: c_int, kind: c_int, protocol: c_int) -> c_int;
-    rbind(s: c_int, addr: *const c_void, len: u32) -> c_int;
-    rlisten(s: c_int, backlog: c_int) -> c_int;
-    raccept(s: c_int, addr: *mut c_void, len: *mut u32) -> c_int;
-    rconnect(s: c_int, addr: *const c_void, len: u32) -> c_int;
-    rshutdown(s: c_int, how: c_int) -> c_int;
-    rclose(s: c_int) -> c_int;
-    rrecv(s: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t;
     rrecvfrom(s: c_int, buf: *mut c_void, len: size_t, flags: c_int, src: *mut c_void, alen: *mut u32) -> ssize_t;
     rrecvmsg(s: c_int, msg: *mut c_void, flags: c_int) -> ssize_t;
-    rsend(s: c_int, buf: *const c_void, len: size_t, flags: c_int) -> ssize_t;
     rsendto(s: c_int, buf: *const c_void, len: size_t, flags: c_int, dst: *const c_void, alen: u32) -> ssize_t;
     rsendmsg(s: c_int, msg: *const c_void, flags: c_int) -> ssize_t;
-    rread(s: c_int, buf: *mut c_void, count: size_t) -> ssize_t;
-    rreadv(s: c_int, iov: *const c_void, iovcnt: c_int) -> ssize_t;
-    rwrite(s: c_int, buf: *const c_void, count: size_t) -> ssize_t;
-    rwritev(s: c_int, iov: *const c_void, iovcnt: c_int) -> ssize_t;
     rpoll(fds: *mut c_void, nfds: u64, timeout: c_int) -> c_int;
     rselect(nfds: c_int, r: *mut c_void, w: *mut c_void, e: *mut c_void, t: *mut c_void) -> c_int;
-    rgetpeername(s: c_int, addr: *mut c_void, len: *mut u32) -> c_int;
-    rgetsockname(s: c_int, addr: *mut c_void, len: *mut u32) -> c_int;
-    rsetsockopt(s: c_int, level: c_int, name: c_int, val: *const c_void, len: u32) -> c_int;
-    rgetsockopt(s: c_int, level: c_int, name: c_int, val: *mut c_void, len: *mut u32) -> c_int;
-    rfcntl(s: c_int, cmd: c_int, arg: usize) -> c_int;
     riomap(s: c_int, buf: *mut c_void, len: size_t, prot: c_int, flags: c_int, offset: off_t) -> off_t;
     riounmap(s: c_int, buf: *mut c_void, len: size_t) -> c_int;
     riowrite(s: c_int, buf: *const c_void, count: size_t, offset: off_t, flags: c_int) -> size_t;
