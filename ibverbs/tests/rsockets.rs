@@ -1,0 +1,167 @@
+//! rsockets (librdmacm's socket API over RDMA) under the shim: Debian's rdmacm-utils programs
+//! rstream and rcopy between two processes on loopback, each under the shim's librdmacm.so.1
+//! built by this test run, its device on its own loopback address (issue 37).
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long one program of a pair may run.
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn rstream() -> PathBuf {
+    program("rstream", "rdmacm-utils")
+}
+
+fn rcopy() -> PathBuf {
+    program("rcopy", "rdmacm-utils")
+}
+
+/// `prog ARGS` under the shim's libibverbs.so.1 and librdmacm.so.1, device bound to `ip`.
+fn shimmed(prog: &Path, ip: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(prog);
+    c.args(args)
+        .env("LD_LIBRARY_PATH", rdmacm_dir())
+        .env("SOFTROCE_BIND", ip)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Both outputs of a process, stdout first.
+fn text(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Starts `server`, waits (bounded) until its CM listens at `ip`, runs `client` to its end,
+/// then waits for the server when `server_ends`, or kills it (rcopy's serves forever).
+/// Returns (server output, client output, client exited 0, server exited 0 or was killed).
+fn pair(
+    mut server: Command,
+    ip: &str,
+    mut client: Command,
+    server_ends: bool,
+) -> (String, String, bool, bool) {
+    let mut s = server.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cm_listening(ip, s.id()) {
+        if Instant::now() >= deadline || s.try_wait().unwrap().is_some() {
+            let _ = s.kill();
+            let (so, _) = wait_for(s, Duration::ZERO);
+            panic!("the server never listened on {ip}:\n{}", text(&so));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (co, cin) = wait_for(client.spawn().unwrap(), LIMIT);
+    let (so, sok) = if server_ends {
+        let (so, sin) = wait_for(s, LIMIT);
+        let ok = sin && so.status.success();
+        (so, ok)
+    } else {
+        let _ = s.kill();
+        (wait_for(s, LIMIT).0, true)
+    };
+    (text(&so), text(&co), cin && co.status.success(), sok)
+}
+
+/// rstream's server and client with the same test options; both verify the data (-T v) and
+/// print one result line naming the transfer size.
+fn rstream_pair(ip: &str, port: &str, opts: &[&str], size_label: &str) {
+    let mut args = vec!["-p", port, "-T", "v"];
+    args.extend_from_slice(opts);
+    let mut sargs = vec!["-b", ip];
+    sargs.extend_from_slice(&args);
+    let mut cargs = vec!["-s", ip];
+    cargs.extend_from_slice(&args);
+    let client_ip = client_ip(ip);
+    let (st, ct, cok, sok) = pair(
+        shimmed(&rstream(), ip, &sargs),
+        ip,
+        shimmed(&rstream(), &client_ip, &cargs),
+        true,
+    );
+    assert!(cok && sok, "server:\n{st}\nclient:\n{ct}");
+    for (who, out) in [("server", &st), ("client", &ct)] {
+        let line = out.lines().find(|l| l.starts_with("custom"));
+        assert!(
+            line.is_some_and(|l| l.split_whitespace().nth(1) == Some(size_label)),
+            "{who} printed no result for {size_label}:\n{out}"
+        );
+        assert!(!out.contains("not implemented"), "{who}:\n{out}");
+    }
+}
+
+/// The client's address: the server's with the last octet plus one.
+fn client_ip(ip: &str) -> String {
+    let (head, last) = ip.rsplit_once('.').unwrap();
+    format!("{head}.{}", last.parse::<u8>().unwrap() + 1)
+}
+
+#[test]
+fn rstream_blocking_4k() {
+    rstream_pair(
+        "127.0.0.61",
+        "7461",
+        &["-T", "b", "-S", "4096", "-C", "100"],
+        "4k",
+    );
+}
+
+#[test]
+fn rstream_blocking_1m() {
+    rstream_pair(
+        "127.0.0.63",
+        "7463",
+        &["-T", "b", "-S", "1048576", "-C", "20"],
+        "1m",
+    );
+}
+
+#[test]
+fn rstream_nonblocking_4k() {
+    rstream_pair(
+        "127.0.0.65",
+        "7465",
+        &["-T", "n", "-S", "4096", "-C", "200"],
+        "4k",
+    );
+}
+
+#[test]
+fn rcopy_of_20_mb_arrives_whole() {
+    let dir = std::env::temp_dir().join(format!("softroce-rcopy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("src.bin");
+    let dst = dir.join("dst.bin");
+    // 20 MB of a pattern no period of the message sizes divides
+    let bytes: Vec<u8> = (0..20_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(&src, &bytes).unwrap();
+    let _ = std::fs::remove_file(&dst);
+    let ip = "127.0.0.67";
+    let target = format!("{ip}:{}", dst.display());
+    let (st, ct, cok, _) = pair(
+        shimmed(&rcopy(), ip, &["-p", "7467"]),
+        ip,
+        shimmed(
+            &rcopy(),
+            &client_ip(ip),
+            &[src.to_str().unwrap(), &target, "-p", "7467"],
+        ),
+        false,
+    );
+    assert!(cok, "server:\n{st}\nclient:\n{ct}");
+    let got = std::fs::read(&dst).unwrap_or_default();
+    assert_eq!(got.len(), bytes.len(), "server:\n{st}\nclient:\n{ct}");
+    assert!(got == bytes, "the copy differs from the source");
+    let _ = std::fs::remove_dir_all(&dir);
+}
