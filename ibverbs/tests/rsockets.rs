@@ -165,3 +165,23 @@ fn rcopy_of_20_mb_arrives_whole() {
     assert!(got == bytes, "the copy differs from the source");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn rstream_async_4k() {
+    rstream_pair(
+        "127.0.0.69",
+        "7469",
+        &["-T", "a", "-S", "4096", "-C", "200"],
+        "4k",
+    );
+}
+
+#[test]
+fn rstream_async_1m() {
+    rstream_pair(
+        "127.0.0.71",
+        "7471",
+        &["-T", "a", "-S", "1048576", "-C", "10"],
+        "1m",
+    );
+}

@@ -45,8 +45,6 @@ rsockets! {
     rrecvmsg(s: c_int, msg: *mut c_void, flags: c_int) -> ssize_t;
     rsendto(s: c_int, buf: *const c_void, len: size_t, flags: c_int, dst: *const c_void, alen: u32) -> ssize_t;
     rsendmsg(s: c_int, msg: *const c_void, flags: c_int) -> ssize_t;
-    rpoll(fds: *mut c_void, nfds: u64, timeout: c_int) -> c_int;
-    rselect(nfds: c_int, r: *mut c_void, w: *mut c_void, e: *mut c_void, t: *mut c_void) -> c_int;
     riomap(s: c_int, buf: *mut c_void, len: size_t, prot: c_int, flags: c_int, offset: off_t) -> off_t;
     riounmap(s: c_int, buf: *mut c_void, len: size_t) -> c_int;
     riowrite(s: c_int, buf: *const c_void, count: size_t, offset: off_t, flags: c_int) -> size_t;

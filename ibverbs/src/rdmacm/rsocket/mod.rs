@@ -7,6 +7,7 @@ mod api;
 mod conn;
 mod datapath;
 mod io;
+mod poll;
 #[allow(dead_code)] // the datagram and iomap encodings wait for those modes (issue 37)
 pub(crate) mod proto;
 #[allow(dead_code)] // `credit` is the update for a window not in registered memory
@@ -16,3 +17,4 @@ mod table;
 mod verbs;
 
 pub use api::*;
+pub use poll::*;

@@ -189,6 +189,9 @@ impl Rs {
             }
             (st.sizes, st.nonblock)
         };
+        if nb && !request_waiting(self.fd) {
+            return Err(libc::EAGAIN);
+        }
         let ev = wait_for(self.chan, RDMA_CM_EVENT_CONNECT_REQUEST)?;
         // SAFETY: live until acknowledged.
         let child = unsafe { (*ev.0).id };
@@ -285,6 +288,17 @@ impl Rs {
         // SAFETY: no identifier is on it any more and its events are acknowledged.
         unsafe { rdma_destroy_event_channel(self.chan) };
     }
+}
+
+/// Whether the listener's channel holds an event (a connect request) now.
+fn request_waiting(fd: c_int) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd of ours, no wait.
+    unsafe { libc::poll(&mut p, 1, 0) > 0 }
 }
 
 /// rs_do_connect's parameters: our private data, flow control, retries 7.
