@@ -185,3 +185,90 @@ fn rstream_async_1m() {
         "1m",
     );
 }
+
+/// The shim loaded into this process, and one of its functions.
+fn shim_fn<T: Copy>(name: &str) -> T {
+    static LIB: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let lib = *LIB.get_or_init(|| {
+        let path = std::ffi::CString::new(shim_lib().to_str().unwrap()).unwrap();
+        // SAFETY: loading the shim; its initialisers are those of any program using it.
+        let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        assert!(!h.is_null(), "dlopen of the shim failed");
+        h as usize
+    });
+    let sym = std::ffi::CString::new(name).unwrap();
+    // SAFETY: a live handle and a symbol name.
+    let f = unsafe { libc::dlsym(lib as *mut libc::c_void, sym.as_ptr()) };
+    assert!(!f.is_null(), "{name} is not exported");
+    assert_eq!(std::mem::size_of::<T>(), std::mem::size_of::<usize>());
+    // SAFETY: the caller names the function's C type.
+    unsafe { std::mem::transmute_copy(&f) }
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap()
+}
+
+type SocketFn = unsafe extern "C" fn(i32, i32, i32) -> i32;
+type CloseFn = unsafe extern "C" fn(i32) -> i32;
+type SendFn = unsafe extern "C" fn(i32, *const libc::c_void, usize, i32) -> isize;
+type FcntlFn = unsafe extern "C" fn(i32, i32, usize) -> i32;
+type SetOptFn = unsafe extern "C" fn(i32, i32, i32, *const libc::c_void, u32) -> i32;
+type GetOptFn = unsafe extern "C" fn(i32, i32, i32, *mut libc::c_void, *mut u32) -> i32;
+type ShutdownFn = unsafe extern "C" fn(i32, i32) -> i32;
+
+#[test]
+fn calls_fail_with_the_errno_rsockets_gives() {
+    let rsocket: SocketFn = shim_fn("rsocket");
+    let rclose: CloseFn = shim_fn("rclose");
+    let rsend: SendFn = shim_fn("rsend");
+    let rfcntl: FcntlFn = shim_fn("rfcntl");
+    let rsetsockopt: SetOptFn = shim_fn("rsetsockopt");
+    let rgetsockopt: GetOptFn = shim_fn("rgetsockopt");
+    let rshutdown: ShutdownFn = shim_fn("rshutdown");
+    // SAFETY: the shim's rsocket calls with their C types; buffers are locals.
+    unsafe {
+        for (d, t, p) in [
+            (libc::AF_UNIX, libc::SOCK_STREAM, 0),
+            (libc::AF_INET, libc::SOCK_RAW, 0),
+            (libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_UDP),
+        ] {
+            assert_eq!(rsocket(d, t, p), -1);
+            assert_eq!(errno(), libc::ENOTSUP, "rsocket({d}, {t}, {p})");
+        }
+        assert_eq!(rclose(1_000_000), -1);
+        assert_eq!(errno(), libc::EBADF);
+        assert_eq!(rsend(1_000_000, b"x".as_ptr().cast(), 1, 0), -1);
+        assert_eq!(errno(), libc::EBADF);
+
+        let s = rsocket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        assert!(s >= 0, "rsocket: errno {}", errno());
+        assert_eq!(rsend(s, b"x".as_ptr().cast(), 1, 0), -1);
+        assert_eq!(errno(), libc::ENOTCONN);
+        assert_eq!(rshutdown(s, libc::SHUT_RDWR), -1);
+        assert_eq!(errno(), libc::ENOTCONN);
+        assert_eq!(rfcntl(s, libc::F_GETFL, 0) & libc::O_NONBLOCK, 0);
+        assert_eq!(rfcntl(s, libc::F_SETFL, libc::O_NONBLOCK as usize), 0);
+        assert_ne!(rfcntl(s, libc::F_GETFL, 0) & libc::O_NONBLOCK, 0);
+        assert_eq!(rfcntl(s, libc::F_GETLK, 0), -1);
+        assert_eq!(errno(), libc::ENOTSUP);
+        let v: i32 = 100_000;
+        let vp = (&v as *const i32).cast();
+        assert_eq!(rsetsockopt(s, libc::SOL_SOCKET, libc::SO_RCVBUF, vp, 4), 0);
+        let (mut got, mut len) = (0i32, 4u32);
+        let gp = (&mut got as *mut i32).cast();
+        assert_eq!(
+            rgetsockopt(s, libc::SOL_SOCKET, libc::SO_RCVBUF, gp, &mut len),
+            0
+        );
+        assert_eq!(got, 200_000, "SO_RCVBUF is doubled, as rsocket.c's");
+        assert_eq!(
+            rsetsockopt(s, libc::SOL_SOCKET, libc::SO_BROADCAST, vp, 4),
+            -1
+        );
+        assert_eq!(errno(), libc::ENOTSUP);
+        assert_eq!(rclose(s), 0);
+        assert_eq!(rclose(s), -1);
+        assert_eq!(errno(), libc::EBADF);
+    }
+}

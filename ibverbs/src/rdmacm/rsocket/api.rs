@@ -34,20 +34,25 @@ fn ret_len(r: Result<usize, c_int>) -> ssize_t {
     }
 }
 
-/// `rsocket`: a stream rsocket's handle; EAFNOSUPPORT for a family other than IPv4/IPv6,
-/// ENOTSUP for another type (datagram rsockets are not implemented yet).
+/// `rsocket`: a stream rsocket's handle. As rsocket.c, ENOTSUP unless the family is IPv4
+/// or IPv6, the type exactly SOCK_STREAM or SOCK_DGRAM and the protocol 0 or the type's own;
+/// datagram rsockets are not implemented yet (ENOSYS).
 #[no_mangle]
 pub unsafe extern "C" fn rsocket(domain: c_int, kind: c_int, protocol: c_int) -> c_int {
-    let _ = protocol;
-    if domain != libc::AF_INET && domain != libc::AF_INET6 {
-        return fail(libc::EAFNOSUPPORT);
-    }
-    if kind & !(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) != libc::SOCK_STREAM {
+    let family_ok = domain == libc::AF_INET || domain == libc::AF_INET6;
+    let proto_ok = match kind {
+        libc::SOCK_STREAM => protocol == 0 || protocol == libc::IPPROTO_TCP,
+        libc::SOCK_DGRAM => protocol == 0 || protocol == libc::IPPROTO_UDP,
+        _ => false,
+    };
+    if !family_ok || !proto_ok {
         return fail(ENOTSUP);
+    }
+    if kind == libc::SOCK_DGRAM {
+        return fail(libc::ENOSYS);
     }
     match Rs::open() {
         Ok(rs) => {
-            rs.lock().nonblock = kind & libc::SOCK_NONBLOCK != 0;
             let fd = rs.fd;
             table::insert(rs);
             fd
