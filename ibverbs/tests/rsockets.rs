@@ -16,6 +16,10 @@ fn rstream() -> PathBuf {
     program("rstream", "rdmacm-utils")
 }
 
+fn riostream() -> PathBuf {
+    program("riostream", "rdmacm-utils")
+}
+
 fn rcopy() -> PathBuf {
     program("rcopy", "rdmacm-utils")
 }
@@ -75,6 +79,11 @@ fn pair(
 /// rstream's server and client with the same test options; both verify the data (-T v) and
 /// print one result line naming the transfer size.
 fn rstream_pair(ip: &str, port: &str, opts: &[&str], size_label: &str) {
+    stream_pair(&rstream(), ip, port, opts, size_label);
+}
+
+/// As [`rstream_pair`], for `prog` (rstream or riostream, which share their options).
+fn stream_pair(prog: &Path, ip: &str, port: &str, opts: &[&str], size_label: &str) {
     let mut args = vec!["-p", port, "-T", "v"];
     args.extend_from_slice(opts);
     let mut sargs = vec!["-b", ip];
@@ -83,9 +92,9 @@ fn rstream_pair(ip: &str, port: &str, opts: &[&str], size_label: &str) {
     cargs.extend_from_slice(&args);
     let client_ip = client_ip(ip);
     let (st, ct, cok, sok) = pair(
-        shimmed(&rstream(), ip, &sargs),
+        shimmed(prog, ip, &sargs),
         ip,
-        shimmed(&rstream(), &client_ip, &cargs),
+        shimmed(prog, &client_ip, &cargs),
         true,
     );
     assert!(cok && sok, "server:\n{st}\nclient:\n{ct}");
@@ -271,4 +280,16 @@ fn calls_fail_with_the_errno_rsockets_gives() {
         assert_eq!(rclose(s), -1);
         assert_eq!(errno(), libc::EBADF);
     }
+}
+
+#[test]
+fn riostream_blocking_4k() {
+    let opts = ["-T", "b", "-S", "4096", "-C", "100"];
+    stream_pair(&riostream(), "127.0.0.73", "7473", &opts, "4k");
+}
+
+#[test]
+fn riostream_async_1m() {
+    let opts = ["-T", "a", "-S", "1048576", "-C", "10"];
+    stream_pair(&riostream(), "127.0.0.75", "7475", &opts, "1m");
 }

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::io::Write;
 use std::sync::Mutex;
 
-use libc::{c_int, c_void, off_t, size_t, ssize_t, ENOSYS};
+use libc::{c_int, c_void, size_t, ssize_t, ENOSYS};
 
 use super::fail;
 
@@ -45,7 +45,4 @@ rsockets! {
     rrecvmsg(s: c_int, msg: *mut c_void, flags: c_int) -> ssize_t;
     rsendto(s: c_int, buf: *const c_void, len: size_t, flags: c_int, dst: *const c_void, alen: u32) -> ssize_t;
     rsendmsg(s: c_int, msg: *const c_void, flags: c_int) -> ssize_t;
-    riomap(s: c_int, buf: *mut c_void, len: size_t, prot: c_int, flags: c_int, offset: off_t) -> off_t;
-    riounmap(s: c_int, buf: *mut c_void, len: size_t) -> c_int;
-    riowrite(s: c_int, buf: *const c_void, count: size_t, offset: off_t, flags: c_int) -> size_t;
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use libc::{c_int, c_void, iovec, size_t, sockaddr, ssize_t, EBADF, EINVAL, ENOTSUP};
 
+use super::proto::{scale_to_value, value_to_scale};
 use super::stream::Rs;
 use super::table;
 use crate::rdmacm::{rdma_bind_addr, rdma_listen, rdma_set_option};
@@ -323,6 +324,10 @@ pub unsafe extern "C" fn rsetsockopt(
             (libc::IPPROTO_TCP, libc::TCP_NODELAY | libc::TCP_MAXSEG | libc::TCP_KEEPIDLE) => {}
             (SOL_RDMA, 0) => st.sizes.sq = u(v).clamp(2, 65535) as u16,
             (SOL_RDMA, 1) => st.sizes.rq = u(v).clamp(2, 65535) as u16,
+            (SOL_RDMA, 3) if st.conn.is_none() => {
+                let scaled = value_to_scale(u(v).min(u32::from(u16::MAX)), 8);
+                st.sizes.iomap = scale_to_value(scaled, 8).min(u32::from(u16::MAX)) as u16;
+            }
             (SOL_RDMA, 2 | 3) => {}
             _ => return Err(ENOTSUP),
         }
@@ -376,4 +381,63 @@ pub unsafe extern "C" fn rfcntl(s: c_int, cmd: c_int, arg: usize) -> c_int {
             _ => Err(ENOTSUP),
         }
     }))
+}
+
+/// `riomap`: maps `len` bytes at `buf` for the peer's riowrite (PROT_WRITE) or locally
+/// (PROT_NONE); the offset mapped, or -1 and errno: EINVAL for other protections or before
+/// connecting, ENOMEM when the peer's iomap area is full.
+#[no_mangle]
+pub unsafe extern "C" fn riomap(
+    s: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    offset: libc::off_t,
+) -> libc::off_t {
+    let _ = flags;
+    let r = lookup(s).and_then(|rs| {
+        if prot & !libc::PROT_WRITE != 0 || buf.is_null() {
+            return Err(EINVAL);
+        }
+        let mut st = rs.lock();
+        let conn = st.conn.as_mut().ok_or(EINVAL)?;
+        // SAFETY: the caller keeps the buffer until riounmap (riomap's contract).
+        unsafe { conn.map(buf as *mut u8, len, prot & libc::PROT_WRITE != 0, offset) }
+    });
+    r.unwrap_or_else(|e| libc::off_t::from(fail(e)))
+}
+
+/// `riounmap`: 0, or -1 and EINVAL when no mapping is exactly `buf` and `len`.
+#[no_mangle]
+pub unsafe extern "C" fn riounmap(s: c_int, buf: *mut c_void, len: size_t) -> c_int {
+    ret(lookup(s).and_then(|rs| {
+        let mut st = rs.lock();
+        let conn = st.conn.as_mut().ok_or(EINVAL)?;
+        conn.unmap(buf as *mut u8, len).map(|()| 0)
+    }))
+}
+
+/// `riowrite`: bytes written into the peer's mappings at `offset`, or -1 (as size_t) and
+/// errno as rsend's.
+#[no_mangle]
+pub unsafe extern "C" fn riowrite(
+    s: c_int,
+    buf: *const c_void,
+    count: size_t,
+    offset: libc::off_t,
+    flags: c_int,
+) -> size_t {
+    let r = lookup(s).and_then(|rs| {
+        if (buf.is_null() && count > 0) || offset < 0 {
+            return Err(EINVAL);
+        }
+        if count == 0 {
+            return Ok(0);
+        }
+        // SAFETY: the caller's buffer of `count` readable bytes.
+        let b = unsafe { std::slice::from_raw_parts(buf as *const u8, count) };
+        rs.iowrite(b, offset as u64, flags)
+    });
+    ret_len(r) as size_t
 }

@@ -9,7 +9,8 @@ use std::ptr::null_mut;
 use libc::c_int;
 
 use super::proto::{
-    ConnData, Sge, CONN_FLAG_IOMAP, CONN_FLAG_NET, CONN_VERSION, SGE_LEN, SGL_SIZE,
+    value_to_scale, ConnData, Sge, CONN_FLAG_IOMAP, CONN_FLAG_NET, CONN_VERSION, IOMAP_LEN,
+    SGE_LEN, SGL_SIZE,
 };
 use super::ring::{RecvRing, SendWindow};
 use super::verbs::{self, ACCESS_LOCAL, ACCESS_WRITE};
@@ -36,6 +37,8 @@ pub(super) struct Sizes {
     pub(super) sq: u16,
     /// Receive queue entries (the credits granted).
     pub(super) rq: u16,
+    /// Entries of our iomap area, where the peer announces its mappings (RDMA_IOMAPSIZE).
+    pub(super) iomap: u16,
 }
 
 impl Default for Sizes {
@@ -46,6 +49,7 @@ impl Default for Sizes {
             rbuf: 1 << 17,
             sq: 384,
             rq: 384,
+            iomap: 0,
         }
     }
 }
@@ -102,6 +106,10 @@ pub(super) struct Conn {
     pub(super) ctrl_next: u32,
     pub(super) sqe_avail: u32,
     pub(super) flow: Flow,
+    /// The peer's iomap area (R2).
+    pub(super) remote_iomap: Option<Sge>,
+    /// Our riomap'ed buffers.
+    pub(super) maps: Vec<super::iomap::IoMap>,
 }
 
 // SAFETY: the raw pointers are the shim's verbs objects and this value's own buffers; the
@@ -122,7 +130,7 @@ impl Conn {
             qp: null_mut(),
             sbuf: vec![0; (sizes.sbuf + CTRL_SLOTS * SGE_LEN as u32) as usize],
             rbuf: vec![0; sizes.rbuf as usize],
-            tbuf: vec![0; SGE_LEN * SGL_SIZE as usize],
+            tbuf: vec![0; SGE_LEN * SGL_SIZE as usize + IOMAP_LEN * usize::from(sizes.iomap)],
             smr: null_mut(),
             rmr: null_mut(),
             tmr: null_mut(),
@@ -137,6 +145,8 @@ impl Conn {
             ctrl_next: 0,
             sqe_avail: u32::from(sizes.sq).saturating_sub(CTRL_SLOTS),
             flow: Flow::default(),
+            remote_iomap: None,
+            maps: Vec::new(),
         };
         // rs_init_bufs: the half not granted in the private data counts as free.
         c.ring.avail = sizes.rbuf / 2;
@@ -197,7 +207,7 @@ impl Conn {
         Ok(())
     }
 
-    /// `rs_format_conn_data` (spec-notes: rsockets.md R1): no iomap area yet.
+    /// `rs_format_conn_data` (spec-notes: rsockets.md R1).
     pub(super) fn conn_data(&self) -> ConnData {
         // SAFETY: the regions are live while `self` is.
         let (tkey, rkey) = unsafe { ((*self.tmr).rkey, (*self.rmr).rkey) };
@@ -210,7 +220,7 @@ impl Conn {
             version: CONN_VERSION,
             flags: CONN_FLAG_IOMAP | net,
             credits: self.sizes.rq,
-            target_iomap_size: 0,
+            target_iomap_size: value_to_scale(u32::from(self.sizes.iomap), 8) as u8,
             target_sgl: Sge {
                 addr: self.tbuf.as_ptr() as u64,
                 key: tkey,
@@ -229,6 +239,7 @@ impl Conn {
         self.remote_sgl = peer.target_sgl;
         self.remote_sge = 1;
         self.swap = peer.needs_swap();
+        self.remote_iomap = peer.remote_iomap();
         self.win = SendWindow::new(peer.data_buf, peer.credits, self.sizes.sbuf);
         self.flow = Flow {
             readable: true,

@@ -147,7 +147,7 @@ impl Conn {
         let w = Write {
             local,
             remote,
-            imm,
+            imm: Some(imm),
             wr_id: u64::from(imm),
         };
         // SAFETY: our live QP; the slot lies in the send region.
@@ -215,7 +215,7 @@ impl Conn {
             let w = Write {
                 local: (self.sbuf[at..].as_ptr() as u64, n, lkey),
                 remote: (addr, rkey),
-                imm,
+                imm: Some(imm),
                 wr_id: u64::from(imm),
             };
             // SAFETY: our live QP; the bytes lie in the send region.
@@ -254,7 +254,8 @@ impl Drop for Conn {
             if !self.cq.is_null() {
                 crate::ibv_destroy_cq(self.cq);
             }
-            for mr in [self.smr, self.rmr, self.tmr] {
+            let maps = self.maps.iter().map(|m| m.mr);
+            for mr in [self.smr, self.rmr, self.tmr].into_iter().chain(maps) {
                 if !mr.is_null() {
                     crate::ibv_dereg_mr(mr);
                 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use libc::{c_int, MSG_DONTWAIT};
 
-use super::conn::OLAP_START;
+use super::conn::{Conn, OLAP_START};
 use super::stream::Rs;
 
 /// Tries that only yield before a wait starts sleeping.
@@ -29,8 +29,23 @@ impl Rs {
     /// `rsend`: bytes queued, or an errno (EAGAIN when nothing could be queued without
     /// blocking, ECONNRESET once the peer or we shut writing, ENOTCONN before connecting).
     pub(super) fn send(&self, buf: &[u8], flags: c_int) -> Result<usize, c_int> {
-        let mut done = 0usize;
         let mut olen = OLAP_START;
+        self.push(buf.len(), flags, |conn, done| {
+            Ok((conn.send_some(&buf[done..], &mut olen)?, false))
+        })
+    }
+
+    /// The loop of rsend and riowrite: under the lock, progress the completions and credits,
+    /// send the iomaps queued (`rs_send_iomaps`), then let `step` queue what it can of the
+    /// `total` bytes (given those done), returning them and whether it can go no further
+    /// (riowrite past the peer's mappings); between passes, back off.
+    pub(super) fn push(
+        &self,
+        total: usize,
+        flags: c_int,
+        mut step: impl FnMut(&mut Conn, usize) -> Result<(usize, bool), c_int>,
+    ) -> Result<usize, c_int> {
+        let mut done = 0usize;
         let mut tries = 0;
         loop {
             {
@@ -39,23 +54,22 @@ impl Rs {
                 let conn = st.conn.as_mut().ok_or(libc::ENOTCONN)?;
                 conn.poll();
                 conn.update_credits();
-                if conn.flow.err != 0 {
-                    return if done > 0 {
-                        Ok(done)
-                    } else {
-                        Err(conn.flow.err)
-                    };
+                let stop = if conn.flow.err != 0 {
+                    Some(conn.flow.err)
+                } else if !conn.flow.writable || !conn.flow.up {
+                    Some(libc::ECONNRESET)
+                } else {
+                    None
+                };
+                if let Some(e) = stop {
+                    return if done > 0 { Ok(done) } else { Err(e) };
                 }
-                if !conn.flow.writable || !conn.flow.up {
-                    return if done > 0 {
-                        Ok(done)
-                    } else {
-                        Err(libc::ECONNRESET)
-                    };
-                }
-                done += conn.send_some(&buf[done..], &mut olen)?;
-                if done == buf.len() {
-                    return Ok(done);
+                if conn.send_iomaps() {
+                    let (n, end) = step(conn, done)?;
+                    done += n;
+                    if done == total || end {
+                        return Ok(done);
+                    }
                 }
                 if nonblock {
                     return if done > 0 {

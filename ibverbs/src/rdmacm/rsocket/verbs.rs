@@ -44,19 +44,19 @@ pub(super) unsafe fn poll_one(cq: *mut ibv_cq) -> Result<Option<Completion>, c_i
     }
 }
 
-/// What one RDMA WRITE WITH IMMEDIATE carries.
+/// What one RDMA WRITE (WITH IMMEDIATE) carries.
 pub(super) struct Write {
     /// Local bytes (address, length, lkey); length 0 sends no SGE.
     pub(super) local: (u64, u32, u32),
     /// Remote address and rkey.
     pub(super) remote: (u64, u32),
-    /// The immediate, host order.
-    pub(super) imm: u32,
+    /// The immediate, host order; `None` for a plain RDMA WRITE (riowrite's).
+    pub(super) imm: Option<u32>,
     /// The work request id its completion carries.
     pub(super) wr_id: u64,
 }
 
-/// Posts one signaled RDMA WRITE WITH IMMEDIATE; 0 or an errno value.
+/// Posts one signaled RDMA WRITE, with its immediate if it has one; 0 or an errno value.
 ///
 /// # Safety
 /// `qp` is a live QP of the shim; the local range lies in a registered region.
@@ -69,9 +69,14 @@ pub(super) unsafe fn post_write(qp: *mut ibv_qp, w: &Write) -> c_int {
     // SAFETY: ibv_send_wr is plain data; zero is a valid empty request.
     let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
     wr.wr_id = w.wr_id;
-    wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
     wr.send_flags = 2; // IBV_SEND_SIGNALED
-    wr.imm_data = w.imm.to_be();
+    match w.imm {
+        Some(imm) => {
+            wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+            wr.imm_data = imm.to_be();
+        }
+        None => wr.opcode = IBV_WR_RDMA_WRITE,
+    }
     if w.local.1 > 0 {
         wr.sg_list = &mut sge;
         wr.num_sge = 1;
