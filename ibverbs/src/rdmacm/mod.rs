@@ -26,7 +26,6 @@ mod conn;
 pub mod ffi;
 mod id;
 mod multicast;
-mod refused;
 mod rsocket;
 
 use std::net::SocketAddr;
@@ -47,7 +46,6 @@ pub use channel::*;
 pub use conn::*;
 pub use id::*;
 pub use multicast::*;
-pub use refused::*;
 pub use rsocket::*;
 
 /// A device's connection manager in the process: the engine, its rdma_cm channel, and which

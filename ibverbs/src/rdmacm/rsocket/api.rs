@@ -50,6 +50,14 @@ pub unsafe extern "C" fn rsocket(domain: c_int, kind: c_int, protocol: c_int) ->
         return fail(ENOTSUP);
     }
     if kind == libc::SOCK_DGRAM {
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "librdmacm (softroce): datagram rsockets are not implemented (ENOSYS)"
+            );
+        });
         return fail(libc::ENOSYS);
     }
     match Rs::open() {
@@ -193,9 +201,16 @@ pub unsafe extern "C" fn rwrite(s: c_int, buf: *const c_void, count: size_t) -> 
     unsafe { rsend(s, buf, count, 0) }
 }
 
-/// `rreadv`: fills the vectors in order, one rrecv each, stopping at a short read.
-#[no_mangle]
-pub unsafe extern "C" fn rreadv(s: c_int, iov: *const iovec, iovcnt: c_int) -> ssize_t {
+/// Runs `f` over the vectors in order, summing its counts, until one fails or comes short:
+/// the total, or the first failure's -1 when nothing was moved.
+///
+/// # Safety
+/// `iov` points at `iovcnt` iovecs (or is null with none).
+unsafe fn over_iovs(
+    iov: *const iovec,
+    iovcnt: c_int,
+    mut f: impl FnMut(*mut c_void, usize) -> ssize_t,
+) -> ssize_t {
     let Ok(n) = usize::try_from(iovcnt) else {
         return fail(EINVAL) as ssize_t;
     };
@@ -206,43 +221,103 @@ pub unsafe extern "C" fn rreadv(s: c_int, iov: *const iovec, iovcnt: c_int) -> s
     for i in 0..n {
         // SAFETY: the caller's array of `iovcnt` entries.
         let v = unsafe { *iov.add(i) };
-        // SAFETY: the caller's buffer.
-        let got = unsafe { rrecv(s, v.iov_base, v.iov_len, 0) };
-        if got < 0 {
-            return if total > 0 { total } else { got };
+        let moved = f(v.iov_base, v.iov_len);
+        if moved < 0 {
+            return if total > 0 { total } else { moved };
         }
-        total += got;
-        if (got as usize) < v.iov_len {
+        total += moved;
+        if (moved as usize) < v.iov_len {
             break;
         }
     }
     total
 }
 
+/// `rreadv`: fills the vectors in order (rsocket.c fills only the first; this is the
+/// superset a reader of readv expects).
+#[no_mangle]
+pub unsafe extern "C" fn rreadv(s: c_int, iov: *const iovec, iovcnt: c_int) -> ssize_t {
+    // SAFETY: forwarded contracts.
+    unsafe { over_iovs(iov, iovcnt, |b, l| rrecv(s, b, l, 0)) }
+}
+
 /// `rwritev`: sends the vectors in order.
 #[no_mangle]
 pub unsafe extern "C" fn rwritev(s: c_int, iov: *const iovec, iovcnt: c_int) -> ssize_t {
-    let Ok(n) = usize::try_from(iovcnt) else {
-        return fail(EINVAL) as ssize_t;
-    };
-    if iov.is_null() && n > 0 {
+    // SAFETY: forwarded contracts.
+    unsafe { over_iovs(iov, iovcnt, |b, l| rsend(s, b, l, 0)) }
+}
+
+/// `rrecvmsg`: the vectors of `msg` as rreadv with `flags`; ENOTSUP with control data, as
+/// rsocket.c (which passes `msg_flags` for the flags; the argument is what recvmsg means).
+#[no_mangle]
+pub unsafe extern "C" fn rrecvmsg(s: c_int, msg: *mut libc::msghdr, flags: c_int) -> ssize_t {
+    if msg.is_null() {
         return fail(EINVAL) as ssize_t;
     }
-    let mut total: ssize_t = 0;
-    for i in 0..n {
-        // SAFETY: the caller's array of `iovcnt` entries.
-        let v = unsafe { *iov.add(i) };
-        // SAFETY: the caller's buffer.
-        let put = unsafe { rsend(s, v.iov_base, v.iov_len, 0) };
-        if put < 0 {
-            return if total > 0 { total } else { put };
-        }
-        total += put;
-        if (put as usize) < v.iov_len {
-            break;
-        }
+    // SAFETY: the caller's msghdr (non-null).
+    let m = unsafe { &*msg };
+    if !m.msg_control.is_null() && m.msg_controllen > 0 {
+        return fail(ENOTSUP) as ssize_t;
     }
-    total
+    let cnt = c_int::try_from(m.msg_iovlen).unwrap_or(-1);
+    // SAFETY: forwarded contracts.
+    unsafe { over_iovs(m.msg_iov, cnt, |b, l| rrecv(s, b, l, flags)) }
+}
+
+/// `rsendmsg`: the vectors of `msg` as rwritev with `flags`; ENOTSUP with control data.
+#[no_mangle]
+pub unsafe extern "C" fn rsendmsg(s: c_int, msg: *const libc::msghdr, flags: c_int) -> ssize_t {
+    if msg.is_null() {
+        return fail(EINVAL) as ssize_t;
+    }
+    // SAFETY: the caller's msghdr (non-null).
+    let m = unsafe { &*msg };
+    if !m.msg_control.is_null() && m.msg_controllen > 0 {
+        return fail(ENOTSUP) as ssize_t;
+    }
+    let cnt = c_int::try_from(m.msg_iovlen).unwrap_or(-1);
+    // SAFETY: forwarded contracts.
+    unsafe { over_iovs(m.msg_iov, cnt, |b, l| rsend(s, b, l, flags)) }
+}
+
+/// `rsendto` on a stream rsocket: EISCONN with a destination, else rsend.
+#[no_mangle]
+pub unsafe extern "C" fn rsendto(
+    s: c_int,
+    buf: *const c_void,
+    len: size_t,
+    flags: c_int,
+    dst: *const sockaddr,
+    alen: u32,
+) -> ssize_t {
+    if table::lookup(s).is_none() {
+        return fail(EBADF) as ssize_t;
+    }
+    if !dst.is_null() || alen != 0 {
+        return fail(libc::EISCONN) as ssize_t;
+    }
+    // SAFETY: forwarded contract.
+    unsafe { rsend(s, buf, len, flags) }
+}
+
+/// `rrecvfrom` on a stream rsocket: rrecv, then the peer's address when data came.
+#[no_mangle]
+pub unsafe extern "C" fn rrecvfrom(
+    s: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    flags: c_int,
+    src: *mut sockaddr,
+    alen: *mut u32,
+) -> ssize_t {
+    // SAFETY: forwarded contract.
+    let n = unsafe { rrecv(s, buf, len, flags) };
+    if n > 0 && !src.is_null() {
+        // SAFETY: the caller's address buffer.
+        unsafe { rgetpeername(s, src, alen) };
+    }
+    n
 }
 
 /// Copies an address from the identifier's route into the caller's buffer.

@@ -1,7 +1,12 @@
 //! rsockets: the socket API librdmacm carries over RDMA connections. Stream rsockets
-//! (blocking and non-blocking send/receive, connect/accept, options) speak rsocket.c's wire
-//! protocol (spec-notes/rsockets.md); rpoll/rselect and riomap/riowrite too; datagram rsockets and the
-//! msg/to/from calls are still refused with ENOSYS in `refused.rs` (issue 37).
+//! (connect/accept, blocking and non-blocking send and receive, shutdown, options, rpoll and
+//! rselect, riomap/riowrite) speak rsocket.c's wire protocol (spec-notes/rsockets.md).
+//! Datagram rsockets are not implemented yet: rsocket(SOCK_DGRAM) fails with ENOSYS (issue 37).
+//!
+//! Files: `api` (the exports), `table` (handles), `stream` (connect, accept, shutdown,
+//! close), `conn` (the endpoint), `datapath` (completions, credits, copies), `io` (the
+//! blocking loops), `poll` (rpoll, rselect), `iomap` (riomap, riowrite), `verbs` (the verbs
+//! calls), `proto` and `ring` (encodings and counters, without I/O).
 
 mod api;
 mod conn;
