@@ -191,16 +191,7 @@ impl Conn {
     pub(super) fn send_some(&mut self, buf: &[u8], olen: &mut u32) -> Result<usize, c_int> {
         let mut done = 0usize;
         while done < buf.len() && self.can_send() {
-            let left = u32::try_from(buf.len() - done).unwrap_or(u32::MAX);
-            let want = if *olen < left {
-                let w = *olen;
-                if *olen < MAX_TRANSFER {
-                    *olen <<= 1;
-                }
-                w
-            } else {
-                left
-            };
+            let want = next_size(olen, buf.len() - done);
             let n = self
                 .win
                 .chunk(want, MAX_TRANSFER)
@@ -241,6 +232,18 @@ impl Conn {
         }
         done
     }
+}
+
+/// The size of the next message of a send of `left` more bytes: all of them, or the growing
+/// overlap size `olen` (2 KiB doubling to 64 KiB) when more remain (rsend, riowrite).
+pub(super) fn next_size(olen: &mut u32, left: usize) -> u32 {
+    let left = u32::try_from(left).unwrap_or(u32::MAX);
+    if *olen >= left {
+        return left;
+    }
+    let w = *olen;
+    *olen = (*olen << 1).min(MAX_TRANSFER);
+    w
 }
 
 impl Drop for Conn {

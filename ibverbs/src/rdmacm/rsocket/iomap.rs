@@ -7,7 +7,7 @@
 
 use libc::c_int;
 
-use super::conn::{Conn, MAX_TRANSFER, OLAP_START};
+use super::conn::{Conn, OLAP_START};
 use super::proto::{imm_encode, Op, Sge, IOMAP_LEN, SGE_LEN, SGL_SIZE};
 use super::verbs::{self, Write, ACCESS_LOCAL, ACCESS_WRITE};
 use crate::ffi::ibv_mr;
@@ -163,14 +163,7 @@ impl Conn {
             let Some((moff, sge)) = self.find_iomap(at_off) else {
                 return Ok((done, true));
             };
-            let left = u32::try_from(buf.len() - done).unwrap_or(u32::MAX);
-            let want = if *olen < left {
-                let w = *olen;
-                *olen = (*olen << 1).min(MAX_TRANSFER);
-                w
-            } else {
-                left
-            };
+            let want = super::datapath::next_size(olen, buf.len() - done);
             let room = (moff + u64::from(sge.length) - at_off).min(u64::from(u32::MAX)) as u32;
             let n = want
                 .min(self.win.sbuf_avail)
