@@ -293,3 +293,62 @@ fn riostream_async_1m() {
     let opts = ["-T", "a", "-S", "1048576", "-C", "10"];
     stream_pair(&riostream(), "127.0.0.75", "7475", &opts, "1m");
 }
+
+/// Debian's librspreload (unmodified), which moves a TCP program onto rsockets.
+fn rspreload() -> PathBuf {
+    let p = PathBuf::from("/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so");
+    assert!(p.is_file(), "install librdmacm1 (it ships librspreload)");
+    p
+}
+
+/// The `rcvd_pkts` counter of process `pid`'s device, from `softroce stat PID`.
+fn rcvd_pkts(pid: u32) -> Option<u64> {
+    let out = Command::new(softroce())
+        .args(["stat", &pid.to_string()])
+        .output()
+        .ok()?;
+    let t = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut words = t.split_whitespace();
+    words.find(|w| *w == "rcvd_pkts")?;
+    words.next()?.parse().ok()
+}
+
+#[test]
+fn iperf3_under_librspreload_moves_its_bytes_as_rocev2() {
+    let iperf3 = program("iperf3", "iperf3");
+    let ip = "127.0.0.77";
+    let preloaded = |bind: &str, args: &[&str]| {
+        let mut c = shimmed(&iperf3, bind, args);
+        c.env("LD_PRELOAD", rspreload());
+        c
+    };
+    let mut server = preloaded(ip, &["-s", "-B", ip, "-p", "5377", "-1"])
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cm_listening(ip, server.id()) {
+        assert!(Instant::now() < deadline, "iperf3 -s never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let client = preloaded(&client_ip(ip), &["-c", ip, "-p", "5377", "-t", "2"])
+        .spawn()
+        .unwrap();
+    // the server's device counters while the test runs (bounded: the client's 2 s and more)
+    let mut most = 0;
+    let end = Instant::now() + LIMIT;
+    while Instant::now() < end && server.try_wait().unwrap().is_none() {
+        most = most.max(rcvd_pkts(server.id()).unwrap_or(0));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (co, cin) = wait_for(client, LIMIT);
+    let (so, _) = wait_for(server, Duration::from_secs(5));
+    let (ct, st) = (text(&co), text(&so));
+    assert!(cin && co.status.success(), "client:\n{ct}\nserver:\n{st}");
+    let sent_line = ct.lines().find(|l| l.ends_with("sender")).unwrap_or("");
+    assert!(sent_line.contains("Bytes"), "client:\n{ct}");
+    // a TCP fallback would leave the devices idle but for the CM: demand 20 MB in packets
+    assert!(
+        most > 20_000_000 / 4096,
+        "only {most} RoCEv2 packets reached the server's device:\n{ct}"
+    );
+}
