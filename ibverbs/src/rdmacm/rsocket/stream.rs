@@ -180,7 +180,9 @@ impl Rs {
     }
 
     /// `rs_accept` + `raccept`: the next connect request, answered with our `rs_conn_data`
-    /// on an identifier moved to its own channel (its handle), once established.
+    /// on an identifier moved to its own channel (its handle), once established. A request
+    /// that fails is rejected or dropped and the next one taken, as rsocket.c's listen service
+    /// does; a non-blocking listener fails with EAGAIN when none waits.
     pub(super) fn accept(&self) -> Result<Arc<Rs>, c_int> {
         let (sizes, nb) = {
             let st = self.lock();
@@ -189,42 +191,72 @@ impl Rs {
             }
             (st.sizes, st.nonblock)
         };
-        if nb && !request_waiting(self.fd) {
-            return Err(libc::EAGAIN);
-        }
-        let ev = wait_for(self.chan, RDMA_CM_EVENT_CONNECT_REQUEST)?;
-        // SAFETY: live until acknowledged.
-        let child = unsafe { (*ev.0).id };
-        let peer = ev.conn_data();
-        drop(ev);
-        let reject = |e: c_int| {
-            // SAFETY: the child is ours until given a handle.
-            unsafe {
-                crate::rdmacm::rdma_reject(child, std::ptr::null(), 0);
-                rdma_destroy_id(child);
+        loop {
+            if nb && !request_waiting(self.fd) {
+                return Err(libc::EAGAIN);
             }
-            e
-        };
-        let peer = peer.ok_or_else(|| reject(libc::EINVAL))?;
+            let ev = Event::next(self.chan)?;
+            let (kind, status) = ev.kind();
+            if kind != RDMA_CM_EVENT_CONNECT_REQUEST || status != 0 {
+                continue; // a listener's other events concern no new connection
+            }
+            // SAFETY: live until acknowledged.
+            let child = unsafe { (*ev.0).id };
+            let peer = ev.conn_data();
+            drop(ev);
+            let Some(peer) = peer else {
+                // SAFETY: the child is ours until given a handle.
+                unsafe {
+                    crate::rdmacm::rdma_reject(child, std::ptr::null(), 0);
+                    rdma_destroy_id(child);
+                }
+                continue;
+            };
+            if let Some(rs) = Rs::answer(child, &peer, sizes, nb) {
+                return Ok(rs);
+            }
+        }
+    }
+
+    /// Answers one connect request on `child`: its own channel, the endpoint, the accept,
+    /// ESTABLISHED. `None` when any step fails; the request is then rejected (or the
+    /// connection closed) and everything made for it freed.
+    fn answer(child: *mut rdma_cm_id, peer: &ConnData, sizes: Sizes, nb: bool) -> Option<Arc<Rs>> {
         // SAFETY: the shim's export, no arguments.
         let chan = unsafe { rdma_create_event_channel() };
         // SAFETY: a live identifier and channel.
         if chan.is_null() || unsafe { rdma_migrate_id(child, chan) } != 0 {
-            return Err(reject(super::super::errno()));
+            // SAFETY: the child is ours; the channel (if made) has no identifier.
+            unsafe {
+                crate::rdmacm::rdma_reject(child, std::ptr::null(), 0);
+                rdma_destroy_id(child);
+                if !chan.is_null() {
+                    rdma_destroy_event_channel(chan);
+                }
+            }
+            return None;
         }
         let rs = Rs::of(chan, child, sizes, nb);
-        // SAFETY: the child is live and outlives the Conn (rclose order).
-        let mut conn = unsafe { Conn::new(child, sizes) }.map_err(reject)?;
-        conn.save(&peer);
-        let mine = conn.conn_data().encode();
-        let mut param = conn_param(&mine);
-        // SAFETY: a live identifier with its QP, parameters pointing at live bytes.
-        if unsafe { crate::rdmacm::rdma_accept(child, &mut param) } != 0 {
-            return Err(super::super::errno());
+        let up = (|| {
+            // SAFETY: the child is live and outlives the Conn (rclose order).
+            let mut conn = unsafe { Conn::new(child, sizes)? };
+            conn.save(peer);
+            let mine = conn.conn_data().encode();
+            let mut param = conn_param(&mine);
+            // SAFETY: a live identifier with its QP, parameters pointing at live bytes.
+            if unsafe { crate::rdmacm::rdma_accept(child, &mut param) } != 0 {
+                return Err(super::super::errno());
+            }
+            rs.lock().conn = Some(conn);
+            wait_for(chan, RDMA_CM_EVENT_ESTABLISHED).map(drop)
+        })();
+        if up.is_err() {
+            // SAFETY: the child is ours; rejecting an accepted one fails harmlessly.
+            unsafe { crate::rdmacm::rdma_reject(child, std::ptr::null(), 0) };
+            rs.close();
+            return None;
         }
-        rs.lock().conn = Some(conn);
-        drop(wait_for(chan, RDMA_CM_EVENT_ESTABLISHED)?);
-        Ok(rs)
+        Some(rs)
     }
 
     /// `rshutdown` (R12): SHUT_RDWR sends DISCONNECT, SHUT_WR sends SHUTDOWN (DISCONNECT
