@@ -29,7 +29,7 @@
 //! dispatcher thread); `channel` (taking and acknowledging events); `locate` (which device an
 //! address is on); `id` (create, destroy, bind, a synchronous identifier's wait); then the
 //! calls built on them: `resolve`, `listen`, `qp`, `settings`, `multicast`, `conn`,
-//! `addrinfo`; `refused` and `rsocket` stand apart.
+//! `addrinfo`; `rsocket` stands apart.
 
 mod addr;
 mod addrinfo;
@@ -45,7 +45,6 @@ mod multicast;
 mod object;
 mod param;
 mod qp;
-mod refused;
 mod resolve;
 mod rsocket;
 mod settings;
@@ -58,6 +57,6 @@ pub use id::*;
 pub use listen::*;
 pub use multicast::*;
 pub use qp::*;
-pub use refused::*;
 pub use resolve::*;
+pub use rsocket::*;
 pub use settings::*;

@@ -83,6 +83,30 @@ pub fn under_shim(prog: &Path, bind: &str) -> Command {
     c
 }
 
+/// A directory with `libibverbs.so.1` and `librdmacm.so.1`, both links to the shim.
+pub fn rdmacm_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let lib = shim_lib();
+        let dir = std::env::temp_dir().join(format!("softroce-rdmacm-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for name in ["libibverbs.so.1", "librdmacm.so.1"] {
+            let link = dir.join(name);
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(&lib, &link).unwrap();
+        }
+        dir
+    })
+    .clone()
+}
+
+/// Whether the process `pid` listens on the device at `ip` (port 4791): the table of the
+/// address's group names it as a listener, which it does once its CM listens.
+pub fn cm_listening(ip: &str, pid: u32) -> bool {
+    let addr = std::net::SocketAddr::new(ip.parse().unwrap(), 4791);
+    softroce::driver::group::listener_pids(addr).is_ok_and(|l| l.iter().any(|&(_, p)| p == pid))
+}
+
 /// A TCP port free on 127.0.0.1 now (for the programs' out-of-band exchange).
 pub fn free_tcp_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
