@@ -14,6 +14,7 @@ use softroce::wire::frame::EthAddrs;
 use softroce::wire::{
     AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, FethRepr,
     FrameBuilder, HeaderSet, IethRepr, ImmDtRepr, LinkType, NakCode, Opcode, PacketRepr, RethRepr,
+    XrcEthRepr,
 };
 
 const A: &str = "192.0.2.11:49153";
@@ -121,6 +122,7 @@ fn packet_for(op: Opcode, i: u32, payload: &[u8]) -> PacketRepr<'_> {
                 qkey: 0x8001_0000 + i,
                 src_qp: 0x40 + i,
             }),
+            xrceth: on(HeaderSet::XRCETH).then_some(XrcEthRepr { srqn: 0x50 + i }),
             feth: on(HeaderSet::FETH).then_some(FethRepr {
                 selectivity: 1,
                 placement: 2,
@@ -267,7 +269,7 @@ fn every_opcode_in_text() {
     let out = stdout(&o);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), ops.len() + 1, "{out}");
-    assert_eq!(ops.len(), 40);
+    assert_eq!(ops.len(), 63);
     for (i, op) in ops.iter().enumerate() {
         let payload = payload_for(i);
         let p = packet_for(*op, i as u32, &payload);
@@ -304,6 +306,9 @@ fn every_opcode_in_text() {
                 d.qkey,
                 hex6(d.src_qp)
             ));
+        }
+        if let Some(x) = e.xrceth {
+            want.push(format!("XRCETH(srqn={})", hex6(x.srqn)));
         }
         if e.feth.is_some() {
             want.push("FETH(sel=1 plt=2)".to_string());
@@ -342,7 +347,7 @@ fn every_opcode_in_text() {
     }
     assert_eq!(
         lines[ops.len()],
-        "42 frames, 40 RoCEv2 packets (0 bad ICRC, 0 malformed), 2 other frames skipped"
+        "65 frames, 63 RoCEv2 packets (0 bad ICRC, 0 malformed), 2 other frames skipped"
     );
 }
 

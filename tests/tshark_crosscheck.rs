@@ -14,6 +14,7 @@ use softroce::wire::frame::EthAddrs;
 use softroce::wire::{
     AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, FethRepr,
     FrameBuilder, HeaderSet, IethRepr, ImmDtRepr, LinkType, Opcode, PacketRepr, RethRepr,
+    XrcEthRepr,
 };
 
 /// A packet of opcode `op` whose fields are derived from `i`, so that every frame differs.
@@ -37,6 +38,9 @@ fn packet_for(op: Opcode, i: u32, payload: &[u8]) -> PacketRepr<'_> {
             deth: on(HeaderSet::DETH).then_some(DethRepr {
                 qkey: 0x1111_1111,
                 src_qp: 0x40 + i,
+            }),
+            xrceth: on(HeaderSet::XRCETH).then_some(XrcEthRepr {
+                srqn: 0x60_0000 + i,
             }),
             feth: on(HeaderSet::FETH).then_some(FethRepr {
                 selectivity: 1,
@@ -219,7 +223,10 @@ fn tshark_agrees_on_every_opcode() {
             Some(pad),
             "frame {frame} {op}"
         );
-        if newer_than_dissector.contains(&op) {
+        // Wireshark 4.0 names the XRC opcodes but dissects nothing after their BTH (it shows
+        // a "Vendor Specific or Unknown Header Sequence"): their BTH is checked above, their
+        // XRCETH by src/wire/packet.rs's literal-bytes test.
+        if newer_than_dissector.contains(&op) || op.transport() == softroce::wire::Transport::Xrc {
             continue;
         }
         assert_eq!(

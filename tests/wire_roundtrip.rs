@@ -10,6 +10,7 @@ use softroce::wire::frame::EthAddrs;
 use softroce::wire::{
     AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, FethRepr, Frame,
     FrameBuilder, HeaderSet, IethRepr, ImmDtRepr, LinkType, Opcode, PacketRepr, RethRepr,
+    XrcEthRepr,
 };
 
 /// Everything needed to build one packet; the payload is owned so the repr can borrow it.
@@ -64,6 +65,9 @@ fn ext_for(headers: HeaderSet) -> impl Strategy<Value = ExtHeaders> {
                 deth: on(HeaderSet::DETH).then_some(DethRepr {
                     qkey: deth.0,
                     src_qp: deth.1 & 0xFF_FFFF,
+                }),
+                xrceth: on(HeaderSet::XRCETH).then_some(XrcEthRepr {
+                    srqn: deth.0 & 0xFF_FFFF,
                 }),
                 feth: on(HeaderSet::FETH).then_some(FethRepr {
                     selectivity: feth.0,

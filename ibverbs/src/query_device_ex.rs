@@ -37,6 +37,9 @@ const ODP_GENERAL_CAPS: u64 = 1 | 2;
 const ODP_RC_CAPS: u32 = 0x3f;
 /// `IBV_ODP_SUPPORT_SEND | _RECV | _WRITE`, and SRQ receives: what a UC QP does.
 const ODP_UC_CAPS: u32 = 0x1 | 0x2 | 0x4 | 0x20;
+/// `IBV_ODP_SUPPORT_SEND | _WRITE | _READ | _ATOMIC | _SRQ_RECV`: what an XRC QP does (an
+/// XRC target receives through its SRQs only; spec-notes/xrc.md).
+const ODP_XRC_CAPS: u32 = 0x1 | 0x4 | 0x8 | 0x10 | 0x20;
 /// `IBV_ODP_SUPPORT_SEND | _RECV`, and SRQ receives: what a UD QP does.
 const ODP_UD_CAPS: u32 = 0x1 | 0x2 | 0x20;
 
@@ -144,6 +147,10 @@ pub(crate) unsafe extern "C" fn query_device_ex(
         ] {
             put(transport + off, &caps.to_ne_bytes());
         }
+        put(
+            offset_of!(ibv_device_attr_ex, xrc_odp_caps),
+            &ODP_XRC_CAPS.to_ne_bytes(),
+        );
         put(
             offset_of!(ibv_device_attr_ex, completion_timestamp_mask),
             &u64::MAX.to_ne_bytes(),

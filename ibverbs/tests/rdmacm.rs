@@ -958,3 +958,33 @@ fn rdma_xserver_and_rdma_xclient_in_rc_mode_on_one_address() {
     assert!(st.contains("rdma_xserver: end 0"), "server:\n{st}");
     assert!(ct.contains("rdma_xclient: end 0"), "client:\n{ct}");
 }
+
+#[test]
+fn rdma_xserver_and_rdma_xclient_in_xrc_mode_on_one_address() {
+    // `-c x`: the port space IB with XRC QPs (spec-notes/xrc.md). The server's identifier gets
+    // an XRC_RECV QP and an XRC SRQ of rdma_cm's domain (rdma_create_srq), posts its receive
+    // to the SRQ and accepts with the SRQ's number as private data; the client's XRC_SEND QP
+    // reads that number from the ESTABLISHED event rdma_connect keeps in `id->event` and sends
+    // 16 inline bytes to it, which complete on the server's receive CQ. Both end 0.
+    let ip = "127.0.23.10";
+    let port = free_tcp_port().to_string();
+    let server = shimmed(
+        &program("rdma_xserver", "rdmacm-utils"),
+        ip,
+        &["-c", "x", "-p", &port],
+    );
+    let (st, ct) = serve(
+        server,
+        ip,
+        || {
+            shimmed(
+                &program("rdma_xclient", "rdmacm-utils"),
+                ip,
+                &["-c", "x", "-s", ip, "-p", &port],
+            )
+        },
+        Duration::from_secs(30),
+    );
+    assert!(st.contains("rdma_xserver: end 0"), "server:\n{st}");
+    assert!(ct.contains("rdma_xclient: end 0"), "client:\n{ct}");
+}

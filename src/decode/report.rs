@@ -137,6 +137,9 @@ fn ext_text(e: &ExtHeaders, s: &mut String) {
     if let Some(d) = e.deth {
         let _ = write!(s, " DETH(qkey=0x{:08x} srcqp=0x{:06x})", d.qkey, d.src_qp);
     }
+    if let Some(x) = e.xrceth {
+        let _ = write!(s, " XRCETH(srqn=0x{:06x})", x.srqn);
+    }
     if let Some(f) = e.feth {
         let _ = write!(s, " FETH(sel={} plt={})", f.selectivity, f.placement);
     }
@@ -172,6 +175,9 @@ fn ext_text(e: &ExtHeaders, s: &mut String) {
 fn ext_json(e: &ExtHeaders, m: &mut Map<String, Value>) {
     if let Some(d) = e.deth {
         m.insert("deth".into(), json!({"qkey": d.qkey, "src_qp": d.src_qp}));
+    }
+    if let Some(x) = e.xrceth {
+        m.insert("xrceth".into(), json!({"srqn": x.srqn}));
     }
     if let Some(f) = e.feth {
         m.insert(
@@ -285,7 +291,7 @@ impl PacketReport {
     /// One JSON object. A decoded packet has the BTH fields at the top level ("opcode",
     /// "opcode_name", "se", "mig", "pad", "tver", "pkey", "fecn", "becn", "dqpn", "ack_req",
     /// "psn"), "payload_len", "icrc_ok", "icrc" (the value carried) and one key per extended
-    /// header present ("deth", "feth", "reth", "atomic", "aeth", "atomic_ack", "imm", "ieth"),
+    /// header present ("deth", "xrceth", "feth", "reth", "atomic", "aeth", "atomic_ack", "imm", "ieth"),
     /// and "mad" for a SEND to QP1 ([`MadDecode::to_json`]).
     /// A packet that could not be decoded has "error" instead, with the BTH (when captured)
     /// under "bth". Both have "frame", "ts" (seconds), "src" and "dst".

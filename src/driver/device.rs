@@ -105,6 +105,9 @@ pub(crate) struct Device {
     pub(crate) groups_changed: AtomicBool,
     next_qpn: AtomicU32,
     next_handle: AtomicU32,
+    /// The CQ of each XRC SRQ, by SRQ number: where an XRC target QP's receive completions go
+    /// (`CqSide::Srq`).
+    xrc_cqs: RwLock<HashMap<u32, Arc<CqInner>>>,
     /// The device's membership of its address's group (driver/group.rs), if it shares the
     /// address with other contexts; its slot is every QPN's top byte.
     pub(crate) member: Option<Arc<super::group::Member>>,
@@ -146,6 +149,7 @@ impl Device {
             // rxe hands out QPNs from 17 (0x11) upwards; 0 and 1 are the special QPs.
             next_qpn: AtomicU32::new(0x11),
             next_handle: AtomicU32::new(1),
+            xrc_cqs: RwLock::new(HashMap::new()),
             member: None,
             rx_fd: None,
             epoch: super::fork::epoch(),
@@ -315,6 +319,34 @@ impl Device {
             .unwrap_or_else(|e| e.into_inner())
             .insert(qpn, entry);
         self.qps_generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Records the CQ of the XRC SRQ numbered `srqn`.
+    pub(crate) fn add_xrc_cq(&self, srqn: u32, cq: Arc<CqInner>) {
+        self.xrc_cqs
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(srqn, cq);
+    }
+
+    /// Forgets the CQ of the XRC SRQ numbered `srqn` (its destroy).
+    pub(crate) fn remove_xrc_cq(&self, srqn: u32) {
+        self.xrc_cqs
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&srqn);
+    }
+
+    /// Delivers an XRC target QP's receive completion to the CQ of the XRC SRQ numbered
+    /// `srqn`; false if that SRQ is gone (the completion is then lost with it, as its WQE).
+    pub(crate) fn push_xrc_wc(&self, srqn: u32, wc: crate::ib::WorkCompletion) -> bool {
+        let cq = self
+            .xrc_cqs
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&srqn)
+            .cloned();
+        cq.map(|cq| cq.push_all([wc])).is_some()
     }
 
     /// Removes a QP from the table the engine serves.

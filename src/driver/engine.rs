@@ -594,6 +594,7 @@ impl Engine {
                     match side {
                         CqSide::Send => self.send_wc.push(wc),
                         CqSide::Recv => self.recv_wc.push(wc),
+                        CqSide::Srq(n) => self.delivered |= self.dev.push_xrc_wc(n, wc),
                     }
                 }
                 core.poll_timeout()

@@ -11,7 +11,7 @@ use crate::ib::{AccessFlags, AhAttr, DeviceLimits, Gid, Mtu, QpAttr, QpAttrMask,
 use crate::transport::{Counters, QpConfig, QpCore, MAX_QUEUED_RESPONSES, MAX_UNACKED_PSNS};
 use crate::wire::{
     icrc, AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, FethRepr,
-    HeaderSet, IethRepr, ImmDtRepr, Opcode, PacketRepr, RethRepr, ICRC_LEN,
+    HeaderSet, IethRepr, ImmDtRepr, Opcode, PacketRepr, RethRepr, XrcEthRepr, ICRC_LEN,
 };
 
 /// Virtual address at which the harnesses register their regions (as a user-space pointer).
@@ -84,6 +84,11 @@ pub const CAP: QpCap = QpCap {
 
 /// A QP in the RESET state at `addr` (port 4791) in protection domain 1.
 pub fn new_qp(qpn: u32, addr: IpAddr) -> QpCore {
+    new_qp_with(qpn, addr, None)
+}
+
+/// As [`new_qp`], an XRC QP of `role` when given.
+pub fn new_qp_with(qpn: u32, addr: IpAddr, xrc: Option<crate::transport::XrcRole>) -> QpCore {
     let cfg = QpConfig {
         qpn,
         pd: 1,
@@ -93,6 +98,7 @@ pub fn new_qp(qpn: u32, addr: IpAddr) -> QpCore {
         remote_port: crate::wire::ROCE_V2_UDP_PORT,
         qp_type: crate::ib::QpType::Rc,
         srq: None,
+        xrc,
     };
     QpCore::new(cfg, DeviceLimits::default(), Arc::new(Counters::default()))
 }
@@ -266,6 +272,9 @@ pub fn ext_headers(
         deth: on(HeaderSet::DETH).then_some(DethRepr {
             qkey: f.imm,
             src_qp: f.msn & 0xFF_FFFF,
+        }),
+        xrceth: on(HeaderSet::XRCETH).then_some(XrcEthRepr {
+            srqn: f.msn & 0xFF_FFFF,
         }),
         feth: on(HeaderSet::FETH).then_some(FethRepr {
             selectivity: f.syndrome & 0x3,

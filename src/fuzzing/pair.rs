@@ -222,7 +222,7 @@ impl End {
     fn collect(&mut self) {
         while let Some((side, wc)) = self.qp.poll_completion() {
             match side {
-                CqSide::Recv => {
+                CqSide::Recv | CqSide::Srq(_) => {
                     assert!(
                         self.recvs.get(self.recv_wcs.len()) == Some(&wc.wr_id),
                         "receive completion {} out of posting order or never posted",

@@ -14,6 +14,12 @@
 //! - every packet sent parses, goes to the peer QP and carries a valid ICRC;
 //! - receive completions are for posted receive WRs only, in posting order, once each, and
 //!   report no more bytes than the buffer holds.
+//!
+//! With the setup's XRC bit the QP is an XRC target (spec-notes/xrc.md) in a domain with one
+//! XRC SRQ ([`XRC_SRQN`], PD 1, the receives' queue, completing on its CQ), beside another
+//! domain's SRQ ([`OTHER_SRQN`]): shaped requests are XRC opcodes whose XRCETH names that SRQ,
+//! the other domain's or any number; the same invariants hold, and receive completions come
+//! from the SRQ's CQ only.
 
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -23,15 +29,21 @@ use std::time::Duration;
 use arbitrary::{Arbitrary, Unstructured};
 
 use super::harness::{
-    bth, check_bounds, connect, emit, ext_headers, icrc_ok, new_qp, next_step, pattern, read_head,
-    tracing, HeaderFields, Link, Step, IOVA, REQUEST_OPCODES,
+    bth, check_bounds, connect, emit, ext_headers, icrc_ok, new_qp_with, next_step, pattern,
+    read_head, tracing, HeaderFields, Link, Step, IOVA, REQUEST_OPCODES,
 };
-use crate::ib::{AccessFlags, Mtu, QpState, RecvWr, Sge, WcStatus};
+use crate::ib::{AccessFlags, DeviceLimits, Mtu, QpState, RecvWr, Sge, SrqAttr, WcStatus};
 use crate::memory::SharedBytes;
 use crate::transport::{
-    Counters, CqSide, Endpoint, Mr, MrTable, QpCore, MAX_PACKET, MAX_QUEUED_RESPONSES,
+    Counters, CqSide, Endpoint, Mr, MrTable, QpCore, Srq, XrcDomain, XrcRole, MAX_PACKET,
+    MAX_QUEUED_RESPONSES,
 };
-use crate::wire::{Opcode, PacketRepr, Psn};
+use crate::wire::{Opcode, PacketRepr, Psn, Transport, XrcEthRepr};
+
+/// XRC mode: the number of the target domain's SRQ.
+pub const XRC_SRQN: u32 = 0x42;
+/// XRC mode: the number of another domain's SRQ, which the target must refuse.
+pub const OTHER_SRQN: u32 = 0x50;
 
 /// Our QP number and the (simulated) peer's.
 pub const QPN: u32 = 0x11;
@@ -57,6 +69,8 @@ pub struct Setup {
     /// Receive WRs posted before the first step, each over the first [`REGION`] bytes of the
     /// local-only region (0 .. 16).
     pub recvs: u8,
+    /// Bit 0: the QP is an XRC target, its receives in an XRC SRQ.
+    pub xrc: u8,
 }
 
 impl Setup {
@@ -71,13 +85,23 @@ impl Setup {
             rq_psn: u32::from_le_bytes([b[1], b[2], b[3], 0]),
             rd_atomic: b[4],
             recvs: b[5],
+            xrc: b[6],
         }
     }
 
     /// The bytes [`Setup::read`] reads back as `self`.
     pub fn encode(&self) -> [u8; Setup::LEN] {
         let p = self.rq_psn.to_le_bytes();
-        [self.mtu, p[0], p[1], p[2], self.rd_atomic, self.recvs, 0, 0]
+        [
+            self.mtu,
+            p[0],
+            p[1],
+            p[2],
+            self.rd_atomic,
+            self.recvs,
+            self.xrc,
+            0,
+        ]
     }
 
     fn mtu(&self) -> Mtu {
@@ -264,12 +288,41 @@ struct Harness {
     peer: SocketAddr,
     /// Seals the QP's packets, as the engine's does.
     endpoint: Endpoint,
+    /// XRC mode: the target domain's SRQ, which takes the receives, and the other domain,
+    /// kept alive.
+    xrc: Option<(Arc<Srq>, XrcDomain)>,
+}
+
+/// XRC mode's SRQs: one in the target's domain (1), one in another (2), both on PD 1.
+fn xrc_setup() -> (Arc<XrcDomain>, Arc<Srq>, XrcDomain) {
+    let attr = SrqAttr {
+        max_wr: 64,
+        max_sge: 1,
+        srq_limit: 0,
+    };
+    let srq = |d: u32, n: u32| {
+        let c = Arc::new(Counters::default());
+        let s = Srq::new(1, attr, &DeviceLimits::default(), c).expect("within limits");
+        Arc::new(s.with_xrc(d, n))
+    };
+    let domain = Arc::new(XrcDomain::new(1));
+    let mine = srq(1, XRC_SRQN);
+    domain.add_srq(&mine).expect("of the domain");
+    let other = XrcDomain::new(2);
+    other.add_srq(&srq(2, OTHER_SRQN)).expect("of the domain");
+    (domain, mine, other)
 }
 
 impl Harness {
     fn new(s: &Setup) -> Harness {
         let r = Regions::new();
-        let mut qp = new_qp(QPN, IpAddr::V4(LOCAL_IP));
+        let (role, xrc) = if s.xrc & 1 != 0 {
+            let (domain, srq, other) = xrc_setup();
+            (Some(XrcRole::Recv(domain)), Some((srq, other)))
+        } else {
+            (None, None)
+        };
+        let mut qp = new_qp_with(QPN, IpAddr::V4(LOCAL_IP), role);
         let mtu = s.mtu();
         connect(
             &mut qp,
@@ -309,6 +362,7 @@ impl Harness {
                 Arc::new(Counters::default()),
             ),
             r,
+            xrc,
         };
         for _ in 0..s.recvs % 17 {
             h.post_recv(0, REGION as u16);
@@ -327,7 +381,11 @@ impl Harness {
             wr_id,
             sg_list: &sge,
         };
-        if self.qp.post_recv(&wr, &self.r.mrs).is_ok() {
+        let posted = match &self.xrc {
+            Some((srq, _)) => srq.post_recv(&wr, &self.r.mrs),
+            None => self.qp.post_recv(&wr, &self.r.mrs),
+        };
+        if posted.is_ok() {
             self.next_wr_id += 1;
             if self.qp.state() != QpState::Err {
                 self.posted.push_back(PostedRecv {
@@ -348,7 +406,11 @@ impl Harness {
     }
 
     fn request(&mut self, q: &Request) {
-        let opcode = REQUEST_OPCODES[q.op as usize % REQUEST_OPCODES.len()];
+        let mut opcode = REQUEST_OPCODES[q.op as usize % REQUEST_OPCODES.len()];
+        if self.xrc.is_some() {
+            // The same operation on XRC (none for FLUSH and ATOMIC WRITE: skipped below).
+            opcode = Opcode(opcode.0 | Opcode::XRC_BASE);
+        }
         let Some(info) = opcode.info() else { return };
         let expected = Psn::new(self.qp.query().rq_psn);
         let psn = match q.psn {
@@ -370,9 +432,19 @@ impl Harness {
         } else {
             Vec::new()
         };
+        let mut ext = ext_headers(info.headers, &q.h, key, va, dma_len);
+        if ext.xrceth.is_some() {
+            // Mostly the target's SRQ; now and then the other domain's or any number.
+            let srqn = match q.h.syndrome % 8 {
+                0 => OTHER_SRQN,
+                1 => q.h.msn & 0xFF_FFFF,
+                _ => XRC_SRQN,
+            };
+            ext.xrceth = Some(XrcEthRepr { srqn });
+        }
         let pkt = PacketRepr {
             bth: bth(opcode, QPN, psn.value(), q.ack_req, q.solicited),
-            ext: ext_headers(info.headers, &q.h, key, va, dma_len),
+            ext,
             payload: &payload,
         };
         // Through bytes, as it would arrive.
@@ -487,7 +559,14 @@ impl Harness {
             if tracing() {
                 eprintln!("  -> {side:?} {wc:?}");
             }
-            assert_eq!(side, CqSide::Recv, "the responder completes receives only");
+            let want = match self.xrc {
+                Some(_) => CqSide::Srq(XRC_SRQN),
+                None => CqSide::Recv,
+            };
+            assert_eq!(
+                side, want,
+                "the responder completes receives only, on their CQ"
+            );
             let p = self
                 .posted
                 .pop_front()
@@ -501,6 +580,11 @@ impl Harness {
 }
 
 fn is_read_response(op: Opcode) -> bool {
+    // XRC's READ responses are RC's in the XRC group.
+    let op = match op.transport() {
+        Transport::Xrc => Opcode(op.0 & !Opcode::XRC_BASE),
+        _ => op,
+    };
     matches!(
         op,
         Opcode::RC_RDMA_READ_RESPONSE_FIRST

@@ -93,6 +93,7 @@ pub fn responder_from_capture(pcap: &[u8]) -> Option<Vec<u8>> {
         rq_psn: psn,
         rd_atomic: 15,
         recvs: 16,
+        xrc: 0,
     };
     let mut out = setup.encode().to_vec();
     for r in chosen {

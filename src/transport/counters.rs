@@ -92,6 +92,9 @@ counters! {
     mem_access_err,
     /// Shared receive queue limit events raised (`IBV_EVENT_SRQ_LIMIT_REACHED`).
     srq_limit_events,
+    /// XRC requests NAKed "invalid request" because their XRCETH names no XRC SRQ of the
+    /// target QP's domain (none at all, or one of another domain), or is missing.
+    xrc_srq_errors,
     /// Packets to QP1 dropped because they were not a UD SEND ONLY carrying a MAD with the GSI
     /// Q_Key.
     gsi_dropped_pkts,

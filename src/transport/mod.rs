@@ -27,6 +27,8 @@ pub mod srq;
 mod state;
 pub mod window;
 pub mod wqe;
+pub mod xrc;
+mod xrc_qp;
 
 #[cfg(test)]
 mod tests;
@@ -41,3 +43,4 @@ pub use qp::{
     wire_hop_limit, CqSide, Gather, NetHeader, QpConfig, QpCore, QueueDepths, Transmit, MAX_PACKET,
 };
 pub use srq::Srq;
+pub use xrc::{XrcDomain, XrcRole};

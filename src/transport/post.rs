@@ -5,6 +5,7 @@ use super::keys::MrTable;
 use super::params::MAX_MESSAGE;
 use super::qp::QpCore;
 use super::wqe::{LocalData, LocalOp, RecvWqe, SendState, SendWqe, SgeList, UdTarget};
+use super::xrc::XrcRole;
 use crate::ib::{
     AccessFlags, QpState, QpType, QueueKind, RecvWr, SendFlags, SendWr, SgeFault, UdDest,
     VerbsError, WcStatus, WrOpcode,
@@ -18,7 +19,40 @@ impl QpCore {
                 "a UD send needs a destination (post_send_ud)",
             ));
         }
-        self.post_send_inner(wr, None, mrs)
+        if self.cfg.xrc.is_some() {
+            return Err(VerbsError::InvalidWr(
+                "an XRC send names the remote XRC SRQ (post_send_xrc)",
+            ));
+        }
+        self.post_send_inner(wr, None, None, mrs)
+    }
+
+    /// `ibv_post_send` for one WR on an XRC initiator QP (`IBV_QPT_XRC_SEND`): as an RC
+    /// send, to the XRC SRQ numbered `remote_srqn` at the target (`wr.qp_type.xrc`), which
+    /// every packet of the message carries in its XRCETH. An XRC target QP has no send queue.
+    pub fn post_send_xrc(
+        &mut self,
+        wr: &SendWr,
+        remote_srqn: u32,
+        mrs: &MrTable,
+    ) -> Result<(), VerbsError> {
+        match self.cfg.xrc {
+            Some(XrcRole::Send) => {}
+            Some(XrcRole::Recv(_)) => {
+                return Err(VerbsError::InvalidWr("an XRC target QP has no send queue"))
+            }
+            None => return Err(VerbsError::InvalidWr("a remote SRQ is for XRC QPs only")),
+        }
+        if matches!(
+            wr.opcode,
+            WrOpcode::Flush { .. } | WrOpcode::AtomicWrite { .. }
+        ) {
+            // The XRC transport has no FLUSH or ATOMIC WRITE opcode.
+            return Err(VerbsError::InvalidWr(
+                "XRC carries no FLUSH or ATOMIC WRITE",
+            ));
+        }
+        self.post_send_inner(wr, None, Some(remote_srqn & 0xFF_FFFF), mrs)
     }
 
     /// `ibv_post_send` for one WR on a UD QP: a SEND or SEND with immediate of at most one
@@ -45,13 +79,14 @@ impl QpCore {
             hop_limit: dest.ah.hop_limit,
             traffic_class: dest.ah.traffic_class,
         };
-        self.post_send_inner(wr, Some(target), mrs)
+        self.post_send_inner(wr, Some(target), None, mrs)
     }
 
     fn post_send_inner(
         &mut self,
         wr: &SendWr,
         ud: Option<UdTarget>,
+        xrc_srqn: Option<u32>,
         mrs: &MrTable,
     ) -> Result<(), VerbsError> {
         let state = self.attr.qp_state;
@@ -74,6 +109,7 @@ impl QpCore {
             read_req_psn: self.req.psn,
             started: false,
             ud,
+            xrc_srqn,
             local: LocalOp::resolve(wr.opcode, mrs, self.cfg.pd),
         };
         if state == QpState::Err {
@@ -223,6 +259,11 @@ impl QpCore {
         if self.cfg.srq.is_some() {
             return Err(VerbsError::InvalidWr(
                 "the QP takes its receive WRs from a shared receive queue",
+            ));
+        }
+        if self.cfg.xrc.is_some() {
+            return Err(VerbsError::InvalidWr(
+                "an XRC QP has no receive queue (an XRC SRQ receives)",
             ));
         }
         if state == QpState::Reset {

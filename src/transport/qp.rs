@@ -22,6 +22,7 @@ use super::keys::MrTable;
 use super::srq::Srq;
 use super::state::{ReqState, RespState};
 use super::wqe::{LocalData, RecvWqe, SendState, SendWqe};
+use super::xrc::XrcRole;
 use crate::ib::{apply_modify, check_modify, check_sqd_exit, DeviceLimits};
 use crate::ib::{
     Gid, NetworkHdrType, QpAttr, QpAttrMask, QpCap, QpState, QpType, VerbsError, WcOpcode,
@@ -52,6 +53,8 @@ pub struct QpConfig {
     /// The shared receive queue the QP takes its receive WQEs from, if any (then
     /// `post_recv` on the QP is refused).
     pub srq: Option<Arc<Srq>>,
+    /// An XRC QP's role (`qp_type` is then `Rc`): its packets are of the XRC transport.
+    pub xrc: Option<XrcRole>,
 }
 
 /// The IP header a packet arrived with, which a UD receive buffer's first 40 bytes (the GRH
@@ -127,6 +130,8 @@ pub enum CqSide {
     Send,
     /// The receive CQ.
     Recv,
+    /// The CQ of the XRC SRQ with this number (an XRC target QP's receive completions).
+    Srq(u32),
 }
 
 /// A packet the QP wants sent: `len` bytes at the start of the caller's buffer (a whole RoCE
@@ -341,9 +346,15 @@ impl QpCore {
         }
     }
 
+    /// The SRQ receive WQEs come from: an XRC target QP's is the one the current request's
+    /// XRCETH named, others' the one they were created with.
+    pub(super) fn recv_srq(&self) -> Option<&Arc<Srq>> {
+        self.resp.xrc_srq.as_ref().or(self.cfg.srq.as_ref())
+    }
+
     /// Whether a receive WQE is available (from the SRQ if the QP has one).
     pub(super) fn has_recv(&self) -> bool {
-        match &self.cfg.srq {
+        match self.recv_srq() {
             Some(s) => !s.is_empty(),
             None => !self.rq.is_empty(),
         }
@@ -351,7 +362,7 @@ impl QpCore {
 
     /// Takes the next receive WQE (from the SRQ if the QP has one).
     pub(super) fn take_recv(&mut self) -> Option<RecvWqe> {
-        match &self.cfg.srq {
+        match self.recv_srq() {
             Some(s) => s.take(),
             None => self.rq.pop_front(),
         }
@@ -360,6 +371,8 @@ impl QpCore {
     /// `ibv_modify_qp`: validates as the kernel does, then applies.
     pub fn modify(&mut self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbsError> {
         let from = self.attr.qp_state;
+        let (xrc_attr, mask) = self.xrc_modify_defaults(attr, mask);
+        let attr = xrc_attr.as_ref().unwrap_or(attr);
         let to = check_modify(self.cfg.qp_type, from, attr, mask, &self.limits)?;
         // Leaving SQD (but for ERROR) waits until the send queue has drained (rxe).
         let draining = from == QpState::Sqd && self.req.next < self.sq.len();
@@ -429,8 +442,9 @@ impl QpCore {
     }
 
     pub(super) fn push_flush_recv(&mut self, wr_id: u64) {
+        let side = self.recv_side();
         self.completions.push_back((
-            CqSide::Recv,
+            side,
             WorkCompletion {
                 wr_id,
                 status: WcStatus::WrFlushErr,
@@ -563,11 +577,18 @@ impl QpCore {
         // check_type_state: a QP takes its own transport's opcodes only (a UC WRITE or a UD
         // SEND must not touch an RC QP's memory or its receive queue).
         let own = match self.cfg.qp_type {
+            QpType::Rc if self.cfg.xrc.is_some() => crate::wire::Transport::Xrc,
             QpType::Rc => crate::wire::Transport::Rc,
             QpType::Uc => crate::wire::Transport::Uc,
             QpType::Ud => crate::wire::Transport::Ud,
         };
-        if info.transport != own {
+        // An XRC initiator takes responses only, an XRC target requests only (annex A14).
+        let wrong_role = match &self.cfg.xrc {
+            Some(XrcRole::Send) => info.is_request(),
+            Some(XrcRole::Recv(_)) => !info.is_request(),
+            None => false,
+        };
+        if info.transport != own || wrong_role {
             Counters::inc(&self.counters.wrong_transport_pkts);
             return;
         }

@@ -30,7 +30,7 @@ use crate::wire::packet::finish_payload;
 use crate::wire::psn::packets_for;
 use crate::wire::{
     AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, FethRepr, IethRepr, ImmDtRepr, Opcode,
-    PacketRepr, Psn, RethRepr,
+    PacketRepr, Psn, RethRepr, XrcEthRepr,
 };
 
 /// Response packets one READ request asks for at most: a longer READ is requested in pieces
@@ -184,8 +184,9 @@ impl QpCore {
         let mtu = self.mtu() as u64;
         let qpn = self.cfg.qpn;
         // The transport's top three opcode bits: RC 000, UC 001, UD 011 (IBTA 9.2, table 38).
+        let xrc_bits = self.xrc_bits();
         let transport_bits = match self.cfg.qp_type {
-            QpType::Rc => 0x00,
+            QpType::Rc => xrc_bits,
             QpType::Uc => 0x20,
             QpType::Ud => 0x60,
         };
@@ -201,7 +202,11 @@ impl QpCore {
             done: true,
         };
         let wqe = &mut self.sq[idx];
-        if !rd_atomic_headers(wqe, psn, offset, mtu, &mut pkt) {
+        // XRC (annex A14): every request carries the target's SRQ number after the BTH.
+        pkt.ext.xrceth = wqe.xrc_srqn.map(|srqn| XrcEthRepr { srqn });
+        if rd_atomic_headers(wqe, psn, offset, mtu, &mut pkt) {
+            pkt.bth.opcode = Opcode(pkt.bth.opcode.0 | xrc_bits);
+        } else {
             data_headers(wqe, offset, mtu, &mut pkt);
             pkt.bth.opcode = Opcode(pkt.bth.opcode.0 | transport_bits);
             if let Some(ud) = wqe.ud {

@@ -40,8 +40,9 @@ use super::keys::MrTable;
 use super::mr::{Mr, MrFault};
 use super::mw::{key_is_mw, Mw, MwFault};
 use super::params::{MAX_MESSAGE, MAX_QUEUED_RESPONSES};
-use super::qp::{CqSide, NetHeader, QpCore};
+use super::qp::{NetHeader, QpCore};
 use super::state::{InMsg, ReadJob, RecvProgress, Resource, Response, WriteProgress};
+use super::xrc::XrcRole;
 use crate::ib::{AccessFlags, QpState, QpType, WcOpcode, WcStatus, WorkCompletion};
 use crate::memory::AccessError;
 use crate::wire::packet::finish_payload;
@@ -217,7 +218,8 @@ impl QpCore {
     }
 
     fn complete_recv(&mut self, wc: WorkCompletion) {
-        self.completions.push_back((CqSide::Recv, wc));
+        let side = self.recv_side();
+        self.completions.push_back((side, wc));
     }
 
     fn recv_wc(&self, wr_id: u64, status: WcStatus, opcode: WcOpcode, len: u64) -> WorkCompletion {
@@ -277,6 +279,8 @@ impl QpCore {
         self.check_psn(info, psn)?;
         // 2. RESPST_CHK_OP_SEQ.
         self.check_op_seq(info)?;
+        // XRC: the SRQ the XRCETH names, in the target QP's domain.
+        self.check_xrc_srq(pkt)?;
         // 3. RESPST_CHK_OP_VALID.
         self.check_op_valid(pkt, info)?;
         // 4. RESPST_CHK_RESOURCE.
@@ -507,6 +511,7 @@ impl QpCore {
                 pop = last;
             }
         }
+        bth.opcode = Opcode(bth.opcode.0 | self.xrc_bits());
         let repr = PacketRepr {
             bth,
             ext,

@@ -41,6 +41,8 @@ pub struct Srq {
     inner: Mutex<Inner>,
     users: AtomicU32,
     counters: Arc<Counters>,
+    /// An XRC SRQ's domain and number (`IBV_SRQT_XRC`).
+    xrc: Option<(u32, u32)>,
 }
 
 impl Srq {
@@ -87,7 +89,21 @@ impl Srq {
             }),
             users: AtomicU32::new(0),
             counters,
+            xrc: None,
         })
+    }
+
+    /// Makes the SRQ an XRC SRQ of domain `xrcd`, numbered `srqn` (24 bits) on the device.
+    pub fn with_xrc(self, xrcd: u32, srqn: u32) -> Srq {
+        Srq {
+            xrc: Some((xrcd, srqn & 0xFF_FFFF)),
+            ..self
+        }
+    }
+
+    /// An XRC SRQ's domain and number.
+    pub fn xrc(&self) -> Option<(u32, u32)> {
+        self.xrc
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {

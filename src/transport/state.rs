@@ -141,6 +141,8 @@ pub struct RespState {
     pub(super) write: Option<WriteProgress>,
     pub(super) resources: VecDeque<Resource>,
     pub(super) out: VecDeque<Response>,
+    /// An XRC target QP: the XRC SRQ the current request's XRCETH named.
+    pub(super) xrc_srq: Option<std::sync::Arc<super::srq::Srq>>,
 }
 
 impl RespState {

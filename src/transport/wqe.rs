@@ -249,6 +249,8 @@ pub struct SendWqe {
     pub started: bool,
     /// UD: where the datagram goes.
     pub ud: Option<UdTarget>,
+    /// XRC: the number of the XRC SRQ at the target the message is for (its XRCETH).
+    pub xrc_srqn: Option<u32>,
     /// BIND_MW and LOCAL_INV: the objects the WR names, looked up at post time (the checks
     /// run when the requester reaches the WR).
     pub local: Option<LocalOp>,

@@ -18,7 +18,7 @@ use crate::driver::device::{Device, QpEntry};
 use crate::driver::{CqInner, DeviceConfig};
 use crate::ib::{check_cap, DeviceLimits};
 use crate::ib::{AhAttr, Gid, Result, SrqAttr, VerbsError};
-use crate::transport::{Counters, QpConfig, QpCore, Srq};
+use crate::transport::{Counters, QpConfig, QpCore, Srq, XrcRole};
 
 /// A device context: the entry point of the verbs API.
 #[derive(Debug)]
@@ -163,10 +163,20 @@ impl ProtectionDomain {
         Ok(SharedReceiveQueue {
             dev: Arc::clone(&self.dev),
             srq: Arc::new(srq),
+            xrcd: None,
         })
     }
 
     fn create_qp_inner(&self, init: &QpInitAttr, srq: Option<Arc<Srq>>) -> Result<QueuePair> {
+        self.create_qp_with(init, srq, None)
+    }
+
+    pub(super) fn create_qp_with(
+        &self,
+        init: &QpInitAttr,
+        srq: Option<Arc<Srq>>,
+        xrc: Option<XrcRole>,
+    ) -> Result<QueuePair> {
         self.dev.check_open()?;
         // The engine of this device fills the QP's CQs: they must be of this device (a
         // process may have several, each with its own engine), as the kernel refuses a CQ
@@ -177,40 +187,65 @@ impl ProtectionDomain {
             }
         }
         check_cap(&init.cap, &self.dev.limits)?;
-        let cap = crate::ib::sized_as_rxe(&init.cap);
-        let qpn = self.dev.alloc_qpn()?;
+        ProtectionDomain::create_qp_parts(
+            &self.dev,
+            self.handle,
+            QpParts {
+                send_cq: Arc::clone(&init.send_cq.inner),
+                recv_cq: Arc::clone(&init.recv_cq.inner),
+                cap: init.cap,
+                qp_type: init.qp_type,
+                sq_sig_all: init.sq_sig_all,
+                srq,
+                xrc,
+            },
+        )
+    }
+
+    /// Makes a QP of PD `pd` from checked parts and adds it to the engine's table.
+    pub(super) fn create_qp_parts(dev: &Arc<Device>, pd: u32, parts: QpParts) -> Result<QueuePair> {
+        let cap = crate::ib::sized_as_rxe(&parts.cap);
+        let qpn = dev.alloc_qpn()?;
+        let srq = parts.srq;
         let core = QpCore::new(
             QpConfig {
                 qpn,
-                pd: self.handle,
+                pd,
                 cap,
-                sq_sig_all: init.sq_sig_all,
-                local: self.dev.local,
-                remote_port: self.dev.remote_port,
-                qp_type: init.qp_type,
+                sq_sig_all: parts.sq_sig_all,
+                local: dev.local,
+                remote_port: dev.remote_port,
+                qp_type: parts.qp_type,
                 srq: srq.clone(),
+                xrc: parts.xrc,
             },
-            self.dev.limits.clone(),
-            Arc::clone(&self.dev.counters),
+            dev.limits.clone(),
+            Arc::clone(&dev.counters),
         );
         let core = Arc::new(Mutex::new(core));
-        self.dev.add_qp(
+        dev.add_qp(
             qpn,
             QpEntry {
                 core: Arc::clone(&core),
-                send_cq: Arc::clone(&init.send_cq.inner),
-                recv_cq: Arc::clone(&init.recv_cq.inner),
+                send_cq: parts.send_cq,
+                recv_cq: parts.recv_cq,
             },
         );
         if let Some(s) = &srq {
             s.attach();
         }
-        Ok(QueuePair::new(
-            Arc::clone(&self.dev),
-            core,
-            qpn,
-            srq,
-            self.handle,
-        ))
+        Ok(QueuePair::new(Arc::clone(dev), core, qpn, srq, pd))
     }
+}
+
+/// What a QP is made of, for [`ProtectionDomain::create_qp_parts`].
+#[derive(Debug)]
+pub(crate) struct QpParts {
+    pub(crate) send_cq: Arc<CqInner>,
+    pub(crate) recv_cq: Arc<CqInner>,
+    pub(crate) cap: crate::ib::QpCap,
+    pub(crate) qp_type: crate::ib::QpType,
+    pub(crate) sq_sig_all: bool,
+    pub(crate) srq: Option<Arc<Srq>>,
+    pub(crate) xrc: Option<XrcRole>,
 }

@@ -36,6 +36,7 @@ pub mod mw;
 pub mod post_batch;
 pub mod qp;
 pub mod srq;
+pub mod xrc;
 
 // Window types and states are the transport's (it keeps the windows); the verbs name them here.
 pub use crate::transport::{MwState, MwType};
@@ -47,3 +48,4 @@ pub use mw::{inc_rkey, MemoryWindow, MwBind};
 pub use post_batch::PostBatch;
 pub use qp::{PostError, QpInitAttr, QueuePair, RcConnect, UdSendWr};
 pub use srq::SharedReceiveQueue;
+pub use xrc::XrcDomain;

@@ -96,6 +96,13 @@ impl<'a> PostBatch<'a> {
         })
     }
 
+    /// Queues one send WR of an XRC initiator QP, for the XRC SRQ numbered `remote_srqn` at
+    /// the target (`wr.qp_type.xrc.remote_srqn`); as [`post_send`](Self::post_send).
+    #[inline]
+    pub fn post_send_xrc(&mut self, wr: &SendWr, remote_srqn: u32) -> Result<()> {
+        self.with_core(|core, mrs| core.post_send_xrc(wr, remote_srqn, mrs))
+    }
+
     /// Queues one receive WR; as [`post_send`](Self::post_send).
     #[inline]
     pub fn post_recv(&mut self, wr: &RecvWr) -> Result<()> {

@@ -363,6 +363,9 @@ impl Drop for QueuePair {
         if let Some(s) = &self.srq {
             s.detach();
         }
+        if let Some(crate::transport::XrcRole::Recv(d)) = self.lock().xrc() {
+            d.detach_qp();
+        }
     }
 }
 

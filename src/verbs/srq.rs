@@ -5,13 +5,15 @@ use std::sync::Arc;
 use super::qp::PostError;
 use crate::driver::device::Device;
 use crate::ib::{RecvWr, Result, SrqAttr, SrqAttrMask, VerbsError};
-use crate::transport::Srq;
+use crate::transport::{Srq, XrcDomain};
 
 /// A shared receive queue (`ibv_srq`): receive WRs that any QP created on it consumes.
 #[derive(Debug)]
 pub struct SharedReceiveQueue {
     pub(crate) dev: Arc<Device>,
     pub(crate) srq: Arc<Srq>,
+    /// An XRC SRQ's domain, which it leaves when dropped.
+    pub(crate) xrcd: Option<Arc<XrcDomain>>,
 }
 
 impl SharedReceiveQueue {
@@ -54,11 +56,27 @@ impl SharedReceiveQueue {
         self.srq.take_limit_event()
     }
 
+    /// `ibv_get_srq_num`: an XRC SRQ's number, which initiators name in their WRs; `None`
+    /// for another SRQ.
+    pub fn srq_num(&self) -> Option<u32> {
+        self.srq.xrc().map(|(_, n)| n)
+    }
+
     /// `ibv_destroy_srq`: refused (and the SRQ handed back) while a QP uses it.
     pub fn destroy(self) -> core::result::Result<(), (SharedReceiveQueue, VerbsError)> {
         match self.srq.check_destroy() {
             Ok(()) => Ok(()),
             Err(e) => Err((self, e)),
+        }
+    }
+}
+
+impl Drop for SharedReceiveQueue {
+    fn drop(&mut self) {
+        // An XRC SRQ leaves its domain: later requests naming it are invalid.
+        if let (Some(d), Some((_, n))) = (&self.xrcd, self.srq.xrc()) {
+            d.remove_srq(n);
+            self.dev.remove_xrc_cq(n);
         }
     }
 }

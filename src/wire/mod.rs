@@ -34,6 +34,7 @@ pub mod opcode;
 pub mod packet;
 pub mod psn;
 pub mod reth;
+pub mod xrceth;
 
 pub use aeth::{AckSyndrome, AethRepr, NakCode};
 pub use atomic_ack_eth::AtomicAckEthRepr;
@@ -48,6 +49,7 @@ pub use opcode::{HeaderSet, OpKind, Opcode, OpcodeInfo, Position, Transport};
 pub use packet::{ExtHeaders, PacketRepr};
 pub use psn::Psn;
 pub use reth::RethRepr;
+pub use xrceth::XrcEthRepr;
 
 /// The UDP destination port assigned to RoCEv2 by IANA.
 pub const ROCE_V2_UDP_PORT: u16 = 4791;
@@ -76,6 +78,8 @@ pub enum Header {
     Deth,
     /// Flush Extended Transport Header.
     Feth,
+    /// XRC Extended Transport Header.
+    XrcEth,
     /// The 16 reserved bytes of a CNP.
     CnpReserved,
     /// The invariant CRC trailer.
@@ -105,6 +109,7 @@ impl Header {
             Header::Ieth => "IETH",
             Header::Deth => "DETH",
             Header::Feth => "FETH",
+            Header::XrcEth => "XRCETH",
             Header::CnpReserved => "CNP reserved",
             Header::Icrc => "ICRC",
             Header::Ethernet => "Ethernet",

@@ -1,12 +1,13 @@
 //! The BTH OpCode space (IBTA vol. 1 §9.2.1, table 38) and what each opcode implies.
 //!
-//! The top three bits select the transport (RC 000, UC 001, RD 010, UD 011, CNP 100), the low five
-//! bits the operation. [`Opcode`] is a transparent wrapper over the byte, so every value is
+//! The top three bits select the transport (RC 000, UC 001, RD 010, UD 011, CNP 100, XRC 101),
+//! the low five bits the operation. [`Opcode`] is a transparent wrapper over the byte, so every value is
 //! representable; [`Opcode::info`] returns the static description of the opcodes this
-//! implementation knows (RC, UC, UD, CNP, and the IBTA 1.5 FLUSH and ATOMIC WRITE), or `None`.
+//! implementation knows (RC, UC, UD, CNP, XRC, and the IBTA 1.5 FLUSH and ATOMIC WRITE), or
+//! `None`.
 //! RD is not implemented (neither Linux rxe nor any RoCE device uses it).
 
-use super::{aeth, atomic_ack_eth, atomic_eth, deth, feth, ieth, immdt, reth, Header};
+use super::{aeth, atomic_ack_eth, atomic_eth, deth, feth, ieth, immdt, reth, xrceth, Header};
 
 /// A BTH OpCode byte. Unknown values are kept as they are.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -25,7 +26,10 @@ pub enum Transport {
     Ud,
     /// Congestion Notification Packet (RoCEv2 annex A17.9.3).
     Cnp,
-    /// Top bits 101, 110 (reserved) or 111 (manufacturer specific).
+    /// Extended Reliable Connected (IBTA annex A14): RC's operations, each request with an
+    /// XRCETH.
+    Xrc,
+    /// Top bits 110 (reserved) or 111 (manufacturer specific).
     Reserved,
 }
 
@@ -38,6 +42,7 @@ impl Transport {
             Transport::Rd => "RD",
             Transport::Ud => "UD",
             Transport::Cnp => "CNP",
+            Transport::Xrc => "XRC",
             Transport::Reserved => "reserved",
         }
     }
@@ -123,11 +128,14 @@ impl HeaderSet {
     pub const IETH: HeaderSet = HeaderSet(1 << 7);
     /// The 16 reserved bytes of a CNP.
     pub const CNP_RESERVED: HeaderSet = HeaderSet(1 << 8);
+    /// XRCETH (4 bytes): the XRC SRQ number of every XRC request.
+    pub const XRCETH: HeaderSet = HeaderSet(1 << 9);
 
     /// The order in which extended headers follow the BTH (IBTA §9.2 figure of header
     /// ordering; rxe_opcode.c offsets), with each header's size.
-    pub const ORDER: [(HeaderSet, Header, usize); 9] = [
+    pub const ORDER: [(HeaderSet, Header, usize); 10] = [
         (HeaderSet::DETH, Header::Deth, deth::LEN),
+        (HeaderSet::XRCETH, Header::XrcEth, xrceth::LEN),
         (HeaderSet::FETH, Header::Feth, feth::LEN),
         (HeaderSet::RETH, Header::Reth, reth::LEN),
         (HeaderSet::ATOMIC_ETH, Header::AtomicEth, atomic_eth::LEN),
@@ -218,7 +226,7 @@ impl OpcodeInfo {
     /// Whether the responder must acknowledge it: every request of the reliable service
     /// (IBTA §9.7.5.1; an ACK may be coalesced, but the request is covered by one).
     pub const fn needs_ack(&self) -> bool {
-        matches!(self.transport, Transport::Rc) && self.is_request()
+        matches!(self.transport, Transport::Rc | Transport::Xrc) && self.is_request()
     }
     /// Whether the packet is a response to a request (READ response, ACK, ATOMIC ACK).
     pub const fn is_response(&self) -> bool {
@@ -327,9 +335,65 @@ const fn describe(op: u8) -> Option<OpcodeInfo> {
             true,
         ),
         0x81 => info("CNP", Cnp, OpKind::Cnp, Only, H::CNP_RESERVED, false),
+        0xA0..=0xB7 => xrc(op),
         _ => None,
     }
 }
+
+/// The XRC opcodes (IBTA annex A14, table of XRC opcodes; rxe_opcode.c's IB_OPCODE_XRC_*):
+/// RC's operations at base 0xA0, each request with an XRCETH after the BTH; the responses
+/// (READ responses, ACKNOWLEDGE, ATOMIC ACKNOWLEDGE) carry none. FLUSH and ATOMIC WRITE have
+/// no XRC opcode.
+const fn xrc(op: u8) -> Option<OpcodeInfo> {
+    let Some(rc) = describe(op - 0xA0) else {
+        return None;
+    };
+    let name = XRC_NAMES[(op - 0xA0) as usize];
+    if name.is_empty() {
+        return None;
+    }
+    let headers = if rc.is_request() {
+        rc.headers.union(HeaderSet::XRCETH)
+    } else {
+        rc.headers
+    };
+    info(
+        name,
+        Transport::Xrc,
+        rc.kind,
+        rc.position,
+        headers,
+        rc.payload,
+    )
+}
+
+/// The XRC opcodes' names by their low five bits ("" where XRC has none).
+const XRC_NAMES: [&str; 24] = [
+    "XRC_SEND_FIRST",
+    "XRC_SEND_MIDDLE",
+    "XRC_SEND_LAST",
+    "XRC_SEND_LAST_WITH_IMMEDIATE",
+    "XRC_SEND_ONLY",
+    "XRC_SEND_ONLY_WITH_IMMEDIATE",
+    "XRC_RDMA_WRITE_FIRST",
+    "XRC_RDMA_WRITE_MIDDLE",
+    "XRC_RDMA_WRITE_LAST",
+    "XRC_RDMA_WRITE_LAST_WITH_IMMEDIATE",
+    "XRC_RDMA_WRITE_ONLY",
+    "XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE",
+    "XRC_RDMA_READ_REQUEST",
+    "XRC_RDMA_READ_RESPONSE_FIRST",
+    "XRC_RDMA_READ_RESPONSE_MIDDLE",
+    "XRC_RDMA_READ_RESPONSE_LAST",
+    "XRC_RDMA_READ_RESPONSE_ONLY",
+    "XRC_ACKNOWLEDGE",
+    "XRC_ATOMIC_ACKNOWLEDGE",
+    "XRC_COMPARE_SWAP",
+    "XRC_FETCH_ADD",
+    "",
+    "XRC_SEND_LAST_WITH_INVALIDATE",
+    "XRC_SEND_ONLY_WITH_INVALIDATE",
+];
 
 /// The RC READ request and responses (0x0C-0x10).
 const fn rc_read(op: u8) -> Option<OpcodeInfo> {
@@ -540,6 +604,14 @@ impl Opcode {
     pub const UD_SEND_ONLY_WITH_IMMEDIATE: Opcode = Opcode(0x65);
     /// Congestion Notification Packet.
     pub const CNP: Opcode = Opcode(0x81);
+    /// The XRC transport's base: an RC opcode ORed with it is the same operation on XRC.
+    pub const XRC_BASE: u8 = 0xA0;
+    /// XRC SEND only.
+    pub const XRC_SEND_ONLY: Opcode = Opcode(0xA4);
+    /// XRC RDMA WRITE only.
+    pub const XRC_RDMA_WRITE_ONLY: Opcode = Opcode(0xAA);
+    /// XRC ACKNOWLEDGE.
+    pub const XRC_ACK: Opcode = Opcode(0xB1);
 
     /// The static description of a known opcode, or `None` for an unknown one.
     #[inline]
@@ -555,6 +627,7 @@ impl Opcode {
             2 => Transport::Rd,
             3 => Transport::Ud,
             4 => Transport::Cnp,
+            5 => Transport::Xrc,
             _ => Transport::Reserved,
         }
     }
@@ -604,8 +677,9 @@ mod tests {
     #[test]
     fn known_opcode_count() {
         // RC: 12 send/write + read req + 4 read resp + ack + atomic ack + 2 atomics
-        //     + 2 send-with-invalidate + flush + atomic write = 25; UC: 12; UD: 2; CNP: 1.
-        assert_eq!(Opcode::all_known().count(), 40);
+        //     + 2 send-with-invalidate + flush + atomic write = 25; UC: 12; UD: 2; CNP: 1;
+        //     XRC: RC's but FLUSH and ATOMIC WRITE = 23.
+        assert_eq!(Opcode::all_known().count(), 63);
     }
 
     #[test]
@@ -615,6 +689,7 @@ mod tests {
         }
         assert_eq!(Opcode(0x40).transport(), Transport::Rd);
         assert_eq!(Opcode(0xE0).transport(), Transport::Reserved);
+        assert_eq!(Opcode(0xA0).transport(), Transport::Xrc);
     }
 
     #[test]

@@ -9,18 +9,20 @@ use super::opcode::CNP_RESERVED_LEN;
 use super::{
     bth, check_emit_len, AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, Error,
     FethRepr, Header, HeaderSet, IethRepr, ImmDtRepr, Opcode, OpcodeInfo, Result, RethRepr,
-    ICRC_LEN,
+    XrcEthRepr, ICRC_LEN,
 };
 
 /// [`HeaderSet::ORDER`] in memory: a loop over the constant itself copies the whole table
 /// onto the stack at every packet (a `memcpy` per parse and per emit).
-static WIRE_ORDER: [(HeaderSet, Header, usize); 9] = HeaderSet::ORDER;
+static WIRE_ORDER: [(HeaderSet, Header, usize); 10] = HeaderSet::ORDER;
 
 /// The extended transport headers of a packet; which are present is dictated by the opcode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub struct ExtHeaders {
     /// DETH (UD).
     pub deth: Option<DethRepr>,
+    /// XRCETH (every XRC request).
+    pub xrceth: Option<XrcEthRepr>,
     /// FETH (FLUSH).
     pub feth: Option<FethRepr>,
     /// RETH (WRITE first/only, READ request, FLUSH, ATOMIC WRITE).
@@ -47,6 +49,7 @@ impl ExtHeaders {
             }
         };
         add(self.deth.is_some(), HeaderSet::DETH);
+        add(self.xrceth.is_some(), HeaderSet::XRCETH);
         add(self.feth.is_some(), HeaderSet::FETH);
         add(self.reth.is_some(), HeaderSet::RETH);
         add(self.atomic.is_some(), HeaderSet::ATOMIC_ETH);
@@ -130,6 +133,7 @@ impl<'a> PacketRepr<'a> {
             let h = &buf[at..at + len];
             match header {
                 Header::Deth => ext.deth = Some(DethRepr::parse(h)?),
+                Header::XrcEth => ext.xrceth = Some(XrcEthRepr::parse(h)?),
                 Header::Feth => ext.feth = Some(FethRepr::parse(h)?),
                 Header::Reth => ext.reth = Some(RethRepr::parse(h)?),
                 Header::AtomicEth => ext.atomic = Some(AtomicEthRepr::parse(h)?),
@@ -270,6 +274,7 @@ impl<'a> PacketRepr<'a> {
             // `check_headers` guaranteed that every header the opcode needs is present.
             match header {
                 Header::Deth => self.ext.deth.unwrap_or_default().emit(h)?,
+                Header::XrcEth => self.ext.xrceth.unwrap_or_default().emit(h)?,
                 Header::Feth => self.ext.feth.unwrap_or_default().emit(h)?,
                 Header::Reth => self.ext.reth.unwrap_or_default().emit(h)?,
                 Header::AtomicEth => self.ext.atomic.unwrap_or_default().emit(h)?,
@@ -499,5 +504,58 @@ mod tests {
         assert_eq!(pad_for(2), 2);
         assert_eq!(pad_for(3), 1);
         assert_eq!(pad_for(4096), 0);
+    }
+
+    // XRC RDMA WRITE ONLY, 4-byte payload, PSN 9, DestQP 0x34, XRC SRQ 0x000102: the XRCETH
+    // sits between the BTH and the RETH (IBTA annex A14).
+    const XRC_WRITE: [u8; 40] = [
+        0xAA, 0x00, 0xFF, 0xFF, 0x00, 0x00, 0x00, 0x34, 0x80, 0x00, 0x00, 0x09, // BTH
+        0x00, 0x00, 0x01, 0x02, // XRCETH
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00,
+        0x04, // RETH
+        b'd', b'a', b't', b'a', // payload
+        0, 0, 0, 0, // ICRC
+    ];
+
+    #[test]
+    fn xrc_write_carries_xrceth_before_reth() {
+        let p = PacketRepr::parse(&XRC_WRITE).unwrap();
+        assert_eq!(p.opcode(), Opcode::XRC_RDMA_WRITE_ONLY);
+        assert_eq!(p.info().unwrap().transport, crate::wire::Transport::Xrc);
+        assert_eq!(p.ext.xrceth, Some(XrcEthRepr { srqn: 0x102 }));
+        assert_eq!(p.ext.reth.unwrap().rkey, 7);
+        assert_eq!(p.payload, b"data");
+        let mut out = [0u8; 40];
+        assert_eq!(p.emit(&mut out).unwrap(), 40);
+        assert_eq!(out, XRC_WRITE);
+        // Without its XRCETH the request cannot be emitted.
+        let bare = PacketRepr {
+            ext: ExtHeaders {
+                xrceth: None,
+                ..p.ext
+            },
+            ..p
+        };
+        assert!(matches!(
+            bare.emit(&mut out),
+            Err(Error::MissingHeader {
+                header: Header::XrcEth,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn xrc_ack_has_no_xrceth() {
+        let info = Opcode::XRC_ACK.info().unwrap();
+        assert_eq!(info.kind, crate::wire::OpKind::Ack);
+        assert!(!info.headers.contains(HeaderSet::XRCETH));
+        assert!(Opcode(0xA4)
+            .info()
+            .unwrap()
+            .headers
+            .contains(HeaderSet::XRCETH));
+        assert!(Opcode(0xB5).info().is_none());
+        assert!(Opcode(0xBC).info().is_none());
     }
 }

@@ -287,7 +287,8 @@ int main(void)
 	};
 	FAILS_NULL(ibv_create_qp(NULL, &ia), EINVAL);
 	FAILS_NULL(ibv_create_qp(pd, NULL), EINVAL);
-	ia.qp_type = IBV_QPT_XRC_SEND;
+	/* An XRC target QP needs its XRC domain, which only ibv_create_qp_ex can give. */
+	ia.qp_type = IBV_QPT_XRC_RECV;
 	FAILS_NULL(ibv_create_qp(pd, &ia), EOPNOTSUPP);
 	ia.qp_type = IBV_QPT_RC;
 	ia.cap.max_send_wr = 1 << 20;

@@ -90,6 +90,8 @@ pub const IBV_DEVICE_SYS_IMAGE_GUID: c_uint = 1 << 11;
 pub const IBV_DEVICE_RC_RNR_NAK_GEN: c_uint = 1 << 12;
 /// `IBV_DEVICE_SRQ_RESIZE`.
 pub const IBV_DEVICE_SRQ_RESIZE: c_uint = 1 << 13;
+/// `IBV_DEVICE_XRC`: XRC domains, SRQs and QPs (spec-notes/xrc.md).
+pub const IBV_DEVICE_XRC: c_uint = 1 << 20;
 /// `IBV_DEVICE_MEM_WINDOW`: memory windows (type 1).
 pub const IBV_DEVICE_MEM_WINDOW: c_uint = 1 << 17;
 /// `IBV_DEVICE_MEM_WINDOW_TYPE_2B`: type 2B windows (bound to one QP).

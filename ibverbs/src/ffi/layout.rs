@@ -96,7 +96,12 @@ pub fn layout_table() -> Vec<(String, usize)> {
         ibv_td_init_attr,
         ibv_parent_domain_init_attr,
         ibv_values_ex,
-        ibv_gid_entry
+        ibv_gid_entry,
+        ibv_xrcd,
+        ibv_xrcd_init_attr,
+        ibv_tm_cap,
+        ibv_srq_init_attr_ex,
+        ibv_qp_open_attr
     );
     named_members(&mut v);
     v
@@ -139,6 +144,11 @@ fn named_members(v: &mut Vec<(String, usize)>) {
         ("dealloc_td", VCTX_DEALLOC_TD),
         ("alloc_td", VCTX_ALLOC_TD),
         ("query_rt_values", VCTX_QUERY_RT_VALUES),
+        ("open_qp", VCTX_OPEN_QP),
+        ("get_srq_num", VCTX_GET_SRQ_NUM),
+        ("create_srq_ex", VCTX_CREATE_SRQ_EX),
+        ("open_xrcd", VCTX_OPEN_XRCD),
+        ("close_xrcd", VCTX_CLOSE_XRCD),
     ] {
         v.push((format!("verbs_context.{name}"), at * slot));
     }

@@ -35,9 +35,11 @@ mod ex;
 mod kern;
 mod layout;
 mod verbs;
+mod xrc;
 
 pub use consts::*;
 pub use ex::*;
 pub use kern::*;
 pub use layout::{layout_table, CLayout};
 pub use verbs::*;
+pub use xrc::*;

@@ -83,3 +83,71 @@ pub(crate) fn sync_qp_state(p: *mut ibv_qp) {
         }
     }
 }
+
+/// The XRC domain librdmacm keeps per context for its XRC identifiers (librdmacm's
+/// `ucma_get_xrcd`: opened with fd -1 and `O_CREAT` at first use, kept while the process
+/// lives).
+fn default_xrcd(c: *mut ibv_context) -> Result<*mut ibv_xrcd, c_int> {
+    static DOMAINS: std::sync::Mutex<Vec<(usize, usize)>> = std::sync::Mutex::new(Vec::new());
+    let mut all = DOMAINS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&(_, x)) = all
+        .iter()
+        .find(|&&(ctx, x)| ctx == c as usize && super::xrcd::xrcd_of(x as *mut ibv_xrcd).is_some())
+    {
+        return Ok(x as *mut ibv_xrcd);
+    }
+    let mut attr = ibv_xrcd_init_attr {
+        comp_mask: IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS,
+        fd: -1,
+        oflags: libc::O_CREAT,
+    };
+    // SAFETY: the shim's own op with a local attribute struct.
+    let x = unsafe { super::xrcd::op_open_xrcd(c, &mut attr) };
+    if x.is_null() {
+        return Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO));
+    }
+    all.retain(|&(ctx, _)| ctx != c as usize);
+    all.push((c as usize, x as usize));
+    Ok(x)
+}
+
+/// rdma_cm's XRC target QP (`IBV_QPT_XRC_RECV`) for an identifier on context `c`, in the
+/// context's rdma_cm domain (librdmacm's `rdma_create_qp_ex` for that type).
+pub(crate) fn xrc_recv_qp(c: *mut ibv_context, qp_context: *mut libc::c_void) -> *mut ibv_qp {
+    match default_xrcd(c) {
+        Ok(x) => super::qp::create_xrc_recv_qp(x, qp_context),
+        Err(e) => super::common::fail_null(e),
+    }
+}
+
+/// rdma_cm's XRC SRQ for an identifier on PD `pd`, in the context's rdma_cm domain, completing
+/// on `cq` (librdmacm's `rdma_create_srq_ex` for an XRC identifier).
+pub(crate) fn xrc_srq(pd: *mut ibv_pd, cq: *mut ibv_cq, attr: &ibv_srq_init_attr) -> *mut ibv_srq {
+    let Some(c) = pd_context(pd) else {
+        return super::common::fail_null(libc::EINVAL);
+    };
+    let xrcd = match default_xrcd(c) {
+        Ok(x) => x,
+        Err(e) => return super::common::fail_null(e),
+    };
+    let mut ex = ibv_srq_init_attr_ex {
+        srq_context: attr.srq_context,
+        attr: attr.attr,
+        comp_mask: IBV_SRQ_INIT_ATTR_TYPE
+            | IBV_SRQ_INIT_ATTR_PD
+            | IBV_SRQ_INIT_ATTR_XRCD
+            | IBV_SRQ_INIT_ATTR_CQ,
+        srq_type: IBV_SRQT_XRC,
+        pd,
+        xrcd,
+        cq,
+        tm_cap: ibv_tm_cap {
+            max_num_tags: 0,
+            max_ops: 0,
+        },
+    };
+    // SAFETY: the shim's own op with a local attribute struct.
+    unsafe { super::srq_ex::op_create_srq_ex(c, &mut ex) }
+}

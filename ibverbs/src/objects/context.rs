@@ -53,6 +53,12 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
         as crate::query_device_ex::QueryRtValuesFn as *mut c_void;
     ops[VCTX_CREATE_CQ_EX] = super::cq_ex::op_create_cq_ex as CreateCqExFn as *mut c_void;
     ops[VCTX_CREATE_QP_EX] = super::qp_ex::op_create_qp_ex as CreateQpExFn as *mut c_void;
+    ops[VCTX_OPEN_XRCD] = super::xrcd::op_open_xrcd as super::xrcd::OpenXrcdFn as *mut c_void;
+    ops[VCTX_CLOSE_XRCD] = super::xrcd::op_close_xrcd as super::xrcd::CloseXrcdFn as *mut c_void;
+    ops[VCTX_CREATE_SRQ_EX] =
+        super::srq_ex::op_create_srq_ex as super::srq_ex::CreateSrqExFn as *mut c_void;
+    ops[VCTX_GET_SRQ_NUM] =
+        super::srq_ex::op_get_srq_num as super::srq_ex::GetSrqNumFn as *mut c_void;
     let vctx = verbs_context {
         ops,
         sz: core::mem::size_of::<verbs_context>(),
@@ -133,8 +139,10 @@ fn device_attr(dev: usize) -> ibv_device_attr {
         max_qp: 0x10000,
         max_qp_wr: l.max_qp_wr as c_int,
         // An SRQ's max_wr changes through ibv_modify_srq (IBV_DEVICE_SRQ_RESIZE), as on rxe;
-        // memory windows of type 1 and 2B, as rxe's RXE_DEVICE_CAP_FLAGS.
+        // memory windows of type 1 and 2B, as rxe's RXE_DEVICE_CAP_FLAGS; and, beyond rxe,
+        // XRC (spec-notes/xrc.md).
         device_cap_flags: IBV_DEVICE_SYS_IMAGE_GUID
+            | IBV_DEVICE_XRC
             | IBV_DEVICE_RC_RNR_NAK_GEN
             | IBV_DEVICE_SRQ_RESIZE
             | IBV_DEVICE_MEM_WINDOW

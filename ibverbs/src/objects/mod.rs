@@ -30,9 +30,11 @@ mod qp_ex;
 mod qp_ex_state;
 mod rereg;
 mod srq;
+mod srq_ex;
 mod strings;
 mod td;
 mod wr;
+mod xrcd;
 
 pub use ah::*;
 pub use async_event::*;

@@ -109,7 +109,7 @@ pub(super) type UdAddr = (*mut ibv_ah, u32, u32);
 /// Queues one send WR of `q` into `batch` (both post paths: `ibv_post_send` and the
 /// extended builder's `wr_complete`): inline data is gathered into the QP's registered
 /// scratch, which stays locked until the transport has copied it (in the post); a UD QP's WR
-/// needs its destination. `errno` turns the transport's refusal into the path's errno.
+/// needs its destination, an XRC initiator's goes to the remote XRC SRQ `xrc_srqn`. `errno` turns the transport's refusal into the path's errno.
 ///
 /// # Safety
 ///
@@ -120,6 +120,7 @@ pub(super) unsafe fn post_send_one(
     batch: &mut PostBatch<'_>,
     wr: SendWr<'_>,
     ud: Option<UdAddr>,
+    xrc_srqn: u32,
     errno: fn(&VerbsError) -> c_int,
 ) -> Result<(), c_int> {
     let gathered;
@@ -142,6 +143,9 @@ pub(super) unsafe fn post_send_one(
     }
     let _inline = guard;
     let wr = SendWr { sg_list, ..wr };
+    if q.xrc_send {
+        return batch.post_send_xrc(&wr, xrc_srqn).map_err(|e| errno(&e));
+    }
     if !q.ud {
         return batch.post_send(&wr).map_err(|e| errno(&e));
     }
@@ -236,7 +240,7 @@ pub(super) unsafe extern "C" fn op_post_send(
                 let ud =
                     q.ud.then(|| (w.ud_ah(), w.ud_remote_qpn(), w.ud_remote_qkey()));
                 // SAFETY: the verbs contract for inline SGEs and the WR's address handle.
-                post_send_one(q, batch, one, ud, errno_of)
+                post_send_one(q, batch, one, ud, w.qp_type, errno_of)
             },
         )
     }

@@ -14,6 +14,7 @@ use super::cq::{cq_of, Cq};
 use super::handle::{self, CMutexGuard, Obj, Object};
 use super::pd::{pd_of, Pd};
 use super::srq::{srq_of, Srq};
+use super::xrcd::{xrcd_of, Xrcd};
 use crate::ffi::*;
 
 /// A queue pair. It holds its PD, CQs and SRQ, so none of them can be destroyed while it
@@ -21,12 +22,17 @@ use crate::ffi::*;
 pub(super) struct Qp {
     /// Shared with the librdmacm shim's identifier when rdma_cm connects it.
     pub(super) qp: Arc<QueuePair>,
-    _pd: Arc<Obj<Pd>>,
-    _send_cq: Arc<Obj<Cq>>,
-    _recv_cq: Arc<Obj<Cq>>,
+    /// The PD and CQs (none for an XRC target QP, which has no PD nor CQ of its own).
+    _pd: Option<Arc<Obj<Pd>>>,
+    _send_cq: Option<Arc<Obj<Cq>>>,
+    _recv_cq: Option<Arc<Obj<Cq>>>,
     _srq: Option<Arc<Obj<Srq>>>,
+    /// An XRC target QP's domain, which it holds.
+    _xrcd: Option<Arc<Obj<Xrcd>>>,
     /// A UD QP: its sends carry `wr.ud`.
     pub(super) ud: bool,
+    /// An XRC initiator QP: its sends carry `qp_type.xrc.remote_srqn`.
+    pub(super) xrc_send: bool,
     cap: ibv_qp_cap,
     sq_sig_all: c_int,
     /// Where inline data is gathered (None without `max_inline_data`).
@@ -145,7 +151,8 @@ fn state_from_c(v: c_uint) -> Option<QpState> {
 /// The QP types softroce runs (None for the others).
 fn qp_type_of(t: libc::c_uint) -> Option<QpType> {
     Some(match t {
-        IBV_QPT_RC => QpType::Rc,
+        // An XRC initiator is an RC requester (spec-notes/xrc.md).
+        IBV_QPT_RC | IBV_QPT_XRC_SEND => QpType::Rc,
         IBV_QPT_UC => QpType::Uc,
         IBV_QPT_UD => QpType::Ud,
         _ => return None,
@@ -181,6 +188,17 @@ pub unsafe extern "C" fn ibv_create_qp(
     pd: *mut ibv_pd,
     init: *mut ibv_qp_init_attr,
 ) -> *mut ibv_qp {
+    // SAFETY: the caller's contract, passed on.
+    unsafe { create_qp(pd, init) }
+}
+
+/// `ibv_create_qp` for every type with a PD: RC, UC, UD and XRC initiators (`IBV_QPT_XRC_SEND`,
+/// which `ibv_create_qp_ex` passes on, with no receive CQ).
+///
+/// # Safety
+///
+/// `init` is NULL or a readable and writable `ibv_qp_init_attr`.
+pub(super) unsafe fn create_qp(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> *mut ibv_qp {
     // The PD, CQs and SRQ are referenced under the registry lock as they are looked up: a
     // concurrent destroy of any of them is EBUSY from here on.
     let Some(pdr) = pd_of(pd) else {
@@ -192,10 +210,13 @@ pub unsafe extern "C" fn ibv_create_qp(
     // SAFETY: non-null, and the caller passes an ibv_qp_init_attr; only read through this
     // reference, whose last use comes before `cap` is written back (below).
     let ia = unsafe { &*init };
-    let (Some(scq), Some(rcq)) = (cq_of(ia.send_cq), cq_of(ia.recv_cq)) else {
+    let xrc_send = ia.qp_type == IBV_QPT_XRC_SEND;
+    // An XRC initiator has no receive side: its send CQ stands in for the engine's table.
+    let recv_cq = if xrc_send { ia.send_cq } else { ia.recv_cq };
+    let (Some(scq), Some(rcq)) = (cq_of(ia.send_cq), cq_of(recv_cq)) else {
         return fail_null(EINVAL);
     };
-    let srq = if ia.srq.is_null() {
+    let srq = if ia.srq.is_null() || xrc_send {
         None
     } else {
         match srq_of(ia.srq as *mut ibv_srq) {
@@ -215,6 +236,7 @@ pub unsafe extern "C" fn ibv_create_qp(
         sq_sig_all: ia.sq_sig_all != 0,
     };
     let created = match &srq {
+        _ if xrc_send => pdr.pd.create_xrc_send_qp(&init_attr),
         Some(x) => pdr.pd.create_qp_with_srq(&init_attr, &x.srq),
         None => pdr.pd.create_qp(&init_attr),
     };
@@ -245,7 +267,7 @@ pub unsafe extern "C" fn ibv_create_qp(
             pd,
             send_cq: ia.send_cq,
             recv_cq: ia.recv_cq,
-            srq: ia.srq,
+            srq: if xrc_send { null_mut() } else { ia.srq },
             handle: qp_num,
             qp_num,
             state: IBV_QPS_RESET,
@@ -256,11 +278,13 @@ pub unsafe extern "C" fn ibv_create_qp(
         }),
         Qp {
             qp: Arc::new(qp),
-            _pd: pdr,
-            _send_cq: scq,
-            _recv_cq: rcq,
+            _pd: Some(pdr),
+            _send_cq: Some(scq),
+            _recv_cq: Some(rcq),
             _srq: srq,
+            _xrcd: None,
             ud: qp_type == QpType::Ud,
+            xrc_send,
             cap: actual,
             sq_sig_all: ia.sq_sig_all,
             inline,
@@ -270,6 +294,52 @@ pub unsafe extern "C" fn ibv_create_qp(
     // SAFETY: the caller's ibv_qp_init_attr, which libibverbs writes the QP's actual
     // capacities back into; `ia` is no longer used.
     unsafe { std::ptr::addr_of_mut!((*init).cap).write(actual) };
+    handle::publish(&obj)
+}
+
+/// `ibv_create_qp_ex` for `IBV_QPT_XRC_RECV`: a target QP of the XRC domain `xrcd`, with no
+/// PD, CQ, send or receive queue (its requests go to the domain's SRQs). NULL and errno on
+/// failure (EINVAL for a bad domain).
+pub(super) fn create_xrc_recv_qp(xrcd: *mut ibv_xrcd, qp_context: *mut c_void) -> *mut ibv_qp {
+    let Some(x) = xrcd_of(xrcd) else {
+        return fail_null(EINVAL);
+    };
+    let qp = match x.xrcd.create_recv_qp() {
+        Ok(qp) => qp,
+        Err(e) => return fail_null(errno_of(&e)),
+    };
+    let qp_num = qp.qp_num();
+    let obj = Obj::new(
+        super::qp_ex_state::with_base(ibv_qp {
+            context: x.context(),
+            qp_context,
+            pd: null_mut(),
+            send_cq: null_mut(),
+            recv_cq: null_mut(),
+            srq: null_mut(),
+            handle: qp_num,
+            qp_num,
+            state: IBV_QPS_RESET,
+            qp_type: IBV_QPT_XRC_RECV,
+            mutex: mutex_init(),
+            cond: cond_init(),
+            events_completed: 0,
+        }),
+        Qp {
+            qp: Arc::new(qp),
+            _pd: None,
+            _send_cq: None,
+            _recv_cq: None,
+            _srq: None,
+            _xrcd: Some(x),
+            ud: false,
+            xrc_send: false,
+            cap: ibv_qp_cap::default(),
+            sq_sig_all: 0,
+            inline: None,
+            ex: Default::default(),
+        },
+    );
     handle::publish(&obj)
 }
 

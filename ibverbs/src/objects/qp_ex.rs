@@ -27,16 +27,19 @@ use softroce::verbs::PostBatch;
 use super::common::{errno_of, fail_null};
 use super::handle::{self, Obj};
 use super::post::post_send_one;
-use super::qp::{ibv_create_qp, Qp};
+use super::qp::{create_qp, Qp};
 use super::qp_ex_state::{Limits, Staged, Staging};
 use crate::ffi::*;
 
 /// `IBV_QP_INIT_ATTR_PD`, `_CREATE_FLAGS`, `_SEND_OPS_FLAGS`: the comp_mask bits rxe takes
 /// (`RXE_QP_COMP_MASK_SUP`).
 const INIT_ATTR_PD: u32 = 1 << 0;
+/// `IBV_QP_INIT_ATTR_XRCD`: the domain of an XRC target QP (softroce's addition to rxe's).
+const INIT_ATTR_XRCD: u32 = 1 << 1;
 const INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
 const INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
-const INIT_ATTR_SUPPORTED: u32 = INIT_ATTR_PD | INIT_ATTR_CREATE_FLAGS | INIT_ATTR_SEND_OPS_FLAGS;
+const INIT_ATTR_SUPPORTED: u32 =
+    INIT_ATTR_PD | INIT_ATTR_XRCD | INIT_ATTR_CREATE_FLAGS | INIT_ATTR_SEND_OPS_FLAGS;
 
 /// `IBV_QP_EX_WITH_*`.
 const WITH_RDMA_WRITE: u64 = 1 << 0;
@@ -127,6 +130,7 @@ unsafe fn build(p: *mut ibv_qp_ex, opcode: WrOpcode) {
         sge_n: 0,
         inline: None,
         ud: None,
+        xrc_srqn: 0,
     });
 }
 
@@ -289,6 +293,17 @@ unsafe extern "C" fn wr_set_ud_addr(p: *mut ibv_qp_ex, ah: *mut ibv_ah, qpn: u32
     }
 }
 
+/// `ibv_qp_ex.wr_set_xrc_srqn`'s type.
+type SetXrcSrqnFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32);
+
+unsafe extern "C" fn wr_set_xrc_srqn(p: *mut ibv_qp_ex, remote_srqn: u32) {
+    // SAFETY: the builder's contract (see `parts`).
+    let (_, st) = unsafe { parts(p) };
+    if let Some(w) = last(st) {
+        w.xrc_srqn = remote_srqn;
+    }
+}
+
 unsafe extern "C" fn wr_set_inline_data(p: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
     let one = ibv_data_buf { addr, length };
     // SAFETY: the builder's contract; `one` is a list of one buffer.
@@ -421,7 +436,7 @@ fn post_one(q: &Obj<Qp>, batch: &mut PostBatch<'_>, st: &Staging, w: &Staged) ->
     // SAFETY: the SGEs name readable process memory: the staging bytes (alive in `st`), or
     // the program's inline buffers (the verbs contract for IBV_SEND_INLINE); the address
     // handle is one the program has not destroyed (the data path's trust rule).
-    unsafe { post_send_one(q, batch, one, ud, builder_errno) }
+    unsafe { post_send_one(q, batch, one, ud, w.xrc_srqn, builder_errno) }
 }
 
 /// The builder path's errno for a refused WR: a full send queue is ENOSPC, as rxe's
@@ -486,6 +501,7 @@ pub(super) unsafe extern "C" fn op_create_qp_ex(
     let ops = if a.comp_mask & INIT_ATTR_SEND_OPS_FLAGS != 0 {
         let supported = match a.qp_type {
             IBV_QPT_RC => RC_OPS,
+            IBV_QPT_XRC_SEND => RC_OPS & !WITH_ATOMIC_WRITE,
             IBV_QPT_UC => UC_OPS,
             IBV_QPT_UD => UD_OPS,
             _ => return fail_null(EOPNOTSUPP),
@@ -497,6 +513,13 @@ pub(super) unsafe extern "C" fn op_create_qp_ex(
     } else {
         0
     };
+    if a.qp_type == IBV_QPT_XRC_RECV {
+        // A target QP belongs to its domain and has no PD, CQ or queue to build WRs on.
+        if a.comp_mask & INIT_ATTR_XRCD == 0 {
+            return fail_null(EINVAL);
+        }
+        return super::qp::create_xrc_recv_qp(a.xrcd.cast::<ibv_xrcd>(), a.qp_context);
+    }
     if a.comp_mask & INIT_ATTR_PD == 0 {
         return fail_null(EINVAL);
     }
@@ -510,7 +533,7 @@ pub(super) unsafe extern "C" fn op_create_qp_ex(
         sq_sig_all: a.sq_sig_all,
     };
     // SAFETY: the program's PD is passed on (ibv_create_qp checks it) with a local init attr.
-    let h = unsafe { ibv_create_qp(a.pd, &mut base) };
+    let h = unsafe { create_qp(a.pd, &mut base) };
     let Some(q) = handle::get::<Qp>(h) else {
         return ptr::null_mut(); // errno from ibv_create_qp
     };
@@ -522,17 +545,18 @@ pub(super) unsafe extern "C" fn op_create_qp_ex(
     });
     // SAFETY: `h` is the live QP's C struct (the registry holds it; its handle is made from
     // the allocation), not yet returned to the program.
-    unsafe { install_builders(h.cast::<ibv_qp_ex>(), ops) };
+    unsafe { install_builders(h.cast::<ibv_qp_ex>(), ops, a.qp_type == IBV_QPT_XRC_SEND) };
     h
 }
 
 /// Fills the builder entries of a new extended QP: each operation of `ops` (the QP's
-/// `send_ops_flags`), and, as rxe, the setters and batch calls whatever the operations.
+/// `send_ops_flags`), and, as rxe, the setters and batch calls whatever the operations;
+/// `wr_set_xrc_srqn` on an XRC initiator only (as mlx5).
 ///
 /// # Safety
 ///
 /// `x` is a live QP's C struct that no other thread reaches yet.
-unsafe fn install_builders(x: *mut ibv_qp_ex, ops: u64) {
+unsafe fn install_builders(x: *mut ibv_qp_ex, ops: u64, xrc_send: bool) {
     let on = |bit: u64| ops & bit != 0;
     // SAFETY: by the caller's promise; written field by field, raw.
     unsafe {
@@ -571,6 +595,11 @@ unsafe fn install_builders(x: *mut ibv_qp_ex, ops: u64) {
         }
         // As rxe, the setters and the batch calls are set whatever the operations.
         ptr::addr_of_mut!((*x).wr_set_ud_addr).write(Some(wr_set_ud_addr));
+        // An XRC initiator's only, as mlx5 sets it (other QPs keep it NULL).
+        if xrc_send {
+            ptr::addr_of_mut!((*x).wr_set_xrc_srqn)
+                .write(wr_set_xrc_srqn as SetXrcSrqnFn as *mut c_void);
+        }
         ptr::addr_of_mut!((*x).wr_set_inline_data).write(Some(wr_set_inline_data));
         ptr::addr_of_mut!((*x).wr_set_inline_data_list).write(Some(wr_set_inline_data_list));
         ptr::addr_of_mut!((*x).wr_set_sge).write(Some(wr_set_sge));

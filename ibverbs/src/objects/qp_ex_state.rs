@@ -33,6 +33,8 @@ pub(super) struct Staged {
     /// UD: the address handle (as an address: the data path trusts it at post), remote QPN
     /// and Q_Key.
     pub(super) ud: Option<(usize, u32, u32)>,
+    /// XRC: the remote XRC SRQ number (`ibv_wr_set_xrc_srqn`).
+    pub(super) xrc_srqn: u32,
 }
 
 /// The batch between `wr_start` and `wr_complete`/`wr_abort`.

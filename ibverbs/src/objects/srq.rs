@@ -7,17 +7,24 @@ use softroce::ib::{SrqAttr, SrqAttrMask};
 use softroce::verbs::SharedReceiveQueue;
 
 use super::common::{cond_init, errno_of, fail, fail_null, mutex_init};
+use super::cq::Cq;
 use super::handle::{self, Obj, Object};
 use super::pd::{pd_of, Pd};
 use super::wr::{null_handle, recv_wr, walk};
+use super::xrcd::Xrcd;
 use crate::ffi::*;
 
 /// A shared receive queue. Its QPs hold it (so `ibv_destroy_srq` is EBUSY while they live); it
 /// holds its PD.
 pub(super) struct Srq {
     pub(super) srq: SharedReceiveQueue,
-    _pd: Arc<Obj<Pd>>,
+    pub(super) _pd: Arc<Obj<Pd>>,
+    /// An XRC SRQ's domain and CQ, which it holds (EBUSY for their close and destroy).
+    pub(super) _xrc: Option<XrcHolds>,
 }
+
+/// What an XRC SRQ holds: its domain and its CQ.
+pub(super) type XrcHolds = (Arc<Obj<Xrcd>>, Arc<Obj<Cq>>);
 
 impl Object for Srq {
     type C = ibv_srq;
@@ -62,7 +69,11 @@ pub unsafe extern "C" fn ibv_create_srq(
             cond: cond_init(),
             events_completed: 0,
         },
-        Srq { srq, _pd: pdr },
+        Srq {
+            srq,
+            _pd: pdr,
+            _xrc: None,
+        },
     );
     handle::publish(&obj)
 }

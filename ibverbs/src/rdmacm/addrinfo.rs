@@ -97,13 +97,7 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     let resolved = unsafe { dup_sockaddr(addr, len as usize) };
     // SAFETY: the list from getaddrinfo, freed once.
     unsafe { libc::freeaddrinfo(list) };
-    let (qp_type, ps) = match h.map(|h| (h.ai_qp_type, h.ai_port_space)) {
-        Some((t, ps)) if t == IBV_QPT_UD as c_int || ps == RDMA_PS_UDP => {
-            (IBV_QPT_UD as c_int, RDMA_PS_UDP)
-        }
-        Some((_, ps)) if ps == RDMA_PS_IB => (IBV_QPT_RC as c_int, RDMA_PS_IB),
-        _ => (IBV_QPT_RC as c_int, RDMA_PS_TCP),
-    };
+    let (qp_type, ps) = qp_type_and_space(h.map(|h| (h.ai_qp_type, h.ai_port_space)));
     let mut ai = Box::new(rdma_addrinfo {
         ai_flags: flags,
         ai_family: fam,
@@ -225,6 +219,10 @@ pub unsafe extern "C" fn rdma_create_ep(
     let Some(obj) = id_of(cm_id) else {
         return fail(EINVAL);
     };
+    if r.ai_qp_type == IBV_QPT_XRC_SEND as c_int || r.ai_qp_type == IBV_QPT_XRC_RECV as c_int {
+        // SAFETY: raw write into the live identifier: its QPs are of the addrinfo's XRC type.
+        unsafe { ptr::addr_of_mut!((*obj.c()).qp_type).write(r.ai_qp_type as libc::c_uint) };
+    }
     let undo = |e: c_int| {
         // SAFETY: the identifier made above, handed to nobody.
         unsafe { super::id::rdma_destroy_id(cm_id) };
@@ -301,8 +299,25 @@ pub unsafe extern "C" fn rdma_create_srq(
     } else {
         pd
     };
-    // SAFETY: the shim's own ibv_create_srq checks its handles; `attr` is the caller's.
-    let srq = unsafe { crate::ibv_create_srq(pd, attr) };
+    // SAFETY: raw reads of the live identifier.
+    let (qp_type, recv_cq) = unsafe {
+        (
+            ptr::addr_of!((*c).qp_type).read(),
+            ptr::addr_of!((*c).recv_cq).read(),
+        )
+    };
+    let srq = if qp_type == IBV_QPT_XRC_RECV {
+        // An XRC identifier's SRQ is an XRC SRQ of rdma_cm's domain, completing on the
+        // identifier's receive CQ (librdmacm's rdma_create_srq_ex), made with its QP.
+        if attr.is_null() || recv_cq.is_null() {
+            return fail(EINVAL);
+        }
+        // SAFETY: the caller's readable attributes (checked non-null).
+        crate::objects::cm_hooks::xrc_srq(pd, recv_cq, unsafe { &*attr })
+    } else {
+        // SAFETY: the shim's own ibv_create_srq checks its handles; `attr` is the caller's.
+        unsafe { crate::ibv_create_srq(pd, attr) }
+    };
     if srq.is_null() {
         return -1;
     }
@@ -366,4 +381,23 @@ pub unsafe extern "C" fn rdma_create_qp_ex(id: *mut rdma_cm_id, attr: *mut c_voi
     };
     // SAFETY: the leading ibv_qp_init_attr of the caller's struct.
     unsafe { super::qp::rdma_create_qp(id, pd, attr as *mut ibv_qp_init_attr) }
+}
+
+/// The QP type and port space of an `rdma_addrinfo` for the hints' (type, space): UD for the
+/// UDP space or a UD type, XRC types kept in the IB space, RC otherwise.
+fn qp_type_and_space(hint: Option<(c_int, c_int)>) -> (c_int, c_int) {
+    match hint {
+        Some((t, ps)) if t == IBV_QPT_UD as c_int || ps == RDMA_PS_UDP => {
+            (IBV_QPT_UD as c_int, RDMA_PS_UDP)
+        }
+        // rdma_xserver/rdma_xclient's XRC: the port space IB with an XRC type, kept.
+        Some((t, ps))
+            if ps == RDMA_PS_IB
+                && (t == IBV_QPT_XRC_SEND as c_int || t == IBV_QPT_XRC_RECV as c_int) =>
+        {
+            (t, RDMA_PS_IB)
+        }
+        Some((_, ps)) if ps == RDMA_PS_IB => (IBV_QPT_RC as c_int, RDMA_PS_IB),
+        _ => (IBV_QPT_RC as c_int, RDMA_PS_TCP),
+    }
 }

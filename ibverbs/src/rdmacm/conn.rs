@@ -9,7 +9,7 @@ use super::channel::{next_event, rdma_ack_cm_event};
 use super::device::sent_before_return;
 use super::error::{errno, errno_of, fail, lock};
 use super::ffi::*;
-use super::id::{complete, id_of, Id, QpInit};
+use super::id::{complete, complete_keeping, id_of, Id, QpInit};
 use super::param::{max_rd_atom, param_from_c};
 use crate::ffi::*;
 use crate::objects::cm_hooks;
@@ -58,7 +58,7 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn
         None => c.connect(&p).map(|()| RDMA_CM_EVENT_ESTABLISHED),
     };
     match r {
-        Ok(want) => complete(&obj, want),
+        Ok(want) => complete_keeping(&obj, want),
         Err(e) => fail(errno_of(&e)),
     }
 }

@@ -360,8 +360,12 @@ fn connect_request(m: &Cm, ev: RdmaCmEvent) {
     };
     // SAFETY: raw read of the live listener's C struct.
     let context = unsafe { ptr::addr_of!((*listener.c()).context).read() };
+    // SAFETY: raw read of the live listener's C struct.
+    let listener_type = unsafe { ptr::addr_of!((*listener.c()).qp_type).read() };
     let qp_type = if listener.ps == RDMA_PS_UDP {
         IBV_QPT_UD
+    } else if listener_type == IBV_QPT_XRC_RECV {
+        IBV_QPT_XRC_RECV
     } else {
         IBV_QPT_RC
     };

@@ -3,6 +3,7 @@
 //! re-exported here with the helpers the other files use to make and address identifiers.
 
 use std::net::SocketAddr;
+use std::ptr::{self, null_mut};
 use std::sync::Arc;
 
 use libc::{c_int, c_void, sockaddr, EADDRINUSE, EADDRNOTAVAIL, EINVAL, ENODEV};
@@ -102,6 +103,8 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
     let Some(obj) = handle::remove_in_use::<Id>(id) else {
         return fail(EINVAL);
     };
+    // The event a synchronous call kept (librdmacm's rdma_destroy_id acknowledges it).
+    ack_kept_event(&obj);
     destroy(&obj);
     0
 }
@@ -219,11 +222,38 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut sockaddr
     }
 }
 
+/// As [`complete`], keeping the event `want` in the identifier's `event` until its next
+/// synchronous call or its destruction, as librdmacm's ucma_complete keeps every event:
+/// rdma_xclient reads the REP's private data there after `rdma_connect`.
+pub(super) fn complete_keeping(id: &Arc<Obj<Id>>, want: c_int) -> c_int {
+    complete_with(id, want, true)
+}
+
+/// Acknowledges the event a synchronous identifier kept ([`complete_keeping`]), if any.
+pub(super) fn ack_kept_event(id: &Obj<Id>) {
+    let c = id.c();
+    // SAFETY: raw access to the live identifier; a kept event is outstanding until now.
+    unsafe {
+        let ev = ptr::addr_of!((*c).event).read();
+        if !ev.is_null() {
+            ptr::addr_of_mut!((*c).event).write(null_mut());
+            rdma_ack_cm_event(ev);
+        }
+    }
+}
+
 /// Waits, for a synchronous identifier, for the event its call queued and takes it: 0 when it
 /// is `want`, otherwise the event's status as errno (as librdmacm's ucma_complete).
 pub(super) fn complete(id: &Arc<Obj<Id>>, want: c_int) -> c_int {
+    complete_with(id, want, false)
+}
+
+fn complete_with(id: &Arc<Obj<Id>>, want: c_int, keep: bool) -> c_int {
     if !id.sync() {
         return 0;
+    }
+    if keep {
+        ack_kept_event(id);
     }
     let ch = id.chan();
     match next_event(&ch) {
@@ -231,6 +261,11 @@ pub(super) fn complete(id: &Arc<Obj<Id>>, want: c_int) -> c_int {
             // SAFETY: `ev` is an event just taken from the identifier's channel, live until
             // acknowledged below.
             let (kind, status) = unsafe { ((*ev).event, (*ev).status) };
+            if keep && kind == want {
+                // SAFETY: raw write into the live identifier; acknowledged by ack_kept_event.
+                unsafe { ptr::addr_of_mut!((*id.c()).event).write(ev) };
+                return 0;
+            }
             // SAFETY: the event is outstanding; acknowledging it frees it.
             unsafe { rdma_ack_cm_event(ev) };
             if kind == want {

@@ -127,8 +127,14 @@ pub unsafe extern "C" fn rdma_create_qp(
     } else if a.send_cq.is_null() || a.recv_cq.is_null() {
         return fail(EINVAL);
     }
-    // SAFETY: the shim's own ibv_create_qp with the caller's (valid) attributes.
-    let qp = unsafe { crate::ibv_create_qp(pd, a) };
+    let qp = if a.qp_type == IBV_QPT_XRC_RECV {
+        // An XRC target QP is of rdma_cm's XRC domain, with no PD or CQ of its own (its
+        // SRQ completes on the identifier's receive CQ; librdmacm's rdma_create_qp_ex).
+        crate::objects::cm_hooks::xrc_recv_qp(v, a.qp_context)
+    } else {
+        // SAFETY: the shim's own ibv_create_qp with the caller's (valid) attributes.
+        unsafe { crate::ibv_create_qp(pd, a) }
+    };
     if qp.is_null() {
         let e = errno();
         destroy_cqs(&obj);

@@ -337,7 +337,13 @@ static void qp_ex_creation(struct ibv_cq *cq)
 	CHECK(ex_qp(cq, IBV_QPT_UC, IBV_QP_EX_WITH_RDMA_READ, 0) == NULL && errno == EOPNOTSUPP);
 	qp = ex_qp(cq, IBV_QPT_UC, IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND, 0);
 	CHECK(qp != NULL && ibv_destroy_qp(qp) == 0);
-	CHECK(ex_qp(cq, IBV_QPT_XRC_SEND, IBV_QP_EX_WITH_SEND, 0) == NULL && errno == EOPNOTSUPP);
+	/* XRC: an initiator takes RC's operations but ATOMIC WRITE (XRC has no such opcode),
+	 * and only it has wr_set_xrc_srqn (spec-notes/xrc.md). */
+	qp = ex_qp(cq, IBV_QPT_XRC_SEND, IBV_QP_EX_WITH_SEND, 0);
+	x = qp ? ibv_qp_to_qp_ex(qp) : NULL;
+	CHECK(x && x->wr_send && x->wr_set_xrc_srqn && ibv_destroy_qp(qp) == 0);
+	CHECK(ex_qp(cq, IBV_QPT_XRC_SEND, IBV_QP_EX_WITH_ATOMIC_WRITE, 0) == NULL &&
+	      errno == EOPNOTSUPP);
 }
 
 static void qp_ex_rc(struct ibv_cq *scq, struct ibv_cq *rcq)

@@ -40,6 +40,26 @@ impl QpCore {
         Ok(())
     }
 
+    /// XRC (IBTA annex A14; spec-notes/xrc.md): an XRC target QP delivers each request to
+    /// the XRC SRQ its XRCETH names, which must be one of the QP's domain; a missing XRCETH,
+    /// a number of no SRQ or of another domain's SRQ is an invalid request (NAK, counted
+    /// `xrc_srq_errors`). Other QPs pass.
+    pub(super) fn check_xrc_srq(&mut self, pkt: &PacketRepr) -> Result<(), Fault> {
+        let Some(XrcRole::Recv(domain)) = &self.cfg.xrc else {
+            return Ok(());
+        };
+        match pkt.ext.xrceth.and_then(|x| domain.srq(x.srqn)) {
+            Some(srq) => {
+                self.resp.xrc_srq = Some(srq);
+                Ok(())
+            }
+            None => {
+                Counters::inc(&self.counters.xrc_srq_errors);
+                Err(Fault::InvalidRequest)
+            }
+        }
+    }
+
     /// The NAK of a PSN sequence error, carrying the expected PSN: one per gap, then silence
     /// until the expected PSN arrives.
     pub(super) fn nak_sequence_error(&mut self) {
@@ -214,7 +234,7 @@ impl QpCore {
                 let a = pkt.ext.atomic.ok_or(Fault::InvalidRequest)?;
                 let (mr, offset) = mrs
                     .resolve_remote_qp(
-                        self.cfg.pd,
+                        self.resp_pd(),
                         self.cfg.qpn,
                         a.rkey,
                         a.va,
@@ -231,7 +251,7 @@ impl QpCore {
                 let reth = pkt.ext.reth.ok_or(Fault::InvalidRequest)?;
                 let (mr, offset) = mrs
                     .resolve_remote_qp(
-                        self.cfg.pd,
+                        self.resp_pd(),
                         self.cfg.qpn,
                         reth.rkey,
                         reth.va,
@@ -263,13 +283,13 @@ impl QpCore {
         let need = flush_rights(feth.placement);
         if feth.selectivity == feth::SELECTIVITY_MR && !key_is_mw(reth.rkey) {
             let mr = mrs.by_rkey(reth.rkey).ok_or(Fault::RkeyViolation)?;
-            if mr.pd != self.cfg.pd || !mr.access.contains(need) {
+            if mr.pd != self.resp_pd() || !mr.access.contains(need) {
                 return Err(Fault::RkeyViolation);
             }
             return Ok(());
         }
         mrs.resolve_remote_qp(
-            self.cfg.pd,
+            self.resp_pd(),
             self.cfg.qpn,
             reth.rkey,
             reth.va,
@@ -295,7 +315,7 @@ impl QpCore {
             return Ok((None, 0, 0));
         }
         let (mr, off) = mrs
-            .resolve_remote_qp(self.cfg.pd, self.cfg.qpn, reth.rkey, reth.va, len, need)
+            .resolve_remote_qp(self.resp_pd(), self.cfg.qpn, reth.rkey, reth.va, len, need)
             .map_err(rkey_fault)?;
         Ok((Some(mr), off, len))
     }

@@ -81,7 +81,7 @@ impl QpCore {
     /// every region that is not fast-register.
     pub(super) fn invalidate_remote(&self, rkey: u32, mw: Option<&Mw>) -> Result<(), MwFault> {
         match mw {
-            Some(mw) => mw.invalidate(self.cfg.pd, self.cfg.qpn, rkey),
+            Some(mw) => mw.invalidate(self.resp_pd(), self.cfg.qpn, rkey),
             None if key_is_mw(rkey) => Err(MwFault::UnknownKey),
             None => Err(MwFault::RegionKey),
         }

@@ -20,6 +20,7 @@ mod simulation;
 mod srq;
 mod uc;
 mod ud;
+mod xrc;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -118,6 +119,7 @@ fn side(qpn: u32, ip: &str) -> Side {
         remote_port: 4791,
         qp_type: QpType::Rc,
         srq: None,
+        xrc: None,
     };
     let mut mrs = MrTable::new();
     let access = AccessFlags::LOCAL_WRITE
@@ -416,7 +418,7 @@ impl Pair {
             while let Some((side, wc)) = s.qp.poll_completion() {
                 match side {
                     CqSide::Send => s.send_wcs.push(wc),
-                    CqSide::Recv => s.recv_wcs.push(wc),
+                    CqSide::Recv | CqSide::Srq(_) => s.recv_wcs.push(wc),
                 }
             }
         }

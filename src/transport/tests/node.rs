@@ -28,6 +28,8 @@ pub(super) struct Node {
     pub endpoint: Endpoint,
     pub recv_wcs: Vec<WorkCompletion>,
     pub send_wcs: Vec<WorkCompletion>,
+    /// Receive completions for the CQ of an XRC SRQ, with its number.
+    pub srq_wcs: Vec<(u32, WorkCompletion)>,
 }
 
 /// One packet as it crossed (or failed to cross) the link.
@@ -44,6 +46,21 @@ pub(super) struct Seen {
 }
 
 pub(super) fn node(qpn: u32, ip: &str, qp_type: QpType, srq: Option<Arc<Srq>>) -> Node {
+    node_with(qpn, ip, qp_type, srq, None)
+}
+
+/// A node whose QP is an XRC initiator or target (RC-typed, as the transport has them).
+pub(super) fn node_xrc(qpn: u32, ip: &str, role: XrcRole) -> Node {
+    node_with(qpn, ip, QpType::Rc, None, Some(role))
+}
+
+fn node_with(
+    qpn: u32,
+    ip: &str,
+    qp_type: QpType,
+    srq: Option<Arc<Srq>>,
+    xrc: Option<XrcRole>,
+) -> Node {
     let addr = SocketAddr::new(ip.parse::<IpAddr>().unwrap(), 4791);
     let counters = Arc::new(Counters::default());
     let cfg = QpConfig {
@@ -61,6 +78,7 @@ pub(super) fn node(qpn: u32, ip: &str, qp_type: QpType, srq: Option<Arc<Srq>>) -
         remote_port: 4791,
         qp_type,
         srq,
+        xrc,
     };
     let mut mrs = MrTable::new();
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
@@ -79,6 +97,7 @@ pub(super) fn node(qpn: u32, ip: &str, qp_type: QpType, srq: Option<Arc<Srq>>) -
         counters,
         recv_wcs: Vec::new(),
         send_wcs: Vec::new(),
+        srq_wcs: Vec::new(),
     }
 }
 
@@ -256,6 +275,7 @@ impl Node {
             match side {
                 CqSide::Send => self.send_wcs.push(wc),
                 CqSide::Recv => self.recv_wcs.push(wc),
+                CqSide::Srq(n) => self.srq_wcs.push((n, wc)),
             }
         }
     }
