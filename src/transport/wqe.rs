@@ -95,6 +95,24 @@ impl LocalData {
         pd: u32,
         need: AccessFlags,
     ) -> Result<LocalData, VerbsError> {
+        Self::resolve_in(sges, mrs, Some(pd), need)
+    }
+
+    /// Resolves a receive WR's SGE list: keys, bounds and rights as [`LocalData::resolve`],
+    /// but a region of another protection domain is accepted here and refused where the data
+    /// lands ([`LocalData::regions_valid`]), as rxe and mlx5 check it; so a receive that
+    /// names a region `ibv_rereg_mr` moved to another PD fails as on them
+    /// (spec-notes/beyond-rxe.md rule 5).
+    pub fn resolve_recv(sges: &[Sge], mrs: &MrTable) -> Result<LocalData, VerbsError> {
+        Self::resolve_in(sges, mrs, None, AccessFlags::LOCAL_WRITE)
+    }
+
+    fn resolve_in(
+        sges: &[Sge],
+        mrs: &MrTable,
+        pd: Option<u32>,
+        need: AccessFlags,
+    ) -> Result<LocalData, VerbsError> {
         let mut out = SgeList::Empty;
         for (index, sge) in sges.iter().enumerate() {
             if sge.length == 0 {
@@ -102,7 +120,7 @@ impl LocalData {
             }
             let bad = |fault| VerbsError::BadSge { index, fault };
             let mr = mrs.by_lkey(sge.lkey).ok_or(bad(SgeFault::UnknownLkey))?;
-            if mr.pd != pd {
+            if pd.is_some_and(|pd| mr.pd != pd) {
                 return Err(bad(SgeFault::UnknownLkey));
             }
             let offset = mr
@@ -121,6 +139,17 @@ impl LocalData {
             );
         }
         Ok(LocalData::Sges(out))
+    }
+
+    /// Whether every region the data names is still the one its key names (neither
+    /// deregistered nor replaced by `ibv_rereg_mr` since the post) and of protection domain
+    /// `pd`: the check where a receive's data lands, once per message (a load and a compare
+    /// per SGE; no lock).
+    pub fn regions_valid(&self, pd: u32) -> bool {
+        match self {
+            LocalData::Inline(_) => true,
+            LocalData::Sges(s) => s.as_slice().iter().all(|s| s.mr.pd == pd && s.mr.is_live()),
+        }
     }
 
     /// Total length in bytes.
