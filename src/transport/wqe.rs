@@ -141,15 +141,36 @@ impl LocalData {
         Ok(LocalData::Sges(out))
     }
 
-    /// Whether every region the data names is still the one its key names (neither
-    /// deregistered nor replaced by `ibv_rereg_mr` since the post) and of protection domain
-    /// `pd`: the check where a receive's data lands, once per message (a load and a compare
-    /// per SGE; no lock).
-    pub fn regions_valid(&self, pd: u32) -> bool {
-        match self {
-            LocalData::Inline(_) => true,
-            LocalData::Sges(s) => s.as_slice().iter().all(|s| s.mr.pd == pd && s.mr.is_live()),
-        }
+    /// Checks a receive's regions again where its data lands, once per message: each must
+    /// still be the region its key names and of protection domain `pd` (a load and a compare
+    /// per SGE, no lock). One that `ibv_rereg_mr` replaced since the post is looked up again
+    /// by its key and kept if the key still grants the same bytes with LOCAL_WRITE in `pd`
+    /// (new rights only), as hardware that resolves keys at execution finds them. False if
+    /// any fails: deregistered, of another PD, or its key now over other memory.
+    pub fn recheck(&mut self, mrs: &MrTable, pd: u32) -> bool {
+        let sges = match self {
+            LocalData::Inline(_) => return true,
+            LocalData::Sges(SgeList::Empty) => return true,
+            LocalData::Sges(SgeList::One(s)) => std::slice::from_mut(s),
+            LocalData::Sges(SgeList::Many(v)) => v.as_mut_slice(),
+        };
+        sges.iter_mut().all(|s| {
+            if s.mr.pd == pd && s.mr.is_live() {
+                return true;
+            }
+            let va = s.mr.iova.wrapping_add(s.offset);
+            let Some(now) = mrs.by_lkey(s.mr.lkey).filter(|m| m.pd == pd) else {
+                return false;
+            };
+            match now.check(va, u64::from(s.len), AccessFlags::LOCAL_WRITE) {
+                Ok(offset) if Arc::ptr_eq(&now.storage, &s.mr.storage) => {
+                    s.mr = Arc::clone(now);
+                    s.offset = offset;
+                    true
+                }
+                _ => false,
+            }
+        })
     }
 
     /// Total length in bytes.

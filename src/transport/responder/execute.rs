@@ -16,6 +16,7 @@ impl QpCore {
         psn: Psn,
         net: Option<&NetHeader>,
         inv: Option<(u32, Option<Arc<Mw>>)>,
+        mrs: &MrTable,
     ) -> Result<(), Fault> {
         let starts = info.position.starts_message();
         if starts && self.resp.recv.is_none() {
@@ -30,7 +31,7 @@ impl QpCore {
         // The receive's regions are checked again where its data lands, once per message:
         // one deregistered, moved to another PD or given other memory (`ibv_rereg_mr`) since
         // the post fails the WQE as rxe's copy_data would (RESPST_ERR_MALFORMED_WQE).
-        if starts && !r.wqe.data.regions_valid(pd) {
+        if starts && !r.wqe.data.recheck(mrs, pd) {
             return Err(Fault::MalformedWqe);
         }
         let n = pkt.payload.len() as u64;
