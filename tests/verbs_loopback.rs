@@ -842,7 +842,7 @@ fn a_receive_posted_before_the_region_moved_pd_fails_and_reset_takes_the_complet
     // The second receive's flush is waiting on B's CQ; RESET takes it away (libmlx5's
     // mlx5_cq_clean), and A's QP, reset too, leaves nothing either.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while b.cq.len() == 0 && Instant::now() < deadline {
+    while b.cq.is_empty() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(1));
     }
     assert_eq!(b.cq.len(), 1, "the flushed receive");
