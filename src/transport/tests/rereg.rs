@@ -28,6 +28,11 @@ fn send_after(change: impl FnOnce(&mut Pair)) -> (WcStatus, WcStatus) {
         )
         .unwrap();
     change(&mut p);
+    send_from_a(&mut p)
+}
+
+/// A sends 100 bytes (wr_id 10) into B's receive (wr_id 9): A's and B's completion statuses.
+fn send_from_a(p: &mut Pair) -> (WcStatus, WcStatus) {
     let sg = [sge(&p.a, 0, 100)];
     let wr = SendWr {
         wr_id: 10,
@@ -130,16 +135,9 @@ fn a_receive_of_another_pds_region_is_posted_and_fails_where_the_data_lands() {
         sg_list: &outside,
     };
     assert!(p.b.qp.post_recv(&bad, &p.b.mrs).is_err());
-    let sg = [sge(&p.a, 0, 100)];
-    let wr = SendWr {
-        wr_id: 10,
-        sg_list: &sg,
-        opcode: WrOpcode::Send,
-        send_flags: SendFlags::SIGNALED,
-    };
-    p.a.qp.post_send(&wr, &p.a.mrs).unwrap();
-    p.drive_for(Duration::from_millis(50));
-    assert_eq!(p.a.send_wcs[0].status, WcStatus::RemOpErr);
-    assert_eq!(p.b.recv_wcs[0].status, WcStatus::LocQpOpErr);
+    assert_eq!(
+        send_from_a(&mut p),
+        (WcStatus::RemOpErr, WcStatus::LocQpOpErr)
+    );
     assert_eq!(p.b.qp.state(), QpState::Err);
 }
