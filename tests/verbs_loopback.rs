@@ -820,6 +820,43 @@ fn modify_keeps_the_keys_and_changes_rights_and_pd() {
 }
 
 #[test]
+fn a_receive_posted_before_the_region_moved_pd_fails_and_reset_takes_the_completions() {
+    // spec-notes/beyond-rxe.md rule 5: the receive's key is checked where the data lands.
+    let (a, mut b) = connected(Mtu::Mtu1024, 4096);
+    let rsge = [b.mr.sge(0, 64)];
+    let recv = |wr_id| RecvWr {
+        wr_id,
+        sg_list: &rsge,
+    };
+    b.qp.post_recv(&[recv(1)]).unwrap();
+    let other = b.ctx.alloc_pd().unwrap();
+    b.mr.modify(Some(&other), FULL).unwrap();
+    // Posted after the move: accepted (keys, bounds and rights are checked at post, the PD
+    // where the data lands).
+    b.qp.post_recv(&[recv(2)]).unwrap();
+    post(&a, 7, WrOpcode::Send, 0, 8);
+    let wc = wait(&a.cq);
+    assert_eq!((wc.wr_id, wc.status), (7, WcStatus::RemOpErr));
+    let wc = wait(&b.cq);
+    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::LocQpOpErr));
+    // The second receive's flush is waiting on B's CQ; RESET takes it away (libmlx5's
+    // mlx5_cq_clean), and A's QP, reset too, leaves nothing either.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while b.cq.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(b.cq.len(), 1, "the flushed receive");
+    let reset = QpAttr {
+        qp_state: QpState::Reset,
+        ..Default::default()
+    };
+    b.qp.modify(&reset, QpAttrMask::STATE).unwrap();
+    assert!(b.cq.poll_one().unwrap().is_none());
+    a.qp.modify(&reset, QpAttrMask::STATE).unwrap();
+    assert!(a.cq.poll_one().unwrap().is_none());
+}
+
+#[test]
 fn counters_are_named_as_rxe_names_them() {
     let (a, b) = connected(Mtu::Mtu1024, 4096);
     let rsge = [b.mr.sge(0, 64)];

@@ -170,6 +170,12 @@ fn device_entries(v: &DeviceView) -> Vec<Entry> {
             e.push(f(format!("{port}/gid_attrs/ndevs/{i}"), n));
         }
     }
+    // The table's empty entries, as the kernel shows them: the zero GID, and no attributes
+    // (reading them fails there).
+    let zero = hex_groups(&[0; 16]);
+    for i in GID_TABLE_LEN..usize::from(softroce::ib::GID_TABLE_CAPACITY) {
+        e.push(f(format!("{port}/gids/{i}"), &zero));
+    }
     if let Some(n) = &v.ndev {
         e.push(f(format!("{dev}/parent"), n));
         // rxe's ib_device has its netdev's parent device as its own (`device`), so
@@ -706,6 +712,20 @@ mod tests {
         ] {
             assert_eq!(file(&e, &format!("{hw}/{n}")), Some("0\n"), "{n}");
         }
+    }
+
+    #[test]
+    fn the_gid_table_is_as_long_as_rxes_with_the_unused_entries_zero() {
+        let e = sysfs_entries(&[view()]);
+        let port = "devices/virtual/infiniband/softroce0/ports/1";
+        let zero = "0000:0000:0000:0000:0000:0000:0000:0000\n";
+        assert_ne!(file(&e, &format!("{port}/gids/1")), Some(zero));
+        assert_eq!(file(&e, &format!("{port}/gids/2")), Some(zero));
+        assert_eq!(file(&e, &format!("{port}/gids/1023")), Some(zero));
+        assert!(file(&e, &format!("{port}/gids/1024")).is_none());
+        assert!(file(&e, &format!("{port}/gid_attrs/types/1")).is_some());
+        assert!(file(&e, &format!("{port}/gid_attrs/types/2")).is_none());
+        assert!(file(&e, &format!("{port}/gid_attrs/ndevs/2")).is_none());
     }
 
     #[test]

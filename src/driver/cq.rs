@@ -187,6 +187,23 @@ impl CqInner {
         );
     }
 
+    /// Drops the completions of QP `qpn` not yet polled, as libmlx5's `mlx5_cq_clean` does
+    /// when a QP goes to RESET (spec-notes/beyond-rxe.md rule 5): they name work requests the
+    /// reset forgot. Returns how many were dropped.
+    pub(crate) fn remove_qp(&self, qpn: u32) -> usize {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let before = st.queue.len();
+        let CqState { queue, stamps, .. } = &mut *st;
+        if let Some(stamps) = stamps.as_mut() {
+            let mut keep = queue.iter().map(|wc| wc.qp_num != qpn);
+            stamps.retain(|_| keep.next().unwrap_or(true));
+        }
+        queue.retain(|wc| wc.qp_num != qpn);
+        let dropped = before - st.queue.len();
+        self.publish(&st);
+        dropped
+    }
+
     /// Capacity given at creation.
     pub(crate) fn capacity(&self) -> usize {
         self.capacity.load(Ordering::Relaxed)

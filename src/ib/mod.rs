@@ -14,6 +14,6 @@ mod types;
 pub use error::{QueueKind, Result, SgeFault, VerbsError};
 pub use qp_attr::{
     apply_modify, check_cap, check_modify, check_sqd_exit, sized_as_rxe, DeviceLimits,
-    MAX_MCAST_GROUPS, MAX_MCAST_QP_ATTACH,
+    GID_TABLE_CAPACITY, MAX_MCAST_GROUPS, MAX_MCAST_QP_ATTACH,
 };
 pub use types::*;

@@ -13,6 +13,11 @@
 use super::error::VerbsError;
 use super::types::{Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType};
 
+/// The GID table length a port reports (`gid_tbl_len`): rxe's `RXE_PORT_GID_TBL_LEN`. Only
+/// the first [`DeviceLimits::gid_table_len`] entries are populated; querying another is
+/// ENODATA, as for rxe's unused entries (spec-notes/device-view.md).
+pub const GID_TABLE_CAPACITY: u16 = 1024;
+
 /// Device limits that attribute checks depend on; the defaults are rxe's (rxe_param.h).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceLimits {
@@ -34,8 +39,9 @@ pub struct DeviceLimits {
     pub max_cqe: u32,
     /// P_Key table length: 1, index 0 holding the default P_Key 0xFFFF.
     pub pkey_table_len: u16,
-    /// GID table length: softroce has 2 entries, both its own address, so that the `-g 0` and
-    /// `-g 1` habits of rxe users both work.
+    /// Populated GID table entries: softroce has 2, both its own address, so that the `-g 0`
+    /// and `-g 1` habits of rxe users both work. The port reports a table of
+    /// [`GID_TABLE_CAPACITY`] entries, the others empty.
     pub gid_table_len: u8,
     /// Most multicast groups with QPs attached at once. Each group is a socket of the device
     /// (a socket bound to one group address receives only that group), so the bound is the

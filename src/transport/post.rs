@@ -284,7 +284,8 @@ impl QpCore {
                 max: self.cfg.cap.max_recv_sge,
             });
         }
-        let data = LocalData::resolve(wr.sg_list, mrs, self.cfg.pd, AccessFlags::LOCAL_WRITE)?;
+        // The PD is checked where the data lands (LocalData::resolve_recv).
+        let data = LocalData::resolve_recv(wr.sg_list, mrs)?;
         if state == QpState::Err {
             self.push_flush_recv(wr.wr_id);
             return Ok(());

@@ -261,7 +261,7 @@ impl QpCore {
         let psn = Psn::new(pkt.bth.psn);
         let done = self
             .check_chain(pkt, info, psn, mrs)
-            .and_then(|target| self.execute(pkt, info, psn, target, net));
+            .and_then(|target| self.execute(pkt, info, psn, target, net, mrs));
         if let Err(fault) = done {
             self.verdict(pkt, info, psn, fault);
         }
@@ -299,9 +299,10 @@ impl QpCore {
         psn: Psn,
         target: Target,
         net: Option<&NetHeader>,
+        mrs: &MrTable,
     ) -> Result<(), Fault> {
         match target {
-            Target::Send(inv) => self.execute_send(pkt, info, psn, net, inv),
+            Target::Send(inv) => self.execute_send(pkt, info, psn, net, inv, mrs),
             Target::Write(start) => self.execute_write(pkt, info, psn, start),
             Target::Read {
                 mr,

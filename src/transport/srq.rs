@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::counters::Counters;
 use super::keys::MrTable;
 use super::wqe::{LocalData, RecvWqe};
-use crate::ib::{AccessFlags, DeviceLimits, QueueKind, RecvWr, SrqAttr, SrqAttrMask, VerbsError};
+use crate::ib::{DeviceLimits, QueueKind, RecvWr, SrqAttr, SrqAttrMask, VerbsError};
 
 /// The smallest queue rxe creates (RXE_MIN_SRQ_WR): smaller requests are rounded up.
 pub const MIN_SRQ_WR: u32 = 1;
@@ -130,7 +130,8 @@ impl Srq {
                 max: g.attr.max_sge,
             });
         }
-        let data = LocalData::resolve(wr.sg_list, mrs, self.pd, AccessFlags::LOCAL_WRITE)?;
+        // The PD is checked where the data lands (LocalData::resolve_recv).
+        let data = LocalData::resolve_recv(wr.sg_list, mrs)?;
         g.queue.push_back(RecvWqe {
             wr_id: wr.wr_id,
             data,

@@ -95,6 +95,24 @@ impl LocalData {
         pd: u32,
         need: AccessFlags,
     ) -> Result<LocalData, VerbsError> {
+        Self::resolve_in(sges, mrs, Some(pd), need)
+    }
+
+    /// Resolves a receive WR's SGE list: keys, bounds and rights as [`LocalData::resolve`],
+    /// but a region of another protection domain is accepted here and refused where the data
+    /// lands ([`LocalData::regions_valid`]), as rxe and mlx5 check it; so a receive that
+    /// names a region `ibv_rereg_mr` moved to another PD fails as on them
+    /// (spec-notes/beyond-rxe.md rule 5).
+    pub fn resolve_recv(sges: &[Sge], mrs: &MrTable) -> Result<LocalData, VerbsError> {
+        Self::resolve_in(sges, mrs, None, AccessFlags::LOCAL_WRITE)
+    }
+
+    fn resolve_in(
+        sges: &[Sge],
+        mrs: &MrTable,
+        pd: Option<u32>,
+        need: AccessFlags,
+    ) -> Result<LocalData, VerbsError> {
         let mut out = SgeList::Empty;
         for (index, sge) in sges.iter().enumerate() {
             if sge.length == 0 {
@@ -102,7 +120,7 @@ impl LocalData {
             }
             let bad = |fault| VerbsError::BadSge { index, fault };
             let mr = mrs.by_lkey(sge.lkey).ok_or(bad(SgeFault::UnknownLkey))?;
-            if mr.pd != pd {
+            if pd.is_some_and(|pd| mr.pd != pd) {
                 return Err(bad(SgeFault::UnknownLkey));
             }
             let offset = mr
@@ -121,6 +139,38 @@ impl LocalData {
             );
         }
         Ok(LocalData::Sges(out))
+    }
+
+    /// Checks a receive's regions again where its data lands, once per message: each must
+    /// still be the region its key names and of protection domain `pd` (a load and a compare
+    /// per SGE, no lock). One that `ibv_rereg_mr` replaced since the post is looked up again
+    /// by its key and kept if the key still grants the same bytes with LOCAL_WRITE in `pd`
+    /// (new rights only), as hardware that resolves keys at execution finds them. False if
+    /// any fails: deregistered, of another PD, or its key now over other memory.
+    pub fn recheck(&mut self, mrs: &MrTable, pd: u32) -> bool {
+        let sges = match self {
+            LocalData::Inline(_) => return true,
+            LocalData::Sges(SgeList::Empty) => return true,
+            LocalData::Sges(SgeList::One(s)) => std::slice::from_mut(s),
+            LocalData::Sges(SgeList::Many(v)) => v.as_mut_slice(),
+        };
+        sges.iter_mut().all(|s| {
+            if s.mr.pd == pd && s.mr.is_live() {
+                return true;
+            }
+            let va = s.mr.iova.wrapping_add(s.offset);
+            let Some(now) = mrs.by_lkey(s.mr.lkey).filter(|m| m.pd == pd) else {
+                return false;
+            };
+            match now.check(va, u64::from(s.len), AccessFlags::LOCAL_WRITE) {
+                Ok(offset) if Arc::ptr_eq(&now.storage, &s.mr.storage) => {
+                    s.mr = Arc::clone(now);
+                    s.offset = offset;
+                    true
+                }
+                _ => false,
+            }
+        })
     }
 
     /// Total length in bytes.

@@ -70,6 +70,39 @@ impl ProtectionDomain {
     }
 }
 
+impl MemoryRegion {
+    /// `ibv_rereg_mr` with `IBV_REREG_MR_CHANGE_TRANSLATION` on application memory: the
+    /// region, under the keys it has, now over `len` bytes at `ptr` (addressed as `ptr`), in
+    /// `pd` if given, with rights `access`; the new memory is checked as
+    /// [`ProtectionDomain::register_foreign_mr`] checks it, and the old memory is no longer
+    /// touched once this returns. On error the region is as it was.
+    ///
+    /// # Safety
+    ///
+    /// [`ProtectionDomain::register_foreign_mr`]'s contract for `ptr .. ptr + len`.
+    pub unsafe fn modify_translation(
+        &mut self,
+        pd: Option<&ProtectionDomain>,
+        ptr: *mut u8,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<()> {
+        if ptr.is_null() || len == 0 {
+            return Err(VerbsError::InvalidAttribute {
+                attr: "addr",
+                reason: "null or empty",
+            });
+        }
+        if !access.contains(AccessFlags::ON_DEMAND) {
+            check_mapped(ptr, len, access.intersects(WRITING))?;
+        }
+        // SAFETY: ForeignBytes::new's contract is the caller's (valid until revoked): the
+        // region revokes this storage when it is dropped or given other memory.
+        let storage = Arc::new(unsafe { SharedBytes::foreign(ptr, len) });
+        self.replace(pd, Some((storage, ptr as u64)), access)
+    }
+}
+
 /// The registration-time check that stands in for rxe's pinning ([`mapping`]).
 fn check_mapped(ptr: *mut u8, len: usize, write: bool) -> Result<()> {
     let (addr, bytes) = (ptr as u64, len as u64);

@@ -182,6 +182,19 @@ impl MemoryRegion {
     /// (`IBV_REREG_MR_CHANGE_PD`, a PD of the same device) with rights `access`. Refused while
     /// memory windows are bound to it, and for rights registration refuses.
     pub fn modify(&mut self, pd: Option<&ProtectionDomain>, access: AccessFlags) -> Result<()> {
+        self.replace(pd, None, access)
+    }
+
+    /// [`MemoryRegion::modify`], and with `memory` (storage and the address the peer and
+    /// SGEs use for it) over other bytes as well (`IBV_REREG_MR_CHANGE_TRANSLATION`): the
+    /// old bytes are revoked before it returns, as `ibv_dereg_mr` revokes them. Work requests
+    /// posted before the change that name the region fail where their data lands.
+    pub(crate) fn replace(
+        &mut self,
+        pd: Option<&ProtectionDomain>,
+        memory: Option<(Arc<SharedBytes>, u64)>,
+        access: AccessFlags,
+    ) -> Result<()> {
         if self.mr.bound_windows() > 0 {
             return Err(windows_bound());
         }
@@ -197,7 +210,8 @@ impl MemoryRegion {
             Some(pd) => pd.handle,
             None => self.mr.pd,
         };
-        let (storage, iova) = (Arc::clone(&self.mr.storage), self.mr.iova);
+        let old = Arc::clone(&self.mr.storage);
+        let (storage, iova) = memory.unwrap_or_else(|| (Arc::clone(&old), self.mr.iova));
         self.mr = self
             .dev
             .mrs
@@ -208,6 +222,9 @@ impl MemoryRegion {
                 attr: "memory region",
                 reason: "deregistered",
             })?;
+        if !Arc::ptr_eq(&old, &self.mr.storage) {
+            old.revoke();
+        }
         Ok(())
     }
 }

@@ -161,9 +161,28 @@ impl QueuePair {
     /// `ibv_modify_qp`: checks the transition and attributes as the kernel does.
     pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
         self.dev.check_open()?;
-        self.lock().modify(attr, mask)?;
+        let mut core = self.lock();
+        let from = core.state();
+        core.modify(attr, mask)?;
+        if from != QpState::Reset && core.state() == QpState::Reset {
+            // Under the QP's lock, so that no completion of it is delivered meanwhile.
+            self.forget_completions();
+        }
+        drop(core);
         self.dev.ring(self.qpn);
         Ok(())
+    }
+
+    /// A QP gone to RESET: its completions not yet polled leave its CQs, as libmlx5's
+    /// `mlx5_cq_clean` takes them (rxe leaves them; spec-notes/beyond-rxe.md rule 5).
+    fn forget_completions(&self) {
+        let qps = self.dev.qps.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = qps.get(&self.qpn) {
+            e.send_cq.remove_qp(self.qpn);
+            if !Arc::ptr_eq(&e.send_cq, &e.recv_cq) {
+                e.recv_cq.remove_qp(self.qpn);
+            }
+        }
     }
 
     /// RESET -> INIT on port 1, P_Key index 0, granting `access` to the peer.

@@ -17,7 +17,9 @@ pub(super) struct Mr {
     /// Taken out and deregistered by ibv_dereg_mr (put back if windows are bound to it);
     /// otherwise dropped (revoked) with the object. None only within ibv_dereg_mr.
     mr: Mutex<Option<MemoryRegion>>,
-    _pd: Arc<Obj<Pd>>,
+    /// Its PD, which `ibv_rereg_mr` may change (so that the PD it left can be deallocated
+    /// and the one it joined cannot).
+    pd: Mutex<Arc<Obj<Pd>>>,
     /// The device memory it is over, if it is (`ibv_reg_dm_mr`): kept while the region lives.
     _dm: Option<Arc<Obj<Dm>>>,
 }
@@ -26,6 +28,11 @@ impl Mr {
     /// The region, locked (a window bind reads its key under the lock).
     pub(super) fn region(&self) -> MutexGuard<'_, Option<MemoryRegion>> {
         self.mr.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Makes `pd` the PD the region holds (`ibv_rereg_mr` with `IBV_REREG_MR_CHANGE_PD`).
+    pub(super) fn set_pd(&self, pd: Arc<Obj<Pd>>) {
+        *self.pd.lock().unwrap_or_else(|e| e.into_inner()) = pd;
     }
 }
 
@@ -112,7 +119,7 @@ pub(super) fn publish_mr(
         },
         Mr {
             mr: Mutex::new(Some(mr)),
-            _pd: pdr,
+            pd: Mutex::new(pdr),
             _dm: dm,
         },
     );

@@ -2,8 +2,8 @@
 
 use std::ptr;
 
-use libc::{c_char, c_int, c_uint, EINVAL};
-use softroce::ib::Gid;
+use libc::{c_char, c_int, c_uint, EINVAL, ENODATA};
+use softroce::ib::{Gid, GID_TABLE_CAPACITY};
 
 use super::common::{fail, fail_neg, set_errno, Config, DEFAULT_PKEY, PORT};
 use super::ctx::ctx_of;
@@ -15,7 +15,8 @@ pub(super) fn port_attr(cfg: &Config) -> ibv_port_attr {
         state: IBV_PORT_ACTIVE,
         max_mtu: l.max_mtu as c_uint,
         active_mtu: cfg.mtu as c_uint,
-        gid_tbl_len: l.gid_table_len as c_int,
+        // rxe's table length; only the first `gid_table_len` entries are populated.
+        gid_tbl_len: c_int::from(GID_TABLE_CAPACITY),
         // As rxe.
         port_cap_flags: IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS,
         // The largest message softroce sends and accepts (IBTA's 2^31); rxe says 0x800000 but
@@ -75,15 +76,23 @@ pub unsafe extern "C" fn ibv_query_port(
 
 /// Device `dev`'s GID at `index`: its address (read live, not from the context's copy of
 /// the configuration: a process's rdma_cm may give its device a stand-in address before the
-/// engine starts, see `common::stand_in`).
-fn gid_at(dev: usize, index: c_int) -> Option<[u8; 16]> {
-    let len = softroce::ib::DeviceLimits::default().gid_table_len as c_int;
-    (0..len)
-        .contains(&index)
-        .then(|| Gid::from_ip(super::common::config(dev).bind.ip()).0)
+/// engine starts, see `common::stand_in`). `Err(ENODATA)` for an empty entry of the table
+/// (`index` below `GID_TABLE_CAPACITY`), `Err(EINVAL)` past its end, as the kernel's
+/// `rdma_get_gid_attr` answers on rxe.
+fn gid_at(dev: usize, index: c_int) -> Result<[u8; 16], c_int> {
+    let populated = c_int::from(softroce::ib::DeviceLimits::default().gid_table_len);
+    if (0..populated).contains(&index) {
+        Ok(Gid::from_ip(super::common::config(dev).bind.ip()).0)
+    } else if (0..c_int::from(GID_TABLE_CAPACITY)).contains(&index) {
+        Err(ENODATA)
+    } else {
+        Err(EINVAL)
+    }
 }
 
-/// `ibv_query_gid`: 0, or -1 (bad context, port or index).
+/// `ibv_query_gid`: 0, or -1 (bad context, port or index). An empty entry reads as the zero
+/// GID with 0 (libibverbs' `ibv_query_gid` on ENODATA: "Preserve API behavior for empty
+/// GID").
 #[no_mangle]
 pub unsafe extern "C" fn ibv_query_gid(
     c: *mut ibv_context,
@@ -94,14 +103,17 @@ pub unsafe extern "C" fn ibv_query_gid(
     let Some(ctx) = ctx_of(c) else {
         return fail_neg(EINVAL);
     };
-    match gid_at(ctx.dev, index) {
-        Some(g) if port == PORT && !gid.is_null() => {
-            // SAFETY: the caller passes a writable union ibv_gid.
-            unsafe { gid.write(g) };
-            0
-        }
-        _ => fail_neg(EINVAL),
+    if port != PORT || gid.is_null() {
+        return fail_neg(EINVAL);
     }
+    let g = match gid_at(ctx.dev, index) {
+        Ok(g) => g,
+        Err(ENODATA) => [0; 16],
+        Err(e) => return fail_neg(e),
+    };
+    // SAFETY: the caller passes a writable union ibv_gid.
+    unsafe { gid.write(g) };
+    0
 }
 
 c_struct! {
@@ -122,7 +134,7 @@ c_struct! {
     }
 }
 
-fn gid_entry(dev: usize, index: c_int) -> Option<ibv_gid_entry> {
+fn gid_entry(dev: usize, index: c_int) -> Result<ibv_gid_entry, c_int> {
     gid_at(dev, index).map(|gid| ibv_gid_entry {
         gid,
         gid_index: index as u32,
@@ -132,7 +144,8 @@ fn gid_entry(dev: usize, index: c_int) -> Option<ibv_gid_entry> {
     })
 }
 
-/// `_ibv_query_gid_ex` (behind the inline `ibv_query_gid_ex`): 0 or an errno value.
+/// `_ibv_query_gid_ex` (behind the inline `ibv_query_gid_ex`): 0 or an errno value, ENODATA
+/// for an empty entry.
 #[no_mangle]
 pub unsafe extern "C" fn _ibv_query_gid_ex(
     c: *mut ibv_context,
@@ -153,16 +166,18 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
         return fail(EINVAL);
     }
     match gid_entry(ctx.dev, index as c_int) {
-        Some(e) => {
+        Ok(e) => {
             // SAFETY: the caller's entry holds entry_size >= 32 bytes.
             unsafe { entry.write(e) };
             0
         }
-        None => fail(EINVAL),
+        Err(e) => fail(e),
     }
 }
 
-/// `_ibv_query_gid_table`: the number of entries written, or a negative errno.
+/// `_ibv_query_gid_table`: the populated entries (the empty ones are left out, as the
+/// kernel's `rdma_query_gid_table` does); their number, or a negative errno (EINVAL when
+/// they do not fit).
 #[no_mangle]
 pub unsafe extern "C" fn _ibv_query_gid_table(
     c: *mut ibv_context,
@@ -185,7 +200,7 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
         return -(fail(EINVAL) as isize);
     }
     for i in 0..len {
-        if let Some(e) = gid_entry(ctx.dev, i as c_int) {
+        if let Ok(e) = gid_entry(ctx.dev, i as c_int) {
             // SAFETY: the caller's array holds max_entries >= len entries of entry_size bytes.
             unsafe { ((entries as *mut u8).add(i * entry_size) as *mut ibv_gid_entry).write(e) };
         }
@@ -194,7 +209,8 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
 }
 
 /// `ibv_query_gid_type` (IBVERBS_PRIVATE_34, which ibv_devinfo calls): every GID is RoCE v2
-/// (`IBV_GID_TYPE_SYSFS_ROCE_V2` = 1). 0, or -1 with errno.
+/// (`IBV_GID_TYPE_SYSFS_ROCE_V2` = 1); an empty entry answers
+/// `IBV_GID_TYPE_SYSFS_IB_ROCE_V1` (0) as libibverbs does on ENODATA. 0, or -1 with errno.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_query_gid_type(
     c: *mut ibv_context,
@@ -205,11 +221,16 @@ pub unsafe extern "C" fn ibv_query_gid_type(
     let Some(ctx) = ctx_of(c) else {
         return fail_neg(EINVAL);
     };
-    if port != PORT || ty.is_null() || gid_at(ctx.dev, index as c_int).is_none() {
+    if port != PORT || ty.is_null() {
         return fail_neg(EINVAL);
     }
+    let t = match gid_at(ctx.dev, index as c_int) {
+        Ok(_) => IBV_GID_TYPE_SYSFS_ROCE_V2,
+        Err(ENODATA) => 0,
+        Err(e) => return fail_neg(e),
+    };
     // SAFETY: the caller passes a writable enum.
-    unsafe { ty.write(IBV_GID_TYPE_SYSFS_ROCE_V2) };
+    unsafe { ty.write(t) };
     0
 }
 

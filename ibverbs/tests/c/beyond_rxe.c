@@ -1,7 +1,7 @@
 /*
  * The verbs rxe lacks, as softroce offers them (spec-notes/beyond-rxe.md), through the C ABI
  * against the shim: on-demand paging (caps, explicit and implicit regions, memory mapped after
- * registration, ibv_advise_mr), ibv_rereg_mr of access rights, device memory, thread and
+ * registration, ibv_advise_mr), ibv_rereg_mr of access rights, PD and memory, device memory, thread and
  * parent domains, completion timestamps and ibv_query_rt_values_ex. Traffic goes between two
  * RC QPs of this process over loopback.
  *
@@ -117,21 +117,108 @@ static void rereg(void)
 	CHECK(mr->lkey == key && mr->rkey == key); /* the key a peer holds stays good */
 	memset(src, 0x77, LEN);
 	CHECK(write_to((uintptr_t)m, key, 64).status == IBV_WC_SUCCESS && m[63] == 0x77);
-	/* libibverbs' input checks, and what softroce does not do yet. */
+	/* libibverbs' input checks, and what the device refuses. */
 	errno = 0;
 	CHECK(ibv_rereg_mr(mr, 8, NULL, NULL, 0, 0) == IBV_REREG_MR_ERR_INPUT && errno == EINVAL);
 	CHECK(ibv_rereg_mr(mr, 0, NULL, NULL, 0, ALL_REMOTE) == IBV_REREG_MR_ERR_INPUT);
 	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, NULL, 0, 0) ==
 	      IBV_REREG_MR_ERR_INPUT);
 	errno = 0;
-	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, pd, NULL, 0, 0) == IBV_REREG_MR_ERR_CMD &&
-	      errno == EOPNOTSUPP);
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, NULL, NULL, 0, 0) == IBV_REREG_MR_ERR_CMD &&
+	      errno == EINVAL);
 	errno = 0;
 	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_REMOTE_WRITE) ==
 		      IBV_REREG_MR_ERR_CMD &&
 	      errno == EINVAL); /* remote write without local write */
 	CHECK(ibv_dereg_mr(mr) == 0);
 	free(m);
+}
+
+/* B posts a receive of 64 bytes at `va` under `lkey` (wr_id 5). */
+static void recv_on_b(uint64_t va, uint32_t lkey)
+{
+	struct ibv_sge sge = {.addr = va, .length = 64, .lkey = lkey};
+	struct ibv_recv_wr wr = {.wr_id = 5, .sg_list = &sge, .num_sge = 1}, *bad;
+	CHECK(ibv_post_recv(qp_b, &wr, &bad) == 0);
+}
+
+/* A SEND of 64 bytes of src from qp_a: A's completion status. */
+static enum ibv_wc_status send_64(void)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)src, .length = 64, .lkey = src_mr->lkey};
+	struct ibv_send_wr wr = {
+		.wr_id = 6,
+		.sg_list = &sge,
+		.num_sge = 1,
+		.opcode = IBV_WR_SEND,
+		.send_flags = IBV_SEND_SIGNALED,
+	}, *bad;
+	CHECK(ibv_post_send(qp_a, &wr, &bad) == 0);
+	struct ibv_wc wc = poll1(cq_a);
+	CHECK(wc.wr_id == 6);
+	return wc.status;
+}
+
+/*
+ * ibv_rereg_mr of PD and of memory, under the same keys: a receive posted before the change
+ * fails where its data lands (A learns a remote operational error), as rdma-core's
+ * test_mr_rereg_pd and test_mr_rereg_addr expect.
+ */
+static void rereg_pd_and_memory(void)
+{
+	char *m = aligned_alloc(4096, LEN), *m2 = aligned_alloc(4096, LEN);
+	CHECK(m != NULL && m2 != NULL);
+	struct ibv_mr *mr = ibv_reg_mr(pd, m, LEN, ALL_REMOTE);
+	CHECK(mr != NULL);
+	uint32_t key = mr->lkey;
+	struct ibv_pd *pd2 = ibv_alloc_pd(ctx);
+	CHECK(pd2 != NULL);
+	memset(src, 0x55, LEN);
+
+	/* Another PD: B's receive posted before fails, and so do A's WRITEs under the key. */
+	recv_on_b((uintptr_t)m, key);
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, pd2, NULL, 0, 0) == 0);
+	CHECK(mr->pd == pd2 && mr->lkey == key && mr->rkey == key);
+	CHECK(ibv_dealloc_pd(pd2) == EBUSY); /* the region holds its new PD */
+	CHECK(send_64() == IBV_WC_REM_OP_ERR);
+	struct ibv_wc wc = poll1(cq_b);
+	CHECK(wc.wr_id == 5 && wc.status == IBV_WC_LOC_QP_OP_ERR);
+	restate();
+	CHECK(write_to((uintptr_t)m, key, 64).status == IBV_WC_REM_ACCESS_ERR);
+	restate();
+	/* Back to the QPs' PD: traffic works again, and the PD it left can go. */
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, pd, NULL, 0, 0) == 0 && mr->pd == pd);
+	CHECK(ibv_dealloc_pd(pd2) == 0);
+	recv_on_b((uintptr_t)m, key);
+	CHECK(send_64() == IBV_WC_SUCCESS);
+	wc = poll1(cq_b);
+	CHECK(wc.wr_id == 5 && wc.status == IBV_WC_SUCCESS && m[63] == 0x55);
+
+	/* Other memory: the receive posted on the old memory fails; the new memory takes data. */
+	recv_on_b((uintptr_t)m, key);
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, m2, LEN, 0) == 0);
+	CHECK(mr->addr == m2 && mr->length == LEN && mr->lkey == key);
+	CHECK(send_64() == IBV_WC_REM_OP_ERR);
+	wc = poll1(cq_b);
+	CHECK(wc.wr_id == 5 && wc.status == IBV_WC_LOC_QP_OP_ERR);
+	restate();
+	memset(m, 0, LEN);
+	memset(src, 0x66, LEN);
+	CHECK(write_to((uintptr_t)m2, key, 64).status == IBV_WC_SUCCESS && m2[63] == 0x66);
+	CHECK(m[63] == 0); /* the old memory is no longer the region's */
+	CHECK(write_to((uintptr_t)m, key, 64).status == IBV_WC_REM_ACCESS_ERR);
+	restate();
+	/* Memory that is not mapped is refused and leaves the region as it was. */
+	char *gone = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(gone != MAP_FAILED && munmap(gone, 4096) == 0);
+	errno = 0;
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, gone, 4096, 0) ==
+		      IBV_REREG_MR_ERR_CMD &&
+	      errno == EFAULT);
+	CHECK(mr->addr == m2 && write_to((uintptr_t)m2, key, 64).status == IBV_WC_SUCCESS);
+	CHECK(ibv_dereg_mr(mr) == 0);
+	free(m);
+	free(m2);
 }
 
 static void device_memory(void)
@@ -271,6 +358,7 @@ int main(void)
 
 	odp();
 	rereg();
+	rereg_pd_and_memory();
 	device_memory();
 	domains();
 	timestamps();

@@ -16,6 +16,7 @@ impl QpCore {
         psn: Psn,
         net: Option<&NetHeader>,
         inv: Option<(u32, Option<Arc<Mw>>)>,
+        mrs: &MrTable,
     ) -> Result<(), Fault> {
         let starts = info.position.starts_message();
         if starts && self.resp.recv.is_none() {
@@ -25,7 +26,16 @@ impl QpCore {
         self.resp.in_msg = Some(InMsg::Send);
         let ud = self.cfg.qp_type == QpType::Ud;
         let grh = if ud && starts { GRH_AREA } else { 0 };
+        // An SRQ's receives are checked against its PD (an XRC target's, the one this
+        // request's XRCETH named).
+        let pd = self.recv_srq().map_or(self.cfg.pd, |s| s.pd());
         let r = self.resp.recv.as_mut().ok_or(Fault::InvalidRequest)?;
+        // The receive's regions are checked again where its data lands, once per message:
+        // one deregistered, moved to another PD or given other memory (`ibv_rereg_mr`) since
+        // the post fails the WQE as rxe's copy_data would (RESPST_ERR_MALFORMED_WQE).
+        if starts && !r.wqe.data.recheck(mrs, pd) {
+            return Err(Fault::MalformedWqe);
+        }
         let n = pkt.payload.len() as u64;
         if r.offset + grh + n > r.wqe.data.len() {
             return Err(Fault::RecvTooSmall);

@@ -14,6 +14,7 @@ mod hostile;
 mod mw;
 mod node;
 mod placement;
+mod rereg;
 mod revoked;
 mod scenarios;
 mod simulation;

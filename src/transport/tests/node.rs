@@ -63,9 +63,16 @@ fn node_with(
 ) -> Node {
     let addr = SocketAddr::new(ip.parse::<IpAddr>().unwrap(), 4791);
     let counters = Arc::new(Counters::default());
+    // An XRC target QP has no protection domain of its own, as the verbs layer makes it: its
+    // requests are checked against the SRQ they name.
+    let pd = if matches!(xrc, Some(XrcRole::Recv(_))) {
+        0
+    } else {
+        1
+    };
     let cfg = QpConfig {
         qpn,
-        pd: 1,
+        pd,
         cap: QpCap {
             max_send_wr: 64,
             max_recv_wr: 64,
