@@ -352,3 +352,31 @@ fn iperf3_under_librspreload_moves_its_bytes_as_rocev2() {
         "only {most} RoCEv2 packets reached the server's device:\n{ct}"
     );
 }
+
+#[test]
+fn rstream_with_keepalive_every_second_keeps_its_data_whole() {
+    // -k 1: SO_KEEPALIVE and TCP_KEEPIDLE 1, read back; the transfer outlasts a keepalive
+    // period, so keepalive messages cross between the data and must not disturb it (-T v)
+    let ip = "127.0.0.79";
+    let opts = [
+        "-p", "7479", "-T", "b", "-T", "v", "-k", "1", "-S", "1048576", "-C", "400",
+    ];
+    let mut sargs = vec!["-b", ip];
+    sargs.extend_from_slice(&opts);
+    let mut cargs = vec!["-s", ip];
+    cargs.extend_from_slice(&opts);
+    let (st, ct, cok, sok) = pair(
+        shimmed(&rstream(), ip, &sargs),
+        ip,
+        shimmed(&rstream(), &client_ip(ip), &cargs),
+        true,
+    );
+    assert!(cok && sok, "server:\n{st}\nclient:\n{ct}");
+    for out in [&st, &ct] {
+        assert!(
+            out.contains("Keepalive: ON") && out.contains("time: 1"),
+            "{out}"
+        );
+        assert!(out.lines().any(|l| l.starts_with("custom")), "{out}");
+    }
+}

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use libc::{c_int, c_void, iovec, size_t, sockaddr, ssize_t, EBADF, EINVAL, ENOTSUP};
 
+use super::keepalive;
 use super::proto::{scale_to_value, value_to_scale};
 use super::stream::Rs;
 use super::table;
@@ -363,8 +364,9 @@ pub unsafe extern "C" fn rgetsockname(s: c_int, addr: *mut sockaddr, len: *mut u
     unsafe { name(s, addr, len, false) }
 }
 
-/// `rsetsockopt`: buffer sizes (doubled, as rsocket.c's), queue sizes, address reuse; the
-/// TCP and keepalive options are taken and have no effect yet; others ENOTSUP.
+/// `rsetsockopt`: buffer sizes (doubled, as rsocket.c's), queue sizes, the iomap area,
+/// address reuse, keepalive (`keepalive.rs`); TCP_NODELAY and the like are taken with no
+/// effect, as rsocket.c; others ENOTSUP.
 #[no_mangle]
 pub unsafe extern "C" fn rsetsockopt(
     s: c_int,
@@ -395,8 +397,23 @@ pub unsafe extern "C" fn rsetsockopt(
                 st.sizes.rbuf = u(v).saturating_mul(2).max(4096)
             }
             (libc::SOL_SOCKET, libc::SO_SNDBUF | libc::SO_RCVBUF) => {}
-            (libc::SOL_SOCKET, libc::SO_KEEPALIVE | libc::SO_LINGER) => {}
-            (libc::IPPROTO_TCP, libc::TCP_NODELAY | libc::TCP_MAXSEG | libc::TCP_KEEPIDLE) => {}
+            (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => {
+                st.keepalive = v != 0;
+                if st.keepalive {
+                    if st.keepalive_time == 0 {
+                        st.keepalive_time = keepalive::default_time();
+                    }
+                    drop(st);
+                    keepalive::start();
+                }
+            }
+            (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE) => {
+                st.keepalive_time = u32::try_from(v).ok().filter(|&t| t > 0).ok_or(EINVAL)?;
+                st.keepalive_next = None;
+            }
+            (libc::SOL_SOCKET, libc::SO_LINGER) => {}
+            (libc::IPPROTO_TCP, libc::TCP_NODELAY | libc::TCP_MAXSEG) => {}
+            (libc::IPPROTO_TCP, libc::TCP_KEEPCNT | libc::TCP_KEEPINTVL) => {}
             (SOL_RDMA, 0) => st.sizes.sq = u(v).clamp(2, 65535) as u16,
             (SOL_RDMA, 1) => st.sizes.rq = u(v).clamp(2, 65535) as u16,
             (SOL_RDMA, 3) if st.conn.is_none() => {
@@ -410,7 +427,7 @@ pub unsafe extern "C" fn rsetsockopt(
     }))
 }
 
-/// `rgetsockopt`: SO_ERROR (once), the buffer sizes, SO_KEEPALIVE off; others ENOTSUP.
+/// `rgetsockopt`: SO_ERROR (once), the buffer sizes, keepalive; others ENOTSUP.
 #[no_mangle]
 pub unsafe extern "C" fn rgetsockopt(
     s: c_int,
@@ -429,7 +446,9 @@ pub unsafe extern "C" fn rgetsockopt(
             (libc::SOL_SOCKET, libc::SO_ERROR) => std::mem::take(&mut st.so_error) as u32,
             (libc::SOL_SOCKET, libc::SO_SNDBUF) => st.sizes.sbuf,
             (libc::SOL_SOCKET, libc::SO_RCVBUF) => st.sizes.rbuf,
-            (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => 0,
+            (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => u32::from(st.keepalive),
+            (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE) => st.keepalive_time,
+            (libc::IPPROTO_TCP, libc::TCP_KEEPCNT | libc::TCP_KEEPINTVL) => 1,
             (libc::IPPROTO_TCP, libc::TCP_NODELAY) => 1,
             _ => return Err(ENOTSUP),
         };

@@ -13,6 +13,7 @@ mod conn;
 mod datapath;
 mod io;
 mod iomap;
+mod keepalive;
 mod poll;
 #[allow(dead_code)] // the datagram encodings wait for that mode (issue 37)
 pub(crate) mod proto;

@@ -30,6 +30,12 @@ pub(super) struct St {
     pub(super) conn: Option<Conn>,
     /// A connect that failed: what SO_ERROR reports once.
     pub(super) so_error: c_int,
+    /// SO_KEEPALIVE (`RS_OPT_KEEPALIVE`).
+    pub(super) keepalive: bool,
+    /// TCP_KEEPIDLE seconds; 0 until set or keepalive turned on.
+    pub(super) keepalive_time: u32,
+    /// When the next keepalive is due.
+    pub(super) keepalive_next: Option<std::time::Instant>,
 }
 
 /// One rsocket.
@@ -135,6 +141,9 @@ impl Rs {
                 listening: false,
                 conn: None,
                 so_error: 0,
+                keepalive: false,
+                keepalive_time: 0,
+                keepalive_next: None,
             }),
         })
     }

@@ -32,3 +32,11 @@ pub(super) fn insert(rs: Arc<Rs>) {
 pub(super) fn remove(fd: c_int) -> Option<Arc<Rs>> {
     super::super::error::lock(&TABLE).as_mut()?.remove(&fd)
 }
+
+/// Every rsocket of the process.
+pub(super) fn all() -> Vec<Arc<Rs>> {
+    super::super::error::lock(&TABLE)
+        .as_ref()
+        .map(|t| t.values().cloned().collect())
+        .unwrap_or_default()
+}
