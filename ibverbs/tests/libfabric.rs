@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{free_tcp_port, program, shim_lib, target_dir, wait_for};
+use common::{free_tcp_port, program, shim_lib, target_dir, text, wait_for};
 
 fn softroce() -> PathBuf {
     let p = target_dir().join("softroce");
@@ -49,14 +49,6 @@ fn under_run(ip: &str, prog: &str, args: &[&str]) -> Command {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     c
-}
-
-fn text(o: &std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// Runs `script` in bash in a new network namespace whose veth pair srv0/srv1 is up with

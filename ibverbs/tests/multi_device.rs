@@ -10,7 +10,7 @@
 
 mod common;
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::*;
@@ -30,14 +30,6 @@ fn run_two(port: u16, extra: &[&str], prog: &std::path::Path, args: &[&str]) -> 
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     c
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 #[test]

@@ -6,20 +6,8 @@ mod common;
 
 use common::*;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// `prog ARGS` under both shims with the device bound to `ip`.
-fn shimmed(prog: &Path, ip: &str, args: &[&str]) -> Command {
-    let mut c = Command::new(prog);
-    c.args(args)
-        .env("LD_LIBRARY_PATH", rdmacm_dir())
-        .env("SOFTROCE_BIND", ip)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    c
-}
 
 /// `softroce ARGS` (its device bound with `--bind` in ARGS).
 fn softroce_cmd(args: &[&str]) -> Command {
@@ -41,14 +29,6 @@ fn device_up(ip: &str) -> bool {
             .skip(1)
             .any(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
     })
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// Starts `server`, waits until it listens on its device at `server_ip`, then runs the client

@@ -130,15 +130,6 @@ fn under_shim(prog: &std::path::Path, bind: &str) -> std::process::Command {
     c
 }
 
-/// Text of a finished child.
-fn text(o: &std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 /// Gives a server `settle` to reach its listen (rping listens before its first blocking wait,
 /// in well under a second) and checks that it has not ended meanwhile.
 fn settle(child: &mut std::process::Child, settle: Duration) {
@@ -190,7 +181,7 @@ fn rping_44_server_under_a_req_flood_fails_in_its_own_race_as_on_rxe() {
     }
     let _ = s.kill();
     let o = s.wait_with_output().unwrap();
-    let out = text(&o);
+    let out = common::text(&o);
     assert!(
         out.contains("wait for RDMA_READ_ADV state 2")
             || out.contains("wait for CONNECTED state 2"),

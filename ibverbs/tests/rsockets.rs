@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// How long one program of a pair may run.
@@ -22,27 +22,6 @@ fn riostream() -> PathBuf {
 
 fn rcopy() -> PathBuf {
     program("rcopy", "rdmacm-utils")
-}
-
-/// `prog ARGS` under the shim's libibverbs.so.1 and librdmacm.so.1, device bound to `ip`.
-fn shimmed(prog: &Path, ip: &str, args: &[&str]) -> Command {
-    let mut c = Command::new(prog);
-    c.args(args)
-        .env("LD_LIBRARY_PATH", rdmacm_dir())
-        .env("SOFTROCE_BIND", ip)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    c
-}
-
-/// Both outputs of a process, stdout first.
-fn text(o: &std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// Starts `server`, waits (bounded) until its CM listens at `ip`, runs `client` to its end,

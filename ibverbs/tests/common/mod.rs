@@ -253,3 +253,25 @@ impl CTest {
         text
     }
 }
+
+/// `prog ARGS` under both shims (libibverbs.so.1 and librdmacm.so.1 of this test run) with the
+/// device bound to `ip`, its output captured.
+pub fn shimmed(prog: &Path, ip: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(prog);
+    c.args(args)
+        .env("LD_LIBRARY_PATH", rdmacm_dir())
+        .env("SOFTROCE_BIND", ip)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Both outputs of a finished process, stdout first.
+pub fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}

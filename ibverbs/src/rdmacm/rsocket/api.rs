@@ -29,6 +29,15 @@ fn ret(r: Result<c_int, c_int>) -> c_int {
 }
 
 /// -1 and errno, or the byte count.
+/// Whether an rsend/rrecv buffer has bytes to move: EFAULT for a null buffer with a length,
+/// false for an empty one (nothing to do, as a socket returns 0).
+fn user_buffer(buf: *const c_void, len: size_t) -> Result<bool, c_int> {
+    if buf.is_null() && len > 0 {
+        return Err(libc::EFAULT);
+    }
+    Ok(len > 0)
+}
+
 fn ret_len(r: Result<usize, c_int>) -> ssize_t {
     match r {
         Ok(n) => n as ssize_t,
@@ -160,15 +169,14 @@ pub unsafe extern "C" fn rshutdown(s: c_int, how: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn rrecv(s: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t {
     ret_len(lookup(s).and_then(|rs| {
-        if buf.is_null() && len > 0 {
-            return Err(libc::EFAULT);
-        }
-        if len == 0 {
+        if !user_buffer(buf, len)? {
             return Ok(0);
         }
-        // SAFETY: the caller's buffer of `len` writable bytes.
-        let b = unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, len) };
-        rs.recv(b, flags)
+        // SAFETY: the caller's buffer of `len` writable bytes (checked non-null).
+        rs.recv(
+            unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, len) },
+            flags,
+        )
     }))
 }
 
@@ -176,15 +184,14 @@ pub unsafe extern "C" fn rrecv(s: c_int, buf: *mut c_void, len: size_t, flags: c
 #[no_mangle]
 pub unsafe extern "C" fn rsend(s: c_int, buf: *const c_void, len: size_t, flags: c_int) -> ssize_t {
     ret_len(lookup(s).and_then(|rs| {
-        if buf.is_null() && len > 0 {
-            return Err(libc::EFAULT);
-        }
-        if len == 0 {
+        if !user_buffer(buf, len)? {
             return Ok(0);
         }
-        // SAFETY: the caller's buffer of `len` readable bytes.
-        let b = unsafe { std::slice::from_raw_parts(buf as *const u8, len) };
-        rs.send(b, flags)
+        // SAFETY: the caller's buffer of `len` readable bytes (checked non-null).
+        rs.send(
+            unsafe { std::slice::from_raw_parts(buf as *const u8, len) },
+            flags,
+        )
     }))
 }
 

@@ -62,7 +62,7 @@ impl Rs {
                     None
                 };
                 if let Some(e) = stop {
-                    return if done > 0 { Ok(done) } else { Err(e) };
+                    return so_far(done, e);
                 }
                 if conn.send_iomaps() {
                     let (n, end) = step(conn, done)?;
@@ -72,11 +72,7 @@ impl Rs {
                     }
                 }
                 if nonblock {
-                    return if done > 0 {
-                        Ok(done)
-                    } else {
-                        Err(libc::EAGAIN)
-                    };
+                    return so_far(done, libc::EAGAIN);
                 }
             }
             back_off(&mut tries);
@@ -106,21 +102,23 @@ impl Rs {
                     return Ok(done);
                 }
                 if conn.flow.err != 0 {
-                    return if done > 0 {
-                        Ok(done)
-                    } else {
-                        Err(conn.flow.err)
-                    };
+                    return so_far(done, conn.flow.err);
                 }
                 if nonblock {
-                    return if done > 0 {
-                        Ok(done)
-                    } else {
-                        Err(libc::EAGAIN)
-                    };
+                    return so_far(done, libc::EAGAIN);
                 }
             }
             back_off(&mut tries);
         }
+    }
+}
+
+/// What a call that moved `done` bytes before it met `err` returns: the bytes if any, as a
+/// socket does, else the error.
+fn so_far(done: usize, err: c_int) -> Result<usize, c_int> {
+    if done > 0 {
+        Ok(done)
+    } else {
+        Err(err)
     }
 }
