@@ -50,19 +50,35 @@ pub unsafe extern "C" fn ibv_create_srq(
     }
     // SAFETY: non-null, and the caller passes a readable ibv_srq_init_attr (read only).
     let ia = unsafe { &*init };
-    let attr = SrqAttr {
-        max_wr: ia.attr.max_wr,
-        max_sge: ia.attr.max_sge,
-        srq_limit: ia.attr.srq_limit,
-    };
-    let srq = match pdr.pd.create_srq(&attr) {
+    let srq = match pdr.pd.create_srq(&srq_attr(&ia.attr)) {
         Ok(x) => x,
         Err(e) => return fail_null(errno_of(&e)),
     };
+    publish_srq(srq, pdr, pd, ia.srq_context, None)
+}
+
+/// The verbs API's SRQ attributes from the C struct's.
+pub(super) fn srq_attr(a: &ibv_srq_attr) -> SrqAttr {
+    SrqAttr {
+        max_wr: a.max_wr,
+        max_sge: a.max_sge,
+        srq_limit: a.srq_limit,
+    }
+}
+
+/// Publishes `srq` (made on `pdr`, whose C handle is `pd`) as a C `ibv_srq` with the caller's
+/// `srq_context`, holding an XRC SRQ's domain and CQ if `xrc`.
+pub(super) fn publish_srq(
+    srq: SharedReceiveQueue,
+    pdr: Arc<Obj<Pd>>,
+    pd: *mut ibv_pd,
+    srq_context: *mut c_void,
+    xrc: Option<XrcHolds>,
+) -> *mut ibv_srq {
     let obj = Obj::new(
         ibv_srq {
             context: pdr.context(),
-            srq_context: ia.srq_context,
+            srq_context,
             pd,
             handle: 0,
             mutex: mutex_init(),
@@ -72,7 +88,7 @@ pub unsafe extern "C" fn ibv_create_srq(
         Srq {
             srq,
             _pd: pdr,
-            _xrc: None,
+            _xrc: xrc,
         },
     );
     handle::publish(&obj)
@@ -100,12 +116,7 @@ pub unsafe extern "C" fn ibv_modify_srq(
     if mask & IBV_SRQ_LIMIT != 0 {
         m = SrqAttrMask(m.0 | SrqAttrMask::LIMIT.0);
     }
-    let attr = SrqAttr {
-        max_wr: a.max_wr,
-        max_sge: a.max_sge,
-        srq_limit: a.srq_limit,
-    };
-    match x.srq.modify(&attr, m) {
+    match x.srq.modify(&srq_attr(&a), m) {
         Ok(()) => 0,
         Err(e) => fail(errno_of(&e)),
     }

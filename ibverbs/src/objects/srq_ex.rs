@@ -2,13 +2,11 @@
 //! SRQs) and the `get_srq_num` op behind `ibv_get_srq_num` (spec-notes/xrc.md).
 
 use libc::{c_int, EINVAL, EOPNOTSUPP};
-use softroce::ib::SrqAttr;
 
-use super::common::{cond_init, errno_of, fail, fail_null, mutex_init};
+use super::common::{errno_of, fail, fail_null};
 use super::cq::cq_of;
-use super::handle::{self, Obj};
 use super::pd::pd_of;
-use super::srq::{ibv_create_srq, srq_of, Srq};
+use super::srq::{ibv_create_srq, publish_srq, srq_attr, srq_of};
 use super::xrcd::xrcd_of;
 use crate::ffi::*;
 
@@ -69,32 +67,11 @@ fn create_xrc_srq(a: &ibv_srq_init_attr_ex) -> *mut ibv_srq {
     if pd.context() != x.context() {
         return fail_null(EINVAL);
     }
-    let attr = SrqAttr {
-        max_wr: a.attr.max_wr,
-        max_sge: a.attr.max_sge,
-        srq_limit: a.attr.srq_limit,
-    };
-    let srq = match x.xrcd.create_srq(&pd.pd, &cq.cq, &attr) {
+    let srq = match x.xrcd.create_srq(&pd.pd, &cq.cq, &srq_attr(&a.attr)) {
         Ok(s) => s,
         Err(e) => return fail_null(errno_of(&e)),
     };
-    let obj = Obj::new(
-        ibv_srq {
-            context: pd.context(),
-            srq_context: a.srq_context,
-            pd: a.pd,
-            handle: 0,
-            mutex: mutex_init(),
-            cond: cond_init(),
-            events_completed: 0,
-        },
-        Srq {
-            srq,
-            _pd: pd,
-            _xrc: Some((x, cq)),
-        },
-    );
-    handle::publish(&obj)
+    publish_srq(srq, pd, a.pd, a.srq_context, Some((x, cq)))
 }
 
 /// The `get_srq_num` op: 0 with `*num` the XRC SRQ's number, or an errno value (EINVAL for a
