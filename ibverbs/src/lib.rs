@@ -42,7 +42,6 @@ mod compat_1_0;
 pub mod ffi;
 mod objects;
 pub mod provider_abi;
-mod query_device_ex;
 pub mod rdmacm;
 
 pub use absent::*;

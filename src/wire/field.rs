@@ -128,17 +128,6 @@ macro_rules! number_value {
 }
 number_value!(u8, u16, u32, u64);
 
-impl Value for super::Opcode {
-    #[inline]
-    fn from_bits(bits: u64) -> Self {
-        super::Opcode(bits as u8)
-    }
-    #[inline]
-    fn to_bits(self) -> u64 {
-        self.0.into()
-    }
-}
-
 impl Value for bool {
     #[inline]
     fn from_bits(bits: u64) -> Self {

@@ -643,6 +643,18 @@ impl Opcode {
     }
 }
 
+/// An opcode is a header field's value (the BTH's, as its one byte).
+impl super::field::Value for Opcode {
+    #[inline]
+    fn from_bits(bits: u64) -> Self {
+        Opcode(bits as u8)
+    }
+    #[inline]
+    fn to_bits(self) -> u64 {
+        self.0.into()
+    }
+}
+
 impl core::fmt::Debug for Opcode {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         core::fmt::Display::fmt(self, f)

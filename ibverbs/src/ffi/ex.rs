@@ -274,3 +274,21 @@ c_struct! {
         pub wr_atomic_write: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, *const c_void)>,
     }
 }
+
+c_struct! {
+    /// `struct ibv_gid_entry`.
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    pub struct ibv_gid_entry {
+        /// The GID.
+        pub gid: [u8; 16],
+        /// Its index.
+        pub gid_index: u32,
+        /// Port (1).
+        pub port_num: u32,
+        /// `IBV_GID_TYPE_ROCE_V2` (2).
+        pub gid_type: u32,
+        /// The netdev's ifindex (0: none).
+        pub ndev_ifindex: u32,
+    }
+}

@@ -37,8 +37,6 @@ pub fn layout_table() -> Vec<(String, usize)> {
             }
         )* };
     }
-    // Declared with the GID queries (objects/port.rs), checked here with the others.
-    use crate::ibv_gid_entry;
     structs!(
         ibv_device,
         ibv_context_ops,

@@ -28,7 +28,6 @@ macro_rules! c_struct {
         )*
     };
 }
-pub(crate) use c_struct;
 
 mod consts;
 mod ex;

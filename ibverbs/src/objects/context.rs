@@ -7,10 +7,10 @@ use std::sync::Mutex;
 
 use libc::{c_int, c_void, EINVAL};
 
-use super::common::{config, fail, fail_neg, fail_null, mutex_init, EVENTFD_COUNT};
+use super::common::{config, fail_neg, fail_null, mutex_init, EVENTFD_COUNT};
 use super::cq::{op_poll_cq, op_req_notify_cq};
-use super::ctx::{ctx_of, Ctx, CMD_DEVICE, NUM_COMP_VECTORS};
-use super::device::{device_index, node_guid};
+use super::ctx::{Ctx, CMD_DEVICE, NUM_COMP_VECTORS};
+use super::device::device_index;
 use super::handle::{self, Obj};
 use super::port::ext_query_port;
 use super::post::{op_post_recv, op_post_send};
@@ -36,8 +36,8 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
     let cmd_fd = unsafe { libc::open(CMD_DEVICE.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
     let mut ops: [*mut c_void; VERBS_CONTEXT_SLOTS] = [null_mut(); VERBS_CONTEXT_SLOTS];
     ops[VCTX_QUERY_PORT] = ext_query_port as QueryPortFn as *mut c_void;
-    ops[VCTX_QUERY_DEVICE_EX] = crate::query_device_ex::query_device_ex
-        as crate::query_device_ex::QueryDeviceExFn as *mut c_void;
+    ops[VCTX_QUERY_DEVICE_EX] = super::query_device_ex::query_device_ex
+        as super::query_device_ex::QueryDeviceExFn as *mut c_void;
     ops[VCTX_ADVISE_MR] = super::odp::op_advise_mr as super::odp::AdviseMrFn as *mut c_void;
     ops[VCTX_ALLOC_DM] = super::dm::op_alloc_dm as super::dm::AllocDmFn as *mut c_void;
     ops[VCTX_FREE_DM] = super::dm::op_free_dm as super::dm::FreeDmFn as *mut c_void;
@@ -49,8 +49,8 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
     ops[VCTX_ALLOC_PARENT_DOMAIN] = super::parent_domain::op_alloc_parent_domain
         as super::parent_domain::AllocParentDomainFn
         as *mut c_void;
-    ops[VCTX_QUERY_RT_VALUES] = crate::query_device_ex::query_rt_values
-        as crate::query_device_ex::QueryRtValuesFn as *mut c_void;
+    ops[VCTX_QUERY_RT_VALUES] = super::query_device_ex::query_rt_values
+        as super::query_device_ex::QueryRtValuesFn as *mut c_void;
     ops[VCTX_CREATE_CQ_EX] = super::cq_ex::op_create_cq_ex as CreateCqExFn as *mut c_void;
     ops[VCTX_CREATE_QP_EX] = super::qp_ex::op_create_qp_ex as CreateQpExFn as *mut c_void;
     ops[VCTX_OPEN_XRCD] = super::xrcd::op_open_xrcd as super::xrcd::OpenXrcdFn as *mut c_void;
@@ -122,79 +122,5 @@ pub unsafe extern "C" fn ibv_close_device(c: *mut ibv_context) -> c_int {
             EVENTFD_COUNT,
         )
     };
-    0
-}
-
-fn device_attr(dev: usize) -> ibv_device_attr {
-    let l = softroce::ib::DeviceLimits::default();
-    ibv_device_attr {
-        fw_ver: [0; 64],
-        node_guid: node_guid(dev),
-        sys_image_guid: node_guid(dev),
-        max_mr_size: u64::MAX,
-        page_size_cap: 0xffff_f000,
-        vendor_id: 0xffffff,
-        vendor_part_id: 0,
-        hw_ver: 0,
-        max_qp: 0x10000,
-        max_qp_wr: l.max_qp_wr as c_int,
-        // An SRQ's max_wr changes through ibv_modify_srq (IBV_DEVICE_SRQ_RESIZE), as on rxe;
-        // memory windows of type 1 and 2B, as rxe's RXE_DEVICE_CAP_FLAGS; and, beyond rxe,
-        // XRC (spec-notes/xrc.md).
-        device_cap_flags: IBV_DEVICE_SYS_IMAGE_GUID
-            | IBV_DEVICE_XRC
-            | IBV_DEVICE_RC_RNR_NAK_GEN
-            | IBV_DEVICE_SRQ_RESIZE
-            | IBV_DEVICE_MEM_WINDOW
-            | IBV_DEVICE_MEM_WINDOW_TYPE_2B,
-        max_sge: l.max_sge as c_int,
-        max_sge_rd: l.max_sge as c_int,
-        max_cq: 0x4000,
-        max_cqe: l.max_cqe as c_int,
-        max_mr: 0x40000,
-        max_pd: 0x10000,
-        max_qp_rd_atom: l.max_qp_rd_atom as c_int,
-        max_ee_rd_atom: 0,
-        max_res_rd_atom: 0x3f000, // RXE_MAX_RES_RD_ATOM
-        max_qp_init_rd_atom: l.max_qp_init_rd_atom as c_int,
-        max_ee_init_rd_atom: 0,
-        atomic_cap: IBV_ATOMIC_HCA,
-        max_ee: 0,
-        max_rdd: 0,
-        // The windows softroce's key table holds.
-        max_mw: softroce::transport::mr::MAX_MW as c_int,
-        max_raw_ipv6_qp: 0,
-        max_raw_ethy_qp: 0,
-        max_mcast_grp: l.max_mcast_grp as c_int,
-        max_mcast_qp_attach: l.max_mcast_qp_attach as c_int,
-        max_total_mcast_qp_attach: l.max_total_mcast_qp_attach as c_int,
-        // Address handles and SRQs: no count limit of softroce's own, so rxe's (Linux 6.1,
-        // RXE_MAX_AH and RXE_MAX_SRQ); an SRQ's WRs and SGEs: the limits it enforces.
-        max_ah: 0x7fff,
-        max_fmr: 0,
-        max_map_per_fmr: 0,
-        max_srq: 0xd_ffff,
-        max_srq_wr: l.max_qp_wr as c_int,
-        max_srq_sge: l.max_sge as c_int,
-        max_pkeys: l.pkey_table_len,
-        local_ca_ack_delay: 15,
-        phys_port_cnt: 1,
-    }
-}
-
-/// `ibv_query_device`: 0 or an errno value.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_query_device(
-    c: *mut ibv_context,
-    attr: *mut ibv_device_attr,
-) -> c_int {
-    let Some(ctx) = ctx_of(c) else {
-        return fail(EINVAL);
-    };
-    if attr.is_null() {
-        return fail(EINVAL);
-    }
-    // SAFETY: non-null, and the caller passes a writable ibv_device_attr.
-    unsafe { attr.write(device_attr(ctx.dev)) };
     0
 }

@@ -116,24 +116,6 @@ pub unsafe extern "C" fn ibv_query_gid(
     0
 }
 
-c_struct! {
-    /// `struct ibv_gid_entry`.
-    #[repr(C)]
-    #[derive(Clone, Copy)]
-    pub struct ibv_gid_entry {
-        /// The GID.
-        pub gid: [u8; 16],
-        /// Its index.
-        pub gid_index: u32,
-        /// Port (1).
-        pub port_num: u32,
-        /// `IBV_GID_TYPE_ROCE_V2` (2).
-        pub gid_type: u32,
-        /// The netdev's ifindex (0: none).
-        pub ndev_ifindex: u32,
-    }
-}
-
 fn gid_entry(dev: usize, index: c_int) -> Result<ibv_gid_entry, c_int> {
     gid_at(dev, index).map(|gid| ibv_gid_entry {
         gid,

@@ -1,5 +1,5 @@
-//! The `query_device_ex` op of `verbs_context`, which the inline `ibv_query_device_ex` of
-//! verbs.h calls (without it, verbs.h falls back to `ibv_query_device` and leaves every
+//! The device queries: `ibv_query_device` and the `query_device_ex` op of `verbs_context`,
+//! which the inline `ibv_query_device_ex` of verbs.h calls (without it, verbs.h falls back to `ibv_query_device` and leaves every
 //! extended field 0, `phys_port_cnt_ex` included). Filled as rxe's provider fills it from the
 //! kernel's answer (`ibv_cmd_query_device_any`): the whole buffer zeroed, the legacy
 //! attributes, `device_cap_flags_ex` (the kernel passes its 64-bit device capability flags:
@@ -13,10 +13,85 @@ use core::mem::{offset_of, size_of};
 
 use libc::{c_int, EINVAL};
 
-use crate::ffi::{
-    ibv_context, ibv_device_attr, ibv_device_attr_ex, ibv_odp_per_transport_caps,
-    ibv_query_device_ex_input, ibv_values_ex,
-};
+use super::common::fail;
+use super::ctx::ctx_of;
+use super::device::node_guid;
+use crate::ffi::*;
+
+/// The device's attributes as rxe reports them (`ibv_query_device`).
+fn device_attr(dev: usize) -> ibv_device_attr {
+    let l = softroce::ib::DeviceLimits::default();
+    ibv_device_attr {
+        fw_ver: [0; 64],
+        node_guid: node_guid(dev),
+        sys_image_guid: node_guid(dev),
+        max_mr_size: u64::MAX,
+        page_size_cap: 0xffff_f000,
+        vendor_id: 0xffffff,
+        vendor_part_id: 0,
+        hw_ver: 0,
+        max_qp: 0x10000,
+        max_qp_wr: l.max_qp_wr as c_int,
+        // An SRQ's max_wr changes through ibv_modify_srq (IBV_DEVICE_SRQ_RESIZE), as on rxe;
+        // memory windows of type 1 and 2B, as rxe's RXE_DEVICE_CAP_FLAGS; and, beyond rxe,
+        // XRC (spec-notes/xrc.md).
+        device_cap_flags: IBV_DEVICE_SYS_IMAGE_GUID
+            | IBV_DEVICE_XRC
+            | IBV_DEVICE_RC_RNR_NAK_GEN
+            | IBV_DEVICE_SRQ_RESIZE
+            | IBV_DEVICE_MEM_WINDOW
+            | IBV_DEVICE_MEM_WINDOW_TYPE_2B,
+        max_sge: l.max_sge as c_int,
+        max_sge_rd: l.max_sge as c_int,
+        max_cq: 0x4000,
+        max_cqe: l.max_cqe as c_int,
+        max_mr: 0x40000,
+        max_pd: 0x10000,
+        max_qp_rd_atom: l.max_qp_rd_atom as c_int,
+        max_ee_rd_atom: 0,
+        max_res_rd_atom: 0x3f000, // RXE_MAX_RES_RD_ATOM
+        max_qp_init_rd_atom: l.max_qp_init_rd_atom as c_int,
+        max_ee_init_rd_atom: 0,
+        atomic_cap: IBV_ATOMIC_HCA,
+        max_ee: 0,
+        max_rdd: 0,
+        // The windows softroce's key table holds.
+        max_mw: softroce::transport::mr::MAX_MW as c_int,
+        max_raw_ipv6_qp: 0,
+        max_raw_ethy_qp: 0,
+        max_mcast_grp: l.max_mcast_grp as c_int,
+        max_mcast_qp_attach: l.max_mcast_qp_attach as c_int,
+        max_total_mcast_qp_attach: l.max_total_mcast_qp_attach as c_int,
+        // Address handles and SRQs: no count limit of softroce's own, so rxe's (Linux 6.1,
+        // RXE_MAX_AH and RXE_MAX_SRQ); an SRQ's WRs and SGEs: the limits it enforces.
+        max_ah: 0x7fff,
+        max_fmr: 0,
+        max_map_per_fmr: 0,
+        max_srq: 0xd_ffff,
+        max_srq_wr: l.max_qp_wr as c_int,
+        max_srq_sge: l.max_sge as c_int,
+        max_pkeys: l.pkey_table_len,
+        local_ca_ack_delay: 15,
+        phys_port_cnt: 1,
+    }
+}
+
+/// `ibv_query_device`: 0 or an errno value.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_device(
+    c: *mut ibv_context,
+    attr: *mut ibv_device_attr,
+) -> c_int {
+    let Some(ctx) = ctx_of(c) else {
+        return fail(EINVAL);
+    };
+    if attr.is_null() {
+        return fail(EINVAL);
+    }
+    // SAFETY: non-null, and the caller passes a writable ibv_device_attr.
+    unsafe { attr.write(device_attr(ctx.dev)) };
+    0
+}
 
 /// `IB_UVERBS_DEVICE_FLUSH_GLOBAL`: FLUSH to global visibility (IBTA 1.5). rdma-core 44's
 /// headers lack the name; its libibverbs passes the kernel's 64-bit flags on as they are, so a
@@ -62,7 +137,7 @@ pub(crate) unsafe extern "C" fn query_rt_values(
     c: *mut ibv_context,
     values: *mut ibv_values_ex,
 ) -> c_int {
-    if !crate::objects::is_context(c) || values.is_null() {
+    if !super::ctx::is_context(c) || values.is_null() {
         return EINVAL;
     }
     // SAFETY: non-null; the caller's writable struct.
@@ -106,7 +181,7 @@ pub(crate) unsafe extern "C" fn query_device_ex(
     // SAFETY: zeroed is a valid ibv_device_attr (integers and a char array).
     let mut orig: ibv_device_attr = unsafe { core::mem::zeroed() };
     // SAFETY: the context is checked by ibv_query_device through the registry; `orig` is ours.
-    let r = unsafe { crate::ibv_query_device(c, &mut orig) };
+    let r = unsafe { ibv_query_device(c, &mut orig) };
     if r != 0 {
         return r;
     }
@@ -161,7 +236,7 @@ pub(crate) unsafe extern "C" fn query_device_ex(
         );
         put(
             offset_of!(ibv_device_attr_ex, max_dm_size),
-            &(crate::objects::MAX_DM_SIZE as u64).to_ne_bytes(),
+            &(super::dm::MAX_DM_SIZE as u64).to_ne_bytes(),
         );
         put(
             offset_of!(ibv_device_attr_ex, phys_port_cnt_ex),
