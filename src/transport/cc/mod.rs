@@ -10,15 +10,15 @@
 //! (`rpg_*`, `dce_tcp_*`, `min_time_between_cnps`), see spec-notes/congestion.md for each
 //! default and where it comes from. Everything is off unless [`CcConfig::enabled`].
 
+mod config;
 mod dcqcn;
 mod np;
 mod params;
 
+pub use config::CcConfig;
 pub use dcqcn::{DcqcnParams, ReactionPoint};
 pub use np::NotificationPoint;
 pub use params::{parse_mode, CcParamError, PARAM_NAMES};
-
-use std::time::Duration;
 
 /// The ECN field of an IP header (RFC 3168 section 5): the low two bits of the IPv4 TOS or
 /// IPv6 traffic class.
@@ -39,44 +39,4 @@ pub fn is_ce(traffic_class: u8) -> bool {
 /// RoCEv2 packets when its congestion control is enabled).
 pub fn with_ect0(traffic_class: u8) -> u8 {
     (traffic_class & !ECN_MASK) | ECN_ECT0
-}
-
-/// The device's congestion control configuration (part of the driver's `DeviceConfig`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct CcConfig {
-    /// The off switch. Off (the default, as kernel rxe): packets keep the address vector's
-    /// traffic class as it is, CE marks are not answered and CNPs received are counted and
-    /// dropped. On: ECT(0) on every RoCE packet, a CNP for CE-marked packets of RC and UC QPs,
-    /// DCQCN pacing of every RC and UC QP.
-    pub enabled: bool,
-    /// Notification point: the least time between two CNPs to one QP (mlx5
-    /// `min_time_between_cnps`; the paper's N).
-    pub min_time_between_cnps: Duration,
-    /// Notification point: the DSCP of the CNPs sent (mlx5 `cnp_dscp`), with ECT(0); `None`
-    /// (the default): the QP's address vector's DSCP, as its other packets.
-    pub cnp_dscp: Option<u8>,
-    /// Reaction point parameters.
-    pub rp: DcqcnParams,
-}
-
-impl Default for CcConfig {
-    fn default() -> Self {
-        CcConfig {
-            enabled: false,
-            // The paper's N = 50 us (section 3.2: "at most one CNP every N microseconds").
-            min_time_between_cnps: Duration::from_micros(50),
-            cnp_dscp: None,
-            rp: DcqcnParams::default(),
-        }
-    }
-}
-
-impl CcConfig {
-    /// The configuration with congestion control switched on and the defaults.
-    pub fn on() -> CcConfig {
-        CcConfig {
-            enabled: true,
-            ..CcConfig::default()
-        }
-    }
 }

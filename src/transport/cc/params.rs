@@ -8,7 +8,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::CcConfig;
+use super::config::CcConfig;
 
 /// Why a congestion control setting was refused.
 #[derive(Debug, Clone, PartialEq)]
