@@ -22,6 +22,9 @@ dpkg -s python3-pyverbs >/dev/null 2>&1 || need_apt+=(python3-pyverbs)
 command -v ucx_perftest >/dev/null 2>&1 || need_apt+=(ucx-utils libucx0)
 # librdmacm programs under the shim (ibverbs/tests/rdmacm.rs): rping, ucmatose, rdma_server, qperf.
 { command -v rping && command -v qperf && [ -f /usr/include/rdma/rdma_cma.h ]; } >/dev/null 2>&1 || need_apt+=(rdmacm-utils librdmacm-dev qperf)
+# rsockets under the shim (ibverbs/tests/rsockets.rs): iperf3 under librdmacm1's
+# librspreload.so (rstream, riostream and rcopy come with rdmacm-utils).
+command -v iperf3 >/dev/null 2>&1 || need_apt+=(iperf3)
 # libfabric's verbs provider and OpenMPI over UCX (ibverbs/tests/libfabric.rs, mpi.rs,
 # scripts/mpi-run.sh): fi_info, fi_pingpong, mpirun, mpicc.
 { command -v fi_pingpong && command -v mpirun && command -v mpicc; } >/dev/null 2>&1 || need_apt+=(libfabric-bin libfabric1 openmpi-bin libopenmpi-dev)
