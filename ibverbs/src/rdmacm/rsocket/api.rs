@@ -260,33 +260,40 @@ pub unsafe extern "C" fn rwritev(s: c_int, iov: *const iovec, iovcnt: c_int) -> 
 /// rsocket.c (which passes `msg_flags` for the flags; the argument is what recvmsg means).
 #[no_mangle]
 pub unsafe extern "C" fn rrecvmsg(s: c_int, msg: *mut libc::msghdr, flags: c_int) -> ssize_t {
-    if msg.is_null() {
-        return fail(EINVAL) as ssize_t;
+    // SAFETY: the caller's msghdr, or NULL.
+    match unsafe { msg_vectors(msg) } {
+        // SAFETY: forwarded contracts.
+        Ok((iov, cnt)) => unsafe { over_iovs(iov, cnt, |b, l| rrecv(s, b, l, flags)) },
+        Err(e) => fail(e) as ssize_t,
     }
-    // SAFETY: the caller's msghdr (non-null).
-    let m = unsafe { &*msg };
-    if !m.msg_control.is_null() && m.msg_controllen > 0 {
-        return fail(ENOTSUP) as ssize_t;
-    }
-    let cnt = c_int::try_from(m.msg_iovlen).unwrap_or(-1);
-    // SAFETY: forwarded contracts.
-    unsafe { over_iovs(m.msg_iov, cnt, |b, l| rrecv(s, b, l, flags)) }
 }
 
 /// `rsendmsg`: the vectors of `msg` as rwritev with `flags`; ENOTSUP with control data.
 #[no_mangle]
 pub unsafe extern "C" fn rsendmsg(s: c_int, msg: *const libc::msghdr, flags: c_int) -> ssize_t {
+    // SAFETY: the caller's msghdr, or NULL.
+    match unsafe { msg_vectors(msg) } {
+        // SAFETY: forwarded contracts.
+        Ok((iov, cnt)) => unsafe { over_iovs(iov, cnt, |b, l| rsend(s, b, l, flags)) },
+        Err(e) => fail(e) as ssize_t,
+    }
+}
+
+/// The vectors of an rsendmsg/rrecvmsg `msghdr`: EINVAL for none, ENOTSUP with control data
+/// (as rsocket.c).
+///
+/// # Safety
+/// `msg` is NULL or a readable msghdr.
+unsafe fn msg_vectors(msg: *const libc::msghdr) -> Result<(*const libc::iovec, c_int), c_int> {
     if msg.is_null() {
-        return fail(EINVAL) as ssize_t;
+        return Err(EINVAL);
     }
     // SAFETY: the caller's msghdr (non-null).
     let m = unsafe { &*msg };
     if !m.msg_control.is_null() && m.msg_controllen > 0 {
-        return fail(ENOTSUP) as ssize_t;
+        return Err(ENOTSUP);
     }
-    let cnt = c_int::try_from(m.msg_iovlen).unwrap_or(-1);
-    // SAFETY: forwarded contracts.
-    unsafe { over_iovs(m.msg_iov, cnt, |b, l| rsend(s, b, l, flags)) }
+    Ok((m.msg_iov, c_int::try_from(m.msg_iovlen).unwrap_or(-1)))
 }
 
 /// `rsendto` on a stream rsocket: EISCONN with a destination, else rsend.

@@ -46,43 +46,63 @@ impl Rs {
         mut step: impl FnMut(&mut Conn, usize) -> Result<(usize, bool), c_int>,
     ) -> Result<usize, c_int> {
         let mut done = 0usize;
-        let mut tries = 0;
-        loop {
-            {
-                let mut st = self.lock();
-                let nonblock = st.nonblock || flags & MSG_DONTWAIT != 0;
-                let conn = st.conn.as_mut().ok_or(libc::ENOTCONN)?;
-                conn.poll();
-                conn.update_credits();
-                let stop = if conn.flow.err != 0 {
-                    Some(conn.flow.err)
-                } else if !conn.flow.writable || !conn.flow.up {
-                    Some(libc::ECONNRESET)
-                } else {
-                    None
+        self.passes(flags, |conn, nonblock| {
+            conn.update_credits();
+            let stop = if conn.flow.err != 0 {
+                Some(conn.flow.err)
+            } else if !conn.flow.writable || !conn.flow.up {
+                Some(libc::ECONNRESET)
+            } else {
+                None
+            };
+            if let Some(e) = stop {
+                return Some(so_far(done, e));
+            }
+            if conn.send_iomaps() {
+                let (n, end) = match step(conn, done) {
+                    Ok(x) => x,
+                    Err(e) => return Some(Err(e)),
                 };
-                if let Some(e) = stop {
-                    return so_far(done, e);
-                }
-                if conn.send_iomaps() {
-                    let (n, end) = step(conn, done)?;
-                    done += n;
-                    if done == total || end {
-                        return Ok(done);
-                    }
-                }
-                if nonblock {
-                    return so_far(done, libc::EAGAIN);
+                done += n;
+                if done == total || end {
+                    return Some(Ok(done));
                 }
             }
-            back_off(&mut tries);
-        }
+            nonblock.then(|| so_far(done, libc::EAGAIN))
+        })
     }
 
     /// `rrecv`: bytes read (0 once the peer shut writing and all is read), or an errno
     /// (EAGAIN without data when not blocking, ENOTCONN before connecting).
     pub(super) fn recv(&self, buf: &mut [u8], flags: c_int) -> Result<usize, c_int> {
         let mut done = 0usize;
+        self.passes(flags, |conn, nonblock| {
+            if conn.readable_bytes() > 0 {
+                done += conn.recv_some(&mut buf[done..]);
+                conn.update_credits();
+                if done == buf.len() || flags & libc::MSG_WAITALL == 0 {
+                    return Some(Ok(done));
+                }
+            }
+            conn.update_credits();
+            if !conn.flow.readable || !conn.flow.up {
+                return Some(Ok(done));
+            }
+            if conn.flow.err != 0 {
+                return Some(so_far(done, conn.flow.err));
+            }
+            nonblock.then(|| so_far(done, libc::EAGAIN))
+        })
+    }
+
+    /// Runs `pass` under the socket's lock on its connection, progressed (ENOTCONN without
+    /// one), with whether this call may not block, until `pass` answers; between passes
+    /// that do not, backs off.
+    fn passes<T>(
+        &self,
+        flags: c_int,
+        mut pass: impl FnMut(&mut Conn, bool) -> Option<Result<T, c_int>>,
+    ) -> Result<T, c_int> {
         let mut tries = 0;
         loop {
             {
@@ -90,22 +110,8 @@ impl Rs {
                 let nonblock = st.nonblock || flags & MSG_DONTWAIT != 0;
                 let conn = st.conn.as_mut().ok_or(libc::ENOTCONN)?;
                 conn.poll();
-                if conn.readable_bytes() > 0 {
-                    done += conn.recv_some(&mut buf[done..]);
-                    conn.update_credits();
-                    if done == buf.len() || flags & libc::MSG_WAITALL == 0 {
-                        return Ok(done);
-                    }
-                }
-                conn.update_credits();
-                if !conn.flow.readable || !conn.flow.up {
-                    return Ok(done);
-                }
-                if conn.flow.err != 0 {
-                    return so_far(done, conn.flow.err);
-                }
-                if nonblock {
-                    return so_far(done, libc::EAGAIN);
+                if let Some(answer) = pass(conn, nonblock) {
+                    return answer;
                 }
             }
             back_off(&mut tries);
