@@ -249,9 +249,10 @@ impl CmEndpoint {
     /// Accepts REQs for `service_id`, with at most `backlog` of their events unread by the
     /// application at once (see [`CmEndpoint::request_read`]); past it a REQ is dropped
     /// unanswered (its requester sends it again after its timeout), as the kernel's CM drops
-    /// one when ucma finds its listener's backlog of unread events full. Requests read but not yet answered do not count: a server may
-    /// hold many while it decides (their memory is bounded per source and in time instead:
-    /// [`EndpointConfig::max_half_open_per_source`], [`EndpointConfig::max_half_open_time`]).
+    /// one when ucma finds its listener's backlog of unread events full. Requests read but
+    /// not yet answered do not count: a server may hold many while it decides (their memory
+    /// is bounded per source and in time instead: [`EndpointConfig::max_half_open_per_source`],
+    /// [`EndpointConfig::max_half_open_time`]).
     pub fn listen(&mut self, service_id: u64, backlog: usize) -> Result<(), CmError> {
         if self.listeners.contains_key(&service_id) {
             return Err(CmError::AlreadyListening(service_id));
