@@ -60,7 +60,7 @@ impl core::fmt::Debug for EventHook {
 }
 
 /// When the engine added a completion to its CQ, for a CQ that asks
-/// ([`CqInner::enable_timestamps`]; `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP` and `_WALLCLOCK`).
+/// (`CqInner::enable_timestamps`; `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP` and `_WALLCLOCK`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stamp {
     /// Nanoseconds of `CLOCK_MONOTONIC` (the free-running clock).

@@ -6,7 +6,7 @@
 //! (0-254), and the QPs it makes are numbered in its slot (the QPN's top byte). A classic BPF
 //! program on the group ([`super::steering`]) hands every datagram to the member whose slot
 //! its destination QPN names. Which socket sits at which index of the kernel's array is
-//! learned by probing ([`relayout`]), since the kernel renumbers the array on every departure.
+//! learned by probing ([`Member::relayout`]), since the kernel renumbers the array on every departure.
 //! The CM's MADs (all to QP1) are routed by their content: a REQ to the member listening on
 //! its service ID, any other message to the member whose slot its communication ID carries,
 //! in an envelope the same program steers by slot.
@@ -462,7 +462,7 @@ impl Member {
         ))
     }
 
-    /// Probes the group's layout and attaches the program for it (see [`relayout`]).
+    /// Probes the group's layout and attaches the program for it (see `relayout_locked`).
     pub fn relayout(&self) -> io::Result<()> {
         let lock = Locked::take(&self.dir)?;
         relayout_locked(&lock, self.addr, &self.secret)
