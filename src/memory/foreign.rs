@@ -14,7 +14,7 @@
 //! the addresses for anything, Rust objects of the shim included). The memory may stop being
 //! mapped, or readable or writable, before that: an access then fails with
 //! [`AccessError::Fault`], as on an on-demand-paging device. Every access goes through
-//! [`ForeignBytes::enter`], which counts itself in `active` *before* it checks `revoked`;
+//! `ForeignBytes::enter`, which counts itself in `active` *before* it checks `revoked`;
 //! `revoke` sets `revoked` *before* it waits for `active` to drop to zero (both `SeqCst`). So
 //! either an access sees `revoked` and touches nothing, or `revoke` sees the access counted and
 //! waits for it: no access can start after `revoke` returns, and none is still running then.

@@ -100,7 +100,7 @@ impl LocalData {
 
     /// Resolves a receive WR's SGE list: keys, bounds and rights as [`LocalData::resolve`],
     /// but a region of another protection domain is accepted here and refused where the data
-    /// lands ([`LocalData::regions_valid`]), as rxe and mlx5 check it; so a receive that
+    /// lands ([`LocalData::recheck`]), as rxe and mlx5 check it; so a receive that
     /// names a region `ibv_rereg_mr` moved to another PD fails as on them
     /// (spec-notes/beyond-rxe.md rule 5).
     pub fn resolve_recv(sges: &[Sge], mrs: &MrTable) -> Result<LocalData, VerbsError> {

@@ -29,7 +29,7 @@ pub struct Context {
 
 impl Context {
     /// Opens a device context: binds the socket, builds the link stack and starts the engine
-    /// thread (see [`crate::driver::open`]).
+    /// thread (see `driver::open`).
     pub fn open(cfg: &DeviceConfig) -> Result<Context> {
         let (dev, engine) = crate::driver::open(cfg)?;
         Ok(Context {
