@@ -190,7 +190,13 @@ pub(super) fn connect_rc(n: &mut Node, peer: &Node, mtu: Mtu) {
         ..rtr_towards(peer.qp.qpn(), peer.addr.ip(), mtu, 0xFF_FFFE)
     };
     n.qp.modify(&rtr, RC_RTR_MASK).unwrap();
-    let rts = QpAttr {
+    n.qp.modify(&rc_rts(), RC_RTS_MASK).unwrap();
+}
+
+/// An RC QP's RTS attributes as these tests give them: send PSN 0xFFFFFE, ACK timeout 14,
+/// seven retries of each kind, one READ outstanding.
+pub(super) fn rc_rts() -> QpAttr {
+    QpAttr {
         qp_state: QpState::Rts,
         sq_psn: 0xFF_FFFE,
         timeout: 14,
@@ -198,8 +204,7 @@ pub(super) fn connect_rc(n: &mut Node, peer: &Node, mtu: Mtu) {
         rnr_retry: 7,
         max_rd_atomic: 1,
         ..Default::default()
-    };
-    n.qp.modify(&rts, RC_RTS_MASK).unwrap();
+    }
 }
 
 /// UD: RESET -> INIT (Q_Key) -> RTR -> RTS with ibv_ud_pingpong's masks.

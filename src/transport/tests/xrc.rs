@@ -47,15 +47,7 @@ fn pair() -> (Node, Node, Arc<Srq>) {
         ..rtr_towards(ini.qp.qpn(), ini.addr.ip(), Mtu::Mtu1024, 0xFF_FFFE)
     };
     tgt.qp.modify(&rtr, RC_RTR_MASK).unwrap();
-    let rts = QpAttr {
-        qp_state: QpState::Rts,
-        sq_psn: 0xFF_FFFE,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        max_rd_atomic: 1,
-        ..Default::default()
-    };
+    let rts = rc_rts();
     ini.qp.modify(&rts, RC_RTS_MASK).unwrap();
     let tgt_rts = QpAttrMask::STATE | QpAttrMask::TIMEOUT | QpAttrMask::SQ_PSN;
     tgt.qp.modify(&rts, tgt_rts).unwrap();
