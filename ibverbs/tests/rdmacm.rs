@@ -920,23 +920,7 @@ fn rdma_xserver_and_rdma_xclient_in_rc_mode_on_one_address() {
     // SGE and no inline data, then posts a 16-byte IBV_SEND_INLINE send with lkey 0. rxe sizes
     // a send WQE as the larger of its SGEs (16 bytes each) and its inline data, so that send
     // fits; so does softroce now (ib::sized_as_rxe). Both end 0 with "end 0".
-    let ip = "127.0.23.9";
-    let port = free_tcp_port().to_string();
-    let server = shimmed(&program("rdma_xserver", "rdmacm-utils"), ip, &["-p", &port]);
-    let (st, ct) = serve(
-        server,
-        ip,
-        || {
-            shimmed(
-                &program("rdma_xclient", "rdmacm-utils"),
-                ip,
-                &["-s", ip, "-p", &port],
-            )
-        },
-        Duration::from_secs(30),
-    );
-    assert!(st.contains("rdma_xserver: end 0"), "server:\n{st}");
-    assert!(ct.contains("rdma_xclient: end 0"), "client:\n{ct}");
+    xserver_and_xclient("127.0.23.9", "r");
 }
 
 #[test]
@@ -946,12 +930,17 @@ fn rdma_xserver_and_rdma_xclient_in_xrc_mode_on_one_address() {
     // to the SRQ and accepts with the SRQ's number as private data; the client's XRC_SEND QP
     // reads that number from the ESTABLISHED event rdma_connect keeps in `id->event` and sends
     // 16 inline bytes to it, which complete on the server's receive CQ. Both end 0.
-    let ip = "127.0.23.10";
+    xserver_and_xclient("127.0.23.10", "x");
+}
+
+/// rdma_xserver and rdma_xclient (rdmacm-utils) in communication type `mode` (`-c`), both
+/// under the shim on `ip`: both must end 0 ("end 0").
+fn xserver_and_xclient(ip: &str, mode: &str) {
     let port = free_tcp_port().to_string();
     let server = shimmed(
         &program("rdma_xserver", "rdmacm-utils"),
         ip,
-        &["-c", "x", "-p", &port],
+        &["-c", mode, "-p", &port],
     );
     let (st, ct) = serve(
         server,
@@ -960,7 +949,7 @@ fn rdma_xserver_and_rdma_xclient_in_xrc_mode_on_one_address() {
             shimmed(
                 &program("rdma_xclient", "rdmacm-utils"),
                 ip,
-                &["-c", "x", "-s", ip, "-p", &port],
+                &["-c", mode, "-s", ip, "-p", &port],
             )
         },
         Duration::from_secs(30),
