@@ -224,26 +224,11 @@ fn many_threads_open_and_close_contexts_on_one_address() {
                         || End::open(Context::open(&DeviceConfig::new(addr)).unwrap(), &spec());
                     let (a, b) = (open(), open());
                     a.connect_rc(&b, AccessFlags::LOCAL_WRITE);
-                    let msg = pattern(t << 32 | round, 256);
-                    a.mr.write(0, &msg).unwrap();
-                    b.qp.post_recv(&[RecvWr {
-                        wr_id: 1,
-                        sg_list: &[b.mr.sge(0, 256)],
-                    }])
-                    .unwrap();
-                    a.qp.post_send(&[SendWr {
-                        wr_id: 2,
-                        sg_list: &[a.mr.sge(0, 256)],
-                        opcode: WrOpcode::Send,
-                        send_flags: SendFlags::SIGNALED,
-                    }])
-                    .unwrap();
-                    let wc = wait_one(&b.cq, Duration::from_secs(10));
-                    assert_eq!(wc.status, WcStatus::Success, "thread {t} round {round}");
-                    assert_eq!(b.mr.to_vec(0, 256).unwrap(), msg);
-                    assert_eq!(
-                        wait_one(&a.cq, Duration::from_secs(10)).status,
-                        WcStatus::Success
+                    send_checked(
+                        &a,
+                        &b,
+                        t << 32 | round,
+                        &format!("thread {t} round {round}"),
                     );
                     done += 1;
                 }
@@ -275,6 +260,90 @@ fn many_threads_open_and_close_contexts_on_one_address() {
         wait_one(&other.cq, Duration::from_secs(10)).status,
         WcStatus::Success
     );
+}
+
+/// SENDs 256 bytes of `pattern(seed)` from `a` to `b` (connected RC ends) and checks that
+/// both complete and the bytes arrived.
+fn send_checked(a: &End, b: &End, seed: u64, what: &str) {
+    let msg = pattern(seed, 256);
+    a.mr.write(0, &msg).unwrap();
+    b.qp.post_recv(&[RecvWr {
+        wr_id: 1,
+        sg_list: &[b.mr.sge(0, 256)],
+    }])
+    .unwrap();
+    a.qp.post_send(&[SendWr {
+        wr_id: 2,
+        sg_list: &[a.mr.sge(0, 256)],
+        opcode: WrOpcode::Send,
+        send_flags: SendFlags::SIGNALED,
+    }])
+    .unwrap();
+    let wc = wait_one(&b.cq, Duration::from_secs(10));
+    assert_eq!(wc.status, WcStatus::Success, "{what}");
+    assert_eq!(b.mr.to_vec(0, 256).unwrap(), msg, "{what}");
+    assert_eq!(
+        wait_one(&a.cq, Duration::from_secs(10)).status,
+        WcStatus::Success,
+        "{what}"
+    );
+}
+
+/// The entries of the groups directory that belong to the group at 127.0.0.1:`port`.
+fn group_dirs(port: u16) -> Vec<std::path::PathBuf> {
+    let suffix = format!("-127.0.0.1-{port}");
+    std::fs::read_dir(softroce::driver::group::groups_dir())
+        .map(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.to_string_lossy().ends_with(&suffix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_group_ends_with_its_last_member_and_a_new_one_starts_clean() {
+    // The last context to close on an address removes the group's directory (before, every
+    // address and port ever opened left one behind in the groups directory, tens of thousands
+    // on a test machine). Threads that open and close the only context on the address race
+    // that removal against their own joins: every open must succeed, and afterwards a pair on
+    // the address still carries traffic through a group started anew.
+    let udp = ports().1;
+    let addr = SocketAddr::new(IpAddr::from([127, 0, 0, 1]), udp);
+    {
+        let (a, b) = (
+            End::open(Context::open(&DeviceConfig::new(addr)).unwrap(), &spec()),
+            End::open(Context::open(&DeviceConfig::new(addr)).unwrap(), &spec()),
+        );
+        assert_eq!(group_dirs(udp).len(), 1, "the open group has its directory");
+        a.connect_rc(&b, AccessFlags::LOCAL_WRITE);
+        send_checked(&a, &b, 1, "first group");
+    }
+    assert_eq!(group_dirs(udp), Vec::<std::path::PathBuf>::new());
+    let err = softroce::driver::group::layout(addr).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let workers: Vec<_> = (0..3)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut opened = 0;
+                while opened < 40 && Instant::now() < deadline {
+                    drop(Context::open(&DeviceConfig::new(addr)).expect("open during removal"));
+                    opened += 1;
+                }
+                opened
+            })
+        })
+        .collect();
+    let opened: u32 = workers.into_iter().map(|w| w.join().unwrap()).sum();
+    assert_eq!(opened, 120, "opens done in the time given");
+    assert_eq!(group_dirs(udp), Vec::<std::path::PathBuf>::new());
+    let (a, b) = (
+        End::open(Context::open(&DeviceConfig::new(addr)).unwrap(), &spec()),
+        End::open(Context::open(&DeviceConfig::new(addr)).unwrap(), &spec()),
+    );
+    a.connect_rc(&b, AccessFlags::LOCAL_WRITE);
+    send_checked(&a, &b, 2, "a group started anew");
 }
 
 /// A small RC end: 4 KiB, local write, 16 CQ entries.
@@ -346,6 +415,85 @@ fn ud_datagrams_cross_between_contexts_on_one_address() {
             let got = to.mr.to_vec(wc.wr_id * 1024 + 40, 100).unwrap();
             assert_eq!(got, msg, "{j} -> {i}");
         }
+    }
+}
+
+#[test]
+fn one_ud_qps_burst_to_two_contexts_on_one_address_reaches_each_qp() {
+    // One UD QP posts a chain of equal datagrams alternating between the UD QPs of two other
+    // contexts on one address: one source port, one destination address, one length, which
+    // the engine sends as GSO runs. The kernel steers a GSO send once, by its first segment,
+    // so a run that mixed the two QPNs' slots went whole to one member, which dropped the
+    // other's datagrams as misrouted (UCX's UD wireup lost its messages to this, and an
+    // OpenMPI job hung). Every datagram must reach the QP it names, none misrouted.
+    const QKEY: u32 = 0x2222_2222;
+    const EACH: u64 = 8;
+    let udp = ports().1;
+    let addr = SocketAddr::new(IpAddr::from([127, 0, 0, 1]), udp);
+    let ends: Vec<End> = (0..3)
+        .map(|_| {
+            let e = End::open(
+                Context::open(&DeviceConfig::new(addr)).unwrap(),
+                &EndSpec {
+                    qp_type: QpType::Ud,
+                    cq_len: 64,
+                    cap: queues(2 * EACH as u32),
+                    ..spec()
+                },
+            );
+            e.qp.ready_ud(QKEY, 1).unwrap();
+            e
+        })
+        .collect();
+    let (from, to) = (&ends[0], [&ends[1], &ends[2]]);
+    for t in to {
+        for k in 0..EACH {
+            t.qp.post_recv(&[RecvWr {
+                wr_id: k,
+                sg_list: &[t.mr.sge(k * 256, 256)],
+            }])
+            .unwrap();
+        }
+    }
+    let ahs = [from.ah_to(to[0]), from.ah_to(to[1])];
+    for k in 0..2 * EACH {
+        from.mr.write(2048 + k * 100, &pattern(k, 100)).unwrap();
+    }
+    let sges: Vec<_> = (0..2 * EACH)
+        .map(|k| from.mr.sge(2048 + k * 100, 100))
+        .collect();
+    let wrs: Vec<UdSendWr> = (0..2 * EACH as usize)
+        .map(|k| UdSendWr {
+            wr: SendWr {
+                wr_id: k as u64,
+                sg_list: std::slice::from_ref(&sges[k]),
+                opcode: WrOpcode::Send,
+                send_flags: SendFlags::SIGNALED,
+            },
+            ah: &ahs[k % 2],
+            remote_qpn: to[k % 2].qp.qp_num(),
+            remote_qkey: QKEY,
+        })
+        .collect();
+    from.qp.post_send_ud(&wrs).unwrap();
+    for _ in 0..2 * EACH {
+        assert_eq!(
+            wait_one(&from.cq, Duration::from_secs(10)).status,
+            WcStatus::Success
+        );
+    }
+    for (n, t) in to.iter().enumerate() {
+        for _ in 0..EACH {
+            let wc = wait_one(&t.cq, Duration::from_secs(10));
+            assert_eq!(wc.status, WcStatus::Success, "to context {n}");
+            // Datagram k went to context k % 2; receive i holds the i-th that arrived, in order.
+            let k = 2 * wc.wr_id + n as u64;
+            let got = t.mr.to_vec(wc.wr_id * 256 + 40, 100).unwrap();
+            assert_eq!(got, pattern(k, 100), "datagram {k} to context {n}");
+        }
+    }
+    for e in &ends {
+        assert_eq!(e.ctx.counter("misrouted_pkts"), Some(0));
     }
 }
 

@@ -325,7 +325,36 @@ struct Locked {
 }
 
 impl Locked {
+    /// Takes the group's lock. The group's last member removes the lock file with the
+    /// directory (`remove_group`), so a lock taken on a file that is no longer the one at the
+    /// path is let go and taken again on the new one: two holders never hold two files.
     fn take(dir: &Path) -> io::Result<Locked> {
+        let give_up = Instant::now() + LOCK_PATIENCE;
+        loop {
+            let file = Self::flock(dir, give_up)?;
+            let held = file.metadata()?;
+            match std::fs::metadata(dir.join("lock")) {
+                Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
+                    return Ok(Locked {
+                        file,
+                        dir: dir.to_path_buf(),
+                    });
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+            // Removed (or replaced) while this process waited: the lock goes with `file`.
+        }
+    }
+
+    /// Opens the lock file (the directory too, if the group's last member removed it) and
+    /// locks it, by `give_up`.
+    fn flock(dir: &Path, give_up: Instant) -> io::Result<File> {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
         let file = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -334,12 +363,11 @@ impl Locked {
             .open(dir.join("lock"))?;
         // Polled, not waited for: a holder that never lets go (a stopped process, one stuck in
         // its exit) must not hang every process that opens the address.
-        let give_up = Instant::now() + LOCK_PATIENCE;
         let mut pause = Duration::from_micros(50);
         loop {
             // SAFETY: flock on a descriptor this function owns.
             if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-                break;
+                return Ok(file);
             }
             let e = io::Error::last_os_error();
             if e.kind() != io::ErrorKind::WouldBlock && e.kind() != io::ErrorKind::Interrupted {
@@ -358,10 +386,15 @@ impl Locked {
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_millis(5));
         }
-        Ok(Locked {
-            file,
-            dir: dir.to_path_buf(),
-        })
+    }
+
+    /// Removes the group's files and directory: its last member left. Holding the lock, so
+    /// that a process waiting for it finds the file gone and starts a fresh group (`take`).
+    fn remove_group(self) {
+        let _ = std::fs::remove_file(self.dir.join("table"));
+        let _ = std::fs::remove_file(self.dir.join("table.new"));
+        let _ = std::fs::remove_file(self.dir.join("lock"));
+        let _ = std::fs::remove_dir(&self.dir);
     }
 
     fn read(&self) -> Table {
@@ -487,11 +520,14 @@ impl Member {
         t.listeners.retain(|_, s| *s != slot);
         t.map.retain(|(s, _)| *s != slot);
         t.prune();
-        let others = !t.slots.is_empty();
-        let _ = lock.write(&t);
-        if others {
-            let _ = relayout_locked(&lock, self.addr, &self.secret);
+        if t.slots.is_empty() {
+            // The last member: the group ends with it, and its directory with it (a host that
+            // opens many addresses or ports must not fill the groups directory).
+            lock.remove_group();
+            return;
         }
+        let _ = lock.write(&t);
+        let _ = relayout_locked(&lock, self.addr, &self.secret);
     }
 
     /// Registers this member as the listener on `service_id`; AddrInUse if another live

@@ -14,6 +14,9 @@ pub struct Interface {
     pub name: CString,
     /// Its index.
     pub index: u32,
+    /// It is a loopback interface (IFF_LOOPBACK): what is sent on it is received as sent,
+    /// never coalesced by a NIC's receive offload (GRO).
+    pub loopback: bool,
 }
 
 /// The interface that has address `ip`, or for a loopback address the one whose subnet holds
@@ -34,6 +37,7 @@ pub fn interface_of(ip: IpAddr) -> io::Result<Interface> {
             let (a, m) = ((*p).ifa_addr, (*p).ifa_netmask);
             if let Some(addr) = ip_of(a) {
                 let name = std::ffi::CStr::from_ptr((*p).ifa_name).to_owned();
+                let name = (name, (*p).ifa_flags & libc::IFF_LOOPBACK as u32 != 0);
                 if addr == ip {
                     exact.get_or_insert(name);
                 } else if ip.is_loopback()
@@ -47,7 +51,7 @@ pub fn interface_of(ip: IpAddr) -> io::Result<Interface> {
     }
     // SAFETY: `head` came from getifaddrs and is freed once.
     unsafe { libc::freeifaddrs(head) };
-    let name = exact.or(subnet).ok_or_else(|| {
+    let (name, loopback) = exact.or(subnet).ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::AddrNotAvailable,
             format!("no interface has {ip}"),
@@ -58,7 +62,11 @@ pub fn interface_of(ip: IpAddr) -> io::Result<Interface> {
     if index == 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(Interface { name, index })
+    Ok(Interface {
+        name,
+        index,
+        loopback,
+    })
 }
 
 /// The address in a sockaddr of getifaddrs' list, if it is IPv4 or IPv6.

@@ -315,6 +315,11 @@ pub struct GsoKey {
     pub traffic_class: u8,
     /// Datagram length in bytes.
     pub len: usize,
+    /// The destination QPN's top byte (BTH byte 5). A shared device's group steers each
+    /// datagram by it to the member that owns the QP, and the kernel steers a GSO send once,
+    /// as a whole, by its first segment: datagrams for two slots never share one
+    /// (spec-notes/shared-device.md rule 3).
+    pub steer: u8,
 }
 
 impl OutDatagram<'_> {
@@ -326,6 +331,7 @@ impl OutDatagram<'_> {
             hop_limit: self.hop_limit,
             traffic_class: self.traffic_class,
             len: self.payload.len(),
+            steer: self.payload.get(5).copied().unwrap_or(0),
         }
     }
 }
@@ -369,6 +375,7 @@ mod tests {
             hop_limit,
             traffic_class: 0,
             len,
+            steer: 0,
         };
         let ds = [
             k(1, a, 0, 100),
@@ -384,6 +391,11 @@ mod tests {
                 traffic_class: 0x28,
                 ..k(2, b, 9, 120)
             },
+            // Another destination slot: the kernel would steer both by the first one's.
+            GsoKey {
+                steer: 1,
+                ..k(2, b, 9, 120)
+            },
         ];
         let run = |from: usize, max: usize| gso_run(ds.len() - from, max, |i| ds[from + i]);
         assert_eq!(run(0, 64), 3);
@@ -392,6 +404,8 @@ mod tests {
         assert_eq!(run(5, 64), 1);
         assert_eq!(run(6, 64), 2);
         assert_eq!(run(8, 64), 1);
+        assert_eq!(run(9, 64), 1);
+        assert_eq!(run(10, 64), 1);
         assert_eq!(run(0, 2), 2, "at most max_segments");
         assert_eq!(run(0, 1), 1, "no GSO");
         let big = |_| k(1, a, 0, 5000);

@@ -134,8 +134,15 @@ pub(crate) fn open(cfg: &DeviceConfig) -> Result<(Arc<Device>, JoinHandle<()>)> 
         // RC payloads sent from their regions: measured, not yet a gain (udp.rs).
         udp.enable_gather();
     }
-    if cfg.impairment.is_none() && cfg.pcap.is_none() {
-        // GRO only on a bare link: the wrappers receive one datagram at a time.
+    // GRO only on a bare link (the wrappers receive one datagram at a time), and for a shared
+    // device only on a loopback interface: a NIC's GRO coalesces a peer's datagrams of one flow
+    // whatever QPs they name, and the kernel steers the coalesced datagram once, by its first
+    // segment, so segments for another member's QPs would reach this one and be lost
+    // (spec-notes/shared-device.md rule 3). Loopback coalesces nothing; its GSO sends keep to
+    // one slot each (`link::GsoKey::steer`).
+    let gro_steers_right =
+        member.is_none() || interface::interface_of(cfg.addr.ip()).is_ok_and(|i| i.loopback);
+    if cfg.impairment.is_none() && cfg.pcap.is_none() && gro_steers_right {
         udp.enable_gro();
     }
     let local = udp.local_addr();

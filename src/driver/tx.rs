@@ -206,7 +206,7 @@ impl TxBatch {
         let n = self.meta.len();
         let mut i = from;
         while i < n {
-            let meta = &self.meta;
+            let (meta, buf) = (&self.meta, &self.buf);
             let run = gso_run(n - i, max, |k| {
                 let t = &meta[i + k];
                 GsoKey {
@@ -215,6 +215,8 @@ impl TxBatch {
                     hop_limit: t.hop_limit,
                     traffic_class: t.traffic_class,
                     len: t.len,
+                    // As `OutDatagram::gso_key` reads it: the BTH's byte 5.
+                    steer: buf[(i + k) * MAX_PACKET + 5],
                 }
             });
             for k in i..i + run {
