@@ -32,6 +32,9 @@
 #     beside the same test over UCX's TCP transport on lo: UCT put_bw -D zcopy (64 KiB) and am_lat
 #     (8 B) on rc_verbs, UCP ucp_put_bw (64 KiB) and tag_lat (8 B) with UCX_TLS=rc_verbs,ud_verbs
 #     as ibverbs/tests/ucx.rs runs them; the lanes UCP chose (UCX_LOG_LEVEL=info) go in the notes;
+#   - OpenMPI (Debian's openmpi-bin): tests/mpi/pingpong.c on 2 ranks, pml ucx over softroce
+#     (both ranks under `softroce run --bind 127.0.70.10`) beside pml ob1 with btl tcp on lo: 8 B
+#     ping-pong latency and 1 MiB bandwidth (scripts/mpi-run.sh runs the same with a capture);
 #   - what a message costs, both processes (the kernel's rusage, all threads; the difference of
 #     a run of N and one of 3N messages, iperf3 IPERF_SECS and 3x): CPU seconds per GB of the
 #     64 KiB WRITE beside iperf3's, CPU per 64-byte WRITE and per 2-byte round trip, and the
@@ -47,7 +50,7 @@
 # rows that read perftest's or ucx_perftest's own tables, which say so (2^20 bytes/s there).
 # Benchmarks are not tests: nothing here asserts a timing. bench/check-rows.sh checks that
 # every row was produced. Every process runs under timeout(1); all talk only to loopback
-# (127.0.0.1-3, and 127.0.77.1-2 for UCX); an exit trap stops whatever this script started.
+# (127.0.0.1-3, 127.0.77.1-2 for UCX, 127.0.70.10 for MPI); an exit trap stops whatever this script started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -75,6 +78,7 @@ command -v jq >/dev/null 2>&1 || need_apt+=(jq)
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
 command -v ib_write_bw >/dev/null 2>&1 || need_apt+=(perftest)
 command -v ucx_perftest >/dev/null 2>&1 || need_apt+=(ucx-utils)
+command -v mpicc >/dev/null 2>&1 || need_apt+=(openmpi-bin libopenmpi-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -97,11 +101,11 @@ BL=target/bench-baselines/release
 if [ $QUICK = 1 ]; then
     RUNS=1 T=30 IPERF_SECS=1 UDP_BYTES=50000000 BW_ITERS=300 LAT_ITERS=500 RATE_MSGS=5000
     Q1024_ITERS=1 SWEEP_ITERS=5 SHIM_BW_ITERS=300 SHIM_RATE_ITERS=5000 SENDQ4_ITERS=200
-    UCX_BW_ITERS=300
+    UCX_BW_ITERS=300 MPI_LAT_N=200 MPI_BW_N=10
 else
     RUNS=3 T=90 IPERF_SECS=2 UDP_BYTES=1000000000 BW_ITERS=5000 LAT_ITERS=10000 RATE_MSGS=100000
     Q1024_ITERS=5 SWEEP_ITERS=1000 SHIM_BW_ITERS=20000 SHIM_RATE_ITERS=100000 SENDQ4_ITERS=5000
-    UCX_BW_ITERS=20000
+    UCX_BW_ITERS=20000 MPI_LAT_N=5000 MPI_BW_N=200
 fi
 RATE_QPS="1 2 4 8 16 32 64"
 MTU=4096
@@ -471,6 +475,47 @@ else
     for k in $UCX_KEYS; do VAL[$k]="n/a (ucx-utils missing)"; done
 fi
 
+# ---- OpenMPI over UCX on softroce beside OpenMPI's TCP BTL ---------------------------------------
+# tests/mpi/pingpong.c on 2 ranks, as scripts/mpi-run.sh runs it (which also shows, with a
+# capture, that RoCEv2 carried the bytes): 8 B ping-pong latency (half the round trip, over
+# MPI_LAT_N round trips) and 1 MiB bandwidth (MPI_BW_N messages, each checked), the allreduce
+# checked. softroce: both ranks under `softroce run --bind 127.0.70.10` (one address for the
+# host, shared as rxe0 is), pml ucx with UCX_TLS=rc_verbs,ud_verbs and btl self (no shared
+# memory); TCP: pml ob1, btl tcp,self on lo. One mpirun gives both figures: the latency is the
+# measured value, the bandwidth goes to $TMP/mpi_bw.VIA, and its median to VAL[mpi_bw(_tcp)].
+MPI=0
+command -v mpirun >/dev/null 2>&1 && command -v mpicc >/dev/null 2>&1 && MPI=1
+MPI_KEYS="mpi_lat mpi_lat_tcp mpi_bw mpi_bw_tcp"
+mpi_pingpong() { # softroce|tcp
+    local out flags=(--allow-run-as-root --oversubscribe --bind-to none -np 2 --mca oob_tcp_if_include lo)
+    if [ "$1" = softroce ]; then
+        out=$(timeout "$T" mpirun "${flags[@]}" --mca btl self --mca pml ucx \
+            -x UCX_TLS=rc_verbs,ud_verbs -x UCX_NET_DEVICES=softroce0:1 \
+            "$TMP/mpi_rank.sh" "$TMP/mpi_pingpong" "$MPI_LAT_N" "$MPI_BW_N" 2>&1) || { echo "$out" >&2; return 1; }
+    else
+        out=$(timeout "$T" mpirun "${flags[@]}" --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo \
+            "$TMP/mpi_pingpong" "$MPI_LAT_N" "$MPI_BW_N" 2>&1) || { echo "$out" >&2; return 1; }
+    fi
+    [ "$(grep -c '^allreduce ok 3 rank' <<<"$out")" = 2 ] || { echo "$out" >&2; return 1; }
+    awk '/^bandwidth_MBps/ {print $2}' <<<"$out" | grep -E '^[0-9.]+$' >>"$TMP/mpi_bw.$1"
+    awk '/^latency_us/ {print $2}' <<<"$out" | grep -E '^[0-9.]+$'
+}
+if [ $MPI = 1 ] && mpicc -O2 -Wall -o "$TMP/mpi_pingpong" tests/mpi/pingpong.c; then
+    printf '#!/bin/sh\nexec %q run --lib %q --bind 127.0.70.10 -- "$@"\n' \
+        "$(realpath "$BIN")" "$(realpath "$UCX_LIB")" >"$TMP/mpi_rank.sh"
+    chmod +x "$TMP/mpi_rank.sh"
+    for via in softroce tcp; do
+        sfx=""
+        [ $via = tcp ] && sfx=_tcp
+        : >"$TMP/mpi_bw.$via"
+        measure "mpi_lat$sfx" mpi_pingpong $via
+        VAL[mpi_bw$sfx]=$(median <"$TMP/mpi_bw.$via" || echo FAILED)
+        SAMPLES[mpi_bw$sfx]=$(paste -sd' ' "$TMP/mpi_bw.$via")
+    done
+else
+    for k in $MPI_KEYS; do VAL[$k]="n/a (openmpi missing)"; done
+fi
+
 # perf send -q 4 --check: the pair's wall clock, the measured interval (bytes / BW average of
 # the client, perftest's MB = 2^20 bytes) and the client's RNR NAKs received.
 send_q4() {
@@ -640,6 +685,10 @@ r=$(ratio "${VAL[ucx_ucp_put_bw]}" "${VAL[ucx_ucp_put_bw_tcp]}")
 row ucx-ucp-put-bw-64k "UCX ucp_put_bw -s 65536 (UCP, UCX_TLS=rc_verbs,ud_verbs) vs UCX_TLS=tcp (ucx_perftest's MB/s, 2^20 B/s)" "$(mbs "${VAL[ucx_ucp_put_bw]}")" "$(mbs "${VAL[ucx_ucp_put_bw_tcp]}")" "$r" ">= 1x" "$(met "$r" '>=' 1)"
 r=$(ratio "${VAL[ucx_tag_lat]}" "${VAL[ucx_tag_lat_tcp]}")
 row ucx-tag-lat-8b "UCX tag_lat -s 8 one-way p50 (UCP, UCX_TLS=rc_verbs,ud_verbs) vs UCX_TLS=tcp" "$(us "${VAL[ucx_tag_lat]}")" "$(us "${VAL[ucx_tag_lat_tcp]}")" "$r" "<= 1.3x" "$(met "$r" '<=' 1.3)"
+r=$(ratio "${VAL[mpi_lat_tcp]}" "${VAL[mpi_lat]}")
+row mpi-lat-8b "OpenMPI 8 B ping-pong, half the round trip (pml ucx, rc_verbs on softroce0:1, 2 ranks on one shared address) vs pml ob1 btl tcp on lo (ratio: TCP's over softroce's, so higher is better)" "$(us "${VAL[mpi_lat]}")" "$(us "${VAL[mpi_lat_tcp]}")" "$r" ">= 1x" "$(met "$r" '>=' 1)"
+r=$(ratio "${VAL[mpi_bw]}" "${VAL[mpi_bw_tcp]}")
+row mpi-bw-1m "OpenMPI 1 MiB bandwidth, each message checked (pml ucx on softroce) vs pml ob1 btl tcp on lo (MB/s, 10^6 B/s)" "$(mbs "${VAL[mpi_bw]}")" "$(mbs "${VAL[mpi_bw_tcp]}")" "$r" ">= 1x" "$(met "$r" '>=' 1)"
 r=$(ratio "${VAL[send_q4_wall]}" "${VAL[send_q4_meas]}")
 row send-q4-wall "perf send -q 4 --check (64 KiB, -n $SENDQ4_ITERS per QP), both ends' wall clock vs the measured interval" "$(fmt "${VAL[send_q4_wall]}" '%.2f s')" "$(fmt "${VAL[send_q4_meas]}" '%.2f s')" "$r" "<= 2x" "$(met "$r" '<=' 2)"
 row send-q4-rnr "perf send -q 4 --check: RNR NAKs the sender received (the most of the runs)" "$(fmt "${VAL[send_q4_rnr]}" '%.0f NAKs')" "-" "-" "0" "$( [ "${VAL[send_q4_rnr]}" = 0 ] && echo yes || echo no)"
@@ -663,7 +712,7 @@ rss_note() { # client|server
     echo
     echo "Each figure is the median of $RUNS run(s); the runs, in order:"
     echo
-    for k in tcp udp_plain udp_gso write write_shared write_alone send read pp_block lat lat_shared lat_p99 lat_p999 pp_busy lat_busy lat_busy_p99 lat_busy_p999 $(for q in $RATE_QPS; do echo "rate_q$q"; done) write_q1024 shim_write shim_write_sr shim_rate shim_rate_sr shim_lat shim_lat_p99 shim_lat_p999 shim_lat_sr shim_lat_busy shim_lat_busy_p99 shim_lat_busy_p999 shim_lat_busy_sr $UCX_KEYS send_q4_wall readme_impair mem_client mem_server tcp_cpu write_cost write_cost_csw rate_cost rate_cost_csw lat_cost lat_cost_csw; do
+    for k in tcp udp_plain udp_gso write write_shared write_alone send read pp_block lat lat_shared lat_p99 lat_p999 pp_busy lat_busy lat_busy_p99 lat_busy_p999 $(for q in $RATE_QPS; do echo "rate_q$q"; done) write_q1024 shim_write shim_write_sr shim_rate shim_rate_sr shim_lat shim_lat_p99 shim_lat_p999 shim_lat_sr shim_lat_busy shim_lat_busy_p99 shim_lat_busy_p999 shim_lat_busy_sr $UCX_KEYS $MPI_KEYS send_q4_wall readme_impair mem_client mem_server tcp_cpu write_cost write_cost_csw rate_cost rate_cost_csw lat_cost lat_cost_csw; do
         echo "- $k: ${SAMPLES[$k]:-${VAL[$k]}}"
     done
     echo "- send_q4: RNR NAKs per run $(paste -sd' ' "$TMP/q4.rnr" 2>/dev/null); measured intervals $(awk '{print $2}' "$TMP/q4.times" 2>/dev/null | paste -sd' ')"
@@ -676,7 +725,8 @@ rss_note() { # client|server
     echo "Sizes: iperf3 -t $IPERF_SECS; UDP $UDP_BYTES bytes in ${ROCE_UDP_PAYLOAD}-byte datagrams; 64 KiB runs -n $BW_ITERS;" \
         "latency -n $LAT_ITERS; message rate $RATE_MSGS messages over all QPs; 1024 QPs -n $Q1024_ITERS each;" \
         "memory: write -s 2 -n 10; sweep -n $SWEEP_ITERS per size;" \
-        "UCX: 64 KiB -n $UCX_BW_ITERS, 8 B latency -n $LAT_ITERS (ucx_perftest's default warm-up, at most a tenth of -n)."
+        "UCX: 64 KiB -n $UCX_BW_ITERS, 8 B latency -n $LAT_ITERS (ucx_perftest's default warm-up, at most a tenth of -n);" \
+        "MPI: $MPI_LAT_N round trips of 8 B, $MPI_BW_N messages of 1 MiB."
     [ $BUSY = 1 ] || echo "This softroce has no --busy-poll flag: its row says n/a."
 } >"$TMP/table.md"
 
