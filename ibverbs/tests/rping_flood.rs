@@ -130,24 +130,52 @@ fn under_shim(prog: &std::path::Path, bind: &str) -> std::process::Command {
     c
 }
 
-/// Gives a server `settle` to reach its listen (rping listens before its first blocking wait,
-/// in well under a second) and checks that it has not ended meanwhile.
-fn settle(child: &mut std::process::Child, settle: Duration) {
+/// Waits (at most 20 s) until a server listens at `ip` (the address's group names a listener
+/// once its CM listens: the program `softroce run` started, whose PID is not `child`'s; a fixed
+/// pause lost that race on a loaded machine), and checks that it has not ended meanwhile.
+fn settle(child: &mut std::process::Child, ip: &str) {
     use std::io::Read;
-    std::thread::sleep(settle);
-    if let Some(status) = child.try_wait().unwrap() {
-        let mut out = String::new();
-        for s in [
-            child.stdout.take().map(|s| Box::new(s) as Box<dyn Read>),
-            child.stderr.take().map(|s| Box::new(s) as Box<dyn Read>),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            let _ = { s }.read_to_string(&mut out);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut out = String::new();
+            for s in [
+                child.stdout.take().map(|s| Box::new(s) as Box<dyn Read>),
+                child.stderr.take().map(|s| Box::new(s) as Box<dyn Read>),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                let _ = { s }.read_to_string(&mut out);
+            }
+            panic!("the server ended before the flood: {status:?}\n{out}");
         }
-        panic!("the server ended before the flood: {status:?}\n{out}");
+        let addr = std::net::SocketAddr::new(ip.parse().unwrap(), 4791);
+        let listeners = softroce::driver::group::listener_pids(addr).unwrap_or_default();
+        // `softroce run`'s child: a listener a killed earlier run left in the table is not.
+        if listeners
+            .iter()
+            .any(|&(_, p)| parent_of(p) == Some(child.id()))
+        {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server did not listen within 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The parent PID of process `pid` (field 4 of /proc/PID/stat), if it is alive.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command (field 2) is in parentheses and may hold spaces: count after it.
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// rping 44's non-persistent server under the shim, flooded with 50 valid REQs from a third
@@ -166,7 +194,7 @@ fn rping_44_server_under_a_req_flood_fails_in_its_own_race_as_on_rxe() {
         .arg(port.to_string())
         .spawn()
         .unwrap();
-    settle(&mut s, Duration::from_millis(700));
+    settle(&mut s, "127.0.0.55");
     let ids = flood(
         "127.0.0.56".parse().unwrap(),
         "127.0.0.55:4791".parse().unwrap(),
