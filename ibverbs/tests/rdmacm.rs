@@ -715,12 +715,10 @@ fn two_rping_servers_and_their_clients_on_one_address() {
         shimmed(&rping(), ip, &a).spawn().unwrap()
     };
     let servers = [run(args("-s", &p1)), run(args("-s", &p2))];
-    // Both listen once the address's table lists both services.
-    let addr = std::net::SocketAddr::new(ip.parse().unwrap(), 4791);
+    // Both listen once the address's table names both as listeners (by PID: a listener a
+    // killed earlier run left in the table is not one of them).
     let deadline = Instant::now() + Duration::from_secs(30);
-    while softroce::driver::group::listeners(addr).map_or(0, |l| l.len()) < 2
-        && Instant::now() < deadline
-    {
+    while !servers.iter().all(|s| cm_listening(ip, s.id())) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     let clients = [run(args("-c", &p1)), run(args("-c", &p2))];
