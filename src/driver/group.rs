@@ -755,11 +755,6 @@ pub fn layout(addr: SocketAddr) -> io::Result<Vec<(u8, u32)>> {
     Ok(read_table(addr)?.map)
 }
 
-/// The CM service IDs listened on in the group at `addr`, with the listener's slot.
-pub fn listeners(addr: SocketAddr) -> io::Result<Vec<(u64, u8)>> {
-    Ok(read_table(addr)?.listeners.into_iter().collect())
-}
-
 /// The CM service IDs listened on in the group at `addr`, with the process id of the member
 /// that listens (a listener whose slot the table no longer holds is left out). The table
 /// names a listener once its CM listens (`Device::listen`), so a REQ sent after this lists it
