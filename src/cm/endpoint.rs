@@ -49,6 +49,9 @@ struct Conn {
     remote_ca_guid: u64,
     local_qpn: u32,
     remote_qpn: u32,
+    /// An XRC connection (the REQ's transport type extended, XRC): the target QP's number
+    /// travels in the REP's local EE context number, as the kernel's CM sends it.
+    xrc: bool,
     /// How long the peer's CM says it may take to answer.
     peer_response: Duration,
     /// The message we repeat until it is answered.

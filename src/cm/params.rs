@@ -18,7 +18,8 @@ pub struct ConnectParams {
     /// from it. (A starting PSN names what its sender receives, as Linux's CM and rxe use it:
     /// tests/data/rxe/rping.pcap.)
     pub starting_psn: u32,
-    /// Transport service type ([`transport_type`]: RC or UC).
+    /// Transport service type ([`transport_type`]: RC, UC, or `EXTENDED` for an XRC
+    /// initiator, whose REQ is marked as the kernel's CM marks it).
     pub transport: u8,
     /// Path MTU (IBTA encoding: 1 = 256 ... 5 = 4096).
     pub path_mtu: u8,
@@ -137,7 +138,8 @@ pub struct PeerParams {
     pub srq: bool,
     /// REQ only: the service asked for (0 in a REP).
     pub service_id: u64,
-    /// REQ only: transport service type.
+    /// REQ only: transport service type (`transport_type::EXTENDED` for an XRC REQ, the only
+    /// extended type taken).
     pub transport: u8,
     /// REQ only: path MTU (IBTA encoding).
     pub path_mtu: u8,
@@ -185,12 +187,13 @@ impl PeerParams {
         }
     }
 
-    pub(super) fn from_rep(addr: SocketAddr, r: &CmRep) -> Self {
+    /// The REP's figures; `qpn` is the peer's QPN, which an XRC target sends in another field.
+    pub(super) fn from_rep(addr: SocketAddr, r: &CmRep, qpn: u32) -> Self {
         PeerParams {
             addr,
             comm_id: r.local_comm_id,
             ca_guid: r.local_ca_guid,
-            qpn: r.local_qpn,
+            qpn,
             starting_psn: r.starting_psn,
             responder_resources: r.responder_resources,
             initiator_depth: r.initiator_depth,

@@ -9,6 +9,7 @@ use crate::wire::mad::{self, MadRepr};
 
 mod security;
 mod sidr;
+mod xrc;
 
 const SERVICE: u64 = rdma_tcp_service_id(7174);
 

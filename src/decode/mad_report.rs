@@ -101,12 +101,15 @@ fn mtu_bytes(code: u8) -> u32 {
     }
 }
 
-fn transport_name(t: u8) -> &'static str {
-    match t {
-        transport_type::RC => "RC",
-        transport_type::UC => "UC",
-        transport_type::RD => "RD",
-        _ => "reserved",
+/// A REQ's transport: its service type, and for the extended type its extended type (XRC is
+/// the one the kernel's CM sends).
+fn transport_name(t: u8, extended: u8) -> &'static str {
+    match (t, extended) {
+        (transport_type::RC, _) => "RC",
+        (transport_type::UC, _) => "UC",
+        (transport_type::RD, _) => "RD",
+        (_, transport_type::EXTENDED_XRC) => "XRC",
+        _ => "extended",
     }
 }
 
@@ -129,7 +132,7 @@ fn cm_text(msg: &CmMessage, s: &mut String) {
             let _ = write!(
                 s,
                 " {} qpn=0x{:06x} psn=0x{:06x} mtu={} rsp_res={} init_depth={} retry={} rnr_retry={} srq={} gid={} > {}",
-                transport_name(r.transport_service_type),
+                transport_name(r.transport_service_type, r.extended_transport_type),
                 r.local_qpn,
                 r.starting_psn,
                 mtu_bytes(r.path_mtu),
@@ -161,6 +164,10 @@ fn cm_text(msg: &CmMessage, s: &mut String) {
                 r.rnr_retry_count,
                 u8::from(r.srq)
             );
+            // An XRC target's QPN (the kernel's CM sends it there).
+            if r.local_eecn != 0 {
+                let _ = write!(s, " eecn=0x{:06x}", r.local_eecn);
+            }
         }
         CmMessage::Rtu(r) | CmMessage::Drep(r) => {
             let _ = write!(s, " rcid=0x{:08x}", r.remote_comm_id);
@@ -235,7 +242,7 @@ fn cm_json(msg: &CmMessage) -> Value {
                 "responder_resources": r.responder_resources,
                 "initiator_depth": r.initiator_depth,
                 "remote_cm_response_timeout": r.remote_cm_response_timeout,
-                "transport_service_type": transport_name(r.transport_service_type),
+                "transport_service_type": transport_name(r.transport_service_type, r.extended_transport_type),
                 "end_to_end_flow_control": r.end_to_end_flow_control,
                 "starting_psn": r.starting_psn,
                 "local_cm_response_timeout": r.local_cm_response_timeout,
@@ -260,6 +267,7 @@ fn cm_json(msg: &CmMessage) -> Value {
             "remote_comm_id": r.remote_comm_id,
             "local_qkey": r.local_qkey,
             "local_qpn": r.local_qpn,
+            "local_eecn": r.local_eecn,
             "starting_psn": r.starting_psn,
             "responder_resources": r.responder_resources,
             "initiator_depth": r.initiator_depth,

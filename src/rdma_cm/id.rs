@@ -222,6 +222,9 @@ impl CmId {
         p.rnr_retry_count = param.rnr_retry_count.min(7);
         p.private_data = pd;
         p.ca_guid = node_guid(dev.local.ip());
+        if st.qp.as_ref().is_some_and(|q| q.is_xrc_initiator()) {
+            p.transport = crate::wire::cm::transport_type::EXTENDED;
+        }
         let to = SocketAddr::new(remote.ip(), dev.remote_port);
         let conn = {
             let mut g = dev.gsi.lock();

@@ -122,3 +122,11 @@ impl ProtectionDomain {
         self.create_qp_with(init, None, Some(XrcRole::Send))
     }
 }
+
+impl QueuePair {
+    /// Whether this is an XRC initiator QP (`IBV_QPT_XRC_SEND`): rdma_cm marks its REQ as
+    /// XRC (spec-notes/xrc.md rule 13).
+    pub fn is_xrc_initiator(&self) -> bool {
+        matches!(self.lock().xrc(), Some(XrcRole::Send))
+    }
+}

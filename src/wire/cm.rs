@@ -86,6 +86,11 @@ pub mod transport_type {
     pub const UC: u8 = 1;
     /// Reliable Datagram.
     pub const RD: u8 = 2;
+    /// Extended: the REQ's extended transport type says which (1: XRC, as the kernel's CM
+    /// marks an XRC initiator's REQ; `cm_req_set_qp_type`).
+    pub const EXTENDED: u8 = 3;
+    /// The extended transport type of an XRC connection.
+    pub const EXTENDED_XRC: u8 = 1;
 }
 
 /// Which message an MRA or REJ refers to (MessageMRAed, MessageRejected).

@@ -16,13 +16,16 @@ impl CmEndpoint {
             max: crate::wire::cm::REQ_PRIVATE_DATA_LEN,
         })?;
         let id = self.new_comm_id()?;
+        // An XRC initiator's REQ leaves what only a responder or a target has at 0: responder
+        // resources, retry counts, SRQ (the kernel's cm_format_req).
+        let xrc = p.transport == transport_type::EXTENDED;
         let req = CmReq {
             local_comm_id: id,
             service_id: p.service_id,
             local_ca_guid: p.ca_guid,
             local_qkey: 0,
             local_qpn: p.qpn,
-            responder_resources: p.responder_resources,
+            responder_resources: if xrc { 0 } else { p.responder_resources },
             local_eecn: 0,
             initiator_depth: p.initiator_depth,
             remote_eecn: 0,
@@ -31,14 +34,14 @@ impl CmEndpoint {
             end_to_end_flow_control: false,
             starting_psn: p.starting_psn,
             local_cm_response_timeout: self.cfg.cm_response_timeout,
-            retry_count: p.retry_count,
+            retry_count: if xrc { 0 } else { p.retry_count },
             partition_key: 0xffff,
             path_mtu: p.path_mtu,
             rdc_exists: false,
-            rnr_retry_count: p.rnr_retry_count,
+            rnr_retry_count: if xrc { 0 } else { p.rnr_retry_count },
             max_cm_retries: self.cfg.max_cm_retries.min(15),
-            srq: p.srq,
-            extended_transport_type: 0,
+            srq: p.srq && !xrc,
+            extended_transport_type: if xrc { transport_type::EXTENDED_XRC } else { 0 },
             primary: CmPath {
                 local_lid: 0xffff,
                 remote_lid: 0xffff,
@@ -70,6 +73,7 @@ impl CmEndpoint {
                 remote_ca_guid: 0,
                 local_qpn: p.qpn,
                 remote_qpn: 0,
+                xrc,
                 peer_response: iba_time(self.cfg.cm_response_timeout),
                 pending: None,
                 last: None,
@@ -101,6 +105,7 @@ impl CmEndpoint {
         c.expires = None;
         let remote_comm_id = c.remote_comm_id;
         let peer_response = c.peer_response;
+        let xrc = c.xrc;
         let (listener, unread) = (c.listener.take(), c.unread.take());
         let peer_ip = c.peer.ip();
         self.release_backlog(listener, peer_ip);
@@ -112,16 +117,18 @@ impl CmEndpoint {
             local_comm_id: conn.0,
             remote_comm_id,
             local_qkey: 0,
-            local_qpn: p.qpn,
-            local_eecn: 0,
+            // An XRC target's REP: its QPN as the local EE context number, SRQ set, no
+            // initiator depth (the kernel's cm_format_rep for IB_QPT_XRC_TGT).
+            local_qpn: if xrc { 0 } else { p.qpn },
+            local_eecn: if xrc { p.qpn } else { 0 },
             starting_psn: p.starting_psn,
             responder_resources: p.responder_resources,
-            initiator_depth: p.initiator_depth,
+            initiator_depth: if xrc { 0 } else { p.initiator_depth },
             target_ack_delay: 15,
             failover_accepted: 0,
             end_to_end_flow_control: false,
             rnr_retry_count: p.rnr_retry_count,
-            srq: p.srq,
+            srq: p.srq || xrc,
             local_ca_guid: p.ca_guid,
             private_data,
         };
@@ -260,6 +267,7 @@ impl CmEndpoint {
                 remote_ca_guid: 0,
                 local_qpn: 0,
                 remote_qpn: 0,
+                xrc: false,
                 peer_response: iba_time(self.cfg.cm_response_timeout),
                 pending: None,
                 last: None,

@@ -90,10 +90,16 @@ impl CmEndpoint {
             self.reject_req(from, tid, r, rej_reason::INVALID_SERVICE_ID);
             return;
         }
-        if !matches!(
-            r.transport_service_type,
-            transport_type::RC | transport_type::UC
-        ) {
+        // RC, UC, or XRC as the kernel's CM marks it (cm_req_get_qp_type); RD, and another
+        // extended type, are refused.
+        let xrc = (r.transport_service_type, r.extended_transport_type)
+            == (transport_type::EXTENDED, transport_type::EXTENDED_XRC);
+        if !xrc
+            && !matches!(
+                r.transport_service_type,
+                transport_type::RC | transport_type::UC
+            )
+        {
             self.counters.rej_invalid += 1;
             self.reject_req(from, tid, r, rej_reason::INVALID_TRANSPORT_TYPE);
             return;
@@ -127,6 +133,7 @@ impl CmEndpoint {
                 remote_ca_guid: r.local_ca_guid,
                 local_qpn: 0,
                 remote_qpn: r.local_qpn,
+                xrc,
                 peer_response,
                 pending: None,
                 last: None,
@@ -231,10 +238,13 @@ impl CmEndpoint {
                 c.pending = None;
                 c.remote_comm_id = r.local_comm_id;
                 c.remote_ca_guid = r.local_ca_guid;
-                c.remote_qpn = r.local_qpn;
+                // An XRC target sends its QPN as the local EE context number (the kernel's
+                // cm_rep_get_qpn).
+                let qpn = if c.xrc { r.local_eecn } else { r.local_qpn };
+                c.remote_qpn = qpn;
                 self.events.push_back(CmEvent::RepReceived {
                     conn,
-                    peer: Box::new(PeerParams::from_rep(from, r)),
+                    peer: Box::new(PeerParams::from_rep(from, r, qpn)),
                 });
             }
             ConnState::RepRcvd => self.counters.duplicates += 1,
@@ -393,6 +403,7 @@ impl CmEndpoint {
                 remote_ca_guid: 0,
                 local_qpn: 0,
                 remote_qpn: 0,
+                xrc: false,
                 peer_response: iba_time(self.cfg.cm_response_timeout),
                 pending: None,
                 last: None,
