@@ -25,6 +25,7 @@ mod requester;
 mod responder;
 pub mod srq;
 mod state;
+pub mod tag_match;
 pub mod window;
 pub mod wqe;
 pub mod xrc;

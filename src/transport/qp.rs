@@ -457,6 +457,7 @@ impl QpCore {
                 grh: false,
                 invalidated_rkey: None,
                 network_hdr_type: None,
+                tm: None,
             },
         ));
     }
@@ -508,6 +509,7 @@ impl QpCore {
                     grh: false,
                     invalidated_rkey: None,
                     network_hdr_type: None,
+                    tm: None,
                 },
             ));
         }
