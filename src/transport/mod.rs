@@ -26,6 +26,7 @@ mod responder;
 pub mod srq;
 mod state;
 pub mod tag_match;
+mod tm_rndv;
 pub mod window;
 pub mod wqe;
 pub mod xrc;

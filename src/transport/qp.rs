@@ -488,6 +488,10 @@ impl QpCore {
             if w.opcode.holds_rd_atomic() && w.started {
                 self.req.rd_atomic_outstanding -= 1;
             }
+            if let Some(role) = w.tm_rndv {
+                self.finish_rndv(role, status, w.length);
+                continue;
+            }
             if status == WcStatus::Success && !(w.signaled || self.cfg.sq_sig_all) {
                 continue;
             }

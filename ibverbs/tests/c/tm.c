@@ -84,6 +84,8 @@ static void srq_recv(size_t off, uint64_t wr_id)
 	CHECK(ibv_post_srq_recv(srq, &wr, &bad) == 0);
 }
 
+static void send_src(size_t len);
+
 /* A SEND from qp_a of a TMH (op, app_ctx, tag) and `len` bytes of `fill`; waits for A's
  * completion. */
 static void send_tagged(uint8_t tmh_op, uint32_t app_ctx, uint64_t tag, char fill, size_t len)
@@ -91,8 +93,13 @@ static void send_tagged(uint8_t tmh_op, uint32_t app_ctx, uint64_t tag, char fil
 	struct ibv_tmh h = {.opcode = tmh_op, .app_ctx = htobe32(app_ctx), .tag = htobe64(tag)};
 	memcpy(src, &h, sizeof(h));
 	memset(src + sizeof(h), fill, len);
-	struct ibv_sge sge = {
-		.addr = (uintptr_t)src, .length = sizeof(h) + len, .lkey = src_mr->lkey};
+	send_src(sizeof(h) + len);
+}
+
+/* A SEND of src's first `len` bytes from qp_a; waits for A's completion. */
+static void send_src(size_t len)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)src, .length = len, .lkey = src_mr->lkey};
 	struct ibv_send_wr wr = {.wr_id = 9,
 				 .sg_list = &sge,
 				 .num_sge = 1,
@@ -191,6 +198,58 @@ static void list_ops(void)
 	CHECK(ibv_poll_cq(ibv_cq_ex_to_cq(cqx), 1, &wc) == 0);
 }
 
+/*
+ * Rendezvous: A sends a TMH and an RVH naming 200 bytes of its memory; B's match completes at
+ * once (MATCH, the tag and app_ctx), B READs the data into the tag's buffer and completes it
+ * (DATA_VALID), and A receives a FIN TMH with the tag.
+ */
+static void rendezvous(void)
+{
+	char *r = aligned_alloc(4096, 4096);
+	CHECK(r != NULL);
+	memset(r, 'r', 4096);
+	struct ibv_mr *rmr = ibv_reg_mr(pd, r, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	CHECK(rmr != NULL);
+	unsigned int f;
+	add_tag(11, 768, 4, &f);
+	CHECK(f == 0);
+	/* A's receive for the FIN, at src + 4096. */
+	struct ibv_sge rs = {.addr = (uintptr_t)src + 4096, .length = 64, .lkey = src_mr->lkey};
+	struct ibv_recv_wr rw = {.wr_id = 55, .sg_list = &rs, .num_sge = 1}, *bad;
+	CHECK(ibv_post_recv(qp_a, &rw, &bad) == 0);
+	struct ibv_tmh h = {.opcode = IBV_TMH_RNDV, .app_ctx = htobe32(5), .tag = htobe64(11)};
+	struct ibv_rvh v = {
+		.va = htobe64((uintptr_t)r), .rkey = htobe32(rmr->rkey), .len = htobe32(200)};
+	memcpy(src, &h, sizeof(h));
+	memcpy(src + sizeof(h), &v, sizeof(v));
+	send_src(sizeof(h) + sizeof(v));
+	struct cqe c = poll_ex();
+	CHECK(c.status == IBV_WC_SUCCESS && c.opcode == IBV_WC_TM_RECV && c.wr_id == 111);
+	CHECK(c.flags == IBV_WC_TM_MATCH && c.tm.tag == 11 && c.tm.priv == 5);
+	c = poll_ex();
+	CHECK(c.status == IBV_WC_SUCCESS && c.opcode == IBV_WC_TM_RECV && c.wr_id == 111);
+	CHECK(c.flags == IBV_WC_TM_DATA_VALID && c.byte_len == 200);
+	CHECK(all(dst + 768, 'r', 200) && dst[768 + 200] == 0);
+	struct ibv_wc wc = poll1(cq_a);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV && wc.wr_id == 55);
+	struct ibv_tmh fin;
+	memcpy(&fin, src + 4096, sizeof(fin));
+	CHECK(wc.byte_len == sizeof(fin) && fin.opcode == IBV_TMH_FIN);
+	CHECK(be64toh(fin.tag) == 11 && be32toh(fin.app_ctx) == 5);
+	/* An RVH-less RNDV that matches is an invalid request: A's SEND fails. */
+	add_tag(12, 1792, 5, &f);
+	h.tag = htobe64(12);
+	memcpy(src, &h, sizeof(h));
+	struct ibv_sge sge = {.addr = (uintptr_t)src, .length = sizeof(h), .lkey = src_mr->lkey};
+	struct ibv_send_wr sw = {.wr_id = 13, .sg_list = &sge, .num_sge = 1,
+				 .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED}, *sbad;
+	CHECK(ibv_post_send(qp_a, &sw, &sbad) == 0);
+	wc = poll1(cq_a);
+	CHECK(wc.wr_id == 13 && wc.status == IBV_WC_REM_INV_REQ_ERR);
+	CHECK(ibv_dereg_mr(rmr) == 0);
+	free(r);
+}
+
 /* Matched EAGER, unexpected EAGER with its sync, and NO_TAG over an RC pair. */
 static void traffic(void)
 {
@@ -257,6 +316,7 @@ static void traffic(void)
 	CHECK(c.opcode == IBV_WC_TM_RECV && c.wr_id == 107 && c.flags != 0);
 	CHECK(all(dst, 'z', 20));
 
+	rendezvous();
 	CHECK(ibv_destroy_qp(qp_a) == 0 && ibv_destroy_qp(qp_b) == 0);
 }
 

@@ -5,7 +5,8 @@
 use super::*;
 use crate::ib::TmInfo;
 use crate::transport::state::TmLanding;
-use crate::transport::tag_match::{Delivery, TMH_LEN};
+use crate::transport::tag_match::{Delivery, TmhOp, TMH_LEN};
+use crate::transport::wqe::{LocalData, RecvWqe};
 
 impl QpCore {
     /// A SEND packet into the receive WQE (RC takes it at the message's first packet; UC and
@@ -110,6 +111,31 @@ impl QpCore {
         };
         let (d, wqe) = srq.tm_deliver(payload).ok_or(Fault::NoReceiveWqe)?;
         let (opcode, info, skip) = match d {
+            Delivery::Matched(tmh) if tmh.op == TmhOp::Rndv => {
+                // The data is READ from the sender (tm_rndv.rs); this message lands nothing.
+                let recv_wr_id = wqe.wr_id;
+                if !self.start_rndv(tmh, payload, wqe) {
+                    return Err(Fault::InvalidRequest);
+                }
+                let info = TmInfo {
+                    tag: tmh.tag,
+                    app_ctx: tmh.app_ctx,
+                    matched: true,
+                    ..TmInfo::default()
+                };
+                return Ok(RecvProgress {
+                    wqe: RecvWqe {
+                        wr_id: recv_wr_id,
+                        data: LocalData::default(),
+                    },
+                    offset: 0,
+                    tm: Some(TmLanding {
+                        opcode: WcOpcode::TmRecv,
+                        info,
+                        skip: payload.len(),
+                    }),
+                });
+            }
             Delivery::Matched(tmh) => {
                 let info = TmInfo {
                     tag: tmh.tag,
