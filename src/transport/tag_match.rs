@@ -57,8 +57,9 @@ pub struct Tmh {
 }
 
 impl Tmh {
-    /// The header at the start of `b`: `None` if `b` is shorter than [`TMH_LEN`], the opcode
-    /// is unknown or a reserved byte is set.
+    /// The header at the start of `b`: `None` if `b` is shorter than [`TMH_LEN`] or the
+    /// opcode is unknown. The reserved bytes are not looked at (as mlx5: rdma-core's
+    /// test_tag_matching leaves its payload's bytes there).
     pub fn parse(b: &[u8]) -> Option<Tmh> {
         let b: &[u8; TMH_LEN] = b.get(..TMH_LEN)?.try_into().ok()?;
         let op = match b[0] {
@@ -68,9 +69,6 @@ impl Tmh {
             3 => TmhOp::Eager,
             _ => return None,
         };
-        if b[1..4] != [0, 0, 0] {
-            return None;
-        }
         Some(Tmh {
             op,
             app_ctx: u32::from_be_bytes([b[4], b[5], b[6], b[7]]),
@@ -86,6 +84,13 @@ impl Tmh {
         b[8..16].copy_from_slice(&self.tag.to_be_bytes());
         b
     }
+}
+
+/// Whether a whole message is a rendezvous FIN (a TMH with opcode `IBV_TMH_FIN` and nothing
+/// after it), which an ordinary RC receive takes as mlx5 completes it: without
+/// `IBV_WC_GRH`.
+pub fn is_fin(msg: &[u8]) -> bool {
+    msg.len() == TMH_LEN && Tmh::parse(msg).is_some_and(|t| t.op == TmhOp::Fin)
 }
 
 /// A rendezvous header (`struct ibv_rvh`): where the sender's data is.
@@ -270,14 +275,26 @@ mod tests {
     }
 
     #[test]
-    fn tmh_refuses_short_unknown_and_reserved() {
+    fn tmh_refuses_short_and_unknown_and_ignores_reserved() {
         assert_eq!(Tmh::parse(&EAGER_7[..15]), None);
         let mut b = EAGER_7;
         b[0] = 4;
         assert_eq!(Tmh::parse(&b), None);
         let mut b = EAGER_7;
-        b[2] = 1;
-        assert_eq!(Tmh::parse(&b), None);
+        b[1..4].copy_from_slice(b"ccc");
+        assert_eq!(Tmh::parse(&b), Tmh::parse(&EAGER_7));
+    }
+
+    #[test]
+    fn fin_is_a_tmh_alone() {
+        let fin = Tmh {
+            op: TmhOp::Fin,
+            app_ctx: 9,
+            tag: 0x1_0007,
+        };
+        assert!(is_fin(&fin.emit()));
+        assert!(!is_fin(&EAGER_7));
+        assert!(!is_fin(&[fin.emit(), fin.emit()].concat()));
     }
 
     #[test]

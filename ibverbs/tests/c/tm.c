@@ -235,6 +235,7 @@ static void rendezvous(void)
 	struct ibv_tmh fin;
 	memcpy(&fin, src + 4096, sizeof(fin));
 	CHECK(wc.byte_len == sizeof(fin) && fin.opcode == IBV_TMH_FIN);
+	CHECK(wc.wc_flags == 0); /* no IBV_WC_GRH, as mlx5 (rdma-core's test_tm_rndv) */
 	CHECK(be64toh(fin.tag) == 11 && be32toh(fin.app_ctx) == 5);
 	/* An RVH-less RNDV that matches is an invalid request: A's SEND fails. */
 	add_tag(12, 1792, 5, &f);

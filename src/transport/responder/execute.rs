@@ -5,7 +5,7 @@
 use super::*;
 use crate::ib::TmInfo;
 use crate::transport::state::TmLanding;
-use crate::transport::tag_match::{Delivery, TmhOp, TMH_LEN};
+use crate::transport::tag_match::{is_fin, Delivery, TmhOp, TMH_LEN};
 use crate::transport::wqe::{LocalData, RecvWqe};
 
 impl QpCore {
@@ -69,6 +69,9 @@ impl QpCore {
                 // As mlx5's TM completions: the TM opcode and flags, no GRH flag.
                 wc.opcode = t.opcode;
                 wc.tm = Some(t.info);
+                wc.grh = false;
+            } else if starts && self.cfg.qp_type == QpType::Rc && is_fin(pkt.payload) {
+                // A rendezvous FIN at its sender completes as on mlx5 (tm_rndv.rs).
                 wc.grh = false;
             }
             if ud {
