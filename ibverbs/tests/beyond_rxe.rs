@@ -21,7 +21,7 @@ fn beyond_rxe_c_passes_every_check() {
     );
 }
 
-/// ibverbs/tests/c/tm.c: tag matching in software (spec-notes/beyond-rxe.md rule 14): tm_caps,
+/// ibverbs/tests/c/tm.c: tag matching in software (spec-notes/beyond-rxe.md rule 13): tm_caps,
 /// a TM SRQ, ibv_post_srq_ops with its completions and TM errors, ibv_wc_read_tm_info, and
 /// matched, unexpected and NO_TAG messages over RC with the unexpected count's sync.
 #[test]

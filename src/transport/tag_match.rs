@@ -2,7 +2,7 @@
 //! TM SRQ, the operations that edit it (`ibv_post_srq_ops`: `IBV_WR_TAG_ADD`, `_DEL`,
 //! `_SYNC`), and the matching of an incoming SEND's tag matching header (`struct ibv_tmh`)
 //! against it. No I/O: the SRQ holds a [`TagList`] under its lock, and the responder asks it
-//! where a message goes (spec-notes/beyond-rxe.md rule 14).
+//! where a message goes (spec-notes/beyond-rxe.md rule 13).
 //!
 //! Rules:
 //! - A message's first 16 payload bytes are its TMH: opcode (`IBV_TMH_NO_TAG` 0, `_RNDV` 1,

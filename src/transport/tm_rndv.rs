@@ -3,7 +3,7 @@
 //! the tag and `app_ctx`), the QP READs the data its RVH describes from the sender into the
 //! tag's buffer, and when the READ completes the data is reported (`IBV_WC_TM_RECV` with
 //! `IBV_WC_TM_DATA_VALID`) and a SEND of a FIN TMH tells the sender its buffer is free
-//! (spec-notes/beyond-rxe.md rule 14). Both are internal WQEs on the send queue: they take
+//! (spec-notes/beyond-rxe.md rule 13). Both are internal WQEs on the send queue: they take
 //! no room of `max_send_wr` and give no send completion.
 
 use super::qp::QpCore;

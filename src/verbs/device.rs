@@ -158,7 +158,7 @@ impl ProtectionDomain {
 
     /// `ibv_create_srq_ex` with `IBV_SRQT_TM`: a tag matching SRQ whose tag list holds up to
     /// `max_num_tags` entries (at most `tag_match::MAX_NUM_TAGS`) and whose tag list
-    /// operations complete on `cq` (spec-notes/beyond-rxe.md rule 14).
+    /// operations complete on `cq` (spec-notes/beyond-rxe.md rule 13).
     pub fn create_tm_srq(
         &self,
         attr: &SrqAttr,

@@ -39,28 +39,28 @@ impl SharedReceiveQueue {
 
     /// `ibv_post_srq_ops` on a TM SRQ: runs the tag list operations in order, each
     /// completing at once on the SRQ's CQ (when signaled, or when it failed: status
-    /// `TmErr`, as a concurrently consumed tag gives on mlx5). Stops at the first one refused
-    /// before it runs (not a TM SRQ, a bad buffer) and returns its index with the error. An
-    /// ADD's completion carries no handle: the handles are returned in order, one per ADD
-    /// that succeeded (`None` for the other operations).
+    /// `TmErr`, as a concurrently consumed tag gives on mlx5), and pushes to `handles` what
+    /// each one that ran returned (an ADD's handle; `None` for the others and for a failed
+    /// ADD). Stops at the first one refused before it runs (not a TM SRQ, a bad buffer) and
+    /// returns its index with the error.
     pub fn post_ops(
         &self,
         ops: &[TmOp<'_>],
-    ) -> core::result::Result<Vec<Option<u32>>, (Vec<Option<u32>>, PostError)> {
-        let mut handles = Vec::with_capacity(ops.len());
-        if let Err(error) = self.dev.check_open() {
-            return Err((handles, PostError { bad_wr: 0, error }));
-        }
-        let Some(cq) = self.tm_cq.as_ref() else {
-            let error = VerbsError::InvalidWr("tag list operations on an SRQ that is not a TM SRQ");
-            return Err((handles, PostError { bad_wr: 0, error }));
-        };
+        handles: &mut Vec<Option<u32>>,
+    ) -> core::result::Result<(), PostError> {
+        self.dev
+            .check_open()
+            .map_err(|error| PostError { bad_wr: 0, error })?;
+        let cq = self.tm_cq.as_ref().ok_or(PostError {
+            bad_wr: 0,
+            error: VerbsError::InvalidWr("tag list operations on an SRQ that is not a TM SRQ"),
+        })?;
         let mrs = self.dev.mrs.read().unwrap_or_else(|e| e.into_inner());
         for (i, op) in ops.iter().enumerate() {
-            let (r, info) = match self.srq.tm_op(op, &mrs) {
-                Ok(x) => x,
-                Err(error) => return Err((handles, PostError { bad_wr: i, error })),
-            };
+            let (r, info) = self
+                .srq
+                .tm_op(op, &mrs)
+                .map_err(|error| PostError { bad_wr: i, error })?;
             handles.push(r.ok().flatten());
             if r.is_ok() && !op.signaled {
                 continue;
@@ -82,7 +82,7 @@ impl SharedReceiveQueue {
                 ..WorkCompletion::default()
             }]);
         }
-        Ok(handles)
+        Ok(())
     }
 
     /// Whether this is a TM SRQ (`IBV_SRQT_TM`).

@@ -7,7 +7,7 @@
 //! completion at a time is taken out of the softroce CQ into the CQ's current slot, and the
 //! `read_*` functions read that slot. Beyond rxe, which writes no completion timestamps
 //! (EOPNOTSUPP for both flags), a CQ may ask for them, and for tag matching's
-//! `read_tm_info` (rule 14): `read_completion_ts` gives the
+//! `read_tm_info` (rule 13): `read_completion_ts` gives the
 //! free-running clock (`CLOCK_MONOTONIC` in ns: `hca_core_clock` is 1 GHz) and
 //! `read_completion_wallclock_ns` the wall clock, both read when the engine added the
 //! completion to the CQ (spec-notes/beyond-rxe.md rule 11).
@@ -184,7 +184,7 @@ unsafe extern "C" fn read_completion_wallclock_ns(p: *mut ibv_cq_ex) -> u64 {
 }
 
 /// `ibv_wc_read_tm_info`: a tagged message's tag and `app_ctx` (`priv`); zeroes for other
-/// completions (spec-notes/beyond-rxe.md rule 14).
+/// completions (spec-notes/beyond-rxe.md rule 13).
 unsafe extern "C" fn read_tm_info(p: *mut ibv_cq_ex, out: *mut ibv_wc_tm_info) {
     // SAFETY: the polling contract (see `cur`).
     let t = unsafe { cur(p) }.tm.unwrap_or_default();

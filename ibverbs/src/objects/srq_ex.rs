@@ -29,7 +29,7 @@ const SUPPORTED: u32 = IBV_SRQ_INIT_ATTR_TYPE
 /// The `create_srq_ex` op: NULL and errno on failure. A basic SRQ is `ibv_create_srq`'s; an
 /// XRC SRQ needs a PD, an XRC domain and a CQ (EINVAL without, as the kernel's
 /// `ib_uverbs_create_srq`); a TM SRQ (`IBV_SRQT_TM`, beyond rxe: spec-notes/beyond-rxe.md
-/// rule 14) a PD, a CQ and `tm_cap` (EINVAL without, or beyond `tm_caps`).
+/// rule 13) a PD, a CQ and `tm_cap` (EINVAL without, or beyond `tm_caps`).
 pub(super) unsafe extern "C" fn op_create_srq_ex(
     _c: *mut ibv_context,
     attr: *mut ibv_srq_init_attr_ex,
@@ -124,14 +124,15 @@ pub(super) unsafe extern "C" fn op_post_srq_ops(
         // SAFETY: the caller's list of operations is valid and unchanged during the call
         // (the verbs contract); `tm.handle` is written through the same pointer below.
         let w = unsafe { &*cur };
+        let mut handles = Vec::with_capacity(1);
         let r = ops_one(w).and_then(|o| {
             x.srq
-                .post_ops(std::slice::from_ref(&o))
-                .map_err(|(_, e)| errno_of(&e.error))
+                .post_ops(std::slice::from_ref(&o), &mut handles)
+                .map_err(|e| errno_of(&e.error))
         });
         match r {
-            Ok(h) => {
-                if let Some(Some(h)) = h.first() {
+            Ok(()) => {
+                if let Some(Some(h)) = handles.first() {
                     // SAFETY: as above; the caller's operation is writable (tm.handle is
                     // ADD's output).
                     unsafe { std::ptr::addr_of_mut!((*cur).tm.handle).write(*h) };

@@ -1,5 +1,5 @@
 /*
- * Tag matching in software (spec-notes/beyond-rxe.md rule 14) through the C ABI: the device's
+ * Tag matching in software (spec-notes/beyond-rxe.md rule 13) through the C ABI: the device's
  * tm_caps, a TM SRQ and its creation errors, ibv_post_srq_ops (ADD, DEL, SYNC) with their
  * completions and TM errors, an extended CQ with IBV_WC_EX_WITH_TM_INFO, and RC SENDs with a
  * TMH arriving at the TM SRQ: matched EAGER data in the tag's buffer without its header,
