@@ -247,6 +247,8 @@ static void rendezvous(void)
 	CHECK(ibv_post_send(qp_a, &sw, &sbad) == 0);
 	wc = poll1(cq_a);
 	CHECK(wc.wr_id == 13 && wc.status == IBV_WC_REM_INV_REQ_ERR);
+	c = poll_ex(); /* the consumed tag completes with the same error */
+	CHECK(c.wr_id == 112 && c.status == IBV_WC_REM_INV_REQ_ERR);
 	CHECK(ibv_dereg_mr(rmr) == 0);
 	free(r);
 }

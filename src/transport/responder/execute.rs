@@ -118,6 +118,11 @@ impl QpCore {
                 // The data is READ from the sender (tm_rndv.rs); this message lands nothing.
                 let recv_wr_id = wqe.wr_id;
                 if !self.start_rndv(tmh, payload, wqe) {
+                    // No RVH: the consumed tag completes with the error the sender learns.
+                    let mut wc =
+                        self.recv_wc(recv_wr_id, WcStatus::RemInvReqErr, WcOpcode::TmRecv, 0);
+                    wc.grh = false;
+                    self.complete_recv(wc);
                     return Err(Fault::InvalidRequest);
                 }
                 let info = TmInfo {
