@@ -20,3 +20,16 @@ fn beyond_rxe_c_passes_every_check() {
         100,
     );
 }
+
+/// ibverbs/tests/c/tm.c: tag matching in software (spec-notes/beyond-rxe.md rule 13): tm_caps,
+/// a TM SRQ, ibv_post_srq_ops with its completions and TM errors, ibv_wc_read_tm_info, and
+/// matched, unexpected and NO_TAG messages over RC with the unexpected count's sync.
+#[test]
+fn tag_matching_c_passes_every_check() {
+    let t = CTest::build("tests/c/tm.c", &[], &["-libverbs"]);
+    t.check(
+        under_shim(t.exe(), "127.0.0.58"),
+        Duration::from_secs(60),
+        60,
+    );
+}

@@ -180,6 +180,7 @@ fn unreliable_send_completions_wait_for_their_packets_to_leave() {
         grh: false,
         invalidated_rkey: None,
         network_hdr_type: None,
+        tm: None,
     };
     queue_packet(&mut e, 1);
     e.held_wc.push((Arc::clone(&cq), wc));

@@ -84,11 +84,16 @@ pub const CAP: QpCap = QpCap {
 
 /// A QP in the RESET state at `addr` (port 4791) in protection domain 1.
 pub fn new_qp(qpn: u32, addr: IpAddr) -> QpCore {
-    new_qp_with(qpn, addr, None)
+    new_qp_with(qpn, addr, None, None)
 }
 
 /// As [`new_qp`], an XRC QP of `role` when given.
-pub fn new_qp_with(qpn: u32, addr: IpAddr, xrc: Option<crate::transport::XrcRole>) -> QpCore {
+pub fn new_qp_with(
+    qpn: u32,
+    addr: IpAddr,
+    xrc: Option<crate::transport::XrcRole>,
+    srq: Option<Arc<crate::transport::Srq>>,
+) -> QpCore {
     let cfg = QpConfig {
         qpn,
         pd: 1,
@@ -97,7 +102,7 @@ pub fn new_qp_with(qpn: u32, addr: IpAddr, xrc: Option<crate::transport::XrcRole
         local: SocketAddr::new(addr, crate::wire::ROCE_V2_UDP_PORT),
         remote_port: crate::wire::ROCE_V2_UDP_PORT,
         qp_type: crate::ib::QpType::Rc,
-        srq: None,
+        srq,
         xrc,
     };
     QpCore::new(cfg, DeviceLimits::default(), Arc::new(Counters::default()))

@@ -20,6 +20,12 @@
 //! domain's SRQ ([`OTHER_SRQN`]): shaped requests are XRC opcodes whose XRCETH names that SRQ,
 //! the other domain's or any number; the same invariants hold, and receive completions come
 //! from the SRQ's CQ only.
+//!
+//! With the setup's bit 1 (and not bit 0) the QP's receives are in a TM SRQ
+//! (spec-notes/beyond-rxe.md rule 13) holding [`TAGS`] tags over the local-only region, the
+//! last with mask 0 (every EAGER or RNDV message matches it while it lasts): a matched message
+//! lands in its tag's buffer, a rendezvous READs from the peer into it; the invariants hold,
+//! and a tag completes at most twice (a rendezvous: matched, then its data).
 
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -32,8 +38,11 @@ use super::harness::{
     bth, check_bounds, connect, emit, ext_headers, icrc_ok, new_qp_with, next_step, pattern,
     read_head, tracing, HeaderFields, Link, Step, IOVA, REQUEST_OPCODES,
 };
-use crate::ib::{AccessFlags, DeviceLimits, Mtu, QpState, RecvWr, Sge, SrqAttr, WcStatus};
+use crate::ib::{
+    AccessFlags, DeviceLimits, Mtu, QpState, RecvWr, Sge, SrqAttr, TmOp, TmOpKind, WcStatus,
+};
 use crate::memory::SharedBytes;
+use crate::transport::tag_match::is_fin;
 use crate::transport::{
     Counters, CqSide, Endpoint, Mr, MrTable, QpCore, Srq, XrcDomain, XrcRole, MAX_PACKET,
     MAX_QUEUED_RESPONSES,
@@ -44,6 +53,13 @@ use crate::wire::{Opcode, PacketRepr, Psn, Transport, XrcEthRepr};
 pub const XRC_SRQN: u32 = 0x42;
 /// XRC mode: the number of another domain's SRQ, which the target must refuse.
 pub const OTHER_SRQN: u32 = 0x50;
+
+/// TM mode: the tags added at setup, each over [`TAG_LEN`] bytes of the local-only region.
+pub const TAGS: u64 = 4;
+/// TM mode: the bytes of each tag's buffer.
+const TAG_LEN: u32 = 512;
+/// TM mode: tag `i`'s `recv_wr_id` is this plus `i` (apart from the receive WRs' ids).
+const TAG_WR_ID: u64 = 1 << 40;
 
 /// Our QP number and the (simulated) peer's.
 pub const QPN: u32 = 0x11;
@@ -69,7 +85,8 @@ pub struct Setup {
     /// Receive WRs posted before the first step, each over the first [`REGION`] bytes of the
     /// local-only region (0 .. 16).
     pub recvs: u8,
-    /// Bit 0: the QP is an XRC target, its receives in an XRC SRQ.
+    /// Bit 0: the QP is an XRC target, its receives in an XRC SRQ. Bit 1 (without bit 0):
+    /// its receives are in a TM SRQ with [`TAGS`] tags.
     pub xrc: u8,
 }
 
@@ -291,6 +308,41 @@ struct Harness {
     /// XRC mode: the target domain's SRQ, which takes the receives, and the other domain,
     /// kept alive.
     xrc: Option<(Arc<Srq>, XrcDomain)>,
+    /// TM mode: the TM SRQ, which takes the receives, and each tag's completions so far.
+    tm: Option<(Arc<Srq>, [u8; TAGS as usize])>,
+}
+
+/// TM mode's SRQ on PD 1 with its tags over the local-only region `local`.
+fn tm_setup(local: &Mr, mrs: &MrTable) -> Arc<Srq> {
+    let attr = SrqAttr {
+        max_wr: 64,
+        max_sge: 1,
+        srq_limit: 0,
+    };
+    let c = Arc::new(Counters::default());
+    let s = Srq::new(1, attr, &DeviceLimits::default(), c).expect("within limits");
+    let s = s.with_tm(TAGS as u32).expect("within limits");
+    for i in 0..TAGS {
+        let sge = [Sge {
+            addr: local.iova + i * TAG_LEN as u64,
+            length: TAG_LEN,
+            lkey: local.lkey,
+        }];
+        let op = TmOp {
+            wr_id: 0,
+            kind: TmOpKind::Add {
+                recv_wr_id: TAG_WR_ID + i,
+                sg_list: &sge,
+                tag: i,
+                mask: if i + 1 == TAGS { 0 } else { u64::MAX },
+            },
+            signaled: false,
+            sync: None,
+        };
+        let (r, _) = s.tm_op(&op, mrs).expect("a valid buffer");
+        r.expect("room in the list");
+    }
+    Arc::new(s)
 }
 
 /// XRC mode's SRQs: one in the target's domain (1), one in another (2), both on PD 1.
@@ -322,7 +374,8 @@ impl Harness {
         } else {
             (None, None)
         };
-        let mut qp = new_qp_with(QPN, IpAddr::V4(LOCAL_IP), role);
+        let tm = (s.xrc & 3 == 2).then(|| tm_setup(&r.local, &r.mrs));
+        let mut qp = new_qp_with(QPN, IpAddr::V4(LOCAL_IP), role, tm.clone());
         let mtu = s.mtu();
         connect(
             &mut qp,
@@ -348,7 +401,10 @@ impl Harness {
             immutable,
             local_last: local_before.clone(),
             local_before,
-            local_writable: vec![false; REGION],
+            // TM mode: the tags' buffers, which matched messages may write.
+            local_writable: (0..REGION)
+                .map(|i| tm.is_some() && (i as u64) < TAGS * TAG_LEN as u64)
+                .collect(),
             posted: VecDeque::new(),
             next_wr_id: 1,
             delivered: 0,
@@ -363,6 +419,7 @@ impl Harness {
             ),
             r,
             xrc,
+            tm: tm.map(|t| (t, [0; TAGS as usize])),
         };
         for _ in 0..s.recvs % 17 {
             h.post_recv(0, REGION as u16);
@@ -381,9 +438,9 @@ impl Harness {
             wr_id,
             sg_list: &sge,
         };
-        let posted = match &self.xrc {
-            Some((srq, _)) => srq.post_recv(&wr, &self.r.mrs),
-            None => self.qp.post_recv(&wr, &self.r.mrs),
+        let posted = match (&self.xrc, &self.tm) {
+            (Some((srq, _)), _) | (None, Some((srq, _))) => srq.post_recv(&wr, &self.r.mrs),
+            (None, None) => self.qp.post_recv(&wr, &self.r.mrs),
         };
         if posted.is_ok() {
             self.next_wr_id += 1;
@@ -496,7 +553,14 @@ impl Harness {
             }
             assert_eq!(pkt.bth.dest_qp, PEER_QPN);
             let info = pkt.info().expect("known opcode");
-            assert!(info.is_response(), "the responder sends responses only");
+            // TM mode: a rendezvous's READ and FIN come from the QP itself.
+            let internal = self.tm.is_some()
+                && (pkt.bth.opcode == Opcode::RC_RDMA_READ_REQUEST
+                    || (pkt.bth.opcode == Opcode::RC_SEND_ONLY && is_fin(pkt.payload)));
+            assert!(
+                info.is_response() || internal,
+                "the responder sends responses only (and a rendezvous's READ and FIN)"
+            );
             if is_read_response(pkt.bth.opcode) && !pkt.payload.is_empty() {
                 assert!(
                     self.r
@@ -567,6 +631,16 @@ impl Harness {
                 side, want,
                 "the responder completes receives only, on their CQ"
             );
+            if let (Some((_, done)), Some(i)) = (&mut self.tm, wc.wr_id.checked_sub(TAG_WR_ID)) {
+                let n = done.get_mut(i as usize).expect("a tag's recv_wr_id");
+                *n += 1;
+                assert!(*n <= 2, "a tag completes at most twice");
+                assert!(
+                    wc.byte_len <= TAG_LEN,
+                    "more bytes than the tag's buffer holds"
+                );
+                continue;
+            }
             let p = self
                 .posted
                 .pop_front()

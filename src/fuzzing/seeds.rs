@@ -102,6 +102,55 @@ pub fn responder_from_capture(pcap: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// A `responder` seed in TM mode (spec-notes/beyond-rxe.md rule 13): SEND ONLY requests whose
+/// payloads start with a TMH: EAGER to tag 1, EAGER to any tag (the mask-0 tag), an
+/// unexpected EAGER, a NO_TAG, a rendezvous to tag 2 whose RVH names the peer's memory, and
+/// one to tag 0 without its RVH.
+pub fn responder_tm_shaped() -> Vec<u8> {
+    use super::harness::{bth, emit};
+    use crate::transport::tag_match::{Tmh, TmhOp};
+    use crate::wire::{ExtHeaders, Opcode};
+    let setup = super::responder::Setup {
+        mtu: 0,
+        rq_psn: 0,
+        rd_atomic: 1,
+        recvs: 4,
+        xrc: 2,
+    };
+    let mut out = setup.encode().to_vec();
+    let rvh = [
+        &0x2000u64.to_be_bytes()[..],
+        &0x1234u32.to_be_bytes(),
+        &300u32.to_be_bytes(),
+    ]
+    .concat();
+    let msgs: [(TmhOp, u64, &[u8]); 6] = [
+        (TmhOp::Eager, 1, &[0xAB; 100]),
+        (TmhOp::Eager, 0x77, &[0xCD; 40]),
+        (TmhOp::Eager, 0x78, &[0xEF; 40]),
+        (TmhOp::NoTag, 0, &[0x11; 20]),
+        (TmhOp::Rndv, 2, &rvh),
+        (TmhOp::Rndv, 0, &[]),
+    ];
+    for (psn, (op, tag, rest)) in msgs.into_iter().enumerate() {
+        let tmh = Tmh {
+            op,
+            app_ctx: 7,
+            tag,
+        };
+        let payload = [&tmh.emit()[..], rest].concat();
+        let pkt = PacketRepr {
+            bth: bth(Opcode::RC_SEND_ONLY, 0x11, psn as u32, true, false),
+            ext: ExtHeaders::default(),
+            payload: &payload,
+        };
+        if let Some(b) = emit(&pkt) {
+            encode_raw(&mut out, &b);
+        }
+    }
+    out
+}
+
 /// Seeds for `completer`: the responses of each capture, against a requester that has posted
 /// one WR of every kind and sent its requests.
 pub fn completer_from_capture(pcap: &[u8]) -> Option<Vec<u8>> {
@@ -317,6 +366,11 @@ pub fn all(rxe_dir: &Path) -> Vec<(&'static str, String, Vec<u8>)> {
         }
     }
     out.push(("completer", "shaped_every_kind".into(), completer_shaped()));
+    out.push((
+        "responder",
+        "shaped_tag_matching".into(),
+        responder_tm_shaped(),
+    ));
     for (name, s) in pair_shaped() {
         out.push(("pair", format!("shaped_{name}"), s));
     }

@@ -9,6 +9,7 @@
 
 mod error;
 mod qp_attr;
+mod tm;
 mod types;
 
 pub use error::{QueueKind, Result, SgeFault, VerbsError};
@@ -16,4 +17,5 @@ pub use qp_attr::{
     apply_modify, check_cap, check_modify, check_sqd_exit, sized_as_rxe, DeviceLimits,
     GID_TABLE_CAPACITY, MAX_MCAST_GROUPS, MAX_MCAST_QP_ATTACH,
 };
+pub use tm::{TmInfo, TmOp, TmOpKind};
 pub use types::*;

@@ -662,6 +662,8 @@ pub enum WcStatus {
     RnrRetryExcErr = 13,
     /// Fatal error of another kind.
     GeneralErr = 21,
+    /// A tag list operation failed (`IBV_WC_TM_ERR`).
+    TmErr = 22,
 }
 
 impl WcStatus {
@@ -682,6 +684,7 @@ impl WcStatus {
             WcStatus::RetryExcErr => "transport retry counter exceeded",
             WcStatus::RnrRetryExcErr => "RNR retry counter exceeded",
             WcStatus::GeneralErr => "general error",
+            WcStatus::TmErr => "TM error",
         }
     }
 }
@@ -717,6 +720,16 @@ pub enum WcOpcode {
     Recv = 128,
     /// An RDMA WRITE with immediate was received.
     RecvRdmaWithImm = 129,
+    /// A tag was added to a TM SRQ's list (`IBV_WC_TM_ADD`).
+    TmAdd = 130,
+    /// A tag was deleted (`IBV_WC_TM_DEL`).
+    TmDel = 131,
+    /// A TM SRQ's unexpected count was synchronised (`IBV_WC_TM_SYNC`).
+    TmSync = 132,
+    /// A tagged message was received, matched or unexpected (`IBV_WC_TM_RECV`).
+    TmRecv = 133,
+    /// A NO_TAG message was received on a TM SRQ (`IBV_WC_TM_NO_TAG`).
+    TmNoTag = 134,
 }
 
 /// A work completion (`struct ibv_wc`).
@@ -749,6 +762,8 @@ pub struct WorkCompletion {
     /// The network header a UD receive arrived with (the kernel's `network_hdr_type`, which
     /// rxe sets on UD completions); user space reads it from [`WorkCompletion::sl`].
     pub network_hdr_type: Option<NetworkHdrType>,
+    /// Tag matching's part (`ibv_wc_read_tm_info` and the `IBV_WC_TM_*` flags).
+    pub tm: Option<super::TmInfo>,
 }
 
 /// The L3 header a RoCEv2 packet arrived with (IBTA vol.1 annex A17.4.5.1: a UD completion
@@ -792,6 +807,7 @@ impl Default for WorkCompletion {
             grh: false,
             invalidated_rkey: None,
             network_hdr_type: None,
+            tm: None,
         }
     }
 }

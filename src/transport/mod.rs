@@ -25,6 +25,8 @@ mod requester;
 mod responder;
 pub mod srq;
 mod state;
+pub mod tag_match;
+mod tm_rndv;
 pub mod window;
 pub mod wqe;
 pub mod xrc;

@@ -111,6 +111,7 @@ impl QpCore {
             ud,
             xrc_srqn,
             local: LocalOp::resolve(wr.opcode, mrs, self.cfg.pd),
+            tm_rndv: None,
         };
         if state == QpState::Err {
             wqe.state = SendState::Done(WcStatus::WrFlushErr);

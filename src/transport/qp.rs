@@ -457,6 +457,7 @@ impl QpCore {
                 grh: false,
                 invalidated_rkey: None,
                 network_hdr_type: None,
+                tm: None,
             },
         ));
     }
@@ -487,6 +488,10 @@ impl QpCore {
             if w.opcode.holds_rd_atomic() && w.started {
                 self.req.rd_atomic_outstanding -= 1;
             }
+            if let Some(role) = w.tm_rndv {
+                self.finish_rndv(role, status, w.length);
+                continue;
+            }
             if status == WcStatus::Success && !(w.signaled || self.cfg.sq_sig_all) {
                 continue;
             }
@@ -508,6 +513,7 @@ impl QpCore {
                     grh: false,
                     invalidated_rkey: None,
                     network_hdr_type: None,
+                    tm: None,
                 },
             ));
         }

@@ -235,6 +235,7 @@ impl QpCore {
             grh: status == WcStatus::Success,
             invalidated_rkey: None,
             network_hdr_type: None,
+            tm: None,
         }
     }
 

@@ -18,8 +18,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::counters::Counters;
 use super::keys::MrTable;
+use super::tag_match::{self, Delivery, TagList, TmOpError};
 use super::wqe::{LocalData, RecvWqe};
-use crate::ib::{DeviceLimits, QueueKind, RecvWr, SrqAttr, SrqAttrMask, VerbsError};
+use crate::ib::{
+    DeviceLimits, QueueKind, RecvWr, SrqAttr, SrqAttrMask, TmInfo, TmOp, TmOpKind, VerbsError,
+};
 
 /// The smallest queue rxe creates (RXE_MIN_SRQ_WR): smaller requests are rounded up.
 pub const MIN_SRQ_WR: u32 = 1;
@@ -30,6 +33,8 @@ struct Inner {
     attr: SrqAttr,
     /// Limit events raised and not yet taken by [`Srq::take_limit_event`].
     events: u32,
+    /// A TM SRQ's tag list (`IBV_SRQT_TM`).
+    tm: Option<TagList>,
 }
 
 /// A shared receive queue.
@@ -86,6 +91,7 @@ impl Srq {
                 queue: VecDeque::new(),
                 attr,
                 events: 0,
+                tm: None,
             }),
             users: AtomicU32::new(0),
             counters,
@@ -208,7 +214,10 @@ impl Srq {
     /// Takes the WQE at the front for a message (rxe get_srq_wqe), raising the limit event
     /// if the queue fell below an armed limit.
     pub(crate) fn take(&self) -> Option<RecvWqe> {
-        let mut g = self.lock();
+        self.take_locked(&mut self.lock())
+    }
+
+    fn take_locked(&self, g: &mut Inner) -> Option<RecvWqe> {
         let w = g.queue.pop_front()?;
         let limit = g.attr.srq_limit;
         if limit != 0 && (g.queue.len() as u32) < limit {
@@ -217,6 +226,84 @@ impl Srq {
             Counters::inc(&self.counters.srq_limit_events);
         }
         Some(w)
+    }
+
+    /// Makes the SRQ a TM SRQ (`IBV_SRQT_TM`) whose tag list holds up to `max_num_tags`
+    /// entries (at most [`tag_match::MAX_NUM_TAGS`]).
+    pub fn with_tm(self, max_num_tags: u32) -> Result<Srq, VerbsError> {
+        if max_num_tags == 0 || max_num_tags > tag_match::MAX_NUM_TAGS {
+            return Err(VerbsError::ExceedsDeviceLimit {
+                what: "srq max_num_tags",
+                requested: max_num_tags as u64,
+                limit: tag_match::MAX_NUM_TAGS as u64,
+            });
+        }
+        self.lock().tm = Some(TagList::new(max_num_tags));
+        Ok(self)
+    }
+
+    /// Whether this is a TM SRQ.
+    pub fn is_tm(&self) -> bool {
+        self.lock().tm.is_some()
+    }
+
+    /// One `ibv_post_srq_ops` operation: `Err` if it is refused before it runs (not a TM
+    /// SRQ, too many SGEs, an SGE that is not a valid local buffer); otherwise the
+    /// completion it gives (with `None` as its info when it is unsignaled and succeeded),
+    /// its status `Ok` or the list's refusal (`IBV_WC_TM_ERR`), and an ADD's handle.
+    pub fn tm_op(
+        &self,
+        op: &TmOp<'_>,
+        mrs: &MrTable,
+    ) -> Result<(Result<Option<u32>, TmOpError>, TmInfo), VerbsError> {
+        let mut g = self.lock();
+        let list = g.tm.as_mut().ok_or(VerbsError::InvalidWr(
+            "tag list operations on an SRQ that is not a TM SRQ",
+        ))?;
+        if let Some(n) = op.sync {
+            list.sync(n);
+        }
+        let r = match &op.kind {
+            TmOpKind::Add {
+                recv_wr_id,
+                sg_list,
+                tag,
+                mask,
+            } => {
+                if sg_list.len() > tag_match::MAX_SGE as usize {
+                    return Err(VerbsError::TooManySge {
+                        given: sg_list.len(),
+                        max: tag_match::MAX_SGE,
+                    });
+                }
+                let data = LocalData::resolve_recv(sg_list, mrs)?;
+                let wqe = RecvWqe {
+                    wr_id: *recv_wr_id,
+                    data,
+                };
+                list.add(*tag, *mask, wqe).map(Some)
+            }
+            TmOpKind::Del { handle } => list.del(*handle).map(|()| None),
+            TmOpKind::Sync => Ok(None),
+        };
+        let info = TmInfo {
+            sync_req: list.sync_required(),
+            ..TmInfo::default()
+        };
+        Ok((r, info))
+    }
+
+    /// Where a message that arrives at this TM SRQ goes, its payload starting with `head`
+    /// (tag_match.rs `TagList::classify`): the delivery and the receive WQE it fills (the
+    /// tag's, or the SRQ's front one). `None` when no receive is there for it (receiver not
+    /// ready) or the SRQ is not a TM SRQ.
+    pub(crate) fn tm_deliver(&self, head: &[u8]) -> Option<(Delivery, RecvWqe)> {
+        let mut g = self.lock();
+        let has_recv = !g.queue.is_empty();
+        match g.tm.as_mut()?.classify(head, has_recv)? {
+            (d, Some(w)) => Some((d, w)),
+            (d, None) => Some((d, self.take_locked(&mut g)?)),
+        }
     }
 
     /// Takes one pending limit event (`IBV_EVENT_SRQ_LIMIT_REACHED`), if any.

@@ -58,6 +58,19 @@ pub(super) enum InMsg {
 pub(super) struct RecvProgress {
     pub(super) wqe: RecvWqe,
     pub(super) offset: u64,
+    /// A message at a TM SRQ: how it completes, and the header bytes it does not land.
+    pub(super) tm: Option<TmLanding>,
+}
+
+/// How a message that arrived at a TM SRQ lands (tag_match.rs).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct TmLanding {
+    /// `IBV_WC_TM_RECV` or `IBV_WC_TM_NO_TAG`.
+    pub(super) opcode: crate::ib::WcOpcode,
+    /// The completion's tag matching part.
+    pub(super) info: crate::ib::TmInfo,
+    /// Leading payload bytes not written (a matched EAGER message's TMH).
+    pub(super) skip: usize,
 }
 
 #[derive(Debug)]

@@ -304,6 +304,8 @@ pub struct SendWqe {
     /// BIND_MW and LOCAL_INV: the objects the WR names, looked up at post time (the checks
     /// run when the requester reaches the WR).
     pub local: Option<LocalOp>,
+    /// Tag matching's internal WQEs (a rendezvous READ, its FIN): no send completion.
+    pub tm_rndv: Option<super::tm_rndv::RndvRole>,
 }
 
 /// The objects a local operation (BIND_MW, LOCAL_INV) names, found by their keys when it is

@@ -153,17 +153,44 @@ impl ProtectionDomain {
     /// `ibv_create_srq`: `max_wr` and `max_sge` within the device's limits, no limit armed
     /// at creation.
     pub fn create_srq(&self, attr: &SrqAttr) -> Result<SharedReceiveQueue> {
+        self.new_srq(attr, None)
+    }
+
+    /// `ibv_create_srq_ex` with `IBV_SRQT_TM`: a tag matching SRQ whose tag list holds up to
+    /// `max_num_tags` entries (at most `tag_match::MAX_NUM_TAGS`) and whose tag list
+    /// operations complete on `cq` (spec-notes/beyond-rxe.md rule 13).
+    pub fn create_tm_srq(
+        &self,
+        attr: &SrqAttr,
+        cq: &CompletionQueue,
+        max_num_tags: u32,
+    ) -> Result<SharedReceiveQueue> {
+        if !std::ptr::eq(cq.dev.as_ptr(), Arc::as_ptr(&self.dev)) {
+            return Err(VerbsError::ForeignObject("CQ"));
+        }
+        self.new_srq(attr, Some((cq, max_num_tags)))
+    }
+
+    fn new_srq(
+        &self,
+        attr: &SrqAttr,
+        tm: Option<(&CompletionQueue, u32)>,
+    ) -> Result<SharedReceiveQueue> {
         self.dev.check_open()?;
-        let srq = Srq::new(
+        let mut srq = Srq::new(
             self.handle,
             *attr,
             &self.dev.limits,
             Arc::clone(&self.dev.counters),
         )?;
+        if let Some((_, n)) = tm {
+            srq = srq.with_tm(n)?;
+        }
         Ok(SharedReceiveQueue {
             dev: Arc::clone(&self.dev),
             srq: Arc::new(srq),
             xrcd: None,
+            tm_cq: tm.map(|(cq, _)| cq.clone()),
         })
     }
 

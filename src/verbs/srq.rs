@@ -2,9 +2,13 @@
 
 use std::sync::Arc;
 
+use super::cq::CompletionQueue;
 use super::qp::PostError;
 use crate::driver::device::Device;
-use crate::ib::{RecvWr, Result, SrqAttr, SrqAttrMask, VerbsError};
+use crate::ib::{
+    RecvWr, Result, SrqAttr, SrqAttrMask, TmOp, TmOpKind, VerbsError, WcOpcode, WcStatus,
+    WorkCompletion,
+};
 use crate::transport::{Srq, XrcDomain};
 
 /// A shared receive queue (`ibv_srq`): receive WRs that any QP created on it consumes.
@@ -14,6 +18,8 @@ pub struct SharedReceiveQueue {
     pub(crate) srq: Arc<Srq>,
     /// An XRC SRQ's domain, which it leaves when dropped.
     pub(crate) xrcd: Option<Arc<XrcDomain>>,
+    /// A TM SRQ's CQ, where its tag list operations complete.
+    pub(crate) tm_cq: Option<CompletionQueue>,
 }
 
 impl SharedReceiveQueue {
@@ -29,6 +35,59 @@ impl SharedReceiveQueue {
                 .post_recv(wr, &mrs)
                 .map_err(|error| PostError { bad_wr: i, error })
         })
+    }
+
+    /// `ibv_post_srq_ops` on a TM SRQ: runs the tag list operations in order, each
+    /// completing at once on the SRQ's CQ (when signaled, or when it failed: status
+    /// `TmErr`, as a concurrently consumed tag gives on mlx5), and pushes to `handles` what
+    /// each one that ran returned (an ADD's handle; `None` for the others and for a failed
+    /// ADD). Stops at the first one refused before it runs (not a TM SRQ, a bad buffer) and
+    /// returns its index with the error.
+    pub fn post_ops(
+        &self,
+        ops: &[TmOp<'_>],
+        handles: &mut Vec<Option<u32>>,
+    ) -> core::result::Result<(), PostError> {
+        self.dev
+            .check_open()
+            .map_err(|error| PostError { bad_wr: 0, error })?;
+        let cq = self.tm_cq.as_ref().ok_or(PostError {
+            bad_wr: 0,
+            error: VerbsError::InvalidWr("tag list operations on an SRQ that is not a TM SRQ"),
+        })?;
+        let mrs = self.dev.mrs.read().unwrap_or_else(|e| e.into_inner());
+        for (i, op) in ops.iter().enumerate() {
+            let (r, info) = self
+                .srq
+                .tm_op(op, &mrs)
+                .map_err(|error| PostError { bad_wr: i, error })?;
+            handles.push(r.ok().flatten());
+            if r.is_ok() && !op.signaled {
+                continue;
+            }
+            let opcode = match op.kind {
+                TmOpKind::Add { .. } => WcOpcode::TmAdd,
+                TmOpKind::Del { .. } => WcOpcode::TmDel,
+                TmOpKind::Sync => WcOpcode::TmSync,
+            };
+            cq.inner.push_all([WorkCompletion {
+                wr_id: op.wr_id,
+                status: if r.is_ok() {
+                    WcStatus::Success
+                } else {
+                    WcStatus::TmErr
+                },
+                opcode,
+                tm: Some(info),
+                ..WorkCompletion::default()
+            }]);
+        }
+        Ok(())
+    }
+
+    /// Whether this is a TM SRQ (`IBV_SRQT_TM`).
+    pub fn is_tm(&self) -> bool {
+        self.tm_cq.is_some()
     }
 
     /// `ibv_modify_srq`: resize (`MAX_WR`) or arm the limit (`LIMIT`).

@@ -81,6 +81,7 @@ impl XrcDomain {
             dev: Arc::clone(&self.dev),
             srq,
             xrcd: Some(Arc::clone(&self.inner)),
+            tm_cq: None,
         })
     }
 

@@ -99,7 +99,8 @@ pub fn layout_table() -> Vec<(String, usize)> {
         ibv_xrcd_init_attr,
         ibv_tm_cap,
         ibv_srq_init_attr_ex,
-        ibv_qp_open_attr
+        ibv_qp_open_attr,
+        ibv_ops_wr
     );
     named_members(&mut v);
     v
@@ -147,9 +148,42 @@ fn named_members(v: &mut Vec<(String, usize)>) {
         ("create_srq_ex", VCTX_CREATE_SRQ_EX),
         ("open_xrcd", VCTX_OPEN_XRCD),
         ("close_xrcd", VCTX_CLOSE_XRCD),
+        ("post_srq_ops", VCTX_POST_SRQ_OPS),
     ] {
         v.push((format!("verbs_context.{name}"), at * slot));
     }
+    // ibv_ops_wr's anonymous `tm` struct and its `add`, declared here as named structs.
+    let tm = offset_of!(ibv_ops_wr, tm);
+    let add = tm + offset_of!(ibv_ops_wr_tm, add);
+    for (f, at) in [
+        (
+            "tm.unexpected_cnt",
+            tm + offset_of!(ibv_ops_wr_tm, unexpected_cnt),
+        ),
+        ("tm.handle", tm + offset_of!(ibv_ops_wr_tm, handle)),
+        (
+            "tm.add.recv_wr_id",
+            add + offset_of!(ibv_ops_wr_tm_add, recv_wr_id),
+        ),
+        (
+            "tm.add.sg_list",
+            add + offset_of!(ibv_ops_wr_tm_add, sg_list),
+        ),
+        (
+            "tm.add.num_sge",
+            add + offset_of!(ibv_ops_wr_tm_add, num_sge),
+        ),
+        ("tm.add.tag", add + offset_of!(ibv_ops_wr_tm_add, tag)),
+        ("tm.add.mask", add + offset_of!(ibv_ops_wr_tm_add, mask)),
+    ] {
+        v.push((format!("ibv_ops_wr.{f}"), at));
+    }
+    // `priv` is a Rust keyword: the field is `priv_`.
+    v.push(("ibv_wc_tm_info.tag".into(), offset_of!(ibv_wc_tm_info, tag)));
+    v.push((
+        "ibv_wc_tm_info.priv".into(),
+        offset_of!(ibv_wc_tm_info, priv_),
+    ));
     // `ibv_cq_ex.cq` holds the base struct's fields, which C spells out: the last of them, by
     // its C name.
     v.push((

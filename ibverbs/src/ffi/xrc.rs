@@ -94,3 +94,73 @@ pub const VCTX_CREATE_SRQ_EX: usize = 35;
 pub const VCTX_OPEN_XRCD: usize = 36;
 /// The `close_xrcd` slot (the inline `ibv_close_xrcd`).
 pub const VCTX_CLOSE_XRCD: usize = 37;
+
+/// `IBV_SRQT_TM`: a tag matching SRQ.
+pub const IBV_SRQT_TM: c_uint = 2;
+/// `IBV_SRQ_INIT_ATTR_TM`: `tm_cap` is set.
+pub const IBV_SRQ_INIT_ATTR_TM: u32 = 1 << 4;
+/// The `post_srq_ops` slot (the inline `ibv_post_srq_ops`).
+pub const VCTX_POST_SRQ_OPS: usize = 18;
+/// `IBV_WR_TAG_ADD`, `IBV_WR_TAG_DEL`, `IBV_WR_TAG_SYNC` (`enum ibv_ops_wr_opcode`).
+pub const IBV_WR_TAG_ADD: c_uint = 0;
+/// See [`IBV_WR_TAG_ADD`].
+pub const IBV_WR_TAG_DEL: c_uint = 1;
+/// See [`IBV_WR_TAG_ADD`].
+pub const IBV_WR_TAG_SYNC: c_uint = 2;
+/// `IBV_OPS_SIGNALED`.
+pub const IBV_OPS_SIGNALED: c_int = 1 << 0;
+/// `IBV_OPS_TM_SYNC`.
+pub const IBV_OPS_TM_SYNC: c_int = 1 << 1;
+/// `IBV_TM_CAP_RC`: tag matching on RC QPs.
+pub const IBV_TM_CAP_RC: u32 = 1 << 0;
+/// `IBV_WC_EX_WITH_TM_INFO`.
+pub const IBV_WC_EX_WITH_TM_INFO: u64 = 1 << 10;
+/// `IBV_WC_TM_SYNC_REQ`, `IBV_WC_TM_MATCH`, `IBV_WC_TM_DATA_VALID` (`ibv_wc_flags`).
+pub const IBV_WC_TM_SYNC_REQ: c_uint = 1 << 4;
+/// See [`IBV_WC_TM_SYNC_REQ`].
+pub const IBV_WC_TM_MATCH: c_uint = 1 << 5;
+/// See [`IBV_WC_TM_SYNC_REQ`].
+pub const IBV_WC_TM_DATA_VALID: c_uint = 1 << 6;
+
+c_struct! {
+    /// `ibv_ops_wr.tm.add`.
+    #[repr(C)]
+    pub struct ibv_ops_wr_tm_add {
+        pub recv_wr_id: u64,
+        pub sg_list: *mut ibv_sge,
+        pub num_sge: c_int,
+        pub tag: u64,
+        pub mask: u64,
+    }
+}
+
+c_struct! {
+    /// `ibv_ops_wr.tm`.
+    #[repr(C)]
+    pub struct ibv_ops_wr_tm {
+        pub unexpected_cnt: u32,
+        pub handle: u32,
+        pub add: ibv_ops_wr_tm_add,
+    }
+}
+
+c_struct! {
+    /// `struct ibv_ops_wr` (`ibv_post_srq_ops`).
+    #[repr(C)]
+    pub struct ibv_ops_wr {
+        pub wr_id: u64,
+        pub next: *mut ibv_ops_wr,
+        pub opcode: c_uint,
+        pub flags: c_int,
+        pub tm: ibv_ops_wr_tm,
+    }
+}
+
+c_struct! {
+    /// `struct ibv_wc_tm_info` (`ibv_wc_read_tm_info`).
+    #[repr(C)]
+    pub struct ibv_wc_tm_info {
+        pub tag: u64,
+        pub priv_: u32,
+    }
+}

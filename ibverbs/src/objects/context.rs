@@ -55,6 +55,8 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
     ops[VCTX_CREATE_QP_EX] = super::qp_ex::op_create_qp_ex as CreateQpExFn as *mut c_void;
     ops[VCTX_OPEN_XRCD] = super::xrcd::op_open_xrcd as super::xrcd::OpenXrcdFn as *mut c_void;
     ops[VCTX_CLOSE_XRCD] = super::xrcd::op_close_xrcd as super::xrcd::CloseXrcdFn as *mut c_void;
+    ops[VCTX_POST_SRQ_OPS] =
+        super::srq_ex::op_post_srq_ops as super::srq_ex::PostSrqOpsFn as *mut c_void;
     ops[VCTX_CREATE_SRQ_EX] =
         super::srq_ex::op_create_srq_ex as super::srq_ex::CreateSrqExFn as *mut c_void;
     ops[VCTX_GET_SRQ_NUM] =

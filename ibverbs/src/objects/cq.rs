@@ -394,6 +394,17 @@ pub(super) fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
     }
     // `ex.invalidate_rkey` shares `imm_data`'s place, in host order (rxe's provider), and is
     // what the extended CQ's read_imm_data (ibv_wc_read_invalidated_rkey) returns.
+    if let Some(t) = w.tm {
+        for (on, bit) in [
+            (t.sync_req, IBV_WC_TM_SYNC_REQ),
+            (t.matched, IBV_WC_TM_MATCH),
+            (t.data_valid, IBV_WC_TM_DATA_VALID),
+        ] {
+            if on {
+                flags |= bit;
+            }
+        }
+    }
     let mut imm = w.imm_data.unwrap_or(0).to_be();
     if let Some(k) = w.invalidated_rkey {
         flags |= IBV_WC_WITH_INV;

@@ -6,7 +6,8 @@
 //! A poll holds the CQ from `start_poll` to `end_poll` (rxe holds its spinlock): one
 //! completion at a time is taken out of the softroce CQ into the CQ's current slot, and the
 //! `read_*` functions read that slot. Beyond rxe, which writes no completion timestamps
-//! (EOPNOTSUPP for both flags), a CQ may ask for them: `read_completion_ts` gives the
+//! (EOPNOTSUPP for both flags), a CQ may ask for them, and for tag matching's
+//! `read_tm_info` (rule 13): `read_completion_ts` gives the
 //! free-running clock (`CLOCK_MONOTONIC` in ns: `hca_core_clock` is 1 GHz) and
 //! `read_completion_wallclock_ns` the wall clock, both read when the engine added the
 //! completion to the CQ (spec-notes/beyond-rxe.md rule 11).
@@ -23,7 +24,8 @@ use crate::ffi::*;
 
 /// The `ibv_wc_flags` an extended CQ may ask for: rxe's `RXE_SUP_WC_EX_FLAGS`
 /// (`IBV_WC_STANDARD_FLAGS`: byte_len, imm, qp_num, src_qp, slid, sl, dlid_path_bits).
-pub(super) const SUPPORTED_WC_FLAGS: u64 = 0x7f | WITH_COMPLETION_TIMESTAMP | WITH_WALLCLOCK;
+pub(super) const SUPPORTED_WC_FLAGS: u64 =
+    0x7f | WITH_COMPLETION_TIMESTAMP | WITH_WALLCLOCK | IBV_WC_EX_WITH_TM_INFO;
 /// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`.
 const WITH_COMPLETION_TIMESTAMP: u64 = 1 << 7;
 /// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK`.
@@ -181,6 +183,25 @@ unsafe extern "C" fn read_completion_wallclock_ns(p: *mut ibv_cq_ex) -> u64 {
     unsafe { *cq_ex(p).ex.stamp.get() }.realtime_ns
 }
 
+/// `ibv_wc_read_tm_info`: a tagged message's tag and `app_ctx` (`priv`); zeroes for other
+/// completions (spec-notes/beyond-rxe.md rule 13).
+unsafe extern "C" fn read_tm_info(p: *mut ibv_cq_ex, out: *mut ibv_wc_tm_info) {
+    // SAFETY: the polling contract (see `cur`).
+    let t = unsafe { cur(p) }.tm.unwrap_or_default();
+    if !out.is_null() {
+        // SAFETY: the caller passes a writable ibv_wc_tm_info.
+        unsafe {
+            out.write(ibv_wc_tm_info {
+                tag: t.tag,
+                priv_: t.app_ctx,
+            })
+        };
+    }
+}
+
+/// The `read_tm_info` slot's type.
+type ReadTmInfoFn = unsafe extern "C" fn(*mut ibv_cq_ex, *mut ibv_wc_tm_info);
+
 /// The `create_cq_ex` op: NULL and errno on failure (EOPNOTSUPP for a `wc_flags`, comp_mask
 /// or creation flag rxe refuses; then as `ibv_create_cq`).
 pub(super) unsafe extern "C" fn op_create_cq_ex(
@@ -253,6 +274,10 @@ pub(super) unsafe extern "C" fn op_create_cq_ex(
         }
         if on(WITH_COMPLETION_TIMESTAMP) {
             ptr::addr_of_mut!((*x).read_completion_ts).write(Some(read_completion_ts));
+        }
+        if on(IBV_WC_EX_WITH_TM_INFO) {
+            ptr::addr_of_mut!((*x).read_tm_info)
+                .write(read_tm_info as ReadTmInfoFn as *mut std::ffi::c_void);
         }
         if on(WITH_WALLCLOCK) {
             ptr::addr_of_mut!((*x).read_completion_wallclock_ns)

@@ -6,12 +6,13 @@
 //! the legacy ones and, from Linux 6.2, rxe's ATOMIC WRITE and FLUSH bits) and
 //! `phys_port_cnt_ex`; beyond rxe 6.1, on-demand paging (`odp_caps`, spec-notes/beyond-rxe.md
 //! rule 1), device memory (`max_dm_size`, rule 6) and completion timestamps
-//! (`hca_core_clock`, `completion_timestamp_mask`, rule 11); no TSO, RSS, tag matching or CQ moderation, so those stay 0, and `comp_mask`
+//! (`hca_core_clock`, `completion_timestamp_mask`, rule 11); tag matching (`tm_caps`, rule 13); no TSO, RSS or CQ moderation, so those stay 0, and `comp_mask`
 //! stays 0 as libibverbs leaves it. Each extended field is written only if the caller's struct (`attr_size`) holds it whole.
 
 use core::mem::{offset_of, size_of};
 
 use libc::{c_int, EINVAL};
+use softroce::transport::tag_match;
 
 use super::common::fail;
 use super::ctx::ctx_of;
@@ -238,6 +239,23 @@ pub(crate) unsafe extern "C" fn query_device_ex(
             offset_of!(ibv_device_attr_ex, max_dm_size),
             &(super::dm::MAX_DM_SIZE as u64).to_ne_bytes(),
         );
+        // Tag matching in software on RC QPs (spec-notes/beyond-rxe.md rule 13).
+        let tm = offset_of!(ibv_device_attr_ex, tm_caps);
+        for (off, v) in [
+            (
+                offset_of!(ibv_tm_caps, max_rndv_hdr_size),
+                tag_match::MAX_RNDV_HDR_SIZE,
+            ),
+            (
+                offset_of!(ibv_tm_caps, max_num_tags),
+                tag_match::MAX_NUM_TAGS,
+            ),
+            (offset_of!(ibv_tm_caps, flags), IBV_TM_CAP_RC),
+            (offset_of!(ibv_tm_caps, max_ops), tag_match::MAX_OPS),
+            (offset_of!(ibv_tm_caps, max_sge), tag_match::MAX_SGE),
+        ] {
+            put(tm + off, &v.to_ne_bytes());
+        }
         put(
             offset_of!(ibv_device_attr_ex, phys_port_cnt_ex),
             &u32::from(orig.phys_port_cnt).to_ne_bytes(),

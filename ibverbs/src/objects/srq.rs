@@ -19,12 +19,13 @@ use crate::ffi::*;
 pub(super) struct Srq {
     pub(super) srq: SharedReceiveQueue,
     pub(super) _pd: Arc<Obj<Pd>>,
-    /// An XRC SRQ's domain and CQ, which it holds (EBUSY for their close and destroy).
-    pub(super) _xrc: Option<XrcHolds>,
+    /// An XRC SRQ's domain and CQ, or a TM SRQ's CQ, which it holds (EBUSY for their close
+    /// and destroy).
+    pub(super) _holds: Holds,
 }
 
-/// What an XRC SRQ holds: its domain and its CQ.
-pub(super) type XrcHolds = (Arc<Obj<Xrcd>>, Arc<Obj<Cq>>);
+/// What an XRC SRQ (its domain and its CQ) or a TM SRQ (its CQ) holds.
+pub(super) type Holds = (Option<Arc<Obj<Xrcd>>>, Option<Arc<Obj<Cq>>>);
 
 impl Object for Srq {
     type C = ibv_srq;
@@ -54,7 +55,7 @@ pub unsafe extern "C" fn ibv_create_srq(
         Ok(x) => x,
         Err(e) => return fail_null(errno_of(&e)),
     };
-    publish_srq(srq, pdr, pd, ia.srq_context, None)
+    publish_srq(srq, pdr, pd, ia.srq_context, (None, None))
 }
 
 /// The verbs API's SRQ attributes from the C struct's.
@@ -67,13 +68,13 @@ pub(super) fn srq_attr(a: &ibv_srq_attr) -> SrqAttr {
 }
 
 /// Publishes `srq` (made on `pdr`, whose C handle is `pd`) as a C `ibv_srq` with the caller's
-/// `srq_context`, holding an XRC SRQ's domain and CQ if `xrc`.
+/// `srq_context`, holding an XRC SRQ's domain and CQ or a TM SRQ's CQ (`holds`).
 pub(super) fn publish_srq(
     srq: SharedReceiveQueue,
     pdr: Arc<Obj<Pd>>,
     pd: *mut ibv_pd,
     srq_context: *mut c_void,
-    xrc: Option<XrcHolds>,
+    holds: Holds,
 ) -> *mut ibv_srq {
     let obj = Obj::new(
         ibv_srq {
@@ -88,7 +89,7 @@ pub(super) fn publish_srq(
         Srq {
             srq,
             _pd: pdr,
-            _xrc: xrc,
+            _holds: holds,
         },
     );
     handle::publish(&obj)

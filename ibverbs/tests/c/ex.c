@@ -119,10 +119,10 @@ static void cq_ex_creation(void)
 	      cq->read_wc_flags && cq->read_opcode);
 	CHECK(ibv_destroy_cq(ibv_cq_ex_to_cq(cq)) == 0);
 
-	/* What rxe refuses: the non-standard fields (but the timestamps, which softroce writes:
-	 * beyond_rxe.c), unknown comp_mask bits, IGNORE_OVERRUN (the kernel's rxe takes no CQ
-	 * flag). */
-	uint64_t refused[] = {IBV_WC_EX_WITH_CVLAN, IBV_WC_EX_WITH_FLOW_TAG, IBV_WC_EX_WITH_TM_INFO};
+	/* What rxe refuses: the non-standard fields (but the timestamps and the tag matching
+	 * info, which softroce writes: beyond_rxe.c, tm.c), unknown comp_mask bits,
+	 * IGNORE_OVERRUN (the kernel's rxe takes no CQ flag). */
+	uint64_t refused[] = {IBV_WC_EX_WITH_CVLAN, IBV_WC_EX_WITH_FLOW_TAG};
 	for (unsigned i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
 		a.wc_flags = IBV_WC_STANDARD_FLAGS | refused[i];
 		errno = 0;

@@ -150,7 +150,9 @@ impl QpCore {
             return Ok(());
         }
         if self.cfg.qp_type == QpType::Rc {
-            return if self.has_recv() {
+            // A SEND at a TM SRQ may match a tag instead: execute_send decides.
+            let tm_send = info.kind == OpKind::Send && self.recv_srq().is_some_and(|s| s.is_tm());
+            return if tm_send || self.has_recv() {
                 Ok(())
             } else {
                 Err(Fault::NoReceiveWqe)
@@ -158,7 +160,11 @@ impl QpCore {
         }
         if self.resp.recv.is_none() {
             let wqe = self.take_recv().ok_or(Fault::NoReceiveWqe)?;
-            self.resp.recv = Some(RecvProgress { wqe, offset: 0 });
+            self.resp.recv = Some(RecvProgress {
+                wqe,
+                offset: 0,
+                tm: None,
+            });
         }
         Ok(())
     }

@@ -3,6 +3,10 @@
 //! saved to answer their duplicates.
 
 use super::*;
+use crate::ib::TmInfo;
+use crate::transport::state::TmLanding;
+use crate::transport::tag_match::{is_fin, Delivery, TmhOp, TMH_LEN};
+use crate::transport::wqe::{LocalData, RecvWqe};
 
 impl QpCore {
     /// A SEND packet into the receive WQE (RC takes it at the message's first packet; UC and
@@ -20,8 +24,7 @@ impl QpCore {
     ) -> Result<(), Fault> {
         let starts = info.position.starts_message();
         if starts && self.resp.recv.is_none() {
-            let wqe = self.take_recv().ok_or(Fault::NoReceiveWqe)?;
-            self.resp.recv = Some(RecvProgress { wqe, offset: 0 });
+            self.resp.recv = Some(self.take_send_recv(pkt.payload)?);
         }
         self.resp.in_msg = Some(InMsg::Send);
         let ud = self.cfg.qp_type == QpType::Ud;
@@ -36,7 +39,10 @@ impl QpCore {
         if starts && !r.wqe.data.recheck(mrs, pd) {
             return Err(Fault::MalformedWqe);
         }
-        let n = pkt.payload.len() as u64;
+        // A matched EAGER message's TMH is not landed (it is in the first packet).
+        let skip = r.tm.filter(|_| starts).map_or(0, |t| t.skip);
+        let payload = pkt.payload.get(skip..).unwrap_or_default();
+        let n = payload.len() as u64;
         if r.offset + grh + n > r.wqe.data.len() {
             return Err(Fault::RecvTooSmall);
         }
@@ -50,7 +56,7 @@ impl QpCore {
         }
         r.wqe
             .data
-            .write(r.offset, pkt.payload)
+            .write(r.offset, payload)
             .map_err(|_| Fault::MalformedWqe)?;
         r.offset += n;
         self.resp.psn = psn.next();
@@ -59,6 +65,15 @@ impl QpCore {
             let mut wc = self.recv_wc(r.wqe.wr_id, WcStatus::Success, WcOpcode::Recv, r.offset);
             wc.imm_data = pkt.ext.imm.map(|i| i.imm);
             wc.solicited = pkt.bth.solicited;
+            if let Some(t) = r.tm {
+                // As mlx5's TM completions: the TM opcode and flags, no GRH flag.
+                wc.opcode = t.opcode;
+                wc.tm = Some(t.info);
+                wc.grh = false;
+            } else if starts && self.cfg.qp_type == QpType::Rc && is_fin(pkt.payload) {
+                // A rendezvous FIN at its sender completes as on mlx5 (tm_rndv.rs).
+                wc.grh = false;
+            }
             if ud {
                 wc.src_qp = pkt.ext.deth.map_or(0, |d| d.src_qp);
                 // rxe's UD completions say which L3 header the packet had
@@ -84,6 +99,69 @@ impl QpCore {
         }
         self.ack_if_asked(pkt, psn);
         Ok(())
+    }
+
+    /// The receive WQE a SEND's first packet lands in: at a TM SRQ the matched tag's or an
+    /// ordinary one, as the payload's TMH decides (tag_match.rs), else the next receive.
+    fn take_send_recv(&mut self, payload: &[u8]) -> Result<RecvProgress, Fault> {
+        let Some(srq) = self.recv_srq().filter(|s| s.is_tm()) else {
+            let wqe = self.take_recv().ok_or(Fault::NoReceiveWqe)?;
+            return Ok(RecvProgress {
+                wqe,
+                offset: 0,
+                tm: None,
+            });
+        };
+        let (d, wqe) = srq.tm_deliver(payload).ok_or(Fault::NoReceiveWqe)?;
+        let (opcode, info, skip) = match d {
+            Delivery::Matched(tmh) if tmh.op == TmhOp::Rndv => {
+                // The data is READ from the sender (tm_rndv.rs); this message lands nothing.
+                let recv_wr_id = wqe.wr_id;
+                if !self.start_rndv(tmh, payload, wqe) {
+                    // No RVH: the consumed tag completes with the error the sender learns.
+                    let mut wc =
+                        self.recv_wc(recv_wr_id, WcStatus::RemInvReqErr, WcOpcode::TmRecv, 0);
+                    wc.grh = false;
+                    self.complete_recv(wc);
+                    return Err(Fault::InvalidRequest);
+                }
+                let info = TmInfo {
+                    tag: tmh.tag,
+                    app_ctx: tmh.app_ctx,
+                    matched: true,
+                    ..TmInfo::default()
+                };
+                return Ok(RecvProgress {
+                    wqe: RecvWqe {
+                        wr_id: recv_wr_id,
+                        data: LocalData::default(),
+                    },
+                    offset: 0,
+                    tm: Some(TmLanding {
+                        opcode: WcOpcode::TmRecv,
+                        info,
+                        skip: payload.len(),
+                    }),
+                });
+            }
+            Delivery::Matched(tmh) => {
+                let info = TmInfo {
+                    tag: tmh.tag,
+                    app_ctx: tmh.app_ctx,
+                    matched: true,
+                    data_valid: true,
+                    ..TmInfo::default()
+                };
+                (WcOpcode::TmRecv, info, TMH_LEN)
+            }
+            Delivery::Unexpected => (WcOpcode::TmRecv, TmInfo::default(), 0),
+            Delivery::NoTag => (WcOpcode::TmNoTag, TmInfo::default(), 0),
+        };
+        Ok(RecvProgress {
+            wqe,
+            offset: 0,
+            tm: Some(TmLanding { opcode, info, skip }),
+        })
     }
 
     /// A SEND with invalidate's R_Key, after its message landed: a type 2 window bound to

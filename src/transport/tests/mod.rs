@@ -19,6 +19,7 @@ mod revoked;
 mod scenarios;
 mod simulation;
 mod srq;
+mod tag_match;
 mod uc;
 mod ud;
 mod xrc;
