@@ -9,6 +9,7 @@ use libc::{c_int, c_void, iovec, size_t, sockaddr, ssize_t, EBADF, EINVAL, ENOTS
 use super::dgram_api;
 use super::keepalive;
 use super::proto::{scale_to_value, value_to_scale};
+use super::status::{fail, ret, ret_len};
 use super::stream::Rs;
 use super::table;
 use crate::rdmacm::{rdma_bind_addr, rdma_listen, rdma_set_option};
@@ -16,20 +17,10 @@ use crate::rdmacm::{rdma_bind_addr, rdma_listen, rdma_set_option};
 /// `SOL_RDMA`, rsocket's own option level.
 const SOL_RDMA: c_int = 0x10000;
 
-fn fail(e: c_int) -> c_int {
-    super::super::error::fail(e)
-}
-
 fn lookup(s: c_int) -> Result<Arc<Rs>, c_int> {
     table::lookup(s).ok_or(EBADF)
 }
 
-/// -1 and errno, or the value.
-fn ret(r: Result<c_int, c_int>) -> c_int {
-    r.unwrap_or_else(fail)
-}
-
-/// -1 and errno, or the byte count.
 /// Whether an rsend/rrecv buffer has bytes to move: EFAULT for a null buffer with a length,
 /// false for an empty one (nothing to do, as a socket returns 0).
 fn user_buffer(buf: *const c_void, len: size_t) -> Result<bool, c_int> {
@@ -37,13 +28,6 @@ fn user_buffer(buf: *const c_void, len: size_t) -> Result<bool, c_int> {
         return Err(libc::EFAULT);
     }
     Ok(len > 0)
-}
-
-fn ret_len(r: Result<usize, c_int>) -> ssize_t {
-    match r {
-        Ok(n) => n as ssize_t,
-        Err(e) => fail(e) as ssize_t,
-    }
 }
 
 /// `rsocket`: a stream or datagram rsocket's handle. As rsocket.c, ENOTSUP unless the family

@@ -103,8 +103,9 @@ fn errno() -> c_int {
 }
 
 impl Ds {
-    /// `rsocket(SOCK_DGRAM)`/`ds_init`: the UDP socket of `domain`; the handle is its fd.
-    pub(super) fn open(domain: c_int) -> Result<c_int, c_int> {
+    /// `rsocket(SOCK_DGRAM)`/`ds_init`: the rsocket on a new UDP socket of `domain`, whose
+    /// fd is its handle.
+    pub(super) fn open(domain: c_int) -> Result<Arc<Ds>, c_int> {
         // SAFETY: a plain socket call.
         let fd = unsafe { libc::socket(domain, libc::SOCK_DGRAM, 0) };
         if fd < 0 {
@@ -127,8 +128,12 @@ impl Ds {
         super::super::error::lock(&TABLE)
             .get_or_insert_with(HashMap::new)
             .insert(fd, ds.clone());
-        *super::super::error::lock(&ds.svc) = Some(super::udp_svc::start(ds.clone()));
-        Ok(fd)
+        Ok(ds)
+    }
+
+    /// Records the rsocket's UDP service thread, which rclose stops and joins.
+    pub(super) fn set_service(&self, h: std::thread::JoinHandle<()>) {
+        *super::super::error::lock(&self.svc) = Some(h);
     }
 
     /// The rsocket's state.
@@ -310,10 +315,7 @@ impl DsState {
     pub(super) fn poll_cqs(&mut self) {
         let room = self.qsizes().1 as usize;
         for i in 0..self.qps.len() {
-            loop {
-                let Some(wc) = self.qps[i].poll() else {
-                    break;
-                };
+            while let Some(wc) = self.qps[i].poll() {
                 if wc.wr_id & RECV_ID == 0 {
                     self.qps[i].free.push(wc.wr_id as u32);
                     continue;

@@ -8,25 +8,14 @@ use std::net::SocketAddr;
 use libc::{c_int, c_void, size_t, sockaddr, ssize_t, EINVAL};
 
 use super::dgram::{self, Ds};
-
-fn fail(e: c_int) -> c_int {
-    super::super::error::fail(e)
-}
-
-fn ret(r: Result<c_int, c_int>) -> c_int {
-    r.unwrap_or_else(fail)
-}
-
-fn ret_len(r: Result<usize, c_int>) -> ssize_t {
-    match r {
-        Ok(n) => n as ssize_t,
-        Err(e) => fail(e) as ssize_t,
-    }
-}
+use super::status::{fail, ret, ret_len};
 
 /// `rsocket(SOCK_DGRAM)`: the new handle, or -1 and errno.
 pub(super) fn socket(domain: c_int) -> c_int {
-    ret(Ds::open(domain))
+    ret(Ds::open(domain).map(|ds| {
+        ds.set_service(super::udp_svc::start(ds.clone()));
+        ds.fd
+    }))
 }
 
 /// `rbind`: binds the UDP socket (the kernel's errno on failure).

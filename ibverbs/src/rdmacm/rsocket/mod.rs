@@ -4,12 +4,13 @@
 //! Datagram rsockets (UD QPs, the UDP service that learns a peer's QPN, rsendto/rrecvfrom,
 //! rpoll) follow rsocket.c's `ds_*` and `udp_svc_*` functions.
 //!
-//! Files: `api` (the exports), `table` (handles), `stream` (connect, accept, shutdown,
-//! close), `conn` (the endpoint), `datapath` (completions, credits, copies), `io` (the
-//! blocking loops), `poll` (rpoll, rselect), `iomap` (riomap, riowrite), `verbs` (the verbs
-//! calls), `proto` and `ring` (encodings and counters, without I/O); for datagram rsockets `dgram`
-//! (the socket, its destinations and datagram queue), `ud` (a UD QP per source address),
-//! `udp_svc` (the UDP service thread) and `dgram_api` (the exports' datagram branches).
+//! Files: `api` (the exports), `status` (their -1-and-errno returns), `table` (handles),
+//! `stream` (connect, accept, shutdown, close), `conn` (the endpoint), `datapath`
+//! (completions, credits, copies), `io` (the blocking loops), `poll` (rpoll, rselect),
+//! `iomap` (riomap, riowrite), `verbs` (the verbs calls), `proto` and `ring` (encodings and
+//! counters, without I/O); for datagram rsockets `dgram` (the socket, its destinations and
+//! datagram queue), `ud` (a UD QP per source address), `udp_svc` (the UDP service thread)
+//! and `dgram_api` (the exports' datagram branches).
 
 mod api;
 mod conn;
@@ -24,6 +25,7 @@ mod poll;
 pub(crate) mod proto;
 #[allow(dead_code)] // `credit` is the update for a window not in registered memory
 pub(crate) mod ring;
+mod status;
 mod stream;
 mod table;
 mod ud;
