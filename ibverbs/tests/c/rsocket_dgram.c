@@ -4,7 +4,8 @@
  * side learnt the other's QPN), and the error paths: a datagram larger than a 2048-byte slot
  * (EMSGSIZE), rsend without a destination (EDESTADDRREQ), an empty non-blocking receive
  * (EAGAIN), rconnect with a short address (the kernel's EINVAL), rlisten (EOPNOTSUPP), an
- * unknown handle (EBADF). Argument: the device's IPv4 address. Prints "ok <checks>".
+ * unknown handle (EBADF). Arguments: the device's IPv4 address and its MTU (default 4096): the
+ * largest datagram is the smaller of the slot and the MTU less the header. Prints "ok <checks>".
  */
 #include "common.h"
 
@@ -57,6 +58,8 @@ int main(int argc, char **argv)
 {
 	static unsigned char big[4096];
 	const char *ip = argc > 1 ? argv[1] : "127.0.0.1";
+	int mtu = argc > 2 ? atoi(argv[2]) : 4096;
+	int max = (mtu < 2048 ? mtu : 2048) - 8;
 	struct sockaddr_in aa = addr_of(ip, 7611), ab = addr_of(ip, 7612);
 	struct sockaddr_in name;
 	socklen_t nlen = sizeof name;
@@ -80,8 +83,8 @@ int main(int argc, char **argv)
 
 	/* The first datagram each way crosses by the UDP service, the rest over UD. */
 	for (i = 0; i < 20; i++) {
-		exchange(a, b, &ab, &aa, 1 + i * 97, i);
-		exchange(b, a, &aa, &ab, 2040 - i * 13, i);
+		exchange(a, b, &ab, &aa, 1 + i * (max / 20), i);
+		exchange(b, a, &aa, &ab, max - i * 13, i);
 	}
 	/* A datagram is cut to the buffer it is read into, the rest of it dropped. */
 	CHECK(rsendto(a, "0123456789", 10, 0, (struct sockaddr *)&ab, sizeof ab) == 10);
@@ -90,8 +93,8 @@ int main(int argc, char **argv)
 	CHECK(rrecv(b, buf, 4, 0) == 4 && memcmp(buf, "0123", 4) == 0);
 	CHECK(rrecv(b, buf, sizeof buf, 0) == -1 && errno == EAGAIN);
 
-	/* Larger than a 2048-byte slot less the 8-byte address header: EMSGSIZE. */
-	CHECK(rsendto(a, big, 2041, 0, (struct sockaddr *)&ab, sizeof ab) == -1 && errno == EMSGSIZE);
+	/* Larger than the slot or the MTU less the 8-byte address header: EMSGSIZE. */
+	CHECK(rsendto(a, big, max + 1, 0, (struct sockaddr *)&ab, sizeof ab) == -1 && errno == EMSGSIZE);
 	CHECK(rsendto(a, big, 4096, 0, (struct sockaddr *)&ab, sizeof ab) == -1 && errno == EMSGSIZE);
 
 	/* rsend needs a destination; rconnect gives one, with the kernel's checks. */

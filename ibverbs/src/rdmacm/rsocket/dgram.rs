@@ -66,6 +66,10 @@ pub(super) struct Ds {
     state: Mutex<DsState>,
     /// Set by rclose to stop the UDP service thread.
     pub(super) stop: AtomicBool,
+    /// Set while the UDP service waits for the lock: the application's calls, which may
+    /// retake it in a tight loop (a non-blocking receive polled until data comes), let it in
+    /// first; a futex mutex alone would let them starve the service.
+    svc_waiting: AtomicBool,
     svc: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -123,6 +127,7 @@ impl Ds {
                 rbuf: DEF_BUF,
             }),
             stop: AtomicBool::new(false),
+            svc_waiting: AtomicBool::new(false),
             svc: Mutex::new(None),
         });
         super::super::error::lock(&TABLE)
@@ -136,9 +141,22 @@ impl Ds {
         *super::super::error::lock(&self.svc) = Some(h);
     }
 
-    /// The rsocket's state.
+    /// The rsocket's state, for the application's calls: after the UDP service if it waits.
     pub(super) fn lock(&self) -> MutexGuard<'_, DsState> {
+        let mut tries = 0;
+        while self.svc_waiting.load(Ordering::Acquire) && tries < 10_000 {
+            tries += 1;
+            std::thread::yield_now();
+        }
         super::super::error::lock(&self.state)
+    }
+
+    /// The rsocket's state, for the UDP service thread (see `svc_waiting`).
+    pub(super) fn lock_for_service(&self) -> MutexGuard<'_, DsState> {
+        self.svc_waiting.store(true, Ordering::Release);
+        let g = super::super::error::lock(&self.state);
+        self.svc_waiting.store(false, Ordering::Release);
+        g
     }
 
     /// `rclose`: forgets the handle, stops the service thread; the QPs, AHs and the UDP
@@ -209,7 +227,8 @@ impl Ds {
                 Some(d) => (d.qp, d.ah, d.qpn),
                 None => return Err(libc::EDESTADDRREQ),
             };
-            if buf.len() + st.qps[qp].hdr.len() > SLOT {
+            let q = &st.qps[qp];
+            if buf.len() + q.hdr.len() > SLOT.min(q.mtu) {
                 return Err(libc::EMSGSIZE);
             }
             if ah.is_null() {

@@ -48,6 +48,8 @@ pub(super) struct UdQp {
     pub(super) self_ah: *mut ibv_ah,
     /// The QP number.
     pub(super) qpn: u32,
+    /// The port's active MTU in bytes: the largest UD message.
+    pub(super) mtu: usize,
 }
 
 // SAFETY: the raw pointers are the shim's verbs objects, which are thread-safe; a UdQp is
@@ -72,6 +74,7 @@ impl UdQp {
             hdr: ds_header(&src),
             self_ah: null_mut(),
             qpn: 0,
+            mtu: SLOT,
         };
         // SAFETY: the objects are made in order and owned by `q` (Drop frees what exists).
         unsafe { q.create(sq, rq)? };
@@ -124,6 +127,13 @@ impl UdQp {
         self.qp = unsafe { (*self.id).qp };
         // SAFETY: a live QP.
         self.qpn = unsafe { (*self.qp).qp_num };
+        // SAFETY: plain data, zero is valid.
+        let mut pa: ibv_port_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: a live context and the identifier's port; a writable attribute block.
+        if unsafe { crate::ibv_query_port(ctx, (*self.id).port_num, &mut pa) } == 0 {
+            // IBV_MTU_256 (1) .. IBV_MTU_4096 (5)
+            self.mtu = 128usize << pa.active_mtu.clamp(1, 5);
+        }
         // SAFETY: the buffers are owned by `self` and outlive their regions (Drop
         // deregisters first); a Vec's heap bytes do not move when the UdQp does.
         unsafe {

@@ -92,7 +92,7 @@ fn process(ds: &Ds, b: &[u8], from: SocketAddr) {
     let Some((op, qpn, hlen)) = valid_udp_header(b, &from) else {
         return;
     };
-    let mut st = ds.lock();
+    let mut st = ds.lock_for_service();
     let Ok(dest) = st.get_dest(ds.fd, from) else {
         return;
     };
@@ -125,7 +125,7 @@ fn process(ds: &Ds, b: &[u8], from: SocketAddr) {
 fn forward(ds: &Ds, qp: usize, hdr: &[u8], payload: &[u8]) {
     let mut tries = 0;
     while tries < FORWARD_TRIES {
-        let mut st = ds.lock();
+        let mut st = ds.lock_for_service();
         st.poll_cqs();
         let q = &mut st.qps[qp];
         let (ah, qpn) = (q.self_ah, q.qpn);
