@@ -86,6 +86,15 @@ int main(int argc, char **argv)
 		exchange(a, b, &ab, &aa, 1 + i * (max / 20), i);
 		exchange(b, a, &aa, &ab, max - i * 13, i);
 	}
+	/* From now on a's datagrams to b cross over UD alone: with b's UDP socket (its handle)
+	 * connected elsewhere, so that the kernel drops anything a sends it over UDP, they still
+	 * arrive. */
+	struct sockaddr_in elsewhere = addr_of(ip, 9);
+	CHECK(connect(b, (struct sockaddr *)&elsewhere, sizeof elsewhere) == 0);
+	for (i = 0; i < 5; i++)
+		exchange(a, b, &ab, &aa, 100 + i, i);
+	struct sockaddr unspec = { .sa_family = AF_UNSPEC };
+	CHECK(connect(b, &unspec, sizeof unspec) == 0);
 	/* A datagram is cut to the buffer it is read into, the rest of it dropped. */
 	CHECK(rsendto(a, "0123456789", 10, 0, (struct sockaddr *)&ab, sizeof ab) == 10);
 	wait_readable(b);
