@@ -633,9 +633,8 @@ fn rdmacm_api_c_passes_every_check() {
         .and_then(|t| t.trim().parse().ok())
         .unwrap_or_else(|| panic!("{stdout}{stderr}"));
     assert!(n > 100, "only {n} checks ran");
-    // The refused datagram rsocket says so on stderr, once; nothing else is printed.
-    let line = "librdmacm (softroce): datagram rsockets are not implemented (ENOSYS)";
-    assert_eq!(stderr.lines().collect::<Vec<_>>(), [line], "{stderr}");
+    // Nothing is printed on stderr.
+    assert!(stderr.is_empty(), "{stderr}");
     let _ = std::fs::remove_dir_all(dir);
 }
 

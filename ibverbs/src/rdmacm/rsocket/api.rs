@@ -6,8 +6,10 @@ use std::sync::Arc;
 
 use libc::{c_int, c_void, iovec, size_t, sockaddr, ssize_t, EBADF, EINVAL, ENOTSUP};
 
+use super::dgram_api;
 use super::keepalive;
 use super::proto::{scale_to_value, value_to_scale};
+use super::status::{fail, ret, ret_len};
 use super::stream::Rs;
 use super::table;
 use crate::rdmacm::{rdma_bind_addr, rdma_listen, rdma_set_option};
@@ -15,20 +17,10 @@ use crate::rdmacm::{rdma_bind_addr, rdma_listen, rdma_set_option};
 /// `SOL_RDMA`, rsocket's own option level.
 const SOL_RDMA: c_int = 0x10000;
 
-fn fail(e: c_int) -> c_int {
-    super::super::error::fail(e)
-}
-
 fn lookup(s: c_int) -> Result<Arc<Rs>, c_int> {
     table::lookup(s).ok_or(EBADF)
 }
 
-/// -1 and errno, or the value.
-fn ret(r: Result<c_int, c_int>) -> c_int {
-    r.unwrap_or_else(fail)
-}
-
-/// -1 and errno, or the byte count.
 /// Whether an rsend/rrecv buffer has bytes to move: EFAULT for a null buffer with a length,
 /// false for an empty one (nothing to do, as a socket returns 0).
 fn user_buffer(buf: *const c_void, len: size_t) -> Result<bool, c_int> {
@@ -38,16 +30,9 @@ fn user_buffer(buf: *const c_void, len: size_t) -> Result<bool, c_int> {
     Ok(len > 0)
 }
 
-fn ret_len(r: Result<usize, c_int>) -> ssize_t {
-    match r {
-        Ok(n) => n as ssize_t,
-        Err(e) => fail(e) as ssize_t,
-    }
-}
-
-/// `rsocket`: a stream rsocket's handle. As rsocket.c, ENOTSUP unless the family is IPv4
-/// or IPv6, the type exactly SOCK_STREAM or SOCK_DGRAM and the protocol 0 or the type's own;
-/// datagram rsockets are not implemented yet (ENOSYS).
+/// `rsocket`: a stream or datagram rsocket's handle. As rsocket.c, ENOTSUP unless the family
+/// is IPv4 or IPv6, the type exactly SOCK_STREAM or SOCK_DGRAM and the protocol 0 or the
+/// type's own.
 #[no_mangle]
 pub unsafe extern "C" fn rsocket(domain: c_int, kind: c_int, protocol: c_int) -> c_int {
     let family_ok = domain == libc::AF_INET || domain == libc::AF_INET6;
@@ -60,15 +45,7 @@ pub unsafe extern "C" fn rsocket(domain: c_int, kind: c_int, protocol: c_int) ->
         return fail(ENOTSUP);
     }
     if kind == libc::SOCK_DGRAM {
-        static SAID: std::sync::Once = std::sync::Once::new();
-        SAID.call_once(|| {
-            use std::io::Write;
-            let _ = writeln!(
-                std::io::stderr(),
-                "librdmacm (softroce): datagram rsockets are not implemented (ENOSYS)"
-            );
-        });
-        return fail(libc::ENOSYS);
+        return dgram_api::socket(domain);
     }
     match Rs::open() {
         Ok(rs) => {
@@ -83,7 +60,10 @@ pub unsafe extern "C" fn rsocket(domain: c_int, kind: c_int, protocol: c_int) ->
 /// `rbind`: rdma_bind_addr on the rsocket's identifier.
 #[no_mangle]
 pub unsafe extern "C" fn rbind(s: c_int, addr: *const sockaddr, len: u32) -> c_int {
-    let _ = len;
+    // SAFETY: forwarded contract.
+    if let Some(r) = unsafe { dgram_api::bind(s, addr, len) } {
+        return r;
+    }
     ret(lookup(s).and_then(|rs| {
         if addr.is_null() {
             return Err(EINVAL);
@@ -100,6 +80,9 @@ pub unsafe extern "C" fn rbind(s: c_int, addr: *const sockaddr, len: u32) -> c_i
 /// `rlisten`: rdma_listen; a second call is a no-op, as rsocket.c's.
 #[no_mangle]
 pub unsafe extern "C" fn rlisten(s: c_int, backlog: c_int) -> c_int {
+    if let Some(r) = dgram_api::listen(s) {
+        return r;
+    }
     ret(lookup(s).and_then(|rs| {
         let mut st = rs.lock();
         if st.listening {
@@ -132,7 +115,9 @@ pub unsafe extern "C" fn raccept(s: c_int, addr: *mut sockaddr, len: *mut u32) -
 /// `rconnect`: resolves, connects and waits until established.
 #[no_mangle]
 pub unsafe extern "C" fn rconnect(s: c_int, addr: *const sockaddr, len: u32) -> c_int {
-    let _ = len;
+    if let Some(r) = dgram_api::connect(s, addr, len) {
+        return r;
+    }
     ret(lookup(s).and_then(|rs| {
         if addr.is_null() {
             return Err(EINVAL);
@@ -150,6 +135,9 @@ pub unsafe extern "C" fn rconnect(s: c_int, addr: *const sockaddr, len: u32) -> 
 /// `rclose`: disconnects and frees the rsocket.
 #[no_mangle]
 pub unsafe extern "C" fn rclose(s: c_int) -> c_int {
+    if let Some(r) = dgram_api::close(s) {
+        return r;
+    }
     match table::remove(s) {
         Some(rs) => {
             rs.close();
@@ -168,6 +156,11 @@ pub unsafe extern "C" fn rshutdown(s: c_int, how: c_int) -> c_int {
 /// `rrecv`.
 #[no_mangle]
 pub unsafe extern "C" fn rrecv(s: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t {
+    let none = std::ptr::null_mut();
+    // SAFETY: forwarded contract.
+    if let Some(r) = unsafe { dgram_api::recv_from(s, buf, len, flags, none, none as _) } {
+        return r;
+    }
     ret_len(lookup(s).and_then(|rs| {
         if !user_buffer(buf, len)? {
             return Ok(0);
@@ -183,6 +176,10 @@ pub unsafe extern "C" fn rrecv(s: c_int, buf: *mut c_void, len: size_t, flags: c
 /// `rsend`.
 #[no_mangle]
 pub unsafe extern "C" fn rsend(s: c_int, buf: *const c_void, len: size_t, flags: c_int) -> ssize_t {
+    // SAFETY: forwarded contract.
+    if let Some(r) = unsafe { dgram_api::send_to(s, buf, len, flags, std::ptr::null()) } {
+        return r;
+    }
     ret_len(lookup(s).and_then(|rs| {
         if !user_buffer(buf, len)? {
             return Ok(0);
@@ -296,7 +293,8 @@ unsafe fn msg_vectors(msg: *const libc::msghdr) -> Result<(*const libc::iovec, c
     Ok((m.msg_iov, c_int::try_from(m.msg_iovlen).unwrap_or(-1)))
 }
 
-/// `rsendto` on a stream rsocket: EISCONN with a destination, else rsend.
+/// `rsendto`: on a datagram rsocket one datagram to `dst` (`dgram_api`); on a stream
+/// rsocket EISCONN with a destination, else rsend.
 #[no_mangle]
 pub unsafe extern "C" fn rsendto(
     s: c_int,
@@ -306,6 +304,10 @@ pub unsafe extern "C" fn rsendto(
     dst: *const sockaddr,
     alen: u32,
 ) -> ssize_t {
+    // SAFETY: forwarded contract.
+    if let Some(r) = unsafe { dgram_api::send_to(s, buf, len, flags, dst) } {
+        return r;
+    }
     if table::lookup(s).is_none() {
         return fail(EBADF) as ssize_t;
     }
@@ -316,7 +318,8 @@ pub unsafe extern "C" fn rsendto(
     unsafe { rsend(s, buf, len, flags) }
 }
 
-/// `rrecvfrom` on a stream rsocket: rrecv, then the peer's address when data came.
+/// `rrecvfrom`: on a datagram rsocket the next datagram and its source (`dgram_api`); on a
+/// stream rsocket rrecv, then the peer's address when data came.
 #[no_mangle]
 pub unsafe extern "C" fn rrecvfrom(
     s: c_int,
@@ -326,6 +329,10 @@ pub unsafe extern "C" fn rrecvfrom(
     src: *mut sockaddr,
     alen: *mut u32,
 ) -> ssize_t {
+    // SAFETY: forwarded contract.
+    if let Some(r) = unsafe { dgram_api::recv_from(s, buf, len, flags, src, alen) } {
+        return r;
+    }
     // SAFETY: forwarded contract.
     let n = unsafe { rrecv(s, buf, len, flags) };
     if n > 0 && !src.is_null() {
@@ -375,6 +382,10 @@ pub unsafe extern "C" fn rgetpeername(s: c_int, addr: *mut sockaddr, len: *mut u
 #[no_mangle]
 pub unsafe extern "C" fn rgetsockname(s: c_int, addr: *mut sockaddr, len: *mut u32) -> c_int {
     // SAFETY: forwarded contract.
+    if let Some(r) = unsafe { dgram_api::sock_name(s, addr, len) } {
+        return r;
+    }
+    // SAFETY: forwarded contract.
     unsafe { name(s, addr, len, false) }
 }
 
@@ -389,6 +400,10 @@ pub unsafe extern "C" fn rsetsockopt(
     val: *const c_void,
     len: u32,
 ) -> c_int {
+    // SAFETY: forwarded contract.
+    if let Some(r) = unsafe { dgram_api::set_opt(s, level, name, val, len) } {
+        return r;
+    }
     ret(lookup(s).and_then(|rs| {
         if val.is_null() || (len as usize) < std::mem::size_of::<c_int>() {
             return Err(EINVAL);
@@ -478,6 +493,9 @@ pub unsafe extern "C" fn rgetsockopt(
 /// `rfcntl`: F_GETFL and F_SETFL (O_NONBLOCK); ENOTSUP for other commands, as rsocket.c.
 #[no_mangle]
 pub unsafe extern "C" fn rfcntl(s: c_int, cmd: c_int, arg: usize) -> c_int {
+    if let Some(r) = dgram_api::fcntl(s, cmd, arg) {
+        return r;
+    }
     ret(lookup(s).and_then(|rs| {
         let mut st = rs.lock();
         match cmd {

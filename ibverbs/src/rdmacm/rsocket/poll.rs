@@ -67,6 +67,8 @@ fn scan(fds: &mut [pollfd]) -> c_int {
             0
         } else if let Some(rs) = table::lookup(p.fd) {
             rs_revents(&rs, p.events)
+        } else if let Some(r) = super::dgram_api::revents(p.fd, p.events) {
+            r
         } else {
             kernel_revents(p.fd, p.events)
         };
