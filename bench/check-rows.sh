@@ -16,7 +16,7 @@ lat-2b-busy lat-2b-p99 lat-2b-p999 lat-2b-busy-p99 lat-2b-busy-p999 rate-64b-q1 
 rate-64b-q64 write-64k-q1024 shim-write-64k shim-write-64b shim-lat-2b shim-lat-2b-busy
 shim-lat-2b-p99 shim-lat-2b-p999 shim-lat-2b-busy-p99 shim-lat-2b-busy-p999
 ucx-put-bw-64k ucx-put-bw-64k-mtu1024 ucx-put-bw-64k-busy ucx-am-lat-8b ucx-am-lat-8b-busy
-ucx-ucp-put-bw-64k ucx-tag-lat-8b mpi-lat-8b mpi-bw-1m send-q4-wall send-q4-rnr
+ucx-ucp-put-bw-64k ucx-tag-lat-8b mpi-lat-8b mpi-bw-1m mpi-lat-8b-busy mpi-bw-1m-busy send-q4-wall send-q4-rnr
 readme-impair sweep-write mem-per-qp-client mem-per-qp-server write-64k-cpu write-64k-csw
 rate-64b-cpu rate-64b-csw lat-2b-cpu lat-2b-csw"
 bad=0

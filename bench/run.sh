@@ -485,13 +485,15 @@ fi
 # measured value, the bandwidth goes to $TMP/mpi_bw.VIA, and its median to VAL[mpi_bw(_tcp)].
 MPI=0
 command -v mpirun >/dev/null 2>&1 && command -v mpicc >/dev/null 2>&1 && MPI=1
-MPI_KEYS="mpi_lat mpi_lat_tcp mpi_bw mpi_bw_tcp"
-mpi_pingpong() { # softroce|tcp
+MPI_KEYS="mpi_lat mpi_lat_busy mpi_lat_tcp mpi_bw mpi_bw_busy mpi_bw_tcp"
+mpi_pingpong() { # softroce|busy|tcp (busy: softroce run --busy-poll, the ranks' spinning runs the engine)
     local out flags=(--allow-run-as-root --oversubscribe --bind-to none -np 2 --mca oob_tcp_if_include lo)
-    if [ "$1" = softroce ]; then
+    if [ "$1" != tcp ]; then
+        local rank=$TMP/mpi_rank.sh
+        [ "$1" = busy ] && rank=$TMP/mpi_rank_busy.sh
         out=$(timeout "$T" mpirun "${flags[@]}" --mca btl self --mca pml ucx \
             -x UCX_TLS=rc_verbs,ud_verbs -x UCX_NET_DEVICES=softroce0:1 \
-            "$TMP/mpi_rank.sh" "$TMP/mpi_pingpong" "$MPI_LAT_N" "$MPI_BW_N" 2>&1) || { echo "$out" >&2; return 1; }
+            "$rank" "$TMP/mpi_pingpong" "$MPI_LAT_N" "$MPI_BW_N" 2>&1) || { echo "$out" >&2; return 1; }
     else
         out=$(timeout "$T" mpirun "${flags[@]}" --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo \
             "$TMP/mpi_pingpong" "$MPI_LAT_N" "$MPI_BW_N" 2>&1) || { echo "$out" >&2; return 1; }
@@ -501,12 +503,15 @@ mpi_pingpong() { # softroce|tcp
     awk '/^latency_us/ {print $2}' <<<"$out" | grep -E '^[0-9.]+$'
 }
 if [ $MPI = 1 ] && mpicc -O2 -Wall -o "$TMP/mpi_pingpong" tests/mpi/pingpong.c; then
-    printf '#!/bin/sh\nexec %q run --lib %q --bind 127.0.70.10 -- "$@"\n' \
-        "$(realpath "$BIN")" "$(realpath "$UCX_LIB")" >"$TMP/mpi_rank.sh"
-    chmod +x "$TMP/mpi_rank.sh"
-    for via in softroce tcp; do
+    for busy in "" --busy-poll; do
+        printf '#!/bin/sh\nexec %q run --lib %q --bind 127.0.70.10 %s -- "$@"\n' \
+            "$(realpath "$BIN")" "$(realpath "$UCX_LIB")" "$busy" >"$TMP/mpi_rank${busy:+_busy}.sh"
+        chmod +x "$TMP/mpi_rank${busy:+_busy}.sh"
+    done
+    for via in softroce busy tcp; do
         sfx=""
         [ $via = tcp ] && sfx=_tcp
+        [ $via = busy ] && sfx=_busy
         : >"$TMP/mpi_bw.$via"
         measure "mpi_lat$sfx" mpi_pingpong $via
         VAL[mpi_bw$sfx]=$(median <"$TMP/mpi_bw.$via" || echo FAILED)
@@ -689,6 +694,10 @@ r=$(ratio "${VAL[mpi_lat_tcp]}" "${VAL[mpi_lat]}")
 row mpi-lat-8b "OpenMPI 8 B ping-pong, half the round trip (pml ucx, rc_verbs on softroce0:1, 2 ranks on one shared address) vs pml ob1 btl tcp on lo (ratio: TCP's over softroce's, so higher is better)" "$(us "${VAL[mpi_lat]}")" "$(us "${VAL[mpi_lat_tcp]}")" "$r" ">= 1x" "$(met "$r" '>=' 1)"
 r=$(ratio "${VAL[mpi_bw]}" "${VAL[mpi_bw_tcp]}")
 row mpi-bw-1m "OpenMPI 1 MiB bandwidth, each message checked (pml ucx on softroce) vs pml ob1 btl tcp on lo (MB/s, 10^6 B/s)" "$(mbs "${VAL[mpi_bw]}")" "$(mbs "${VAL[mpi_bw_tcp]}")" "$r" ">= 1x" "$(met "$r" '>=' 1)"
+r=$(ratio "${VAL[mpi_lat_tcp]}" "${VAL[mpi_lat_busy]}")
+row mpi-lat-8b-busy "the same latency with softroce run --busy-poll for both ranks (their spinning on ibv_poll_cq runs the engine) vs pml ob1 btl tcp on lo (TCP's over softroce's)" "$(us "${VAL[mpi_lat_busy]}")" "$(us "${VAL[mpi_lat_tcp]}")" "$r" ">= 1x" "$(met "$r" '>=' 1)"
+r=$(ratio "${VAL[mpi_bw_busy]}" "${VAL[mpi_bw_tcp]}")
+row mpi-bw-1m-busy "the same bandwidth with softroce run --busy-poll for both ranks vs pml ob1 btl tcp on lo" "$(mbs "${VAL[mpi_bw_busy]}")" "$(mbs "${VAL[mpi_bw_tcp]}")" "$r" ">= 1x" "$(met "$r" '>=' 1)"
 r=$(ratio "${VAL[send_q4_wall]}" "${VAL[send_q4_meas]}")
 row send-q4-wall "perf send -q 4 --check (64 KiB, -n $SENDQ4_ITERS per QP), both ends' wall clock vs the measured interval" "$(fmt "${VAL[send_q4_wall]}" '%.2f s')" "$(fmt "${VAL[send_q4_meas]}" '%.2f s')" "$r" "<= 2x" "$(met "$r" '<=' 2)"
 row send-q4-rnr "perf send -q 4 --check: RNR NAKs the sender received (the most of the runs)" "$(fmt "${VAL[send_q4_rnr]}" '%.0f NAKs')" "-" "-" "0" "$( [ "${VAL[send_q4_rnr]}" = 0 ] && echo yes || echo no)"
