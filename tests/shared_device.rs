@@ -358,6 +358,17 @@ fn spec() -> EndSpec {
     }
 }
 
+/// Three contexts on `addr`, each with a UD QP made as `spec` says, ready with `qkey`.
+fn ud_ends(addr: SocketAddr, qkey: u32, spec: EndSpec) -> Vec<End> {
+    (0..3)
+        .map(|_| {
+            let e = End::open(Context::open(&DeviceConfig::new(addr)).unwrap(), &spec);
+            e.qp.ready_ud(qkey, 1).unwrap();
+            e
+        })
+        .collect()
+}
+
 #[test]
 fn ud_datagrams_cross_between_contexts_on_one_address() {
     // Three contexts on one address, each with a UD QP: each sends a datagram to each other
@@ -365,19 +376,14 @@ fn ud_datagrams_cross_between_contexts_on_one_address() {
     const QKEY: u32 = 0x1111_1111;
     let udp = ports().1;
     let addr = SocketAddr::new(IpAddr::from([127, 0, 0, 1]), udp);
-    let ends: Vec<End> = (0..3)
-        .map(|_| {
-            let e = End::open(
-                Context::open(&DeviceConfig::new(addr)).unwrap(),
-                &EndSpec {
-                    qp_type: QpType::Ud,
-                    ..spec()
-                },
-            );
-            e.qp.ready_ud(QKEY, 1).unwrap();
-            e
-        })
-        .collect();
+    let ends = ud_ends(
+        addr,
+        QKEY,
+        EndSpec {
+            qp_type: QpType::Ud,
+            ..spec()
+        },
+    );
     for (i, to) in ends.iter().enumerate() {
         for k in 0..2u64 {
             to.qp
@@ -430,21 +436,16 @@ fn one_ud_qps_burst_to_two_contexts_on_one_address_reaches_each_qp() {
     const EACH: u64 = 8;
     let udp = ports().1;
     let addr = SocketAddr::new(IpAddr::from([127, 0, 0, 1]), udp);
-    let ends: Vec<End> = (0..3)
-        .map(|_| {
-            let e = End::open(
-                Context::open(&DeviceConfig::new(addr)).unwrap(),
-                &EndSpec {
-                    qp_type: QpType::Ud,
-                    cq_len: 64,
-                    cap: queues(2 * EACH as u32),
-                    ..spec()
-                },
-            );
-            e.qp.ready_ud(QKEY, 1).unwrap();
-            e
-        })
-        .collect();
+    let ends = ud_ends(
+        addr,
+        QKEY,
+        EndSpec {
+            qp_type: QpType::Ud,
+            cq_len: 64,
+            cap: queues(2 * EACH as u32),
+            ..spec()
+        },
+    );
     let (from, to) = (&ends[0], [&ends[1], &ends[2]]);
     for t in to {
         for k in 0..EACH {

@@ -50,6 +50,20 @@ fn cfg(seed: u32) -> EndpointConfig {
     }
 }
 
+/// What B answers a REQ with: QPN 0x22, PSN 0x200, 4 bytes of private data.
+fn accept_params() -> AcceptParams {
+    AcceptParams {
+        qpn: 0x22,
+        starting_psn: 0x200,
+        responder_resources: 1,
+        initiator_depth: 1,
+        rnr_retry_count: 7,
+        srq: false,
+        ca_guid: 0xb,
+        private_data: vec![9; 4],
+    }
+}
+
 fn name_of(m: &[u8]) -> &'static str {
     let hdr = MadRepr::parse(m).unwrap();
     crate::wire::cm::attr_name(hdr.attr_id).unwrap_or("?")
@@ -109,18 +123,8 @@ impl Pair {
             while let Some(e) = self.b.poll_event() {
                 moved = true;
                 if let (true, CmEvent::ConnectRequest { conn, peer }) = (self.auto, &e) {
-                    let p = AcceptParams {
-                        qpn: 0x22,
-                        starting_psn: 0x200,
-                        responder_resources: 1,
-                        initiator_depth: 1,
-                        rnr_retry_count: 7,
-                        srq: false,
-                        ca_guid: 0xb,
-                        private_data: vec![9; 4],
-                    };
                     assert_eq!(peer.qpn, 0x11);
-                    self.b.accept(self.now, *conn, &p).unwrap();
+                    self.b.accept(self.now, *conn, &accept_params()).unwrap();
                 }
                 self.events_b.push(e);
             }

@@ -39,17 +39,7 @@ fn an_xrc_connection_is_marked_and_answered_as_the_kernels_cm_does() {
         panic!("no connect request")
     };
     assert_eq!((peer.transport, peer.qpn), (transport_type::EXTENDED, 0x11));
-    let acc = AcceptParams {
-        qpn: 0x22,
-        starting_psn: 0x200,
-        responder_resources: 1,
-        initiator_depth: 1,
-        rnr_retry_count: 7,
-        srq: false,
-        ca_guid: 0xb,
-        private_data: Vec::new(),
-    };
-    b.accept(now, bc, &acc).unwrap();
+    b.accept(now, bc, &accept_params()).unwrap();
     let rep = b.poll_transmit().unwrap().mad;
     let (_, m) = CmMessage::parse(&rep).unwrap();
     let CmMessage::Rep(r) = m else {
