@@ -601,6 +601,15 @@ fn rdma_server_and_rdma_client_synchronous_endpoints() {
     );
 }
 
+/// rdma_create_srq_ex as librdmacm's (it was ENOSYS): tests/c/rdmacm_srq_ex.c, a basic, an
+/// XRC (rdma_cm's domain and a CQ of its own) and a tag-matching SRQ on one identifier.
+#[test]
+fn rdma_create_srq_ex_fills_in_what_librdmacm_fills_in() {
+    let t = common::CTest::build("tests/c/rdmacm_srq_ex.c", &[], &["-lrdmacm", "-libverbs"]);
+    let cmd = shimmed(t.exe(), "127.0.0.24", &["127.0.0.24"]);
+    t.check(cmd, Duration::from_secs(60), 18);
+}
+
 #[test]
 fn rdmacm_api_c_passes_every_check() {
     // tests/c/rdmacm_api.c: error paths and errno values, the pollable fd, options,

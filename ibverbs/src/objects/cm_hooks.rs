@@ -87,7 +87,7 @@ pub(crate) fn sync_qp_state(p: *mut ibv_qp) {
 /// The XRC domain librdmacm keeps per context for its XRC identifiers (librdmacm's
 /// `ucma_get_xrcd`: opened with fd -1 and `O_CREAT` at first use, kept while the process
 /// lives).
-fn default_xrcd(c: *mut ibv_context) -> Result<*mut ibv_xrcd, c_int> {
+pub(crate) fn default_xrcd(c: *mut ibv_context) -> Result<*mut ibv_xrcd, c_int> {
     static DOMAINS: std::sync::Mutex<Vec<(usize, usize)>> = std::sync::Mutex::new(Vec::new());
     let mut all = DOMAINS.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(&(_, x)) = all
@@ -150,4 +150,16 @@ pub(crate) fn xrc_srq(pd: *mut ibv_pd, cq: *mut ibv_cq, attr: &ibv_srq_init_attr
     };
     // SAFETY: the shim's own op with a local attribute struct.
     unsafe { super::srq_ex::op_create_srq_ex(c, &mut ex) }
+}
+
+/// `ibv_create_srq_ex` on context `c` (the inline's op): NULL and errno on failure.
+///
+/// # Safety
+/// `attr` is a valid, writable `ibv_srq_init_attr_ex`.
+pub(crate) unsafe fn create_srq_ex(
+    c: *mut ibv_context,
+    attr: *mut ibv_srq_init_attr_ex,
+) -> *mut ibv_srq {
+    // SAFETY: forwarded contract; the op checks the context and the attribute's handles.
+    unsafe { super::srq_ex::op_create_srq_ex(c, attr) }
 }

@@ -276,79 +276,10 @@ pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
             super::qp::rdma_destroy_qp(id);
         }
         if !ptr::addr_of!((*c).srq).read().is_null() {
-            rdma_destroy_srq(id);
+            super::srq::rdma_destroy_srq(id);
         }
         super::id::rdma_destroy_id(id);
     }
-}
-
-/// `rdma_create_srq`: an SRQ on the identifier's PD. 0, or -1 and errno.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_create_srq(
-    id: *mut rdma_cm_id,
-    pd: *mut ibv_pd,
-    attr: *mut ibv_srq_init_attr,
-) -> c_int {
-    let Some(obj) = id_of(id) else {
-        return fail(EINVAL);
-    };
-    let c = obj.c();
-    // SAFETY: raw read of the live identifier.
-    let pd = if pd.is_null() {
-        unsafe { ptr::addr_of!((*c).pd).read() }
-    } else {
-        pd
-    };
-    // SAFETY: raw reads of the live identifier.
-    let (qp_type, recv_cq) = unsafe {
-        (
-            ptr::addr_of!((*c).qp_type).read(),
-            ptr::addr_of!((*c).recv_cq).read(),
-        )
-    };
-    let srq = if qp_type == IBV_QPT_XRC_RECV {
-        // An XRC identifier's SRQ is an XRC SRQ of rdma_cm's domain, completing on the
-        // identifier's receive CQ (librdmacm's rdma_create_srq_ex), made with its QP.
-        if attr.is_null() || recv_cq.is_null() {
-            return fail(EINVAL);
-        }
-        // SAFETY: the caller's readable attributes (checked non-null).
-        crate::objects::cm_hooks::xrc_srq(pd, recv_cq, unsafe { &*attr })
-    } else {
-        // SAFETY: the shim's own ibv_create_srq checks its handles; `attr` is the caller's.
-        unsafe { crate::ibv_create_srq(pd, attr) }
-    };
-    if srq.is_null() {
-        return -1;
-    }
-    // SAFETY: raw write into the live identifier.
-    unsafe { ptr::addr_of_mut!((*c).srq).write(srq as *mut c_void) };
-    0
-}
-
-/// `rdma_destroy_srq`.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
-    let Some(obj) = id_of(id) else {
-        return;
-    };
-    let c = obj.c();
-    // SAFETY: raw access to the live identifier; the SRQ is the one rdma_create_srq made.
-    unsafe {
-        let srq = ptr::addr_of!((*c).srq).read();
-        if !srq.is_null() {
-            crate::ibv_destroy_srq(srq as *mut ibv_srq);
-            ptr::addr_of_mut!((*c).srq).write(null_mut());
-        }
-    }
-}
-
-/// `rdma_create_srq_ex`: the extended SRQ attributes (XRC, tag matching) are not in
-/// softroce: ENOSYS.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_create_srq_ex(id: *mut rdma_cm_id, _attr: *mut c_void) -> c_int {
-    let _ = id;
-    fail(ENOSYS)
 }
 
 /// `IBV_QP_INIT_ATTR_PD`, the one extended QP attribute softroce takes.

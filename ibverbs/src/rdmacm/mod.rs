@@ -48,6 +48,7 @@ mod qp;
 mod resolve;
 mod rsocket;
 mod settings;
+mod srq;
 
 pub use addrinfo::*;
 pub use channel::*;

@@ -65,6 +65,9 @@ pub(super) struct IdSt {
     pub(super) path: Option<Box<ibv_sa_path_rec>>,
     /// CQs and channels `rdma_create_qp` made (freed by `rdma_destroy_qp`).
     pub(super) own_cqs: bool,
+    /// The receive CQ and channel `rdma_create_srq_ex` made for an XRC SRQ (freed by
+    /// `rdma_destroy_srq`).
+    pub(super) own_srq_cq: bool,
     pub(super) tos: Option<u8>,
     pub(super) reuse: bool,
     pub(super) afonly: bool,

@@ -1,0 +1,188 @@
+//! The identifier's SRQ: `rdma_create_srq`, `rdma_create_srq_ex` and `rdma_destroy_srq`, as
+//! librdmacm's (cma.c): an XRC SRQ without a domain or a CQ gets rdma_cm's XRC domain and a
+//! receive CQ of its own; the extended types (XRC, tag matching) go to `ibv_create_srq_ex`.
+
+use std::ptr::{self, null_mut};
+
+use libc::{c_int, c_void, EINVAL};
+
+use super::error::{errno, fail, lock};
+use super::ffi::*;
+use super::id::id_of;
+use super::object::Id;
+use crate::ffi::*;
+use crate::objects::handle::Obj;
+
+/// `rdma_create_srq`: an SRQ on the identifier's PD. 0, or -1 and errno.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_srq(
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    attr: *mut ibv_srq_init_attr,
+) -> c_int {
+    let Some(obj) = id_of(id) else {
+        return fail(EINVAL);
+    };
+    let c = obj.c();
+    // SAFETY: raw read of the live identifier.
+    let pd = if pd.is_null() {
+        unsafe { ptr::addr_of!((*c).pd).read() }
+    } else {
+        pd
+    };
+    // SAFETY: raw reads of the live identifier.
+    let (qp_type, recv_cq) = unsafe {
+        (
+            ptr::addr_of!((*c).qp_type).read(),
+            ptr::addr_of!((*c).recv_cq).read(),
+        )
+    };
+    let srq = if qp_type == IBV_QPT_XRC_RECV {
+        // An XRC identifier's SRQ is an XRC SRQ of rdma_cm's domain, completing on the
+        // identifier's receive CQ (librdmacm's rdma_create_srq_ex), made with its QP.
+        if attr.is_null() || recv_cq.is_null() {
+            return fail(EINVAL);
+        }
+        // SAFETY: the caller's readable attributes (checked non-null).
+        crate::objects::cm_hooks::xrc_srq(pd, recv_cq, unsafe { &*attr })
+    } else {
+        // SAFETY: the shim's own ibv_create_srq checks its handles; `attr` is the caller's.
+        unsafe { crate::ibv_create_srq(pd, attr) }
+    };
+    if srq.is_null() {
+        return -1;
+    }
+    // SAFETY: raw write into the live identifier.
+    unsafe { ptr::addr_of_mut!((*c).srq).write(srq as *mut c_void) };
+    0
+}
+
+/// `rdma_destroy_srq`: the SRQ, and the receive CQ `rdma_create_srq_ex` made for it.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
+    let Some(obj) = id_of(id) else {
+        return;
+    };
+    let c = obj.c();
+    // SAFETY: raw access to the live identifier; the SRQ is the one rdma_create_srq made.
+    unsafe {
+        let srq = ptr::addr_of!((*c).srq).read();
+        if !srq.is_null() {
+            crate::ibv_destroy_srq(srq as *mut ibv_srq);
+            ptr::addr_of_mut!((*c).srq).write(null_mut());
+        }
+    }
+    destroy_srq_cq(&obj);
+}
+
+/// `rdma_create_srq_ex`: an SRQ of the attributes' type on the identifier's device. Without a
+/// PD, the identifier's; an XRC SRQ without a domain gets rdma_cm's XRC domain, and without a
+/// CQ a receive CQ the identifier keeps (freed by `rdma_destroy_srq`). 0, or -1 and errno
+/// (EINVAL without `IBV_SRQ_INIT_ATTR_TYPE` or for an identifier not on a device; what
+/// `ibv_create_srq_ex` gives otherwise).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_srq_ex(
+    id: *mut rdma_cm_id,
+    attr: *mut ibv_srq_init_attr_ex,
+) -> c_int {
+    let Some(obj) = id_of(id) else {
+        return fail(EINVAL);
+    };
+    if attr.is_null() {
+        return fail(EINVAL);
+    }
+    let c = obj.c();
+    // SAFETY: the caller's writable attributes (checked non-null); raw reads of the live
+    // identifier.
+    let (a, verbs, id_pd) = unsafe {
+        (
+            &mut *attr,
+            ptr::addr_of!((*c).verbs).read(),
+            ptr::addr_of!((*c).pd).read(),
+        )
+    };
+    if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE == 0 || verbs.is_null() {
+        return fail(EINVAL);
+    }
+    if a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0 || a.pd.is_null() {
+        a.pd = id_pd;
+        a.comp_mask |= IBV_SRQ_INIT_ATTR_PD;
+    }
+    if a.srq_type == IBV_SRQT_XRC {
+        if let Err(e) = xrc_defaults(&obj, verbs, a) {
+            return fail(e);
+        }
+    }
+    // SAFETY: the caller's attributes, completed above; the op checks their handles.
+    let srq = unsafe { crate::objects::cm_hooks::create_srq_ex(verbs, a) };
+    if srq.is_null() {
+        let e = errno();
+        destroy_srq_cq(&obj);
+        return fail(e);
+    }
+    // SAFETY: raw writes into the live identifier.
+    unsafe {
+        if id_pd.is_null() {
+            ptr::addr_of_mut!((*c).pd).write(a.pd);
+        }
+        ptr::addr_of_mut!((*c).srq).write(srq as *mut c_void);
+    }
+    0
+}
+
+/// An XRC SRQ's domain and CQ where the attributes name none: rdma_cm's domain of the
+/// context, and a receive CQ (with its channel) of `attr.max_wr` entries the identifier keeps.
+fn xrc_defaults(
+    id: &Obj<Id>,
+    verbs: *mut ibv_context,
+    a: &mut ibv_srq_init_attr_ex,
+) -> Result<(), c_int> {
+    if a.comp_mask & IBV_SRQ_INIT_ATTR_XRCD == 0 || a.xrcd.is_null() {
+        a.xrcd = crate::objects::cm_hooks::default_xrcd(verbs)?;
+    }
+    if a.comp_mask & IBV_SRQ_INIT_ATTR_CQ == 0 || a.cq.is_null() {
+        let c = id.c();
+        // SAFETY: the shim's own constructors on the identifier's context; raw writes into
+        // the live identifier's C struct.
+        unsafe {
+            let ch = crate::ibv_create_comp_channel(verbs);
+            if ch.is_null() {
+                return Err(errno());
+            }
+            let cq = crate::ibv_create_cq(
+                verbs,
+                a.attr.max_wr.max(1) as c_int,
+                c as *mut c_void,
+                ch,
+                0,
+            );
+            if cq.is_null() {
+                let e = errno();
+                crate::ibv_destroy_comp_channel(ch);
+                return Err(e);
+            }
+            ptr::addr_of_mut!((*c).recv_cq_channel).write(ch);
+            ptr::addr_of_mut!((*c).recv_cq).write(cq);
+            a.cq = cq;
+        }
+        lock(&id.st).own_srq_cq = true;
+    }
+    a.comp_mask |= IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+    Ok(())
+}
+
+/// Frees the receive CQ and channel `rdma_create_srq_ex` made, if it made them.
+fn destroy_srq_cq(id: &Obj<Id>) {
+    if !std::mem::take(&mut lock(&id.st).own_srq_cq) {
+        return;
+    }
+    let c = id.c();
+    // SAFETY: the CQ and channel were made by xrc_defaults and are named only here and by the
+    // application (which must not use them after rdma_destroy_srq, as with rdma-core).
+    unsafe {
+        crate::ibv_destroy_cq(ptr::addr_of!((*c).recv_cq).read());
+        crate::ibv_destroy_comp_channel(ptr::addr_of!((*c).recv_cq_channel).read());
+        ptr::addr_of_mut!((*c).recv_cq).write(null_mut());
+        ptr::addr_of_mut!((*c).recv_cq_channel).write(null_mut());
+    }
+}
