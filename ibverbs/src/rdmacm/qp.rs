@@ -17,20 +17,10 @@ use crate::objects::handle::Obj;
 /// Creates the CQs (and their completion channels) an `rdma_create_qp` without CQs asks for.
 fn create_cqs(id: &Obj<Id>, v: *mut ibv_context, attr: &mut ibv_qp_init_attr) -> Result<(), c_int> {
     let c = id.c();
-    // SAFETY: the shim's own constructors on its own context; raw writes into the live
-    // identifier's C struct.
-    unsafe {
-        for (send, n) in [(true, attr.cap.max_send_wr), (false, attr.cap.max_recv_wr)] {
-            let ch = crate::ibv_create_comp_channel(v);
-            if ch.is_null() {
-                return Err(errno());
-            }
-            let cq = crate::ibv_create_cq(v, n.max(1) as c_int, c as *mut c_void, ch, 0);
-            if cq.is_null() {
-                let e = errno();
-                crate::ibv_destroy_comp_channel(ch);
-                return Err(e);
-            }
+    for (send, n) in [(true, attr.cap.max_send_wr), (false, attr.cap.max_recv_wr)] {
+        let (cq, ch) = cq_with_channel(id, v, n)?;
+        // SAFETY: raw writes into the live identifier's C struct.
+        unsafe {
             if send {
                 ptr::addr_of_mut!((*c).send_cq_channel).write(ch);
                 ptr::addr_of_mut!((*c).send_cq).write(cq);
@@ -44,6 +34,29 @@ fn create_cqs(id: &Obj<Id>, v: *mut ibv_context, attr: &mut ibv_qp_init_attr) ->
     }
     lock(&id.st).own_cqs = true;
     Ok(())
+}
+
+/// A CQ of `n` entries (at least 1) on context `v` with a completion channel of its own, its
+/// context the identifier (as librdmacm's `ucma_create_cqs`).
+pub(super) fn cq_with_channel(
+    id: &Obj<Id>,
+    v: *mut ibv_context,
+    n: u32,
+) -> Result<(*mut ibv_cq, *mut ibv_comp_channel), c_int> {
+    // SAFETY: the shim's own constructors, which check the context.
+    unsafe {
+        let ch = crate::ibv_create_comp_channel(v);
+        if ch.is_null() {
+            return Err(errno());
+        }
+        let cq = crate::ibv_create_cq(v, n.max(1) as c_int, id.c() as *mut c_void, ch, 0);
+        if cq.is_null() {
+            let e = errno();
+            crate::ibv_destroy_comp_channel(ch);
+            return Err(e);
+        }
+        Ok((cq, ch))
+    }
 }
 
 /// Destroys the CQs `create_cqs` made.

@@ -141,30 +141,14 @@ fn xrc_defaults(
         a.xrcd = crate::objects::cm_hooks::default_xrcd(verbs)?;
     }
     if a.comp_mask & IBV_SRQ_INIT_ATTR_CQ == 0 || a.cq.is_null() {
+        let (cq, ch) = super::qp::cq_with_channel(id, verbs, a.attr.max_wr)?;
         let c = id.c();
-        // SAFETY: the shim's own constructors on the identifier's context; raw writes into
-        // the live identifier's C struct.
+        // SAFETY: raw writes into the live identifier's C struct.
         unsafe {
-            let ch = crate::ibv_create_comp_channel(verbs);
-            if ch.is_null() {
-                return Err(errno());
-            }
-            let cq = crate::ibv_create_cq(
-                verbs,
-                a.attr.max_wr.max(1) as c_int,
-                c as *mut c_void,
-                ch,
-                0,
-            );
-            if cq.is_null() {
-                let e = errno();
-                crate::ibv_destroy_comp_channel(ch);
-                return Err(e);
-            }
             ptr::addr_of_mut!((*c).recv_cq_channel).write(ch);
             ptr::addr_of_mut!((*c).recv_cq).write(cq);
-            a.cq = cq;
         }
+        a.cq = cq;
         lock(&id.st).own_srq_cq = true;
     }
     a.comp_mask |= IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
