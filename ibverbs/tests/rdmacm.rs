@@ -607,7 +607,7 @@ fn rdma_server_and_rdma_client_synchronous_endpoints() {
 fn rdma_create_srq_ex_fills_in_what_librdmacm_fills_in() {
     let t = common::CTest::build("tests/c/rdmacm_srq_ex.c", &[], &["-lrdmacm", "-libverbs"]);
     let cmd = shimmed(t.exe(), "127.0.0.24", &["127.0.0.24"]);
-    t.check(cmd, Duration::from_secs(60), 18);
+    t.check(cmd, Duration::from_secs(60), 21);
 }
 
 #[test]

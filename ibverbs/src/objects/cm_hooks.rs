@@ -122,36 +122,6 @@ pub(crate) fn xrc_recv_qp(c: *mut ibv_context, qp_context: *mut libc::c_void) ->
     }
 }
 
-/// rdma_cm's XRC SRQ for an identifier on PD `pd`, in the context's rdma_cm domain, completing
-/// on `cq` (librdmacm's `rdma_create_srq_ex` for an XRC identifier).
-pub(crate) fn xrc_srq(pd: *mut ibv_pd, cq: *mut ibv_cq, attr: &ibv_srq_init_attr) -> *mut ibv_srq {
-    let Some(c) = pd_context(pd) else {
-        return super::common::fail_null(libc::EINVAL);
-    };
-    let xrcd = match default_xrcd(c) {
-        Ok(x) => x,
-        Err(e) => return super::common::fail_null(e),
-    };
-    let mut ex = ibv_srq_init_attr_ex {
-        srq_context: attr.srq_context,
-        attr: attr.attr,
-        comp_mask: IBV_SRQ_INIT_ATTR_TYPE
-            | IBV_SRQ_INIT_ATTR_PD
-            | IBV_SRQ_INIT_ATTR_XRCD
-            | IBV_SRQ_INIT_ATTR_CQ,
-        srq_type: IBV_SRQT_XRC,
-        pd,
-        xrcd,
-        cq,
-        tm_cap: ibv_tm_cap {
-            max_num_tags: 0,
-            max_ops: 0,
-        },
-    };
-    // SAFETY: the shim's own op with a local attribute struct.
-    unsafe { super::srq_ex::op_create_srq_ex(c, &mut ex) }
-}
-
 /// `ibv_create_srq_ex` on context `c` (the inline's op): NULL and errno on failure.
 ///
 /// # Safety

@@ -13,7 +13,10 @@ use super::object::Id;
 use crate::ffi::*;
 use crate::objects::handle::Obj;
 
-/// `rdma_create_srq`: an SRQ on the identifier's PD. 0, or -1 and errno.
+/// `rdma_create_srq`: an SRQ on `pd` (the identifier's when NULL), as librdmacm's: its
+/// attributes as `rdma_create_srq_ex`'s, basic, or on an XRC identifier an XRC SRQ of
+/// rdma_cm's domain completing on the identifier's receive CQ (made with its QP: EINVAL
+/// without one). The SRQ's actual sizes are written back to `attr`. 0, or -1 and errno.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_create_srq(
     id: *mut rdma_cm_id,
@@ -23,38 +26,44 @@ pub unsafe extern "C" fn rdma_create_srq(
     let Some(obj) = id_of(id) else {
         return fail(EINVAL);
     };
+    if attr.is_null() {
+        return fail(EINVAL);
+    }
     let c = obj.c();
-    // SAFETY: raw read of the live identifier.
-    let pd = if pd.is_null() {
-        unsafe { ptr::addr_of!((*c).pd).read() }
-    } else {
-        pd
-    };
-    // SAFETY: raw reads of the live identifier.
-    let (qp_type, recv_cq) = unsafe {
+    // SAFETY: the caller's writable attributes (checked non-null); raw reads of the live
+    // identifier.
+    let (a, qp_type, recv_cq) = unsafe {
         (
+            &mut *attr,
             ptr::addr_of!((*c).qp_type).read(),
             ptr::addr_of!((*c).recv_cq).read(),
         )
     };
-    let srq = if qp_type == IBV_QPT_XRC_RECV {
-        // An XRC identifier's SRQ is an XRC SRQ of rdma_cm's domain, completing on the
-        // identifier's receive CQ (librdmacm's rdma_create_srq_ex), made with its QP.
-        if attr.is_null() || recv_cq.is_null() {
+    let mut ex = ibv_srq_init_attr_ex {
+        srq_context: a.srq_context,
+        attr: a.attr,
+        comp_mask: IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD,
+        srq_type: IBV_SRQT_BASIC,
+        pd,
+        xrcd: null_mut(),
+        cq: null_mut(),
+        tm_cap: ibv_tm_cap {
+            max_num_tags: 0,
+            max_ops: 0,
+        },
+    };
+    if qp_type == IBV_QPT_XRC_RECV {
+        if recv_cq.is_null() {
             return fail(EINVAL);
         }
-        // SAFETY: the caller's readable attributes (checked non-null).
-        crate::objects::cm_hooks::xrc_srq(pd, recv_cq, unsafe { &*attr })
-    } else {
-        // SAFETY: the shim's own ibv_create_srq checks its handles; `attr` is the caller's.
-        unsafe { crate::ibv_create_srq(pd, attr) }
-    };
-    if srq.is_null() {
-        return -1;
+        ex.srq_type = IBV_SRQT_XRC;
+        ex.cq = recv_cq;
+        ex.comp_mask |= IBV_SRQ_INIT_ATTR_CQ;
     }
-    // SAFETY: raw write into the live identifier.
-    unsafe { ptr::addr_of_mut!((*c).srq).write(srq as *mut c_void) };
-    0
+    // SAFETY: the live identifier and a local attribute struct.
+    let r = unsafe { rdma_create_srq_ex(id, &mut ex) };
+    a.attr = ex.attr;
+    r
 }
 
 /// `rdma_destroy_srq`: the SRQ, and the receive CQ `rdma_create_srq_ex` made for it.
@@ -78,8 +87,8 @@ pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
 /// `rdma_create_srq_ex`: an SRQ of the attributes' type on the identifier's device. Without a
 /// PD, the identifier's; an XRC SRQ without a domain gets rdma_cm's XRC domain, and without a
 /// CQ a receive CQ the identifier keeps (freed by `rdma_destroy_srq`). 0, or -1 and errno
-/// (EINVAL without `IBV_SRQ_INIT_ATTR_TYPE` or for an identifier not on a device; what
-/// `ibv_create_srq_ex` gives otherwise).
+/// (EINVAL without `IBV_SRQ_INIT_ATTR_TYPE`, or with neither a device nor a PD to make it
+/// on; what `ibv_create_srq_ex` gives otherwise).
 #[no_mangle]
 pub unsafe extern "C" fn rdma_create_srq_ex(
     id: *mut rdma_cm_id,
@@ -101,13 +110,20 @@ pub unsafe extern "C" fn rdma_create_srq_ex(
             ptr::addr_of!((*c).pd).read(),
         )
     };
-    if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE == 0 || verbs.is_null() {
+    if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE == 0 {
         return fail(EINVAL);
     }
     if a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0 || a.pd.is_null() {
         a.pd = id_pd;
         a.comp_mask |= IBV_SRQ_INIT_ATTR_PD;
     }
+    // The identifier's device, or for one not bound yet the PD's.
+    let Some(verbs) = (!verbs.is_null())
+        .then_some(verbs)
+        .or_else(|| crate::objects::cm_hooks::pd_context(a.pd))
+    else {
+        return fail(EINVAL);
+    };
     if a.srq_type == IBV_SRQT_XRC {
         if let Err(e) = xrc_defaults(&obj, verbs, a) {
             return fail(e);

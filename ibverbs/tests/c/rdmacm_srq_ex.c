@@ -45,6 +45,14 @@ int main(int argc, char **argv)
 	rdma_destroy_srq(id);
 	CHECK(id->srq == NULL, "destroy_srq");
 
+	/* rdma_create_srq goes the same way, a basic SRQ on a basic identifier, its sizes
+	 * written back. */
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 5, .max_sge = 1 } };
+	CHECK(rdma_create_srq(id, pd, &sa) == 0, "rdma_create_srq");
+	CHECK(id->srq != NULL && id->srq->pd == pd && sa.attr.max_wr >= 5, "its SRQ and sizes");
+	rdma_destroy_srq(id);
+	CHECK(id->srq == NULL, "destroy_srq");
+
 	/* An XRC SRQ with neither domain nor CQ: rdma_cm's domain, a receive CQ of its own. */
 	memset(&a, 0, sizeof a);
 	a.attr.max_wr = 8;
