@@ -96,22 +96,13 @@ impl QpCore {
         self.check_send_length(data_len, length)?;
         let mut wqe = SendWqe {
             wr_id: wr.wr_id,
-            opcode: wr.opcode,
             signaled: wr.send_flags.contains(SendFlags::SIGNALED),
             fence: wr.send_flags.contains(SendFlags::FENCE),
             solicited: wr.send_flags.contains(SendFlags::SOLICITED),
-            data,
-            length: data_len,
-            state: SendState::Posted,
-            first_psn: self.req.psn,
-            last_psn: self.req.psn,
-            read_done: 0,
-            read_req_psn: self.req.psn,
-            started: false,
             ud,
             xrc_srqn,
             local: LocalOp::resolve(wr.opcode, mrs, self.cfg.pd),
-            tm_rndv: None,
+            ..self.new_wqe(wr.opcode, data, data_len)
         };
         if state == QpState::Err {
             wqe.state = SendState::Done(WcStatus::WrFlushErr);
@@ -127,6 +118,31 @@ impl QpCore {
     /// the QP state, room in the send queue, the SGE count, an atomic's alignment, inline
     /// only for SEND and WRITE, READ and atomics only with `max_rd_atomic`. Returns the right
     /// the local buffers need and the exact length an atomic's must have.
+    /// A send WQE not yet begun, its PSNs at the send queue's next: unsignaled, with no
+    /// fence, datagram target, XRC SRQ or local operation. What a posted WR sets besides, it
+    /// sets over this; the QP's own rendezvous WQEs (tag matching) are this.
+    pub(super) fn new_wqe(&self, opcode: WrOpcode, data: LocalData, length: u64) -> SendWqe {
+        SendWqe {
+            wr_id: 0,
+            opcode,
+            signaled: false,
+            fence: false,
+            solicited: false,
+            data,
+            length,
+            state: SendState::Posted,
+            first_psn: self.req.psn,
+            last_psn: self.req.psn,
+            read_done: 0,
+            read_req_psn: self.req.psn,
+            started: false,
+            ud: None,
+            xrc_srqn: None,
+            local: None,
+            tm_rndv: None,
+        }
+    }
+
     fn check_send_wr(&self, wr: &SendWr) -> Result<(AccessFlags, Option<u64>), VerbsError> {
         let state = self.attr.qp_state;
         let allowed = match self.cfg.qp_type {

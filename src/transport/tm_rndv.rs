@@ -8,7 +8,7 @@
 
 use super::qp::QpCore;
 use super::tag_match::{Rvh, Tmh, TmhOp};
-use super::wqe::{LocalData, RecvWqe, SendState, SendWqe};
+use super::wqe::{LocalData, RecvWqe, SendWqe};
 use crate::ib::{TmInfo, WcOpcode, WcStatus, WorkCompletion, WrOpcode};
 
 /// Why an internal send WQE of tag matching is there.
@@ -41,7 +41,7 @@ impl QpCore {
             remote_addr: rvh.va,
             rkey: rvh.rkey,
         };
-        let read = self.internal_wqe(opcode, tag.data, length);
+        let read = self.new_wqe(opcode, tag.data, length);
         self.sq.push_back(SendWqe {
             tm_rndv: Some(RndvRole::Read {
                 recv_wr_id: tag.wr_id,
@@ -50,28 +50,6 @@ impl QpCore {
             ..read
         });
         true
-    }
-
-    fn internal_wqe(&self, opcode: WrOpcode, data: LocalData, length: u64) -> SendWqe {
-        SendWqe {
-            wr_id: 0,
-            opcode,
-            signaled: false,
-            fence: false,
-            solicited: false,
-            data,
-            length,
-            state: SendState::Posted,
-            first_psn: self.req.psn,
-            last_psn: self.req.psn,
-            read_done: 0,
-            read_req_psn: self.req.psn,
-            started: false,
-            ud: None,
-            xrc_srqn: None,
-            local: None,
-            tm_rndv: None,
-        }
     }
 
     /// An internal WQE is done: a rendezvous READ completes its tag (the data valid, or the
@@ -104,7 +82,7 @@ impl QpCore {
         };
         let mut v = self.inline_buffer(super::tag_match::TMH_LEN);
         v.copy_from_slice(&fin.emit());
-        let send = self.internal_wqe(
+        let send = self.new_wqe(
             WrOpcode::Send,
             LocalData::Inline(v),
             fin.emit().len() as u64,
