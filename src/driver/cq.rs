@@ -26,6 +26,13 @@ pub(crate) trait CqDevice: Send + Sync {
     fn drive_for_poll(&self);
     /// Returns once the engine has served the work posted before the call, or after `limit`.
     fn settle(&self, limit: Duration);
+    /// The default mode: a thread that is about to wait starts to run the engine itself;
+    /// how long it may (None: it does not, and must not call `end_wait_drive`).
+    fn begin_wait_drive(&self) -> Option<Duration>;
+    /// One engine pass on the waiting thread (none if another thread runs one).
+    fn drive_for_wait(&self);
+    /// The waiting thread stops running the engine; `sleeps`: it sleeps on the CQ next.
+    fn end_wait_drive(&self, sleeps: bool);
 }
 
 /// A completion queue.
@@ -177,6 +184,9 @@ impl CqInner {
 /// machine the engine thread that would fill the queue may be waiting for that CPU (perftest's
 /// poll loop otherwise takes a core from the engine; see BENCHMARKS.md, issue #23).
 const YIELD_EVERY: usize = 16;
+/// A thread that runs the engine while it waits (`drive_until`) yields the CPU every this
+/// many passes.
+const DRIVE_YIELD_EVERY: u32 = 8;
 
 impl CqInner {
     /// Mirrors the state into `pending` (called with the state lock held, after a change).
@@ -352,6 +362,14 @@ impl CqInner {
                 }
             }
         }
+        if self.pending.load(Ordering::Acquire) == 0 {
+            if let Some(dev) = self.device.upgrade() {
+                if let Some(window) = dev.begin_wait_drive() {
+                    let got = self.drive_until(&*dev, deadline, window);
+                    dev.end_wait_drive(!got);
+                }
+            }
+        }
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         while st.queue.is_empty() && !st.overflowed {
             let now = Instant::now();
@@ -368,6 +386,29 @@ impl CqInner {
         }
         drop(st);
         self.poll(out)
+    }
+
+    /// The default mode's wait before it sleeps: runs engine passes on this thread until
+    /// the CQ has something to report (true), or `window` passes or `deadline` comes (false).
+    /// standby.rs says why; the engine thread stands by meanwhile.
+    fn drive_until(&self, dev: &dyn CqDevice, deadline: Instant, window: Duration) -> bool {
+        let until = (Instant::now() + window).min(deadline);
+        let mut looks = 0u32;
+        loop {
+            dev.drive_for_wait();
+            if self.pending.load(Ordering::Acquire) > 0 {
+                return true;
+            }
+            if Instant::now() >= until {
+                return false;
+            }
+            looks = looks.wrapping_add(1);
+            if looks % DRIVE_YIELD_EVERY == 0 {
+                // Another thread of the machine may need this CPU (the peer's engine, on a
+                // small machine): let it run now and then.
+                std::thread::yield_now();
+            }
+        }
     }
 
     /// Completions waiting to be polled.

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use super::cq::{CqDevice, CqInner};
 use super::gsi::GsiShared;
 use super::multicast::{GroupChange, Groups};
+use super::standby::Standby;
 use crate::ib::DeviceLimits;
 use crate::ib::VerbsError;
 use crate::transport::{Counters, MrTable, QpCore};
@@ -94,9 +95,12 @@ pub(crate) struct Device {
     pub(crate) gsi: GsiShared,
     /// Engine passes completed (see `settle`).
     pub(crate) passes: AtomicU64,
-    /// Passes application threads ran (busy-poll mode): while they move, the background
-    /// thread stays out of their way (engine_thread.rs `run_busy`).
+    /// Passes application threads ran (busy-poll mode, and waiters in the default mode):
+    /// while they move, the engine's thread stays out of their way (engine_thread.rs).
     pub(crate) app_passes: AtomicU64,
+    /// The default mode's hand-over between the engine thread and a thread that waits on a
+    /// CQ, which runs the engine meanwhile (standby.rs).
+    pub(crate) standby: Standby,
     /// The multicast groups QPs are attached to (multicast.rs).
     pub(crate) groups: RwLock<Groups>,
     /// Sockets to start or stop receiving groups on, for the engine's link.
@@ -141,6 +145,7 @@ impl Device {
             post_sends: !std::env::var_os("SOFTROCE_POST_SENDS").is_some_and(|v| v == "0"),
             passes: AtomicU64::new(0),
             app_passes: AtomicU64::new(0),
+            standby: Standby::new(std::time::Duration::ZERO),
             groups: RwLock::new(Groups::default()),
             group_changes: Mutex::new(Vec::new()),
             groups_changed: AtomicBool::new(false),
@@ -205,8 +210,11 @@ impl Device {
     /// pass (`drive`). `SOFTROCE_POST_SENDS=0` leaves every send to the engine thread (for
     /// comparison).
     pub(crate) fn posted(&self, qpn: u32, send: bool) {
-        if send && self.post_sends && !self.busy_poll && self.engine_sleeping.load(Ordering::SeqCst)
-        {
+        let engine_away = || {
+            self.engine_sleeping.load(Ordering::SeqCst)
+                || (self.standby.parked() && self.standby.take_post_turn())
+        };
+        if send && self.post_sends && !self.busy_poll && engine_away() {
             if let Ok(mut g) = self.engine.try_lock() {
                 if let Some(e) = g.as_mut() {
                     // Taken by the pass below; nobody need be woken for it.
@@ -238,6 +246,17 @@ impl Device {
     /// the next pass (see `Engine::pass_for_application`).
     pub(crate) fn drive_for_poll(&self) {
         self.drive_with(|e| e.pass_for_application());
+    }
+
+    /// The default mode: a whole engine pass on a thread that waits on a CQ
+    /// (`CqInner::wait`, standby.rs), unless another thread is running one.
+    pub(crate) fn drive_for_wait(&self) {
+        if let Ok(mut e) = self.engine.try_lock() {
+            if let Some(e) = e.as_mut() {
+                e.pass();
+                self.standby.note_pass();
+            }
+        }
     }
 
     fn drive_with(&self, pass: fn(&mut dyn Passes)) {
@@ -276,6 +295,7 @@ impl Device {
                     self.drive_with(|e| e.pass());
                 } else {
                     let _ = self.waker.wake();
+                    self.standby.wake();
                 }
             }
             std::thread::yield_now();
@@ -298,6 +318,7 @@ impl Device {
         }
         self.closed.store(true, Ordering::Release);
         let _ = self.waker.wake();
+        self.standby.wake();
         if let Some(h) = engine_thread {
             let _ = h.join();
         }
@@ -486,6 +507,15 @@ impl CqDevice for Device {
     }
     fn settle(&self, limit: std::time::Duration) {
         Device::settle(self, limit);
+    }
+    fn begin_wait_drive(&self) -> Option<std::time::Duration> {
+        self.standby.begin()
+    }
+    fn drive_for_wait(&self) {
+        Device::drive_for_wait(self);
+    }
+    fn end_wait_drive(&self, sleeps: bool) {
+        self.standby.end(sleeps);
     }
 }
 

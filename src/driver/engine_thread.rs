@@ -20,6 +20,7 @@ use mio::{Events, Poll};
 
 use super::device::{Device, WaitPlan};
 use super::engine::TIMER;
+use super::standby::{PARK_FIRST, PARK_MAX};
 
 /// A wait that ended within this many `idle_spin`s of its start means spinning pays: the
 /// next wait spins first (see `Waiter::wait`).
@@ -68,7 +69,25 @@ pub(crate) fn run(dev: Arc<Device>, poll: Poll, idle_spin: Duration) {
         spin_pays: true,
         timer_fired: false,
     };
+    let mut park = PARK_FIRST;
+    let mut standing_by = false;
+    let mut seen = dev.standby.passes();
     while !dev.closed.load(Ordering::Acquire) {
+        if standing_by || dev.standby.driven() {
+            // Threads waiting on CQs run the passes (standby.rs): stand by, longer while they
+            // keep running them, until the last one goes to sleep or they stop.
+            let woken = dev.standby.park(park);
+            let now = dev.standby.passes();
+            let moved = now != seen;
+            seen = now;
+            if !woken && moved {
+                standing_by = true;
+                park = (park * 2).min(PARK_MAX);
+                continue;
+            }
+            standing_by = false;
+            park = PARK_FIRST;
+        }
         let plan = {
             let mut g = dev.engine.lock().unwrap_or_else(|e| e.into_inner());
             let Some(e) = g.as_mut() else { break };
@@ -121,7 +140,7 @@ impl Waiter {
             until = until.min(at);
         }
         loop {
-            if dev.rung.load(Ordering::Acquire) {
+            if dev.rung.load(Ordering::Acquire) || dev.standby.driven() {
                 return Spin::Found;
             }
             if !self.poll_once(dev, Some(Duration::ZERO)) {

@@ -17,6 +17,7 @@ pub mod link;
 mod multicast;
 mod qp_table;
 mod socket;
+mod standby;
 pub mod stats;
 pub mod steering;
 pub mod thread;
@@ -148,6 +149,11 @@ pub(crate) fn open(cfg: &DeviceConfig) -> Result<(Arc<Device>, JoinHandle<()>)> 
     let local = udp.local_addr();
     let remote_port = cfg.remote_port.unwrap_or(local.port());
     let mut dev = Device::new(local, remote_port, waker, cfg.busy_poll);
+    if !cfg.busy_poll {
+        // A thread waiting on a CQ runs the engine for as long as the engine thread would
+        // spin (standby.rs).
+        dev.standby = standby::Standby::new(cfg.idle_spin.min(MAX_IDLE_SPIN));
+    }
     if let Some(m) = &member {
         dev.set_member(Arc::clone(m), udp.rx_fd());
     }
