@@ -33,6 +33,11 @@ pub(crate) trait CqDevice: Send + Sync {
     fn drive_for_wait(&self);
     /// The waiting thread stops running the engine; `sleeps`: it sleeps on the CQ next.
     fn end_wait_drive(&self, sleeps: bool);
+    /// An application thread will sleep until a CQ event: the engine thread, if it stands
+    /// by, receives again.
+    fn hand_back(&self);
+    /// Posts rang the doorbell that no pass has taken yet.
+    fn posts_waiting(&self) -> bool;
 }
 
 /// A completion queue.
@@ -187,6 +192,9 @@ const YIELD_EVERY: usize = 16;
 /// A thread that runs the engine while it waits (`drive_until`) yields the CPU every this
 /// many passes.
 const DRIVE_YIELD_EVERY: u32 = 8;
+/// Empty polls in a row after which a polling thread runs engine passes itself (the default
+/// mode): it spins on the CQ rather than drains it.
+const DRIVE_AFTER_EMPTY_POLLS: usize = 16;
 
 impl CqInner {
     /// Mirrors the state into `pending` (called with the state lock held, after a change).
@@ -272,9 +280,17 @@ impl CqInner {
             return self.take(max, &mut put);
         }
         if self.pending.load(Ordering::Acquire) == 0 && max > 0 {
-            // Nothing to report: the engine thread fills the queue, so leave it the CPU now
-            // and then rather than spin on a lock it needs.
             let n = self.empty_polls.fetch_add(1, Ordering::Relaxed);
+            // A thread that spins on the CQ runs the engine itself, as a waiter does
+            // (standby.rs): perftest, UCX and MPI spin on ibv_poll_cq. A drain loop's last,
+            // empty poll does not, unless posts wait for a pass (the engine thread may stand
+            // by, and the posts of a window are what the spinning thread waits on).
+            if self.drive_once(n + 1 >= DRIVE_AFTER_EMPTY_POLLS) {
+                self.empty_polls.store(0, Ordering::Relaxed);
+                return self.take(max, &mut put);
+            }
+            // Nothing to report: leave the CPU now and then to the thread that would fill
+            // the queue, rather than spin on a lock it needs.
             if n % YIELD_EVERY == YIELD_EVERY - 1 {
                 std::thread::yield_now();
             }
@@ -386,6 +402,28 @@ impl CqInner {
         }
         drop(st);
         self.poll(out)
+    }
+
+    /// The default mode: one engine pass on this thread, as a waiter's, if it has been
+    /// `spinning` or posts wait for a pass (nothing if waiters do not drive on this device, or
+    /// another thread runs a pass). Returns whether the CQ has something to report.
+    fn drive_once(&self, spinning: bool) -> bool {
+        if let Some(dev) = self.device.upgrade() {
+            if (spinning || dev.posts_waiting()) && dev.begin_wait_drive().is_some() {
+                dev.drive_for_wait();
+                dev.end_wait_drive(false);
+            }
+        }
+        self.pending.load(Ordering::Acquire) > 0
+    }
+
+    /// The application is about to sleep until this CQ's next event (it armed the CQ:
+    /// `ibv_req_notify_cq`): the engine thread receives from now on, if it stood by for
+    /// threads that spun on CQs (standby.rs).
+    pub(crate) fn expect_event(&self) {
+        if let Some(dev) = self.device.upgrade() {
+            dev.hand_back();
+        }
     }
 
     /// The default mode's wait before it sleeps: runs engine passes on this thread until

@@ -517,6 +517,14 @@ impl CqDevice for Device {
     fn end_wait_drive(&self, sleeps: bool) {
         self.standby.end(sleeps);
     }
+    fn posts_waiting(&self) -> bool {
+        self.rung.load(Ordering::Acquire)
+    }
+    fn hand_back(&self) {
+        if self.standby.parked() {
+            self.standby.wake();
+        }
+    }
 }
 
 /// The device's node GUID: the EUI-64 of a locally administered MAC address 02:00:a:b:c:d

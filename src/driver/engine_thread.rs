@@ -73,7 +73,10 @@ pub(crate) fn run(dev: Arc<Device>, poll: Poll, idle_spin: Duration) {
     let mut standing_by = false;
     let mut seen = dev.standby.passes();
     while !dev.closed.load(Ordering::Acquire) {
-        if standing_by || dev.standby.driven() {
+        let now = dev.standby.passes();
+        let moved = now != seen;
+        seen = now;
+        if standing_by || moved || dev.standby.driven() {
             // Threads waiting on CQs run the passes (standby.rs): stand by, longer while they
             // keep running them, until the last one goes to sleep or they stop.
             let woken = dev.standby.park(park);

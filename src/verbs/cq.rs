@@ -41,6 +41,13 @@ impl CompletionQueue {
         self.inner.poll_each(max, put)
     }
 
+    /// Says that the application will sleep until this CQ's next completion event (the shim's
+    /// `ibv_req_notify_cq`): a device whose engine thread stood by while threads spun on
+    /// CQs (driver/standby.rs) has it receive again at once rather than after its stand-by.
+    pub fn expect_event(&self) {
+        self.inner.expect_event();
+    }
+
     /// Polls one completion.
     pub fn poll_one(&self) -> Result<Option<WorkCompletion>, VerbsError> {
         self.inner.poll_one()

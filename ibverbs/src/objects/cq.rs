@@ -280,6 +280,7 @@ pub(super) unsafe extern "C" fn op_req_notify_cq(p: *mut ibv_cq, _solicited_only
     let cq = unsafe { Obj::<Cq>::trusted(p) };
     // Without a channel the arming has no one to tell; rxe accepts it all the same.
     cq.armed.store(true, Ordering::Release);
+    cq.cq.expect_event();
     0
 }
 
