@@ -3,7 +3,8 @@
 # number, or "n/a (flag missing)" where the binary lacks --busy-poll, "n/a (perftest missing)"
 # for the shim's rows where perftest could not be installed, "n/a (ucx-utils missing)" for the
 # UCX rows where ucx_perftest could not be installed, "n/a (openmpi missing)" for the MPI rows
-# where OpenMPI could not be installed). It does not judge how
+# where OpenMPI could not be installed, "n/a (perf cannot count)" for the system-call rows where
+# perf cannot count system calls, "n/a (valgrind missing)" for the instruction row). It does not judge how
 # fast anything was (benchmarks are not tests with timing assertions), with one exception: the
 # README impairment example must finish in seconds, as README promises (see the end).
 #
@@ -18,7 +19,7 @@ shim-lat-2b-p99 shim-lat-2b-p999 shim-lat-2b-busy-p99 shim-lat-2b-busy-p999
 ucx-put-bw-64k ucx-put-bw-64k-mtu1024 ucx-put-bw-64k-busy ucx-am-lat-8b ucx-am-lat-8b-busy
 ucx-ucp-put-bw-64k ucx-tag-lat-8b mpi-lat-8b mpi-bw-1m mpi-lat-8b-busy mpi-bw-1m-busy send-q4-wall send-q4-rnr
 readme-impair sweep-write mem-per-qp-client mem-per-qp-server write-64k-cpu write-64k-csw
-rate-64b-cpu rate-64b-csw lat-2b-cpu lat-2b-csw"
+rate-64b-cpu rate-64b-csw lat-2b-cpu lat-2b-csw write-64k-sys rate-64b-sys lat-2b-sys insn-64b"
 bad=0
 n=0
 for r in $rows; do
@@ -31,6 +32,7 @@ for r in $rows; do
     sr=$(echo "$line" | awk -F'|' '{gsub(/^ +| +$/, "", $4); print $4}')
     base=$(echo "$line" | awk -F'|' '{gsub(/^ +| +$/, "", $5); print $5}')
     if ! [[ $sr =~ ^[0-9.]+\ (MB/s|us|Mpps|B|s|NAKs|s/GB|/msg)$ || $sr == "n/a (flag missing)" || $sr == "n/a (perftest missing)"
+        || $sr == "n/a (perf cannot count)" || $sr == "n/a (valgrind missing)"
         || $sr == "n/a (ucx-utils missing)" || $sr == "n/a (openmpi missing)" ]]; then
         echo "check-rows: row $r has no softroce figure: '$sr'" >&2; bad=1
     fi

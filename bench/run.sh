@@ -38,7 +38,9 @@
 #   - what a message costs, both processes (the kernel's rusage, all threads; the difference of
 #     a run of N and one of 3N messages, iperf3 IPERF_SECS and 3x): CPU seconds per GB of the
 #     64 KiB WRITE beside iperf3's, CPU per 64-byte WRITE and per 2-byte round trip, and the
-#     busier process's context switches per message of each;
+#     busier process's context switches and system calls (perf stat -e raw_syscalls:sys_enter,
+#     where the kernel lets perf count it) per message of each; and the user-space instructions
+#     per 64-byte WRITE of each end (callgrind, bench/insn-per-msg.sh);
 #   - `softroce perf send -q 4 --check` (perftest's SEND shape on 4 QPs): wall clock of the pair
 #     against the measured interval, and the RNR NAKs the client received (--counters);
 #   - the sweep: `softroce perf write -a` and `send -a` (every size 2 B..8 MiB, one run each) and,
@@ -79,6 +81,10 @@ command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
 command -v ib_write_bw >/dev/null 2>&1 || need_apt+=(perftest)
 command -v ucx_perftest >/dev/null 2>&1 || need_apt+=(ucx-utils)
 command -v mpicc >/dev/null 2>&1 || need_apt+=(openmpi-bin libopenmpi-dev)
+# The system calls per message (perf stat's raw_syscalls tracepoint) and the instructions per
+# message (callgrind).
+command -v perf >/dev/null 2>&1 || need_apt+=(linux-perf)
+command -v valgrind >/dev/null 2>&1 || need_apt+=(valgrind)
 if [ ${#need_apt[@]} -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -158,13 +164,23 @@ pair() {
 # One softroce perf pair; prints the client's JSON field $2 (a jq path). Extra perf flags
 # follow. With RSS_TAG set, both processes run under maxrss and their peaks (KiB) go to
 # $TMP/$RSS_TAG.{server,client}.
+# SYSCOUNT=1 where perf can count this machine's system calls (root, or a permissive
+# perf_event_paranoid, and tracefs): the cost rows then give system calls per message.
+SYSCOUNT=0
+perf stat -e raw_syscalls:sys_enter -x, -o /dev/null -- true >/dev/null 2>&1 && SYSCOUNT=1
+# sys_wrap FILE: the command prefix that counts a process's system calls (all threads) into FILE.
+sys_wrap() {
+    [ $SYSCOUNT = 1 ] && echo "perf stat -e raw_syscalls:sys_enter -x, -o $1 --"
+}
 softroce() {
     local field=$1; shift
     next_port
     local wrap_s=() wrap_c=()
     if [ -n "${RSS_TAG:-}" ]; then
-        wrap_s=("$BL/maxrss" "$TMP/$RSS_TAG.server" --)
-        wrap_c=("$BL/maxrss" "$TMP/$RSS_TAG.client" --)
+        # shellcheck disable=SC2207 # sys_wrap's words, none with spaces ($TMP is mktemp's)
+        wrap_s=($(sys_wrap "$TMP/$RSS_TAG.server.sys") "$BL/maxrss" "$TMP/$RSS_TAG.server" --)
+        # shellcheck disable=SC2207
+        wrap_c=($(sys_wrap "$TMP/$RSS_TAG.client.sys") "$BL/maxrss" "$TMP/$RSS_TAG.client" --)
     fi
     # CLIENT_BIND: the client's device address (default: perf's, 127.0.0.2 for a server on
     # 127.0.0.1); 127.0.0.1 puts both ends on one shared address.
@@ -294,13 +310,21 @@ measure readme_impair readme_impair
 # rusage of each process (bench/baselines maxrss), all threads. Each is the difference of a
 # run of N and one of 3N messages (iperf3: IPERF_SECS and 3 x IPERF_SECS), so that start-up,
 # connection and exit cancel out.
-# cost_of TAG: "CPU_S CSW_SERVER CSW_CLIENT" of the pair that a RSS_TAG=TAG run left.
+# cost_of TAG: "CPU_S CSW_SERVER CSW_CLIENT SYS_SERVER SYS_CLIENT" of the pair that a
+# RSS_TAG=TAG run left (the system calls 0 where they were not counted).
 cost_of() {
-    awk '{for (i = 1; i < NF; i++) { if ($i == "cpu_s") c += $(i + 1); if ($i == "csw") w[NR] = $(i + 1) }}
-        END {printf "%s %s %s\n", c, w[1], w[2]}' "$TMP/$1.server" "$TMP/$1.client"
+    local ss=0 sc=0
+    if [ $SYSCOUNT = 1 ]; then
+        ss=$(sys_count "$TMP/$1.server.sys") && sc=$(sys_count "$TMP/$1.client.sys") || return 1
+    fi
+    awk -v ss="$ss" -v sc="$sc" '{for (i = 1; i < NF; i++) { if ($i == "cpu_s") c += $(i + 1); if ($i == "csw") w[NR] = $(i + 1) }}
+        END {printf "%s %s %s %s %s\n", c, w[1], w[2], ss, sc}' "$TMP/$1.server" "$TMP/$1.client"
 }
+# sys_count FILE: the count in a `perf stat -x,` output file.
+sys_count() { awk -F, '/raw_syscalls:sys_enter/ {print $1; f = 1} END {exit !f}' "$1"; }
 # msg_cost KEY N PERF_ARGS...: CPU microseconds per message of both processes, printed; the
-# context switches per message of the busier process go to $TMP/csw.KEY (one line a run).
+# context switches per message of the busier process go to $TMP/csw.KEY (one line a run), and
+# its system calls per message to $TMP/sys.KEY when they are counted.
 msg_cost() {
     local key=$1 n=$2; shift 2
     RSS_TAG=cost1 softroce .iters "$@" -n "$n" >/dev/null || return 1
@@ -317,7 +341,12 @@ msg_cost() {
         s = per(x[2], y[2], 1); c = per(x[3], y[3], 1)
         m = (s > c) ? s : c
         printf "%.4g\n", m > "/dev/stderr"
-        printf "%.4g\n", per(x[1], y[1], 1e6) }' 2>>"$TMP/csw.$key"
+        s = per(x[4], y[4], 1); c = per(x[5], y[5], 1)
+        m = (s > c) ? s : c
+        printf "%.4g\n", m > sysf
+        printf "%.4g\n", per(x[1], y[1], 1e6) }' sysf="$TMP/sys.$key.new" 2>>"$TMP/csw.$key"
+    [ $SYSCOUNT = 1 ] && cat "$TMP/sys.$key.new" >>"$TMP/sys.$key"
+    rm -f "$TMP/sys.$key.new"
 }
 # tcp_cost: iperf3's CPU seconds per GB received, both processes.
 tcp_run() { # TAG SECS; prints the bytes received
@@ -336,11 +365,20 @@ tcp_cost() {
         split(a, x, " "); split(b, y, " "); v = (y[1] - x[1]) / ((b3 - b1) / 1e9)
         printf "%.4g\n", (v < 0 || b3 <= b1) ? y[1] / (b3 / 1e9) : v }'
 }
-# csw KEY: the median of what msg_cost's runs left in $TMP/csw.KEY, as VAL[KEY_csw].
+# csw KEY: the median of what msg_cost's runs left in $TMP/csw.KEY, as VAL[KEY_csw], and of
+# $TMP/sys.KEY as VAL[KEY_sys] ("n/a (perf cannot count)" where the system calls were not).
 csw() {
-    if [[ ${VAL[$1]} == FAILED* || ! -s $TMP/csw.$1 ]]; then VAL[${1}_csw]=${VAL[$1]}; return; fi
+    if [[ ${VAL[$1]} == FAILED* || ! -s $TMP/csw.$1 ]]; then
+        VAL[${1}_csw]=${VAL[$1]}; VAL[${1}_sys]=${VAL[$1]}; return
+    fi
     SAMPLES[${1}_csw]=$(paste -sd' ' "$TMP/csw.$1")
     VAL[${1}_csw]=$(median <"$TMP/csw.$1")
+    if [ -s "$TMP/sys.$1" ]; then
+        SAMPLES[${1}_sys]=$(paste -sd' ' "$TMP/sys.$1")
+        VAL[${1}_sys]=$(median <"$TMP/sys.$1")
+    else
+        VAL[${1}_sys]="n/a (perf cannot count)"
+    fi
 }
 measure tcp_cpu tcp_cost
 measure write_cost msg_cost write_cost "$BW_ITERS" write -s 65536
@@ -349,6 +387,19 @@ measure rate_cost msg_cost rate_cost "$RATE_MSGS" write -s 64
 csw rate_cost
 measure lat_cost msg_cost lat_cost "$LAT_ITERS" send --lat -s 2
 csw lat_cost
+# Instructions per 64-byte WRITE, each end (callgrind: user space only, and a figure the
+# machine's load does not move much). Once: callgrind runs the pair some 50 times slower.
+insn_64b() {
+    command -v valgrind >/dev/null 2>&1 || { echo "n/a (valgrind missing)"; return 0; }
+    local n=$((RATE_MSGS / 100))
+    [ $n -lt 200 ] && n=200
+    BENCH_PORT_BASE=$((PORT + 5)) bash bench/insn-per-msg.sh --bin "$BIN" "$n" $((3 * n)) -- write -s 64 \
+        >"$TMP/insn.out" 2>"$TMP/insn.err" || { tail -3 "$TMP/insn.err" >&2; return 1; }
+    cat "$TMP/insn.out" >&2
+    # "...: instructions per message, server S, client C (n ...)": the busier end.
+    sed -n 's/.*server \([0-9]*\), client \([0-9]*\).*/\1 \2/p' "$TMP/insn.out" | awk '{print ($1 > $2) ? $1 : $2; print "server " $1 ", client " $2 > "/dev/stderr"}' 2>"$TMP/insn.ends"
+}
+RUNS=1 measure insn_64b insn_64b
 # Memory: peak RSS (ru_maxrss, i.e. VmHWM) of each process of a small WRITE run with 1 QP and
 # with 1024 QPs; the difference over 1023 is what one more QP costs.
 rss_run() { # QPS
@@ -639,6 +690,10 @@ row rate-64b-cpu "CPU per 64-byte WRITE, both processes, 1 QP (same method)" "$(
 row rate-64b-csw "context switches per 64-byte WRITE, the busier process" "$(per_msg "${VAL[rate_cost_csw]}")" "-" "-" "-" "-"
 row lat-2b-cpu "CPU per 2-byte SEND round trip, both processes (blocking)" "$(us "${VAL[lat_cost]}")" "-" "-" "-" "-"
 row lat-2b-csw "context switches per 2-byte SEND round trip, the busier process (blocking)" "$(per_msg "${VAL[lat_cost_csw]}")" "-" "-" "-" "-"
+row write-64k-sys "system calls per 64 KiB WRITE, the busier process (same runs; perf stat raw_syscalls)" "$(per_msg "${VAL[write_cost_sys]}")" "-" "-" "-" "-"
+row rate-64b-sys "system calls per 64-byte WRITE, the busier process" "$(per_msg "${VAL[rate_cost_sys]}")" "-" "-" "-" "-"
+row lat-2b-sys "system calls per 2-byte SEND round trip, the busier process (blocking; a blocking UDP ping-pong makes 2)" "$(per_msg "${VAL[lat_cost_sys]}")" "2 /msg" "-" "-" "-"
+row insn-64b "user-space instructions per 64-byte WRITE, the busier end (callgrind, bench/insn-per-msg.sh; $(cat "$TMP/insn.ends" 2>/dev/null || echo n/a))" "$(fmt "${VAL[insn_64b]}" '%.0f /msg')" "-" "-" "<= 1500" "$(met "${VAL[insn_64b]}x" '<=' 1500)"
 r=$(ratio "${VAL[lat]}" "${VAL[pp_block]}")
 row lat-2b "2-byte SEND one-way p50 vs blocking UDP ping-pong" "$(us "${VAL[lat]}")" "$(us "${VAL[pp_block]}")" "$r" "<= 1.3x" "$(met "$r" '<=' 1.3)"
 r=$(ratio "${VAL[lat_shared]}" "${VAL[lat]}")
@@ -657,8 +712,8 @@ tail_rows() {
 }
 tail_rows lat-2b lat "2-byte SEND, blocking"
 tail_rows lat-2b-busy lat_busy "2-byte SEND, --busy-poll"
-r=$(ratio "${VAL[rate_q1]}" 1)
-row rate-64b-q1 "64-byte WRITE message rate, 1 QP vs the 1 Mpps goal" "$(mpps "${VAL[rate_q1]}")" "1 Mpps" "$r" ">= 1x" "$(met "$r" '>=' 1)"
+r=$(ratio "${VAL[rate_q1]}" 2)
+row rate-64b-q1 "64-byte WRITE message rate, 1 QP vs the 2 Mpps goal" "$(mpps "${VAL[rate_q1]}")" "2 Mpps" "$r" ">= 1x" "$(met "$r" '>=' 1)"
 for q in $RATE_QPS; do
     [ "$q" = 1 ] && continue
     r=$(ratio "${VAL[rate_q$q]}" "${VAL[rate_q1]}")
@@ -721,7 +776,7 @@ rss_note() { # client|server
     echo
     echo "Each figure is the median of $RUNS run(s); the runs, in order:"
     echo
-    for k in tcp udp_plain udp_gso write write_shared write_alone send read pp_block lat lat_shared lat_p99 lat_p999 pp_busy lat_busy lat_busy_p99 lat_busy_p999 $(for q in $RATE_QPS; do echo "rate_q$q"; done) write_q1024 shim_write shim_write_sr shim_rate shim_rate_sr shim_lat shim_lat_p99 shim_lat_p999 shim_lat_sr shim_lat_busy shim_lat_busy_p99 shim_lat_busy_p999 shim_lat_busy_sr $UCX_KEYS $MPI_KEYS send_q4_wall readme_impair mem_client mem_server tcp_cpu write_cost write_cost_csw rate_cost rate_cost_csw lat_cost lat_cost_csw; do
+    for k in tcp udp_plain udp_gso write write_shared write_alone send read pp_block lat lat_shared lat_p99 lat_p999 pp_busy lat_busy lat_busy_p99 lat_busy_p999 $(for q in $RATE_QPS; do echo "rate_q$q"; done) write_q1024 shim_write shim_write_sr shim_rate shim_rate_sr shim_lat shim_lat_p99 shim_lat_p999 shim_lat_sr shim_lat_busy shim_lat_busy_p99 shim_lat_busy_p999 shim_lat_busy_sr $UCX_KEYS $MPI_KEYS send_q4_wall readme_impair mem_client mem_server tcp_cpu write_cost write_cost_csw write_cost_sys rate_cost rate_cost_csw rate_cost_sys lat_cost lat_cost_csw lat_cost_sys insn_64b; do
         echo "- $k: ${SAMPLES[$k]:-${VAL[$k]}}"
     done
     echo "- send_q4: RNR NAKs per run $(paste -sd' ' "$TMP/q4.rnr" 2>/dev/null); measured intervals $(awk '{print $2}' "$TMP/q4.times" 2>/dev/null | paste -sd' ')"
