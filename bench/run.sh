@@ -225,6 +225,8 @@ udp_pingpong() { # extra flags (--busy)
     pair "$TMP/pp.json" :: "$BL/udp_pingpong" server --bind "127.0.0.1:$PORT" "$@" \
         :: "$BL/udp_pingpong" client --bind "127.0.0.2:$PORT" --to "127.0.0.1:$PORT" \
         -n "$LAT_ITERS" --size 2 "$@" || return 1
+    # Its p99 as well: how long a tail this machine gives the plainest ping-pong.
+    jq -er '.lat_us.p99' "$TMP/pp.json" >>"$TMP/pp_p99${1:+_busy}" || return 1
     jq -er '.lat_us.p50' "$TMP/pp.json"
 }
 
@@ -716,6 +718,15 @@ tail_rows() {
 }
 tail_rows lat-2b lat "2-byte SEND, blocking"
 tail_rows lat-2b-busy lat_busy "2-byte SEND, --busy-poll"
+# The raw UDP ping-pongs' own tails, the same way: what the machine gives before softroce adds
+# anything (a tail row above that fails by as much as these is the machine's).
+for v in block busy; do
+    p99=$( { [ $v = block ] && median <"$TMP/pp_p99"; } || { [ $v = busy ] && median <"$TMP/pp_p99_busy"; } || echo "n/a")
+    id=pp-2b-p99 what=blocking
+    [ $v = busy ] && id=pp-2b-busy-p99 what=busy-polling
+    r=$(ratio "$p99" "${VAL[pp_$v]}")
+    row "$id" "raw UDP ping-pong, $what: one-way p99 vs its own p50 (same runs)" "$(us "$p99")" "$(us "${VAL[pp_$v]}")" "$r" "-" "-"
+done
 r=$(ratio "${VAL[rate_q1]}" 2)
 row rate-64b-q1 "64-byte WRITE message rate, 1 QP vs the 2 Mpps goal" "$(mpps "${VAL[rate_q1]}")" "2 Mpps" "$r" ">= 1x" "$(met "$r" '>=' 1)"
 for q in $RATE_QPS; do
