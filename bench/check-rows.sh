@@ -13,7 +13,7 @@ set -euo pipefail
 f=${1:?usage: bench/check-rows.sh FILE.md}
 rows="write-64k-vs-tcp write-64k-vs-udp-gso write-64k-vs-udp-plain shared-write-64k
 shared-write-64k-vs-alone shared-lat-2b send-64k read-64k lat-2b
-lat-2b-busy lat-2b-p99 lat-2b-p999 lat-2b-busy-p99 lat-2b-busy-p999 pp-2b-p99 pp-2b-busy-p99 rate-64b-q1 rate-64b-q2 rate-64b-q4 rate-64b-q8 rate-64b-q16 rate-64b-q32
+lat-2b-busy lat-2b-p99 lat-2b-p999 lat-2b-busy-p99 lat-2b-busy-p999 pp-2b-p99 pp-2b-busy-p99 pp-2b-busy-acks lat-2b-busy-vs-acks rate-64b-q1 rate-64b-q2 rate-64b-q4 rate-64b-q8 rate-64b-q16 rate-64b-q32
 rate-64b-q64 write-64k-q1024 shim-write-64k shim-write-64b shim-lat-2b shim-lat-2b-busy
 shim-lat-2b-p99 shim-lat-2b-p999 shim-lat-2b-busy-p99 shim-lat-2b-busy-p999
 ucx-put-bw-64k ucx-put-bw-64k-mtu1024 ucx-put-bw-64k-busy ucx-am-lat-8b ucx-am-lat-8b-busy

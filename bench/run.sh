@@ -17,7 +17,9 @@
 #   - bench/baselines udp_blast: 4128-byte UDP datagrams (a RoCEv2 WRITE_FIRST packet of MTU 4096:
 #     4096 data + 12 BTH + 16 RETH + 4 ICRC, the largest UDP payload softroce sends), plain (sendmmsg/recvmmsg) and GSO/GRO;
 #   - bench/baselines udp_pingpong: 2-byte ping-pong between two processes, blocking recv
-#     and busy-polling recv(MSG_DONTWAIT), one-way p50 = half the round trip (perftest's rule);
+#     and busy-polling recv(MSG_DONTWAIT), one-way p50 = half the round trip (perftest's rule),
+#     and busy-polling with a 20-byte ack datagram beside each message (--acks, an RC
+#     ping-pong's datagrams); each one's p99 against its p50;
 #   - softroce perf --json: 64 KiB WRITE/SEND/READ, 2-byte SEND latency (and with
 #     --busy-poll when the binary has it; p50, and p99 and p999 against it), 64-byte WRITE message rate on 1..64 QPs, 1024 QPs
 #     (aggregate 64 KiB WRITE, and peak RSS with 1 vs 1024 QPs for the memory per QP);
@@ -226,7 +228,7 @@ udp_pingpong() { # extra flags (--busy)
         :: "$BL/udp_pingpong" client --bind "127.0.0.2:$PORT" --to "127.0.0.1:$PORT" \
         -n "$LAT_ITERS" --size 2 "$@" || return 1
     # Its p99 as well: how long a tail this machine gives the plainest ping-pong.
-    jq -er '.lat_us.p99' "$TMP/pp.json" >>"$TMP/pp_p99${1:+_busy}" || return 1
+    jq -er '.lat_us.p99' "$TMP/pp.json" >>"$TMP/pp_p99$(printf '%s' "$@" | tr -d ' -')" || return 1
     jq -er '.lat_us.p50' "$TMP/pp.json"
 }
 
@@ -280,6 +282,10 @@ TAILS=lat measure lat softroce .lat_us.p50 send --lat -s 2 -n "$LAT_ITERS"
 tails lat
 CLIENT_BIND=127.0.0.1 measure lat_shared softroce .lat_us.p50 send --lat -s 2 -n "$LAT_ITERS"
 measure pp_busy udp_pingpong --busy
+# The same with an acknowledgement datagram beside each message (udp_pingpong --acks), as
+# an RC ping-pong carries the ACK that rxe's requester asks for every message: the floor of
+# the busy-poll latency row below.
+measure pp_busy_acks udp_pingpong --busy --acks
 if [ $BUSY = 1 ]; then
     TAILS=lat_busy measure lat_busy softroce .lat_us.p50 send --lat -s 2 -n "$LAT_ITERS" --busy-poll
 else
@@ -706,6 +712,10 @@ r=$(ratio "${VAL[lat_shared]}" "${VAL[lat]}")
 row shared-lat-2b "2-byte SEND one-way p50, both ends on one shared address vs each on its own" "$(us "${VAL[lat_shared]}")" "$(us "${VAL[lat]}")" "$r" "<= 1.05x" "$(met "$r" '<=' 1.05)"
 r=$(ratio "${VAL[lat_busy]}" "${VAL[pp_busy]}")
 row lat-2b-busy "2-byte SEND one-way p50, --busy-poll vs busy-polling UDP ping-pong" "$(us "${VAL[lat_busy]}")" "$(us "${VAL[pp_busy]}")" "$r" "<= 1.5x" "$(met "$r" '<=' 1.5)"
+r=$(ratio "${VAL[pp_busy_acks]}" "${VAL[pp_busy]}")
+row pp-2b-busy-acks "busy-polling UDP ping-pong with a 20-byte ack datagram beside each message (sendmmsg and recvmmsg of 2, as an RC ping-pong's SEND and ACK) vs without: the floor of lat-2b-busy's ratio" "$(us "${VAL[pp_busy_acks]}")" "$(us "${VAL[pp_busy]}")" "$r" "-" "-"
+r=$(ratio "${VAL[lat_busy]}" "${VAL[pp_busy_acks]}")
+row lat-2b-busy-vs-acks "2-byte SEND one-way p50, --busy-poll vs that ping-pong with acks" "$(us "${VAL[lat_busy]}")" "$(us "${VAL[pp_busy_acks]}")" "$r" "-" "-"
 # tail_rows ID KEY WHAT: the p99 and p999 of a latency row against its own p50.
 tail_rows() {
     local p
@@ -721,7 +731,7 @@ tail_rows lat-2b-busy lat_busy "2-byte SEND, --busy-poll"
 # The raw UDP ping-pongs' own tails, the same way: what the machine gives before softroce adds
 # anything (a tail row above that fails by as much as these is the machine's).
 for v in block busy; do
-    p99=$( { [ $v = block ] && median <"$TMP/pp_p99"; } || { [ $v = busy ] && median <"$TMP/pp_p99_busy"; } || echo "n/a")
+    p99=$( { [ $v = block ] && median <"$TMP/pp_p99"; } || { [ $v = busy ] && median <"$TMP/pp_p99busy"; } || echo "n/a")
     id=pp-2b-p99 what=blocking
     [ $v = busy ] && id=pp-2b-busy-p99 what=busy-polling
     r=$(ratio "$p99" "${VAL[pp_$v]}")
@@ -791,7 +801,7 @@ rss_note() { # client|server
     echo
     echo "Each figure is the median of $RUNS run(s); the runs, in order:"
     echo
-    for k in tcp udp_plain udp_gso write write_shared write_alone send read pp_block lat lat_shared lat_p99 lat_p999 pp_busy lat_busy lat_busy_p99 lat_busy_p999 $(for q in $RATE_QPS; do echo "rate_q$q"; done) write_q1024 shim_write shim_write_sr shim_rate shim_rate_sr shim_lat shim_lat_p99 shim_lat_p999 shim_lat_sr shim_lat_busy shim_lat_busy_p99 shim_lat_busy_p999 shim_lat_busy_sr $UCX_KEYS $MPI_KEYS send_q4_wall readme_impair mem_client mem_server tcp_cpu write_cost write_cost_csw write_cost_sys rate_cost rate_cost_csw rate_cost_sys lat_cost lat_cost_csw lat_cost_sys insn_64b; do
+    for k in tcp udp_plain udp_gso write write_shared write_alone send read pp_block lat lat_shared lat_p99 lat_p999 pp_busy pp_busy_acks lat_busy lat_busy_p99 lat_busy_p999 $(for q in $RATE_QPS; do echo "rate_q$q"; done) write_q1024 shim_write shim_write_sr shim_rate shim_rate_sr shim_lat shim_lat_p99 shim_lat_p999 shim_lat_sr shim_lat_busy shim_lat_busy_p99 shim_lat_busy_p999 shim_lat_busy_sr $UCX_KEYS $MPI_KEYS send_q4_wall readme_impair mem_client mem_server tcp_cpu write_cost write_cost_csw write_cost_sys rate_cost rate_cost_csw rate_cost_sys lat_cost lat_cost_csw lat_cost_sys insn_64b; do
         echo "- $k: ${SAMPLES[$k]:-${VAL[$k]}}"
     done
     echo "- send_q4: RNR NAKs per run $(paste -sd' ' "$TMP/q4.rnr" 2>/dev/null); measured intervals $(awk '{print $2}' "$TMP/q4.times" 2>/dev/null | paste -sd' ')"

@@ -1,14 +1,20 @@
 //! Raw UDP ping-pong over loopback between two processes, the latency floor softroce's
 //! `perf send --lat` is compared with.
 //!
-//!     udp_pingpong server --bind 127.0.0.1:PORT [--busy]
-//!     udp_pingpong client --bind 127.0.0.2:PORT --to 127.0.0.1:PORT -n N [--size 2] [--busy]
+//!     udp_pingpong server --bind 127.0.0.1:PORT [--busy] [--acks]
+//!     udp_pingpong client --bind 127.0.0.2:PORT --to 127.0.0.1:PORT -n N [--size 2] [--busy] [--acks]
 //!
 //! The client sends `--size` bytes and waits for the server's echo, N times. Blocking mode
 //! waits in recv(2); `--busy` spins on recv(MSG_DONTWAIT) at both ends, as a busy-polling
 //! RDMA application spins on its completion queue. The client reports the one-way latency
 //! as perftest's lat tests and `softroce perf --lat` do (src/cli/perf/report.rs): half of
 //! each round trip, the two largest samples left out, the median as p50.
+//!
+//! `--acks` (both ends) carries what an RC ping-pong carries: each message goes with a second,
+//! 20-byte datagram (an RoCE ACK's size: BTH, AETH, ICRC), the acknowledgement of the message
+//! that came the other way, both in one sendmmsg(2), and each end takes in both, with
+//! recvmmsg(2), before it answers: the floor of a protocol that acknowledges every message on
+//! a path that carries one datagram per system call and per receive.
 //!
 //! Before timing, the client repeats a first ping until the server answers, so a server that
 //! is still starting costs no timed sample. A 1-byte datagram tells the server to exit.
@@ -75,6 +81,119 @@ fn recv(
     }
 }
 
+/// The acknowledgement datagram of `--acks`: as long as an RoCE ACK's UDP payload.
+const ACK: [u8; 20] = [0xacu8; 20];
+
+/// `--acks`: sends `buf` and an acknowledgement to `to` in one sendmmsg(2).
+fn send_with_ack(fd: &OwnedFd, buf: &[u8], to: &libc::sockaddr_in) -> std::io::Result<()> {
+    let mut iov = [
+        libc::iovec {
+            iov_base: ACK.as_ptr() as *mut _,
+            iov_len: ACK.len(),
+        },
+        libc::iovec {
+            iov_base: buf.as_ptr() as *mut _,
+            iov_len: buf.len(),
+        },
+    ];
+    // SAFETY: mmsghdr is a plain C struct for which all-zero is a valid value.
+    let mut msgs: [libc::mmsghdr; 2] = unsafe { std::mem::zeroed() };
+    for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
+        m.msg_hdr.msg_name = (to as *const libc::sockaddr_in) as *mut _;
+        m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        m.msg_hdr.msg_iov = v;
+        m.msg_hdr.msg_iovlen = 1;
+    }
+    let mut sent = 0;
+    while sent < 2 {
+        // SAFETY: the headers point at `iov`, `ACK`, `buf` and `to`, all alive for the call.
+        let n = unsafe {
+            libc::sendmmsg(
+                fd.as_raw_fd(),
+                msgs[sent..].as_mut_ptr(),
+                (2 - sent) as u32,
+                0,
+            )
+        };
+        if n < 0 {
+            return Err(os_err("sendmmsg"));
+        }
+        sent += n as usize;
+    }
+    Ok(())
+}
+
+/// `--acks`: receives the acknowledgement and the message (recvmmsg(2), as many at a time as
+/// have come); returns the message's length.
+fn recv_with_ack(
+    fd: &OwnedFd,
+    buf: &mut [u8],
+    busy: bool,
+    from: &mut libc::sockaddr_in,
+) -> std::io::Result<usize> {
+    let deadline = Instant::now() + WAIT;
+    let mut ack = [0u8; 64];
+    let mut got = 0usize;
+    let mut len = 0usize;
+    let mut spins = 0u32;
+    while got < 2 {
+        let mut iov = [
+            libc::iovec {
+                iov_base: ack.as_mut_ptr().cast(),
+                iov_len: ack.len(),
+            },
+            libc::iovec {
+                iov_base: buf.as_mut_ptr().cast(),
+                iov_len: buf.len(),
+            },
+        ];
+        // SAFETY: mmsghdr is a plain C struct for which all-zero is a valid value.
+        let mut msgs: [libc::mmsghdr; 2] = unsafe { std::mem::zeroed() };
+        for (m, v) in msgs.iter_mut().zip(iov.iter_mut().skip(got)) {
+            m.msg_hdr.msg_name = (from as *mut libc::sockaddr_in).cast();
+            m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            m.msg_hdr.msg_iov = v;
+            m.msg_hdr.msg_iovlen = 1;
+        }
+        let flags = if busy {
+            libc::MSG_DONTWAIT
+        } else {
+            libc::MSG_WAITFORONE
+        };
+        // SAFETY: the headers point at `iov`, `ack`, `buf` and `from`, all alive for the call.
+        let n = unsafe {
+            libc::recvmmsg(
+                fd.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                (2 - got) as u32,
+                flags,
+                std::ptr::null_mut(),
+            )
+        };
+        if n > 0 {
+            for m in &msgs[..n as usize] {
+                if got == 1 {
+                    len = m.msg_len as usize;
+                }
+                got += 1;
+            }
+            continue;
+        }
+        match std::io::Error::last_os_error().raw_os_error() {
+            Some(libc::EAGAIN | libc::EINTR) => {}
+            _ => return Err(os_err("recvmmsg")),
+        }
+        spins += 1;
+        if (!busy || spins % 4096 == 0) && Instant::now() > deadline {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "no datagram within 5 s",
+            ));
+        }
+    }
+    Ok(len)
+}
+
 fn send(fd: &OwnedFd, buf: &[u8], to: &libc::sockaddr_in) -> std::io::Result<()> {
     // SAFETY: `buf` and `to` are valid for reads of the lengths given.
     let n = unsafe {
@@ -96,6 +215,7 @@ fn send(fd: &OwnedFd, buf: &[u8], to: &libc::sockaddr_in) -> std::io::Result<()>
 fn server(args: &[String]) -> std::io::Result<()> {
     let bind: SocketAddrV4 = parsed(args, "--bind", None);
     let busy = flag(args, "--busy");
+    let acks = flag(args, "--acks");
     let fd = udp_socket(bind)?;
     // The first ping may be a while coming (the client starts after the server).
     set_recv_timeout(&fd, 10_000)?;
@@ -105,7 +225,12 @@ fn server(args: &[String]) -> std::io::Result<()> {
     let mut echoed = 0u64;
     let mut first = true;
     loop {
-        let n = match recv(&fd, &mut buf, busy && !first, &mut from) {
+        let got = if acks && !first {
+            recv_with_ack(&fd, &mut buf, busy, &mut from)
+        } else {
+            recv(&fd, &mut buf, busy && !first, &mut from)
+        };
+        let n = match got {
             Ok(n) => n,
             Err(e) if first => return Err(e),
             // The client is gone without its goodbye: the run is over anyway.
@@ -118,7 +243,11 @@ fn server(args: &[String]) -> std::io::Result<()> {
         if n <= 1 {
             break;
         }
-        send(&fd, &buf[..n], &from)?;
+        if acks && echoed > 0 {
+            send_with_ack(&fd, &buf[..n], &from)?;
+        } else {
+            send(&fd, &buf[..n], &from)?;
+        }
         echoed += 1;
     }
     eprintln!("udp_pingpong server: echoed {echoed}");
@@ -131,6 +260,7 @@ fn client(args: &[String]) -> std::io::Result<()> {
     let iters: u64 = parsed(args, "-n", Some(1000));
     let size: usize = parsed(args, "--size", Some(2));
     let busy = flag(args, "--busy");
+    let acks = flag(args, "--acks");
     if !(2..=65507).contains(&size) || iters < 5 {
         die("--size must be 2..65507 and -n at least 5");
     }
@@ -157,8 +287,13 @@ fn client(args: &[String]) -> std::io::Result<()> {
     let mut starts = Vec::with_capacity(iters as usize);
     for _ in 0..iters {
         starts.push(Instant::now());
-        send(&fd, &msg, &dst)?;
-        let n = recv(&fd, &mut buf, busy, &mut from)?;
+        let n = if acks {
+            send_with_ack(&fd, &msg, &dst)?;
+            recv_with_ack(&fd, &mut buf, busy, &mut from)?
+        } else {
+            send(&fd, &msg, &dst)?;
+            recv(&fd, &mut buf, busy, &mut from)?
+        };
         if n != size {
             die(&format!("echo of {n} bytes, sent {size}"));
         }
@@ -170,8 +305,9 @@ fn client(args: &[String]) -> std::io::Result<()> {
         die("too few samples");
     };
     println!(
-        "{{\"role\":\"client\",\"mode\":\"{}\",\"bytes\":{size},\"iters\":{iters},\"lat_us\":{{\"min\":{:.3},\"p50\":{:.3},\"p99\":{:.3},\"avg\":{:.3}}}}}",
+        "{{\"role\":\"client\",\"mode\":\"{}{}\",\"bytes\":{size},\"iters\":{iters},\"lat_us\":{{\"min\":{:.3},\"p50\":{:.3},\"p99\":{:.3},\"avg\":{:.3}}}}}",
         if busy { "busy" } else { "blocking" },
+        if acks { "+acks" } else { "" },
         l.min,
         l.p50,
         l.p99,
