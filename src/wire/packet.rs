@@ -5,16 +5,12 @@
 //! bytes are padding to a 4-byte multiple (IBTA vol. 1 §9.2.3 / §9.4). The ICRC is not verified
 //! here because it covers the IP and UDP headers too: see [`super::icrc`] and [`super::frame`].
 
-use super::opcode::CNP_RESERVED_LEN;
+use super::opcode::{CNP_RESERVED_LEN, WIRE_ORDER};
 use super::{
     bth, check_emit_len, AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, Error,
     FethRepr, Header, HeaderSet, IethRepr, ImmDtRepr, Opcode, OpcodeInfo, Result, RethRepr,
     XrcEthRepr, ICRC_LEN,
 };
-
-/// [`HeaderSet::ORDER`] in memory: a loop over the constant itself copies the whole table
-/// onto the stack at every packet (a `memcpy` per parse and per emit).
-static WIRE_ORDER: [(HeaderSet, Header, usize); 10] = HeaderSet::ORDER;
 
 /// The extended transport headers of a packet; which are present is dictated by the opcode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
@@ -117,10 +113,7 @@ impl<'a> PacketRepr<'a> {
             .ok_or(Error::UnknownOpcode(bth.opcode.0))?;
         let mut ext = ExtHeaders::default();
         let mut at = bth::LEN;
-        for &(set, header, len) in WIRE_ORDER.iter() {
-            if !info.headers.contains(set) {
-                continue;
-            }
+        for (_, header, len) in info.headers.in_wire_order() {
             // Every header must fit before the 4-byte ICRC trailer.
             let room = buf.len().saturating_sub(at + ICRC_LEN);
             if room < len {
@@ -266,10 +259,7 @@ impl<'a> PacketRepr<'a> {
         };
         bth.emit(buf)?;
         let mut at = bth::LEN;
-        for &(set, header, len) in WIRE_ORDER.iter() {
-            if !info.headers.contains(set) {
-                continue;
-            }
+        for (_, header, len) in info.headers.in_wire_order() {
             let h = &mut buf[at..at + len];
             // `check_headers` guaranteed that every header the opcode needs is present.
             match header {
