@@ -184,13 +184,12 @@ impl HeaderSet {
     }
     /// Total size in bytes of the headers in the set.
     pub const fn byte_len(self) -> usize {
+        // One step per header present (bit `i` is `ORDER[i]`).
         let mut n = 0;
-        let mut i = 0;
-        while i < Self::ORDER.len() {
-            if self.contains(Self::ORDER[i].0) {
-                n += Self::ORDER[i].2;
-            }
-            i += 1;
+        let mut bits = self.0;
+        while bits != 0 {
+            n += Self::ORDER[bits.trailing_zeros() as usize].2;
+            bits &= bits - 1;
         }
         n
     }
