@@ -89,9 +89,16 @@ pub fn compute(ip_header: &[u8], udp_header: &[u8], roce: &[u8]) -> Result<u32> 
     b.copy_from_slice(&roce[..bth::LEN]);
     b[4] = 0xFF; // FECN, BECN, reserved
     at += bth::LEN;
-    let (head, rest) = roce[bth::LEN..].split_at((roce.len() - bth::LEN) % 16);
-    buf[at..at + head.len()].copy_from_slice(head);
-    at += head.len();
+    let after = &roce[bth::LEN..];
+    let k = after.len() % 16;
+    // A copy of constant length is a few moves where one of `k` bytes is a call to memcpy;
+    // only the first `k` of the sixteen count.
+    match after.first_chunk::<16>() {
+        Some(first) => buf[at..at + 16].copy_from_slice(first),
+        None => buf[at..at + k].copy_from_slice(&after[..k]),
+    }
+    let rest = &after[k..];
+    at += k;
     let pad = (16 - (at - LEAD) % 16) % 16;
     Ok(crc_fold::crc32(&mut buf[LEAD - pad..at], pad, rest))
 }
