@@ -458,8 +458,13 @@ pub fn socket_datagram_icrc_parts(
     }
     .ok()?;
     let crc = middle(crc)?;
+    let covered_tail = &tail[..tail.len() - 4];
+    if covered_tail.is_empty() {
+        // A packet in one piece (`socket_datagram_icrc`): no hasher to set up for nothing.
+        return Some(to_wire(crc));
+    }
     let mut h = crc32fast::Hasher::new_with_initial(crc);
-    h.update(&tail[..tail.len() - 4]);
+    h.update(covered_tail);
     Some(to_wire(h.finalize()))
 }
 
