@@ -51,6 +51,10 @@ pub(super) fn crc32(stage: &mut [u8], pad: usize, rest: &[u8]) -> u32 {
 }
 
 #[cfg(target_arch = "x86_64")]
+// The intrinsics are `unsafe` to call before Rust 1.87 (the crate's rust-version is 1.80) and
+// safe inside a `target_feature` function after: the blocks below are needed on one, not the
+// other.
+#[allow(unused_unsafe)]
 mod x86_64 {
     use std::arch::x86_64::{
         __m128i, _mm_and_si128, _mm_clmulepi64_si128, _mm_cvtsi128_si32, _mm_loadu_si128,
@@ -66,54 +70,64 @@ mod x86_64 {
     const P_X: i64 = 0x1_DB71_0641;
     const U_PRIME: i64 = 0x1_F701_1641;
 
-    /// The 16 bytes of `block` as a vector.
+    /// The first 16 bytes of `block` as a vector.
     #[inline]
-    fn load(block: &[u8; 16]) -> __m128i {
+    fn load(block: &[u8]) -> __m128i {
+        let block = &block[..16];
         // SAFETY: `block` is 16 readable bytes; `_mm_loadu_si128` needs no alignment, and
         // SSE2 is part of every x86_64 CPU.
         unsafe { _mm_loadu_si128(block.as_ptr().cast()) }
     }
 
     /// Folds `acc` forward by 16 bytes onto `next`.
+    ///
+    /// # Safety
+    /// The CPU must have PCLMULQDQ.
     #[inline]
     #[target_feature(enable = "pclmulqdq")]
-    fn fold16(acc: __m128i, next: __m128i, k3k4: __m128i) -> __m128i {
-        let lo = _mm_clmulepi64_si128(acc, k3k4, 0x00);
-        let hi = _mm_clmulepi64_si128(acc, k3k4, 0x11);
-        _mm_xor_si128(_mm_xor_si128(next, lo), hi)
+    unsafe fn fold16(acc: __m128i, next: __m128i, k3k4: __m128i) -> __m128i {
+        // SAFETY: the caller's CPU has PCLMULQDQ; the rest is SSE2.
+        unsafe {
+            let lo = _mm_clmulepi64_si128(acc, k3k4, 0x00);
+            let hi = _mm_clmulepi64_si128(acc, k3k4, 0x11);
+            _mm_xor_si128(_mm_xor_si128(next, lo), hi)
+        }
     }
 
     /// The CRC (final inversion included) of the whole blocks of `stage` then `rest`, with the
-    /// register starting at zero. `stage` is at least one block; both are whole blocks.
+    /// register starting at zero; a partial block at the end of either is not read.
     ///
     /// # Safety
     /// The CPU must have PCLMULQDQ.
     #[target_feature(enable = "pclmulqdq")]
     pub(super) unsafe fn fold(stage: &[u8], rest: &[u8]) -> u32 {
-        let k3k4 = _mm_set_epi64x(K4, K3);
-        let (stage, _) = stage.as_chunks::<16>();
-        let Some((first, stage)) = stage.split_first() else {
+        if stage.len() < 16 {
             return !0;
-        };
-        let mut x = load(first);
-        for block in stage {
-            x = fold16(x, load(block), k3k4);
         }
-        for block in rest.as_chunks::<16>().0 {
-            x = fold16(x, load(block), k3k4);
+        // SAFETY: the caller's CPU has PCLMULQDQ (`fold16` and the multiplies below); the
+        // rest is SSE2.
+        unsafe {
+            let k3k4 = _mm_set_epi64x(K4, K3);
+            let mut x = load(stage);
+            for block in stage[16..].chunks_exact(16) {
+                x = fold16(x, load(block), k3k4);
+            }
+            for block in rest.chunks_exact(16) {
+                x = fold16(x, load(block), k3k4);
+            }
+            // 128 -> 96 -> 64 bits, then Barrett reduction to 32 (the reflected variant: the
+            // result is the upper half of the low 64 bits).
+            let x = _mm_xor_si128(_mm_clmulepi64_si128(x, k3k4, 0x10), _mm_srli_si128(x, 8));
+            let low32 = _mm_set_epi32(0, 0, 0, !0);
+            let x = _mm_xor_si128(
+                _mm_clmulepi64_si128(_mm_and_si128(x, low32), _mm_set_epi64x(0, K5), 0x00),
+                _mm_srli_si128(x, 4),
+            );
+            let pu = _mm_set_epi64x(U_PRIME, P_X);
+            let t1 = _mm_clmulepi64_si128(_mm_and_si128(x, low32), pu, 0x10);
+            let t2 = _mm_clmulepi64_si128(_mm_and_si128(t1, low32), pu, 0x00);
+            !(_mm_cvtsi128_si32(_mm_srli_si128(_mm_xor_si128(x, t2), 4)) as u32)
         }
-        // 128 -> 96 -> 64 bits, then Barrett reduction to 32 (the reflected variant: the
-        // result is the upper half of the low 64 bits).
-        let x = _mm_xor_si128(_mm_clmulepi64_si128(x, k3k4, 0x10), _mm_srli_si128(x, 8));
-        let low32 = _mm_set_epi32(0, 0, 0, !0);
-        let x = _mm_xor_si128(
-            _mm_clmulepi64_si128(_mm_and_si128(x, low32), _mm_set_epi64x(0, K5), 0x00),
-            _mm_srli_si128(x, 4),
-        );
-        let pu = _mm_set_epi64x(U_PRIME, P_X);
-        let t1 = _mm_clmulepi64_si128(_mm_and_si128(x, low32), pu, 0x10);
-        let t2 = _mm_clmulepi64_si128(_mm_and_si128(t1, low32), pu, 0x00);
-        !(_mm_cvtsi128_si32(_mm_srli_si128(_mm_xor_si128(x, t2), 4)) as u32)
     }
 }
 
