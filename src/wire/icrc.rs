@@ -7,7 +7,8 @@
 //! byte 4 (FECN, BECN, reserved) set to ones; then the extended headers, payload and pad. The
 //! four result bytes are sent little-endian. Rules and test vectors: `spec-notes/icrc.md`.
 //!
-//! No allocation: the masked headers are copied into a stack buffer and fed to the hasher.
+//! No allocation: the masked headers are copied into a stack buffer, and the CRC of it and the
+//! rest is folded in place (`crc_fold`).
 
 use super::{bth, crc_fold, Error, Header, Result, ICRC_LEN};
 
