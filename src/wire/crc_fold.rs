@@ -20,6 +20,7 @@ const SERIAL_MAX: usize = 256;
 /// Folded here when `stage.len()` and `rest.len()` are multiples of 16, `pad + 4 <=
 /// stage.len()` and the CPU has PCLMULQDQ, else by crc32fast. `stage` may be changed (the
 /// initial register is folded into the message's first four bytes).
+#[inline]
 pub(super) fn crc32(stage: &mut [u8], pad: usize, rest: &[u8]) -> u32 {
     debug_assert!(stage.iter().take(pad).all(|&b| b == 0), "nonzero padding");
     #[cfg(target_arch = "x86_64")]

@@ -32,6 +32,7 @@ const LEAD: usize = 16;
 ///   as on the wire; the version nibble selects the masking.
 /// - `udp_header`: the 8-byte UDP header.
 /// - `roce`: the UDP payload from the BTH up to, not including, the ICRC.
+#[inline(always)]
 pub fn compute(ip_header: &[u8], udp_header: &[u8], roce: &[u8]) -> Result<u32> {
     if udp_header.len() != UDP_HEADER_LEN {
         return Err(Error::Encapsulation("UDP header must be 8 bytes"));
