@@ -441,6 +441,9 @@ impl Engine {
             generation: &mut self.generation,
             qps: &mut self.qps,
         };
+        // The QP the last datagram was queued for, while the table has not been refreshed:
+        // a burst to one QP looks it up to queue it once, not once per datagram.
+        let mut queued: Option<(u32, u64)> = None;
         for i in 0..self.rx.len() {
             let (d, payload) = self.rx.get(i);
             // A shared device's own datagrams (probes, forwarded MADs) carry the group's
@@ -472,7 +475,13 @@ impl Engine {
                 .endpoint
                 .handle(now, d.src, d.dst, ip, payload, &mut qps)
             {
-                Some(DatagramEvent::Qp(qpn)) => Self::enqueue(qps.qps, &mut self.work, qpn),
+                Some(DatagramEvent::Qp(qpn)) => {
+                    let key = (qpn, *qps.generation);
+                    if queued != Some(key) {
+                        Self::enqueue(qps.qps, &mut self.work, qpn);
+                        queued = Some(key);
+                    }
+                }
                 Some(DatagramEvent::Multicast(members)) => {
                     for &qpn in members.as_slice() {
                         Self::enqueue(qps.qps, &mut self.work, qpn);

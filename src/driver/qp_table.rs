@@ -58,16 +58,16 @@ impl QpSet for EngineQps<'_> {
         qpn: u32,
         f: impl FnOnce(&mut QpCore, &crate::transport::MrTable) -> R,
     ) -> Option<R> {
-        if !self.qps.contains_key(&qpn) {
-            let g = self.dev.qps_generation.load(Ordering::Acquire);
-            if g != *self.generation {
-                sync_table(self.dev, self.generation, self.qps);
-            }
+        // One lookup for a QP the table has (every packet but a new QP's first).
+        if let Some(q) = self.qps.get(&qpn) {
+            return Some(lend(self.dev, q, f));
+        }
+        let g = self.dev.qps_generation.load(Ordering::Acquire);
+        if g != *self.generation {
+            sync_table(self.dev, self.generation, self.qps);
         }
         let q = self.qps.get(&qpn)?;
-        let mut core = lock(&q.entry.core);
-        let mrs = self.dev.mrs.read().unwrap_or_else(|e| e.into_inner());
-        Some(f(&mut core, &mrs))
+        Some(lend(self.dev, q, f))
     }
 
     fn multicast_members(&mut self, group: std::net::IpAddr) -> crate::transport::Members {
@@ -77,6 +77,17 @@ impl QpSet for EngineQps<'_> {
             .unwrap_or_else(|e| e.into_inner())
             .members(group)
     }
+}
+
+/// Runs `f` on the QP `q` under its lock, with the device's memory regions read-locked.
+fn lend<R>(
+    dev: &Device,
+    q: &EngineQp,
+    f: impl FnOnce(&mut QpCore, &crate::transport::MrTable) -> R,
+) -> R {
+    let mut core = lock(&q.entry.core);
+    let mrs = dev.mrs.read().unwrap_or_else(|e| e.into_inner());
+    f(&mut core, &mrs)
 }
 
 /// Copies the device's QP table (keeping what the engine knows of QPs it had), on split

@@ -54,8 +54,9 @@ pub fn read_piece_end(from: u64, length: u64, mtu: u64) -> u64 {
 /// A request packet's headers as `init_req_packet` makes them, before its payload.
 #[derive(Debug, Clone, Copy)]
 struct ReqPacket {
-    bth: BthRepr,
-    ext: ExtHeaders,
+    /// BTH and extended headers, with no payload: emitted from here as they are (a copy
+    /// into a `PacketRepr` of its own cost a `memcpy` per packet).
+    repr: PacketRepr<'static>,
     /// Payload bytes (0 for a READ request or an atomic).
     payload_len: usize,
     /// PSNs the packet uses: one, or a READ request's response packets.
@@ -101,7 +102,7 @@ impl QpCore {
         let offset = self.req.offset;
         self.start_wqe(idx, psn);
         let mut pkt = self.init_req_packet(idx, psn, offset);
-        pkt.bth.ack_req = self.wants_ack(psn, &pkt);
+        pkt.repr.bth.ack_req = self.wants_ack(psn, &pkt);
         let len = self.finish_packet(idx, offset, &pkt, buf)?;
         self.update_state(now, idx, psn, offset, &pkt);
         Some(len)
@@ -191,27 +192,30 @@ impl QpCore {
             QpType::Ud => 0x60,
         };
         let mut pkt = ReqPacket {
-            bth: BthRepr {
-                dest_qp: self.attr.dest_qp_num,
-                psn: psn.value(),
-                ..BthRepr::default()
+            repr: PacketRepr {
+                bth: BthRepr {
+                    dest_qp: self.attr.dest_qp_num,
+                    psn: psn.value(),
+                    ..BthRepr::default()
+                },
+                ext: ExtHeaders::default(),
+                payload: &[],
             },
-            ext: ExtHeaders::default(),
             payload_len: 0,
             psns: 1,
             done: true,
         };
         let wqe = &mut self.sq[idx];
         // XRC (annex A14): every request carries the target's SRQ number after the BTH.
-        pkt.ext.xrceth = wqe.xrc_srqn.map(|srqn| XrcEthRepr { srqn });
+        pkt.repr.ext.xrceth = wqe.xrc_srqn.map(|srqn| XrcEthRepr { srqn });
         if rd_atomic_headers(wqe, psn, offset, mtu, &mut pkt) {
-            pkt.bth.opcode = Opcode(pkt.bth.opcode.0 | xrc_bits);
+            pkt.repr.bth.opcode = Opcode(pkt.repr.bth.opcode.0 | xrc_bits);
         } else {
             data_headers(wqe, offset, mtu, &mut pkt);
-            pkt.bth.opcode = Opcode(pkt.bth.opcode.0 | transport_bits);
+            pkt.repr.bth.opcode = Opcode(pkt.repr.bth.opcode.0 | transport_bits);
             if let Some(ud) = wqe.ud {
-                pkt.bth.dest_qp = ud.remote_qpn;
-                pkt.ext.deth = Some(DethRepr {
+                pkt.repr.bth.dest_qp = ud.remote_qpn;
+                pkt.repr.ext.deth = Some(DethRepr {
                     qkey: ud.qkey,
                     src_qp: qpn,
                 });
@@ -245,13 +249,8 @@ impl QpCore {
         pkt: &ReqPacket,
         buf: &mut [u8],
     ) -> Option<usize> {
-        let repr = PacketRepr {
-            bth: pkt.bth,
-            ext: pkt.ext,
-            payload: &[],
-        };
         let n = pkt.payload_len;
-        let at = repr.emit_headers(buf, n).ok()?;
+        let at = pkt.repr.emit_headers(buf, n).ok()?;
         if self.gather.is_some() && n >= MIN_GATHER {
             // Left in the region for the caller to gather (QpCore::poll_transmit_gather): the
             // pad and the ICRC's room follow the headers. A region taken back meanwhile fails
@@ -293,7 +292,7 @@ impl QpCore {
     /// done once its last packet is out: nothing will acknowledge it) and the timer.
     fn update_state(&mut self, now: Duration, idx: usize, psn: Psn, offset: u64, pkt: &ReqPacket) {
         let reliable = self.cfg.qp_type == QpType::Rc;
-        if pkt.bth.ack_req {
+        if pkt.repr.bth.ack_req {
             self.req.noack_pkts = 0;
         } else {
             self.req.noack_pkts += 1;
@@ -400,7 +399,7 @@ fn rd_atomic_headers(
     mtu: u64,
     pkt: &mut ReqPacket,
 ) -> bool {
-    let (bth, ext) = (&mut pkt.bth, &mut pkt.ext);
+    let (bth, ext) = (&mut pkt.repr.bth, &mut pkt.repr.ext);
     match wqe.opcode {
         WrOpcode::RdmaRead { remote_addr, rkey } => {
             let end = read_piece_end(offset, wqe.length, mtu);
@@ -483,7 +482,7 @@ fn rd_atomic_headers(
 /// The headers of the SEND or WRITE packet at `offset` of `wqe` (one path MTU at most), but
 /// the transport's opcode bits and a UD destination's DETH, which `init_req_packet` adds.
 fn data_headers(wqe: &SendWqe, offset: u64, mtu: u64, pkt: &mut ReqPacket) {
-    let (bth, ext) = (&mut pkt.bth, &mut pkt.ext);
+    let (bth, ext) = (&mut pkt.repr.bth, &mut pkt.repr.ext);
     let op = wqe.opcode;
     let remaining = wqe.length - offset;
     let pay = remaining.min(mtu);

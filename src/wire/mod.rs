@@ -22,6 +22,7 @@ pub mod atomic_eth;
 pub mod bth;
 pub mod cm;
 pub mod cma;
+mod crc_fold;
 pub mod deth;
 pub mod feth;
 mod field;

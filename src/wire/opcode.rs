@@ -100,7 +100,8 @@ impl Position {
 }
 
 /// The set of extended headers that follow the BTH, always in the canonical order of
-/// [`HeaderSet::ORDER`].
+/// [`HeaderSet::ORDER`]. Bit `i` stands for `ORDER[i]`, so the headers of a set are found in
+/// wire order by walking its set bits ([`HeaderSet::in_wire_order`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct HeaderSet(u16);
 
@@ -110,26 +111,26 @@ impl HeaderSet {
     /// DETH (8 bytes): Q_Key and source QP, in every UD packet.
     pub const DETH: HeaderSet = HeaderSet(1 << 0);
     /// FETH (4 bytes): selectivity and placement of a FLUSH.
-    pub const FETH: HeaderSet = HeaderSet(1 << 1);
+    pub const FETH: HeaderSet = HeaderSet(1 << 2);
     /// RETH (16 bytes): remote address, R_Key and length of a WRITE FIRST/ONLY, READ request,
     /// FLUSH or ATOMIC WRITE.
-    pub const RETH: HeaderSet = HeaderSet(1 << 2);
+    pub const RETH: HeaderSet = HeaderSet(1 << 3);
     /// AtomicETH (28 bytes): remote address, R_Key and operands of a compare-and-swap or
     /// fetch-and-add.
-    pub const ATOMIC_ETH: HeaderSet = HeaderSet(1 << 3);
+    pub const ATOMIC_ETH: HeaderSet = HeaderSet(1 << 4);
     /// AETH (4 bytes): syndrome and MSN of an ACK, a NAK, and a READ response's
     /// first, last or only packet.
-    pub const AETH: HeaderSet = HeaderSet(1 << 4);
+    pub const AETH: HeaderSet = HeaderSet(1 << 5);
     /// AtomicAckETH (8 bytes): the original value an ATOMIC ACKNOWLEDGE returns.
-    pub const ATOMIC_ACK_ETH: HeaderSet = HeaderSet(1 << 5);
+    pub const ATOMIC_ACK_ETH: HeaderSet = HeaderSet(1 << 6);
     /// ImmDt (4 bytes): immediate data of a SEND or WRITE LAST/ONLY with immediate.
-    pub const IMMDT: HeaderSet = HeaderSet(1 << 6);
+    pub const IMMDT: HeaderSet = HeaderSet(1 << 7);
     /// IETH (4 bytes): the R_Key a SEND with invalidate asks the receiver to invalidate.
-    pub const IETH: HeaderSet = HeaderSet(1 << 7);
+    pub const IETH: HeaderSet = HeaderSet(1 << 8);
     /// The 16 reserved bytes of a CNP.
-    pub const CNP_RESERVED: HeaderSet = HeaderSet(1 << 8);
+    pub const CNP_RESERVED: HeaderSet = HeaderSet(1 << 9);
     /// XRCETH (4 bytes): the XRC SRQ number of every XRC request.
-    pub const XRCETH: HeaderSet = HeaderSet(1 << 9);
+    pub const XRCETH: HeaderSet = HeaderSet(1 << 1);
 
     /// The order in which extended headers follow the BTH (IBTA §9.2 figure of header
     /// ordering; rxe_opcode.c offsets), with each header's size.
@@ -166,23 +167,46 @@ impl HeaderSet {
     pub const fn without(self, other: HeaderSet) -> HeaderSet {
         HeaderSet(self.0 & !other.0)
     }
+    /// The headers of the set, in wire order, with their sizes: one step per header present
+    /// rather than a test per header known.
+    pub fn in_wire_order(self) -> impl Iterator<Item = (HeaderSet, Header, usize)> {
+        let mut bits = self.0;
+        std::iter::from_fn(move || {
+            let i = bits.trailing_zeros() as usize;
+            let entry = WIRE_ORDER.get(i)?;
+            bits &= bits - 1;
+            Some(*entry)
+        })
+    }
     /// Whether the set is empty.
     pub const fn is_empty(self) -> bool {
         self.0 == 0
     }
     /// Total size in bytes of the headers in the set.
     pub const fn byte_len(self) -> usize {
+        // One step per header present (bit `i` is `ORDER[i]`).
         let mut n = 0;
-        let mut i = 0;
-        while i < Self::ORDER.len() {
-            if self.contains(Self::ORDER[i].0) {
-                n += Self::ORDER[i].2;
-            }
-            i += 1;
+        let mut bits = self.0;
+        while bits != 0 {
+            n += Self::ORDER[bits.trailing_zeros() as usize].2;
+            bits &= bits - 1;
         }
         n
     }
 }
+
+/// [`HeaderSet::ORDER`] in memory: a loop over the constant itself copies the whole table
+/// onto the stack at every use (a `memcpy` per parse and per emit).
+pub(super) static WIRE_ORDER: [(HeaderSet, Header, usize); 10] = HeaderSet::ORDER;
+
+// Bit `i` of a set is `ORDER[i]`: `in_wire_order` relies on it.
+const _: () = {
+    let mut i = 0;
+    while i < HeaderSet::ORDER.len() {
+        assert!(HeaderSet::ORDER[i].0 .0 == 1 << i);
+        i += 1;
+    }
+};
 
 /// Size of the reserved area that follows the BTH of a CNP.
 pub const CNP_RESERVED_LEN: usize = 16;

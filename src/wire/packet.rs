@@ -5,16 +5,12 @@
 //! bytes are padding to a 4-byte multiple (IBTA vol. 1 §9.2.3 / §9.4). The ICRC is not verified
 //! here because it covers the IP and UDP headers too: see [`super::icrc`] and [`super::frame`].
 
-use super::opcode::CNP_RESERVED_LEN;
+use super::opcode::{CNP_RESERVED_LEN, WIRE_ORDER};
 use super::{
     bth, check_emit_len, AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, Error,
     FethRepr, Header, HeaderSet, IethRepr, ImmDtRepr, Opcode, OpcodeInfo, Result, RethRepr,
     XrcEthRepr, ICRC_LEN,
 };
-
-/// [`HeaderSet::ORDER`] in memory: a loop over the constant itself copies the whole table
-/// onto the stack at every packet (a `memcpy` per parse and per emit).
-static WIRE_ORDER: [(HeaderSet, Header, usize); 10] = HeaderSet::ORDER;
 
 /// The extended transport headers of a packet; which are present is dictated by the opcode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
@@ -117,10 +113,7 @@ impl<'a> PacketRepr<'a> {
             .ok_or(Error::UnknownOpcode(bth.opcode.0))?;
         let mut ext = ExtHeaders::default();
         let mut at = bth::LEN;
-        for &(set, header, len) in WIRE_ORDER.iter() {
-            if !info.headers.contains(set) {
-                continue;
-            }
+        for (_, header, len) in info.headers.in_wire_order() {
             // Every header must fit before the 4-byte ICRC trailer.
             let room = buf.len().saturating_sub(at + ICRC_LEN);
             if room < len {
@@ -265,29 +258,50 @@ impl<'a> PacketRepr<'a> {
             ..self.bth
         };
         bth.emit(buf)?;
+        // In wire order (`HeaderSet::ORDER`; `every_opcode_round_trips` checks it), each
+        // header only if present: `check_headers` made the present ones exactly the opcode's.
+        // (A loop over the order had every header's bytes computed whether present or not.)
+        let e = &self.ext;
         let mut at = bth::LEN;
-        for &(set, header, len) in WIRE_ORDER.iter() {
-            if !info.headers.contains(set) {
-                continue;
-            }
-            let h = &mut buf[at..at + len];
-            // `check_headers` guaranteed that every header the opcode needs is present.
-            match header {
-                Header::Deth => self.ext.deth.unwrap_or_default().emit(h)?,
-                Header::XrcEth => self.ext.xrceth.unwrap_or_default().emit(h)?,
-                Header::Feth => self.ext.feth.unwrap_or_default().emit(h)?,
-                Header::Reth => self.ext.reth.unwrap_or_default().emit(h)?,
-                Header::AtomicEth => self.ext.atomic.unwrap_or_default().emit(h)?,
-                Header::Aeth => self.ext.aeth.unwrap_or_default().emit(h)?,
-                Header::AtomicAckEth => self.ext.atomic_ack.unwrap_or_default().emit(h)?,
-                Header::ImmDt => self.ext.imm.unwrap_or_default().emit(h)?,
-                Header::Ieth => self.ext.ieth.unwrap_or_default().emit(h)?,
-                _ => {
-                    debug_assert_eq!(len, CNP_RESERVED_LEN);
-                    h.fill(0);
-                }
-            }
-            at += len;
+        if let Some(h) = e.deth {
+            h.emit(&mut buf[at..])?;
+            at += DethRepr::LEN;
+        }
+        if let Some(h) = e.xrceth {
+            h.emit(&mut buf[at..])?;
+            at += XrcEthRepr::LEN;
+        }
+        if let Some(h) = e.feth {
+            h.emit(&mut buf[at..])?;
+            at += FethRepr::LEN;
+        }
+        if let Some(h) = e.reth {
+            h.emit(&mut buf[at..])?;
+            at += RethRepr::LEN;
+        }
+        if let Some(h) = e.atomic {
+            h.emit(&mut buf[at..])?;
+            at += AtomicEthRepr::LEN;
+        }
+        if let Some(h) = e.aeth {
+            h.emit(&mut buf[at..])?;
+            at += AethRepr::LEN;
+        }
+        if let Some(h) = e.atomic_ack {
+            h.emit(&mut buf[at..])?;
+            at += AtomicAckEthRepr::LEN;
+        }
+        if let Some(h) = e.imm {
+            h.emit(&mut buf[at..])?;
+            at += ImmDtRepr::LEN;
+        }
+        if let Some(h) = e.ieth {
+            h.emit(&mut buf[at..])?;
+            at += IethRepr::LEN;
+        }
+        if info.headers.contains(HeaderSet::CNP_RESERVED) {
+            buf[at..at + CNP_RESERVED_LEN].fill(0);
+            at += CNP_RESERVED_LEN;
         }
         Ok(at)
     }
@@ -341,6 +355,56 @@ mod tests {
         assert_eq!(p.ext.imm, Some(ImmDtRepr { imm: 0xDEAD_BEEF }));
         assert_eq!(p.payload, b"hello");
         assert_eq!(split_icrc(write_imm()).unwrap().1, 0x4433_2211);
+    }
+
+    /// Every opcode's headers, each filled with its own bytes, come back from parse as they
+    /// were emitted: emit and parse agree on the wire order.
+    #[test]
+    fn every_opcode_round_trips() {
+        fn bytes(tag: u8) -> [u8; 32] {
+            std::array::from_fn(|i| {
+                tag.wrapping_mul(37)
+                    .wrapping_add((i as u8).wrapping_mul(11))
+                    | 1
+            })
+        }
+        for op in 0..=255u8 {
+            let Some(info) = Opcode(op).info() else {
+                continue;
+            };
+            let h = info.headers;
+            let pick = |set: HeaderSet| h.contains(set);
+            let ext = ExtHeaders {
+                deth: pick(HeaderSet::DETH).then(|| DethRepr::parse(&bytes(1)).unwrap()),
+                xrceth: pick(HeaderSet::XRCETH).then(|| XrcEthRepr::parse(&bytes(2)).unwrap()),
+                feth: pick(HeaderSet::FETH).then(|| FethRepr::parse(&bytes(3)).unwrap()),
+                reth: pick(HeaderSet::RETH).then(|| RethRepr::parse(&bytes(4)).unwrap()),
+                atomic: pick(HeaderSet::ATOMIC_ETH)
+                    .then(|| AtomicEthRepr::parse(&bytes(5)).unwrap()),
+                aeth: pick(HeaderSet::AETH).then(|| AethRepr::parse(&[0, 0, 0, 9]).unwrap()),
+                atomic_ack: pick(HeaderSet::ATOMIC_ACK_ETH)
+                    .then(|| AtomicAckEthRepr::parse(&bytes(7)).unwrap()),
+                imm: pick(HeaderSet::IMMDT).then(|| ImmDtRepr::parse(&bytes(8)).unwrap()),
+                ieth: pick(HeaderSet::IETH).then(|| IethRepr::parse(&bytes(9)).unwrap()),
+            };
+            let payload: &[u8] = if info.payload { b"abcdefg" } else { &[] };
+            let p = PacketRepr {
+                bth: BthRepr {
+                    opcode: Opcode(op),
+                    dest_qp: 0x12_3456,
+                    psn: 0x65_4321,
+                    ..BthRepr::default()
+                },
+                ext,
+                payload,
+            };
+            let mut buf = [0u8; 256];
+            let n = p.emit(&mut buf).unwrap();
+            assert_eq!(n, p.buffer_len(), "opcode {op:#x}");
+            let q = PacketRepr::parse(&buf[..n]).unwrap();
+            assert_eq!(q.ext, p.ext, "opcode {op:#x}");
+            assert_eq!(q.payload, p.payload, "opcode {op:#x}");
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! ```
 
 use super::field::view;
-use super::{check_emit_len, Header, Result};
+use super::{check_emit_len, Error, Header, Result};
 
 /// Size of the RETH on the wire.
 pub const LEN: usize = 16;
@@ -41,29 +41,57 @@ impl RethRepr {
 
     /// Parses the RETH at the front of `buf`.
     pub fn parse(buf: &[u8]) -> Result<Self> {
-        let v = Reth::new_checked(buf)?;
+        // The sixteen bytes as one array: one length check (the view's getters, which
+        // `parse_and_emit_match_the_view` compares, check per field).
+        let Some(&[a0, a1, a2, a3, a4, a5, a6, a7, k0, k1, k2, k3, l0, l1, l2, l3]) =
+            buf.first_chunk::<LEN>()
+        else {
+            return Err(Error::Truncated {
+                header: Header::Reth,
+                need: LEN,
+                got: buf.len(),
+            });
+        };
         Ok(RethRepr {
-            va: v.va(),
-            rkey: v.rkey(),
-            len: v.dma_len(),
+            va: u64::from_be_bytes([a0, a1, a2, a3, a4, a5, a6, a7]),
+            rkey: u32::from_be_bytes([k0, k1, k2, k3]),
+            len: u32::from_be_bytes([l0, l1, l2, l3]),
         })
     }
 
     /// Writes the RETH into the front of `buf`.
     pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
         check_emit_len(buf, LEN)?;
-        let mut v = Reth::new_unchecked(&mut buf[..LEN]);
-        v.set_va(self.va);
-        v.set_rkey(self.rkey);
-        v.set_dma_len(self.len);
+        let mut bytes = [0u8; LEN];
+        bytes[..8].copy_from_slice(&self.va.to_be_bytes());
+        bytes[8..12].copy_from_slice(&self.rkey.to_be_bytes());
+        bytes[12..].copy_from_slice(&self.len.to_be_bytes());
+        buf[..LEN].copy_from_slice(&bytes);
         Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::Error;
     use super::*;
+
+    proptest::proptest! {
+        #[test]
+        fn parse_and_emit_match_the_view(bytes: [u8; LEN]) {
+            let v = Reth::new_checked(&bytes[..]).unwrap();
+            let r = RethRepr::parse(&bytes).unwrap();
+            proptest::prop_assert_eq!((r.va, r.rkey, r.len), (v.va(), v.rkey(), v.dma_len()));
+            let mut out = [0u8; LEN];
+            let mut w = Reth::new_unchecked(&mut out[..]);
+            w.set_va(r.va);
+            w.set_rkey(r.rkey);
+            w.set_dma_len(r.len);
+            let mut emitted = [0xA5u8; LEN];
+            r.emit(&mut emitted).unwrap();
+            proptest::prop_assert_eq!(emitted, out);
+            proptest::prop_assert_eq!(emitted, bytes);
+        }
+    }
 
     // VA 0x00007F12_3456_7000, R_Key 0x0000_1234, DMA length 65536.
     const BYTES: [u8; 16] = [
