@@ -65,20 +65,26 @@ fn recv(
         if n >= 0 {
             return Ok(n as usize);
         }
-        match std::io::Error::last_os_error().raw_os_error() {
-            Some(libc::EAGAIN | libc::EINTR) => {}
-            _ => return Err(os_err("recvfrom")),
-        }
-        // Blocking mode gets EAGAIN only when SO_RCVTIMEO expires; busy mode looks at the
-        // clock every 4096 empty polls.
-        spins += 1;
-        if (!busy || spins % 4096 == 0) && Instant::now() > deadline {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "no datagram within 5 s",
-            ));
-        }
+        nothing_yet("recvfrom", busy, &mut spins, deadline)?;
     }
+}
+
+/// After a receive that returned nothing: Ok to try again, or the error (the call's own, or
+/// a timeout at `deadline`). Blocking mode gets EAGAIN only when SO_RCVTIMEO expires; busy
+/// mode looks at the clock every 4096 empty polls.
+fn nothing_yet(call: &str, busy: bool, spins: &mut u32, deadline: Instant) -> std::io::Result<()> {
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::EAGAIN | libc::EINTR) => {}
+        _ => return Err(os_err(call)),
+    }
+    *spins += 1;
+    if (!busy || *spins % 4096 == 0) && Instant::now() > deadline {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "no datagram within 5 s",
+        ));
+    }
+    Ok(())
 }
 
 /// The acknowledgement datagram of `--acks`: as long as an RoCE ACK's UDP payload.
@@ -179,17 +185,7 @@ fn recv_with_ack(
             }
             continue;
         }
-        match std::io::Error::last_os_error().raw_os_error() {
-            Some(libc::EAGAIN | libc::EINTR) => {}
-            _ => return Err(os_err("recvmmsg")),
-        }
-        spins += 1;
-        if (!busy || spins % 4096 == 0) && Instant::now() > deadline {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "no datagram within 5 s",
-            ));
-        }
+        nothing_yet("recvmmsg", busy, &mut spins, deadline)?;
     }
     Ok(len)
 }
