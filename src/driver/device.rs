@@ -95,8 +95,10 @@ pub(crate) struct Device {
     pub(crate) gsi: GsiShared,
     /// Engine passes completed (see `settle`).
     pub(crate) passes: AtomicU64,
-    /// Passes application threads ran (busy-poll mode, and waiters in the default mode):
-    /// while they move, the engine's thread stays out of their way (engine_thread.rs).
+    /// Passes application threads ran as they posted or (busy-poll) polled: in busy-poll
+    /// mode, while they move, the background thread stays out of their way
+    /// (engine_thread.rs `run_busy`). Waiters' passes in the default mode count in
+    /// `standby` instead.
     pub(crate) app_passes: AtomicU64,
     /// The default mode's hand-over between the engine thread and a thread that waits on a
     /// CQ, which runs the engine meanwhile (standby.rs).
