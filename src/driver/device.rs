@@ -147,7 +147,7 @@ impl Device {
             post_sends: !std::env::var_os("SOFTROCE_POST_SENDS").is_some_and(|v| v == "0"),
             passes: AtomicU64::new(0),
             app_passes: AtomicU64::new(0),
-            standby: Standby::new(std::time::Duration::ZERO),
+            standby: Standby::off(),
             groups: RwLock::new(Groups::default()),
             group_changes: Mutex::new(Vec::new()),
             groups_changed: AtomicBool::new(false),

@@ -63,6 +63,15 @@ impl Standby {
         let off = std::env::var_os("SOFTROCE_WAIT_DRIVES").is_some_and(|v| v == "0");
         Standby {
             window: if off { Duration::ZERO } else { window },
+            ..Standby::off()
+        }
+    }
+
+    /// A hand-over whose waiters never drive (busy-poll devices, and a device until `open`
+    /// sets its own), without looking at the environment.
+    pub(crate) fn off() -> Standby {
+        Standby {
+            window: Duration::ZERO,
             drivers: AtomicU32::new(0),
             parked: AtomicBool::new(false),
             passes: AtomicU64::new(0),
@@ -154,9 +163,10 @@ mod tests {
 
     #[test]
     fn a_zero_window_never_lets_a_waiter_drive() {
-        let s = Standby::new(Duration::ZERO);
-        assert_eq!(s.begin(), None);
-        assert!(!s.driven());
+        for s in [Standby::new(Duration::ZERO), Standby::off()] {
+            assert_eq!(s.begin(), None);
+            assert!(!s.driven());
+        }
     }
 
     #[test]
