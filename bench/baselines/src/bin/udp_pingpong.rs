@@ -90,6 +90,20 @@ fn nothing_yet(call: &str, busy: bool, spins: &mut u32, deadline: Instant) -> st
 /// The acknowledgement datagram of `--acks`: as long as an RoCE ACK's UDP payload.
 const ACK: [u8; 20] = [0xacu8; 20];
 
+/// Message headers for `recvmmsg`/`sendmmsg`, one per buffer of `iov` (at most two), each
+/// naming `addr`; the rest zero (unused).
+fn headers(iov: &mut [libc::iovec], addr: *mut libc::sockaddr_in) -> [libc::mmsghdr; 2] {
+    // SAFETY: mmsghdr is a plain C struct for which all-zero is a valid value.
+    let mut msgs: [libc::mmsghdr; 2] = unsafe { std::mem::zeroed() };
+    for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
+        m.msg_hdr.msg_name = addr.cast();
+        m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        m.msg_hdr.msg_iov = v;
+        m.msg_hdr.msg_iovlen = 1;
+    }
+    msgs
+}
+
 /// `--acks`: sends `buf` and an acknowledgement to `to` in one sendmmsg(2).
 fn send_with_ack(fd: &OwnedFd, buf: &[u8], to: &libc::sockaddr_in) -> std::io::Result<()> {
     let mut iov = [
@@ -102,14 +116,7 @@ fn send_with_ack(fd: &OwnedFd, buf: &[u8], to: &libc::sockaddr_in) -> std::io::R
             iov_len: buf.len(),
         },
     ];
-    // SAFETY: mmsghdr is a plain C struct for which all-zero is a valid value.
-    let mut msgs: [libc::mmsghdr; 2] = unsafe { std::mem::zeroed() };
-    for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
-        m.msg_hdr.msg_name = (to as *const libc::sockaddr_in) as *mut _;
-        m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-        m.msg_hdr.msg_iov = v;
-        m.msg_hdr.msg_iovlen = 1;
-    }
+    let mut msgs = headers(&mut iov, (to as *const libc::sockaddr_in) as *mut _);
     let mut sent = 0;
     while sent < 2 {
         // SAFETY: the headers point at `iov`, `ACK`, `buf` and `to`, all alive for the call.
@@ -153,14 +160,7 @@ fn recv_with_ack(
                 iov_len: buf.len(),
             },
         ];
-        // SAFETY: mmsghdr is a plain C struct for which all-zero is a valid value.
-        let mut msgs: [libc::mmsghdr; 2] = unsafe { std::mem::zeroed() };
-        for (m, v) in msgs.iter_mut().zip(iov.iter_mut().skip(got)) {
-            m.msg_hdr.msg_name = (from as *mut libc::sockaddr_in).cast();
-            m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-            m.msg_hdr.msg_iov = v;
-            m.msg_hdr.msg_iovlen = 1;
-        }
+        let mut msgs = headers(&mut iov[got..], (from as *mut libc::sockaddr_in).cast());
         let flags = if busy {
             libc::MSG_DONTWAIT
         } else {
